@@ -1,0 +1,93 @@
+"""The quantizer backend contract shared by ``sim`` (CPU simulation) and ``nndct`` (the real quantizer).
+
+The runner drives every backend the same way, one step per process if the user wishes:
+
+1. ``calibrate(model, example, batches, out_dir, settings)``: run the calibration forwards and write
+   ``out_dir/quant_info.json`` (and ``bias_corr.pth`` when bias correction is on) in the real
+   quantizer's format (facts 1.3). Raises ``QuantizationError("calibration saw 0 batches ...")``
+   before writing anything when ``batches`` is empty (public case P03).
+2. ``load_test(model, example, out_dir, settings)``: build the test-mode quantized model from the
+   files in ``out_dir``. Raises ``QuantizationError`` when ``quant_info.json`` is missing.
+3. ``export(handle, example1, out_dir, formats)``: write the quantized model in the requested formats
+   from a batch-1 example (public case P04) and return ``{format: path}``.
+
+Every batch a backend receives is an owned, contiguous float32 NCHW tensor made by the quantizer
+boundary; backends never modify the caller's model (they work on a deep copy).
+"""
+import importlib
+from typing import Any, Dict, Iterable, List, Optional
+
+import torch
+
+from ..errors import ConfigError
+
+# Literal registry: YAML ``quantizer.backend`` -> "module:class". Imported lazily so that
+# ``import pipeline`` never imports pytorch_nndct.
+BACKENDS = {
+    "sim": "pipeline.quantizers.sim.backend:SimBackend",
+    "nndct": "pipeline.quantizers.nndct:NndctBackend",
+}
+
+
+class QuantSettings(object):
+    """The quantizer arguments a config maps onto, named as in ``torch_quantizer`` (facts 1.1).
+
+    Args:
+        target: DPU target name such as ``DPUCZDX8G_ISA1_B4096``, or None. For ``nndct`` a target
+            switches on hardware-aware quantization (needs the Vitis AI image).
+        bitwidth: int bit width for weights, activations, input and bias (8 by default).
+        quant_config_file: path to a ``quant_config_file`` JSON (facts 2.7), or None for the defaults
+            (CLE and bias correction on).
+        device: ``"cpu"`` or ``"cuda"``.
+    """
+
+    def __init__(self, target=None, bitwidth=8, quant_config_file=None, device="cpu"):
+        # type: (Optional[str], int, Optional[str], str) -> None
+        self.target = target
+        self.bitwidth = bitwidth
+        self.quant_config_file = quant_config_file
+        self.device = device
+
+    def as_dict(self):
+        # type: () -> Dict[str, Any]
+        return {"target": self.target, "bitwidth": self.bitwidth,
+                "quant_config_file": self.quant_config_file, "device": self.device}
+
+
+class QuantizerBackend(object):
+    """Base class of quantizer backends. Subclasses implement every method below."""
+
+    name = "base"
+
+    @classmethod
+    def is_available(cls):
+        # type: () -> bool
+        """True when this backend can run in the current environment."""
+        raise NotImplementedError
+
+    def calibrate(self, model, example, batches, out_dir, settings):
+        # type: (torch.nn.Module, torch.Tensor, Iterable[torch.Tensor], str, QuantSettings) -> Dict[str, Any]
+        """Calibrate on ``batches`` (float32 NCHW) and write ``quant_info.json`` into ``out_dir``.
+
+        Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written).
+        """
+        raise NotImplementedError
+
+    def load_test(self, model, example, out_dir, settings):
+        # type: (torch.nn.Module, torch.Tensor, str, QuantSettings) -> Any
+        """Return a test-mode handle; ``handle(batch)`` gives the quantized outputs (float32)."""
+        raise NotImplementedError
+
+    def export(self, handle, example1, out_dir, formats):
+        # type: (Any, torch.Tensor, str, List[str]) -> Dict[str, str]
+        """Export the test-mode model from a batch-1, owned, contiguous example input."""
+        raise NotImplementedError
+
+
+def get_backend(name):
+    # type: (str) -> QuantizerBackend
+    """Instantiate the backend registered under ``name``; raises ConfigError listing the valid names."""
+    if name not in BACKENDS:
+        raise ConfigError("quantizer.backend: expected one of %s, got %r" % (sorted(BACKENDS), name))
+    module_name, class_name = BACKENDS[name].split(":")
+    return getattr(importlib.import_module(module_name), class_name)()
