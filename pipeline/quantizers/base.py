@@ -29,7 +29,7 @@ BACKENDS = {
 }
 
 
-class QuantSettings(object):
+class QuantSettings:
     """The quantizer arguments a config maps onto, named as in ``torch_quantizer`` (facts 1.1).
 
     Args:
@@ -41,51 +41,49 @@ class QuantSettings(object):
         device: ``"cpu"`` or ``"cuda"``.
     """
 
-    def __init__(self, target=None, bitwidth=8, quant_config_file=None, device="cpu"):
-        # type: (Optional[str], int, Optional[str], str) -> None
+    def __init__(self, target: Optional[str] = None, bitwidth: int = 8,
+                 quant_config_file: Optional[str] = None, device: str = "cpu") -> None:
         self.target = target
         self.bitwidth = bitwidth
         self.quant_config_file = quant_config_file
         self.device = device
 
-    def as_dict(self):
-        # type: () -> Dict[str, Any]
+    def as_dict(self) -> Dict[str, Any]:
         return {"target": self.target, "bitwidth": self.bitwidth,
                 "quant_config_file": self.quant_config_file, "device": self.device}
 
 
-class QuantizerBackend(object):
+class QuantizerBackend:
     """Base class of quantizer backends. Subclasses implement every method below."""
 
     name = "base"
 
     @classmethod
-    def is_available(cls):
-        # type: () -> bool
+    def is_available(cls) -> bool:
         """True when this backend can run in the current environment."""
         raise NotImplementedError
 
-    def calibrate(self, model, example, batches, out_dir, settings):
-        # type: (torch.nn.Module, torch.Tensor, Iterable[torch.Tensor], str, QuantSettings) -> Dict[str, Any]
+    def calibrate(self, model: torch.nn.Module, example: torch.Tensor,
+                  batches: Iterable[torch.Tensor], out_dir: str,
+                  settings: QuantSettings) -> Dict[str, Any]:
         """Calibrate on ``batches`` (float32 NCHW) and write ``quant_info.json`` into ``out_dir``.
 
         Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written).
         """
         raise NotImplementedError
 
-    def load_test(self, model, example, out_dir, settings):
-        # type: (torch.nn.Module, torch.Tensor, str, QuantSettings) -> Any
+    def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
+                  settings: QuantSettings) -> Any:
         """Return a test-mode handle; ``handle(batch)`` gives the quantized outputs (float32)."""
         raise NotImplementedError
 
-    def export(self, handle, example1, out_dir, formats):
-        # type: (Any, torch.Tensor, str, List[str]) -> Dict[str, str]
+    def export(self, handle: Any, example1: torch.Tensor, out_dir: str,
+               formats: List[str]) -> Dict[str, str]:
         """Export the test-mode model from a batch-1, owned, contiguous example input."""
         raise NotImplementedError
 
 
-def get_backend(name):
-    # type: (str) -> QuantizerBackend
+def get_backend(name: str) -> QuantizerBackend:
     """Instantiate the backend registered under ``name``; raises ConfigError listing the valid names."""
     if name not in BACKENDS:
         raise ConfigError("quantizer.backend: expected one of %s, got %r" % (sorted(BACKENDS), name))
