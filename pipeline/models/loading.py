@@ -1,0 +1,87 @@
+"""Build a model from a config (zoo name or import path) and load checkpoints safely.
+
+Checkpoints are plain ``state_dict`` files loaded with ``torch.load(weights_only=True)``: a pickle
+that carries code is refused and nothing in it executes (torch >= 1.13).
+"""
+import importlib
+import os
+from typing import Any, Dict, Optional
+
+import torch
+from torch import nn
+
+from ..errors import ConfigError, PipelineError
+from .zoo import ZOO
+
+
+def resolve_factory(zoo: Optional[str], factory: Optional[str]):
+    """Return the callable that builds the model.
+
+    Args:
+        zoo: a name in ``pipeline.models.zoo.ZOO`` (``digits_cnn``, ``resnet18``, ``mobilenet_v2``).
+        factory: an import path ``"package.module:function"`` (any callable returning an nn.Module).
+    Exactly one of the two is given.
+
+    Raises:
+        ConfigError: unknown zoo name, malformed or unimportable import path.
+    """
+    if zoo is not None:
+        if zoo not in ZOO:
+            raise ConfigError("model.zoo: expected one of %s, got %r" % (sorted(ZOO), zoo))
+        return ZOO[zoo]
+    if factory is None or ":" not in factory:
+        raise ConfigError("model.factory: expected an import path 'package.module:function', got %r" % (factory,))
+    module_name, _, attr = factory.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise ConfigError("model.factory: cannot import module %r (%s); is it installed or on PYTHONPATH?"
+                          % (module_name, exc))
+    fn = module
+    for part in attr.split("."):
+        if not hasattr(fn, part):
+            raise ConfigError("model.factory: module %r has no attribute %r" % (module_name, attr))
+        fn = getattr(fn, part)
+    if not callable(fn):
+        raise ConfigError("model.factory: %r is not callable" % factory)
+    return fn
+
+
+def build_model(zoo: Optional[str], factory: Optional[str], kwargs: Dict[str, Any]) -> nn.Module:
+    """Instantiate the configured model (random init, eval mode). Raises ConfigError as above, or
+    when the factory does not return an ``nn.Module``."""
+    model = resolve_factory(zoo, factory)(**kwargs)
+    if not isinstance(model, nn.Module):
+        raise ConfigError("model: the factory returned %s, expected a torch.nn.Module" % type(model).__name__)
+    return model.eval()
+
+
+def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
+    """Load a state_dict with ``torch.load(path, map_location='cpu', weights_only=True)``.
+
+    Raises:
+        PipelineError: the file is missing, is not a dict of tensors, or is a pickle that needs
+            arbitrary code to load (refused; nothing executes).
+    """
+    if not os.path.isfile(path):
+        raise PipelineError("checkpoint %s does not exist; run the 'train' step or set model.weights" % path)
+    try:
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as exc:  # UnpicklingError and friends: the message names the offending global
+        raise PipelineError("checkpoint %s was refused: it is not a plain state_dict loadable with "
+                            "weights_only=True (%s: %s). Save weights with torch.save(model.state_dict(), path)."
+                            % (path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+    if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
+        raise PipelineError("checkpoint %s: expected a dict of tensors (a state_dict), got %s"
+                            % (path, type(state).__name__))
+    return state
+
+
+def load_weights(model: nn.Module, path: str) -> nn.Module:
+    """Load ``path`` into ``model`` strictly; raises PipelineError naming missing/unexpected keys."""
+    state = load_state_dict_file(path)
+    result = model.load_state_dict(state, strict=False)
+    if result.missing_keys or result.unexpected_keys:
+        raise PipelineError("checkpoint %s does not fit the model: missing keys %s, unexpected keys %s"
+                            % (path, list(result.missing_keys)[:10], list(result.unexpected_keys)[:10]))
+    return model.eval()
