@@ -1,0 +1,285 @@
+"""The run configuration: one YAML file, validated strictly before any work starts.
+
+Loading: ``yaml.safe_load`` (no Python objects), then ``--set a.b=c`` overrides (dotted paths,
+values parsed as YAML scalars), then validation by the pydantic models below. Unknown keys are
+errors that name the dotted path, the allowed keys and the closest match (public case P12).
+Relative input paths (data files, weights, quant_config_file, arch_json) resolve against the folder
+of the YAML file; ``run.work_dir`` resolves against the current directory.
+"""
+import copy
+import difflib
+import hashlib
+import json
+import os
+from typing import Any, Dict, List, Optional, Tuple
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+from .errors import ConfigError
+
+STEPS = ["train", "inspect", "calib", "test", "export", "compile", "deploy"]
+DEFAULT_STEPS = ["train", "calib", "test", "export", "compile", "deploy"]
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class RunSection(_Strict):
+    """Where the run folder is and how the run behaves."""
+    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name, used for the default work_dir.")
+    work_dir: Optional[str] = Field(None, description="Run folder (default runs/<name>), relative to the current directory.")
+    seed: int = Field(0, description="Seed for training and any random choice.")
+    verify_source_unchanged: bool = Field(True, description="Hash the caller's source before and after the run.")
+
+
+class DataSection(_Strict):
+    """The source and how it is split and batched."""
+    source: Dict[str, Any] = Field(description="Source spec: {type: digits} | {type: npy, path, labels} | ...")
+    split: Dict[str, float] = Field(default_factory=lambda: {"train": 0.6, "calib": 0.1, "eval": 0.3},
+                                    description="Fractions of the (shuffled) source for train, calib and eval.")
+    batch_size: int = Field(32, ge=1)
+    calib_batches: Optional[int] = Field(None, ge=0, description="At most this many calibration batches (None: all).")
+    eval_batches: Optional[int] = Field(None, ge=0, description="At most this many evaluation batches (None: all).")
+
+    @field_validator("split")
+    @classmethod
+    def _check_split(cls, v: Dict[str, float]) -> Dict[str, float]:
+        unknown = sorted(set(v) - {"train", "calib", "eval"})
+        if unknown:
+            raise ValueError("unknown split names %s; allowed: train, calib, eval" % unknown)
+        if any(f < 0 for f in v.values()) or sum(v.values()) > 1.0 + 1e-9:
+            raise ValueError("fractions must be >= 0 and sum to at most 1, got %s" % v)
+        return v
+
+
+class PreprocessSection(_Strict):
+    """Zero-copy stages, then the quantizer boundary's fused normalization."""
+    stages: List[Dict[str, Any]] = Field(default_factory=list, description="Views applied in order: {type: permute, ...}.")
+    mean: List[float] = Field(description="Per-channel mean, in source pixel units (0..255 for uint8).")
+    std: List[float] = Field(description="Per-channel std, in source pixel units; (x - mean) / std.")
+    layout: str = Field("NCHW", pattern="^(NCHW|channels_last)$", description="Memory layout of the boundary buffer.")
+
+    @model_validator(mode="after")
+    def _check_norm(self) -> "PreprocessSection":
+        if len(self.mean) != len(self.std):
+            raise ValueError("mean has %d values but std has %d; give one per channel" % (len(self.mean), len(self.std)))
+        if any(s <= 0 for s in self.std):
+            raise ValueError("std values must be > 0, got %s" % self.std)
+        return self
+
+
+class TrainSection(_Strict):
+    """The train step (zoo models only)."""
+    epochs: int = Field(20, ge=1)
+    batch_size: int = Field(64, ge=1)
+    lr: float = Field(0.003, gt=0)
+    weight_decay: float = Field(0.0, ge=0)
+
+
+class ModelSection(_Strict):
+    """The float model: a zoo name, or any factory by import path, plus weights."""
+    zoo: Optional[str] = Field(None, description="digits_cnn | resnet18 | mobilenet_v2")
+    factory: Optional[str] = Field(None, description="Import path 'package.module:function'.")
+    kwargs: Dict[str, Any] = Field(default_factory=dict)
+    weights: Optional[str] = Field(None, description="state_dict file; default: <work_dir>/model/float.pt from the train step.")
+    train: TrainSection = Field(default_factory=TrainSection)
+
+    @model_validator(mode="after")
+    def _one_of(self) -> "ModelSection":
+        if (self.zoo is None) == (self.factory is None):
+            raise ValueError("give exactly one of 'zoo' or 'factory'")
+        return self
+
+
+class QuantizerSection(_Strict):
+    """The quantizer backend and torch_quantizer's own arguments (facts 1.1)."""
+    backend: str = Field("sim", pattern="^(sim|nndct)$")
+    target: Optional[str] = Field(None, description="torch_quantizer target= (hardware-aware mode, nndct only).")
+    bitwidth: int = Field(8, ge=2, le=16)
+    quant_config_file: Optional[str] = None
+    device: str = Field("cpu", pattern="^(cpu|cuda)$")
+    max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="Fail the test step when float - quant accuracy exceeds this.")
+
+
+class ExportSection(_Strict):
+    """What the export step writes."""
+    formats: List[str] = Field(default_factory=lambda: ["onnx_exact", "onnx_qdq"])
+    verify_max_lsb: Dict[str, int] = Field(default_factory=lambda: {"onnx_exact": 0, "onnx_qdq": 1})
+
+    @field_validator("formats")
+    @classmethod
+    def _check_formats(cls, v: List[str]) -> List[str]:
+        allowed = ["onnx_exact", "onnx_qdq", "xmodel", "torchscript"]
+        bad = [f for f in v if f not in allowed]
+        if bad:
+            raise ValueError("unknown formats %s; allowed: %s" % (bad, allowed))
+        return v
+
+
+class CompileSection(_Strict):
+    """The compiler hand-off (vai_c_xir inside the Vitis AI image)."""
+    target: str = Field("DPUCZDX8G_ISA1_B4096", description="DPU target name; see `python -m pipeline targets`.")
+    arch_json: Optional[str] = Field(None, description="arch.json; default: the target's path inside the image.")
+    net_name: Optional[str] = None
+    options: Dict[str, Any] = Field(default_factory=dict, description="vai_c_xir --options JSON.")
+
+
+class Config(_Strict):
+    """A whole run."""
+    run: RunSection
+    data: DataSection
+    preprocess: PreprocessSection
+    model: ModelSection
+    quantizer: QuantizerSection = Field(default_factory=QuantizerSection)
+    export: ExportSection = Field(default_factory=ExportSection)
+    compile: CompileSection = Field(default_factory=CompileSection)
+
+
+# ----------------------------------------------------------------------------- loading
+
+def _allowed_keys(loc: Tuple[Any, ...]) -> List[str]:
+    """The keys the model at ``loc`` (a pydantic error location, minus the bad key) accepts."""
+    model = Config
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) else None
+        ann = getattr(field, "annotation", None)
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            model = ann
+        else:
+            return []
+    return list(model.model_fields)
+
+
+def _dotted(loc: Tuple[Any, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += "[%d]" % part if isinstance(part, int) else ("." if out else "") + str(part)
+    return out
+
+
+def format_validation_error(exc: ValidationError, source: str) -> str:
+    """One message listing every problem, each with its dotted path and what to do."""
+    lines = []
+    for err in exc.errors():
+        loc = tuple(err["loc"])
+        path = _dotted(loc)
+        if err["type"] == "extra_forbidden":
+            allowed = _allowed_keys(loc[:-1])
+            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
+            hint = "; did you mean %r?" % close[0] if close else ""
+            lines.append("%s: unknown key; allowed keys: %s%s" % (path, ", ".join(allowed), hint))
+        elif err["type"] == "missing":
+            lines.append("%s: required key is missing" % path)
+        else:
+            lines.append("%s: %s (got %r)" % (path or "<top>", err["msg"], err.get("input")))
+    return "invalid config %s:\n  " % source + "\n  ".join(lines)
+
+
+def parse_override(text: str) -> Tuple[List[str], Any]:
+    """Parse ``a.b.c=value`` into (["a", "b", "c"], value), the value read as a YAML scalar/list."""
+    if "=" not in text:
+        raise ConfigError("--set expects dotted.path=value, got %r" % text)
+    key, _, raw = text.partition("=")
+    parts = key.strip().split(".")
+    if not all(parts):
+        raise ConfigError("--set %r: empty part in the dotted path" % text)
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError("--set %r: the value is not valid YAML (%s)" % (text, exc))
+    return parts, value
+
+
+def apply_overrides(raw: Dict[str, Any], overrides: List[str]) -> Dict[str, Any]:
+    """Return a copy of ``raw`` with each ``dotted.path=value`` set (intermediate dicts created)."""
+    out = copy.deepcopy(raw)
+    for text in overrides:
+        parts, value = parse_override(text)
+        node = out
+        for i, part in enumerate(parts[:-1]):
+            nxt = node.get(part)
+            if nxt is None:
+                nxt = node[part] = {}
+            if not isinstance(nxt, dict):
+                raise ConfigError("--set %s: %s is a %s, not a section" % (text, ".".join(parts[:i + 1]), type(nxt).__name__))
+            node = nxt
+        node[parts[-1]] = value
+    return out
+
+
+def read_yaml(path: str) -> Dict[str, Any]:
+    """Read a YAML mapping with ``yaml.safe_load``; ConfigError for a missing file or bad YAML."""
+    if not os.path.isfile(path):
+        raise ConfigError("config file %s does not exist" % path)
+    with open(path, "r", encoding="utf-8") as f:
+        try:
+            raw = yaml.safe_load(f)
+        except yaml.YAMLError as exc:
+            raise ConfigError("config file %s is not valid YAML: %s" % (path, exc))
+    if not isinstance(raw, dict):
+        raise ConfigError("config file %s: expected a mapping at the top level, got %s" % (path, type(raw).__name__))
+    return raw
+
+
+class LoadedConfig:
+    """A validated config plus where it came from.
+
+    Attributes:
+        cfg: the validated ``Config``.
+        path: absolute path of the YAML file.
+        base_dir: folder that relative input paths resolve against.
+        work_dir: absolute run folder.
+        raw: the resolved plain dict (after overrides), as written to the run's config.resolved.yaml.
+    """
+
+    def __init__(self, cfg: Config, path: str, raw: Dict[str, Any]) -> None:
+        self.cfg = cfg
+        self.path = os.path.abspath(path)
+        self.base_dir = os.path.dirname(self.path)
+        self.raw = raw
+        self.work_dir = os.path.abspath(cfg.run.work_dir or os.path.join("runs", cfg.run.name))
+
+    def resolve(self, path: Optional[str]) -> Optional[str]:
+        """An input path made absolute against the YAML file's folder (None stays None)."""
+        if path is None:
+            return None
+        return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.base_dir, path))
+
+    def hash(self) -> str:
+        """sha256 of the resolved config, minus run.work_dir (moving a run folder keeps the hash)."""
+        raw = copy.deepcopy(self.raw)
+        raw.get("run", {}).pop("work_dir", None)
+        return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
+
+
+def load_config(path: str, overrides: Optional[List[str]] = None) -> LoadedConfig:
+    """Read, override and validate a config. Raises ConfigError with every problem listed."""
+    raw = apply_overrides(read_yaml(path), overrides or [])
+    try:
+        cfg = Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc, path))
+    loaded = LoadedConfig(cfg, path, raw)
+    _check_semantics(loaded)
+    return loaded
+
+
+def _check_semantics(loaded: LoadedConfig) -> None:
+    """Checks that need more than types: files exist, names are registered, stages build."""
+    cfg = loaded.cfg
+    problems = []
+    for dotted, value in [("model.weights", cfg.model.weights),
+                          ("quantizer.quant_config_file", cfg.quantizer.quant_config_file),
+                          ("compile.arch_json", cfg.compile.arch_json)]:
+        p = loaded.resolve(value)
+        if p is not None and not os.path.isfile(p):
+            problems.append("%s: file %s does not exist" % (dotted, p))
+    if problems:
+        raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
+
+
+def config_schema() -> Dict[str, Any]:
+    """The JSON Schema of the config (for editor completion)."""
+    return Config.model_json_schema()

@@ -1,0 +1,65 @@
+"""Atomic file writes and checksums.
+
+Every artifact is written under a temporary name in its final folder and renamed into place with
+``os.replace`` (atomic on POSIX), so a run killed at any moment never leaves a half-written file
+under a final name.
+"""
+import contextlib
+import hashlib
+import json
+import os
+import tempfile
+from typing import Any, Iterator
+
+
+@contextlib.contextmanager
+def atomic_path(path: str) -> Iterator[str]:
+    """Yield a temporary path next to ``path``; on success it is fsynced and renamed to ``path``.
+
+    On an exception the temporary file is removed and ``path`` is untouched.
+    """
+    folder = os.path.dirname(os.path.abspath(path))
+    os.makedirs(folder, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+    os.close(fd)
+    try:
+        yield tmp
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+
+
+def write_bytes(path: str, data: bytes) -> str:
+    """Write ``data`` to ``path`` atomically; returns ``path``."""
+    with atomic_path(path) as tmp:
+        with open(tmp, "wb") as f:
+            f.write(data)
+    return path
+
+
+def write_text(path: str, text: str) -> str:
+    """Write UTF-8 ``text`` to ``path`` atomically; returns ``path``."""
+    return write_bytes(path, text.encode("utf-8"))
+
+
+def write_json(path: str, obj: Any) -> str:
+    """Write ``obj`` as indented, key-sorted JSON (stable bytes for equal content); returns ``path``."""
+    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: str) -> Any:
+    """Read a JSON file."""
+    with open(path, "r", encoding="utf-8") as f:
+        return json.load(f)
+
+
+def sha256_file(path: str) -> str:
+    """Hex sha256 of a file's bytes, read in 1 MiB blocks."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
