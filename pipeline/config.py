@@ -18,6 +18,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 
+# Keys of data.source and (section, key) pairs that name input files: resolved against the YAML's folder.
+SOURCE_PATH_KEYS = ("path", "labels", "root")
+INPUT_PATHS = (("model", "weights"), ("quantizer", "quant_config_file"), ("compile", "arch_json"))
+
 STEPS = ["train", "inspect", "calib", "test", "export", "compile", "deploy"]
 DEFAULT_STEPS = ["train", "calib", "test", "export", "compile", "deploy"]
 
@@ -247,6 +251,20 @@ class LoadedConfig:
             return None
         return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.base_dir, path))
 
+    def absolute_raw(self) -> Dict[str, Any]:
+        """A copy of the resolved dict with every input path made absolute (for a child process or a
+        copy of the config stored in the run folder)."""
+        raw = copy.deepcopy(self.raw)
+        source = raw.get("data", {}).get("source", {})
+        for key in SOURCE_PATH_KEYS:
+            if isinstance(source.get(key), str):
+                source[key] = self.resolve(source[key])
+        for section, key in INPUT_PATHS:
+            sec = raw.get(section) or {}
+            if isinstance(sec.get(key), str):
+                sec[key] = self.resolve(sec[key])
+        return raw
+
     def hash(self) -> str:
         """sha256 of the resolved config, minus run.work_dir (moving a run folder keeps the hash)."""
         raw = copy.deepcopy(self.raw)
@@ -270,10 +288,9 @@ def _check_semantics(loaded: LoadedConfig) -> None:
     """Checks that need more than types: files exist, names are registered, stages build."""
     cfg = loaded.cfg
     problems = []
-    for dotted, value in [("model.weights", cfg.model.weights),
-                          ("quantizer.quant_config_file", cfg.quantizer.quant_config_file),
-                          ("compile.arch_json", cfg.compile.arch_json)]:
-        p = loaded.resolve(value)
+    for section, key in INPUT_PATHS:
+        dotted = "%s.%s" % (section, key)
+        p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
     if problems:

@@ -1,0 +1,6 @@
+"""``python -m pipeline``: see pipeline/cli.py."""
+import sys
+
+from .cli import main
+
+sys.exit(main())

@@ -1,0 +1,119 @@
+"""Command line: ``python -m pipeline <command>`` and ``scripts/run_pipeline.py``.
+
+Commands:
+    run        run the steps of a config (the default command: ``python -m pipeline --config X``)
+    inspect    which nodes of the float model run on the DPU for the configured target, and why not
+    targets    the DPU target registry, fingerprints in hex
+    check-env  what is installed here and which steps can run
+    schema     the config's JSON Schema, for editor completion
+
+Every deliberate failure (``PipelineError``) prints one ``error:`` message and exits with status 2.
+"""
+import argparse
+import json
+import logging
+import sys
+from typing import List, Optional
+
+from .config import DEFAULT_STEPS, STEPS
+from .errors import ConfigError, PipelineError
+
+COMMANDS = ("run", "inspect", "targets", "check-env", "schema")
+
+
+def _steps(text: str) -> List[str]:
+    steps = [s.strip() for s in text.split(",") if s.strip()]
+    if steps == ["all"]:
+        return list(DEFAULT_STEPS)
+    bad = [s for s in steps if s not in STEPS]
+    if bad or not steps:
+        raise argparse.ArgumentTypeError("unknown steps %s; choose from %s (comma separated) or 'all'"
+                                         % (bad or [text], ",".join(STEPS)))
+    return steps
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m pipeline",
+        description="From a trained PyTorch model to a Vitis AI DPU deploy bundle. One YAML config describes a run: "
+                    "source -> zero-copy preprocessing -> calib -> test -> export -> compile -> deploy bundle.",
+        epilog="Without a command, 'run' is assumed: python -m pipeline --config configs/digits_sim_zcu102.yaml")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
+        if positional:
+            p.add_argument("config", help="YAML config file")
+        else:
+            p.add_argument("--config", "-c", required=True, help="YAML config file")
+        p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                       help="override a config value by dotted path, e.g. --set run.work_dir=/tmp/run (repeatable)")
+        p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+        p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+
+    p_run = sub.add_parser("run", help="run the steps of a config (default: %s)" % ",".join(DEFAULT_STEPS))
+    add_config_args(p_run)
+    p_run.add_argument("--steps", type=_steps, default=list(DEFAULT_STEPS),
+                       help="comma-separated subset of %s, or 'all' (default: %s)"
+                            % (",".join(STEPS), ",".join(DEFAULT_STEPS)))
+    p_insp = sub.add_parser("inspect", help="DPU/CPU assignment of every node for compile.target")
+    add_config_args(p_insp, positional=True)
+    sub.add_parser("targets", help="list the DPU targets with their fingerprints")
+    sub.add_parser("check-env", help="what is installed and which steps can run here")
+    sub.add_parser("schema", help="print the config JSON Schema")
+    return parser
+
+
+def _setup_logging(args: argparse.Namespace) -> None:
+    level = logging.DEBUG if getattr(args, "verbose", False) else (
+        logging.WARNING if getattr(args, "quiet", False) else logging.INFO)
+    logging.basicConfig(level=level, format="%(levelname)s %(message)s", stream=sys.stderr)
+
+
+def _run(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .report import summary_lines
+    from .runner import run_steps
+    loaded = load_config(args.config, args.overrides)
+    report = run_steps(loaded, args.steps)
+    if not args.quiet:
+        print("\n".join(summary_lines(report)))
+    return 0
+
+
+def _inspect(args: argparse.Namespace) -> int:
+    from .config import load_config
+    from .runner import Run, step_inspect
+    result = step_inspect(Run(load_config(args.config, args.overrides)))
+    print(result["summary"])
+    return 0
+
+
+def main(argv: Optional[List[str]] = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] not in COMMANDS and argv[0] not in ("-h", "--help"):
+        argv = ["run"] + argv
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command is None:
+        parser.print_help()
+        return 0
+    _setup_logging(args)
+    try:
+        if args.command == "run":
+            return _run(args)
+        if args.command == "inspect":
+            return _inspect(args)
+        if args.command == "targets":
+            from .compilers.targets import format_targets
+            print(format_targets())
+        elif args.command == "check-env":
+            from .env import check_env, format_env
+            print(format_env(check_env()))
+        elif args.command == "schema":
+            from .config import config_schema
+            print(json.dumps(config_schema(), indent=2))
+        return 0
+    except PipelineError as exc:
+        kind = "config error" if isinstance(exc, ConfigError) else "error"
+        print("%s: %s" % (kind, exc), file=sys.stderr)
+        return 2

@@ -1,0 +1,150 @@
+"""report.json, report.md and the summary printed at the end of a run.
+
+The report is rebuilt from ``steps/*.json`` after every invocation, so it always describes the
+whole run folder, whichever steps ran in which process.
+"""
+import os
+import platform
+import sys
+from typing import Any, Dict, List, Optional
+
+from . import __version__, fileio
+
+REPORT_FILES = ("report.json", "report.md")
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """Versions of the tools the run used (None where a package is absent)."""
+    import importlib
+
+    out = {"python": platform.python_version(), "pipeline": __version__}  # type: Dict[str, Optional[str]]
+    for name in ("torch", "numpy", "onnx", "onnxruntime", "pydantic", "yaml", "sklearn"):
+        try:
+            out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
+        except ImportError:
+            out[name] = None
+    nndct = sys.modules.get("pytorch_nndct")
+    out["pytorch_nndct"] = getattr(nndct, "__version__", "imported") if nndct else None
+    return out
+
+
+def artifacts(work_dir: str) -> List[Dict[str, Any]]:
+    """Every file in the run folder except the reports, with its size and sha256, sorted by path."""
+    rows = []
+    for folder, dirs, files in os.walk(work_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, work_dir)
+            if rel in REPORT_FILES or name.endswith(".tmp"):
+                continue
+            rows.append({"path": rel, "bytes": os.path.getsize(path), "sha256": fileio.sha256_file(path)})
+    return rows
+
+
+def build_report(run: Any) -> Dict[str, Any]:
+    """Collect the step results of ``run`` (a ``pipeline.runner.Run``) into one dict."""
+    steps = {}
+    for name in sorted(os.listdir(run.path("steps"))) if os.path.isdir(run.path("steps")) else []:
+        if name.endswith(".json"):
+            steps[name[:-5]] = fileio.read_json(run.path("steps", name))
+    test = steps.get("test", {})
+    quant_ledger = steps.get("calib", {}).get("ledger") or test.get("ledger") or {}
+    ledger_rows = steps.get("calib", {}).get("ledger_rows") or test.get("ledger_rows") or []
+    cfg = run.cfg
+    report = {
+        "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
+                "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
+                "target": cfg.compile.target},
+        "float_accuracy": test.get("float_accuracy"),
+        "quant_accuracy": test.get("quant_accuracy"),
+        "accuracy_drop": test.get("accuracy_drop"),
+        "eval_images": test.get("eval_images"),
+        "ledger": dict(quant_ledger, rows=ledger_rows),
+        "onnx_agreement": steps.get("export", {}).get("agreement"),
+        "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
+        "compile_argv": steps.get("compile", {}).get("argv"),
+        "source": steps.get("source"),
+        "steps": {k: {kk: vv for kk, vv in v.items() if kk not in ("ledger_rows",)} for k, v in steps.items()},
+        "artifacts": artifacts(run.work_dir),
+        "versions": versions(),
+    }
+    return report
+
+
+def _fmt(x: Any, spec: str = "%.4f") -> str:
+    return "n/a" if x is None else spec % x
+
+
+def render_markdown(r: Dict[str, Any]) -> str:
+    """report.md: the same facts as report.json, for people."""
+    lines = ["# Run report: %s" % r["run"]["name"], "",
+             "- config: `%s` (sha256 `%s`)" % (r["run"]["config"], r["run"]["config_sha256"][:16]),
+             "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), "",
+             "## Accuracy", "",
+             "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",
+             "| %s | %s | %s | %s |" % (_fmt(r["float_accuracy"]), _fmt(r["quant_accuracy"]),
+                                        _fmt(None if r["accuracy_drop"] is None else 100 * r["accuracy_drop"], "%.2f"),
+                                        r["eval_images"]), ""]
+    led = r["ledger"]
+    lines += ["## Memory ledger", "",
+              "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
+    if led.get("rows"):
+        lines += ["| batch | stage | shares storage | bytes allocated |", "|---|---|---|---|"]
+        for row in led["rows"]:
+            lines.append("| %s | %s | %s | %s |" % (row.get("batch"), row.get("stage"), row.get("shares_storage"),
+                                                     row.get("bytes_allocated")))
+        lines.append("")
+    if r.get("onnx_agreement"):
+        lines += ["## ONNX Runtime vs simulation", "", "| flavour | max abs diff | differing | elements | max LSB |",
+                  "|---|---|---|---|---|"]
+        for fmt, a in sorted(r["onnx_agreement"].items()):
+            lines.append("| %s | %g | %d | %d | %s |" % (fmt, a["max_abs_diff"], a["mismatches"], a["elements"],
+                                                       a["max_diff_lsb"]))
+        lines.append("")
+    if r.get("compile"):
+        c = r["compile"]
+        lines += ["## Compile", ""]
+        if c.get("compiled"):
+            lines.append("compiled: `%s`" % c["compiled"])
+        else:
+            lines.append("not compiled here: %s. The exact command is in `%s`."
+                         % (c.get("reason"), (c.get("plan") or {}).get("script")))
+        lines.append("")
+    src = r.get("source")
+    if src:
+        lines += ["## Source data", "", "unchanged by the run: **%s** (sha256 `%s`)" % (src["unchanged"],
+                                                                                       src["sha256_after"][:16]), ""]
+    lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += ["| %s | %d | `%s` |" % (a["path"], a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
+    lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(run: Any) -> Dict[str, Any]:
+    """Write report.json and report.md into the run folder and return the report dict."""
+    report = build_report(run)
+    fileio.write_json(run.path("report.json"), report)
+    fileio.write_text(run.path("report.md"), render_markdown(report))
+    return report
+
+
+def summary_lines(r: Dict[str, Any]) -> List[str]:
+    """The short summary the command line prints at the end."""
+    out = []
+    if r.get("float_accuracy") is not None:
+        out.append("float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d eval images"
+                   % (r["float_accuracy"], r["quant_accuracy"], 100 * r["accuracy_drop"], r["eval_images"]))
+    if r["ledger"].get("copies_per_batch") is not None:
+        out.append("copies per batch at the quantizer boundary: %s" % r["ledger"]["copies_per_batch"])
+    for fmt, a in sorted((r.get("onnx_agreement") or {}).items()):
+        out.append("%s vs simulation in ONNX Runtime: max abs diff %g, %d of %d elements differ"
+                   % (fmt, a["max_abs_diff"], a["mismatches"], a["elements"]))
+    c = r.get("compile")
+    if c:
+        out.append("compiled: %s" % c["compiled"] if c.get("compiled") else
+                   "not compiled: %s; run %s inside the Vitis AI image" % (c.get("reason"), (c.get("plan") or {}).get("script")))
+    if r.get("source"):
+        out.append("source data unchanged: %s" % r["source"]["unchanged"])
+    out.append("report: %s" % os.path.join(r["run"]["work_dir"], "report.md"))
+    return out

@@ -1,0 +1,418 @@
+"""The straight-line runner: one function per step, each reading what earlier steps left in the run folder.
+
+Run folder layout (``run.work_dir``)::
+
+    config.resolved.yaml        the validated config, input paths made absolute
+    model/float.pt              train: the float state_dict (or the configured model.weights)
+    quantize_result/            calib: quant_info.json (+ bias_corr.pth), calib_fingerprint.json
+    export/                     export: <Model>_int*.onnx (sim) or <Model>_int.xmodel (nndct)
+    compile/                    compile: compiled xmodel and log, or compile.sh + compile_plan.md
+    deploy/                     deploy: the deploy bundle and its manifest
+    steps/<step>.json           each step's results (accuracy, ledger, files, ...)
+    report.json, report.md      written after every invocation from steps/*.json
+
+Because every step reads only files, steps can run in separate processes. The ``nndct`` backend
+requires it for calib and test (facts 1.5): when both run in one invocation, the runner starts each
+in a child process.
+"""
+import logging
+import os
+import subprocess
+import sys
+import time
+from typing import Any, Callable, Dict, Iterator, List, Optional, Tuple
+
+import numpy as np
+import torch
+import yaml
+
+from . import fileio
+from .config import STEPS, LoadedConfig
+from .errors import DataError, PipelineError, QuantizationError
+
+log = logging.getLogger("pipeline")
+
+PROCESS_SEPARATED_STEPS = ("calib", "test", "export")
+
+
+class Run:
+    """Everything one invocation needs, built lazily from the config.
+
+    Args:
+        loaded: the validated config.
+        source: an already opened source (``pipeline.data.sources``) to use instead of
+            ``data.source``; the Python API passes the caller's array this way.
+    """
+
+    def __init__(self, loaded: LoadedConfig, source: Any = None) -> None:
+        self.loaded = loaded
+        self.cfg = loaded.cfg
+        self.work_dir = loaded.work_dir
+        self._source = source
+        self._compose = None
+        self._boundary = None
+        self._splits = None  # type: Optional[Dict[str, slice]]
+
+    # ------------------------------------------------------------------ paths
+    def path(self, *parts: str) -> str:
+        return os.path.join(self.work_dir, *parts)
+
+    @property
+    def weights_path(self) -> str:
+        return self.loaded.resolve(self.cfg.model.weights) or self.path("model", "float.pt")
+
+    @property
+    def quant_dir(self) -> str:
+        return self.path("quantize_result")
+
+    # ------------------------------------------------------------------ data
+    @property
+    def source(self) -> Any:
+        if self._source is None:
+            from .data.sources import open_source
+            self._source = open_source(self.cfg.data.source, self.loaded.base_dir)
+        return self._source
+
+    @property
+    def compose(self) -> Any:
+        if self._compose is None:
+            from .stages import build_stages
+            self._compose = build_stages(self.cfg.preprocess.stages)
+        return self._compose
+
+    @property
+    def boundary(self) -> Any:
+        if self._boundary is None:
+            from .boundary import QuantizerBoundary
+            p = self.cfg.preprocess
+            self._boundary = QuantizerBoundary(p.mean, p.std, channel_order=self.compose.boundary_channel_order,
+                                               layout=p.layout, dtype=torch.float32)
+        return self._boundary
+
+    @property
+    def splits(self) -> Dict[str, slice]:
+        if self._splits is None:
+            from .data.batching import split
+            self._splits = split(len(self.source.images), self.cfg.data.split)
+        return self._splits
+
+    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None,
+                batch_size: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+        """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 or None)``.
+
+        Raises DataError when a batch holds NaN or Inf (public case P07), naming the batch and count.
+        """
+        from .data.batching import iter_batches
+        bs = batch_size or self.cfg.data.batch_size
+        for i, (view, labels) in enumerate(iter_batches(self.source, self.splits[part], bs, limit)):
+            x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i)
+            bad = int((~torch.isfinite(x)).sum())
+            if bad:
+                raise DataError("%s batch %d holds %d non-finite values (NaN or Inf) out of %d; clean the source "
+                                "data or drop those samples" % (part, i, bad, x.numel()))
+            yield x, (None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64))
+
+    def new_ledger(self) -> Any:
+        from .tensors import Ledger
+        return Ledger()
+
+    # ------------------------------------------------------------------ model
+    def float_model(self) -> torch.nn.Module:
+        """The float model with its trained weights, in eval mode."""
+        from .models.loading import build_model, load_weights
+        m = self.cfg.model
+        torch.manual_seed(self.cfg.run.seed)
+        return load_weights(build_model(m.zoo, m.factory, m.kwargs), self.weights_path)
+
+    def settings(self) -> Any:
+        from .quantizers.base import QuantSettings
+        q = self.cfg.quantizer
+        return QuantSettings(target=q.target, bitwidth=q.bitwidth,
+                             quant_config_file=self.loaded.resolve(q.quant_config_file), device=q.device)
+
+    def backend(self) -> Any:
+        from .quantizers.base import get_backend
+        return get_backend(self.cfg.quantizer.backend)
+
+    def example(self) -> torch.Tensor:
+        """The compile-boundary example: batch 1, owned, contiguous, from the first eval sample."""
+        from .boundary import compile_example
+        x, _ = next(self.batches("eval", limit=1, batch_size=1))
+        return compile_example(x)
+
+    # ------------------------------------------------------------------ bookkeeping
+    def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
+        fileio.write_json(self.path("steps", step + ".json"), result)
+        return result
+
+    def load_step(self, step: str) -> Optional[Dict[str, Any]]:
+        p = self.path("steps", step + ".json")
+        return fileio.read_json(p) if os.path.isfile(p) else None
+
+    def write_resolved_config(self) -> str:
+        """Write config.resolved.yaml with input paths made absolute, so a child process can run it."""
+        raw = self.loaded.absolute_raw()
+        raw.setdefault("run", {})["work_dir"] = self.work_dir
+        return fileio.write_text(self.path("config.resolved.yaml"), yaml.safe_dump(raw, sort_keys=True))
+
+
+# ---------------------------------------------------------------------- steps
+
+def step_train(run: Run) -> Dict[str, Any]:
+    """Train a zoo model on the train split and save its state_dict to model/float.pt."""
+    from .models.loading import build_model
+    from .train import accuracy, train_model
+    m = run.cfg.model
+    if m.weights is not None:
+        log.info("train: model.weights is set (%s); nothing to train", m.weights)
+        return run.save_step("train", {"skipped": "model.weights is set", "weights": run.weights_path})
+    torch.manual_seed(run.cfg.run.seed)
+    model = build_model(m.zoo, m.factory, m.kwargs)
+    ledger = run.new_ledger()
+    xs, ys = [], []
+    for x, y in run.batches("train", ledger=ledger):
+        if y is None:
+            raise DataError("train: the source has no labels; training needs labels (or set model.weights)")
+        xs.append(x)
+        ys.append(y)
+    if not xs:
+        raise DataError("train: the train split is empty; check data.split")
+    x_all, y_all = torch.cat(xs), torch.cat(ys)
+    gen = torch.Generator().manual_seed(run.cfg.run.seed)
+    bs = m.train.batch_size
+
+    def epoch_batches():
+        order = torch.randperm(len(y_all), generator=gen)
+        for i in range(0, len(order), bs):
+            idx = order[i:i + bs]
+            yield x_all[idx], y_all[idx]
+
+    metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
+                          run.cfg.run.seed, progress=lambda e, loss: log.debug("epoch %d loss %.4f", e, loss))
+    train_acc, n = accuracy(model, [(x_all, y_all)])
+    os.makedirs(os.path.dirname(run.weights_path), exist_ok=True)
+    with fileio.atomic_path(run.weights_path) as tmp:
+        torch.save(model.state_dict(), tmp)
+    log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
+             metrics["seconds"], train_acc)
+    return run.save_step("train", dict(metrics, train_accuracy=train_acc, train_images=n,
+                                       weights=run.weights_path))
+
+
+def step_inspect(run: Run) -> Dict[str, Any]:
+    """Assign each node of the float model to the DPU or the CPU for compile.target."""
+    from .inspect import inspect_model, write_reports
+    inspection = inspect_model(run.float_model(), run.example(), run.cfg.compile.target)
+    paths = write_reports(inspection, run.path("inspect"))
+    log.info("inspect: %s", inspection.summary_line())
+    return run.save_step("inspect", {"summary": inspection.summary_line(), "files": paths})
+
+
+def step_calib(run: Run) -> Dict[str, Any]:
+    """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
+    from .quantizers.fingerprint import make_fingerprint, write_fingerprint
+    limit = run.cfg.data.calib_batches
+    if limit == 0 or run.splits["calib"].stop <= run.splits["calib"].start:
+        raise QuantizationError("calibration saw 0 batches (data.calib_batches=%s, calib split %s); "
+                                "nothing was written. Give calibration data." % (limit, run.splits["calib"]))
+    model, example, ledger = run.float_model(), run.example(), run.new_ledger()
+    stats = _InputStats()
+    batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
+    start = time.perf_counter()
+    summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
+    seconds = time.perf_counter() - start
+    fp = make_fingerprint(model, example, run.settings(), run.loaded.hash(), run.cfg.quantizer.backend)
+    fp_path = write_fingerprint(run.quant_dir, fp)
+    log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
+    return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
+                                   "files": sorted(summary["files"] + [fp_path]),
+                                   "input_stats": stats.result(), "ledger": ledger.summary(),
+                                   "ledger_rows": ledger.rows})
+
+
+def step_test(run: Run) -> Dict[str, Any]:
+    """Float and quantized top-1 accuracy on the eval split."""
+    from .quantizers.fingerprint import check_fingerprint, make_fingerprint
+    from .train import accuracy
+    model, example = run.float_model(), run.example()
+    check_fingerprint(run.quant_dir, make_fingerprint(model, example, run.settings(), run.loaded.hash(),
+                                                      run.cfg.quantizer.backend))
+    handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
+    ledger = run.new_ledger()
+    limit = run.cfg.data.eval_batches
+    float_acc, n = accuracy(model, run.batches("eval", ledger=ledger, limit=limit))
+    quant_acc, _ = accuracy(handle, run.batches("eval", limit=limit))
+    if n == 0:
+        raise DataError("test: the eval split is empty; check data.split and data.eval_batches")
+    drop = float_acc - quant_acc
+    log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
+             float_acc, quant_acc, 100 * drop, n)
+    result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc,
+                                    "accuracy_drop": drop, "eval_images": n,
+                                    "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
+                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+    if drop > run.cfg.quantizer.max_accuracy_drop:
+        raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
+                                "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
+                                % (quant_acc, 100 * drop, float_acc, run.cfg.quantizer.max_accuracy_drop))
+    return result
+
+
+def step_export(run: Run) -> Dict[str, Any]:
+    """Export the quantized model from a batch-1 example and verify it against the simulation."""
+    from .quantizers.fingerprint import check_fingerprint, make_fingerprint
+    model, example = run.float_model(), run.example()
+    check_fingerprint(run.quant_dir, make_fingerprint(model, example, run.settings(), run.loaded.hash(),
+                                                      run.cfg.quantizer.backend))
+    backend = run.backend()
+    handle = backend.load_test(model, example, run.quant_dir, run.settings())
+    files = backend.export(handle, example, run.path("export"), list(run.cfg.export.formats))
+    agreement = {}
+    if run.cfg.quantizer.backend == "sim":
+        agreement = _verify_onnx(run, handle, files)
+    np_example = run.path("export", "example_input.npy")
+    with fileio.atomic_path(np_example) as tmp:
+        with open(tmp, "wb") as f:
+            np.save(f, example.numpy())
+    log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
+    return run.save_step("export", {"files": files, "example_input": np_example,
+                                    "example_shape": list(example.shape), "agreement": agreement})
+
+
+def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]:
+    from .export.verify import check_agreement, merge_reports, verify_onnx
+    out = {}
+    for fmt, path in sorted(files.items()):
+        if not fmt.startswith("onnx"):
+            continue
+        reports = [verify_onnx(handle, path, x) for x, _ in run.batches("eval", limit=run.cfg.data.eval_batches)]
+        report = merge_reports(reports)
+        out[fmt] = report
+        log.info("export: %s vs simulation: max abs diff %g, %d of %d elements differ (max %s LSB)", fmt,
+                 report["max_abs_diff"], report["mismatches"], report["elements"], report["max_diff_lsb"])
+        check_agreement(report, run.cfg.export.verify_max_lsb.get(fmt, 0))
+    return out
+
+
+def step_compile(run: Run) -> Dict[str, Any]:
+    """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
+    from .compilers import plan, vai_c
+    from .compilers.targets import check_arch_json, get_target
+    c = run.cfg.compile
+    target = get_target(c.target)
+    arch = run.loaded.resolve(c.arch_json) or target.arch_json
+    export = run.load_step("export") or {}
+    xmodel = (export.get("files") or {}).get("xmodel")
+    net = c.net_name or run.cfg.run.name
+    out_dir = run.path("compile")
+    argv = vai_c.build_argv(xmodel or run.path("export", "<Model>_int.xmodel"), arch, out_dir, net, c.options or None)
+    if xmodel and vai_c.is_available():
+        if os.path.isfile(arch):
+            check_arch_json(arch, target.name)
+        compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None)
+        return run.save_step("compile", {"compiled": compiled, "argv": argv, "target": target.name})
+    reason = ("vai_c_xir is not installed here: compiling needs the Vitis AI image" if not vai_c.is_available()
+              else "no xmodel was exported (the sim backend writes ONNX; export an xmodel with the nndct backend "
+                   "inside the Vitis AI image)")
+    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason)
+    log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
+    return run.save_step("compile", {"compiled": None, "argv": argv, "target": target.name,
+                                     "reason": reason, "plan": plan_files})
+
+
+def step_deploy(run: Run) -> Dict[str, Any]:
+    """Assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, manifest)."""
+    from .deploy import build_bundle
+    from .quantizers.quant_info import read_quant_info
+    comp = run.load_step("compile") or {}
+    qi = read_quant_info(os.path.join(run.quant_dir, "quant_info.json"))
+    p = run.cfg.preprocess
+    example_shape = (run.load_step("export") or {}).get("example_shape")
+    preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order or "as source",
+                  "layout": p.layout, "source_layout": run.source.layout,
+                  "input_fix_pos": qi.input_fix_pos(), "input_shape": example_shape}
+    manifest = build_bundle(run.work_dir, run.path("deploy"), comp.get("compiled"), preprocess,
+                            run.cfg.compile.net_name or run.cfg.run.name)
+    return run.save_step("deploy", {"manifest": manifest})
+
+
+STEP_FUNCTIONS = {
+    "train": step_train,
+    "inspect": step_inspect,
+    "calib": step_calib,
+    "test": step_test,
+    "export": step_export,
+    "compile": step_compile,
+    "deploy": step_deploy,
+}  # type: Dict[str, Callable[[Run], Dict[str, Any]]]
+
+
+class _InputStats:
+    """Running statistics of the calibration inputs after the boundary (for the plausibility check)."""
+
+    def __init__(self) -> None:
+        self.n, self.total, self.total_sq = 0, 0.0, 0.0
+        self.lo, self.hi = float("inf"), float("-inf")
+
+    def add(self, x: torch.Tensor) -> torch.Tensor:
+        xd = x.double()
+        self.n += x.numel()
+        self.total += float(xd.sum())
+        self.total_sq += float((xd * xd).sum())
+        self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
+        return x
+
+    def result(self) -> Dict[str, Any]:
+        if not self.n:
+            return {"elements": 0}
+        mean = self.total / self.n
+        std = max(self.total_sq / self.n - mean * mean, 0.0) ** 0.5
+        return {"elements": self.n, "mean": mean, "std": std, "min": self.lo, "max": self.hi}
+
+
+# ---------------------------------------------------------------------- driver
+
+def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dict[str, Any]:
+    """Run ``steps`` in pipeline order and write the report; returns report.json's content.
+
+    With the nndct backend, calib, test and export each run in a child process when more than one
+    of them is asked for (the real quantizer keeps state across modes, facts 1.5).
+    """
+    from .report import write_report
+    ordered = [s for s in STEPS if s in steps]
+    run = Run(loaded, source)
+    os.makedirs(run.work_dir, exist_ok=True)
+    run.write_resolved_config()
+    before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+    separate = loaded.cfg.quantizer.backend == "nndct" and len(
+        [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
+    try:
+        for step in ordered:
+            log.info("step %s", step)
+            if separate and step in PROCESS_SEPARATED_STEPS:
+                _run_in_child(run, step)
+            else:
+                STEP_FUNCTIONS[step](run)
+    finally:
+        if before is not None:
+            after = _source_fingerprint(run)
+            run.save_step("source", {"sha256_before": before, "sha256_after": after, "unchanged": before == after})
+            if before != after:
+                raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
+                                    "please report it" % (before, after))
+        report = write_report(run)
+    return report
+
+
+def _source_fingerprint(run: Run) -> str:
+    from .tensors import fingerprint_array
+    return fingerprint_array(run.source.images)
+
+
+def _run_in_child(run: Run, step: str) -> None:
+    argv = [sys.executable, "-m", "pipeline", "run", "--config", run.path("config.resolved.yaml"), "--steps", step]
+    log.info("running %s in its own process: %s", step, " ".join(argv))
+    proc = subprocess.run(argv)
+    if proc.returncode != 0:
+        raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"
+                            % (step, proc.returncode))
