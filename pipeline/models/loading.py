@@ -78,9 +78,13 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
 
 
 def load_weights(model: nn.Module, path: str) -> nn.Module:
-    """Load ``path`` into ``model`` strictly; raises PipelineError naming missing/unexpected keys."""
+    """Load ``path`` into ``model`` strictly; raises PipelineError naming missing/unexpected keys or
+    mismatched shapes."""
     state = load_state_dict_file(path)
-    result = model.load_state_dict(state, strict=False)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shape mismatches
+        raise PipelineError("checkpoint %s does not fit the model: %s" % (path, " ".join(str(exc).split())))
     if result.missing_keys or result.unexpected_keys:
         raise PipelineError("checkpoint %s does not fit the model: missing keys %s, unexpected keys %s"
                             % (path, list(result.missing_keys)[:10], list(result.unexpected_keys)[:10]))
