@@ -1,0 +1,150 @@
+"""Run the XIR compiler front end ``vai_c_xir`` on a quantized ``<Model>_int.xmodel``.
+
+Usage of the real tool (vitis_ai_facts.md section 4; UG1414 "VAI_C Usage" and "Compiling for DPU"):
+``vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <output_dir> -n <net_name> [--options '<json>']``.
+It writes ``<output_dir>/<net_name>.xmodel`` (the model VART and the Vitis AI Library load on the
+board) and may exit 0 although compilation aborted, so the output file is always checked.
+``vai_c_xir`` exists only inside the Vitis AI image (conda env ``vitis-ai-pytorch``).
+"""
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from typing import Any, Dict, List, Optional
+
+from ..errors import BackendUnavailableError, CompileError, ConfigError
+from . import targets
+
+EXECUTABLE = "vai_c_xir"
+LOG_NAME = "vai_c_xir.log"
+STDERR_TAIL_LINES = 20
+# Python distributions that ship the compiler in the image (facts 5): the first one found gives version().
+COMPILER_DISTRIBUTIONS = ("xcompiler", "vaic")
+
+
+def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
+               options: Optional[Dict[str, Any]] = None) -> List[str]:
+    """The ``vai_c_xir`` command line as a list of strings; pure (reads and writes nothing).
+
+    Args:
+        xmodel: path of the quantized ``<Model>_int.xmodel`` (from ``export_xmodel`` in test mode,
+            batch 1).
+        arch_json: path of the DPU's ``arch.json`` (see ``targets.arch_json_path``).
+        out_dir: folder the compiler writes ``<net_name>.xmodel`` into.
+        net_name: name of the compiled network: letters, digits, ``_`` and ``-`` only.
+        options: extra compiler options, passed as one JSON string after ``--options``
+            (keys sorted, so the same options give the same argv), or None.
+
+    Raises:
+        ConfigError: an empty path, or a net_name that is empty or not a plain name.
+    """
+    for label, value in (("xmodel", xmodel), ("arch_json", arch_json), ("out_dir", out_dir)):
+        if not isinstance(value, str) or not value:
+            raise ConfigError("compile.%s: expected a non-empty path, got %r" % (label, value))
+    if not net_name or not all(c.isalnum() or c in "_-" for c in net_name):
+        raise ConfigError("compile.net_name: expected letters, digits, '_' or '-' only, got %r" % (net_name,))
+    argv = [EXECUTABLE, "-x", xmodel, "-a", arch_json, "-o", out_dir, "-n", net_name]
+    if options:
+        if not isinstance(options, dict):
+            raise ConfigError("compile.options: expected a mapping of compiler options, got %r" % (options,))
+        argv += ["--options", json.dumps(options, sort_keys=True)]
+    return argv
+
+
+def is_available() -> bool:
+    """True when ``vai_c_xir`` is on PATH (inside the Vitis AI image)."""
+    return shutil.which(EXECUTABLE) is not None
+
+
+def version() -> Optional[str]:
+    """Version of the installed compiler package (``xcompiler`` or ``vaic``), or None when unknown.
+
+    Read from the package metadata, without running the compiler (its version flag is not documented).
+    """
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8 has no importlib.metadata
+        return None
+    for dist in COMPILER_DISTRIBUTIONS:
+        try:
+            return "%s %s" % (dist, metadata.version(dist))
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _write_log(path: str, argv: List[str], returncode: Optional[int], stdout: str, stderr: str) -> None:
+    folder = os.path.dirname(path)
+    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vai_c_xir-", suffix=".log")
+    with os.fdopen(fd, "w") as f:
+        f.write("argv: %s\nreturncode: %s\n--- stdout ---\n%s\n--- stderr ---\n%s\n"
+                % (json.dumps(argv), returncode, stdout, stderr))
+    os.replace(tmp, path)
+
+
+def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
+                   options: Optional[Dict[str, Any]] = None, target: Optional[str] = None,
+                   timeout_s: Optional[float] = None) -> Dict[str, Any]:
+    """Compile ``xmodel`` for the DPU described by ``arch_json``; no shell is involved.
+
+    Steps: when ``target`` is given, check that ``arch_json`` describes it (``targets.check_arch_json``,
+    public case P11); check the compiler is installed and the xmodel exists; remove a stale
+    ``<out_dir>/<net_name>.xmodel``;
+    run the compiler; keep its stdout and stderr in ``<out_dir>/vai_c_xir.log``; check the exit code
+    and that ``<net_name>.xmodel`` was written (the tool can exit 0 after an abort, facts 4).
+
+    Returns:
+        dict with ``argv`` (list), ``returncode`` (0), ``xmodel`` (compiled model path), ``log``
+        (log path), ``files`` (sorted paths of every file in ``out_dir`` after the run) and
+        ``fingerprint`` (int, or None when no target was given).
+
+    Raises:
+        ConfigError: missing input file, or an ``arch.json`` that belongs to another DPU.
+        BackendUnavailableError: ``vai_c_xir`` is not on PATH (write a compile plan instead).
+        CompileError: non-zero exit, timeout, or no ``<net_name>.xmodel``; carries ``argv``,
+            ``returncode`` and the last lines of stderr.
+    """
+    argv = build_argv(xmodel, arch_json, out_dir, net_name, options)
+    fingerprint = targets.check_arch_json(arch_json, target) if target is not None else None
+    if target is None and not os.path.isfile(arch_json):
+        raise ConfigError("compile: arch.json %s does not exist" % arch_json)
+    if not is_available():
+        raise BackendUnavailableError("compile: %s is not on PATH; it comes with the Vitis AI image "
+                                      "(xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch). "
+                                      "Run scripts/docker_run.sh, or use the written compile plan" % EXECUTABLE)
+    if not os.path.isfile(xmodel):
+        raise ConfigError("compile: quantized model %s does not exist; it comes from the nndct backend's "
+                          "export_xmodel() in the Vitis AI image" % xmodel)
+    os.makedirs(out_dir, exist_ok=True)
+    compiled = os.path.join(out_dir, net_name + ".xmodel")
+    if os.path.exists(compiled):
+        os.remove(compiled)
+    log = os.path.join(out_dir, LOG_NAME)
+    try:
+        proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              universal_newlines=True, timeout=timeout_s, shell=False)
+    except subprocess.TimeoutExpired as exc:
+        out = exc.stdout if isinstance(exc.stdout, str) else (exc.stdout or b"").decode("utf-8", "replace")
+        err = exc.stderr if isinstance(exc.stderr, str) else (exc.stderr or b"").decode("utf-8", "replace")
+        _write_log(log, argv, None, out, err)
+        raise CompileError("compile: %s did not finish within %s s (log: %s)" % (EXECUTABLE, timeout_s, log),
+                           argv=argv, returncode=None, stderr_tail=_tail(err))
+    _write_log(log, argv, proc.returncode, proc.stdout, proc.stderr)
+    tail = _tail(proc.stderr)
+    if proc.returncode != 0:
+        raise CompileError("compile: %s exited with status %d (log: %s); end of stderr:\n%s"
+                           % (EXECUTABLE, proc.returncode, log, tail),
+                           argv=argv, returncode=proc.returncode, stderr_tail=tail)
+    if not os.path.isfile(compiled):
+        raise CompileError("compile: %s exited 0 but wrote no %s (log: %s); end of stderr:\n%s"
+                           % (EXECUTABLE, compiled, log, tail),
+                           argv=argv, returncode=proc.returncode, stderr_tail=tail)
+    files = sorted(os.path.join(out_dir, n) for n in os.listdir(out_dir)
+                   if os.path.isfile(os.path.join(out_dir, n)))
+    return {"argv": argv, "returncode": proc.returncode, "xmodel": compiled, "log": log,
+            "files": files, "fingerprint": fingerprint}

@@ -1,0 +1,204 @@
+"""vai_c_xir argv, the compile runner against a fake vai_c_xir on PATH, and the compile plan."""
+import json
+import os
+import shlex
+import stat
+import subprocess
+import sys
+
+import pytest
+
+from pipeline.compilers import plan, vai_c
+from pipeline.errors import BackendUnavailableError, CompileError, ConfigError
+
+B4096_ARCH = {"fingerprint": "0x101000056010407"}
+
+FAKE = r'''#!{python}
+"""Fake vai_c_xir: records its argv, then behaves as FAKE_VAI_C_MODE says."""
+import json, os, sys, time
+args = sys.argv[1:]
+with open(os.environ["FAKE_VAI_C_RECORD"], "w") as f:
+    json.dump(args, f)
+opts = dict(zip(args[0::2], args[1::2]))
+mode = os.environ.get("FAKE_VAI_C_MODE", "ok")
+print("[UNILOG][INFO] Compile mode: dpu")
+if mode == "ok":
+    out = opts["-o"]
+    with open(os.path.join(out, opts["-n"] + ".xmodel"), "wb") as f:
+        f.write(b"compiled:" + open(opts["-x"], "rb").read())
+    with open(os.path.join(out, "meta.json"), "w") as f:
+        json.dump({{"target": json.load(open(opts["-a"]))}}, f)
+    sys.exit(0)
+if mode == "fail":
+    for i in range(30):
+        sys.stderr.write("error line %d\n" % i)
+    sys.exit(3)
+if mode == "sleep":
+    time.sleep(30)
+sys.stderr.write("[UNILOG][FATAL] aborted\n")
+sys.exit(0)
+'''
+
+
+@pytest.fixture
+def fake_compiler(tmp_path, monkeypatch):
+    """Put a fake vai_c_xir first on PATH; returns the path of the file where it records its argv."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "vai_c_xir"
+    exe.write_text(FAKE.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    record = tmp_path / "argv.json"
+    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(record))
+    return record
+
+
+@pytest.fixture
+def inputs(tmp_path):
+    """A run folder with a quantized xmodel (bytes only) and an arch.json for DPUCZDX8G_ISA1_B4096."""
+    run = tmp_path / "run dir"          # a space, to prove no shell splits the paths
+    (run / "quantize_result").mkdir(parents=True)
+    xmodel = run / "quantize_result" / "MLP_int.xmodel"
+    xmodel.write_bytes(b"int8 graph")
+    arch = tmp_path / "arch.json"
+    arch.write_text(json.dumps(B4096_ARCH))
+    return str(run), str(xmodel), str(arch)
+
+
+def test_build_argv_is_the_documented_command():
+    argv = vai_c.build_argv("q/MLP_int.xmodel", "/opt/arch.json", "out", "mlp")
+    assert argv == ["vai_c_xir", "-x", "q/MLP_int.xmodel", "-a", "/opt/arch.json", "-o", "out", "-n", "mlp"]
+
+
+def test_build_argv_options_are_one_sorted_json_argument():
+    argv = vai_c.build_argv("m.xmodel", "a.json", "o", "n", {"b": 1, "a": "x y"})
+    assert argv[-2] == "--options"
+    assert argv[-1] == '{"a": "x y", "b": 1}'
+    assert json.loads(argv[-1]) == {"a": "x y", "b": 1}
+
+
+def test_build_argv_is_pure_and_checks_its_arguments(tmp_path):
+    before = sorted(os.listdir(str(tmp_path)))
+    vai_c.build_argv(str(tmp_path / "none.xmodel"), str(tmp_path / "none.json"), str(tmp_path / "o"), "n")
+    assert sorted(os.listdir(str(tmp_path))) == before
+    for bad in ("", "a b", "../x", "x;rm"):
+        with pytest.raises(ConfigError, match="net_name"):
+            vai_c.build_argv("m", "a", "o", bad)
+    with pytest.raises(ConfigError, match="xmodel"):
+        vai_c.build_argv("", "a", "o", "n")
+    with pytest.raises(ConfigError, match="options"):
+        vai_c.build_argv("m", "a", "o", "n", ["--x"])
+
+
+def test_is_available_follows_path(fake_compiler, monkeypatch, tmp_path):
+    assert vai_c.is_available()
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert not vai_c.is_available()
+
+
+def test_compile_success_writes_outputs_and_keeps_the_log(fake_compiler, inputs):
+    run, xmodel, arch = inputs
+    out = os.path.join(run, "compiled")
+    result = vai_c.compile_xmodel(xmodel, arch, out, "mlp", target="DPUCZDX8G_ISA1_B4096")
+    assert result["xmodel"] == os.path.join(out, "mlp.xmodel")
+    assert open(result["xmodel"], "rb").read() == b"compiled:int8 graph"
+    assert result["returncode"] == 0
+    assert result["fingerprint"] == 0x0101000056010407
+    assert sorted(os.path.basename(f) for f in result["files"]) == ["meta.json", "mlp.xmodel", "vai_c_xir.log"]
+    # the compiler got exactly build_argv's arguments, paths with spaces intact (no shell)
+    assert json.load(open(str(fake_compiler))) == vai_c.build_argv(xmodel, arch, out, "mlp")[1:]
+    log = open(result["log"]).read()
+    assert "returncode: 0" in log and "Compile mode: dpu" in log and json.dumps(result["argv"]) in log
+
+
+def test_compile_failure_raises_with_argv_code_and_stderr_tail(fake_compiler, inputs, monkeypatch):
+    run, xmodel, arch = inputs
+    monkeypatch.setenv("FAKE_VAI_C_MODE", "fail")
+    out = os.path.join(run, "compiled")
+    with pytest.raises(CompileError) as info:
+        vai_c.compile_xmodel(xmodel, arch, out, "mlp")
+    err = info.value
+    assert err.argv == vai_c.build_argv(xmodel, arch, out, "mlp")
+    assert err.returncode == 3
+    lines = err.stderr_tail.splitlines()
+    assert lines == ["error line %d" % i for i in range(10, 30)]
+    assert "status 3" in str(err) and "error line 29" in str(err)
+    assert "error line 0" in open(os.path.join(out, "vai_c_xir.log")).read()
+
+
+def test_exit_0_without_compiled_model_is_an_error_even_with_a_stale_file(fake_compiler, inputs, monkeypatch):
+    run, xmodel, arch = inputs
+    monkeypatch.setenv("FAKE_VAI_C_MODE", "abort")
+    out = os.path.join(run, "compiled")
+    os.makedirs(out)
+    with open(os.path.join(out, "mlp.xmodel"), "wb") as f:
+        f.write(b"stale model from an earlier run")
+    with pytest.raises(CompileError) as info:
+        vai_c.compile_xmodel(xmodel, arch, out, "mlp")
+    assert info.value.returncode == 0
+    assert "wrote no" in str(info.value) and "aborted" in info.value.stderr_tail
+    assert not os.path.exists(os.path.join(out, "mlp.xmodel"))
+
+
+def test_timeout_is_a_compile_error(fake_compiler, inputs, monkeypatch):
+    run, xmodel, arch = inputs
+    monkeypatch.setenv("FAKE_VAI_C_MODE", "sleep")
+    with pytest.raises(CompileError) as info:
+        vai_c.compile_xmodel(xmodel, arch, os.path.join(run, "c"), "mlp", timeout_s=1)
+    assert info.value.returncode is None and "did not finish" in str(info.value)
+
+
+def test_p11_wrong_arch_json_stops_before_the_compiler_runs(fake_compiler, inputs, tmp_path):
+    run, xmodel, _ = inputs
+    arch = tmp_path / "arch_25.json"
+    arch.write_text(json.dumps({"fingerprint": "0x101000016010407"}))
+    with pytest.raises(ConfigError) as info:
+        vai_c.compile_xmodel(xmodel, str(arch), os.path.join(run, "c"), "mlp", target="DPUCZDX8G_ISA1_B4096")
+    assert "0x0101000016010407" in str(info.value) and "0x0101000056010407" in str(info.value)
+    assert not os.path.exists(str(fake_compiler)), "the compiler must not have run"
+
+
+def test_missing_compiler_and_missing_xmodel(inputs, monkeypatch, tmp_path, fake_compiler):
+    run, xmodel, arch = inputs
+    with pytest.raises(ConfigError, match="does not exist"):
+        vai_c.compile_xmodel(os.path.join(run, "nope.xmodel"), arch, run, "mlp")
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    with pytest.raises(BackendUnavailableError, match="Vitis AI image"):
+        vai_c.compile_xmodel(xmodel, arch, run, "mlp")
+
+
+def test_version_is_none_or_names_the_package():
+    v = vai_c.version()
+    assert v is None or v.split()[0] in vai_c.COMPILER_DISTRIBUTIONS
+
+
+def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
+    run, xmodel, _ = inputs
+    arch = "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json"
+    argv = vai_c.build_argv(xmodel, arch, os.path.join(run, "compiled"), "mlp")
+    path = plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "vai_c_xir is not on PATH.",
+                                   config_path="configs/mlp.yaml")
+    assert path == os.path.join(run, "compile_plan.md")
+    script = open(os.path.join(run, "compile.sh")).read()
+    expected = "vai_c_xir -x quantize_result/MLP_int.xmodel -a %s -o compiled -n mlp" % arch
+    assert expected in script.splitlines()
+    assert os.stat(os.path.join(run, "compile.sh")).st_mode & stat.S_IXUSR
+    text = open(path).read()
+    assert "Compiling needs the Vitis AI image" in text and "vai_c_xir is not on PATH." in text
+    assert expected in text and "0x0101000056010407" in text and "0x0101000016010407" in text
+    assert "scripts/docker_run.sh configs/mlp.yaml" in text
+    assert plan.docker_command(run) in text and "/workspace/run" in text
+    assert shlex.quote(os.path.abspath(run)) in plan.docker_command(run)
+    assert not [n for n in os.listdir(run) if n.startswith(".")], "temporary files left behind"
+
+
+def test_compile_plan_script_runs_the_compiler_from_any_folder(inputs, fake_compiler, tmp_path):
+    run, xmodel, arch = inputs
+    argv = vai_c.build_argv(xmodel, arch, os.path.join(run, "compiled"), "mlp")
+    plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "test")
+    subprocess.run(["sh", os.path.join(run, "compile.sh")], check=True, cwd=str(tmp_path),
+                   stdout=subprocess.DEVNULL)
+    assert open(os.path.join(run, "compiled", "mlp.xmodel"), "rb").read() == b"compiled:int8 graph"
+    assert json.load(open(str(fake_compiler))) == ["-x", "quantize_result/MLP_int.xmodel", "-a", arch,
+                                                   "-o", "compiled", "-n", "mlp"]
