@@ -1,0 +1,198 @@
+"""Calibration fingerprint: what a calibration was made for, kept beside ``quant_info.json``.
+
+A ``quant_info.json`` holds fix positions only (facts 1.3); nothing in it says which target, model,
+input shape or quantizer produced it, and the real quantizer's own ``graph_md5`` check is internal to
+it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test and export steps
+rebuild the fingerprint from what they are about to use and call ``check_fingerprint``, which names
+every field that differs. Used by both backends (``sim`` and ``nndct``).
+"""
+import hashlib
+import importlib
+import json
+import os
+import tempfile
+from typing import Any, Dict, Iterable, List, Optional
+
+import torch
+
+from ..errors import FingerprintMismatchError
+
+FILE_NAME = "calib_fingerprint.json"
+
+# Literal table: backend name -> "module:function" giving that quantizer's version string without
+# importing heavy packages (the nndct one reads pytorch_nndct's version.py, it does not import it).
+QUANTIZER_VERSIONS = {
+    "sim": "pipeline.quantizers.fingerprint:sim_version",
+    "nndct": "pipeline.quantizers.nndct:quantizer_version",
+}
+
+
+def sim_version() -> str:
+    """Version string of the CPU simulation: ``sim-`` + the pipeline's version."""
+    from .. import __version__
+    return "sim-" + __version__
+
+
+def quantizer_version(backend: str) -> Optional[str]:
+    """The version of ``backend``'s quantizer (a string), or None when it is not installed or unknown."""
+    if backend not in QUANTIZER_VERSIONS:
+        return None
+    module_name, func = QUANTIZER_VERSIONS[backend].split(":")
+    return getattr(importlib.import_module(module_name), func)()
+
+
+def hash_config(section: Any) -> str:
+    """sha256 (hex) of a JSON-serialisable config section, key order and whitespace ignored."""
+    text = json.dumps(section, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def _file_sha256(path: Optional[str]) -> Optional[str]:
+    if path is None:
+        return None
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _target_name(target: Any) -> str:
+    if isinstance(target, str):
+        return target
+    return "%s.%s" % (getattr(target, "__module__", "?"), getattr(target, "__qualname__", repr(target)))
+
+
+def _fx_graph_lines(model: torch.nn.Module) -> List[str]:
+    """One line per node of the torch.fx graph: op, target, arguments and, for modules, their repr."""
+    import torch.fx
+    graph_module = torch.fx.symbolic_trace(model)
+    modules = dict(graph_module.named_modules())
+    lines = []
+    for node in graph_module.graph.nodes:
+        line = "%s %s %s %s %r" % (node.op, node.name, _target_name(node.target), node.args, node.kwargs)
+        if node.op == "call_module":
+            sub = modules[node.target]
+            line += " %s(%s)" % (type(sub).__name__, sub.extra_repr())
+        lines.append(line)
+    return lines
+
+
+def _parameter_lines(model: torch.nn.Module) -> List[str]:
+    lines = ["%s %s(%s)" % (name, type(m).__name__, m.extra_repr()) for name, m in model.named_modules()]
+    lines += ["%s %s %s" % (name, tuple(t.shape), t.dtype) for name, t in model.state_dict().items()]
+    return lines
+
+
+def graph_hash(model: torch.nn.Module) -> Dict[str, str]:
+    """Hash of the model's structure: ``{"graph_hash": sha256 hex, "graph_hash_method": "fx"|"parameters"}``.
+
+    ``fx``: a ``torch.fx.symbolic_trace`` of the model (nodes, call targets, arguments, module hyper
+    parameters). When fx cannot trace the model (data-dependent control flow), ``parameters``: module
+    names and hyper parameters plus state_dict names, shapes and dtypes. The model is not modified.
+    """
+    try:
+        lines, method = _fx_graph_lines(model), "fx"
+    except Exception:  # fx raises many kinds of errors on untraceable code; fall back by design
+        lines, method = _parameter_lines(model), "parameters"
+    digest = hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
+    return {"graph_hash": digest, "graph_hash_method": method}
+
+
+def weights_hash(model: torch.nn.Module) -> str:
+    """sha256 (hex) of the state_dict: every tensor's name, shape, dtype and bytes (copied to CPU)."""
+    h = hashlib.sha256()
+    for name, tensor in model.state_dict().items():
+        t = tensor.detach().cpu().contiguous()
+        h.update(("%s %s %s\n" % (name, tuple(t.shape), t.dtype)).encode("utf-8"))
+        h.update(t.numpy().tobytes() if t.dtype != torch.bfloat16 else t.float().numpy().tobytes())
+    return h.hexdigest()
+
+
+def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: Any,
+                     config_hash: str, backend: str) -> Dict[str, Any]:
+    """Build the fingerprint dict of a calibration (all values JSON-serialisable).
+
+    Args:
+        model: the float model (not modified).
+        example: an input batch, NCHW; only its sample shape ``example.shape[1:]`` and dtype are
+            recorded, because calib, test and export legitimately use different batch sizes.
+        settings: a ``QuantSettings`` (target, bitwidth, quant_config_file, device).
+        config_hash: hash of the config sections that shape the calibration (see ``hash_config``).
+        backend: ``"sim"`` or ``"nndct"``.
+
+    Returns fields: backend, quantizer_version, torch_version, target, bitwidth,
+    quant_config_file_sha256, input_shape (list, no batch dimension), input_dtype, config_hash,
+    graph_hash, graph_hash_method, weights_hash. The device is not part of it: a calibration made on
+    GPU is valid on CPU.
+    """
+    fp = {
+        "backend": backend,
+        "quantizer_version": quantizer_version(backend),
+        "torch_version": torch.__version__,
+        "target": settings.target,
+        "bitwidth": settings.bitwidth,
+        "quant_config_file_sha256": _file_sha256(settings.quant_config_file),
+        "input_shape": [int(d) for d in example.shape[1:]],
+        "input_dtype": str(example.dtype),
+        "config_hash": config_hash,
+    }
+    fp.update(graph_hash(model))
+    fp["weights_hash"] = weights_hash(model)
+    return fp
+
+
+def write_fingerprint(out_dir: str, fp: Dict[str, Any]) -> str:
+    """Write ``fp`` to ``<out_dir>/calib_fingerprint.json`` (temporary name, then os.replace); return the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    path = os.path.join(out_dir, FILE_NAME)
+    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix="." + FILE_NAME + "-")
+    with os.fdopen(fd, "w") as f:
+        json.dump(fp, f, indent=2, sort_keys=True)
+        f.write("\n")
+    os.replace(tmp, path)
+    return path
+
+
+def read_fingerprint(out_dir: str) -> Dict[str, Any]:
+    """Read ``<out_dir>/calib_fingerprint.json``.
+
+    Raises:
+        FingerprintMismatchError: the file is missing or unreadable (the calibration was not made by
+            this pipeline, or was interrupted).
+    """
+    path = os.path.join(out_dir, FILE_NAME)
+    if not os.path.isfile(path):
+        raise FingerprintMismatchError("no %s beside quant_info.json in %s: the calibration there was not "
+                                       "made by this pipeline's calib step; run the calib step again"
+                                       % (FILE_NAME, out_dir))
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except ValueError as exc:
+        raise FingerprintMismatchError("%s is not valid JSON (%s); run the calib step again" % (path, exc))
+
+
+def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[str] = ()) -> None:
+    """Compare the stored fingerprint of ``out_dir`` with ``expected`` (from ``make_fingerprint``).
+
+    Args:
+        ignore: field names not compared, e.g. ``("backend", "quantizer_version")`` to test a
+            calibration of one backend with the other.
+
+    Raises:
+        FingerprintMismatchError: listing every differing field with the calibrated and the current
+            value, and what to do (calibrate again, or restore the calibrated setting).
+    """
+    stored = read_fingerprint(out_dir)
+    skip = set(ignore)
+    diffs = []
+    for key in sorted(set(stored) | set(expected)):
+        if key in skip:
+            continue
+        if stored.get(key) != expected.get(key):
+            diffs.append("%s: calibrated %r, now %r" % (key, stored.get(key), expected.get(key)))
+    if diffs:
+        raise FingerprintMismatchError(
+            "the calibration in %s was made for something else (%s); run the calib step again, or go back "
+            "to the calibrated settings" % (out_dir, "; ".join(diffs)))

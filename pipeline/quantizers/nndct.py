@@ -1,0 +1,342 @@
+"""The ``nndct`` backend: an adapter over the real Vitis AI quantizer (``pytorch_nndct``).
+
+This is the only module of the package that imports ``pytorch_nndct``, and only inside functions:
+the package ships with the Vitis AI image (conda env ``vitis-ai-pytorch``), is not on PyPI, compiles
+or loads C++ kernels on import and rewrites ``sys.argv`` (vitis_ai_facts.md 1.4.6, 7.1).
+
+What the adapter adds to the documented flow (facts 1.2, 1.3; the official example
+``vai_q_pytorch/example/resnet18_quant.py``):
+
+- calib: ``torch_quantizer('calib', ...)``, the calibration forwards, ``export_quant_config()``.
+- test: ``torch_quantizer('test', ...)``, the evaluation forwards; export runs one batch-1 forward and
+  then ``export_xmodel()`` (``export_onnx_model()`` and ``export_torch_script()`` on request).
+- Soft failures become errors. The quantizer often only logs an error (``[VAIQ_ERROR]``) and returns,
+  or calls ``sys.exit`` (facts 1.5.5): every ERROR record of its ``nndct_screen`` logger during a call
+  is collected and raised as ``QuantizationError``/``ExportError``; a ``SystemExit`` is caught and
+  raised the same way (``BackendUnavailableError`` for its torch-version check). Zero calibration
+  batches, a batch size other than 1 at export and a missing ``quant_info.json``/``bias_corr.pth``
+  are refused before the quantizer is called, and every expected output file is checked.
+- Ownership: each batch is handed over as an owned copy (the quantizer rounds its input in place,
+  facts 1.4.1) and the model as a deep copy (with CLE on, it replaces ReLU6 by ReLU in the model it is
+  given, facts 1.5). The caller's tensors and model are never changed.
+- ``sys.argv`` is hidden from the import (it strips ``--nndct_*`` flags from the list, facts 1.4.6);
+  configure the quantizer through the config and the ``NNDCT_*`` environment variables instead.
+- One quantizer mode per process. A ``torch_quantizer('test', ...)`` created in a process that already
+  ran a calibration gives results a few LSB away from the documented two-process flow (facts 1.5),
+  so ``calibrate`` refuses to run in a process that created a test-mode quantizer and ``load_test``
+  refuses in a process that calibrated. The runner runs ``--steps calib`` and ``--steps test`` as two
+  processes; ``calibrate``/``load_test`` assume they are alone in theirs.
+
+Settings map onto ``torch_quantizer``'s own arguments: ``target``, ``bitwidth``,
+``quant_config_file`` and ``device`` (facts 1.1).
+"""
+import contextlib
+import copy
+import importlib.util
+import itertools
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+from typing import Any, Dict, Iterable, Iterator, List, Optional
+
+import torch
+
+from ..errors import (BackendUnavailableError, ConfigError, ExportError, PipelineError,
+                      QuantizationError)
+from .base import QuantizerBackend, QuantSettings
+
+NNDCT_LOGGER = "nndct_screen"
+INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env "
+                "vitis-ai-pytorch): run the pipeline there with scripts/docker_run.sh, or use the sim backend")
+QUANT_INFO = "quant_info.json"
+BIAS_CORR = "bias_corr.pth"
+# format -> (torch_quantizer method, suffix of the file it writes; facts 1.2, 1.3)
+EXPORT_FORMATS = {
+    "xmodel": ("export_xmodel", "_int.xmodel"),
+    "onnx": ("export_onnx_model", "_int.onnx"),
+    "torchscript": ("export_torch_script", "_int.pt"),
+}
+
+# torch_quantizer modes created in this process (see the module docstring).
+_MODES_CREATED = set()
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+
+
+def _find_spec() -> Any:
+    try:
+        return importlib.util.find_spec("pytorch_nndct")
+    except (ImportError, ValueError):
+        return None
+
+
+def quantizer_version() -> Optional[str]:
+    """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if absent.
+
+    The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py, facts 7.1).
+    """
+    spec = _find_spec()
+    for folder in (getattr(spec, "submodule_search_locations", None) or []):
+        path = os.path.join(folder, "version.py")
+        if os.path.isfile(path):
+            with open(path) as f:
+                match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read())
+            if match:
+                return match.group(1)
+    return None
+
+
+def _import_torch_quantizer() -> Any:
+    """Import ``pytorch_nndct.apis.torch_quantizer`` with ``sys.argv`` out of its reach.
+
+    Raises:
+        BackendUnavailableError: not installed, or the import ended the process (kernel build failure).
+    """
+    saved = sys.argv
+    sys.argv = saved[:1]
+    try:
+        from pytorch_nndct.apis import torch_quantizer
+    except ImportError as exc:
+        raise BackendUnavailableError("nndct backend: cannot import pytorch_nndct (%s). %s" % (exc, INSTALL_HINT))
+    except SystemExit as exc:
+        raise BackendUnavailableError("nndct backend: importing pytorch_nndct exited with status %s (its C++ "
+                                      "kernels failed to load or compile, facts 7.1). %s" % (exc.code, INSTALL_HINT))
+    finally:
+        sys.argv = saved
+    return torch_quantizer
+
+
+class _ErrorRecorder(logging.Filter):
+    """Collects the ERROR records of the quantizer's screen logger (it logs errors and goes on)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.messages = []  # type: List[str]
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno >= logging.ERROR:
+            self.messages.append(" ".join(_ANSI.sub("", record.getMessage()).split()))
+        return True
+
+
+@contextlib.contextmanager
+def _quantizer_call(step: str, error_cls: type) -> Iterator[_ErrorRecorder]:
+    """Run a block of quantizer calls and turn every way it can fail into a pipeline error.
+
+    A ``SystemExit`` (``check2user``, config and version checks) and an exception become ``error_cls``
+    (``BackendUnavailableError`` for the torch-version check and for a missing ``xir`` package);
+    after the block, any ERROR record the quantizer logged becomes ``error_cls`` too.
+    """
+    logger = logging.getLogger(NNDCT_LOGGER)
+    recorder = _ErrorRecorder()
+    logger.addFilter(recorder)
+    try:
+        try:
+            yield recorder
+        except SystemExit as exc:
+            said = "; ".join(recorder.messages) or "no message"
+            cls = BackendUnavailableError if "TORCH_VERSION" in said else error_cls
+            raise cls("nndct %s: the quantizer ended the process with exit status %s: %s. %s"
+                      % (step, exc.code, said, INSTALL_HINT if cls is BackendUnavailableError else
+                         "Check the model and quantizer settings"))
+        except PipelineError:
+            raise
+        except Exception as exc:  # the quantizer raises bare Exceptions, KeyErrors, ... (facts 1.2, 1.5)
+            if "install xir" in str(exc):
+                raise BackendUnavailableError("nndct %s: %s. The xir package comes with the Vitis AI image only; "
+                                              "run this step there (scripts/docker_run.sh)" % (step, exc)) from exc
+            raise error_cls("nndct %s failed: %s: %s" % (step, type(exc).__name__, exc)) from exc
+    finally:
+        logger.removeFilter(recorder)
+    if recorder.messages:
+        raise error_cls("nndct %s: the quantizer reported an error: %s" % (step, "; ".join(recorder.messages)))
+
+
+def _owned(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place (facts 1.4.1)."""
+    return batch.detach().to(device, copy=True)
+
+
+def _model_device(module: torch.nn.Module, default: torch.device) -> torch.device:
+    for p in itertools.chain(module.parameters(), module.buffers()):
+        return p.device
+    return default
+
+
+def _read_quant_info(folder: str, step: str) -> Dict[str, Any]:
+    """Read ``quant_info.json`` of ``folder`` and check ``bias_corr.pth`` is there when it is needed."""
+    path = os.path.join(folder, QUANT_INFO)
+    if not os.path.isfile(path):
+        raise QuantizationError("nndct %s: no %s in %s; run the calib step first (the real quantizer would "
+                                "exit(2) here, facts 1.3)" % (step, QUANT_INFO, folder))
+    with open(path) as f:
+        info = json.load(f)
+    if info.get("bias_corrected") and not os.path.isfile(os.path.join(folder, BIAS_CORR)):
+        raise QuantizationError("nndct %s: %s says bias_corrected but %s is missing in %s; run the calib step "
+                                "again (test mode needs both files, facts 1.3)" % (step, QUANT_INFO, BIAS_CORR, folder))
+    return info
+
+
+class NndctTestHandle:
+    """A test-mode ``torch_quantizer`` and its quantized module.
+
+    ``handle(batch)`` runs one forward on an owned copy of ``batch`` (float32 NCHW, any batch size)
+    and returns the quantized model's output (a tensor on the CPU, float32). ``forwards`` counts them.
+    """
+
+    def __init__(self, quantizer: Any, quant_model: torch.nn.Module, device: torch.device) -> None:
+        self.quantizer = quantizer
+        self.quant_model = quant_model
+        self.device = device
+        self.forwards = 0
+        self.last_batch_size = None  # type: Optional[int]
+
+    def __call__(self, batch: torch.Tensor) -> Any:
+        with _quantizer_call("test forward", QuantizationError), torch.no_grad():
+            out = self.quant_model(_owned(batch, self.device))
+        self.forwards += 1
+        self.last_batch_size = int(batch.shape[0])
+        return out.detach().cpu() if isinstance(out, torch.Tensor) else out
+
+
+class NndctBackend(QuantizerBackend):
+    """The real Vitis AI quantizer behind the backend contract of ``base.py`` (see the module docstring)."""
+
+    name = "nndct"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """True when ``pytorch_nndct`` can be found (checked without importing it)."""
+        return _find_spec() is not None
+
+    def _make_quantizer(self, mode: str, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
+                        settings: QuantSettings) -> Any:
+        other = "test" if mode == "calib" else "calib"
+        if other in _MODES_CREATED:
+            raise QuantizationError(
+                "nndct %s: this process already created a %s-mode quantizer; the real quantizer keeps state "
+                "that changes test results when calib and test share a process (facts 1.5). Run the steps as "
+                "separate processes: python -m pipeline run --config <run_dir>/config.resolved.yaml "
+                "--steps calib, then --steps test" % (mode, other))
+        torch_quantizer = _import_torch_quantizer()
+        config_file = os.path.abspath(settings.quant_config_file) if settings.quant_config_file else None
+        if config_file is not None and not os.path.isfile(config_file):
+            raise ConfigError("quantizer.quant_config_file: %s does not exist" % config_file)
+        device = torch.device(settings.device)
+        module = copy.deepcopy(model).eval()  # CLE rewrites the module it is given (facts 1.5)
+        _MODES_CREATED.add(mode)
+        with _quantizer_call("%s: torch_quantizer(%r, ...)" % (mode, mode), QuantizationError):
+            quantizer = torch_quantizer(mode, module, (_owned(example, device),), output_dir=out_dir,
+                                        bitwidth=settings.bitwidth, device=device,
+                                        quant_config_file=config_file, target=settings.target)
+            quant_model = quantizer.quant_model
+        return quantizer, quant_model, _model_device(quant_model, device)
+
+    def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
+                  out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+        """Run the real calibration and move its files into ``out_dir``.
+
+        Args:
+            model: float model (not modified); example: an input batch (float32 NCHW) for the trace;
+            batches: calibration batches (float32 NCHW, owned by the pipeline; not modified).
+
+        Returns:
+            ``{"batches": int, "files": [paths written], "quant_info": dict, "quantizer_version": str}``.
+            The files (``quant_info.json``, ``bias_corr.pth`` when bias correction is on, the generated
+            ``<Model>.py``) are written in a temporary folder inside ``out_dir`` and moved into place
+            only after every check passed; ``quant_info.json`` is moved last.
+
+        Raises:
+            QuantizationError: no batches (P03; before the quantizer is created, nothing written), a
+                logged quantizer error, a SystemExit, missing output files, or a test-mode quantizer
+                already created in this process.
+            BackendUnavailableError: pytorch_nndct is missing or was built for another torch.
+        """
+        iterator = iter(batches)
+        first = next(iterator, None)
+        if first is None:
+            raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data source "
+                                    "and the calibration batch limit); nothing was quantized or written")
+        os.makedirs(out_dir, exist_ok=True)
+        work = tempfile.mkdtemp(dir=out_dir, prefix=".nndct-calib-")
+        try:
+            quantizer, quant_model, device = self._make_quantizer("calib", model, example, work, settings)
+            count = 0
+            with _quantizer_call("calib forward", QuantizationError), torch.no_grad():
+                for batch in itertools.chain([first], iterator):
+                    quant_model(_owned(batch, device))
+                    count += 1
+            with _quantizer_call("calib: export_quant_config()", QuantizationError):
+                quantizer.export_quant_config()
+            info = _read_quant_info(work, "calib: export_quant_config()")
+            names = sorted(n for n in os.listdir(work) if os.path.isfile(os.path.join(work, n)))
+            names.remove(QUANT_INFO)
+            files = []
+            for name in names + [QUANT_INFO]:
+                os.replace(os.path.join(work, name), os.path.join(out_dir, name))
+                files.append(os.path.join(out_dir, name))
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return {"batches": count, "files": files, "quant_info": info, "quantizer_version": quantizer_version()}
+
+    def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
+                  settings: QuantSettings) -> NndctTestHandle:
+        """Create the test-mode quantizer from ``out_dir`` (``quant_info.json``, ``bias_corr.pth``).
+
+        The quantizer traces ``example[:1]``: a batch-1 trace is what ``export_xmodel`` needs
+        (facts 1.4.3), and forwards of any batch size work on it.
+
+        Raises:
+            QuantizationError: missing ``quant_info.json`` or ``bias_corr.pth``, a logged error or
+                SystemExit while building the quantizer, or a calibration already run in this process.
+            BackendUnavailableError: pytorch_nndct is missing or was built for another torch.
+        """
+        _read_quant_info(out_dir, "test")
+        quantizer, quant_model, device = self._make_quantizer("test", model, example[:1], out_dir, settings)
+        return NndctTestHandle(quantizer, quant_model, device)
+
+    def export(self, handle: NndctTestHandle, example1: torch.Tensor, out_dir: str,
+               formats: List[str]) -> Dict[str, str]:
+        """Run one forward on ``example1`` (batch 1), then write each requested format into ``out_dir``.
+
+        Args:
+            formats: any of ``"xmodel"`` (``<Model>_int.xmodel``, needs ``xir``), ``"onnx"``
+                (``<Model>_int.onnx``), ``"torchscript"`` (``<Model>_int.pt``).
+
+        Returns ``{format: path}``. Each file is written in a temporary folder and moved into
+        ``out_dir`` once it exists.
+
+        Raises:
+            ConfigError: an unknown format.
+            ExportError: ``example1`` has a batch size other than 1 (P04: pass ``example[:1]``), the
+                quantizer logged an error or exited, or it wrote no file (or several graphs).
+            BackendUnavailableError: ``export_xmodel`` without the ``xir`` package (outside the image).
+        """
+        unknown = [f for f in formats if f not in EXPORT_FORMATS]
+        if unknown:
+            raise ConfigError("export.formats: the nndct backend writes %s, got %s" % (sorted(EXPORT_FORMATS), unknown))
+        if example1.dim() == 0 or int(example1.shape[0]) != 1:
+            raise ExportError("nndct export: the example input must have batch size 1 (the DPU export needs batch 1, "
+                              "facts 1.4.3), got shape %s; pass example[:1]" % (tuple(example1.shape),))
+        handle(example1)
+        os.makedirs(out_dir, exist_ok=True)
+        work = tempfile.mkdtemp(dir=out_dir, prefix=".nndct-export-")
+        written = {}
+        try:
+            for fmt in formats:
+                method, suffix = EXPORT_FORMATS[fmt]
+                step = "export %s (%s)" % (fmt, method)
+                with _quantizer_call(step, ExportError):
+                    getattr(handle.quantizer, method)(output_dir=work)
+                produced = sorted(n for n in os.listdir(work) if n.endswith(suffix))
+                if len(produced) != 1:
+                    raise ExportError("nndct %s: expected one *%s file, the quantizer wrote %s" % (step, suffix, produced or "none"))
+                final = os.path.join(out_dir, produced[0])
+                os.replace(os.path.join(work, produced[0]), final)
+                written[fmt] = final
+        finally:
+            shutil.rmtree(work, ignore_errors=True)
+        return written
