@@ -41,8 +41,8 @@ def test_2_5_fingerprints_of_mpsoc_use_feature_code_16():
 def test_registry_entries_are_consistent():
     for name, entry in targets.TARGETS.items():
         assert name.startswith(entry["family"] + "_"), name
-        assert set(entry["arch_json"]) <= set(entry["boards"]), name
-        for board, path in entry["arch_json"].items():
+        assert set(entry["arch_json_by_board"]) <= set(entry["boards"]), name
+        for board, path in entry["arch_json_by_board"].items():
             assert path.startswith("/opt/vitis_ai/compiler/arch/%s/" % entry["family"]), path
             assert path.endswith("/arch.json")
     fps = [e["fingerprint"] for e in targets.TARGETS.values()]
@@ -62,6 +62,14 @@ def test_unknown_and_expired_target_names_are_config_errors():
         targets.get_target("DPUCZDX8G_ISA1_B4069")
     with pytest.raises(ConfigError, match="DPUCZDX8G_ISA0_B4096_MAX_BG2"):
         targets.get_target("DPUCZDX8G_ISA0_B4096_MAX_BG2")
+
+
+def test_get_target_returns_the_entry_with_its_default_arch_json():
+    t = targets.get_target("DPUCZDX8G_ISA1_B4096")
+    assert t.name == "DPUCZDX8G_ISA1_B4096" and t.family == "DPUCZDX8G"
+    assert t.boards == ("ZCU102", "ZCU104", "KV260")
+    assert t.arch_json == "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json"
+    assert targets.get_target("DPUCZDX8G_ISA1_B512").arch_json is None
 
 
 def test_arch_json_path_per_board():

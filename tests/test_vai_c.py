@@ -177,9 +177,10 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     run, xmodel, _ = inputs
     arch = "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json"
     argv = vai_c.build_argv(xmodel, arch, os.path.join(run, "compiled"), "mlp")
-    path = plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "vai_c_xir is not on PATH.",
-                                   config_path="configs/mlp.yaml")
-    assert path == os.path.join(run, "compile_plan.md")
+    files = plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "vai_c_xir is not on PATH.",
+                                    config_path="configs/mlp.yaml")
+    path = files["plan"]
+    assert files == {"plan": os.path.join(run, "compile_plan.md"), "script": os.path.join(run, "compile.sh")}
     script = open(os.path.join(run, "compile.sh")).read()
     expected = "vai_c_xir -x quantize_result/MLP_int.xmodel -a %s -o compiled -n mlp" % arch
     assert expected in script.splitlines()

@@ -8,7 +8,7 @@ run folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and ``
 import os
 import shlex
 import tempfile
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 from . import targets
 
@@ -50,8 +50,10 @@ def docker_command(run_dir: str, image: str = IMAGE) -> str:
 
 
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
-                       config_path: Optional[str] = None) -> str:
-    """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir``; return the path of the plan.
+                       config_path: Optional[str] = None) -> Dict[str, str]:
+    """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir``.
+
+    Returns ``{"plan": path of compile_plan.md, "script": path of compile.sh}``.
 
     Args:
         run_dir: the run folder (created if missing).
@@ -76,8 +78,9 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
               "set -eu\n"
               "cd \"$(dirname \"$0\")\"\n"
               "%s"
-              "%s\n" % (target, targets.hex_fingerprint(entry["fingerprint"]), mkdir, command))
-    _write_atomic(os.path.join(run_dir, SCRIPT_NAME), script, 0o755)
+              "%s\n" % (target, targets.hex_fingerprint(entry.fingerprint), mkdir, command))
+    script_path = os.path.join(run_dir, SCRIPT_NAME)
+    _write_atomic(script_path, script, 0o755)
     whole = ("scripts/docker_run.sh %s" % shlex.quote(config_path)) if config_path else \
         "scripts/docker_run.sh <config.yaml>"
     plan = "\n".join([
@@ -86,9 +89,9 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         "**Compiling needs the Vitis AI image.** %s" % reason,
         "",
         "- DPU target: `%s` (family %s), fingerprint `%s` (Vitis AI 3.x)%s" % (
-            target, entry["family"], targets.hex_fingerprint(entry["fingerprint"]),
-            "" if entry["fingerprint_2_5"] in (None, entry["fingerprint"]) else
-            "; the 2.5 release used `%s`, which a 3.x board image rejects" % targets.hex_fingerprint(entry["fingerprint_2_5"])),
+            target, entry.family, targets.hex_fingerprint(entry.fingerprint),
+            "" if entry.fingerprint_2_5 in (None, entry.fingerprint) else
+            "; the 2.5 release used `%s`, and a model compiled for it fails on a 3.x board image" % targets.hex_fingerprint(entry.fingerprint_2_5)),
         "- Quantized model the compiler reads: `%s`. It is written by the `nndct` backend "
         "(`export_xmodel()`, test mode, batch 1), which also runs only in the image." % xmodel,
         "",
@@ -118,4 +121,4 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     ])
     path = os.path.join(run_dir, PLAN_NAME)
     _write_atomic(path, plan)
-    return path
+    return {"plan": path, "script": script_path}

@@ -19,98 +19,113 @@ Sources (vitis_ai_facts.md sections 3.2 and 3.3):
 import difflib
 import json
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, NamedTuple, Optional, Tuple
 
 from ..errors import ConfigError
 
 ARCH_ROOT = "/opt/vitis_ai/compiler/arch"
 
 # name -> family, boards, fingerprint (3.0/3.5), fingerprint_2_5 (None: not in the 2.5 release),
-# arch_json (board -> path inside the Vitis AI image; empty when no path is documented).
+# arch_json_by_board (board -> path inside the Vitis AI image; empty when no path is documented).
 TARGETS = {
     "DPUCZDX8G_ISA1_B512": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010200,
-                            "fingerprint_2_5": 0x0101000016010200, "arch_json": {}},
+                            "fingerprint_2_5": 0x0101000016010200, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B800": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010201,
-                            "fingerprint_2_5": 0x0101000016010201, "arch_json": {}},
+                            "fingerprint_2_5": 0x0101000016010201, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B1024": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010402,
-                             "fingerprint_2_5": 0x0101000016010402, "arch_json": {}},
+                             "fingerprint_2_5": 0x0101000016010402, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B1152": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010203,
-                             "fingerprint_2_5": 0x0101000016010203, "arch_json": {}},
+                             "fingerprint_2_5": 0x0101000016010203, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B1600": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010404,
-                             "fingerprint_2_5": 0x0101000016010404, "arch_json": {}},
+                             "fingerprint_2_5": 0x0101000016010404, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B2304": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010405,
-                             "fingerprint_2_5": 0x0101000016010405, "arch_json": {}},
+                             "fingerprint_2_5": 0x0101000016010405, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B3136": {"family": "DPUCZDX8G", "boards": (), "fingerprint": 0x0101000056010406,
-                             "fingerprint_2_5": 0x0101000016010406, "arch_json": {}},
+                             "fingerprint_2_5": 0x0101000016010406, "arch_json_by_board": {}},
     "DPUCZDX8G_ISA1_B4096": {
         "family": "DPUCZDX8G", "boards": ("ZCU102", "ZCU104", "KV260"),
         "fingerprint": 0x0101000056010407, "fingerprint_2_5": 0x0101000016010407,
-        "arch_json": {"ZCU102": ARCH_ROOT + "/DPUCZDX8G/ZCU102/arch.json",
+        "arch_json_by_board": {"ZCU102": ARCH_ROOT + "/DPUCZDX8G/ZCU102/arch.json",
                       "ZCU104": ARCH_ROOT + "/DPUCZDX8G/ZCU104/arch.json",
                       "KV260": ARCH_ROOT + "/DPUCZDX8G/KV260/arch.json"}},
     "DPUCVDX8G_ISA3_C32B1": {"family": "DPUCVDX8G", "boards": (), "fingerprint": 0x0603000B56011811,
-                             "fingerprint_2_5": 0x0603000B16011811, "arch_json": {}},
+                             "fingerprint_2_5": 0x0603000B16011811, "arch_json_by_board": {}},
     "DPUCVDX8G_ISA3_C32B3": {
         "family": "DPUCVDX8G", "boards": ("VCK190",),
         "fingerprint": 0x0603000B56011831, "fingerprint_2_5": 0x0603000B16011831,
-        "arch_json": {"VCK190": ARCH_ROOT + "/DPUCVDX8G/VCK190/arch.json"}},
+        "arch_json_by_board": {"VCK190": ARCH_ROOT + "/DPUCVDX8G/VCK190/arch.json"}},
     "DPUCVDX8G_ISA3_C32B6": {"family": "DPUCVDX8G", "boards": (), "fingerprint": 0x0603000B56011861,
-                             "fingerprint_2_5": 0x0603000B16011861, "arch_json": {}},
+                             "fingerprint_2_5": 0x0603000B16011861, "arch_json_by_board": {}},
     "DPUCVDX8G_ISA3_C64B1": {"family": "DPUCVDX8G", "boards": (), "fingerprint": 0x0603000B56011812,
-                             "fingerprint_2_5": 0x0603000B16011812, "arch_json": {}},
+                             "fingerprint_2_5": 0x0603000B16011812, "arch_json_by_board": {}},
     "DPUCVDX8G_ISA3_C64B3": {"family": "DPUCVDX8G", "boards": (), "fingerprint": 0x0603000B56011832,
-                             "fingerprint_2_5": 0x0603000B16011832, "arch_json": {}},
+                             "fingerprint_2_5": 0x0603000B16011832, "arch_json_by_board": {}},
     "DPUCVDX8G_ISA3_C64B5": {"family": "DPUCVDX8G", "boards": (), "fingerprint": 0x0603000B56011852,
-                             "fingerprint_2_5": 0x0603000B16011852, "arch_json": {}},
+                             "fingerprint_2_5": 0x0603000B16011852, "arch_json_by_board": {}},
     "DPUCAHX8H_ISA2": {"family": "DPUCAHX8H", "boards": (), "fingerprint": 0x020200000010002A,
-                       "fingerprint_2_5": 0x020200000010002A, "arch_json": {}},
+                       "fingerprint_2_5": 0x020200000010002A, "arch_json_by_board": {}},
     "DPUCAHX8H_ISA2_DWC": {
         "family": "DPUCAHX8H", "boards": ("U50", "U55C", "U50LV", "U280"),
         "fingerprint": 0x020200000010002B, "fingerprint_2_5": 0x020200000010002B,
-        "arch_json": {"U50": ARCH_ROOT + "/DPUCAHX8H/U50/arch.json",
+        "arch_json_by_board": {"U50": ARCH_ROOT + "/DPUCAHX8H/U50/arch.json",
                       "U55C": ARCH_ROOT + "/DPUCAHX8H/U55C-DWC/arch.json",
                       "U280": ARCH_ROOT + "/DPUCAHX8H/U280/arch.json"}},
     "DPUCAHX8H_ISA2_ELP2": {"family": "DPUCAHX8H", "boards": (), "fingerprint": 0x020200000000002E,
-                            "fingerprint_2_5": 0x020200000000002E, "arch_json": {}},
+                            "fingerprint_2_5": 0x020200000000002E, "arch_json_by_board": {}},
     "DPUCAHX8L_ISA0": {
         "family": "DPUCAHX8L", "boards": ("U50", "U50LV", "U280"),
         "fingerprint": 0x030000000000001D, "fingerprint_2_5": 0x030000000000001D,
-        "arch_json": {"U280": ARCH_ROOT + "/DPUCAHX8L/U280/arch.json"}},
+        "arch_json_by_board": {"U280": ARCH_ROOT + "/DPUCAHX8L/U280/arch.json"}},
     "DPUCAHX8L_ISA0_SP": {"family": "DPUCAHX8L", "boards": (), "fingerprint": 0x030000000000101D,
-                          "fingerprint_2_5": 0x030000000000101D, "arch_json": {}},
+                          "fingerprint_2_5": 0x030000000000101D, "arch_json_by_board": {}},
     "DPUCADF8H_ISA0": {
         "family": "DPUCADF8H", "boards": ("U200", "U250"),
         "fingerprint": 0x0700000000000000, "fingerprint_2_5": 0x0700000000000000,
-        "arch_json": {"U200": ARCH_ROOT + "/DPUCADF8H/U200/arch.json",
+        "arch_json_by_board": {"U200": ARCH_ROOT + "/DPUCADF8H/U200/arch.json",
                       "U250": ARCH_ROOT + "/DPUCADF8H/U250/arch.json"}},
     "DPUCVDX8H_ISA1_F2W2_8PE": {
         "family": "DPUCVDX8H", "boards": ("VCK5000",),
         "fingerprint": 0x0501000000140FEE, "fingerprint_2_5": 0x0501000000140FEE,
-        "arch_json": {"VCK5000": ARCH_ROOT + "/DPUCVDX8H/VCK50008PE/arch.json"}},
+        "arch_json_by_board": {"VCK5000": ARCH_ROOT + "/DPUCVDX8H/VCK50008PE/arch.json"}},
     "DPUCVDX8H_ISA1_F2W4_4PE": {"family": "DPUCVDX8H", "boards": ("VCK5000",),
                                 "fingerprint": 0x05010000001E082F,
-                                "fingerprint_2_5": 0x05010000001E082F, "arch_json": {}},
+                                "fingerprint_2_5": 0x05010000001E082F, "arch_json_by_board": {}},
     "DPUCVDX8H_ISA1_F2W4_6PE_aieDWC": {"family": "DPUCVDX8H", "boards": (),
                                        "fingerprint": 0x0501000000160C2F,
-                                       "fingerprint_2_5": 0x0501000000160C2F, "arch_json": {}},
+                                       "fingerprint_2_5": 0x0501000000160C2F, "arch_json_by_board": {}},
     "DPUCVDX8H_ISA1_F2W4_6PE_aieMISC": {"family": "DPUCVDX8H", "boards": (),
                                         "fingerprint": 0x05010000001E082E,
-                                        "fingerprint_2_5": 0x05010000001E082E, "arch_json": {}},
+                                        "fingerprint_2_5": 0x05010000001E082E, "arch_json_by_board": {}},
     "DPUCV2DX8G_ISA1_C20B1": {"family": "DPUCV2DX8G", "boards": (),
                               "fingerprint": 0x0901400044000144, "fingerprint_2_5": None,
-                              "arch_json": {}},
+                              "arch_json_by_board": {}},
     "DPUCV2DX8G_ISA1_C20B14": {
         "family": "DPUCV2DX8G", "boards": ("VEK280", "V70"),
         "fingerprint": 0x0901400044000E44, "fingerprint_2_5": None,
-        "arch_json": {"VEK280": ARCH_ROOT + "/DPUCV2DX8G/VEK280/arch.json",
+        "arch_json_by_board": {"VEK280": ARCH_ROOT + "/DPUCV2DX8G/VEK280/arch.json",
                       "V70": ARCH_ROOT + "/DPUCV2DX8G/V70/arch.json"}},
     "DPUCZDI4G_ISA0_B4096_DEMO_SSD": {"family": "DPUCZDI4G", "boards": (),
                                       "fingerprint": 0x0400002003220206,
-                                      "fingerprint_2_5": 0x0400002003220206, "arch_json": {}},
+                                      "fingerprint_2_5": 0x0400002003220206, "arch_json_by_board": {}},
     "DPUCZDI4G_ISA0_B8192D8_DEMO_SSD": {"family": "DPUCZDI4G", "boards": (),
                                         "fingerprint": 0x0400002003220207,
-                                        "fingerprint_2_5": 0x0400002003220207, "arch_json": {}},
+                                        "fingerprint_2_5": 0x0400002003220207, "arch_json_by_board": {}},
 }
+
+
+class DpuTarget(NamedTuple):
+    """One registry entry. ``arch_json`` is the default ``arch.json`` path in the image (the first
+    board's), or None when no path is documented."""
+    name: str
+    family: str
+    boards: Tuple[str, ...]
+    fingerprint: int
+    fingerprint_2_5: Optional[int]
+    arch_json_by_board: Dict[str, str]
+
+    @property
+    def arch_json(self) -> Optional[str]:
+        return next(iter(self.arch_json_by_board.values()), None)
 
 
 def hex_fingerprint(value: Optional[int]) -> str:
@@ -118,15 +133,15 @@ def hex_fingerprint(value: Optional[int]) -> str:
     return "-" if value is None else "0x%016x" % value
 
 
-def get_target(name: str) -> Dict:
-    """Return the registry entry of DPU target ``name``.
+def get_target(name: str) -> DpuTarget:
+    """Return the registry entry of DPU target ``name`` as a ``DpuTarget``.
 
     Raises:
         ConfigError: unknown name; the message names the closest registered names. Expired ISA0
             names such as ``DPUCZDX8G_ISA0_B4096_MAX_BG2`` are rejected by Vitis AI 3.x too (facts 3.2).
     """
     if name in TARGETS:
-        return TARGETS[name]
+        return DpuTarget(name=name, **TARGETS[name])
     close = difflib.get_close_matches(str(name), list(TARGETS), n=3, cutoff=0.6)
     hint = ("; closest: %s" % ", ".join(close)) if close else ""
     raise ConfigError("target: expected a DPU target name of Vitis AI 3.x, got %r%s. "
@@ -158,8 +173,7 @@ def arch_json_path(target: str, board: Optional[str] = None) -> str:
             ``arch_json`` in the config to a file holding ``{"fingerprint": "0x..."}`` from
             ``xdputil query`` on the board).
     """
-    entry = get_target(target)
-    paths = entry["arch_json"]
+    paths = get_target(target).arch_json_by_board
     if board is not None:
         if board in paths:
             return paths[board]
@@ -167,7 +181,7 @@ def arch_json_path(target: str, board: Optional[str] = None) -> str:
                           "set arch_json to the file's path" % (board, target, ", ".join(paths) or "none"))
     if not paths:
         raise ConfigError("target %s: no arch.json path is documented for it; set arch_json to a file "
-                          "holding {\"fingerprint\": \"%s\"}" % (target, hex_fingerprint(entry["fingerprint"])))
+                          "holding {\"fingerprint\": \"%s\"}" % (target, hex_fingerprint(get_target(target).fingerprint)))
     return next(iter(paths.values()))
 
 
@@ -215,8 +229,7 @@ def check_arch_json(path: str, target: str) -> int:
             message names the target, its expected fingerprint and the file's fingerprint (and the
             target that fingerprint belongs to, or that it is the Vitis AI 2.5 value of the same target).
     """
-    entry = get_target(target)
-    expected = entry["fingerprint"]
+    expected = get_target(target).fingerprint
     name, found = read_arch_json(path)
     if found == expected:
         return found
@@ -249,6 +262,6 @@ def format_targets() -> str:
     lines.append("")
     lines.append("arch.json inside the Vitis AI image (%s):" % ARCH_ROOT)
     for name, e in TARGETS.items():
-        for board, path in e["arch_json"].items():
+        for board, path in e["arch_json_by_board"].items():
             lines.append("  %-24s %-8s %s" % (name, board, path))
     return "\n".join(lines) + "\n"
