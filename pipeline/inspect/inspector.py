@@ -1,0 +1,225 @@
+"""DPU inspection on the CPU: which node of a float model runs on the DPU of a target, and why not.
+
+A CPU stand-in for the real Inspector (``pytorch_nndct.apis.Inspector``), which needs the Vitis AI
+image (facts 3.1). It traces the model with torch.fx, applies the rules of
+:mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.inspect.hardware`, and
+writes ``inspect_<target>.txt``/``.json``/``.gv`` (and ``.svg`` where graphviz's ``dot`` is
+installed) in the spirit of the real Inspector's output. The real Inspector, run with the same
+target in the Vitis AI image, gives the final answer.
+
+Usage::
+
+    inspection = inspect_model(model, example, "DPUCZDX8G_ISA1_B4096")
+    paths = write_reports(inspection, out_dir)
+    print(inspection.summary_line())          # DPU: 14 nodes, CPU: 0 nodes
+"""
+
+import json
+import os
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Dict, List, Optional, Tuple, Union
+
+import torch
+import torch.nn as nn
+
+from pipeline.errors import DataError, PipelineError
+from pipeline.inspect.hardware import DpuTarget, get_target
+from pipeline.inspect.render import render_dot, render_text
+from pipeline.inspect.rules import CPU, DPU, Context, decide
+from pipeline.inspect.trace import trace_model
+
+
+@dataclass
+class InspectedNode:
+    """One operation of the model and where it runs.
+
+    Attributes:
+        name: fx node name (unique); ``module`` in ``source`` gives the module path.
+        op: canonical op type (conv2d, depthwise_conv2d, dense, relu, max_pool2d, flatten, ...).
+        device: "DPU" or "CPU".
+        reasons: why it is not on the DPU (hardware constraints); empty on the DPU.
+        notes: node messages: quantizer changes (LeakyReLU slope, offered conversions), fusions,
+            layout permutes, hints on what to change.
+        shape: output shape as PyTorch gives it (NCHW for 4-D), or None when not one tensor.
+        inputs: names of the nodes (or graph inputs) it reads.
+        outputs: names of the nodes that read it, plus "output" when it is a graph output.
+        source: what the model called (``nn.Conv2d 'features.0'``, ``torch.flatten``).
+        attrs: op attributes (kernel_size, stride, pad as [left, right, top, bottom], ...).
+        fused_into: the node it is fused or folded into, if any.
+        changes: the subset of ``notes`` that the quantizer makes or offers to make to the model.
+    """
+
+    name: str
+    op: str
+    device: str
+    reasons: List[str]
+    notes: List[str]
+    shape: Optional[Tuple[int, ...]]
+    inputs: List[str]
+    outputs: List[str]
+    source: str
+    attrs: Dict[str, Any] = field(default_factory=dict)
+    fused_into: Optional[str] = None
+    changes: List[str] = field(default_factory=list)
+
+    @property
+    def xir_shape(self) -> Optional[Tuple[int, ...]]:
+        """The output shape in XIR's NHWC layout for 4-D outputs, else as in PyTorch."""
+        if self.shape is not None and len(self.shape) == 4:
+            n, c, h, w = self.shape
+            return (n, h, w, c)
+        return self.shape
+
+
+@dataclass
+class Inspection:
+    """The result of :func:`inspect_model`: every node with its device, reasons and notes.
+
+    ``nodes`` are in topological order; graph inputs are in ``inputs`` as (name, shape) and are
+    not nodes; ``outputs`` names the nodes whose results the model returns.
+    """
+
+    target: DpuTarget
+    model_name: str
+    inputs: List[Tuple[str, Optional[Tuple[int, ...]]]]
+    outputs: List[str]
+    nodes: List[InspectedNode]
+
+    def count(self, device: str) -> int:
+        """Number of nodes assigned to ``device`` ("DPU" or "CPU")."""
+        return sum(node.device == device for node in self.nodes)
+
+    def summary_line(self) -> str:
+        """One line, e.g. ``DPU: 14 nodes, CPU: 0 nodes``."""
+        return "DPU: {} nodes, CPU: {} nodes".format(self.count(DPU), self.count(CPU))
+
+    def node(self, name: str) -> InspectedNode:
+        """The node called ``name``; KeyError when there is none."""
+        for node in self.nodes:
+            if node.name == name:
+                return node
+        raise KeyError("no node {!r}; nodes are {}".format(name, [n.name for n in self.nodes]))
+
+    def to_text(self) -> str:
+        """The text report (``inspect_<target>.txt``), in the spirit of the real Inspector's."""
+        return render_text(self)
+
+    def to_dot(self) -> str:
+        """The graph in graphviz DOT: DPU nodes blue, CPU nodes red, as the real Inspector draws."""
+        return render_dot(self)
+
+    def to_json(self) -> Dict[str, Any]:
+        """The report as plain JSON-ready data (``inspect_<target>.json``)."""
+        return {
+            "tool": "pipeline.inspect (CPU inspection; the real Inspector in the Vitis AI image "
+                    "gives the final answer)",
+            "target": self.target.name,
+            "family": self.target.family,
+            "model": self.model_name,
+            "summary": {"dpu_nodes": self.count(DPU), "cpu_nodes": self.count(CPU),
+                        "line": self.summary_line()},
+            "inputs": [{"name": name, "shape": list(shape) if shape else None}
+                       for name, shape in self.inputs],
+            "outputs": list(self.outputs),
+            "nodes": [{
+                "name": n.name, "op": n.op, "source": n.source, "device": n.device,
+                "reasons": list(n.reasons), "notes": list(n.notes), "changes": list(n.changes),
+                "shape": list(n.shape) if n.shape else None,
+                "xir_shape": list(n.xir_shape) if n.xir_shape else None,
+                "inputs": list(n.inputs), "outputs": list(n.outputs),
+                "attrs": n.attrs, "fused_into": n.fused_into,
+            } for n in self.nodes],
+        }
+
+
+def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspection:
+    """Assign every operation of ``model`` to the DPU of ``target`` or to the CPU, with reasons.
+
+    Args:
+        model: the float model; not modified (a deep copy is traced in eval mode).
+        example: an input batch, NCHW float32 as the model takes it (any batch size; shapes are
+            reported with it); not modified (the run uses a clone).
+        target: a DPU target name of facts 3.2, e.g. "DPUCZDX8G_ISA1_B4096" (see
+            :data:`pipeline.inspect.hardware.TARGETS`).
+
+    Returns:
+        An :class:`Inspection`.
+
+    Raises:
+        ConfigError: unknown target name (the message lists the valid names and the closest).
+        DataError: ``example`` is not a tensor.
+        PipelineError: torch.fx cannot trace the model, or the model fails on the example.
+    """
+    hardware = get_target(target)
+    if not isinstance(example, torch.Tensor):
+        raise DataError("inspection needs an example input tensor (N, C, H, W) for the model; got "
+                        "{}".format(type(example).__name__))
+    traced = trace_model(model, example)
+    by_name = {n.name: n for n in traced.inputs + traced.nodes}
+    consumers = {name: [] for name in by_name}  # type: Dict[str, List[str]]
+    for node in traced.nodes:
+        for name in node.inputs:
+            consumers[name].append(node.name)
+    context = Context(hardware, by_name, consumers, {})
+    for node in traced.nodes:
+        context.verdicts[node.name] = decide(node, context)
+    nodes = []
+    for node in traced.nodes:
+        verdict = context.verdicts[node.name]
+        outputs = consumers[node.name] + (["output"] if node.name in traced.outputs else [])
+        nodes.append(InspectedNode(node.name, node.op, verdict.device, verdict.reasons,
+                                   verdict.changes + verdict.notes, node.shape, node.inputs,
+                                   outputs, node.source, node.attrs, verdict.fused_into,
+                                   verdict.changes))
+    return Inspection(hardware, traced.model_name, [(n.name, n.shape) for n in traced.inputs],
+                      traced.outputs, nodes)
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    """Write ``text`` to a temporary file next to ``path``, then rename it into place."""
+    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".")
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as stream:
+            stream.write(text)
+        os.replace(temporary, str(path))
+    except BaseException:
+        if os.path.exists(temporary):
+            os.remove(temporary)
+        raise
+
+
+def write_reports(inspection: Inspection, out_dir: Union[str, Path]) -> Dict[str, Path]:
+    """Write ``inspect_<target>.txt``, ``.json`` and ``.gv`` into ``out_dir`` (created if missing),
+    and ``.svg`` when graphviz's ``dot`` is on PATH. Each file appears complete or not at all.
+
+    Returns:
+        {"txt": path, "json": path, "gv": path} plus "svg" when it was drawn.
+
+    Raises:
+        PipelineError: ``dot`` is installed but failed (its exit status and stderr are given).
+    """
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    stem = "inspect_" + inspection.target.name
+    paths = {"txt": out / (stem + ".txt"), "json": out / (stem + ".json"), "gv": out / (stem + ".gv")}
+    _write_atomic(paths["txt"], inspection.to_text())
+    _write_atomic(paths["json"], json.dumps(inspection.to_json(), indent=2) + "\n")
+    _write_atomic(paths["gv"], inspection.to_dot())
+    dot = shutil.which("dot")
+    if dot is not None:
+        svg = out / (stem + ".svg")
+        temporary = out / ("." + stem + ".svg.tmp")
+        result = subprocess.run([dot, "-Tsvg", str(paths["gv"]), "-o", str(temporary)],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        if result.returncode != 0:
+            if temporary.exists():
+                temporary.unlink()
+            raise PipelineError("graphviz 'dot -Tsvg {}' failed with exit status {}: {}".format(
+                paths["gv"], result.returncode, result.stderr.decode(errors="replace")[-2000:]))
+        os.replace(str(temporary), str(svg))
+        paths["svg"] = svg
+    return paths

@@ -1,0 +1,617 @@
+"""DPU assignment rules: one function per constraint, and one per op type that combines them.
+
+A ``check_*`` function returns the reason an operation cannot run on the DPU (a string in the real
+Inspector's vocabulary), or None when the constraint holds. An op-type function (listed in
+:data:`OP_RULES`) returns a :class:`Verdict` for one node, given what was decided for the nodes
+before it (topological order).
+
+Sources (vitis_ai_facts.md section 6 unless stated):
+- conv2d: kernel 1-16 and stride 1-8 (the target's ``conv_limit``), input/output channels at most
+  256 x channel_parallel, ``dilation x input_channel <= 256 x channel_parallel`` (UG1414), each pad
+  no larger than the dilated kernel, weights fitting the weight bank
+  (``k_h * k_w * ceil(ic / bank_width) * ceil(ocp / bank_num) <= bank_depth``), groups 1 or
+  depthwise (UG1414). The stride limit is not applied when the kernel covers the whole input, and
+  the formulas follow vai_q_pytorch ``pytorch_nndct/hardware/dpu_op_filter.py``.
+- Activation fusion: an activation fuses into its producer when the producer has no other consumer
+  and the producer's engine lists it as ``nonlinear``; conv fuses relu, relu6, leaky_relu, prelu,
+  hswish, hsigmoid, depthwise and transposed conv relu, relu6, leaky_relu, prelu
+  (``dpu_op_filter.py``, ``check_nonlinear``); the eltwise engine fuses relu. Pools fuse nothing.
+- LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (facts 2.6).
+- Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
+  need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
+  are in no engine of any target here, so they go to the CPU.
+- Quantizer conversions (facts 2.6): ReLU6 -> ReLU (``convert_relu6_to_relu``, and CLE by default,
+  facts 1.5), SiLU -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
+  (``--nndct_convert_sigmoid_to_hsigmoid``).
+- Transposed conv: ``output_padding`` must be 0 (UG1414); kernel / stride in the kernel range.
+- Layout (facts 3.1): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
+  the quantizer insert a permute NHWC -> NCHW in front of it; that permute merges into a following
+  dense layer (``dpu_op_filter.py``, ``merge_permute_to_matmul``), otherwise it and the reshape
+  leave the DPU.
+Messages reuse the real Inspector's wording where one exists ("Try to assign ... to DPU failed.",
+"... can't be assigned to DPU.", "The input of reshape is not on DPU.", "DPU does not support
+output_padding."; facts 3.1).
+"""
+
+import math
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional
+
+from pipeline.inspect.hardware import DpuTarget, EngineLimits, allows
+from pipeline.inspect.trace import OpNode
+
+DPU = "DPU"
+CPU = "CPU"
+DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, facts 2.6
+
+# Prototxt nonlinear type of each activation op.
+NONLINEAR_NAME = {"relu": "relu", "relu6": "relu_six", "leaky_relu": "leaky_relu",
+                  "prelu": "prelu", "hsigmoid": "hsigmoid", "hswish": "hswish"}
+# Which activations each producer type may fuse at most (before the engine's own list).
+_FUSABLE_AFTER = {
+    "conv2d": ("relu", "relu6", "prelu", "leaky_relu", "hswish", "hsigmoid"),
+    "dense": ("relu", "relu6", "prelu", "leaky_relu", "hswish", "hsigmoid"),
+    "conv_transpose2d": ("relu", "relu6", "prelu", "leaky_relu"),
+    "depthwise_conv2d": ("relu", "relu6", "prelu", "leaky_relu"),
+    "add": ("relu",),
+    "mul": ("relu",),
+}
+_POOLS = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
+_RESHAPES = ("reshape", "view", "flatten")
+_CONV_FAMILY = ("conv2d", "depthwise_conv2d", "conv_transpose2d")
+
+
+@dataclass
+class Verdict:
+    """The decision for one node: device "DPU" or "CPU", the reasons it is not on the DPU
+    (empty on the DPU), notes (fusions, layout changes, hints), the node it is fused into, if
+    any, and the changes the quantizer makes or offers to make (LeakyReLU slope, conversions)."""
+
+    device: str
+    reasons: List[str] = field(default_factory=list)
+    notes: List[str] = field(default_factory=list)
+    fused_into: Optional[str] = None
+    changes: List[str] = field(default_factory=list)
+
+
+@dataclass
+class Context:
+    """What the rules may read: the target, every node by name (graph inputs included), each
+    node's consumers, and the verdicts decided so far."""
+
+    target: DpuTarget
+    nodes: Dict[str, OpNode]
+    consumers: Dict[str, List[str]]
+    verdicts: Dict[str, Verdict]
+
+    def producer(self, node: OpNode, index: int = 0) -> Optional[OpNode]:
+        """The node feeding input ``index`` of ``node`` (None for a constant operand)."""
+        return self.nodes[node.inputs[index]] if len(node.inputs) > index else None
+
+    def on_dpu(self, name: str) -> bool:
+        """Whether ``name``'s output lives on the DPU; a graph input counts (the load engine
+        brings it in)."""
+        verdict = self.verdicts.get(name)
+        return verdict.device == DPU if verdict is not None else self.nodes[name].op == "input"
+
+
+def _cpu(*reasons: str, notes: Optional[List[str]] = None) -> Verdict:
+    return Verdict(CPU, [r for r in reasons if r], list(notes or []))
+
+
+def _dpu_unless(reasons: List[Optional[str]], notes: Optional[List[str]] = None) -> Verdict:
+    found = [r for r in reasons if r]
+    return Verdict(CPU if found else DPU, found, list(notes or []))
+
+
+# ---- conv family checks ------------------------------------------------------------------------
+
+def check_kernel(kernel_size: List[int], spec: str, engine: str) -> Optional[str]:
+    """Kernel height and width within the engine's ``kernel_size`` range."""
+    if all(allows(spec, k) for k in kernel_size):
+        return None
+    return "'kernel'({} x {}) is not in the {} supported range ({}).".format(
+        kernel_size[0], kernel_size[1], engine, spec)
+
+
+def check_stride(stride: List[int], spec: str, engine: str, kernel_size: List[int],
+                 in_hw: List[int]) -> Optional[str]:
+    """Strides within the engine's ``stride`` range; not applied when the kernel covers the whole
+    input (one output pixel)."""
+    if list(kernel_size) == list(in_hw) or all(allows(spec, s) for s in stride):
+        return None
+    return "'stride'({} x {}) is not in the {} supported range ({}).".format(
+        stride[0], stride[1], engine, spec)
+
+
+def check_channels(in_channels: int, out_channels: int, dilation: List[int],
+                   channel_parallel: int) -> Optional[str]:
+    """Input and output channels at most 256 x channel_parallel, and
+    ``dilation x input_channel <= 256 x channel_parallel`` (UG1414)."""
+    limit = 256 * channel_parallel
+    if in_channels > limit:
+        return "DPU only supports 'input_channel'({}) up to 256 x channel_parallel = {}.".format(
+            in_channels, limit)
+    if out_channels > limit:
+        return "DPU only supports 'output_channel'({}) up to 256 x channel_parallel = {}.".format(
+            out_channels, limit)
+    if max(dilation) * in_channels > limit:
+        return ("DPU only supports 'dilation x input_channel'({} x {}) up to 256 x "
+                "channel_parallel = {}.".format(max(dilation), in_channels, limit))
+    return None
+
+
+def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuTarget) -> Optional[str]:
+    """Conv weights fit the weight bank:
+    ``k_h * k_w * ceil(ic / bank_width) * ceil(output_channel_parallel / bank_num) <= bank_depth``."""
+    bank = target.conv.weight_bank
+    depth = (kernel_size[0] * kernel_size[1] * math.ceil(in_channels / bank.bank_width)
+             * math.ceil(target.conv.output_channel_parallel / bank.bank_num))
+    if depth <= bank.bank_depth:
+        return None
+    return ("Weights ({} x {} kernel, {} input channels) are too large for the parameter buffer: "
+            "'kernel_h * kernel_w * ceil(input_channel / bank_width) * ceil(output_channel_parallel"
+            " / bank_num)' = {} > bank_depth {}.".format(kernel_size[0], kernel_size[1],
+                                                         in_channels, depth, bank.bank_depth))
+
+
+def check_depthwise_bank_depth(kernel_size: List[int], limits: EngineLimits) -> Optional[str]:
+    """Depthwise weights fit the engine's bank: ``k_h * k_w * ceil(channel_parallel / bank_width)
+    <= bank_depth``."""
+    bank = limits.weight_bank
+    depth = kernel_size[0] * kernel_size[1] * math.ceil(limits.channel_parallel / bank.bank_width)
+    if depth <= bank.bank_depth:
+        return None
+    return ("Depthwise weights ({} x {} kernel) are too large for the {} parameter buffer: {} > "
+            "bank_depth {}.".format(kernel_size[0], kernel_size[1], limits.engine, depth,
+                                    bank.bank_depth))
+
+
+def check_padding(pad: List[int], kernel_size: List[int], dilation: List[int],
+                  pad_limit=None) -> Optional[str]:
+    """Each pad non-negative and no larger than the dilated kernel, or within the engine's
+    ``pad_limit`` (left, right, top, bottom) where it has one."""
+    names = ("pad_left", "pad_right", "pad_top", "pad_bottom")
+    dilated = [(k - 1) * d + 1 for k, d in zip(kernel_size, dilation)]
+    limits = (dilated[1], dilated[1], dilated[0], dilated[0])
+    for i, (name, value) in enumerate(zip(names, pad)):
+        if value < 0:
+            return "DPU only supports non-negative 'pad'({}).".format(pad)
+        if pad_limit is not None:
+            if not allows(pad_limit[i], value):
+                return "'{}'({}) is not in the DPU supported range ({}).".format(
+                    name, value, pad_limit[i])
+        elif value > limits[i]:
+            return "DPU only supports '{}'({}) no larger than the kernel ({}).".format(
+                name, value, limits[i])
+    return None
+
+
+def check_padding_mode(node: OpNode) -> Optional[str]:
+    """Zero padding only: other modes become a separate pad op the conv cannot absorb."""
+    mode = node.attrs.get("padding_mode", "zeros")
+    if mode == "zeros":
+        return None
+    return "padding_mode '{}' is not supported by the DPU conv (zero padding only).".format(mode)
+
+
+def check_groups(node: OpNode) -> Optional[str]:
+    """Conv groups 1 or depthwise (groups = input channels); other group counts go to the CPU
+    (UG1414 "Operators Supported by PyTorch")."""
+    groups = node.attrs["groups"]
+    if groups == 1:
+        return None
+    return ("DPU runs conv2d with groups = 1 or depthwise conv (groups = input channels = {}); "
+            "this conv has groups = {}. Split it into {} convs and concatenate them.".format(
+                node.attrs["in_channels"], groups, groups))
+
+
+def check_output_padding(node: OpNode) -> Optional[str]:
+    """Transposed conv with ``output_padding`` != 0 goes to the CPU (UG1414)."""
+    if not any(node.attrs.get("output_padding", [0, 0])):
+        return None
+    return ("DPU does not support output_padding ({}): drop output_padding and pad or crop the "
+            "output instead.".format(node.attrs["output_padding"]))
+
+
+def check_transposed_kernel(kernel_size: List[int], stride: List[int], spec: str) -> Optional[str]:
+    """A transposed conv runs as a conv of kernel ``k / s``: ``k // s`` (and ``k // s + 1`` when s
+    does not divide k) must be in the kernel range."""
+    for k, s in zip(kernel_size, stride):
+        if not (allows(spec, k // s) and (k % s == 0 or allows(spec, k // s + 1))):
+            return "'kernel / stride'({} / {}) is not in the DPU supported range ({}).".format(k, s, spec)
+    return None
+
+
+def _transposed_pad(node: OpNode) -> List[int]:
+    """The pad of the conv a transposed conv becomes: dilation * (k - 1) - padding per side."""
+    kernel, dil, pad = node.attrs["kernel_size"], node.attrs["dilation"], node.attrs["pad"]
+    full = [dil[1] * (kernel[1] - 1)] * 2 + [dil[0] * (kernel[0] - 1)] * 2
+    return [f - p for f, p in zip(full, pad)]
+
+
+# ---- op-type rules -----------------------------------------------------------------------------
+
+def conv2d(node: OpNode, ctx: Context) -> Verdict:
+    """conv2d on the conv engine (the tracer names depthwise convs ``depthwise_conv2d``)."""
+    if node.attrs["groups"] != 1:
+        return _cpu(check_groups(node))
+    conv, a = ctx.target.conv, node.attrs
+    in_shape = ctx.producer(node).shape
+    return _dpu_unless([
+        check_kernel(a["kernel_size"], conv.kernel_size, "conv_engine"),
+        check_stride(a["stride"], conv.stride, "conv_engine", a["kernel_size"], list(in_shape[-2:])),
+        check_channels(a["in_channels"], a["out_channels"], a["dilation"], conv.input_channel_parallel),
+        check_padding(a["pad"], a["kernel_size"], a["dilation"]),
+        check_padding_mode(node),
+        check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target),
+    ])
+
+
+def depthwise_conv2d(node: OpNode, ctx: Context) -> Verdict:
+    """Depthwise conv (groups = input channels) on the ALU or the depthwise-conv engine."""
+    limits = ctx.target.depthwise_limits()
+    if limits is None:
+        return _cpu("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
+            ctx.target.name))
+    a = node.attrs
+    in_shape = ctx.producer(node).shape
+    return _dpu_unless([
+        check_kernel(a["kernel_size"], limits.kernel_size, limits.engine),
+        check_stride(a["stride"], limits.stride, limits.engine, a["kernel_size"], list(in_shape[-2:])),
+        check_channels(a["in_channels"], a["out_channels"], [1, 1], limits.channel_parallel),
+        check_padding(a["pad"], a["kernel_size"], a["dilation"], limits.pad),
+        check_padding_mode(node),
+        check_depthwise_bank_depth(a["kernel_size"], limits),
+    ])
+
+
+def conv_transpose2d(node: OpNode, ctx: Context) -> Verdict:
+    """Transposed conv: groups 1 on the conv engine, depthwise on the depthwise engine."""
+    a = node.attrs
+    groups = a["groups"]
+    if groups == 1:
+        spec, engine, cp = ctx.target.conv.kernel_size, "conv_engine", ctx.target.conv.input_channel_parallel
+        bank = check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)
+    elif groups == a["in_channels"] == a["out_channels"]:
+        limits = ctx.target.depthwise_limits()
+        if limits is None:
+            return _cpu(check_output_padding(node), "{} has no depthwise-conv engine.".format(
+                ctx.target.name))
+        spec, engine, cp, bank = limits.kernel_size, limits.engine, limits.channel_parallel, None
+    else:
+        return _cpu(check_output_padding(node), check_groups(node))
+    return _dpu_unless([
+        check_output_padding(node),
+        check_transposed_kernel(a["kernel_size"], a["stride"], spec),
+        check_channels(a["in_channels"], a["out_channels"], a["dilation"], cp),
+        check_padding(_transposed_pad(node), a["kernel_size"], [1, 1]),
+        check_padding_mode(node),
+        bank,
+    ], notes=["runs on the {} as a conv over the zero-upsampled input.".format(engine)])
+
+
+def dense(node: OpNode, ctx: Context) -> Verdict:
+    """Linear layers run on the conv engine as 1x1 convs (matmul is turned into conv2d, UG1414)."""
+    return Verdict(DPU)
+
+
+def _fusion_base(src: OpNode, ctx: Context) -> Optional[OpNode]:
+    """The node an activation after ``src`` would fuse into: ``src`` itself, or the conv a
+    batch norm ``src`` is folded into. None when ``src`` already carries an activation or is not a
+    fusing op."""
+    verdict = ctx.verdicts.get(src.name)
+    if verdict is None or verdict.device != DPU:
+        return None
+    if src.op == "batch_norm" and verdict.fused_into:
+        return ctx.nodes[verdict.fused_into]
+    return src if src.op in _FUSABLE_AFTER else None
+
+
+def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
+    """Activation ops that ``base``'s engine fuses on this target."""
+    target = ctx.target
+    if base.op in ("conv2d", "dense", "conv_transpose2d"):
+        engine_nl = target.conv.nonlinear
+    elif base.op == "depthwise_conv2d":
+        limits = target.depthwise_limits()
+        engine_nl = limits.nonlinear if limits else ()
+    else:
+        engine = target.eltwise_for("add" if base.op == "add" else "mult")
+        engine_nl = engine[1] if engine else ()
+    return [op for op in _FUSABLE_AFTER[base.op] if NONLINEAR_NAME[op] in engine_nl]
+
+
+def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
+    """The engine that runs activation ``op`` on its own, or None."""
+    alu = target.alu
+    if alu is None:
+        return None
+    if op in ("leaky_relu", "prelu") and op in alu.alu_types:
+        return "alu_engine (alu_type {})".format(op)
+    if op == "hsigmoid":
+        return "alu_engine"
+    if op == "hswish":
+        return "alu_engine (hsigmoid) and an element-wise multiply by x"
+    return None
+
+
+def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
+    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (facts 2.6)."""
+    slope = node.attrs["negative_slope"]
+    if slope == DPU_LEAKY_SLOPE:
+        return None
+    return ("negative_slope {} -> 26/256 = {} on the DPU: the quantizer forces this slope "
+            "(with a warning) and the simulation uses it; retrain with "
+            "nn.LeakyReLU(26 / 256) to keep float and DPU alike.".format(slope, DPU_LEAKY_SLOPE))
+
+
+def relu6_conversion_note(node: OpNode) -> str:
+    """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
+    (facts 1.5); the config key ``convert_relu6_to_relu`` asks for it explicitly."""
+    return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
+            "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
+
+
+def activation(node: OpNode, ctx: Context) -> Verdict:
+    """relu, relu6, leaky_relu, prelu, hsigmoid, hswish: fused into the producer when its engine
+    allows, else on an engine that runs it alone, else on the CPU. A max pool fuses nothing: the
+    reason names the pool and the fix (P10)."""
+    changes = [n for n in (leaky_relu_slope_note(node) if node.op == "leaky_relu" else None,
+                           relu6_conversion_note(node) if node.op == "relu6" else None) if n]
+    notes = []  # type: List[str]
+    src = ctx.producer(node)
+    target = ctx.target
+    fuse_failure = None
+    base = _fusion_base(src, ctx) if src is not None else None
+    if base is not None and len(ctx.consumers[src.name]) == 1:
+        allowed = _fusable_types(base, ctx)
+        if node.op in allowed:
+            return Verdict(DPU, [], ["fused into {} {!r}.".format(base.op, base.name)], base.name, changes)
+        fuse_failure = "Try to assign {} + {} to DPU failed: on {} a {} fuses only {}.".format(
+            base.op, node.op, target.name, base.op, ", ".join(allowed) or "no activation")
+    elif base is not None:
+        fuse_failure = ("Try to assign {} + {} to DPU failed: {!r} has other consumers, so its "
+                        "output is needed before the activation.".format(base.op, node.op, src.name))
+    elif src is not None and src.op in _POOLS:
+        fuse_failure = ("Try to assign {} {!r} + {} to DPU failed: the DPU fuses an activation only "
+                        "into conv2d, depthwise conv, transposed conv, dense or an element-wise "
+                        "add, never into a pool.".format(src.op, src.name, node.op))
+        if node.op in ("relu", "relu6") and src.op == "max_pool2d":
+            notes.append("put the {} before the MaxPool2d: max pooling commutes with it "
+                         "(relu(maxpool(x)) == maxpool(relu(x))), and it then fuses into the conv."
+                         .format(node.op))
+    engine = _standalone_engine(node.op, target)
+    if engine is not None:
+        return Verdict(DPU, [], ["runs on its own on the {}.".format(engine)] + notes, None, changes)
+    alone = "{} has no engine that runs a {} on its own.".format(target.name, node.op)
+    verdict = _cpu(fuse_failure or alone, alone if fuse_failure else None, notes=notes)
+    verdict.changes = changes
+    return verdict
+
+
+# CPU-only activations and the conversion the quantizer offers for each (facts 2.6).
+_CONVERSIONS = {
+    "silu": ("hswish", "SiLU -> HardSwish (quant config key convert_silu_to_hswish)"),
+    "sigmoid": ("hsigmoid", "sigmoid -> HardSigmoid (option --nndct_convert_sigmoid_to_hsigmoid)"),
+}
+
+
+def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
+    """sigmoid, SiLU, tanh, GELU: in no engine's nonlinear or ALU types of any target here, so on
+    the CPU; where the quantizer offers a conversion, the note says whether the converted op would
+    run on the DPU of this target."""
+    reason = "{} can't be assigned to DPU: no engine of {} has it (nonlinear types: {}).".format(
+        node.op, ctx.target.name, ", ".join(ctx.target.conv.nonlinear))
+    conversion = _CONVERSIONS.get(node.op)
+    if conversion is None:
+        return _cpu(reason)
+    replacement, text = conversion
+    src = ctx.producer(node)
+    base = _fusion_base(src, ctx) if src is not None else None
+    if base is not None and len(ctx.consumers[src.name]) == 1 and replacement in _fusable_types(base, ctx):
+        where = "would fuse into {} {!r}".format(base.op, base.name)
+    elif _standalone_engine(replacement, ctx.target):
+        where = "would run on the {}".format(_standalone_engine(replacement, ctx.target))
+    else:
+        where = "would still run on the CPU"
+    verdict = _cpu(reason)
+    verdict.changes = ["the quantizer offers {}; after it, the op {} on {} (accuracy changes: "
+                       "check it).".format(text, where, ctx.target.name)]
+    return verdict
+
+
+def batch_norm(node: OpNode, ctx: Context) -> Verdict:
+    """BatchNorm2d folds into the conv before it (conv, depthwise or transposed, with no other
+    consumer; facts 2.6); otherwise the quantizer rewrites it as a per-channel scale and offset,
+    which runs as a depthwise 1x1 conv where the target has one (an inference)."""
+    src = ctx.producer(node)
+    if (src is not None and src.op in _CONV_FAMILY and ctx.on_dpu(src.name)
+            and not ctx.verdicts[src.name].fused_into and len(ctx.consumers[src.name]) == 1):
+        return Verdict(DPU, [], ["folded into {} {!r} (conv_bn_merge).".format(src.op, src.name)], src.name)
+    if ctx.target.depthwise_limits() is not None:
+        return Verdict(DPU, [], ["not foldable: the quantizer rewrites it as a per-channel scale and "
+                                 "offset, run as a depthwise 1x1 conv."])
+    return _cpu("batch_norm can't be folded into a conv here, and {} has no depthwise-conv engine "
+                "to run it alone.".format(ctx.target.name))
+
+
+def pool(node: OpNode, ctx: Context) -> Verdict:
+    """Max and average pools (adaptive average pools and spatial means as fixed-kernel pools) on
+    the ALU or the pool engine, within its kernel, stride and pad limits."""
+    kind = "max" if node.op == "max_pool2d" else "avg"
+    limits = ctx.target.pool_limits(kind)
+    if limits is None:
+        return _cpu("{} does not support {} (no pool engine or ALU type for it).".format(
+            ctx.target.name, node.op))
+    src = ctx.producer(node)
+    if src is None or src.shape is None or len(src.shape) != 4:
+        return unknown(node, ctx, "a {} of a tensor that is not 4-D".format(node.op))
+    in_hw = list(src.shape[2:])
+    if node.op in ("adaptive_avg_pool2d", "mean"):
+        out_hw = list(node.shape[2:]) if len(node.shape) == 4 else [1, 1]
+        if any(i % o for i, o in zip(in_hw, out_hw)):
+            return _cpu("adaptive average pool from {} to {}: the bins differ in size, so it is "
+                        "not a fixed-kernel pool.".format(in_hw, out_hw))
+        kernel = [i // o for i, o in zip(in_hw, out_hw)]
+        attrs = {"kernel_size": kernel, "stride": kernel, "dilation": [1, 1], "pad": [0, 0, 0, 0]}
+    else:
+        attrs = node.attrs
+    reasons = [
+        check_kernel(attrs["kernel_size"], limits.kernel_size, limits.engine),
+        check_stride(attrs["stride"], limits.stride, limits.engine, attrs["kernel_size"], in_hw),
+        check_padding(attrs["pad"], attrs["kernel_size"], [1, 1], limits.pad),
+    ]
+    if attrs["dilation"] != [1, 1]:
+        reasons.append("DPU pools do not support dilation ({}).".format(attrs["dilation"]))
+    if kind == "avg" and limits.engine == "pool_engine" and attrs["kernel_size"][0] != attrs["kernel_size"][1]:
+        reasons.append("the pool engine only averages square kernels; this one is {} x {}.".format(
+            *attrs["kernel_size"]))
+    return _dpu_unless(reasons)
+
+
+def mean(node: OpNode, ctx: Context) -> Verdict:
+    """A mean over the spatial dimensions of a 4-D tensor is a global average pool; any other mean
+    is not modelled."""
+    src = ctx.producer(node)
+    dims = sorted(d % 4 for d in node.attrs.get("dim", [])) if src.shape and len(src.shape) == 4 else []
+    if dims == [2, 3]:
+        return pool(node, ctx)
+    return unknown(node, ctx)
+
+
+def eltwise(node: OpNode, ctx: Context) -> Verdict:
+    """Element-wise add and multiply of two feature maps of the same shape on the eltwise engine
+    (DPUCV2DX8G: its ALU)."""
+    kind = "add" if node.op == "add" else "mult"
+    if node.attrs.get("tensor_operands") != 2:
+        return unknown(node, ctx, "an element-wise {} with a constant operand".format(kind))
+    engine = ctx.target.eltwise_for(kind)
+    if engine is None:
+        return _cpu("{} does not support eltwise {}.".format(ctx.target.name, kind.upper()))
+    shapes = [ctx.nodes[name].shape for name in node.inputs]
+    if len(set(shapes)) != 1:
+        return _cpu("DPU eltwise {} needs two inputs of the same shape; got {} "
+                    "(broadcasting is not supported).".format(kind, " and ".join(map(str, shapes))))
+    return Verdict(DPU)
+
+
+def concat(node: OpNode, ctx: Context) -> Verdict:
+    """Concatenation stays on the DPU unless an input comes from the CPU and it is not a
+    channel-wise concatenation of 4-D tensors (vai_q_pytorch ``nndct_shared/inspector/
+    device_allocator.py``)."""
+    from_cpu = [name for name in node.inputs if not ctx.on_dpu(name)]
+    if not from_cpu:
+        return Verdict(DPU)
+    if len(node.inputs) == len(from_cpu):
+        return _cpu("All input of concat are on CPU.")
+    if node.shape is None or len(node.shape) != 4 or node.attrs["dim"] % 4 != 1:
+        return _cpu("One of the inputs ({}) is on the CPU, and this is not a channel-wise "
+                    "concatenation of 4-D tensors.".format(", ".join(from_cpu)))
+    return Verdict(DPU)
+
+
+def _feature_map_needs_permute(src: OpNode) -> bool:
+    """A 4-D NCHW tensor whose element order differs from XIR's NHWC (C > 1 and H x W > 1)."""
+    shape = src.shape
+    return (shape is not None and len(shape) == 4 and src.op not in ("permute", "transpose")
+            and shape[1] > 1 and shape[2] * shape[3] > 1)
+
+
+def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
+    """A reshape/flatten/view of a 4-D feature map: XIR holds it NHWC, so the quantizer inserts a
+    permute NHWC -> NCHW in front (facts 3.1). Followed by a dense layer alone, that permute merges
+    into the dense; otherwise it and the reshape go to the CPU."""
+    src = ctx.producer(node)
+    if not _feature_map_needs_permute(src):
+        if src.shape is not None and len(src.shape) == 4:
+            return Verdict(DPU, [], ["PyTorch's NCHW order equals XIR's NHWC order here ({}: C or H x W"
+                                     " is 1), so the layout change moves no data.".format(list(src.shape))])
+        return Verdict(DPU)
+    note = ("quantizer inserts a permute to convert data layout from 'NHWC' to 'NCHW' before this "
+            "{} (input {} {}).".format(node.op, src.name, list(src.shape)))
+    users = ctx.consumers[node.name]
+    if len(users) == 1 and ctx.nodes[users[0]].op == "dense":
+        return Verdict(DPU, [], [note, "the permute merges into the following dense {!r}, which "
+                                       "reads its weights in NHWC order.".format(users[0])])
+    return _cpu("Try to assign permute(order=(0, 3, 1, 2)) + {} to DPU failed: the DPU has no engine "
+                "to reorder a {} feature map from NHWC to NCHW.".format(node.op, list(src.shape)),
+                notes=[note, "to keep it on the DPU, flatten in NHWC order: "
+                             "x.permute(0, 2, 3, 1).reshape(x.shape[0], -1) (the next layer then sees "
+                             "the elements in another order: retrain, or permute its weights), or "
+                             "pool to 1 x 1 first."])
+
+
+def view_contiguity_note(node: OpNode) -> Optional[str]:
+    """``view`` on a tensor that may be non-contiguous: it works only while the strides fit the
+    new shape, and fails with other input sizes; ``reshape`` and ``flatten`` always work."""
+    origin = node.attrs.get("input_may_be_noncontiguous_from")
+    if node.op != "view" or origin is None:
+        return None
+    return ("'view' on a tensor that may be non-contiguous (it comes from {!r}): it works for this "
+            "input shape only because the strides happen to fit; use .reshape() or .flatten().".format(origin))
+
+
+def reshape(node: OpNode, ctx: Context) -> Verdict:
+    """reshape, view and flatten: on the DPU when their input is (real message "The input of
+    reshape is not on DPU."), subject to the NHWC permute rule, with the view contiguity note."""
+    src = ctx.producer(node)
+    view_note = view_contiguity_note(node)
+    if not ctx.on_dpu(src.name):
+        verdict = _cpu("The input of reshape is not on DPU.")
+    else:
+        verdict = nhwc_permute(node, ctx)
+    if view_note:
+        verdict.notes.append(view_note)
+    return verdict
+
+
+def permute(node: OpNode, ctx: Context) -> Verdict:
+    """permute(0, 2, 3, 1) of a 4-D DPU feature map is XIR's own NHWC order: no data moves, and it
+    cancels the permute the quantizer would insert before a reshape (facts 3.1). Other permutes
+    and transposes move data; no engine of these targets does that."""
+    src = ctx.producer(node)
+    order = node.attrs.get("order")
+    if (order == [0, 2, 3, 1] and src is not None and ctx.on_dpu(src.name)
+            and src.shape is not None and len(src.shape) == 4):
+        return Verdict(DPU, [], ["permute(0, 2, 3, 1) of a feature map is XIR's NHWC order: no data "
+                                 "moves, and a following reshape needs no inserted permute."])
+    return _cpu("{} can't be assigned to DPU: it moves data in memory ({}), and {} has no engine "
+                "for that.".format(node.op, order or node.attrs.get("dims"), ctx.target.name))
+
+
+def softmax(node: OpNode, ctx: Context) -> Verdict:
+    """Softmax is not a DPU engine op; Vitis AI runs it on the CPU (or a separate softmax IP)."""
+    return _cpu("softmax can't be assigned to DPU: it runs on the CPU or on a separate softmax IP "
+                "next to the DPU.")
+
+
+def unknown(node: OpNode, ctx: Context, what: Optional[str] = None) -> Verdict:
+    """Anything not in :data:`OP_RULES`: expected on the CPU, said honestly."""
+    return _cpu("{} ({}) is not in the CPU inspector's operator table: expect it on the CPU; the "
+                "real Inspector in the Vitis AI image gives the final answer.".format(
+                    what or node.op, node.source))
+
+
+OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
+    "conv2d": conv2d,
+    "depthwise_conv2d": depthwise_conv2d,
+    "conv_transpose2d": conv_transpose2d,
+    "dense": dense,
+    "batch_norm": batch_norm,
+    "relu": activation, "relu6": activation, "leaky_relu": activation, "prelu": activation,
+    "hsigmoid": activation, "hswish": activation,
+    "sigmoid": cpu_activation, "silu": cpu_activation, "tanh": cpu_activation,
+    "gelu": cpu_activation,
+    "softmax": softmax,
+    "max_pool2d": pool, "avg_pool2d": pool, "adaptive_avg_pool2d": pool, "mean": mean,
+    "add": eltwise, "mul": eltwise,
+    "concat": concat,
+    "reshape": reshape, "view": reshape, "flatten": reshape,
+    "permute": permute, "transpose": permute,
+}
+
+
+def decide(node: OpNode, ctx: Context) -> Verdict:
+    """The verdict for ``node``: its op-type rule, or :func:`unknown`."""
+    return OP_RULES.get(node.op, unknown)(node, ctx)
