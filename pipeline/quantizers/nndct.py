@@ -54,10 +54,11 @@ INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-py
                 "vitis-ai-pytorch): run the pipeline there with scripts/docker_run.sh, or use the sim backend")
 QUANT_INFO = "quant_info.json"
 BIAS_CORR = "bias_corr.pth"
-# format -> (torch_quantizer method, suffix of the file it writes; facts 1.2, 1.3)
+# export.formats name -> (torch_quantizer method, suffix of the file it writes; facts 1.2, 1.3).
+# export_onnx_model's default native_onnx=True writes standard QuantizeLinear/DequantizeLinear: "onnx_qdq".
 EXPORT_FORMATS = {
     "xmodel": ("export_xmodel", "_int.xmodel"),
-    "onnx": ("export_onnx_model", "_int.onnx"),
+    "onnx_qdq": ("export_onnx_model", "_int.onnx"),
     "torchscript": ("export_torch_script", "_int.pt"),
 }
 
@@ -303,8 +304,8 @@ class NndctBackend(QuantizerBackend):
         """Run one forward on ``example1`` (batch 1), then write each requested format into ``out_dir``.
 
         Args:
-            formats: any of ``"xmodel"`` (``<Model>_int.xmodel``, needs ``xir``), ``"onnx"``
-                (``<Model>_int.onnx``), ``"torchscript"`` (``<Model>_int.pt``).
+            formats: any of ``"xmodel"`` (``<Model>_int.xmodel``, needs ``xir``), ``"onnx_qdq"``
+                (``<Model>_int.onnx``, QuantizeLinear/DequantizeLinear), ``"torchscript"`` (``<Model>_int.pt``).
 
         Returns ``{format: path}``. Each file is written in a temporary folder and moved into
         ``out_dir`` once it exists.

@@ -1,0 +1,427 @@
+"""The nndct adapter's own logic, against a fake ``pytorch_nndct`` package written by the test.
+
+The fake imitates the real quantizer's behaviours that the adapter must defend against
+(vitis_ai_facts.md 1.2-1.5): its import strips ``--nndct_*`` flags from ``sys.argv``; its quant
+model rounds the input tensor in place; it replaces ReLU6 by ReLU in the module it is given; it
+logs errors and returns instead of raising; it calls ``sys.exit`` on version and config checks;
+``export_xmodel`` raises without ``xir``. The real quantizer is exercised in test_nndct_backend.py.
+"""
+import importlib
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
+from pipeline.quantizers import nndct
+from pipeline.quantizers.base import QuantSettings, get_backend
+
+FAKE_INIT = '''
+import sys
+SEEN_ARGV = list(sys.argv)
+for _flag in [a for a in sys.argv[1:] if a.startswith("--nndct_")]:
+    sys.argv.remove(_flag)
+from .version import __version__
+'''
+
+FAKE_VERSION = "__version__ = '3.5.0+fake+torch0'\n"
+
+FAKE_APIS = '''
+import json, logging, os, sys
+import torch
+
+CALLS = []
+BEHAVIOUR = {}
+_LOG = logging.getLogger("nndct_screen")
+
+
+def _error(code, msg):
+    _LOG.error("\\x1b[0;31m[VAIQ_ERROR][QUANTIZER_TORCH_%s]: %s\\x1b[0m" % (code, msg))
+
+
+class _QuantModel(torch.nn.Module):
+    def __init__(self, module, owner):
+        super().__init__()
+        self.module = module
+        self.owner = owner
+
+    def forward(self, x):
+        CALLS.append(("forward", x))
+        self.owner.batch_sizes.append(int(x.shape[0]))
+        x.copy_(torch.floor(x * 64 + 0.5) / 64)   # rounds its input in place, like fix_neuron
+        if not BEHAVIOUR.get("forward_not_counted"):
+            self.owner.forwards += 1
+        return self.module(x)
+
+
+class torch_quantizer:
+    def __init__(self, quant_mode, module, input_args=None, input_kwargs=None, state_dict_file=None,
+                 output_dir="quantize_result", bitwidth=None, mix_bit=False, device=torch.device("cuda"),
+                 lstm=False, app_deploy="CV", qat_proc=False, custom_quant_ops=None,
+                 quant_config_file=None, target=None, dynamo=False):
+        CALLS.append(("init", {"quant_mode": quant_mode, "module": module, "input_args": input_args,
+                               "output_dir": output_dir, "bitwidth": bitwidth, "device": device,
+                               "quant_config_file": quant_config_file, "target": target}))
+        if BEHAVIOUR.get("version_mismatch"):
+            _error("TORCH_VERSION", "Installed pytorch version is 9.9, not consistent with pytorch version "
+                   "when compiling quantizer (1.13.1)")
+            sys.exit(1)
+        if BEHAVIOUR.get("config_exit"):
+            _error("QUANT_CONFIG", "Unsupported key 'include_cl' in quant config file")
+            sys.exit(2)
+        if BEHAVIOUR.get("raise_keyerror"):
+            raise KeyError("target_device")
+        for name, child in list(module.named_children()):
+            if isinstance(child, torch.nn.ReLU6):
+                setattr(module, name, torch.nn.ReLU())        # CLE's ReLU6 -> ReLU rewrite
+        self.name = type(module).__name__
+        self.output_dir = output_dir
+        os.makedirs(output_dir, exist_ok=True)
+        with open(os.path.join(output_dir, self.name + ".py"), "w") as f:
+            f.write("# GENETARED BY NNDCT, DO NOT EDIT!\\n")
+        if quant_mode == "test" and not os.path.isfile(os.path.join(output_dir, "quant_info.json")):
+            sys.exit(2)
+        self.batch_sizes, self.forwards = [], 0
+        self._qm = _QuantModel(module, self)
+
+    @property
+    def quant_model(self):
+        return self._qm
+
+    def export_quant_config(self):
+        CALLS.append(("export_quant_config", None))
+        if self.forwards == 0:
+            _error("NO_FORWARD", "torch_quantizer.quant_model FORWARD function must be called before "
+                   "exporting quantization result.")
+            return
+        folder = self.output_dir
+        if not BEHAVIOUR.get("skip_quant_info"):
+            with open(os.path.join(folder, "quant_info.json"), "w") as f:
+                json.dump({"param": {}, "output": {self.name + "::nndct_input_0": [[8, 6]]}, "input": {},
+                           "fast_finetuned": False, "bias_corrected": True, "version": "3.5.0+fake",
+                           "graph_md5": "0"}, f)
+        if not BEHAVIOUR.get("skip_bias_corr"):
+            torch.save({}, os.path.join(folder, "bias_corr.pth"))
+
+    def _write(self, output_dir, suffix):
+        if self.forwards == 0:
+            _error("NO_FORWARD", "torch_quantizer.quant_model FORWARD function must be called before "
+                   "exporting quantization result.")
+            return
+        if BEHAVIOUR.get("write_nothing"):
+            return
+        names = [self.name + suffix] if not BEHAVIOUR.get("two_graphs") else \\
+            [self.name + "_0" + suffix, self.name + "_1" + suffix]
+        for name in names:
+            with open(os.path.join(output_dir, name), "wb") as f:
+                f.write(b"fake" + suffix.encode())
+
+    def export_xmodel(self, output_dir="quantize_result", deploy_check=False, dynamic_batch=False):
+        CALLS.append(("export_xmodel", {"output_dir": output_dir, "batch_sizes": list(self.batch_sizes)}))
+        if BEHAVIOUR.get("no_xir"):
+            raise Exception("please install xir package")
+        if BEHAVIOUR.get("batch_error"):
+            _error("XMODEL_BATCHSIZE", "Batch size must be 1 when exporting xmodel.")
+        self._write(output_dir, "_int.xmodel")
+
+    def export_onnx_model(self, output_dir="quantize_result", verbose=False, dynamic_batch=False,
+                          opset_version=None, native_onnx=True, dump_layers=False, check_model=False,
+                          opt_graph=False):
+        CALLS.append(("export_onnx_model", {"output_dir": output_dir}))
+        self._write(output_dir, "_int.onnx")
+
+    def export_torch_script(self, output_dir="quantize_result", verbose=False):
+        CALLS.append(("export_torch_script", {"output_dir": output_dir}))
+        self._write(output_dir, "_int.pt")
+'''
+
+
+class Net(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.flatten = torch.nn.Flatten()
+        self.fc = torch.nn.Linear(12, 4)
+        self.act = torch.nn.ReLU6()
+
+    def forward(self, x):
+        return self.act(self.fc(self.flatten(x)))
+
+
+@pytest.fixture
+def fake(tmp_path, monkeypatch):
+    """Install the fake pytorch_nndct on sys.path; yields a function returning its apis module."""
+    pkg = tmp_path / "site" / "pytorch_nndct"
+    pkg.mkdir(parents=True)
+    (pkg / "__init__.py").write_text(FAKE_INIT)
+    (pkg / "version.py").write_text(FAKE_VERSION)
+    (pkg / "apis.py").write_text(FAKE_APIS)
+    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    monkeypatch.setattr(nndct, "_MODES_CREATED", set())
+    for name in ("pytorch_nndct", "pytorch_nndct.apis", "pytorch_nndct.version"):
+        sys.modules.pop(name, None)
+    importlib.invalidate_caches()
+    yield lambda: importlib.import_module("pytorch_nndct.apis")
+    for name in ("pytorch_nndct", "pytorch_nndct.apis", "pytorch_nndct.version"):
+        sys.modules.pop(name, None)
+
+
+def _model():
+    torch.manual_seed(0)
+    return Net().eval()
+
+
+def _batches(n=3):
+    g = torch.Generator().manual_seed(1)
+    return [torch.rand(2, 3, 2, 2, generator=g) * 3 - 1.5 for _ in range(n)]
+
+
+def _calibrate(tmp_path, batches=None, settings=None, model=None):
+    out = str(tmp_path / "quantize_result")
+    batches = _batches() if batches is None else batches
+    result = nndct.NndctBackend().calibrate(model or _model(), batches[0] if batches else torch.zeros(2, 3, 2, 2),
+                                            batches, out, settings or QuantSettings())
+    return out, result
+
+
+def test_registry_and_availability(fake):
+    assert isinstance(get_backend("nndct"), nndct.NndctBackend)
+    assert nndct.NndctBackend.is_available()
+    assert nndct.quantizer_version() == "3.5.0+fake+torch0"
+    assert "pytorch_nndct" not in sys.modules, "availability and version must not import it"
+
+
+def test_calibrate_writes_the_files_and_maps_the_settings(fake, tmp_path):
+    cfg = tmp_path / "q.json"
+    cfg.write_text("{}")
+    settings = QuantSettings(target="DPUCZDX8G_ISA1_B4096", bitwidth=8, quant_config_file=str(cfg), device="cpu")
+    out, result = _calibrate(tmp_path, settings=settings)
+    assert result["batches"] == 3
+    assert sorted(os.path.basename(f) for f in result["files"]) == ["Net.py", "bias_corr.pth", "quant_info.json"]
+    assert sorted(os.listdir(out)) == ["Net.py", "bias_corr.pth", "quant_info.json"], "no temporary folder left"
+    assert result["quant_info"]["bias_corrected"] is True
+    assert result["quantizer_version"] == "3.5.0+fake+torch0"
+    init = [c for c in fake().CALLS if c[0] == "init"][0][1]
+    assert init["quant_mode"] == "calib"
+    assert init["target"] == "DPUCZDX8G_ISA1_B4096" and init["bitwidth"] == 8
+    assert init["quant_config_file"] == str(cfg) and init["device"] == torch.device("cpu")
+
+
+def test_each_batch_is_handed_over_as_an_owned_copy(fake, tmp_path):
+    batches = _batches()
+    before = [b.clone() for b in batches]
+    _calibrate(tmp_path, batches=batches)
+    seen = [c[1] for c in fake().CALLS if c[0] == "forward"]
+    assert len(seen) == 3
+    for got, mine, orig in zip(seen, batches, before):
+        assert torch.equal(mine, orig), "the caller's batch was modified"
+        assert got.data_ptr() != mine.data_ptr()
+        assert torch.equal(got, torch.floor(orig * 64 + 0.5) / 64), "the fake rounded its own copy in place"
+    example = [c for c in fake().CALLS if c[0] == "init"][0][1]["input_args"][0]
+    assert example.data_ptr() != batches[0].data_ptr()
+
+
+def test_model_is_deep_copied_so_the_relu6_rewrite_stays_inside(fake, tmp_path):
+    model = _model()
+    state = {k: v.clone() for k, v in model.state_dict().items()}
+    _calibrate(tmp_path, model=model)
+    assert isinstance(model.act, torch.nn.ReLU6)
+    given = [c for c in fake().CALLS if c[0] == "init"][0][1]["module"]
+    assert given is not model and isinstance(given.act, torch.nn.ReLU)
+    assert all(torch.equal(state[k], v) for k, v in model.state_dict().items())
+
+
+def test_sys_argv_is_kept_away_from_the_import(fake, tmp_path, monkeypatch):
+    argv = ["prog", "run", "--nndct_quant_off", "--config", "c.yaml"]
+    monkeypatch.setattr(sys, "argv", argv)
+    _calibrate(tmp_path)
+    assert sys.argv is argv and argv == ["prog", "run", "--nndct_quant_off", "--config", "c.yaml"]
+    assert importlib.import_module("pytorch_nndct").SEEN_ARGV == ["prog"]
+
+
+def test_p03_zero_batches_fails_before_anything_is_created(fake, tmp_path):
+    out = tmp_path / "quantize_result"
+    with pytest.raises(QuantizationError, match="calibration saw 0 batches"):
+        nndct.NndctBackend().calibrate(_model(), torch.zeros(1, 3, 2, 2), iter([]), str(out), QuantSettings())
+    assert not out.exists()
+    assert "pytorch_nndct" not in sys.modules
+
+
+def test_export_quant_config_that_only_logs_is_an_error(fake, tmp_path):
+    fake().BEHAVIOUR["forward_not_counted"] = True
+    with pytest.raises(QuantizationError, match="NO_FORWARD"):
+        _calibrate(tmp_path)
+    assert os.listdir(str(tmp_path / "quantize_result")) == []
+
+
+@pytest.mark.parametrize("missing, message", [("skip_quant_info", "no quant_info.json"),
+                                              ("skip_bias_corr", "bias_corr.pth is missing")])
+def test_missing_calibration_files_are_errors(fake, tmp_path, missing, message):
+    fake().BEHAVIOUR[missing] = True
+    with pytest.raises(QuantizationError, match=message):
+        _calibrate(tmp_path)
+    assert os.listdir(str(tmp_path / "quantize_result")) == []
+
+
+def test_version_check_exit_is_backend_unavailable(fake, tmp_path):
+    fake().BEHAVIOUR["version_mismatch"] = True
+    with pytest.raises(BackendUnavailableError) as info:
+        _calibrate(tmp_path)
+    assert "exit status 1" in str(info.value) and "not consistent" in str(info.value)
+    assert "\x1b[" not in str(info.value)
+
+
+def test_config_exit_and_exceptions_are_quantization_errors(fake, tmp_path):
+    apis = fake()
+    apis.BEHAVIOUR["config_exit"] = True
+    with pytest.raises(QuantizationError, match="exit status 2.*include_cl"):
+        _calibrate(tmp_path)
+    apis.BEHAVIOUR.clear()
+    apis.BEHAVIOUR["raise_keyerror"] = True
+    with pytest.raises(QuantizationError, match="KeyError: 'target_device'"):
+        _calibrate(tmp_path)
+
+
+def test_missing_package_is_backend_unavailable(tmp_path, monkeypatch):
+    monkeypatch.setattr(nndct, "_MODES_CREATED", set())
+    monkeypatch.setitem(sys.modules, "pytorch_nndct", None)   # makes the import fail
+    with pytest.raises(BackendUnavailableError, match="Vitis AI image"):
+        _calibrate(tmp_path)
+
+
+def _calibrated(tmp_path):
+    out, _ = _calibrate(tmp_path)
+    nndct._MODES_CREATED.clear()       # the runner would start a new process for the test step
+    return out
+
+
+def test_load_test_needs_quant_info_and_bias_corr(fake, tmp_path):
+    backend = nndct.NndctBackend()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(QuantizationError, match="run the calib step first"):
+        backend.load_test(_model(), torch.zeros(4, 3, 2, 2), str(empty), QuantSettings())
+    out = _calibrated(tmp_path)
+    os.remove(os.path.join(out, "bias_corr.pth"))
+    with pytest.raises(QuantizationError, match="bias_corr.pth is missing"):
+        backend.load_test(_model(), torch.zeros(4, 3, 2, 2), out, QuantSettings())
+    assert [c for c in fake().CALLS if c[0] == "init" and c[1]["quant_mode"] == "test"] == []
+
+
+def test_test_mode_traces_batch_1_and_evaluates_any_batch(fake, tmp_path):
+    out = _calibrated(tmp_path)
+    model = _model()
+    handle = nndct.NndctBackend().load_test(model, torch.zeros(4, 3, 2, 2), out, QuantSettings())
+    init = [c for c in fake().CALLS if c[0] == "init"][-1][1]
+    assert init["quant_mode"] == "test" and init["output_dir"] == out
+    assert tuple(init["input_args"][0].shape) == (1, 3, 2, 2)
+    x = _batches(1)[0]
+    x_before = x.clone()
+    y = handle(x)
+    assert torch.equal(x, x_before)
+    expected = torch.nn.ReLU()(model.fc(torch.floor(x * 64 + 0.5).flatten(1) / 64))
+    assert torch.allclose(y, expected)
+    assert handle.forwards == 1 and handle.last_batch_size == 2
+
+
+def test_calib_and_test_refuse_to_share_a_process(fake, tmp_path):
+    out, _ = _calibrate(tmp_path)
+    with pytest.raises(QuantizationError, match="separate processes"):
+        nndct.NndctBackend().load_test(_model(), torch.zeros(1, 3, 2, 2), out, QuantSettings())
+    nndct._MODES_CREATED.clear()
+    nndct.NndctBackend().load_test(_model(), torch.zeros(1, 3, 2, 2), out, QuantSettings())
+    with pytest.raises(QuantizationError, match="already created a test-mode quantizer"):
+        _calibrate(tmp_path)
+
+
+def _handle(fake, tmp_path):
+    out = _calibrated(tmp_path)
+    return out, nndct.NndctBackend().load_test(_model(), torch.zeros(4, 3, 2, 2), out, QuantSettings())
+
+
+def test_export_runs_a_batch_1_forward_then_writes_each_format(fake, tmp_path):
+    out, handle = _handle(fake, tmp_path)
+    handle(torch.zeros(8, 3, 2, 2))
+    dest = str(tmp_path / "export")
+    files = nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), dest, ["xmodel", "onnx_qdq", "torchscript"])
+    assert files == {"xmodel": os.path.join(dest, "Net_int.xmodel"), "onnx_qdq": os.path.join(dest, "Net_int.onnx"),
+                     "torchscript": os.path.join(dest, "Net_int.pt")}
+    assert sorted(os.listdir(dest)) == ["Net_int.onnx", "Net_int.pt", "Net_int.xmodel"]
+    xmodel_call = [c for c in fake().CALLS if c[0] == "export_xmodel"][0][1]
+    assert xmodel_call["batch_sizes"] == [8, 1], "one batch-1 forward right before export"
+
+
+def test_p04_export_with_batch_4_stops_before_the_quantizer(fake, tmp_path):
+    out, handle = _handle(fake, tmp_path)
+    dest = tmp_path / "export"
+    with pytest.raises(ExportError, match=r"batch size 1.*\(4, 3, 2, 2\).*example\[:1\]"):
+        nndct.NndctBackend().export(handle, torch.zeros(4, 3, 2, 2), str(dest), ["xmodel"])
+    assert not dest.exists()
+    assert [c for c in fake().CALLS if c[0].startswith("export_") and c[0] != "export_quant_config"] == []
+
+
+def test_export_soft_failures_become_errors(fake, tmp_path):
+    apis = fake()
+    out, handle = _handle(fake, tmp_path)
+    dest = tmp_path / "export"
+    apis.BEHAVIOUR["batch_error"] = True
+    with pytest.raises(ExportError, match="Batch size must be 1"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(dest), ["xmodel"])
+    assert os.listdir(str(dest)) == [], "a file written alongside a logged error is not kept"
+    apis.BEHAVIOUR.clear()
+    apis.BEHAVIOUR["forward_not_counted"] = True
+    handle.quantizer.forwards = 0
+    with pytest.raises(ExportError, match="NO_FORWARD"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(dest), ["torchscript"])
+
+
+def test_export_checks_the_files_exist(fake, tmp_path):
+    apis = fake()
+    out, handle = _handle(fake, tmp_path)
+    apis.BEHAVIOUR["write_nothing"] = True
+    with pytest.raises(ExportError, match="expected one \\*_int.xmodel file, the quantizer wrote none"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(tmp_path / "e"), ["xmodel"])
+    apis.BEHAVIOUR.clear()
+    apis.BEHAVIOUR["two_graphs"] = True
+    with pytest.raises(ExportError, match="Net_0_int.xmodel"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(tmp_path / "e"), ["xmodel"])
+
+
+def test_export_xmodel_without_xir_is_backend_unavailable(fake, tmp_path):
+    fake().BEHAVIOUR["no_xir"] = True
+    out, handle = _handle(fake, tmp_path)
+    with pytest.raises(BackendUnavailableError, match="please install xir package.*Vitis AI image"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(tmp_path / "e"), ["xmodel"])
+
+
+def test_unknown_export_format(fake, tmp_path):
+    out, handle = _handle(fake, tmp_path)
+    with pytest.raises(ConfigError, match="onnx_exact"):
+        nndct.NndctBackend().export(handle, torch.zeros(1, 3, 2, 2), str(tmp_path / "e"), ["onnx_exact"])
+
+
+def test_the_adapter_is_the_only_module_importing_pytorch_nndct():
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pipeline")
+    importers = []
+    for folder, _, names in os.walk(root):
+        for name in names:
+            if name.endswith(".py"):
+                path = os.path.join(folder, name)
+                with open(path) as f:
+                    text = f.read()
+                if "import pytorch_nndct" in text or "from pytorch_nndct" in text:
+                    importers.append(os.path.relpath(path, root))
+    assert importers == [os.path.join("quantizers", "nndct.py")]
+
+
+def test_importing_pipeline_does_not_import_pytorch_nndct():
+    code = textwrap.dedent("""
+        import sys, pipeline, pipeline.quantizers.nndct, pipeline.quantizers.base
+        print(json.dumps(sorted(m for m in sys.modules if m.startswith(("pytorch_nndct", "xir")))))
+    """)
+    import subprocess
+    out = subprocess.run([sys.executable, "-c", "import json\n" + code], check=True, stdout=subprocess.PIPE,
+                         universal_newlines=True, cwd=os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    assert json.loads(out.stdout) == []
