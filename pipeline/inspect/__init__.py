@@ -5,8 +5,8 @@ Public API: :func:`inspect_model`, :func:`write_reports`, :class:`Inspection`,
 :class:`InspectedNode`, and the engine-parameter table :data:`TARGETS` with :func:`get_target`.
 """
 
-from pipeline.inspect.hardware import TARGETS, DpuTarget, get_target
+from pipeline.inspect.hardware import TARGETS, DpuEngines, get_target
 from pipeline.inspect.inspector import InspectedNode, Inspection, inspect_model, write_reports
 
-__all__ = ["TARGETS", "DpuTarget", "get_target", "InspectedNode", "Inspection", "inspect_model",
+__all__ = ["TARGETS", "DpuEngines", "get_target", "InspectedNode", "Inspection", "inspect_model",
            "write_reports"]

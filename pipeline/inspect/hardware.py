@@ -102,7 +102,7 @@ class DwconvEngine:
 
 @dataclass(frozen=True)
 class EngineLimits:
-    """The limits that apply to one operation on the engine that runs it (see ``DpuTarget``).
+    """The limits that apply to one operation on the engine that runs it (see ``DpuEngines``).
 
     ``pad`` is (left, right, top, bottom) range strings, or None when the only pad rule is
     "pad no larger than the kernel". ``weight_bank`` is None for engines without weights (pools).
@@ -118,7 +118,7 @@ class EngineLimits:
 
 
 @dataclass(frozen=True)
-class DpuTarget:
+class DpuEngines:
     """One DPU target: its name, family (prototxt ``type``), batch and engines.
 
     The helper methods answer "which engine runs this operation, under which limits" the way the
@@ -203,117 +203,117 @@ _ALU_TYPES_ISA = ("dwconv", "prelu", "avg_pool", "max_pool", "leaky_relu", "max_
 _ALU_TYPES_V2 = ("macc_temp", "comp_temp", "elew_add", "elew_mult")
 _POOL_AHX8H = PoolEngine(16, 1, ("max", "avg"), "1-8", "1-8", "1-8", "1-8")
 
-TARGETS: Dict[str, DpuTarget] = {
+TARGETS: Dict[str, DpuEngines] = {
     # MPSoC (ZCU102, ZCU104, KV260): B<n> = 2 x pixel_parallel x input x output channel parallel.
-    "DPUCZDX8G_ISA1_B512": DpuTarget(
+    "DPUCZDX8G_ISA1_B512": DpuEngines(
         "DPUCZDX8G_ISA1_B512", "DPUCZDX8G", 1, 8,
         conv=ConvEngine(8, 8, 4, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 8, 8, 2048)),
         eltwise=EltwiseEngine(8, 2, ("add", "mult"), ("relu",)),
         alu=AluEngine(8, 2, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 8, 2048))),
-    "DPUCZDX8G_ISA1_B800": DpuTarget(
+    "DPUCZDX8G_ISA1_B800": DpuEngines(
         "DPUCZDX8G_ISA1_B800", "DPUCZDX8G", 1, 10,
         conv=ConvEngine(10, 10, 4, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 10, 10, 2048)),
         eltwise=EltwiseEngine(10, 2, ("add", "mult"), ("relu",)),
         alu=AluEngine(10, 2, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 10, 2048))),
-    "DPUCZDX8G_ISA1_B1024": DpuTarget(
+    "DPUCZDX8G_ISA1_B1024": DpuEngines(
         "DPUCZDX8G_ISA1_B1024", "DPUCZDX8G", 1, 8,
         conv=ConvEngine(8, 8, 8, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 8, 8, 2048)),
         eltwise=EltwiseEngine(8, 4, ("add", "mult"), ("relu",)),
         alu=AluEngine(8, 4, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 8, 2048))),
-    "DPUCZDX8G_ISA1_B1152": DpuTarget(
+    "DPUCZDX8G_ISA1_B1152": DpuEngines(
         "DPUCZDX8G_ISA1_B1152", "DPUCZDX8G", 1, 12,
         conv=ConvEngine(12, 12, 4, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 12, 12, 2048)),
         eltwise=EltwiseEngine(12, 2, ("add", "mult"), ("relu",)),
         alu=AluEngine(12, 2, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 12, 2048))),
-    "DPUCZDX8G_ISA1_B1600": DpuTarget(
+    "DPUCZDX8G_ISA1_B1600": DpuEngines(
         "DPUCZDX8G_ISA1_B1600", "DPUCZDX8G", 1, 10,
         conv=ConvEngine(10, 10, 8, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 10, 10, 2048)),
         eltwise=EltwiseEngine(10, 4, ("add", "mult"), ("relu",)),
         alu=AluEngine(10, 4, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 10, 2048))),
-    "DPUCZDX8G_ISA1_B2304": DpuTarget(
+    "DPUCZDX8G_ISA1_B2304": DpuEngines(
         "DPUCZDX8G_ISA1_B2304", "DPUCZDX8G", 1, 12,
         conv=ConvEngine(12, 12, 8, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 12, 12, 2048)),
         eltwise=EltwiseEngine(12, 4, ("add", "mult"), ("relu",)),
         alu=AluEngine(12, 4, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 12, 2048))),
-    "DPUCZDX8G_ISA1_B3136": DpuTarget(
+    "DPUCZDX8G_ISA1_B3136": DpuEngines(
         "DPUCZDX8G_ISA1_B3136", "DPUCZDX8G", 1, 14,
         conv=ConvEngine(14, 14, 8, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 14, 14, 2048)),
         eltwise=EltwiseEngine(14, 4, ("add", "mult"), ("relu",)),
         alu=AluEngine(14, 4, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 14, 2048))),
-    "DPUCZDX8G_ISA1_B4096": DpuTarget(
+    "DPUCZDX8G_ISA1_B4096": DpuEngines(
         "DPUCZDX8G_ISA1_B4096", "DPUCZDX8G", 1, 16,
         conv=ConvEngine(16, 16, 8, "1-16", "1-8", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 16, 16, 2048)),
         eltwise=EltwiseEngine(16, 4, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 4, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 2048))),
     # Versal AI Core (VCK190): C<32|64> = output channel parallelism, B<n> = batch (DPU cores).
-    "DPUCVDX8G_ISA3_C32B1": DpuTarget(
+    "DPUCVDX8G_ISA3_C32B1": DpuEngines(
         "DPUCVDX8G_ISA3_C32B1", "DPUCVDX8G", 1, 16,
         conv=ConvEngine(16, 32, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
-    "DPUCVDX8G_ISA3_C32B3": DpuTarget(
+    "DPUCVDX8G_ISA3_C32B3": DpuEngines(
         "DPUCVDX8G_ISA3_C32B3", "DPUCVDX8G", 3, 16,
         conv=ConvEngine(16, 32, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
-    "DPUCVDX8G_ISA3_C32B6": DpuTarget(
+    "DPUCVDX8G_ISA3_C32B6": DpuEngines(
         "DPUCVDX8G_ISA3_C32B6", "DPUCVDX8G", 6, 16,
         conv=ConvEngine(16, 32, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
-    "DPUCVDX8G_ISA3_C64B1": DpuTarget(
+    "DPUCVDX8G_ISA3_C64B1": DpuEngines(
         "DPUCVDX8G_ISA3_C64B1", "DPUCVDX8G", 1, 16,
         conv=ConvEngine(16, 64, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
-    "DPUCVDX8G_ISA3_C64B3": DpuTarget(
+    "DPUCVDX8G_ISA3_C64B3": DpuEngines(
         "DPUCVDX8G_ISA3_C64B3", "DPUCVDX8G", 3, 16,
         conv=ConvEngine(16, 64, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
-    "DPUCVDX8G_ISA3_C64B5": DpuTarget(
+    "DPUCVDX8G_ISA3_C64B5": DpuEngines(
         "DPUCVDX8G_ISA3_C64B5", "DPUCVDX8G", 5, 16,
         conv=ConvEngine(16, 64, 8, "1-16", "1-8", _NL_ALL, Bank("CONVW", 16, 16, 8192)),
         eltwise=EltwiseEngine(16, 8, ("add", "mult"), ("relu",)),
         alu=AluEngine(16, 8, _ALU_TYPES_ISA, _NL_RELU_RELU6, "1-256", "1-256", _PAD_LIMIT,
                       Bank("DWCONVW", 1, 16, 8192))),
     # Versal AI Edge (VEK280) and V70: one ALU runs depthwise conv, pools and element-wise ops.
-    "DPUCV2DX8G_ISA1_C20B1": DpuTarget(
+    "DPUCV2DX8G_ISA1_C20B1": DpuEngines(
         "DPUCV2DX8G_ISA1_C20B1", "DPUCV2DX8G", 1, 32,
         conv=ConvEngine(32, 32, 4, "1-16", "1-16", _NL_ALL, Bank("CONVW", 4, 16, 32768)),
         alu=AluEngine(32, 2, _ALU_TYPES_V2, _NL_ALL, "1-256", "1-256", _PAD_LIMIT,
                       Bank("CONVW", 4, 16, 32768))),
-    "DPUCV2DX8G_ISA1_C20B14": DpuTarget(
+    "DPUCV2DX8G_ISA1_C20B14": DpuEngines(
         "DPUCV2DX8G_ISA1_C20B14", "DPUCV2DX8G", 14, 32,
         conv=ConvEngine(32, 32, 4, "1-16", "1-16", _NL_ALL, Bank("CONVW", 4, 16, 32768)),
         alu=AluEngine(32, 2, _ALU_TYPES_V2, _NL_ALL, "1-256", "1-256", _PAD_LIMIT,
                       Bank("CONVW", 4, 16, 32768))),
     # Alveo U50/U50LV/U55C/U280: pool engine instead of an ALU; only _DWC has depthwise conv.
-    "DPUCAHX8H_ISA2": DpuTarget(
+    "DPUCAHX8H_ISA2": DpuEngines(
         "DPUCAHX8H_ISA2", "DPUCAHX8H", 1, 16,
         conv=ConvEngine(16, 16, 8, "1-16", "1-4", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 16, 16, 2048)),
         eltwise=EltwiseEngine(16, 1, ("add",), ("relu",)),
         pool=_POOL_AHX8H),
-    "DPUCAHX8H_ISA2_DWC": DpuTarget(
+    "DPUCAHX8H_ISA2_DWC": DpuEngines(
         "DPUCAHX8H_ISA2_DWC", "DPUCAHX8H", 1, 16,
         conv=ConvEngine(16, 16, 8, "1-16", "1-4", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 16, 16, 2048)),
         eltwise=EltwiseEngine(16, 1, ("add",), ("relu",)),
         pool=_POOL_AHX8H,
         dwconv=DwconvEngine(16, 2, "1,2,3,5,7", "1-4", _NL_RELU_RELU6, Bank("DWCONVW", 1, 16, 2048))),
-    "DPUCAHX8H_ISA2_ELP2": DpuTarget(
+    "DPUCAHX8H_ISA2_ELP2": DpuEngines(
         "DPUCAHX8H_ISA2_ELP2", "DPUCAHX8H", 1, 16,
         conv=ConvEngine(16, 16, 8, "1-16", "1-4", _NL_RELU_LEAKY_RELU6, Bank("CONVW", 16, 16, 2048)),
         eltwise=EltwiseEngine(16, 2, ("add",), ("relu",)),
@@ -321,7 +321,7 @@ TARGETS: Dict[str, DpuTarget] = {
 }
 
 
-def get_target(name: str) -> DpuTarget:
+def get_target(name: str) -> DpuEngines:
     """The engine parameters of DPU target ``name`` (exact, case-sensitive, as in facts 3.2).
 
     Raises:

@@ -14,20 +14,18 @@ Usage::
     print(inspection.summary_line())          # DPU: 14 nodes, CPU: 0 nodes
 """
 
-import json
 import os
 import shutil
 import subprocess
-import tempfile
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, Dict, List, Optional, Tuple, Union
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn as nn
 
+from pipeline import fileio
 from pipeline.errors import DataError, PipelineError
-from pipeline.inspect.hardware import DpuTarget, get_target
+from pipeline.inspect.hardware import DpuEngines, get_target
 from pipeline.inspect.render import render_dot, render_text
 from pipeline.inspect.rules import CPU, DPU, Context, decide
 from pipeline.inspect.trace import trace_model
@@ -83,7 +81,7 @@ class Inspection:
     not nodes; ``outputs`` names the nodes whose results the model returns.
     """
 
-    target: DpuTarget
+    target: DpuEngines
     model_name: str
     inputs: List[Tuple[str, Optional[Tuple[int, ...]]]]
     outputs: List[str]
@@ -179,22 +177,10 @@ def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspe
                       traced.outputs, nodes)
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    """Write ``text`` to a temporary file next to ``path``, then rename it into place."""
-    handle, temporary = tempfile.mkstemp(dir=str(path.parent), prefix="." + path.name + ".")
-    try:
-        with os.fdopen(handle, "w", encoding="utf-8") as stream:
-            stream.write(text)
-        os.replace(temporary, str(path))
-    except BaseException:
-        if os.path.exists(temporary):
-            os.remove(temporary)
-        raise
-
-
-def write_reports(inspection: Inspection, out_dir: Union[str, Path]) -> Dict[str, Path]:
+def write_reports(inspection: Inspection, out_dir: str) -> Dict[str, str]:
     """Write ``inspect_<target>.txt``, ``.json`` and ``.gv`` into ``out_dir`` (created if missing),
-    and ``.svg`` when graphviz's ``dot`` is on PATH. Each file appears complete or not at all.
+    and ``.svg`` when graphviz's ``dot`` is on PATH. Each file appears complete or not at all
+    (:mod:`pipeline.fileio`).
 
     Returns:
         {"txt": path, "json": path, "gv": path} plus "svg" when it was drawn.
@@ -202,24 +188,17 @@ def write_reports(inspection: Inspection, out_dir: Union[str, Path]) -> Dict[str
     Raises:
         PipelineError: ``dot`` is installed but failed (its exit status and stderr are given).
     """
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    stem = "inspect_" + inspection.target.name
-    paths = {"txt": out / (stem + ".txt"), "json": out / (stem + ".json"), "gv": out / (stem + ".gv")}
-    _write_atomic(paths["txt"], inspection.to_text())
-    _write_atomic(paths["json"], json.dumps(inspection.to_json(), indent=2) + "\n")
-    _write_atomic(paths["gv"], inspection.to_dot())
+    stem = os.path.join(str(out_dir), "inspect_" + inspection.target.name)
+    paths = {"txt": fileio.write_text(stem + ".txt", inspection.to_text()),
+             "json": fileio.write_json(stem + ".json", inspection.to_json()),
+             "gv": fileio.write_text(stem + ".gv", inspection.to_dot())}
     dot = shutil.which("dot")
     if dot is not None:
-        svg = out / (stem + ".svg")
-        temporary = out / ("." + stem + ".svg.tmp")
-        result = subprocess.run([dot, "-Tsvg", str(paths["gv"]), "-o", str(temporary)],
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-        if result.returncode != 0:
-            if temporary.exists():
-                temporary.unlink()
-            raise PipelineError("graphviz 'dot -Tsvg {}' failed with exit status {}: {}".format(
-                paths["gv"], result.returncode, result.stderr.decode(errors="replace")[-2000:]))
-        os.replace(str(temporary), str(svg))
-        paths["svg"] = svg
+        with fileio.atomic_path(stem + ".svg") as temporary:
+            result = subprocess.run([dot, "-Tsvg", paths["gv"], "-o", temporary],
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+            if result.returncode != 0:
+                raise PipelineError("graphviz 'dot -Tsvg {}' failed with exit status {}: {}".format(
+                    paths["gv"], result.returncode, result.stderr.decode(errors="replace")[-2000:]))
+        paths["svg"] = stem + ".svg"
     return paths

@@ -37,7 +37,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional
 
-from pipeline.inspect.hardware import DpuTarget, EngineLimits, allows
+from pipeline.inspect.hardware import DpuEngines, EngineLimits, allows
 from pipeline.inspect.trace import OpNode
 
 DPU = "DPU"
@@ -79,7 +79,7 @@ class Context:
     """What the rules may read: the target, every node by name (graph inputs included), each
     node's consumers, and the verdicts decided so far."""
 
-    target: DpuTarget
+    target: DpuEngines
     nodes: Dict[str, OpNode]
     consumers: Dict[str, List[str]]
     verdicts: Dict[str, Verdict]
@@ -141,7 +141,7 @@ def check_channels(in_channels: int, out_channels: int, dilation: List[int],
     return None
 
 
-def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuTarget) -> Optional[str]:
+def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuEngines) -> Optional[str]:
     """Conv weights fit the weight bank:
     ``k_h * k_w * ceil(ic / bank_width) * ceil(output_channel_parallel / bank_num) <= bank_depth``."""
     bank = target.conv.weight_bank
@@ -298,10 +298,10 @@ def dense(node: OpNode, ctx: Context) -> Verdict:
 
 def _fusion_base(src: OpNode, ctx: Context) -> Optional[OpNode]:
     """The node an activation after ``src`` would fuse into: ``src`` itself, or the conv a
-    batch norm ``src`` is folded into. None when ``src`` already carries an activation or is not a
-    fusing op."""
+    batch norm ``src`` is folded into (on either device). None when ``src`` already carries an
+    activation or is not a fusing op."""
     verdict = ctx.verdicts.get(src.name)
-    if verdict is None or verdict.device != DPU:
+    if verdict is None:
         return None
     if src.op == "batch_norm" and verdict.fused_into:
         return ctx.nodes[verdict.fused_into]
@@ -322,7 +322,7 @@ def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
     return [op for op in _FUSABLE_AFTER[base.op] if NONLINEAR_NAME[op] in engine_nl]
 
 
-def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
+def _standalone_engine(op: str, target: DpuEngines) -> Optional[str]:
     """The engine that runs activation ``op`` on its own, or None."""
     alu = target.alu
     if alu is None:
@@ -364,6 +364,11 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
     target = ctx.target
     fuse_failure = None
     base = _fusion_base(src, ctx) if src is not None else None
+    if base is not None and len(ctx.consumers[src.name]) == 1 and not ctx.on_dpu(base.name):
+        verdict = _cpu("{} stays with the {} {!r} it fuses into, which is on the CPU.".format(
+            node.op, base.op, base.name))
+        verdict.changes = changes
+        return verdict
     if base is not None and len(ctx.consumers[src.name]) == 1:
         allowed = _fusable_types(base, ctx)
         if node.op in allowed:
@@ -409,7 +414,8 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
     replacement, text = conversion
     src = ctx.producer(node)
     base = _fusion_base(src, ctx) if src is not None else None
-    if base is not None and len(ctx.consumers[src.name]) == 1 and replacement in _fusable_types(base, ctx):
+    if (base is not None and len(ctx.consumers[src.name]) == 1 and ctx.on_dpu(base.name)
+            and replacement in _fusable_types(base, ctx)):
         where = "would fuse into {} {!r}".format(base.op, base.name)
     elif _standalone_engine(replacement, ctx.target):
         where = "would run on the {}".format(_standalone_engine(replacement, ctx.target))
@@ -423,12 +429,15 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
 
 def batch_norm(node: OpNode, ctx: Context) -> Verdict:
     """BatchNorm2d folds into the conv before it (conv, depthwise or transposed, with no other
-    consumer; facts 2.6); otherwise the quantizer rewrites it as a per-channel scale and offset,
+    consumer; facts 2.6) and runs where that conv runs; otherwise the quantizer rewrites it as a per-channel scale and offset,
     which runs as a depthwise 1x1 conv where the target has one (an inference)."""
     src = ctx.producer(node)
-    if (src is not None and src.op in _CONV_FAMILY and ctx.on_dpu(src.name)
-            and not ctx.verdicts[src.name].fused_into and len(ctx.consumers[src.name]) == 1):
-        return Verdict(DPU, [], ["folded into {} {!r} (conv_bn_merge).".format(src.op, src.name)], src.name)
+    if src is not None and src.op in _CONV_FAMILY and len(ctx.consumers[src.name]) == 1:
+        note = "folded into {} {!r} (conv_bn_merge).".format(src.op, src.name)
+        if ctx.on_dpu(src.name):
+            return Verdict(DPU, [], [note], src.name)
+        return Verdict(CPU, ["folded into {} {!r}, which is on the CPU.".format(src.op, src.name)],
+                       [], src.name)
     if ctx.target.depthwise_limits() is not None:
         return Verdict(DPU, [], ["not foldable: the quantizer rewrites it as a per-channel scale and "
                                  "offset, run as a depthwise 1x1 conv."])
@@ -511,23 +520,17 @@ def concat(node: OpNode, ctx: Context) -> Verdict:
     return Verdict(DPU)
 
 
-def _feature_map_needs_permute(src: OpNode) -> bool:
-    """A 4-D NCHW tensor whose element order differs from XIR's NHWC (C > 1 and H x W > 1)."""
-    shape = src.shape
-    return (shape is not None and len(shape) == 4 and src.op not in ("permute", "transpose")
-            and shape[1] > 1 and shape[2] * shape[3] > 1)
-
-
 def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
-    """A reshape/flatten/view of a 4-D feature map: XIR holds it NHWC, so the quantizer inserts a
-    permute NHWC -> NCHW in front (facts 3.1). Followed by a dense layer alone, that permute merges
-    into the dense; otherwise it and the reshape go to the CPU."""
+    """A reshape/flatten/view of a 4-D NCHW feature map: XIR holds it NHWC, so the quantizer inserts
+    a permute NHWC -> NCHW in front (facts 3.1). When C or H x W is 1 the two orders agree and no
+    data moves; a tensor already permuted in the model needs nothing. Followed by a dense layer
+    alone, the permute merges into the dense; otherwise it and the reshape go to the CPU."""
     src = ctx.producer(node)
-    if not _feature_map_needs_permute(src):
-        if src.shape is not None and len(src.shape) == 4:
-            return Verdict(DPU, [], ["PyTorch's NCHW order equals XIR's NHWC order here ({}: C or H x W"
-                                     " is 1), so the layout change moves no data.".format(list(src.shape))])
+    if src.shape is None or len(src.shape) != 4 or src.op in ("permute", "transpose"):
         return Verdict(DPU)
+    if src.shape[1] == 1 or src.shape[2] * src.shape[3] == 1:
+        return Verdict(DPU, [], ["PyTorch's NCHW order equals XIR's NHWC order here ({}: C or H x W"
+                                 " is 1), so the layout change moves no data.".format(list(src.shape))])
     note = ("quantizer inserts a permute to convert data layout from 'NHWC' to 'NCHW' before this "
             "{} (input {} {}).".format(node.op, src.name, list(src.shape)))
     users = ctx.consumers[node.name]
