@@ -189,9 +189,24 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     assert "Compiling needs the Vitis AI image" in text and "vai_c_xir is not on PATH." in text
     assert expected in text and "0x0101000056010407" in text and "0x0101000016010407" in text
     assert "scripts/docker_run.sh configs/mlp.yaml" in text
-    assert plan.docker_command(run) in text and "/workspace/run" in text
-    assert shlex.quote(os.path.abspath(run)) in plan.docker_command(run)
+    docker = plan.docker_command(run, argv)
+    assert docker in text
+    # the run folder is mounted at its own path; the arch.json inside the image is not mounted
+    assert "-v %s:%s" % (shlex.quote(os.path.abspath(run)), shlex.quote(os.path.abspath(run))) in docker
+    assert "/opt/vitis_ai" not in docker.split(" bash -c ")[0]
     assert not [n for n in os.listdir(run) if n.startswith(".")], "temporary files left behind"
+
+
+def test_docker_command_mounts_every_folder_the_command_reads(tmp_path):
+    run = str(tmp_path / "run" / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "run" / "export" / "M_int.xmodel"), str(tmp_path / "arch" / "a.json"),
+                            run, "m")
+    cmd = plan.docker_command(run, argv)
+    for folder in (run, str(tmp_path / "run" / "export"), str(tmp_path / "arch")):
+        assert "-v %s:%s " % (folder, folder) in cmd
+    assert "-w %s " % run in cmd
+    nested = vai_c.build_argv(os.path.join(run, "q", "M_int.xmodel"), "/opt/vitis_ai/compiler/arch/x/arch.json", run, "m")
+    assert plan.docker_command(run, nested).count(" -v ") == 1
 
 
 def test_compile_plan_script_runs_the_compiler_from_any_folder(inputs, fake_compiler, tmp_path):

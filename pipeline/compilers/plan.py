@@ -17,6 +17,7 @@ SCRIPT_NAME = "compile.sh"
 IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
+IMAGE_ROOT = "/opt/vitis_ai"
 
 
 def _relative_argv(argv: List[str], run_dir: str) -> List[str]:
@@ -39,14 +40,32 @@ def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
     os.replace(tmp, path)
 
 
-def docker_command(run_dir: str, image: str = IMAGE) -> str:
+def _mounts(run_dir: str, argv: List[str]) -> List[str]:
+    """Host folders the compile command needs: ``run_dir`` and the folder of each path argument outside
+    it (paths inside the image, under ``/opt/vitis_ai``, excepted); nested folders are merged."""
+    root = os.path.abspath(run_dir)
+    folders = {root}
+    for i in range(1, len(argv)):
+        if argv[i - 1] in PATH_FLAGS:
+            full = os.path.abspath(argv[i])
+            if full.startswith(IMAGE_ROOT + os.sep) or full == root or full.startswith(root + os.sep):
+                continue
+            folders.add(os.path.dirname(full))
+    ordered = sorted(folders)
+    return [f for f in ordered if not any(f != g and f.startswith(g.rstrip(os.sep) + os.sep) for g in ordered)]
+
+
+def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = IMAGE) -> str:
     """The shell command that runs ``compile.sh`` of ``run_dir`` inside the Vitis AI image.
 
-    The run folder is mounted at ``/workspace/run`` (the image's ``docker_run.sh`` convention mounts the
-    current folder at ``/workspace``, facts 5) and the ``vitis-ai-pytorch`` conda env is activated.
+    Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
+    container, so the paths in ``compile.sh`` stay valid; the ``vitis-ai-pytorch`` conda env is
+    activated first (facts 5).
     """
-    return "docker run --rm -v %s:/workspace/run -w /workspace/run %s bash -c %s" % (
-        shlex.quote(os.path.abspath(run_dir)), image, shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
+    volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
+    return "docker run --rm %s -w %s %s bash -c %s" % (
+        volumes, shlex.quote(os.path.abspath(run_dir)), image,
+        shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
 
 
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
@@ -112,7 +131,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         "Run it in the image:",
         "",
         "```sh",
-        docker_command(run_dir),
+        docker_command(run_dir, argv),
         "```",
         "",
         "The compiler writes `<net_name>.xmodel` into the output folder; check the DPU/CPU split with "
