@@ -35,6 +35,13 @@ log = logging.getLogger("pipeline")
 PROCESS_SEPARATED_STEPS = ("calib", "test", "export")
 
 
+def progress(iterable: Any, desc: str, total: Optional[int] = None) -> Any:
+    """Wrap ``iterable`` in a tqdm progress bar on stderr; silent with --quiet or when not on a terminal."""
+    from tqdm import tqdm
+    disable = not log.isEnabledFor(logging.INFO) or not sys.stderr.isatty()
+    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False, disable=disable)
+
+
 class Run:
     """Everything one invocation needs, built lazily from the config.
 
@@ -96,6 +103,13 @@ class Run:
             self._splits = split(len(self.source.images), self.cfg.data.split)
         return self._splits
 
+    def n_batches(self, part: str, limit: Optional[int] = None, batch_size: Optional[int] = None) -> int:
+        """How many batches ``batches(part, ...)`` yields."""
+        sl = self.splits[part]
+        bs = batch_size or self.cfg.data.batch_size
+        n = -(-(sl.stop - sl.start) // bs)
+        return n if limit is None else min(n, limit)
+
     def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None,
                 batch_size: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 or None)``.
@@ -104,7 +118,8 @@ class Run:
         """
         from .data.batching import iter_batches
         bs = batch_size or self.cfg.data.batch_size
-        for i, (view, labels) in enumerate(iter_batches(self.source, self.splits[part], bs, limit)):
+        it = iter_batches(self.source, self.splits[part], bs, limit)
+        for i, (view, labels) in enumerate(progress(it, part, self.n_batches(part, limit, bs))):
             x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i)
             bad = int((~torch.isfinite(x)).sum())
             if bad:
