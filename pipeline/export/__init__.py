@@ -1,0 +1,13 @@
+"""Export of the simulated quantized model to ONNX and its verification with ONNX Runtime.
+
+- :func:`export_onnx` writes a lowered test-mode model (a ``torch.fx.GraphModule``, see
+  ``pipeline.quantizers.sim``) as ONNX in the ``qdq`` or the bit-exact ``exact`` flavour.
+- :func:`verify_onnx` runs the file with ONNX Runtime and compares it with the simulation;
+  :func:`check_agreement` turns that report into an ``ExportError`` when it is out of tolerance.
+
+onnx and onnxruntime are imported inside the functions, so importing this package is cheap.
+"""
+from .onnx_export import FLAVOURS, OPSET, export_onnx
+from .verify import check_agreement, verify_onnx
+
+__all__ = ["FLAVOURS", "OPSET", "export_onnx", "verify_onnx", "check_agreement"]
