@@ -95,8 +95,9 @@ class Context:
         return verdict.device == DPU if verdict is not None else self.nodes[name].op == "input"
 
 
-def _cpu(*reasons: str, notes: Optional[List[str]] = None) -> Verdict:
-    return Verdict(CPU, [r for r in reasons if r], list(notes or []))
+def _cpu(*reasons: Optional[str], notes: Optional[List[str]] = None,
+         changes: Optional[List[str]] = None) -> Verdict:
+    return Verdict(CPU, [r for r in reasons if r], list(notes or []), None, list(changes or []))
 
 
 def _dpu_unless(reasons: List[Optional[str]], notes: Optional[List[str]] = None) -> Verdict:
@@ -365,10 +366,8 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
     fuse_failure = None
     base = _fusion_base(src, ctx) if src is not None else None
     if base is not None and len(ctx.consumers[src.name]) == 1 and not ctx.on_dpu(base.name):
-        verdict = _cpu("{} stays with the {} {!r} it fuses into, which is on the CPU.".format(
-            node.op, base.op, base.name))
-        verdict.changes = changes
-        return verdict
+        return _cpu("{} stays with the {} {!r} it fuses into, which is on the CPU.".format(
+            node.op, base.op, base.name), changes=changes)
     if base is not None and len(ctx.consumers[src.name]) == 1:
         allowed = _fusable_types(base, ctx)
         if node.op in allowed:
@@ -390,9 +389,7 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
     if engine is not None:
         return Verdict(DPU, [], ["runs on its own on the {}.".format(engine)] + notes, None, changes)
     alone = "{} has no engine that runs a {} on its own.".format(target.name, node.op)
-    verdict = _cpu(fuse_failure or alone, alone if fuse_failure else None, notes=notes)
-    verdict.changes = changes
-    return verdict
+    return _cpu(fuse_failure or alone, alone if fuse_failure else None, notes=notes, changes=changes)
 
 
 # CPU-only activations and the conversion the quantizer offers for each (facts 2.6).
@@ -421,10 +418,8 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
         where = "would run on the {}".format(_standalone_engine(replacement, ctx.target))
     else:
         where = "would still run on the CPU"
-    verdict = _cpu(reason)
-    verdict.changes = ["the quantizer offers {}; after it, the op {} on {} (accuracy changes: "
-                       "check it).".format(text, where, ctx.target.name)]
-    return verdict
+    return _cpu(reason, changes=["the quantizer offers {}; after it, the op {} on {} (accuracy "
+                                 "changes: check it).".format(text, where, ctx.target.name)])
 
 
 def batch_norm(node: OpNode, ctx: Context) -> Verdict:
