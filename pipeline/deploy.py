@@ -1,0 +1,217 @@
+"""The deploy bundle: what goes to the board, with a manifest that lets a user check every file.
+
+Layout (``out_dir``)::
+
+    manifest.json            what is in the bundle, the sha256 of every file, compiled or not and why
+    <net>/                   the model folder; copy it to /usr/share/vitis_ai_library/models/ on the board
+        <net>.xmodel         the compiled model from vai_c_xir (only when it was compiled)
+        <net>.prototxt       Vitis AI Library model config: mean and scale of the input
+        preprocess.json      the board-side preprocessing spec (mean, scale, channel order, layout, fix_pos)
+        SHA256SUMS           ``sha256sum -c SHA256SUMS`` checks the folder on the board
+        compile_plan.md, compile.sh   instead of the xmodel when it could not be compiled here
+
+A bundle made without the Vitis AI image never contains an xmodel: it carries the compile plan and
+says so in the manifest.
+
+Board-side input arithmetic. The Vitis AI Library computes ``(pixel - mean[c]) * scale[c]`` and
+multiplies by the input tensor's scale ``2^fix_pos`` before writing int8
+(``src/vai_library/dpu_task/src/dpu_task_imp.cpp``, ``setMeanScaleBGR`` and ``setInputDataArray``:
+``real_scale = scale * tensor_scale``). The pipeline normalizes ``(x - mean) / std`` with mean and
+std in source pixel units, so ``scale = 1 / std``. The prototxt format is ``DpuModelParamList`` in
+``src/vai_library/model_config/include/vitis/ai/proto/dpu_model_param.proto`` (``model { name kernel
+{ name mean scale } }``), as in the VEK280 quickstart (``docsrc/source/docs/quickstart/vek280.rst``).
+"""
+import hashlib
+import json
+import os
+import shutil
+import tempfile
+from typing import Any, Dict, List, Optional, Union
+
+from .errors import CompileError, ConfigError
+
+MANIFEST = "manifest.json"
+PREPROCESS = "preprocess.json"
+SUMS = "SHA256SUMS"
+PLAN_FILES = ("compile_plan.md", "compile.sh")
+BOARD_MODELS = "/usr/share/vitis_ai_library/models"
+
+
+def sha256_file(path: str) -> str:
+    """sha256 (hex) of a file's bytes."""
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _num(x: float) -> str:
+    return "%.9g" % float(x)
+
+
+def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
+    """The board-side preprocessing spec derived from the run's preprocessing.
+
+    Args:
+        preprocess: ``mean`` and ``std`` (one float per model input channel, in source pixel units,
+            normalization ``(x - mean) / std``), ``channel_order`` (list of source channel indices per
+            model channel, or a string such as ``"as source"``), ``layout`` (memory layout of the
+            quantizer boundary, ``NCHW``/``channels_last``), ``input_fix_pos`` (int from
+            ``quant_info.json``'s ``nndct_input_0``, or None), ``input_shape`` (the batch-1 export
+            input, NCHW, or None); optional ``source_layout``.
+
+    Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``dpu_layout``
+    ("NHWC": XIR tensors are NHWC, facts 3.1), the int8 formula, ``rounding`` and the int8 range.
+
+    Raises:
+        ConfigError: missing key, mean/std lengths differ from each other or from the channel count
+            of ``input_shape``, a std <= 0, or a non-integer fix_pos.
+    """
+    for key in ("mean", "std", "channel_order", "layout", "input_fix_pos", "input_shape"):
+        if key not in preprocess:
+            raise ConfigError("deploy: the preprocessing spec needs %r; got keys %s" % (key, sorted(preprocess)))
+    mean = [float(m) for m in preprocess["mean"]]
+    std = [float(s) for s in preprocess["std"]]
+    if len(mean) != len(std) or not mean:
+        raise ConfigError("deploy: mean has %d values and std %d; give one per channel" % (len(mean), len(std)))
+    if any(s <= 0 for s in std):
+        raise ConfigError("deploy: std values must be > 0, got %s" % std)
+    shape = preprocess["input_shape"]
+    if shape is not None and (len(shape) != 4 or int(shape[1]) != len(mean)):
+        raise ConfigError("deploy: input_shape %s should be NCHW with %d channels (one per mean value)"
+                          % (shape, len(mean)))
+    fix_pos = preprocess["input_fix_pos"]
+    if fix_pos is not None and int(fix_pos) != fix_pos:
+        raise ConfigError("deploy: input_fix_pos must be an integer, got %r" % (fix_pos,))
+    spec = {
+        "mean": mean,
+        "std": std,
+        "scale": [1.0 / s for s in std],
+        "units": "source pixel units (0..255 for uint8 images)",
+        "channel_order": preprocess["channel_order"],
+        "layout": preprocess["layout"],
+        "source_layout": preprocess.get("source_layout"),
+        "input_shape": None if shape is None else [int(d) for d in shape],
+        "dpu_layout": "NHWC",
+        "input_fix_pos": None if fix_pos is None else int(fix_pos),
+        "formula": "int8[c] = clamp(round((pixel[c] - mean[c]) * scale[c] * 2^input_fix_pos), -128, 127)",
+        "rounding": "half_up (the quantizer's input rounding, facts 2.2)",
+        "int8_range": [-128, 127],
+    }
+    return spec
+
+
+def model_prototxt(net_name: str, spec: Dict[str, Any]) -> str:
+    """Vitis AI Library model config text: ``model { name kernel { name mean... scale... } }``.
+
+    ``mean`` and ``scale`` are listed in model-input channel order, in pixel units (see the module
+    docstring); the library multiplies by ``2^input_fix_pos`` itself.
+    """
+    lines = [
+        "# Vitis AI Library model config written by the pipeline (DpuModelParamList text format).",
+        "# mean/scale: pixel units, model input channel order %s; int8 = (pixel - mean) * scale * 2^%s."
+        % (json.dumps(spec["channel_order"]), spec["input_fix_pos"] if spec["input_fix_pos"] is not None else "fix_pos"),
+        "model {",
+        "  name: \"%s\"" % net_name,
+        "  kernel {",
+        "    name: \"%s_0\"" % net_name,
+    ]
+    lines += ["    mean: %s" % _num(m) for m in spec["mean"]]
+    lines += ["    scale: %s" % _num(s) for s in spec["scale"]]
+    lines += ["  }", "}", ""]
+    return "\n".join(lines)
+
+
+def _write_text(path: str, text: str) -> None:
+    with open(path, "w") as f:
+        f.write(text)
+
+
+def _compiled_path(compiled: Union[None, str, Dict[str, Any]]) -> Optional[str]:
+    if isinstance(compiled, dict):
+        return compiled.get("xmodel")
+    return compiled
+
+
+def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, Dict[str, Any]],
+                 preprocess: Dict[str, Any], model_name: str, plan_dir: Optional[str] = None) -> Dict[str, Any]:
+    """Assemble the deploy bundle in ``out_dir`` and return its manifest (also written to manifest.json).
+
+    Args:
+        run_dir: the run folder (recorded in the manifest; ``<run_dir>/compile`` holds the plan).
+        out_dir: the bundle folder; built in a temporary sibling and moved into place, replacing an
+            earlier bundle (a folder with a manifest.json). A non-empty folder without one is refused.
+        compiled_xmodel: path of the compiled ``<net>.xmodel`` (or the dict ``vai_c.compile_xmodel``
+            returns), or None when it was not compiled.
+        preprocess: see ``preprocess_spec``.
+        model_name: the network name: the model folder, xmodel and prototxt are named after it.
+        plan_dir: where ``compile_plan.md`` and ``compile.sh`` are (default ``<run_dir>/compile``).
+
+    Returns:
+        the manifest: ``model_name``, ``compiled`` (bool), ``status`` (one sentence), ``model_dir``,
+        ``files`` (list of ``{"path": relative to out_dir, "sha256", "bytes"}``), ``preprocess``,
+        ``install`` (the copy command for the board).
+
+    Raises:
+        ConfigError: bad preprocessing spec or model name, a compiled xmodel path that does not exist,
+            or an ``out_dir`` that holds something else.
+        CompileError: no compiled xmodel and no compile plan either.
+    """
+    if not model_name or not all(c.isalnum() or c in "_-" for c in model_name):
+        raise ConfigError("deploy: model name must be letters, digits, '_' or '-', got %r" % (model_name,))
+    spec = preprocess_spec(preprocess)
+    xmodel = _compiled_path(compiled_xmodel)
+    if xmodel is not None and not os.path.isfile(xmodel):
+        raise ConfigError("deploy: compiled xmodel %s does not exist" % xmodel)
+    plan_dir = plan_dir or os.path.join(run_dir, "compile")
+    plans = [os.path.join(plan_dir, n) for n in PLAN_FILES]
+    if xmodel is None and not all(os.path.isfile(p) for p in plans):
+        raise CompileError("deploy: there is no compiled xmodel and no compile plan in %s; run the compile step "
+                           "first" % plan_dir)
+    out_dir = os.path.abspath(out_dir)
+    if os.path.isdir(out_dir) and os.listdir(out_dir) and not os.path.isfile(os.path.join(out_dir, MANIFEST)):
+        raise ConfigError("deploy: %s exists and is not a deploy bundle (no %s); choose an empty folder"
+                          % (out_dir, MANIFEST))
+    parent = os.path.dirname(out_dir)
+    os.makedirs(parent, exist_ok=True)
+    work = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(out_dir) + "-")
+    try:
+        model_dir = os.path.join(work, model_name)
+        os.makedirs(model_dir)
+        if xmodel is not None:
+            shutil.copyfile(xmodel, os.path.join(model_dir, model_name + ".xmodel"))
+            status = "compiled: %s.xmodel is ready for the board" % model_name
+        else:
+            for p in plans:
+                shutil.copy2(p, os.path.join(model_dir, os.path.basename(p)))
+            status = ("not compiled: compiling needs the Vitis AI image; %s/compile_plan.md says how, and there "
+                      "is no xmodel in this bundle" % model_name)
+        _write_text(os.path.join(model_dir, model_name + ".prototxt"), model_prototxt(model_name, spec))
+        _write_text(os.path.join(model_dir, PREPROCESS), json.dumps(spec, indent=2, sort_keys=True) + "\n")
+        names = sorted(os.listdir(model_dir))
+        sums = ["%s  %s" % (sha256_file(os.path.join(model_dir, n)), n) for n in names]
+        _write_text(os.path.join(model_dir, SUMS), "\n".join(sums) + "\n")
+        files = []  # type: List[Dict[str, Any]]
+        for n in sorted(names + [SUMS]):
+            full = os.path.join(model_dir, n)
+            files.append({"path": model_name + "/" + n, "sha256": sha256_file(full), "bytes": os.path.getsize(full)})
+        manifest = {
+            "model_name": model_name,
+            "compiled": xmodel is not None,
+            "status": status,
+            "model_dir": model_name,
+            "source_xmodel": xmodel,
+            "run_dir": os.path.abspath(run_dir),
+            "files": files,
+            "preprocess": spec,
+            "install": "scp -r %s root@<board>:%s/" % (model_name, BOARD_MODELS),
+        }
+        _write_text(os.path.join(work, MANIFEST), json.dumps(manifest, indent=2, sort_keys=True) + "\n")
+        if os.path.isdir(out_dir):
+            shutil.rmtree(out_dir)
+        os.replace(work, out_dir)
+    finally:
+        if os.path.isdir(work):
+            shutil.rmtree(work, ignore_errors=True)
+    return manifest

@@ -1,0 +1,181 @@
+"""Deploy bundle: preprocessing spec, Vitis AI Library prototxt, checksums, manifest, compile plan."""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from pipeline import deploy
+from pipeline.errors import CompileError, ConfigError
+
+# ImageNet mean/std in pixel units, RGB (torchvision's 0.485/0.229... times 255)
+MEAN = [123.675, 116.28, 103.53]
+STD = [58.395, 57.12, 57.375]
+
+
+def _preprocess(**over):
+    p = {"mean": MEAN, "std": STD, "channel_order": [2, 1, 0], "layout": "NCHW", "source_layout": "NHWC",
+         "input_fix_pos": 5, "input_shape": [1, 3, 16, 16]}
+    p.update(over)
+    return p
+
+
+def _dpu_model_param_list():
+    """DpuModelParamList with the fields the bundle writes, numbered as in dpu_model_param.proto
+    (src/vai_library/model_config/include/vitis/ai/proto/): DpuKernelParam{name=1, mean=2, scale=3},
+    DpuModelParam{name=1, kernel=2}, DpuModelParamList{model=1}."""
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    f = descriptor_pb2.FileDescriptorProto(name="dpu_model_param_subset.proto", package="vitis.ai.proto",
+                                           syntax="proto3")
+    T = descriptor_pb2.FieldDescriptorProto
+    kernel = f.message_type.add(name="DpuKernelParam")
+    kernel.field.add(name="name", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    kernel.field.add(name="mean", number=2, type=T.TYPE_FLOAT, label=T.LABEL_REPEATED)
+    kernel.field.add(name="scale", number=3, type=T.TYPE_FLOAT, label=T.LABEL_REPEATED)
+    model = f.message_type.add(name="DpuModelParam")
+    model.field.add(name="name", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
+    model.field.add(name="kernel", number=2, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED,
+                    type_name=".vitis.ai.proto.DpuKernelParam")
+    lst = f.message_type.add(name="DpuModelParamList")
+    lst.field.add(name="model", number=1, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED,
+                  type_name=".vitis.ai.proto.DpuModelParam")
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return message_factory.GetMessageClass(pool.FindMessageTypeByName("vitis.ai.proto.DpuModelParamList"))
+
+
+@pytest.fixture
+def run(tmp_path):
+    """A run folder with a compiled xmodel and a compile plan."""
+    r = tmp_path / "run"
+    (r / "compile").mkdir(parents=True)
+    (r / "compile" / "net.xmodel").write_bytes(b"\x00compiled dpu model")
+    (r / "compile" / "compile_plan.md").write_text("# Compile plan\n\n**Compiling needs the Vitis AI image.**\n")
+    (r / "compile" / "compile.sh").write_text("#!/bin/sh\nvai_c_xir -x a -a b -o c -n net\n")
+    return r
+
+
+def _all_files(folder):
+    out = []
+    for root, _, names in os.walk(folder):
+        for n in names:
+            out.append(os.path.relpath(os.path.join(root, n), folder))
+    return sorted(out)
+
+
+def test_preprocess_spec_scale_is_one_over_std():
+    spec = deploy.preprocess_spec(_preprocess())
+    assert spec["scale"] == [1.0 / s for s in STD]
+    assert spec["mean"] == MEAN and spec["channel_order"] == [2, 1, 0]
+    assert spec["input_fix_pos"] == 5 and spec["dpu_layout"] == "NHWC" and spec["input_shape"] == [1, 3, 16, 16]
+    # board arithmetic equals the pipeline's (x - mean) / std scaled by 2^fix_pos
+    for pixel in (0.0, 17.0, 128.0, 255.0):
+        for c in range(3):
+            board = (pixel - spec["mean"][c]) * spec["scale"][c] * 2 ** 5
+            host = (pixel - MEAN[c]) / STD[c] * 2 ** 5
+            assert board == pytest.approx(host, rel=1e-12, abs=1e-12)
+
+
+@pytest.mark.parametrize("bad, match", [
+    ({"std": [1.0, 2.0]}, "one per channel"),
+    ({"std": [1.0, 0.0, 1.0]}, "> 0"),
+    ({"input_shape": [1, 1, 16, 16]}, "3 channels"),
+    ({"input_fix_pos": 2.5}, "integer"),
+])
+def test_preprocess_spec_errors(bad, match):
+    with pytest.raises(ConfigError, match=match):
+        deploy.preprocess_spec(_preprocess(**bad))
+    p = _preprocess()
+    del p["layout"]
+    with pytest.raises(ConfigError, match="layout"):
+        deploy.preprocess_spec(p)
+
+
+def test_prototxt_parses_as_dpu_model_param_list_with_mean_and_scale():
+    from google.protobuf import text_format
+    msg = text_format.Parse(deploy.model_prototxt("net", deploy.preprocess_spec(_preprocess())),
+                            _dpu_model_param_list()())
+    assert len(msg.model) == 1 and msg.model[0].name == "net"
+    kernel = msg.model[0].kernel[0]
+    assert kernel.name == "net_0"
+    assert list(kernel.mean) == pytest.approx(MEAN, rel=1e-7)
+    assert list(kernel.scale) == pytest.approx([1 / s for s in STD], rel=1e-7)
+    # VEK280 quickstart: mean 123.675 -> scale 0.01712475 for std 58.395
+    assert kernel.scale[0] == pytest.approx(0.01712475, rel=1e-6)
+
+
+def test_compiled_bundle(run, tmp_path):
+    out = tmp_path / "deploy"
+    m = deploy.build_bundle(str(run), str(out), str(run / "compile" / "net.xmodel"), _preprocess(), "net")
+    assert m["compiled"] is True and m["model_dir"] == "net"
+    assert _all_files(str(out)) == ["manifest.json", "net/SHA256SUMS", "net/net.prototxt", "net/net.xmodel",
+                                    "net/preprocess.json"]
+    assert (out / "net" / "net.xmodel").read_bytes() == b"\x00compiled dpu model"
+    assert json.loads((out / "manifest.json").read_text()) == m
+    assert json.loads((out / "net" / "preprocess.json").read_text()) == deploy.preprocess_spec(_preprocess())
+    listed = {f["path"]: f for f in m["files"]}
+    assert sorted(listed) == [p for p in _all_files(str(out)) if p != "manifest.json"]
+    for rel, f in listed.items():
+        data = (out / rel).read_bytes()
+        assert f["sha256"] == hashlib.sha256(data).hexdigest() and f["bytes"] == len(data)
+    assert m["install"] == "scp -r net root@<board>:/usr/share/vitis_ai_library/models/"
+
+
+def test_sha256sums_checks_on_the_board(run, tmp_path):
+    out = tmp_path / "deploy"
+    deploy.build_bundle(str(run), str(out), str(run / "compile" / "net.xmodel"), _preprocess(), "net")
+    if shutil.which("sha256sum") is None:
+        pytest.skip("sha256sum not installed")
+    ok = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=str(out / "net"), stdout=subprocess.PIPE)
+    assert ok.returncode == 0
+    (out / "net" / "net.xmodel").write_bytes(b"tampered")
+    bad = subprocess.run(["sha256sum", "-c", "SHA256SUMS"], cwd=str(out / "net"), stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE)
+    assert bad.returncode != 0
+
+
+def test_accepts_the_compile_result_dict(run, tmp_path):
+    compiled = {"xmodel": str(run / "compile" / "net.xmodel"), "returncode": 0}
+    m = deploy.build_bundle(str(run), str(tmp_path / "d"), compiled, _preprocess(), "net")
+    assert m["compiled"] and m["source_xmodel"] == compiled["xmodel"]
+
+
+def test_uncompiled_bundle_carries_the_plan_and_no_xmodel(run, tmp_path):
+    out = tmp_path / "deploy"
+    m = deploy.build_bundle(str(run), str(out), None, _preprocess(input_fix_pos=None, input_shape=None), "net")
+    files = _all_files(str(out))
+    assert not [f for f in files if f.endswith(".xmodel")]
+    assert "net/compile_plan.md" in files and "net/compile.sh" in files
+    assert m["compiled"] is False and "needs the Vitis AI image" in m["status"]
+    assert (out / "net" / "compile.sh").read_text() == (run / "compile" / "compile.sh").read_text()
+    assert "2^fix_pos" in (out / "net" / "net.prototxt").read_text()
+
+
+def test_no_xmodel_and_no_plan_is_an_error(tmp_path):
+    out = tmp_path / "deploy"
+    with pytest.raises(CompileError, match="no compiled xmodel and no compile plan"):
+        deploy.build_bundle(str(tmp_path), str(out), None, _preprocess(), "net")
+    assert not out.exists()
+
+
+def test_missing_compiled_file_and_bad_name(run, tmp_path):
+    with pytest.raises(ConfigError, match="does not exist"):
+        deploy.build_bundle(str(run), str(tmp_path / "d"), str(run / "nope.xmodel"), _preprocess(), "net")
+    with pytest.raises(ConfigError, match="model name"):
+        deploy.build_bundle(str(run), str(tmp_path / "d"), None, _preprocess(), "a/b")
+
+
+def test_rebuild_replaces_a_bundle_but_never_a_foreign_folder(run, tmp_path):
+    out = tmp_path / "deploy"
+    deploy.build_bundle(str(run), str(out), str(run / "compile" / "net.xmodel"), _preprocess(), "net")
+    m = deploy.build_bundle(str(run), str(out), None, _preprocess(), "net")
+    assert not m["compiled"] and not (out / "net" / "net.xmodel").exists()
+    foreign = tmp_path / "mine"
+    foreign.mkdir()
+    (foreign / "notes.txt").write_text("keep me")
+    with pytest.raises(ConfigError, match="not a deploy bundle"):
+        deploy.build_bundle(str(run), str(foreign), None, _preprocess(), "net")
+    assert _all_files(str(foreign)) == ["notes.txt"]
+    assert sorted(os.listdir(str(tmp_path))) == ["deploy", "mine", "run"], "temporary folders left behind"
