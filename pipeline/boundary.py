@@ -1,0 +1,301 @@
+"""The two boundaries where the pipeline copies on purpose: the quantizer boundary and the compile boundary.
+
+Quantizer boundary (``QuantizerBoundary``): one pass from any strided view (torch views from the
+stages, numpy arrays with negative strides, read-only and memory-mapped arrays, zero-stride expanded
+channels) into a fresh, pipeline-owned, contiguous buffer of the target dtype and layout, with the
+per-channel ``(x - mean) / std`` and the deferred channel order fused into that pass. It always
+writes a new buffer, even when the input is already contiguous float32 NCHW, because the real
+quantizer rounds its input tensor in place (facts 1.4: ``quant_model(x)`` leaves fake-quantized
+values in the caller's buffer, and ``.contiguous()`` returns the same tensor when nothing needs
+reordering).
+
+Speed: plain eager torch needs a pass per op (cast, subtract, divide), each through memory. The
+boundary walks the batch in tiles of about ``block_bytes`` (a few samples, or rows of one large
+sample) so that the subtract and divide run on data still in cache, and it writes into buffers it
+owns and reuses, which avoids the page faults of a fresh allocation. A buffer is reused only when
+nothing handed out still refers to it: the pool keeps a weak reference to the numpy array object
+whose memory each handed-out tensor's storage holds alive (``torch.from_numpy`` keeps a reference to
+that array until the storage dies), so any tensor, view or ``.numpy()`` array derived from an output
+keeps its buffer out of the pool. Detected, never assumed.
+
+Compile boundary (``compile_example``, ``contiguous_parameters``): the example input handed to
+export and compile is batch 1, owned and contiguous NCHW, copied from real preprocessed data (facts
+1.4 item 3: export needs batch size 1; public case P04); every parameter and buffer handed to an
+exporter is contiguous. Both are recorded in the ledger as run-level rows (``batch`` None).
+"""
+import copy
+import math
+import weakref
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+
+import numpy as np
+import torch
+
+from .errors import ConfigError, DataError, PipelineError
+from .tensors import Ledger, as_torch_view, shares_memory
+
+BLOCK_BYTES = 2 << 20  # output bytes per tile: measured fastest on 2 cores with 1 MiB L2 each (2-4 samples of 224x224x3)
+LAYOUTS = ("NCHW", "channels_last")
+_OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
+_IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
+              torch.float32, torch.float64)
+
+
+class _BufferPool:
+    """Owned flat output buffers, reused only when no handed-out tensor refers to them any more.
+
+    Each entry is ``[numpy buffer, weakref to the numpy view the last handed-out tensor holds]``.
+    """
+
+    def __init__(self, capacity: int) -> None:
+        self.capacity = capacity
+        self._entries = []  # type: List[List[Any]]
+
+    def take(self, numel: int, np_dtype: Any) -> Tuple[torch.Tensor, bool]:
+        """A 1-D torch tensor of ``numel`` elements on an owned buffer, and whether it is fresh."""
+        for i, entry in enumerate(self._entries):
+            buf, ref = entry
+            if buf.size == numel and buf.dtype == np_dtype and (ref is None or ref() is None):
+                self._entries.append(self._entries.pop(i))  # most recently used last
+                return self._hand_out(entry), False
+        entry = [np.empty(numel, np_dtype), None]
+        self._entries.append(entry)
+        if len(self._entries) > self.capacity:
+            self._entries.pop(0)  # forget the least recently used; whoever holds it keeps it
+        return self._hand_out(entry), True
+
+    @staticmethod
+    def _hand_out(entry: List[Any]) -> torch.Tensor:
+        holder = entry[0].view()  # a new array object: only the torch storage will refer to it
+        entry[1] = weakref.ref(holder)
+        return torch.from_numpy(holder)
+
+
+def _floats(name: str, values: Any) -> List[float]:
+    if isinstance(values, (int, float)) and not isinstance(values, bool):
+        values = [values]
+    try:
+        out = [float(v) for v in values]
+    except (TypeError, ValueError):
+        raise ConfigError("preprocess.%s: expected a list of numbers (one per channel), got %r" % (name, values))
+    if not out or not all(math.isfinite(v) for v in out):
+        raise ConfigError("preprocess.%s: expected finite numbers, one per channel, got %r" % (name, values))
+    return out
+
+
+class QuantizerBoundary:
+    """The one owned copy per batch: strided view in, ``(x - mean) / std`` out, fresh and contiguous.
+
+    Args:
+        mean, std: per output channel, in the units of the source pixels (0..255 for uint8). The
+            result is ``(float(x) - mean[c]) / std[c]`` computed in ``dtype`` (float32: public case
+            P06, a uint8 pixel 10 with mean 104 gives -94 before the division, never a wrap-around).
+        channel_order: None, or ``order`` with output channel ``c`` read from input channel
+            ``order[c]`` (``Compose.boundary_channel_order``: BGR<->RGB and other reorders).
+        layout: ``"NCHW"`` (C-contiguous NCHW) or ``"channels_last"`` (NCHW shape, NHWC memory:
+            ``is_contiguous(memory_format=torch.channels_last)``).
+        dtype: torch.float32 (the quantizer's input) or torch.float64.
+        block_bytes: output bytes per tile of the fused pass.
+        pool_size: how many owned buffers to keep for reuse.
+
+    Raises:
+        ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
+            wrong length, an unknown layout or dtype.
+    """
+
+    def __init__(self, mean: Sequence[float], std: Sequence[float], channel_order: Optional[Sequence[int]] = None,
+                 layout: str = "NCHW", dtype: torch.dtype = torch.float32, block_bytes: int = BLOCK_BYTES,
+                 pool_size: int = 4) -> None:
+        mean, std = _floats("mean", mean), _floats("std", std)
+        if len(mean) != len(std):
+            raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel" % (len(mean), len(std)))
+        if any(s <= 0 for s in std):
+            raise ConfigError("preprocess.std: every value must be > 0, got %s" % std)
+        if layout not in LAYOUTS:
+            raise ConfigError("preprocess.layout: expected one of %s, got %r" % (", ".join(LAYOUTS), layout))
+        if dtype not in _OUT_DTYPES:
+            raise ConfigError("boundary dtype must be torch.float32 (the quantizer's input) or torch.float64, got %s"
+                              % dtype)
+        if channel_order is not None:
+            channel_order = [int(c) for c in channel_order]
+            if len(channel_order) != len(mean) or min(channel_order) < 0:
+                raise ConfigError("channel order %s must name one input channel (>= 0) for each of the %d channels "
+                                  "of mean/std" % (channel_order, len(mean)))
+        if int(block_bytes) < 1:
+            raise ConfigError("block_bytes must be >= 1, got %r" % (block_bytes,))
+        self.mean, self.std, self.channel_order = mean, std, channel_order
+        self.layout, self.dtype, self.block_bytes = layout, dtype, int(block_bytes)
+        self.channels = len(mean)
+        self._np_dtype = _OUT_DTYPES[dtype]
+        self._mean = torch.tensor(mean, dtype=dtype).view(1, -1, 1, 1)
+        self._std = torch.tensor(std, dtype=dtype).view(1, -1, 1, 1)
+        self._pool = _BufferPool(pool_size)
+
+    def describe(self) -> Dict[str, Any]:
+        """For the report and the deploy bundle: mean, std, channel_order, layout, dtype."""
+        return {"mean": self.mean, "std": self.std, "channel_order": self.channel_order, "layout": self.layout,
+                "dtype": str(self.dtype).replace("torch.", "")}
+
+    def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
+        """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""
+        shape = tuple(int(n) for n in shape)
+        if len(shape) != 4 or shape[0] < 1:
+            raise DataError("the quantizer boundary expects a non-empty 4-D NCHW batch, got shape %s; add a "
+                            "{type: layout, src: NHWC, dst: NCHW} stage for NHWC sources" % (shape,))
+        c_in = shape[1]
+        if self.channel_order is None and c_in != self.channels:
+            raise DataError("the batch has %d channels on axis 1 (shape %s) but mean/std give %d; an NHWC batch "
+                            "needs a layout stage, otherwise give one mean/std value per channel"
+                            % (c_in, shape, self.channels))
+        if self.channel_order is not None and max(self.channel_order) >= c_in:
+            raise DataError("channel order %s reads channels the batch does not have (%d channels, shape %s)"
+                            % (self.channel_order, c_in, shape))
+        return (shape[0], self.channels, shape[2], shape[3])
+
+    def __call__(self, view: Union[torch.Tensor, np.ndarray], ledger: Optional[Ledger] = None,
+                 batch_index: int = 0) -> torch.Tensor:
+        """Write ``(view - mean) / std`` (channels gathered by ``channel_order``) into an owned buffer.
+
+        Args:
+            view: NCHW batch, a CPU torch tensor or numpy array with any strides (negative,
+                zero, read-only, memory-mapped), of an integer or float dtype. Never written.
+            ledger: when given, one row ``quantizer_boundary`` (bytes allocated, fresh or recycled).
+            batch_index: the batch number recorded in the ledger.
+
+        Returns:
+            A new tensor ``(N, C, H, W)`` of ``dtype``, contiguous in ``layout``, owned by the caller
+            from now on (never the input's storage; the pool reuses it only after every reference
+            to it is gone).
+
+        Raises:
+            DataError: wrong rank, channel count, dtype or device.
+        """
+        src, flips = as_torch_view(view)
+        if src.device.type != "cpu":
+            raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
+        if src.dtype not in _IN_DTYPES:
+            raise DataError("the quantizer boundary reads integer or float pixels, got dtype %s" % src.dtype)
+        n, c, h, w = self.output_shape(src.shape)
+        order = self.channel_order
+        use_numpy = bool(set(flips) - {1})
+        if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
+            order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
+        flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
+        out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
+        if use_numpy:
+            self._fill_numpy(view, out.numpy(), self.channel_order)
+        else:
+            self._fill_torch(src, out, order)
+        if shares_memory(out, view):
+            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
+                                "please report it")
+        if ledger is not None:
+            nbytes = out.numel() * out.element_size()
+            ledger.record("quantizer_boundary", view, out, batch=batch_index, bytes_allocated=nbytes,
+                          bytes_fresh=nbytes if fresh else 0,
+                          note="%s buffer, %s %s%s" % ("fresh" if fresh else "recycled owned", self.layout,
+                                                       str(self.dtype).replace("torch.", ""),
+                                                       "" if order is None else ", channel order %s" % order))
+        return out
+
+    def _tiles(self, shape: Tuple[int, int, int, int]) -> Iterator[Tuple[slice, slice]]:
+        """(samples, rows) tiles of about ``block_bytes`` of output each."""
+        n, c, h, w = shape
+        itemsize = np.dtype(self._np_dtype).itemsize
+        sample = max(1, c * h * w * itemsize)
+        if sample <= self.block_bytes:
+            k = self.block_bytes // sample
+            for i in range(0, n, k):
+                yield slice(i, i + k), slice(None)
+            return
+        rows = max(1, self.block_bytes // max(1, c * w * itemsize))
+        for i in range(n):
+            for r in range(0, h, rows):
+                yield slice(i, i + 1), slice(r, r + rows)
+
+    def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
+        # A float64 input computed against float32 mean/std would be promoted to float64 by torch:
+        # cast it first, so the arithmetic always happens in the output dtype.
+        cast_first = src.is_floating_point() and torch.finfo(src.dtype).bits > torch.finfo(self.dtype).bits
+        if order is None:
+            groups = [(slice(None), slice(None), self._mean, self._std)]
+        else:
+            groups = [(slice(o, o + 1), slice(i, i + 1), self._mean[:, o:o + 1], self._std[:, o:o + 1])
+                      for o, i in enumerate(order)]
+        for samples, rows in self._tiles(tuple(out.shape)):
+            s_tile, d_tile = src[samples, :, rows], out[samples, :, rows]
+            for d_ch, s_ch, mean, std in groups:
+                d, s = d_tile[:, d_ch], s_tile[:, s_ch]
+                if cast_first:
+                    d.copy_(s)
+                    d.sub_(mean)
+                else:
+                    torch.sub(s, mean, out=d)
+                d.div_(std)
+
+    def _fill_numpy(self, src: np.ndarray, out: np.ndarray, order: Optional[List[int]]) -> None:
+        """The same pass with numpy ufuncs, which read negative strides natively (numpy inputs
+        flipped on an axis other than the channel axis)."""
+        mean = self._mean.numpy().reshape(-1)
+        std = self._std.numpy().reshape(-1)
+        for samples, rows in self._tiles(out.shape):
+            for o in range(self.channels):
+                i = o if order is None else order[o]
+                d = out[samples, o, rows]
+                np.subtract(src[samples, i, rows], mean[o], out=d, dtype=self._np_dtype)
+                np.divide(d, std[o], out=d)
+
+
+def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> torch.Tensor:
+    """The example input for export and compile: sample 0 of a preprocessed batch, as a new
+    ``(1, C, H, W)`` tensor, C-contiguous NCHW, owned (never a pooled boundary buffer, so it stays
+    valid), same dtype. Export and compile need batch 1 (facts 1.4 item 3, public case P04).
+
+    Args:
+        batch: a quantizer boundary output ``(N, C, H, W)``, N >= 1, float (real data, not random).
+        ledger: when given, a run-level row ``compile_boundary`` (``batch`` None).
+
+    Raises:
+        DataError: not a non-empty 4-D float tensor.
+    """
+    if not isinstance(batch, torch.Tensor) or batch.dim() != 4 or batch.shape[0] < 1 or not batch.is_floating_point():
+        raise DataError("compile_example expects a preprocessed float (N, C, H, W) batch with N >= 1 (a quantizer "
+                        "boundary output), got %s" % (tuple(batch.shape) if isinstance(batch, torch.Tensor)
+                                                     else type(batch).__name__))
+    example = torch.empty((1,) + tuple(batch.shape[1:]), dtype=batch.dtype)
+    example.copy_(batch[:1])
+    if ledger is not None:
+        ledger.record("compile_boundary", batch, example,
+                      note="batch-1 example input for export/compile: owned, contiguous NCHW, sample 0 of a "
+                           "preprocessed batch")
+    return example
+
+
+def contiguous_parameters(model: torch.nn.Module, ledger: Optional[Ledger] = None) -> torch.nn.Module:
+    """The model to hand to an exporter, with every parameter and buffer contiguous.
+
+    Returns ``model`` itself when all of them already are (nothing copied); otherwise a deep copy in
+    which only the non-contiguous ones were made contiguous (the caller's model is not changed).
+
+    Args:
+        ledger: when given, a run-level row ``compile_boundary:parameters`` with the bytes copied and
+            the names of the tensors that needed it.
+    """
+    tensors = list(model.named_parameters()) + list(model.named_buffers())
+    bad = [name for name, t in tensors if not t.is_contiguous()]
+    if bad:
+        model = copy.deepcopy(model)
+        for name in bad:
+            owner_name, _, attr = name.rpartition(".")
+            owner = model.get_submodule(owner_name) if owner_name else model
+            t = getattr(owner, attr)
+            if isinstance(t, torch.nn.Parameter):
+                setattr(owner, attr, torch.nn.Parameter(t.detach().contiguous(), requires_grad=t.requires_grad))
+            else:
+                owner._buffers[attr] = t.contiguous()
+    if ledger is not None:
+        copied = sum(t.numel() * t.element_size() for name, t in tensors if name in bad)
+        ledger.add("compile_boundary:parameters", not bad, copied, None, None,
+                   note=("%d parameters/buffers made contiguous: %s" % (len(bad), ", ".join(bad))) if bad
+                   else "all %d parameters/buffers already contiguous; handed over as is" % len(tensors))
+    return model

@@ -1,0 +1,1 @@
+"""Data: sources (``open_source``, ``SOURCES``) and batching (``split``, ``iter_batches``)."""

@@ -1,0 +1,76 @@
+"""Deterministic splits into contiguous ranges, and batch iteration that yields views.
+
+The digits source is shuffled once when it is opened, so contiguous ranges are random samples and
+every split and batch is a slice (a view) of the source: no index arrays, no copies.
+"""
+import math
+from typing import Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError
+
+
+def split(n: int, fractions: Dict[str, float]) -> Dict[str, slice]:
+    """Cut ``range(n)`` into consecutive slices, one per name, in the dict's order.
+
+    Part ``i`` ends at ``floor(n * (f_0 + ... + f_i))``; when the fractions sum to 1 (within 1e-9)
+    the last part ends at ``n``. So ``split(1797, {"train": 0.6, "calib": 0.1, "eval": 0.3})`` gives
+    ``train 0:1078, calib 1078:1257, eval 1257:1797``. A part may be empty (``slice(k, k)``); the step
+    that needs data reports that (e.g. calibration, public case P03).
+
+    Raises:
+        ConfigError: ``n`` < 0, a fraction outside [0, 1], or fractions summing to more than 1.
+    """
+    if isinstance(n, bool) or not isinstance(n, int) or n < 0:
+        raise ConfigError("split: n must be an int >= 0, got %r" % (n,))
+    total = 0.0
+    for name, f in fractions.items():
+        if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 <= f <= 1.0:
+            raise ConfigError("data.split.%s: a fraction must be a number in [0, 1], got %r" % (name, f))
+        total += f
+    if total > 1.0 + 1e-9:
+        raise ConfigError("data.split: fractions sum to %g, more than 1: %s" % (total, dict(fractions)))
+    out, start, acc = {}, 0, 0.0
+    names = list(fractions)
+    for i, name in enumerate(names):
+        acc += fractions[name]
+        stop = n if (i == len(names) - 1 and abs(total - 1.0) <= 1e-9) else min(n, int(math.floor(n * acc + 1e-9)))
+        out[name] = slice(start, stop)
+        start = stop
+    return out
+
+
+def iter_batches(source, part: slice, batch_size: int,
+                 limit: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, Optional[np.ndarray]]]:
+    """Yield ``(images, labels)`` for consecutive batches of ``part`` of ``source``.
+
+    Args:
+        source: a ``pipeline.data.sources.Source``.
+        part: a slice of sample indices with step 1 (from ``split``).
+        batch_size: samples per batch (the last batch may be smaller).
+        limit: at most this many batches (None: all; 0: none).
+
+    Yields:
+        ``images``: a torch view of ``source.tensor`` (same storage, source layout and dtype, never a
+        copy); ``labels``: a np.int64 view of ``source.labels`` for the same samples, or None.
+
+    Raises:
+        ConfigError: a bad batch size or limit; DataError: a part outside the source or with a step.
+    """
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int) or batch_size < 1:
+        raise ConfigError("batch_size must be an int >= 1, got %r" % (batch_size,))
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 0):
+        raise ConfigError("the batch limit must be None or an int >= 0, got %r" % (limit,))
+    n = len(source)
+    start, stop, step = part.indices(n)
+    if step != 1 or part.start is not None and not 0 <= part.start <= n or part.stop is not None and part.stop > n:
+        raise DataError("part %s does not lie within the source's %d samples with step 1" % (part, n))
+    count = 0
+    for i in range(start, stop, batch_size):
+        if limit is not None and count >= limit:
+            return
+        j = min(i + batch_size, stop)
+        yield source.tensor[i:j], (None if source.labels is None else source.labels[i:j])
+        count += 1

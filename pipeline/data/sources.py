@@ -1,0 +1,268 @@
+"""Data sources: where images come from, never written and never copied before the quantizer boundary.
+
+``open_source(spec, base_dir)`` looks ``spec["type"]`` up in the literal table ``SOURCES``:
+
+| type   | spec keys                                              | images                                   |
+|--------|--------------------------------------------------------|------------------------------------------|
+| digits | seed (0)                                               | scikit-learn's 1,797 real 8x8 digits, uint8 NHWC (N, 8, 8, 1), owned by the source |
+| npy    | path, labels (a .npy path, optional), layout (NHWC)    | ``np.load(path, mmap_mode="r")``: memory-mapped, read-only |
+| npz    | path, images_key (images), labels_key (labels), layout | an uncompressed member is memory-mapped; a compressed one is read into memory |
+| array  | images, labels, layout                                 | the caller's numpy array, any strides (read-only, negative strides) |
+| tensor | images, labels, layout                                 | the caller's CPU torch tensor, any memory format |
+
+Images are 4-D, ``layout`` NHWC (default) or NCHW, of a dtype torch can view. Labels, when given,
+are a 1-D integer array with one entry per image, delivered as np.int64.
+
+A numpy array whose channel axis has a negative stride (``a[..., ::-1]``, the usual BGR->RGB flip,
+public case P01) is accepted without a copy: the source's torch view reads the channels in memory
+order and ``Source.channel_order`` ([C-1, ..., 0]) tells ``build_stages(specs, source=source)`` to
+carry the reversal out at the quantizer boundary. A negative stride on any other axis is a DataError
+(torch views cannot flip, and a copy here would be a second copy per batch).
+"""
+import os
+import struct
+import weakref
+import zipfile
+from typing import Any, Callable, Dict, List, Optional
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError
+from ..specs import check_keys, lookup
+from ..tensors import ArrayLike, as_torch_view, fingerprint_array, storage_ptr
+
+LAYOUTS = ("NHWC", "NCHW")
+HASH_LIMIT_BYTES = 256 << 20  # describe() hashes sources up to this size (about 0.5 s)
+
+# storage address -> Source, for sources that defer a channel flip; lets Compose refuse their batches
+# when it was built without them (a silent RGB/BGR swap otherwise). Entries vanish with the source.
+_FLIPPED = weakref.WeakValueDictionary()  # type: weakref.WeakValueDictionary
+
+
+class Source:
+    """Images (and labels) the pipeline reads but never writes.
+
+    Attributes:
+        kind: the ``SOURCES`` name (``digits``, ``npy``, ``npz``, ``array``, ``tensor``).
+        images: the caller's (or, for digits, the source's own) numpy array or torch tensor, 4-D,
+            in ``layout``; never written (prove it with ``pipeline.tensors.fingerprint_array``).
+        labels: np.int64 array of shape (N,), or None.
+        layout: ``NHWC`` or ``NCHW`` (logical axis order of ``images``).
+        tensor: a torch view of ``images`` with non-negative strides (no copy); batches are slices of it.
+        channel_order: None, or ``[C-1, ..., 0]`` when ``images`` has a negative channel stride:
+            channel ``c`` of the images is channel ``channel_order[c]`` of ``tensor``.
+        path: the file read, or None. mmap: True when ``images`` is a memory map of that file.
+
+    Raises:
+        DataError: images not 4-D, empty, of an unsupported dtype, not on the CPU, flipped on a
+            non-channel axis; labels not 1-D integers of length N.
+    """
+
+    def __init__(self, kind: str, images: ArrayLike, labels: Optional[np.ndarray] = None, layout: str = "NHWC",
+                 path: Optional[str] = None, mmap: bool = False, note: str = "") -> None:
+        if layout not in LAYOUTS:
+            raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(LAYOUTS), layout))
+        if isinstance(images, torch.Tensor):
+            if images.device.type != "cpu":
+                raise DataError("source %s: the tensor is on %s; pass images.cpu()" % (kind, images.device))
+            images = images.detach()
+        elif not isinstance(images, np.ndarray):
+            raise DataError("source %s: images must be a numpy array or a torch tensor, got %s"
+                            % (kind, type(images).__name__))
+        if images.ndim != 4 or images.shape[0] == 0:
+            raise DataError("source %s: expected a non-empty 4-D %s image array, got shape %s; save grayscale "
+                            "images as (N, H, W, 1)" % (kind, layout, tuple(images.shape)))
+        self.kind, self.images, self.layout, self.path, self.mmap, self.note = kind, images, layout, path, mmap, note
+        self.tensor, flips = as_torch_view(images)
+        channel_axis = layout.index("C")
+        other = [a for a in flips if a != channel_axis]
+        if other:
+            raise DataError("source %s: axis %s of the %s images has a negative stride (a flip such as a[:, ::-1]); "
+                            "only the channel axis can be flipped without a copy. Flip the data when you write "
+                            "it, or pass np.ascontiguousarray(images) to make that copy explicit"
+                            % (kind, other, layout))
+        self.channel_order = None  # type: Optional[List[int]]
+        if channel_axis in flips:
+            self.channel_order = list(range(images.shape[channel_axis] - 1, -1, -1))
+            _FLIPPED[storage_ptr(self.tensor)] = self
+        self.labels = _check_labels(kind, labels, images.shape[0])
+
+    def __len__(self) -> int:
+        return int(self.images.shape[0])
+
+    def describe(self) -> Dict[str, Any]:
+        """For the report: kind, path, shape, dtype, layout, mmap, channel_order, labels, note, and
+        ``sha256`` of the image bytes in logical order (``fingerprint_array``) when the images hold
+        at most 256 MiB (else None)."""
+        nbytes = int(self.tensor.numel() * self.tensor.element_size())
+        return {
+            "kind": self.kind, "path": self.path, "shape": [int(n) for n in self.images.shape],
+            "dtype": str(self.images.dtype).replace("torch.", ""), "layout": self.layout, "mmap": self.mmap,
+            "channel_order": self.channel_order, "labels": None if self.labels is None else int(len(self.labels)),
+            "bytes": nbytes, "sha256": fingerprint_array(self.images) if nbytes <= HASH_LIMIT_BYTES else None,
+            "note": self.note,
+        }
+
+
+def flipped_source_of(tensor: torch.Tensor) -> Optional[Source]:
+    """The open source with a deferred channel flip whose storage ``tensor`` lies on, or None."""
+    return _FLIPPED.get(storage_ptr(tensor)) if _FLIPPED else None
+
+
+def _check_labels(kind: str, labels: Any, n: int) -> Optional[np.ndarray]:
+    if labels is None:
+        return None
+    labels = np.asarray(labels.detach().cpu().numpy() if isinstance(labels, torch.Tensor) else labels)
+    if labels.ndim != 1 or labels.shape[0] != n or labels.dtype.kind not in "iub":
+        raise DataError("source %s: labels must be a 1-D integer array with one entry per image (%d), got shape %s "
+                        "dtype %s" % (kind, n, labels.shape, labels.dtype))
+    return labels.astype(np.int64, copy=False)
+
+
+def _resolve(base_dir: str, path: Any, where: str) -> str:
+    if not isinstance(path, str) or not path:
+        raise ConfigError("%s: expected a file path, got %r" % (where, path))
+    full = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    if not os.path.isfile(full):
+        raise ConfigError("%s: file %s does not exist" % (where, full))
+    return full
+
+
+def _load_npy(path: str, mmap: bool) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise DataError("cannot read %s as a .npy array: %s" % (path, exc))
+
+
+# ----------------------------------------------------------------------------- openers
+
+def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
+    """scikit-learn's digits (``sklearn.datasets.load_digits``: 1,797 real 8x8 handwritten digits
+    shipped with scikit-learn, no download), pixel values 0..16 scaled to uint8 0..255
+    (``round(v * 255 / 16)``), as an owned read-only uint8 NHWC array (1797, 8, 8, 1), shuffled once
+    with ``seed`` (default 0) so that splits are contiguous slices. Labels 0..9, np.int64."""
+    check_keys(spec, ["seed"], [], "data.source")
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
+    from sklearn.datasets import load_digits
+    digits = load_digits()
+    order = np.random.default_rng(seed).permutation(len(digits.target))
+    images = np.rint(digits.images[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    images.flags.writeable = False
+    return Source("digits", images, digits.target[order], "NHWC",
+                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed)
+
+
+def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
+    """A .npy image array, memory-mapped read-only (``np.load(mmap_mode="r")``: no copy, pages are read
+    as batches touch them), and optional labels from another .npy."""
+    check_keys(spec, ["path", "labels", "layout"], ["path"], "data.source")
+    path = _resolve(base_dir, spec["path"], "data.source.path")
+    labels = spec.get("labels")
+    if labels is not None:
+        labels = _load_npy(_resolve(base_dir, labels, "data.source.labels"), mmap=False)
+    return Source("npy", _load_npy(path, mmap=True), labels, spec.get("layout", "NHWC"), path=path, mmap=True)
+
+
+def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]:
+    """Memory-map an uncompressed .npy member of a .npz (``np.savez`` stores members uncompressed),
+    or return None when it is compressed or its header version is not 1.0/2.0."""
+    if info.compress_type != zipfile.ZIP_STORED:
+        return None
+    with open(path, "rb") as f:
+        f.seek(info.header_offset)
+        local = f.read(30)  # ZIP local file header: signature ... name length, extra length
+        if local[:4] != b"PK\x03\x04":
+            return None
+        name_len, extra_len = struct.unpack("<HH", local[26:30])
+        f.seek(info.header_offset + 30 + name_len + extra_len)
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version == (2, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            return None
+        if dtype.hasobject:
+            raise DataError("%s member %s holds Python objects; save numeric arrays" % (path, info.filename))
+        offset = f.tell()
+    return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
+    """Images (and labels) from a .npz: member ``images_key`` (default ``images``) is memory-mapped
+    when stored uncompressed (``np.savez``); a compressed member (``np.savez_compressed``) is read
+    into memory, and ``describe()`` says so. ``labels_key`` (default ``labels``) is optional: a
+    missing default member means no labels."""
+    check_keys(spec, ["path", "images_key", "labels_key", "layout"], ["path"], "data.source")
+    path = _resolve(base_dir, spec["path"], "data.source.path")
+    images_key = spec.get("images_key", "images")
+    labels_key = spec.get("labels_key", "labels")
+    try:
+        with zipfile.ZipFile(path) as zf:
+            members = {name[:-4]: zf.getinfo(name) for name in zf.namelist() if name.endswith(".npy")}
+    except (zipfile.BadZipFile, OSError) as exc:
+        raise DataError("cannot read %s as a .npz archive: %s" % (path, exc))
+    if images_key not in members:
+        raise ConfigError("data.source.images_key: %s has no member %r; members: %s"
+                          % (path, images_key, ", ".join(sorted(members))))
+    if "labels_key" in spec and labels_key not in members:
+        raise ConfigError("data.source.labels_key: %s has no member %r; members: %s"
+                          % (path, labels_key, ", ".join(sorted(members))))
+    images = _npz_member_memmap(path, members[images_key])
+    note = ""
+    if images is None:
+        with np.load(path, allow_pickle=False) as npz:
+            images = npz[images_key]
+        note = "member %r is compressed: read into memory, not memory-mapped" % images_key
+    labels = None
+    if labels_key in members:
+        with np.load(path, allow_pickle=False) as npz:
+            labels = npz[labels_key]
+    return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note)
+
+
+def open_array(spec: Dict[str, Any], base_dir: str) -> Source:
+    """The caller's in-memory numpy array (``spec["images"]``), any strides: read-only arrays, memory
+    maps and a negative-stride channel axis included. Never copied, never written."""
+    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    if not isinstance(spec["images"], np.ndarray):
+        raise ConfigError("data.source.images: type 'array' takes a numpy array, got %s (use type 'tensor' for "
+                          "torch tensors)" % type(spec["images"]).__name__)
+    return Source("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+
+
+def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
+    """The caller's CPU torch tensor (``spec["images"]``), any memory format (contiguous,
+    channels_last, strided views). Never copied, never written."""
+    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    if not isinstance(spec["images"], torch.Tensor):
+        raise ConfigError("data.source.images: type 'tensor' takes a torch.Tensor, got %s (use type 'array' for "
+                          "numpy arrays)" % type(spec["images"]).__name__)
+    return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+
+
+SOURCES = {
+    "digits": open_digits,
+    "npy": open_npy,
+    "npz": open_npz,
+    "array": open_array,
+    "tensor": open_tensor,
+    # "image_folder": added by the image-folder task (its own module, same signature).
+}  # type: Dict[str, Callable[[Dict[str, Any], str], Source]]
+
+
+def open_source(spec: Dict[str, Any], base_dir: str) -> Source:
+    """Open the source described by ``spec`` (``{type: ..., ...}``, see the table above); relative
+    paths resolve against ``base_dir`` (the YAML file's folder).
+
+    Raises:
+        ConfigError: unknown type or key (naming the valid ones and the closest match), missing file.
+        DataError: unreadable or unusable data (see ``Source``).
+    """
+    if not isinstance(spec, dict):
+        raise ConfigError("data.source: expected a mapping such as {type: digits}, got %r" % (spec,))
+    return lookup(SOURCES, spec.get("type"), "data.source")(spec, base_dir)

@@ -1,0 +1,322 @@
+"""The stage contract and the ``Compose`` driver that enforces it on every batch.
+
+A stage is a small frozen dataclass whose fields are its YAML parameters, checked when it is built.
+``stage(x)`` returns a **view** of ``x`` (same storage, new shape/strides; never ``contiguous()``,
+``clone()``, ``copy_()`` or an in-place op) and ``stage.output_shape(shape)`` is pure, so a config is
+checked before any data is read. Dimension 0 is always the batch and no stage moves it.
+
+Channel gathers that a torch view cannot express (BGR<->RGB, any other order, a non-progression
+channel selection) are *deferred*: the stage is an identity view here, and ``Compose`` composes
+their channel indices into ``boundary_channel_order``, which the quantizer boundary applies inside
+its single pass (``pipeline.boundary.QuantizerBoundary(channel_order=...)``). ``Compose`` follows the
+channel axis through later stages (permute, layout, transpose, squeeze, ...), so a reorder may come
+before the NHWC->NCHW move; a later stage that slices or merges that axis is a ConfigError.
+
+``Compose(batch)`` checks, after every stage: the output is a view of its input (else a contract
+violation naming the stage and the bytes it allocated), has the planned shape and dtype, and the
+batch's ``_version`` counter (shared by all views of one storage) did not move (an in-place write).
+"""
+import dataclasses
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+
+from ..errors import ConfigError, StageError
+from ..tensors import Ledger, is_view_of, storage_nbytes
+
+Shape = Tuple[int, ...]
+LAYOUTS = ("NCHW", "NHWC")
+
+
+# ----------------------------------------------------------------------------- parameter checks
+
+def check_int(stage: str, name: str, value: Any, minimum: Optional[int] = None) -> int:
+    """``value`` as an int (bools refused), at least ``minimum``; StageError naming the parameter."""
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise StageError("%s: parameter %r must be an int, got %r" % (stage, name, value))
+    if minimum is not None and value < minimum:
+        raise StageError("%s: parameter %r must be >= %d, got %d" % (stage, name, minimum, value))
+    return value
+
+
+def check_ints(stage: str, name: str, value: Any, minimum: Optional[int] = None) -> Tuple[int, ...]:
+    """A non-empty list/tuple of ints as a tuple; StageError naming the parameter."""
+    if not isinstance(value, (list, tuple)) or not value:
+        raise StageError("%s: parameter %r must be a non-empty list of ints, got %r" % (stage, name, value))
+    return tuple(check_int(stage, "%s[%d]" % (name, i), v, minimum) for i, v in enumerate(value))
+
+
+def check_layout(stage: str, name: str, value: Any) -> str:
+    """One of ``NCHW``/``NHWC``; StageError otherwise."""
+    if value not in LAYOUTS:
+        raise StageError("%s: parameter %r must be one of %s, got %r" % (stage, name, ", ".join(LAYOUTS), value))
+    return value
+
+
+def normalize_dim(stage: str, name: str, dim: int, ndim: int) -> int:
+    """``dim`` in ``[-ndim, ndim)`` made non-negative; it may not be the batch dimension 0."""
+    if not -ndim <= dim < ndim:
+        raise StageError("%s: %s=%d is out of range for a %d-D input (valid: %d..%d)"
+                         % (stage, name, dim, ndim, -ndim, ndim - 1))
+    dim = dim % ndim
+    if dim == 0:
+        raise StageError("%s: %s=%d is the batch dimension; stages never move or slice it "
+                         "(use batch_slice to select samples)" % (stage, name, dim))
+    return dim
+
+
+def require_ndim(stage: str, shape: Shape, ndim: int, layout: str) -> None:
+    if len(shape) != ndim:
+        raise StageError("%s: expects a %d-D %s batch, got shape %s" % (stage, ndim, layout, tuple(shape)))
+
+
+# ----------------------------------------------------------------------------- the contract
+
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    """Base of every stage. Subclasses are frozen dataclasses whose fields are their YAML parameters.
+
+    Subclasses implement ``check()`` (parameters, at construction: raise StageError), ``output_shape``
+    and ``apply``; those that add or remove axes override ``out_ndim``, and those that move, merge or
+    slice axes override ``axis_map``. ``name`` is the YAML ``type:``.
+    """
+
+    name = "stage"
+    gathers_channels = False
+
+    def __post_init__(self) -> None:
+        self.check()
+
+    def check(self) -> None:
+        """Validate the parameters; raise StageError naming the bad one."""
+
+    def output_shape(self, shape: Shape) -> Shape:
+        """The output shape for an input of ``shape`` (pure). Raises StageError when it does not fit."""
+        raise NotImplementedError
+
+    def apply(self, x: torch.Tensor) -> torch.Tensor:
+        """Return a view of ``x`` (same storage). Never copies and never writes."""
+        raise NotImplementedError
+
+    def out_ndim(self, ndim: int) -> int:
+        """Number of dimensions of the output for a ``ndim``-D input."""
+        return ndim
+
+    def axis_map(self, ndim: int) -> List[Optional[int]]:
+        """For each input axis, its position in the output, or None when the stage changes what lies
+        along it (slices it, merges it, expands it). Default: every axis kept in place."""
+        return list(range(ndim))
+
+    def params(self) -> Dict[str, Any]:
+        """The YAML parameters, as a plain dict."""
+        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+
+    def __call__(self, x: torch.Tensor) -> torch.Tensor:
+        return self.apply(x)
+
+
+class _Pending:
+    """A channel gather deferred to the boundary: ``index`` on ``axis`` of a ``ndim``-D view."""
+
+    def __init__(self, axis: int, index: Tuple[int, ...], origin: str) -> None:
+        self.axis, self.index, self.origin = axis, index, origin
+
+
+class Compose:
+    """Runs stages in order on a batch and verifies the view contract after each one.
+
+    Args:
+        stages: the stages, in order.
+        source_layout: ``NHWC``/``NCHW`` of the source (needed only with ``source_channel_order``).
+        source_channel_order: a channel order the source itself defers (a numpy source flipped with
+            ``a[..., ::-1]``: see ``pipeline.data.sources.Source.channel_order``), or None.
+
+    Attributes:
+        boundary_channel_order: None, or the list ``order`` such that output channel ``c`` of the
+            quantizer boundary reads channel ``order[c]`` of the view ``Compose`` returns (axis 1).
+        runs_at_boundary: per stage, True when it is deferred to the boundary.
+
+    Raises:
+        ConfigError: at construction, when a deferred channel order cannot reach the boundary's
+            channel axis (a later stage slices or merges that axis, or the view is not 4-D NCHW).
+    """
+
+    def __init__(self, stages: Sequence[Stage], source_layout: Optional[str] = None,
+                 source_channel_order: Optional[Sequence[int]] = None) -> None:
+        self.stages = tuple(stages)
+        self.source_channel_order = None if source_channel_order is None else tuple(source_channel_order)
+        self.source_layout = source_layout
+        self._plans = {}  # type: Dict[Shape, List[Shape]]
+        pending = None  # type: Optional[_Pending]
+        ndim = None  # type: Optional[int]
+        if self.source_channel_order is not None:
+            if source_layout not in LAYOUTS:
+                raise ConfigError("a source channel order needs the source layout NHWC or NCHW, got %r" % source_layout)
+            ndim = 4
+            pending = _Pending(source_layout.index("C"), self.source_channel_order,
+                               "the source (a negative stride on its channel axis)")
+        deferred = []
+        for i, st in enumerate(self.stages):
+            where = "stage %d %r" % (i, st.name)
+            if st.gathers_channels:
+                if ndim is not None and ndim != 4:
+                    raise ConfigError("%s: expects a 4-D %s batch, but the stages before it make it %d-D"
+                                      % (where, st.layout, ndim))
+                ndim = 4
+                axis = st.channel_axis()
+                if pending is not None:
+                    if axis != pending.axis:
+                        raise ConfigError("%s: gathers channels on axis %d, but the channel order deferred to the "
+                                          "boundary from %s lies on axis %d; check the stage's layout"
+                                          % (where, axis, pending.origin, pending.axis))
+                    try:
+                        index = st.gather_index(len(pending.index))
+                    except StageError as exc:
+                        raise ConfigError("%s: %s (after the channel order deferred from %s)" % (where, exc, pending.origin))
+                    pending = _Pending(axis, tuple(pending.index[j] for j in index), pending.origin)
+                    deferred.append(True)
+                elif st.is_view():
+                    deferred.append(False)
+                else:
+                    pending = _Pending(axis, st.gather_index(None), where)
+                    deferred.append(True)
+                continue
+            deferred.append(False)
+            if ndim is None:
+                continue
+            if pending is not None:
+                moved = st.axis_map(ndim)[pending.axis]
+                if moved is None:
+                    raise ConfigError("%s: changes axis %d, which carries the channel order deferred to the quantizer "
+                                      "boundary from %s; put the channel reorder after this stage"
+                                      % (where, pending.axis, pending.origin))
+                pending.axis = moved
+            ndim = st.out_ndim(ndim)
+        if pending is not None and (ndim != 4 or pending.axis != 1):
+            raise ConfigError("the channel order deferred to the boundary from %s ends on axis %d of a %d-D view, "
+                              "but the boundary reads channels from axis 1 of a 4-D NCHW view; add a "
+                              "{type: layout, src: NHWC, dst: NCHW} stage" % (pending.origin, pending.axis, ndim))
+        self.runs_at_boundary = tuple(deferred)
+        self.boundary_channel_order = None if pending is None else list(pending.index)
+
+    def __len__(self) -> int:
+        return len(self.stages)
+
+    def describe(self) -> List[Dict[str, Any]]:
+        """One dict per stage for the report: index, type, parameters, deferred to the boundary or not."""
+        return [{"index": i, "type": st.name, "params": st.params(), "at_boundary": d}
+                for i, (st, d) in enumerate(zip(self.stages, self.runs_at_boundary))]
+
+    # ------------------------------------------------------------------ shapes
+    def _stage_error(self, i: int, shape: Shape, exc: Exception, dtype: Any = None) -> StageError:
+        return StageError("stage %d %r (input shape %s%s): %s" % (
+            i, self.stages[i].name, tuple(shape), "" if dtype is None else ", dtype %s" % dtype, exc))
+
+    def plan(self, shape: Sequence[int]) -> List[Shape]:
+        """The shape of the view after each stage (deferred stages keep their input shape: they are
+        carried out by the boundary). Pure; cached per input shape. Raises StageError naming the stage."""
+        shape = tuple(int(s) for s in shape)
+        if shape in self._plans:
+            return self._plans[shape]
+        if self.source_channel_order is not None:
+            axis = self.source_layout.index("C")
+            if len(shape) != 4 or shape[axis] != len(self.source_channel_order):
+                raise StageError("the source's channel order %s needs a 4-D %s batch with %d channels, got %s"
+                                 % (list(self.source_channel_order), self.source_layout,
+                                    len(self.source_channel_order), shape))
+        out, cur = [], shape
+        checked = self.source_channel_order is not None  # the first deferred gather checks its indices
+        for i, st in enumerate(self.stages):
+            deferred = self.runs_at_boundary[i]
+            if deferred and checked:
+                out.append(cur)  # later gathers were composed (and checked) at construction
+                continue
+            try:
+                nxt = st.output_shape(cur)
+            except StageError as exc:
+                raise self._stage_error(i, cur, exc)
+            if deferred:
+                checked, nxt = True, cur  # the boundary gathers; the view keeps its channels
+            out.append(nxt)
+            cur = nxt
+        self._plans[shape] = out
+        return out
+
+    def output_shape(self, shape: Sequence[int]) -> Shape:
+        """The shape the quantizer boundary will produce from a batch of ``shape`` (pure): the last
+        view's shape with axis 1 set to ``len(boundary_channel_order)`` when an order is deferred."""
+        shape = tuple(int(s) for s in shape)
+        final = self.plan(shape)[-1] if self.stages else shape
+        if self.boundary_channel_order is None:
+            return final
+        return final[:1] + (len(self.boundary_channel_order),) + final[2:]
+
+    # ------------------------------------------------------------------ running
+    def __call__(self, batch: torch.Tensor, ledger: Optional[Ledger] = None, batch_index: int = 0) -> torch.Tensor:
+        """Apply every stage to ``batch`` and return the final view (same storage as ``batch``).
+
+        Args:
+            batch: a torch tensor (any strides), e.g. from ``pipeline.data.batching.iter_batches``.
+            ledger: when given, one row per stage (``shares_storage``, bytes, data pointers).
+            batch_index: the batch number recorded in the ledger.
+
+        Raises:
+            StageError: a stage rejects the input (names the stage, shape, dtype), or breaks the
+                contract: its output is not a view of its input (it allocated), has another shape or
+                dtype than planned, or a write changed the batch's ``_version``; or the batch comes from
+                a source with a flipped channel axis that these stages were not built for.
+        """
+        if not isinstance(batch, torch.Tensor):
+            raise StageError("Compose expects a torch.Tensor batch (see pipeline.data.batching.iter_batches), got %s"
+                             % type(batch).__name__)
+        if self.source_channel_order is None:
+            self._refuse_unbound_flipped_source(batch)
+        shapes = self.plan(batch.shape)
+        version = batch._version
+        x = batch
+        for i, st in enumerate(self.stages):
+            if self.runs_at_boundary[i]:
+                y = x
+            else:
+                try:
+                    y = st.apply(x)
+                except StageError as exc:
+                    raise self._stage_error(i, x.shape, exc, x.dtype)
+                except RuntimeError as exc:
+                    raise self._stage_error(i, x.shape, StageError("torch refused the view: %s" % exc), x.dtype)
+            problem = self._violation(x, y, shapes[i])
+            if ledger is not None:
+                ledger.record(st.name, x, y, batch=batch_index, stage_index=i,
+                              bytes_allocated=(storage_nbytes(y) if problem and isinstance(y, torch.Tensor)
+                                               and not is_view_of(y, x) else 0),
+                              deferred=self.runs_at_boundary[i],
+                              note="carried out inside the quantizer boundary's pass" if self.runs_at_boundary[i]
+                              else "")
+            if problem is None and batch._version != version:
+                problem = "an in-place write into the batch's storage (_version %d -> %d)" % (version, batch._version)
+            if problem is not None:
+                raise StageError("stage %d %r: contract violation: %s; a stage must return a view of its input "
+                                 "and never write" % (i, st.name, problem))
+            x = y
+        return x
+
+    @staticmethod
+    def _violation(x: torch.Tensor, y: Any, shape: Shape) -> Optional[str]:
+        if not isinstance(y, torch.Tensor):
+            return "it returned %s, not a torch.Tensor" % type(y).__name__
+        if not is_view_of(y, x):
+            return "its output does not share storage with its input (allocated %d bytes)" % storage_nbytes(y)
+        if y.dtype != x.dtype:
+            return "it changed the dtype from %s to %s" % (x.dtype, y.dtype)
+        if tuple(y.shape) != shape:
+            return "its output shape %s differs from its output_shape() %s" % (tuple(y.shape), shape)
+        return None
+
+    @staticmethod
+    def _refuse_unbound_flipped_source(batch: torch.Tensor) -> None:
+        from ..data.sources import flipped_source_of
+        source = flipped_source_of(batch)
+        if source is not None:
+            raise StageError("this batch comes from a source whose channel axis is flipped (negative stride, e.g. "
+                             "a[..., ::-1]); its channel order %s is carried out at the boundary, so build the "
+                             "stages with build_stages(specs, source=source)" % source.channel_order)
