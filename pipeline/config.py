@@ -293,6 +293,11 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
+    from .compilers.targets import TARGETS
+    if cfg.compile.target not in TARGETS:
+        close = difflib.get_close_matches(cfg.compile.target, list(TARGETS), n=1)
+        problems.append("compile.target: unknown DPU target %r%s; `python -m pipeline targets` lists them"
+                        % (cfg.compile.target, "; did you mean %r?" % close[0] if close else ""))
     if problems:
         raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
 

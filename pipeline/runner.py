@@ -132,12 +132,19 @@ class Run:
         return Ledger()
 
     # ------------------------------------------------------------------ model
-    def float_model(self) -> torch.nn.Module:
-        """The float model with its trained weights, in eval mode."""
+    def float_model(self, need_weights: bool = True) -> torch.nn.Module:
+        """The float model with its trained weights, in eval mode.
+
+        With ``need_weights=False`` and no weights file yet, the seeded, untrained model (enough to
+        inspect the architecture).
+        """
         from .models.loading import build_model, load_weights
         m = self.cfg.model
         torch.manual_seed(self.cfg.run.seed)
-        return load_weights(build_model(m.zoo, m.factory, m.kwargs), self.weights_path)
+        model = build_model(m.zoo, m.factory, m.kwargs)
+        if not need_weights and not os.path.isfile(self.weights_path):
+            return model
+        return load_weights(model, self.weights_path)
 
     def settings(self) -> Any:
         from .quantizers.base import QuantSettings
@@ -217,7 +224,7 @@ def step_train(run: Run) -> Dict[str, Any]:
 def step_inspect(run: Run) -> Dict[str, Any]:
     """Assign each node of the float model to the DPU or the CPU for compile.target."""
     from .inspect import inspect_model, write_reports
-    inspection = inspect_model(run.float_model(), run.example(), run.cfg.compile.target)
+    inspection = inspect_model(run.float_model(need_weights=False), run.example(), run.cfg.compile.target)
     paths = write_reports(inspection, run.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
     return run.save_step("inspect", {"summary": inspection.summary_line(), "files": paths})

@@ -129,3 +129,10 @@ def test_schema_lists_sections_and_descriptions():
     schema = config_schema()
     assert set(schema["properties"]) == {"run", "data", "preprocess", "model", "quantizer", "export", "compile"}
     assert schema["additionalProperties"] is False
+
+
+def test_unknown_compile_target_is_rejected_with_closest_match(tmp_path):
+    with pytest.raises(ConfigError) as err:
+        load_config(write(tmp_path, BASE), ["compile.target=DPUCZDX8G_ISA1_B4069"])
+    assert "compile.target: unknown DPU target 'DPUCZDX8G_ISA1_B4069'" in str(err.value)
+    assert "did you mean 'DPUCZDX8G_ISA1_B4096'?" in str(err.value)
