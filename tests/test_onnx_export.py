@@ -21,6 +21,9 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+# torch warns that an even kernel with padding='same' pads with a copy: expected here
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")
+
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
@@ -467,6 +470,25 @@ def test_non_contiguous_parameter_is_written_in_logical_order(tmp_path):
         w = inits["fc.weight"] if flavour == "exact" else inits["fc.weight/codes"] * 2.0 ** -6
         assert np.array_equal(w, gm.fc.weight.detach().numpy())
     assert verify_onnx(gm, str(tmp_path / "exact.onnx"), x)["max_abs_diff"] == 0.0
+
+
+def test_a_layer_named_output_does_not_clash_with_the_graph_output(tmp_path):
+    class Named(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.input = nn.ReLU()
+            self.output = _set_params(nn.Linear(4, 4), 6, 6, 16)
+
+        def forward(self, x):
+            return fq(self.output(self.input(fq(x, 5))), 6)
+
+    gm = _lower(Named(), 6)
+    assert "output" in {n.name for n in gm.graph.nodes if n.op == "call_module"}
+    x = _inputs((4, 4), 5, 17)
+    path = export_onnx(gm, x[:1].clone(), str(tmp_path / "n.onnx"), "exact")
+    graph = onnx.load(path).graph
+    assert [graph.input[0].name, graph.output[0].name] == ["input", "output_io"]
+    assert verify_onnx(gm, path, x)["mismatches"] == 0
 
 
 def test_same_graph_gives_identical_bytes(tmp_path):

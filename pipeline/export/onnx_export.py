@@ -47,7 +47,8 @@ does not matter.
 
 The ONNX file is opset 13, IR version 7 (loads with the onnx / onnxruntime of the Vitis AI 3.5
 image and here), has a dynamic batch dimension ``N`` on its input ``input`` and its outputs
-(``output``, or ``output_0``, ``output_1``, ...), and its bytes depend only on the graph: node and
+(``output``, or ``output_0``, ``output_1``, ...; ``_io`` is appended to these names when a layer
+of the model already has one), and its bytes depend only on the graph: node and
 tensor names come from the fx node names, the producer is fixed and there is no timestamp.
 ``metadata_props`` holds ``flavour``, ``rounding``, ``bias``, ``fix_pos`` (JSON table),
 ``output_fix_pos`` and ``quant_info``.
@@ -178,6 +179,7 @@ class _Builder:
         self.nodes = []  # type: List[Any]
         self.initializers = {}  # type: Dict[str, Any]
         self.names = {}  # type: Dict[str, str]
+        self.input_name = INPUT_NAME
         self.failed = set()  # type: set
         self.fix_table = {"activations": {}, "params": {}}  # type: Dict[str, Dict[str, Any]]
 
@@ -630,14 +632,14 @@ def _handler(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Tuple[Optional[Ca
 def _emit(b: _Builder, node: torch.fx.Node) -> None:
     meta = b.meta1.get(node.name, ("other", "nothing"))
     if node.op == "placeholder":
-        b.names[node.name] = INPUT_NAME
+        b.names[node.name] = b.input_name
         return
     if node.op == "get_attr":
         value = _get_attr(b.gm, node.target)
         if isinstance(value, torch.Tensor):
             if value.dtype != torch.float32:
                 raise _Unsupported("constant tensor of dtype %s, expected float32" % value.dtype)
-            b.names[node.name] = b.init(node.target, value.detach().cpu().contiguous().numpy())
+            b.names[node.name] = b.init(node.name, value.detach().cpu().contiguous().numpy())
         return
     if meta[0] == "value":
         return  # a Python value (constant or shape): read by the nodes that use it
@@ -665,6 +667,15 @@ def _outputs(node: Optional[torch.fx.Node]) -> List[torch.fx.Node]:
     if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.fx.Node) for o in out):
         return list(out)
     raise _Unsupported("the model must return a tensor or a tuple/list of tensors, got %r" % (out,))
+
+
+def _free_name(name: str, taken: set) -> str:
+    """``name``, or ``name_io``, ``name_io1``, ... : the first not in ``taken``."""
+    candidate, i = name, 0
+    while candidate in taken:
+        candidate = "%s_io%s" % (name, i or "")
+        i += 1
+    return candidate
 
 
 def _check_example(example1: Any) -> None:
@@ -698,6 +709,10 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
         raise ExportError("the model failed on the batch-1 example input %s (and on a batch of two "
                           "copies of it): %s: %s" % (tuple(example1.shape), type(exc).__name__, exc)) from exc
     b = _Builder(gm, flavour, meta1, meta2)
+    # fx node names are identifiers and every other tensor name holds a '/' or a '.', so graph
+    # input/output names only have to avoid the fx node names (a layer called `output`, say)
+    taken = {n.name for n in gm.graph.nodes if n.op not in ("placeholder", "output")}
+    b.input_name = _free_name(INPUT_NAME, taken)
     problems = []  # type: List[str]
     output_node = None
     for node in gm.graph.nodes:
@@ -713,7 +728,7 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
     try:
         results = _outputs(output_node)
         for i, result in enumerate(results):
-            name = "output" if len(results) == 1 else "output_%d" % i
+            name = _free_name("output" if len(results) == 1 else "output_%d" % i, taken)
             b.op("Identity", [b.tensor(result)], name)
             dims = [BATCH_DIM if d in b.batch_dims(result) else s
                     for d, s in enumerate(b.shape(result))]  # type: List[Any]
@@ -730,13 +745,14 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
                ", ".join(sorted(METHOD_HANDLERS))))
     graph = helper.make_graph(
         b.nodes, "quantized_%s" % flavour,
-        [helper.make_tensor_value_info(INPUT_NAME, TensorProto.FLOAT,
+        [helper.make_tensor_value_info(b.input_name, TensorProto.FLOAT,
                                        [BATCH_DIM] + list(example1.shape[1:]))],
         outputs, initializer=[t for t in b.initializers.values() if t is not None])
     model = helper.make_model(graph, producer_name=PRODUCER_NAME, producer_version=__version__,
                               opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
     output_fix_pos = getattr(gm, "output_fix_pos", None)
+    output_fix_pos = None if output_fix_pos is None else int(output_fix_pos)
     table = dict(b.fix_table, output_fix_pos=output_fix_pos)
     props = [("flavour", flavour), ("rounding", ROUNDING_NOTES[flavour]), ("bias", BIAS_NOTES[flavour]),
              ("fix_pos", json.dumps(table, sort_keys=True)),
