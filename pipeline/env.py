@@ -1,0 +1,143 @@
+"""What is installed here and which steps can run: ``python -m pipeline check-env``.
+
+Nothing heavy is imported: versions come from package metadata, ``pytorch_nndct`` and ``xir`` are
+found with ``importlib.util.find_spec`` (importing pytorch_nndct compiles kernels and edits sys.argv,
+facts 1.4.6), ``vai_c_xir`` with ``shutil.which``, and the ``arch.json`` files are read as JSON.
+"""
+import glob
+import importlib.util
+import os
+import platform
+import shutil
+import sys
+from typing import Any, Dict, List, Optional
+
+from .compilers import targets, vai_c
+from .errors import ConfigError
+
+IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
+# distribution name for the metadata lookup -> name shown
+PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"))
+# modules that exist only in the Vitis AI image (facts 3.1, 5, 7.2)
+IMAGE_MODULES = ("xir", "xcompiler", "target_factory")
+
+
+def _dist_version(name: str) -> Optional[str]:
+    try:
+        from importlib import metadata
+    except ImportError:  # Python < 3.8
+        return None
+    try:
+        return metadata.version(name)
+    except metadata.PackageNotFoundError:
+        return None
+
+
+def _module_found(name: str) -> bool:
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def _arch_files(arch_root: str) -> List[Dict[str, Any]]:
+    found = []
+    for path in sorted(glob.glob(os.path.join(arch_root, "**", "arch.json"), recursive=True)):
+        entry = {"path": path, "target": None, "fingerprint": None, "error": None}
+        try:
+            name, fp = targets.read_arch_json(path)
+            entry["target"], entry["fingerprint"] = name, (targets.hex_fingerprint(fp) if fp is not None else None)
+        except ConfigError as exc:
+            entry["error"] = str(exc)
+        found.append(entry)
+    return found
+
+
+def _step(uses: str, can_run: bool, why_not: Optional[str]) -> Dict[str, Any]:
+    return {"uses": uses, "can_run": can_run, "why_not": None if can_run else why_not}
+
+
+def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
+    """Describe this environment.
+
+    Args:
+        arch_root: where the ``arch.json`` files are searched (``/opt/vitis_ai/compiler/arch`` in the image).
+
+    Returns a JSON-serialisable dict: ``python`` (version, executable), ``packages`` (name -> version
+    or None), ``pytorch_nndct`` (found, version, torch it was built for matches or not), ``modules``
+    (xir, xcompiler, target_factory -> found), ``vai_c_xir`` (path or None, version), ``arch_json``
+    (files with their target and fingerprint), and ``steps``: for each step and backend, what it will
+    use, ``can_run`` and ``why_not``.
+    """
+    from .quantizers import nndct
+    packages = {shown: _dist_version(dist) for dist, shown in PACKAGES}
+    torch_version = packages["torch"]
+    nndct_found = nndct.NndctBackend.is_available()
+    nndct_version = nndct.quantizer_version()
+    # the quantizer's own check: torch.__version__ must be part of its version string (facts 1.5.5)
+    torch_ok = (torch_version in nndct_version) if (nndct_version and torch_version) else None
+    modules = {m: _module_found(m) for m in IMAGE_MODULES}
+    compiler = shutil.which(vai_c.EXECUTABLE)
+    arch = _arch_files(arch_root)
+
+    nndct_why = "pytorch_nndct is not installed: %s" % IMAGE_HINT
+    if nndct_found and torch_ok is False:
+        nndct_why = ("pytorch_nndct %s was built for another torch than the installed %s; torch_quantizer exits "
+                     "on that (facts 1.5.5)" % (nndct_version, torch_version))
+    nndct_ok = nndct_found and torch_ok is not False
+    onnx_ok = packages["onnx"] is not None and packages["onnxruntime"] is not None
+    steps = {
+        "calib/test (sim)": _step("the pipeline's CPU simulation of the DPU arithmetic", torch_version is not None,
+                                  "torch is not installed"),
+        "calib/test (nndct)": _step("pytorch_nndct torch_quantizer('calib'/'test'), one process per step",
+                                    nndct_ok, nndct_why),
+        "export onnx (sim)": _step("onnx + onnxruntime (bit-exact and QDQ ONNX, verified against the simulation)",
+                                   onnx_ok, "onnx or onnxruntime is not installed (pip install onnx onnxruntime)"),
+        "export xmodel (nndct)": _step("pytorch_nndct export_xmodel() with the xir package",
+                                       nndct_ok and modules["xir"],
+                                       nndct_why if not nndct_ok else "the xir package is not installed: %s" % IMAGE_HINT),
+        "compile": _step("vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <dir> -n <net>",
+                         compiler is not None,
+                         "vai_c_xir is not on PATH: %s. The compile step writes compile.sh and compile_plan.md "
+                         "instead" % IMAGE_HINT),
+        "deploy": _step("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, "
+                        "checksums, manifest", True, None),
+    }
+    return {
+        "python": {"version": platform.python_version(), "executable": sys.executable},
+        "packages": packages,
+        "pytorch_nndct": {"found": nndct_found, "version": nndct_version, "torch_matches": torch_ok},
+        "modules": modules,
+        "vai_c_xir": {"path": compiler, "version": vai_c.version() if compiler else None},
+        "arch_json": {"root": arch_root, "files": arch},
+        "steps": steps,
+    }
+
+
+def format_env(d: Dict[str, Any]) -> str:
+    """Plain text of ``check_env()``'s result for the terminal."""
+    lines = ["python         %s (%s)" % (d["python"]["version"], d["python"]["executable"])]
+    for name, version in d["packages"].items():
+        lines.append("%-14s %s" % (name, version or "not installed"))
+    n = d["pytorch_nndct"]
+    text = "not installed" if not n["found"] else (n["version"] or "found (version unknown)")
+    if n["torch_matches"] is False:
+        text += " (built for another torch)"
+    lines.append("%-14s %s" % ("pytorch_nndct", text))
+    for name, found in d["modules"].items():
+        lines.append("%-14s %s" % (name, "found" if found else "not installed"))
+    c = d["vai_c_xir"]
+    lines.append("%-14s %s" % ("vai_c_xir", ("%s%s" % (c["path"], " (%s)" % c["version"] if c["version"] else ""))
+                                if c["path"] else "not on PATH"))
+    files = d["arch_json"]["files"]
+    lines.append("%-14s %s" % ("arch.json", "%d under %s" % (len(files), d["arch_json"]["root"]) if files
+                               else "none under %s" % d["arch_json"]["root"]))
+    for f in files:
+        lines.append("    %s: %s" % (f["path"], f["error"] or "%s %s" % (f["target"] or "?", f["fingerprint"] or "")))
+    lines.append("")
+    lines.append("steps:")
+    for step, s in d["steps"].items():
+        lines.append("  %-22s %s  %s" % (step, "yes" if s["can_run"] else "no ", s["uses"]))
+        if not s["can_run"]:
+            lines.append("  %-22s      why not: %s" % ("", s["why_not"]))
+    return "\n".join(lines) + "\n"

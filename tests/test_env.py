@@ -1,0 +1,116 @@
+"""check-env: installed packages, the Vitis AI pieces, and which steps can run, with the reason."""
+import json
+import os
+import stat
+import sys
+
+import pytest
+import torch
+
+from pipeline import env
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    """A folder on sys.path where a test can put fake Vitis AI packages."""
+    d = tmp_path / "site"
+    d.mkdir()
+    monkeypatch.syspath_prepend(str(d))
+    yield d
+    for name in ("pytorch_nndct", "xir"):
+        sys.modules.pop(name, None)
+
+
+def _package(site, name, version=None):
+    pkg = site / name
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("raise RuntimeError('check-env must not import %s')\n" % name)
+    if version:
+        (pkg / "version.py").write_text("__version__ = '%s'\n" % version)
+
+
+def _arch_root(tmp_path):
+    root = tmp_path / "arch"
+    (root / "DPUCZDX8G" / "ZCU102").mkdir(parents=True)
+    (root / "DPUCZDX8G" / "ZCU102" / "arch.json").write_text(json.dumps({"target": "DPUCZDX8G_ISA1_B4096"}))
+    (root / "DPUCZDX8G" / "KV260").mkdir()
+    (root / "DPUCZDX8G" / "KV260" / "arch.json").write_text(json.dumps({"fingerprint": "0x101000016010407"}))
+    (root / "broken").mkdir()
+    (root / "broken" / "arch.json").write_text("{")
+    return str(root)
+
+
+def test_bare_cpu_machine(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    d = env.check_env(arch_root=str(tmp_path / "none"))
+    json.dumps(d)
+    assert d["packages"]["torch"] == torch.__version__
+    assert d["python"]["executable"] == sys.executable
+    if not d["pytorch_nndct"]["found"]:
+        assert not d["steps"]["calib/test (nndct)"]["can_run"]
+        assert "Vitis AI image" in d["steps"]["calib/test (nndct)"]["why_not"]
+    assert d["steps"]["calib/test (sim)"] == {"uses": d["steps"]["calib/test (sim)"]["uses"], "can_run": True,
+                                              "why_not": None}
+    assert d["vai_c_xir"] == {"path": None, "version": None}
+    assert not d["steps"]["compile"]["can_run"]
+    assert "compile_plan.md" in d["steps"]["compile"]["why_not"]
+    assert d["steps"]["deploy"]["can_run"]
+    assert d["arch_json"]["files"] == []
+    assert "pytorch_nndct" not in sys.modules
+
+
+def test_arch_json_files_are_listed_with_target_and_fingerprint(tmp_path):
+    files = env.check_env(arch_root=_arch_root(tmp_path))["arch_json"]["files"]
+    by_dir = {os.path.basename(os.path.dirname(f["path"])): f for f in files}
+    assert by_dir["ZCU102"]["target"] == "DPUCZDX8G_ISA1_B4096"
+    assert by_dir["ZCU102"]["fingerprint"] == "0x0101000056010407"
+    assert by_dir["KV260"]["target"] is None and by_dir["KV260"]["fingerprint"] == "0x0101000016010407"
+    assert "not valid JSON" in by_dir["broken"]["error"]
+    text = env.format_env(env.check_env(arch_root=_arch_root(tmp_path / "x")))
+    assert "3 under" in text and "0x0101000056010407" in text
+
+
+def test_the_image_pieces_are_found_without_importing_them(site, tmp_path, monkeypatch):
+    _package(site, "pytorch_nndct", "3.5.0+abc+torch%s" % torch.__version__)
+    _package(site, "xir")
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "vai_c_xir"
+    exe.write_text("#!/bin/sh\nexit 0\n")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(bindir))
+    d = env.check_env(arch_root=_arch_root(tmp_path))
+    assert d["pytorch_nndct"] == {"found": True, "version": "3.5.0+abc+torch%s" % torch.__version__,
+                                  "torch_matches": True}
+    assert d["modules"]["xir"] is True
+    assert d["vai_c_xir"]["path"] == str(exe)
+    for step in ("calib/test (nndct)", "export xmodel (nndct)", "compile"):
+        assert d["steps"][step]["can_run"] and d["steps"][step]["why_not"] is None, step
+    assert "pytorch_nndct" not in sys.modules and "xir" not in sys.modules
+
+
+def test_quantizer_built_for_another_torch(site, tmp_path):
+    _package(site, "pytorch_nndct", "3.5.0+abc+torch1.13.1")
+    d = env.check_env(arch_root=str(tmp_path))
+    assert d["pytorch_nndct"]["torch_matches"] is False
+    why = d["steps"]["calib/test (nndct)"]["why_not"]
+    assert "another torch" in why and "1.13.1" in why and torch.__version__ in why
+    assert "built for another torch" in env.format_env(d)
+
+
+def test_xir_missing_blocks_only_the_xmodel_export(site, tmp_path):
+    _package(site, "pytorch_nndct", "3.5.0+abc+torch%s" % torch.__version__)
+    d = env.check_env(arch_root=str(tmp_path))
+    if d["modules"]["xir"]:
+        pytest.skip("a real xir is installed here")
+    assert d["steps"]["calib/test (nndct)"]["can_run"]
+    assert not d["steps"]["export xmodel (nndct)"]["can_run"]
+    assert "xir package is not installed" in d["steps"]["export xmodel (nndct)"]["why_not"]
+
+
+def test_format_env_says_why_a_step_cannot_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    text = env.format_env(env.check_env(arch_root=str(tmp_path)))
+    assert "vai_c_xir      not on PATH" in text
+    assert "why not: vai_c_xir is not on PATH" in text
+    assert text.splitlines()[0].startswith("python         ")
