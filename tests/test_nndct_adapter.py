@@ -1,143 +1,18 @@
-"""The nndct adapter's own logic, against a fake ``pytorch_nndct`` package written by the test.
-
-The fake imitates the real quantizer's behaviours that the adapter must defend against
-(vitis_ai_facts.md 1.2-1.5): its import strips ``--nndct_*`` flags from ``sys.argv``; its quant
-model rounds the input tensor in place; it replaces ReLU6 by ReLU in the module it is given; it
-logs errors and returns instead of raising; it calls ``sys.exit`` on version and config checks;
-``export_xmodel`` raises without ``xir``. The real quantizer is exercised in test_nndct_backend.py.
-"""
+"""The nndct adapter's own logic, against the fake ``pytorch_nndct`` of tests/nndct_fake.py (it
+imitates the real quantizer's hazards; the real one is exercised in test_nndct_backend.py)."""
 import importlib
 import json
 import os
 import sys
 import textwrap
 
+import nndct_fake
 import pytest
 import torch
 
 from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from pipeline.quantizers import nndct
 from pipeline.quantizers.base import QuantSettings, get_backend
-
-FAKE_INIT = '''
-import sys
-SEEN_ARGV = list(sys.argv)
-for _flag in [a for a in sys.argv[1:] if a.startswith("--nndct_")]:
-    sys.argv.remove(_flag)
-from .version import __version__
-'''
-
-FAKE_VERSION = "__version__ = '3.5.0+fake+torch0'\n"
-
-FAKE_APIS = '''
-import json, logging, os, sys
-import torch
-
-CALLS = []
-BEHAVIOUR = {}
-_LOG = logging.getLogger("nndct_screen")
-
-
-def _error(code, msg):
-    _LOG.error("\\x1b[0;31m[VAIQ_ERROR][QUANTIZER_TORCH_%s]: %s\\x1b[0m" % (code, msg))
-
-
-class _QuantModel(torch.nn.Module):
-    def __init__(self, module, owner):
-        super().__init__()
-        self.module = module
-        self.owner = owner
-
-    def forward(self, x):
-        CALLS.append(("forward", x))
-        self.owner.batch_sizes.append(int(x.shape[0]))
-        x.copy_(torch.floor(x * 64 + 0.5) / 64)   # rounds its input in place, like fix_neuron
-        if not BEHAVIOUR.get("forward_not_counted"):
-            self.owner.forwards += 1
-        return self.module(x)
-
-
-class torch_quantizer:
-    def __init__(self, quant_mode, module, input_args=None, input_kwargs=None, state_dict_file=None,
-                 output_dir="quantize_result", bitwidth=None, mix_bit=False, device=torch.device("cuda"),
-                 lstm=False, app_deploy="CV", qat_proc=False, custom_quant_ops=None,
-                 quant_config_file=None, target=None, dynamo=False):
-        CALLS.append(("init", {"quant_mode": quant_mode, "module": module, "input_args": input_args,
-                               "output_dir": output_dir, "bitwidth": bitwidth, "device": device,
-                               "quant_config_file": quant_config_file, "target": target}))
-        if BEHAVIOUR.get("version_mismatch"):
-            _error("TORCH_VERSION", "Installed pytorch version is 9.9, not consistent with pytorch version "
-                   "when compiling quantizer (1.13.1)")
-            sys.exit(1)
-        if BEHAVIOUR.get("config_exit"):
-            _error("QUANT_CONFIG", "Unsupported key 'include_cl' in quant config file")
-            sys.exit(2)
-        if BEHAVIOUR.get("raise_keyerror"):
-            raise KeyError("target_device")
-        for name, child in list(module.named_children()):
-            if isinstance(child, torch.nn.ReLU6):
-                setattr(module, name, torch.nn.ReLU())        # CLE's ReLU6 -> ReLU rewrite
-        self.name = type(module).__name__
-        self.output_dir = output_dir
-        os.makedirs(output_dir, exist_ok=True)
-        with open(os.path.join(output_dir, self.name + ".py"), "w") as f:
-            f.write("# GENETARED BY NNDCT, DO NOT EDIT!\\n")
-        if quant_mode == "test" and not os.path.isfile(os.path.join(output_dir, "quant_info.json")):
-            sys.exit(2)
-        self.batch_sizes, self.forwards = [], 0
-        self._qm = _QuantModel(module, self)
-
-    @property
-    def quant_model(self):
-        return self._qm
-
-    def export_quant_config(self):
-        CALLS.append(("export_quant_config", None))
-        if self.forwards == 0:
-            _error("NO_FORWARD", "torch_quantizer.quant_model FORWARD function must be called before "
-                   "exporting quantization result.")
-            return
-        folder = self.output_dir
-        if not BEHAVIOUR.get("skip_quant_info"):
-            with open(os.path.join(folder, "quant_info.json"), "w") as f:
-                json.dump({"param": {}, "output": {self.name + "::nndct_input_0": [[8, 6]]}, "input": {},
-                           "fast_finetuned": False, "bias_corrected": True, "version": "3.5.0+fake",
-                           "graph_md5": "0"}, f)
-        if not BEHAVIOUR.get("skip_bias_corr"):
-            torch.save({}, os.path.join(folder, "bias_corr.pth"))
-
-    def _write(self, output_dir, suffix):
-        if self.forwards == 0:
-            _error("NO_FORWARD", "torch_quantizer.quant_model FORWARD function must be called before "
-                   "exporting quantization result.")
-            return
-        if BEHAVIOUR.get("write_nothing"):
-            return
-        names = [self.name + suffix] if not BEHAVIOUR.get("two_graphs") else \\
-            [self.name + "_0" + suffix, self.name + "_1" + suffix]
-        for name in names:
-            with open(os.path.join(output_dir, name), "wb") as f:
-                f.write(b"fake" + suffix.encode())
-
-    def export_xmodel(self, output_dir="quantize_result", deploy_check=False, dynamic_batch=False):
-        CALLS.append(("export_xmodel", {"output_dir": output_dir, "batch_sizes": list(self.batch_sizes)}))
-        if BEHAVIOUR.get("no_xir"):
-            raise Exception("please install xir package")
-        if BEHAVIOUR.get("batch_error"):
-            _error("XMODEL_BATCHSIZE", "Batch size must be 1 when exporting xmodel.")
-        self._write(output_dir, "_int.xmodel")
-
-    def export_onnx_model(self, output_dir="quantize_result", verbose=False, dynamic_batch=False,
-                          opset_version=None, native_onnx=True, dump_layers=False, check_model=False,
-                          opt_graph=False):
-        CALLS.append(("export_onnx_model", {"output_dir": output_dir}))
-        self._write(output_dir, "_int.onnx")
-
-    def export_torch_script(self, output_dir="quantize_result", verbose=False):
-        CALLS.append(("export_torch_script", {"output_dir": output_dir}))
-        self._write(output_dir, "_int.pt")
-'''
-
 
 class Net(torch.nn.Module):
     def __init__(self):
@@ -153,19 +28,10 @@ class Net(torch.nn.Module):
 @pytest.fixture
 def fake(tmp_path, monkeypatch):
     """Install the fake pytorch_nndct on sys.path; yields a function returning its apis module."""
-    pkg = tmp_path / "site" / "pytorch_nndct"
-    pkg.mkdir(parents=True)
-    (pkg / "__init__.py").write_text(FAKE_INIT)
-    (pkg / "version.py").write_text(FAKE_VERSION)
-    (pkg / "apis.py").write_text(FAKE_APIS)
-    monkeypatch.syspath_prepend(str(tmp_path / "site"))
+    nndct_fake.install(tmp_path / "site", monkeypatch)
     monkeypatch.setattr(nndct, "_MODES_CREATED", set())
-    for name in ("pytorch_nndct", "pytorch_nndct.apis", "pytorch_nndct.version"):
-        sys.modules.pop(name, None)
-    importlib.invalidate_caches()
-    yield lambda: importlib.import_module("pytorch_nndct.apis")
-    for name in ("pytorch_nndct", "pytorch_nndct.apis", "pytorch_nndct.version"):
-        sys.modules.pop(name, None)
+    yield nndct_fake.apis
+    nndct_fake.forget()
 
 
 def _model():
