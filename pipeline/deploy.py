@@ -28,6 +28,7 @@ import shutil
 import tempfile
 from typing import Any, Dict, List, Optional, Union
 
+from .compilers import vai_c
 from .errors import CompileError, ConfigError
 
 MANIFEST = "manifest.json"
@@ -158,8 +159,9 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
             or an ``out_dir`` that holds something else.
         CompileError: no compiled xmodel and no compile plan either.
     """
-    if not model_name or not all(c.isalnum() or c in "_-" for c in model_name):
-        raise ConfigError("deploy: model name must be letters, digits, '_' or '-', got %r" % (model_name,))
+    if not vai_c.is_plain_name(model_name):
+        raise ConfigError("deploy: model name must be letters, digits, '_', '-' or '.' (not first), got %r"
+                          % (model_name,))
     spec = preprocess_spec(preprocess)
     xmodel = _compiled_path(compiled_xmodel)
     if xmodel is not None and not os.path.isfile(xmodel):

@@ -82,7 +82,8 @@ def test_build_argv_is_pure_and_checks_its_arguments(tmp_path):
     before = sorted(os.listdir(str(tmp_path)))
     vai_c.build_argv(str(tmp_path / "none.xmodel"), str(tmp_path / "none.json"), str(tmp_path / "o"), "n")
     assert sorted(os.listdir(str(tmp_path))) == before
-    for bad in ("", "a b", "../x", "x;rm"):
+    assert vai_c.build_argv("m", "a", "o", "digits.v1-b_2")[-1] == "digits.v1-b_2"
+    for bad in ("", "a b", "../x", "x;rm", ".hidden", "a/b"):
         with pytest.raises(ConfigError, match="net_name"):
             vai_c.build_argv("m", "a", "o", bad)
     with pytest.raises(ConfigError, match="xmodel"):

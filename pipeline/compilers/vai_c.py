@@ -23,6 +23,13 @@ STDERR_TAIL_LINES = 20
 COMPILER_DISTRIBUTIONS = ("xcompiler", "vaic")
 
 
+def is_plain_name(name: str) -> bool:
+    """True for a non-empty name of letters, digits, ``_``, ``-`` and ``.`` that does not start with
+    ``.``: safe as a file and folder name, and as the Vitis AI Library model name."""
+    return bool(name) and isinstance(name, str) and name[0] != "." and \
+        all(c.isalnum() or c in "_-." for c in name)
+
+
 def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
                options: Optional[Dict[str, Any]] = None) -> List[str]:
     """The ``vai_c_xir`` command line as a list of strings; pure (reads and writes nothing).
@@ -32,7 +39,7 @@ def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
             batch 1).
         arch_json: path of the DPU's ``arch.json`` (see ``targets.arch_json_path``).
         out_dir: folder the compiler writes ``<net_name>.xmodel`` into.
-        net_name: name of the compiled network: letters, digits, ``_`` and ``-`` only.
+        net_name: name of the compiled network (``is_plain_name``: the run names' alphabet).
         options: extra compiler options, passed as one JSON string after ``--options``
             (keys sorted, so the same options give the same argv), or None.
 
@@ -42,8 +49,9 @@ def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
     for label, value in (("xmodel", xmodel), ("arch_json", arch_json), ("out_dir", out_dir)):
         if not isinstance(value, str) or not value:
             raise ConfigError("compile.%s: expected a non-empty path, got %r" % (label, value))
-    if not net_name or not all(c.isalnum() or c in "_-" for c in net_name):
-        raise ConfigError("compile.net_name: expected letters, digits, '_' or '-' only, got %r" % (net_name,))
+    if not is_plain_name(net_name):
+        raise ConfigError("compile.net_name: expected letters, digits, '_', '-' or '.' (not first), got %r"
+                          % (net_name,))
     argv = [EXECUTABLE, "-x", xmodel, "-a", arch_json, "-o", out_dir, "-n", net_name]
     if options:
         if not isinstance(options, dict):
