@@ -198,6 +198,15 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     assert not [n for n in os.listdir(run) if n.startswith(".")], "temporary files left behind"
 
 
+def test_compile_plan_into_the_compiler_output_folder(tmp_path):
+    run = str(tmp_path / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/a/arch.json", run, "m")
+    plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")
+    lines = open(os.path.join(run, "compile.sh")).read().splitlines()
+    assert lines[-1] == "vai_c_xir -x %s -a /opt/a/arch.json -o . -n m" % shlex.quote(str(tmp_path / "export" / "M_int.xmodel"))
+    assert not [line for line in lines if line.startswith("mkdir")]
+
+
 def test_docker_command_mounts_every_folder_the_command_reads(tmp_path):
     run = str(tmp_path / "run" / "compile")
     argv = vai_c.build_argv(str(tmp_path / "run" / "export" / "M_int.xmodel"), str(tmp_path / "arch" / "a.json"),

@@ -90,7 +90,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     rel = _relative_argv(argv, run_dir)
     command = " ".join(shlex.quote(a) for a in rel)
     xmodel = rel[rel.index("-x") + 1] if "-x" in rel else "<Model>_int.xmodel"
-    mkdir = ("mkdir -p %s\n" % shlex.quote(rel[rel.index("-o") + 1])) if "-o" in rel else ""
+    out = rel[rel.index("-o") + 1] if "-o" in rel else "."
+    mkdir = "" if out == "." else "mkdir -p %s\n" % shlex.quote(out)
     script = ("#!/bin/sh\n"
               "# vai_c_xir command for DPU target %s (fingerprint %s), written by the pipeline.\n"
               "# Run it inside the Vitis AI image (conda env vitis-ai-pytorch); paths are relative to this folder.\n"
