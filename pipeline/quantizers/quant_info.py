@@ -1,0 +1,187 @@
+"""Read and write ``quant_info.json`` and ``bias_corr.pth`` in the real quantizer's format.
+
+``quant_info.json`` (facts 1.3; written by ``TORCHQuantizer.export_quant_config`` with
+``nndct_shared/utils/io.py`` ``to_jsonstr``) is a JSON object with, in this order:
+
+- ``"param"``: ``"<Class>::<module path>.weight|bias"`` -> ``[[bit_width, fix_pos]]``
+- ``"output"``: ``"<Class>::<node name>"`` (e.g. ``"Net::nndct_relu_2"``) -> ``[[bit_width, fix_pos]]``
+- ``"input"``: node name -> list of ``[bit_width, fix_pos]`` (empty with the default strategy)
+- ``"fast_finetuned"``, ``"bias_corrected"``: booleans
+- ``"version"``: the quantizer's version string; ``"graph_md5"``: md5 of the graph description
+  the real quantizer checks in test mode.
+
+The writer reproduces the real file byte for byte (two-space indentation, ``[[8,5]]`` without
+spaces, no trailing newline) and writes atomically (temporary file + ``os.replace``).
+
+``bias_corr.pth`` is a ``torch.save`` of a dict: conv/linear node name
+(``"<Class>::nndct_conv2d_1"``) -> Python list of floats (float32 values), the amount subtracted
+from the bias in test mode (facts 2.5).
+"""
+import json
+import os
+from typing import Any, Dict, List, Optional
+
+import torch
+
+from ..errors import QuantizationError
+from ..fileio import atomic_path
+
+QUANT_INFO_FILE = "quant_info.json"
+BIAS_CORR_FILE = "bias_corr.pth"
+TOP_LEVEL_KEYS = ("param", "output", "input", "fast_finetuned", "bias_corrected", "version",
+                  "graph_md5")
+# The version string this simulation writes; the golden files say "3.5.0+local+torch2.13.0+cpu".
+SIM_VERSION = "3.5.0+pipeline-sim"
+
+
+def _list_str(lst: List[Any]) -> str:
+    parts = []
+    for item in lst:
+        if isinstance(item, str):
+            parts.append('"%s"' % item)
+        elif isinstance(item, list):
+            parts.append("[%s]" % _list_str(item))
+        elif item is None:
+            parts.append("null")
+        else:
+            parts.append(str(item))
+    return ",".join(parts)
+
+
+def to_jsonstr(obj: Dict[str, Any], indent: int = 2) -> str:
+    """Serialize ``obj`` in nndct's layout (``to_jsonstr`` in ``nndct_shared/utils/io.py``).
+
+    Only dict, list, str, bool, int and None values are expected (what quant_info.json holds).
+    """
+    lines = []
+    for k, v in obj.items():
+        head = '%s"%s":' % (" " * indent, k)
+        if isinstance(v, list):
+            lines.append(head + "[%s]" % _list_str(v))
+        elif isinstance(v, str):
+            lines.append(head + '"%s"' % v)
+        elif isinstance(v, dict):
+            lines.append(head + "\n" + to_jsonstr(v, indent + 2))
+        elif isinstance(v, bool):
+            lines.append(head + ("true" if v else "false"))
+        else:
+            lines.append(head + str(v))
+    pad = " " * (indent - 2)
+    return "%s{\n%s\n%s}" % (pad, ",\n".join(lines), pad)
+
+
+def make_quant_info(param: Dict[str, int], output: Dict[str, int], bitwidth: int,
+                    bias_corrected: bool, graph_md5: str,
+                    version: str = SIM_VERSION) -> Dict[str, Any]:
+    """Build the quant_info dict from ``{name: fix_pos}`` maps (bit width the same everywhere).
+
+    Returns a dict with the keys of ``TOP_LEVEL_KEYS`` in order; entries are
+    ``[[bitwidth, fix_pos]]``; ``"input"`` is empty and ``"fast_finetuned"`` false.
+    """
+    return {
+        "param": {k: [[bitwidth, int(p)]] for k, p in param.items()},
+        "output": {k: [[bitwidth, int(p)]] for k, p in output.items()},
+        "input": {},
+        "fast_finetuned": False,
+        "bias_corrected": bool(bias_corrected),
+        "version": version,
+        "graph_md5": graph_md5,
+    }
+
+
+def write_quant_info(out_dir: str, info: Dict[str, Any]) -> str:
+    """Write ``out_dir/quant_info.json`` atomically in nndct's layout; returns the path.
+
+    Raises:
+        QuantizationError: ``info`` lacks one of the top-level keys.
+    """
+    missing = [k for k in TOP_LEVEL_KEYS if k not in info]
+    if missing:
+        raise QuantizationError("quant_info: expected keys %s, missing %s" % (list(TOP_LEVEL_KEYS), missing))
+    path = os.path.join(out_dir, QUANT_INFO_FILE)
+    with atomic_path(path) as tmp:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(to_jsonstr({k: info[k] for k in TOP_LEVEL_KEYS}))
+    return path
+
+
+def read_quant_info(out_dir: str) -> Dict[str, Any]:
+    """Read and check ``out_dir/quant_info.json`` (written by the real quantizer or by the sim).
+
+    Returns the parsed dict. Every ``param``/``output``/``input`` entry is checked to be a
+    non-empty list of ``[bit_width, fix_pos]`` integer pairs.
+
+    Raises:
+        QuantizationError: the file is missing (run calibration first), is not JSON, or an entry
+            is malformed (the message names the key).
+    """
+    path = os.path.join(out_dir, QUANT_INFO_FILE)
+    if not os.path.isfile(path):
+        raise QuantizationError(
+            "test mode needs %s, which does not exist: run the calibration step (quant_mode "
+            "'calib' and export_quant_config()) with output_dir=%r first" % (path, out_dir))
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            info = json.load(f)
+    except ValueError as e:
+        raise QuantizationError("%s is not valid JSON (%s); re-run calibration" % (path, e))
+    for section in ("param", "output", "input"):
+        entries = info.get(section)
+        if not isinstance(entries, dict):
+            raise QuantizationError("%s: expected an object under %r, got %r" % (path, section, entries))
+        for name, value in entries.items():
+            if not (isinstance(value, list) and value and all(
+                    isinstance(e, list) and len(e) == 2 and all(isinstance(i, int) for i in e)
+                    for e in value)):
+                raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]], got %r"
+                                        % (path, section, name, value))
+    return info
+
+
+def fix_pos_of(info: Dict[str, Any], section: str, name: str) -> Optional[int]:
+    """The fix_pos of ``info[section][name]`` (first entry), or None when there is no entry."""
+    entry = info[section].get(name)
+    return None if entry is None else int(entry[0][1])
+
+
+def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> str:
+    """Write ``out_dir/bias_corr.pth`` atomically: node name -> Python list of floats (real format).
+
+    Args:
+        corr: node name -> 1-D float32 tensor (the correction subtracted from the bias), or None
+            for a conv/linear without bias (nndct keeps such entries as None).
+    """
+    path = os.path.join(out_dir, BIAS_CORR_FILE)
+    payload = {k: None if v is None else v.detach().cpu().numpy().tolist() for k, v in corr.items()}
+    with atomic_path(path) as tmp:
+        torch.save(payload, tmp)
+    return path
+
+
+def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:
+    """Read ``out_dir/bias_corr.pth``: node name -> float32 1-D tensor (None kept as None).
+
+    Accepts the real format (lists of floats) and dicts of tensors.
+
+    Raises:
+        QuantizationError: the file is missing (bias correction is on, so calibration must have
+            written it) or does not hold a dict.
+    """
+    path = os.path.join(out_dir, BIAS_CORR_FILE)
+    if not os.path.isfile(path):
+        raise QuantizationError(
+            "bias correction is on but %s does not exist: re-run calibration with the same "
+            "quant_config_file, or switch include_bias_corr off for both steps" % path)
+    # lists of floats load under weights_only=True (the safe loader) where torch has it
+    data = torch.load(path, map_location="cpu", weights_only=True) if _has_weights_only() \
+        else torch.load(path, map_location="cpu")
+    if not isinstance(data, dict):
+        raise QuantizationError("%s: expected a dict node name -> list of floats, got %s"
+                                % (path, type(data).__name__))
+    return {k: None if v is None else torch.as_tensor(v, dtype=torch.float32).reshape(-1)
+            for k, v in data.items()}
+
+
+def _has_weights_only() -> bool:
+    import inspect
+    return "weights_only" in inspect.signature(torch.load).parameters

@@ -1,0 +1,200 @@
+"""Calibration: the real quantizer's calib-mode forward, batch by batch (facts 2.3, 2.5).
+
+Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
+``pytorch_nndct/quantization/torchquantizer.py``):
+
+- every quantized activation (and the input) gets a fix_pos from the "diffs" search on this
+  batch (scope 1 for the input, 5 otherwise, half_up), capped at 12; it is appended to the
+  tensor's history and the tensor is fake-quantized with the *mode of the history so far*, so
+  later layers see what nndct's did;
+- conv/linear weights and bias get their fix_pos once, at the first batch (diffs, scope 5,
+  std_round), and are fake-quantized then;
+- with bias correction on (``nn/modules/conv.py``, ``linear.py``, ``quant_noise.py``): the first
+  batch keeps float copies ``W_f, b_f``; after every batch the quantized output is compared with
+  the float output ``op(x, W_f, b_f)`` on the same (quantized) input, and until the
+  ``eval_qnoise`` rule says stop the bias moves by ``rate * mean(error)`` per output channel
+  (rate 0.05, halved while the smoothed efficiency exceeds 4). The corrected bias is used as is
+  (not re-quantized) in later calibration batches. ``bias_corr[node] = b_f - b_final``.
+
+Tensors holding NaN or Inf are passed through unquantized and add nothing to the statistics,
+as in nndct. Nothing the caller owns is written.
+"""
+import math
+from typing import Any, Dict, List, Optional
+
+import torch
+from torch.fx.node import map_arg
+
+from ...errors import QuantizationError
+from .. import fixpoint
+from . import graph as g
+from .graph import SimGraph, SimNode
+from .ops import float_reference, param_forward, run_node
+from .plan import QuantPlan, adjust_fix_pos
+
+BIAS_CORR_RATE = 0.05  # option param_corr_rate
+
+
+class ParamState:
+    """Calibration state of one conv/linear node."""
+
+    def __init__(self) -> None:
+        self.weight = None  # type: Optional[torch.Tensor]   # quantized weight
+        self.bias = None  # type: Optional[torch.Tensor]     # current bias (quantized, then corrected)
+        self.weight_float = None  # type: Optional[torch.Tensor]
+        self.bias_float = None  # type: Optional[torch.Tensor]
+        self.stop = False
+        self.efficiency = 0.0
+        self.deviation = 0.0
+
+
+def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, deviation: float,
+                rate: float, stop: bool):
+    """nndct's bias-correction step rule (``pytorch_nndct/nn/modules/quant_noise.py``).
+
+    ``eff = 1.25 * log10(mean(res_f**2) / mean(err**2))`` (float32 reductions, then Python float
+    arithmetic as numpy 1.x does for 0-d arrays); smoothed ``efficiency`` and ``deviation``
+    decide the rate (halved above 4.0) and when to stop.
+
+    Returns:
+        ``(error, rate, stop, efficiency, deviation)`` with ``error = output - res_f`` (float32).
+    """
+    error = torch.add(output, res_f, alpha=-1)
+    noise = error.pow(2).mean()
+    if not bool(noise > 0):
+        return error, rate, True, efficiency, deviation
+    eff = 1.25 * float(res_f.pow(2).mean().div(noise).log10().item())
+    dev = math.fabs(eff - efficiency)
+    if not dev > 0:
+        return error, rate, True, efficiency, deviation
+    efficiency = (efficiency * 4 + eff) * 0.2
+    deviation = (deviation * 4 + dev) * 0.2
+    if efficiency > 4.0:
+        rate = rate * 0.5
+    if efficiency > 4.3 or (deviation / efficiency) < 0.05 or math.fabs(dev - deviation / dev) < 0.05:
+        stop = True
+    return error, rate, stop, efficiency, deviation
+
+
+class Calibrator:
+    """Runs calibration batches through a SimGraph and collects fix positions.
+
+    Args:
+        graph: the captured (and, with CLE, equalized) SimGraph.
+        plan: its QuantPlan.
+        bitwidth: bit width of every tensor (8 on the DPU).
+        bias_correction: the ``include_bias_corr`` switch.
+        max_fix_pos: the fix_pos cap for bit widths <= 8 (12).
+    """
+
+    def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, bias_correction: bool,
+                 max_fix_pos: int = fixpoint.MAX_FIX_POS_8BIT) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.bitwidth = bitwidth
+        self.bias_correction = bias_correction
+        self.max_fix_pos = max_fix_pos
+        self.quantized = set(plan.output_order)
+        self.history = {name: [] for name in plan.output_order}  # type: Dict[str, List[int]]
+        self.param_fp = {}  # type: Dict[str, int]
+        self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
+        self.batches = 0
+
+    # -- one batch ---------------------------------------------------------------------------
+    def step(self, x: torch.Tensor) -> Any:
+        """Run one calibration batch (float32 NCHW, not modified); returns the model output."""
+        env = {}  # type: Dict[Any, Any]
+        with torch.no_grad():
+            for node in self.graph.nodes:
+                if node.op == g.INPUT:
+                    value, quantizable = x, True
+                elif node.op in g.PARAM_TYPES:
+                    value, quantizable = self._param_node(node, env), True
+                else:
+                    value, quantizable = run_node(self.graph, node, env)
+                if quantizable and node.name in self.quantized:
+                    value = self._activation(node, value)
+                if node.op in g.PARAM_TYPES and self.bias_correction:
+                    self._correct_bias(node, env, value)
+                env[node.fx_node] = value
+        self.batches += 1
+        out_node = [n for n in self.graph.gm.graph.nodes if n.op == "output"][0]
+        return map_arg(out_node.args[0], lambda n: env[n])
+
+    def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 \
+                or not bool(torch.isfinite(t).all()):
+            return t
+        scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
+        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up")
+        hist = self.history[node.name]
+        hist.append(fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos))
+        return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+
+    def _param_fix(self, name: str, t: torch.Tensor) -> torch.Tensor:
+        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, fixpoint.SCOPE_DEFAULT, "std_round")
+        self.param_fp[name] = fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos)
+        return fixpoint.fake_quant(t, self.param_fp[name], self.bitwidth, "std_round")
+
+    def _param_node(self, node: SimNode, env: Dict[Any, Any]) -> torch.Tensor:
+        state = self.params[node.name]
+        if state.weight is None:
+            m = self.graph.module(node)
+            w = m.weight.detach()
+            b = None if m.bias is None else m.bias.detach()
+            state.weight_float, state.bias_float = w.clone(), (None if b is None else b.clone())
+            state.weight = self._param_fix(node.param_names["weights"], w)
+            if b is not None:
+                state.bias = self._param_fix(node.param_names["bias"], b)
+        x = env[node.fx_node.all_input_nodes[0]]
+        return param_forward(self.graph, node, x, state.weight, state.bias)
+
+    def _correct_bias(self, node: SimNode, env: Dict[Any, Any], output: torch.Tensor) -> None:
+        state = self.params[node.name]
+        if state.stop:
+            return
+        x = env[node.fx_node.all_input_nodes[0]]
+        res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
+        error, rate, state.stop, state.efficiency, state.deviation = eval_qnoise(
+            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop)
+        if not state.stop and state.bias is not None:
+            dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
+            state.bias = torch.sub(state.bias, error.mean(dim=dims), alpha=rate)
+
+    # -- results -----------------------------------------------------------------------------
+    def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):
+        """Final fix positions after the export-time adjustments (facts 2.4).
+
+        Returns:
+            ``(param_fp, output_fp, notes)``: nndct param name -> fix_pos, node name (no class
+            prefix) -> fix_pos, both in quant_info order, and the adjustment messages.
+
+        Raises:
+            QuantizationError: no batch was run, or a tensor never got a fix_pos (it held NaN/Inf
+                in every batch); the message names it.
+        """
+        if self.batches == 0:
+            raise QuantizationError("calibration saw 0 batches: run at least one calibration "
+                                    "batch before exporting the quantization config")
+        missing = [n for n in self.plan.output_order if not self.history[n]] + \
+            [p for p in self.plan.param_order if p not in self.param_fp]
+        if missing:
+            raise QuantizationError("calibration gave no fix_pos to %s (non-finite values in every "
+                                    "batch?); check the calibration data" % ", ".join(missing))
+        param_fp = {p: self.param_fp[p] for p in self.plan.param_order}
+        output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) for n in self.plan.output_order}
+        notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
+        return param_fp, output_fp, notes
+
+    def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
+        """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_f - b_final`` (None without bias)."""
+        corr = {}  # type: Dict[str, Optional[torch.Tensor]]
+        for node in self.graph.nodes:
+            if node.op not in g.PARAM_TYPES:
+                continue
+            state = self.params[node.name]
+            if state.bias is None or state.bias_float is None:
+                corr[self.graph.full_name(node)] = None
+            else:
+                corr[self.graph.full_name(node)] = torch.sub(state.bias_float, state.bias)
+        return corr

@@ -1,0 +1,190 @@
+"""The test-mode model of the sim backend: a lowered ``torch.fx.GraphModule``.
+
+Contract (other code, e.g. the ONNX exporter in ``pipeline/export``, walks this graph node by
+node and relies on every point below):
+
+1. Inputs: one ``placeholder`` per model input (float32 NCHW). The graph never writes its inputs.
+2. The ONLY custom ``call_function`` is
+   ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
+   registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
+   ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
+   (Re-tracing the GraphModule keeps it as one node with
+   ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``.)
+3. ``torch.nn.Conv2d``, ``torch.nn.Linear`` and ``torch.nn.ConvTranspose2d`` appear as
+   ``call_module`` nodes on standard modules whose ``weight`` and ``bias`` are ALREADY quantized:
+   float32 values exactly ``q * 2**-p`` with q in the code range (std_round, BN folded, CLE and
+   bias correction applied). Each such module carries int attributes ``weight_fix_pos``,
+   ``bias_fix_pos`` (None when the module has no bias) and ``bitwidth``. The submodule name is
+   the nndct node name (e.g. ``nndct_conv2d_1``).
+4. Everything else is standard: ``call_module`` on ``nn.ReLU``, ``nn.ReLU6``, ``nn.LeakyReLU``
+   (slope 0.1015625), ``nn.Hardtanh``, ``nn.MaxPool2d``, ``nn.AvgPool2d``,
+   ``nn.AdaptiveAvgPool2d``, ``nn.Upsample``, ``nn.Flatten``; ``call_function`` on
+   ``torch.add``/``operator.add``, ``torch.mul``/``operator.mul`` (in-place ``+=`` becomes ``add``),
+   ``torch.cat``, ``torch.flatten``, ``torch.clamp``, ``torch.reshape``, ``torch.permute``,
+   ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.leaky_relu``, ``F.max_pool2d``,
+   ``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``F.interpolate``; ``call_method``
+   ``reshape``/``view``/``flatten``/``permute``/``contiguous``/``size``/``relu``/``add``/``mul``.
+   Constants are Python floats.
+5. Hardswish is lowered per facts 2.6 to ``a = torch.add(x, 3.0)``, ``b = torch.clamp(a, 0.0,
+   6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
+   ``torch.mul(x, d)``; Hardsigmoid to the first three. The average-pool correction factor is a
+   ``torch.mul`` by the constant (left out when it is 1.0).
+6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
+   ``output`` entry for it.
+7. Attributes: ``quant_info`` (the dict ``quant_info.json`` holds), ``output_fix_pos`` (the
+   fix_pos of the model output when it is quantized, else None; for several outputs, the first),
+   ``class_name`` of the GraphModule is the float model's class name.
+"""
+import copy
+from typing import Any, Dict, Optional
+
+import torch
+import torch.fx
+from torch import nn
+from torch.fx.node import map_arg
+
+from ...errors import QuantizationError
+from .. import fixpoint
+from . import graph as g
+from .graph import SimGraph, SimNode
+from .ops import (HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
+                  adaptive_scale, avgpool_kernel)
+from .plan import QuantPlan
+
+
+def _quantized_module(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwidth: int,
+                      bias_corr: Optional[Dict[str, Any]]) -> nn.Module:
+    m = copy.deepcopy(graph.module(node))
+    wname = node.param_names["weights"]
+    wfp = int(info["param"][wname][0][1])
+    m.weight = nn.Parameter(fixpoint.fake_quant(m.weight.detach(), wfp, bitwidth, "std_round"),
+                            requires_grad=False)
+    bfp = None
+    if m.bias is not None:
+        bias = m.bias.detach()
+        if bias_corr is not None:
+            corr = bias_corr.get(graph.full_name(node))
+            if corr is None or corr.numel() != bias.numel():
+                raise QuantizationError(
+                    "bias_corr.pth has no %d-element correction for %s: it was made for another "
+                    "model; re-run calibration" % (bias.numel(), graph.full_name(node)))
+            bias = torch.sub(bias, corr.to(bias.dtype))
+        bfp = int(info["param"][node.param_names["bias"]][0][1])
+        m.bias = nn.Parameter(fixpoint.fake_quant(bias, bfp, bitwidth, "std_round"), requires_grad=False)
+    m.weight_fix_pos = wfp
+    m.bias_fix_pos = bfp
+    m.bitwidth = bitwidth
+    return m
+
+
+def check_quant_info(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any]) -> None:
+    """Raise QuantizationError unless ``info`` has every entry this graph needs.
+
+    This is nndct's test-mode check (``illegal_quant_info``): every param and output name the
+    graph expects must be present; extra entries are allowed. The message lists what is missing.
+    """
+    prefix = graph.class_name + "::"
+    missing = [p for p in plan.param_order if p not in info["param"]] + \
+        [prefix + n for n in plan.output_order if prefix + n not in info["output"]]
+    if missing:
+        raise QuantizationError(
+            "quant_info.json does not match this model (missing %s); it was calibrated for "
+            "another model or quantizer version: re-run calibration" % ", ".join(missing))
+    if info.get("input"):
+        raise QuantizationError("quant_info.json has 'input' entries (mixed-precision strategy), "
+                                "which the sim quantizer does not simulate")
+
+
+def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwidth: int,
+                  bias_corr: Optional[Dict[str, Any]]) -> torch.fx.GraphModule:
+    """Build the lowered test-mode GraphModule (see the module docstring for the contract).
+
+    Args:
+        graph: the SimGraph (float, BN folded, CLE applied when on); not modified.
+        plan: its QuantPlan.
+        info: the quant_info dict (from the sim or from the real quantizer).
+        bitwidth: bit width of every tensor.
+        bias_corr: ``"<Class>::<node>"`` -> 1-D float32 correction, or None when bias correction
+            is off.
+
+    Raises:
+        QuantizationError: ``info`` or ``bias_corr`` do not match the graph.
+    """
+    check_quant_info(graph, plan, info)
+    prefix = graph.class_name + "::"
+    out_fp = {k[len(prefix):]: int(v[0][1]) for k, v in info["output"].items() if k.startswith(prefix)}
+    root = nn.Module()
+    new = torch.fx.Graph()
+    env = {}  # type: Dict[torch.fx.Node, torch.fx.Node]
+
+    def lookup(n: torch.fx.Node) -> torch.fx.Node:
+        return env[n]
+
+    def add_module(name: str, m: nn.Module) -> str:
+        root.add_module(name, m)
+        return name
+
+    for node in graph.nodes:
+        fx_node = node.fx_node
+        quantize = node.name in out_fp
+        if node.op == g.INPUT:
+            value = new.placeholder(fx_node.target)
+        elif node.op in g.PARAM_TYPES:
+            target = add_module(node.name, _quantized_module(graph, node, info, bitwidth, bias_corr))
+            value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
+        elif node.op == g.LEAKY_RELU:
+            target = add_module(node.name, nn.LeakyReLU(LEAKY_SLOPE))
+            value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
+        elif node.op in (g.HSWISH, g.HSIGMOID):
+            x = env[fx_node.all_input_nodes[0]]
+            a = new.call_function(torch.add, (x, 3.0))
+            b = new.call_function(torch.clamp, (a, 0.0, 6.0))
+            value = new.call_function(torch.mul, (b, HARD_SIGMOID_SCALE))
+            if node.op == g.HSWISH:
+                d = new.call_function(fixpoint.fake_quant, (value, HSWISH_FIX_POS, 8, "half_up"))
+                value = new.call_function(torch.mul, (x, d))
+        else:
+            value = _copy_node(graph, node, new, root, lookup)
+            if node.op == g.AVG_POOL:
+                scale = fixpoint.avgpool_dpu_scale(*avgpool_kernel(graph, node))
+                value = _mul_const(new, value, scale)
+            elif node.op == g.ADAPTIVEAVGPOOL2D:
+                shape = graph.example_shapes[fx_node.all_input_nodes[0]]
+                scale = adaptive_scale((int(shape[2]), int(shape[3])), adaptive_output_size(graph, node))
+                if scale is None:
+                    quantize = False
+                else:
+                    value = _mul_const(new, value, scale)
+        if quantize:
+            value = new.call_function(fixpoint.fake_quant, (value, out_fp[node.name], bitwidth, "half_up"))
+        env[fx_node] = value
+    out_node = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
+    new.output(map_arg(out_node.args[0], lookup))
+    gm = torch.fx.GraphModule(root, new, class_name=graph.class_name)
+    gm.quant_info = copy.deepcopy(info)
+    quantized_outputs = [out_fp[n.name] for n in graph.outputs if n.name in out_fp]
+    gm.output_fix_pos = quantized_outputs[0] if quantized_outputs else None
+    gm.eval()
+    return gm
+
+
+def _mul_const(new: torch.fx.Graph, value: torch.fx.Node, scale: float) -> torch.fx.Node:
+    return value if scale == 1.0 else new.call_function(torch.mul, (value, float(scale)))
+
+
+def _copy_node(graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Module, lookup) -> torch.fx.Node:
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        m = copy.deepcopy(graph.module(node))
+        if hasattr(m, "inplace"):
+            m.inplace = False
+        root.add_module(node.name, m)
+        args = map_arg(fx_node.args, lookup)
+        kwargs = map_arg(fx_node.kwargs, lookup)
+        return new.call_module(node.name, args, kwargs)
+    copied = new.node_copy(fx_node, lookup)
+    if fx_node.op == "call_function":
+        if "inplace" in copied.kwargs:
+            copied.kwargs = dict(copied.kwargs, inplace=False)
+        copied.target = OUT_OF_PLACE.get(copied.target, copied.target)
+    return copied

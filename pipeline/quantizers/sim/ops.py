@@ -1,0 +1,148 @@
+"""Float semantics of the nodes as the real quantizer's modules compute them (shared by calib and test).
+
+``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations (facts 2.6):
+
+- LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
+  ``leaky_relu_approximate``).
+- AvgPool2d and AdaptiveAvgPool2d: output multiplied by the DPU factor of
+  :func:`pipeline.quantizers.fixpoint.avgpool_dpu_scale` (``avgpool.py``,
+  ``adaptive_avg_pool.py``). An adaptive pool whose input size is not a multiple of its output
+  size is left unscaled and unquantized.
+- Hardsigmoid: ``relu6(x + 3) * 2731/16384``; Hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``
+  with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
+  ``hardswish.py``).
+
+Every other node runs its own torch operator. In-place activations run out of place here, so the
+caller's tensors are never written.
+"""
+import operator
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+import torch.fx
+import torch.nn.functional as F
+from torch import nn
+from torch.fx.node import map_arg
+
+from .. import fixpoint
+from . import graph as g
+from .graph import SimGraph, SimNode
+
+LEAKY_SLOPE = 0.1015625  # 26 / 256
+HARD_SIGMOID_SCALE = 2731.0 / 16384.0
+HSWISH_FIX_POS = 7
+OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
+
+
+def pair(v: Any) -> Tuple[int, int]:
+    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def avgpool_kernel(graph: SimGraph, node: SimNode) -> Tuple[int, int]:
+    """Kernel size (kh, kw) of an AvgPool2d node (module or functional)."""
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        return pair(graph.module(node).kernel_size)
+    return pair(fx_node.kwargs.get("kernel_size", fx_node.args[1] if len(fx_node.args) > 1 else None))
+
+
+def adaptive_output_size(graph: SimGraph, node: SimNode) -> Any:
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        return graph.module(node).output_size
+    return fx_node.kwargs.get("output_size", fx_node.args[1] if len(fx_node.args) > 1 else None)
+
+
+def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
+    """The DPU factor of an adaptive average pool, or None when it stays unquantized.
+
+    Args:
+        in_hw: input (H, W).
+        output_size: the pool's output size (int, pair, or pair with None entries).
+    """
+    out = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
+    out = tuple(in_hw[i] if o is None else int(o) for i, o in enumerate(out))
+    if any(in_hw[i] % out[i] for i in range(2)):
+        return None
+    return fixpoint.avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
+
+
+def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[torch.fx.Node, Any]) -> Any:
+    """Run one fx node with its arguments looked up in ``env``; in-place activations out of place."""
+    args = map_arg(fx_node.args, lambda n: env[n])
+    kwargs = dict(map_arg(fx_node.kwargs, lambda n: env[n]))
+    if fx_node.op == "call_module":
+        m = gm.get_submodule(fx_node.target)
+        if isinstance(m, (nn.ReLU, nn.Hardtanh)) and getattr(m, "inplace", False):
+            return F.relu(args[0]) if isinstance(m, nn.ReLU) else F.hardtanh(args[0], m.min_val, m.max_val)
+        return m(*args, **kwargs)
+    if fx_node.op == "call_function":
+        if "inplace" in kwargs:
+            kwargs["inplace"] = False
+        # nndct runs ``x += y`` as torch.add (out of place)
+        target = OUT_OF_PLACE.get(fx_node.target, fx_node.target)
+        return target(*args, **kwargs)
+    if fx_node.op == "call_method":
+        return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
+    raise ValueError("run_fx: unexpected fx node %s (%s)" % (fx_node.name, fx_node.op))
+
+
+def hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """nndct's DPU hardsigmoid: ``relu6(x + 3) * 2731/16384`` (float32)."""
+    return F.relu6(torch.add(x, 3.0)) * HARD_SIGMOID_SCALE
+
+
+def hard_swish(x: torch.Tensor) -> torch.Tensor:
+    """nndct's DPU hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``, Q7 = half_up at fix_pos 7, 8 bits."""
+    return torch.mul(x, fixpoint.fake_quant(hard_sigmoid(x), HSWISH_FIX_POS, 8, "half_up"))
+
+
+def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> Tuple[Any, bool]:
+    """Float output of a non-parameter node with nndct's operator semantics.
+
+    Returns:
+        ``(value, quantizable)``: ``quantizable`` is False only for an adaptive average pool that
+        the real quantizer leaves unquantized (input size not a multiple of the output size).
+    """
+    op = node.op
+    fx_node = node.fx_node
+    if op == g.LEAKY_RELU:
+        return F.leaky_relu(env[fx_node.all_input_nodes[0]], LEAKY_SLOPE), True
+    if op == g.HSWISH:
+        return hard_swish(env[fx_node.all_input_nodes[0]]), True
+    if op == g.HSIGMOID:
+        return hard_sigmoid(env[fx_node.all_input_nodes[0]]), True
+    out = run_fx(graph.gm, fx_node, env)
+    if op == g.AVG_POOL:
+        kh, kw = avgpool_kernel(graph, node)
+        return out * fixpoint.avgpool_dpu_scale(kh, kw), True
+    if op == g.ADAPTIVEAVGPOOL2D:
+        x = env[fx_node.all_input_nodes[0]]
+        scale = adaptive_scale((int(x.shape[2]), int(x.shape[3])), adaptive_output_size(graph, node))
+        if scale is None:
+            return out, False
+        return out * scale, True
+    return out, True
+
+
+def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,
+                  bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """A conv/linear node with the given parameters, as nndct's modules call it (conv.py, linear.py)."""
+    m = graph.module(node)
+    if node.op == g.DENSE:
+        return F.linear(x, weight, bias)
+    if node.op in (g.CONV2D, g.DEPTHWISE_CONV2D):
+        return F.conv2d(x, weight, bias, m.stride, m.padding, m.dilation, m.groups)
+    return F.conv_transpose2d(x, weight, bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)
+
+
+def float_reference(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,
+                    bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """The float output bias correction compares with (conv.py / linear.py ``res_f``).
+
+    Linear uses ``matmul`` then ``add`` (not ``F.linear``), exactly as nndct's linear module.
+    """
+    if node.op == g.DENSE:
+        out = torch.matmul(x, torch.transpose(weight, 0, 1))
+        return out if bias is None else torch.add(out, bias)
+    return param_forward(graph, node, x, weight, bias)

@@ -1,0 +1,248 @@
+"""Where the real quantizer puts its quantization points, and its fix_pos adjustments.
+
+Re-implements, for the DPU path with the default strategy:
+
+- quantization groups (``QuantInfoMgr.group_graph`` with the ``SoftFuse*`` commands of
+  ``nndct_shared/quantization/commander.py``): a ReLU/ReLU6/LeakyReLU/Hardtanh, flatten, squeeze,
+  permute, contiguous, ... node joins its parent's group when it is the parent's only child; a
+  reshape joins its parent's group unconditionally. A group is quantized once, at its end.
+- ``quant_output`` (``NndctGraphHolder.quant_output``): the node whose output carries a group's
+  fix position: the group's last node, except that a node feeding only a concat is quantized by
+  the concat, and pure layout nodes (flatten, reshape, ...) defer to the node before them.
+- which tensors get entries (``TorchNndctQstrategy.create_quant_config``): weights and bias of
+  every conv/linear; the quant output of every quantizable node (conv, linear, pools, add, mul,
+  concat, resize, hswish, hsigmoid, input, ...); and the quant output of every parent of a
+  quantizable node. Nothing else is quantized; in particular a node's own output is quantized
+  only if its name has an ``output`` entry (``need_quantize_tensor``).
+- the export-time adjustments (``QuantizeFixPosChecker`` in ``torchquantizer.py`` and
+  ``nndct_shared/quantization/fix_pos_adjust.py``; facts 2.4): nearest resize takes its input's
+  fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <= input + 7, and the
+  conv/linear ``shift_cut`` / ``shift_bias`` ranges; optional concat/pool input alignment.
+"""
+from collections import OrderedDict
+from typing import Dict, List, Optional
+
+from . import graph as g
+from .graph import SimGraph, SimNode
+
+# Ops whose single-child parent absorbs them into its group (commander.py, SoftFuse*).
+GROUP_UP_TYPES = (g.RELU, g.LEAKY_RELU, g.RELU6, g.FLATTEN, g.CONTIGUOUS, g.PERMUTE)
+# Ops that never carry their own fix_pos (NndctGraphHolder.MULTIPLE_OUTPUTS_OPS subset).
+LAYOUT_TYPES = (g.FLATTEN, g.RESHAPE, g.CONTIGUOUS, g.PERMUTE)
+# NndctGraphHolder.QUANTIZABLE_OPS restricted to the supported operators.
+QUANTIZABLE_TYPES = (g.AVG_POOL, g.ADAPTIVEAVGPOOL2D, g.CONVTRANSPOSE2D, g.CONV2D, g.CONCAT,
+                     g.DEPTHWISE_CONV2D, g.DENSE, g.ADD, g.MULTIPLY, g.MAX_POOL, g.RESIZE, g.INPUT,
+                     g.HSWISH, g.HSIGMOID, g.DEPTHWISE_CONVTRANSPOSE2D)
+POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
+
+
+class QuantPlan:
+    """The quantization points of a SimGraph.
+
+    Attributes:
+        graph: the SimGraph.
+        groups: node name -> list of node names of its group (topological order).
+        param_order: nndct param names in quant_info order.
+        output_order: node names (no class prefix) that carry an ``output`` entry, in order.
+    """
+
+    def __init__(self, graph: SimGraph) -> None:
+        self.graph = graph
+        self.groups = _make_groups(graph)
+        self.param_order = []  # type: List[str]
+        self.output_order = []  # type: List[str]
+        self._create_config()
+
+    def quantizable(self, node: SimNode) -> bool:
+        """True for node types the real quantizer quantizes (QUANTIZABLE_OPS)."""
+        return node.op in QUANTIZABLE_TYPES
+
+    def quant_output(self, node: SimNode) -> SimNode:
+        """The node whose output carries ``node``'s fix position (``quant_output`` in nndct)."""
+        group = self.groups[node.name]
+        by_name = self.graph.by_name
+        end = by_name[group[-1]]
+        if len(end.users) == 1 and end.users[0].op == g.CONCAT and not end.is_output:
+            return end.users[0]
+        idx = -1
+        while end.op in LAYOUT_TYPES:
+            idx -= 1
+            if -idx > len(group):
+                break
+            end = by_name[group[idx]]
+        while end.op in LAYOUT_TYPES and end.inputs:
+            end = end.inputs[0]
+        return end
+
+    def _create_config(self) -> None:
+        outputs = OrderedDict()  # type: Dict[str, None]
+        for node in self.graph.nodes:
+            if not self.quantizable(node):
+                continue
+            for kind in ("weights", "bias"):
+                if kind in node.param_names:
+                    self.param_order.append(node.param_names[kind])
+            outputs.setdefault(self.quant_output(node).name, None)
+        for node in self.graph.nodes:
+            if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT):
+                continue
+            for parent in node.inputs:
+                end = self.quant_output(parent)
+                if end.op != g.SHAPE:
+                    outputs.setdefault(end.name, None)
+        self.output_order = list(outputs)
+
+    def input_fix_node(self, node: SimNode, index: int = 0) -> SimNode:
+        """The node whose output entry gives the fix position of ``node``'s input ``index``."""
+        return self.quant_output(node.inputs[index])
+
+
+def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
+    groups = {n.name: [n.name] for n in graph.nodes}  # type: Dict[str, List[str]]
+    order = {n.name: i for i, n in enumerate(graph.nodes)}
+
+    def glue(start: str, member: str) -> None:
+        members = groups[start]
+        for name in groups[member]:
+            if name not in members:
+                members.append(name)
+        for name in members:
+            groups[name] = members
+
+    changed = True
+    while changed:
+        changed = False
+        for n in graph.nodes:
+            if groups[n.name][0] != n.name:
+                continue
+            if n.op in GROUP_UP_TYPES and len(n.inputs) == 1:
+                parent = n.inputs[0]
+                if len(parent.users) == 1 and not parent.is_output:
+                    glue(groups[parent.name][0], n.name)
+                    changed = True
+            elif n.op == g.RESHAPE:
+                for parent in n.inputs:
+                    if _is_reshape_parent(parent):
+                        glue(groups[parent.name][0], n.name)
+                        changed = True
+                        break
+    return {k: sorted(v, key=order.__getitem__) for k, v in groups.items()}
+
+
+def _is_reshape_parent(node: SimNode) -> bool:
+    # commander.py SoftFuseReshape: a shape node never, a mul if its first parent qualifies
+    if node.op == g.SHAPE:
+        return False
+    if node.op == g.MULTIPLY:
+        return bool(node.inputs) and _is_reshape_parent(node.inputs[0])
+    return True
+
+
+def adjust_fix_pos(plan: QuantPlan, param_fp: Dict[str, int], output_fp: Dict[str, int],
+                   change_concat_input_fix: bool = False, change_pool_input_fix: bool = False,
+                   warn=None) -> List[str]:
+    """Apply the real quantizer's export-time fix_pos adjustments in place (facts 2.4).
+
+    Args:
+        plan: the QuantPlan.
+        param_fp: nndct param name -> fix_pos (modified in place).
+        output_fp: node name (no class prefix) -> fix_pos (modified in place).
+        change_concat_input_fix, change_pool_input_fix: the quant_config_file switches.
+        warn: optional callable taking a message for every adjustment made.
+
+    Returns:
+        The list of adjustment messages (nndct prints them as warnings).
+    """
+    notes = []  # type: List[str]
+
+    def note(msg: str) -> None:
+        notes.append(msg)
+        if warn is not None:
+            warn(msg)
+
+    def key(node: SimNode) -> str:
+        # get/set_quant_config: a node's own entry if it has one, else its quant output's
+        return node.name if node.name in output_fp else plan.quant_output(node).name
+
+    def get_out(node: SimNode) -> Optional[int]:
+        return output_fp.get(key(node))
+
+    def set_out(node: SimNode, fp: int) -> None:
+        name = key(node)
+        if name in output_fp:
+            output_fp[name] = fp
+
+    nodes = plan.graph.nodes
+    for node in reversed(nodes):
+        if not plan.quantizable(node):
+            continue
+        if (node.op == g.CONCAT and change_concat_input_fix) or (node.op in POOL_TYPES and change_pool_input_fix):
+            fp = get_out(node)
+            if fp is not None:
+                for parent in node.inputs:
+                    set_out(parent, fp)
+
+    for node in nodes:
+        if not plan.quantizable(node):
+            continue
+        if node.op == g.RESIZE and _is_nearest(plan.graph, node) and plan.quant_output(node).op != g.CONCAT:
+            fp = get_out(node.inputs[0])
+            if fp is not None:
+                set_out(node, fp)
+        if node.op in (g.HSIGMOID, g.HSWISH):
+            if node.op == g.HSIGMOID:
+                fp = get_out(node)
+                if fp is not None and fp < 7:
+                    set_out(node, 7)
+            for parent in node.inputs:
+                fp = get_out(parent)
+                if fp is not None and fp < 0:
+                    set_out(parent, 0)
+            if node.op == g.HSWISH:
+                fi, fo = get_out(node.inputs[0]), get_out(node)
+                if fi is not None and fo is not None and fi + 7 < fo:
+                    set_out(node, fi + 7)
+        if node.op in g.PARAM_TYPES:
+            _shift_cut_bias(plan, node, param_fp, get_out, set_out, note)
+    return notes
+
+
+def _is_nearest(graph: SimGraph, node: SimNode) -> bool:
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        return graph.module(node).mode == "nearest"
+    mode = fx_node.kwargs.get("mode", fx_node.args[3] if len(fx_node.args) > 3 else "nearest")
+    return mode == "nearest"
+
+
+def _shift_cut_bias(plan, node, param_fp, get_out, set_out, note) -> None:
+    fi = get_out(node.inputs[0])
+    fo = get_out(node)
+    wname = node.param_names["weights"]
+    fw = param_fp.get(wname)
+    if fi is None or fo is None or fw is None:
+        return
+    shift_cut = fw + fi - fo
+    if shift_cut < 0:
+        note("output %s value is too small, so adjust the fix position from %d to %d"
+             % (plan.quant_output(node).name, fo, fo + shift_cut))
+        set_out(node, fo + shift_cut)
+    elif shift_cut > 16:
+        note("weight %s value is too small, so adjust the fix position from %d to %d"
+             % (node.name, fw, fw - shift_cut + 16))
+        fw = fw - shift_cut + 16
+        param_fp[wname] = fw
+    bname = node.param_names.get("bias")
+    if bname is None or bname not in param_fp:
+        return
+    fb = param_fp[bname]
+    shift_bias = fw + fi - fb
+    shift_bias_min = min(0, -(24 - (8 + shift_cut)))
+    if shift_bias < shift_bias_min:
+        note("bias %s value is too small, so adjust the fix position from %d to %d"
+             % (bname, fb, fb + shift_bias - shift_bias_min))
+        param_fp[bname] = fb + shift_bias - shift_bias_min
+    elif shift_bias > 16:
+        note("weight %s value is too small, so adjust the fix position from %d to %d"
+             % (wname, fw, fw - shift_bias + 16))
+        param_fp[wname] = fw - shift_bias + 16

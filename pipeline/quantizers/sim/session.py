@@ -1,0 +1,113 @@
+"""One sim quantization session: capture + rewrites, calibration export, test-mode model.
+
+The order of the rewrites is nndct's (``QuantOptimizer.__call__`` in
+``nndct_shared/optimization/optimizer.py``): module swaps and BN folding (``graph.capture``),
+then CLE (``cle.equalize``) when ``include_cle`` is on; quantization points come last
+(``plan.QuantPlan``). Calibration and test mode both rebuild this from the float model, so a
+test-mode model made in the same process as the calibration equals the two-process result.
+"""
+import os
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from ...errors import QuantizationError
+from .. import quant_info as qi
+from ..quant_config import TENSOR_TYPES, QuantConfig
+from .calib import Calibrator
+from .cle import equalize
+from .graph import SimGraph, capture
+from .lowered import build_lowered
+from .plan import QuantPlan
+
+
+def check_supported(cfg: QuantConfig) -> int:
+    """Return the common bit width, or raise QuantizationError for what the sim cannot simulate.
+
+    The sim simulates the DPU path with one integer bit width for every tensor type, no
+    per-layer settings and every tensor type quantized.
+    """
+    if cfg.target_device != "DPU":
+        raise QuantizationError("the sim quantizer simulates target_device DPU only, got %r; use "
+                                "the nndct backend for %s" % (cfg.target_device, cfg.target_device))
+    if any(cfg.tensors[t]["datatype"] != "int" for t in TENSOR_TYPES):
+        raise QuantizationError("the sim quantizer simulates int quantization only (datatype int)")
+    bw = cfg.uniform_bitwidth()
+    if bw is None:
+        raise QuantizationError("the sim quantizer needs one bit width for input, weights, bias and "
+                                "activation, got %s" % {t: cfg.bitwidth(t) for t in TENSOR_TYPES})
+    if cfg.layers:
+        raise QuantizationError("layer_quantize_config is not simulated by the sim quantizer; "
+                                "remove it or use the nndct backend")
+    if sorted(cfg.quantizable_data_type) != sorted(TENSOR_TYPES):
+        raise QuantizationError("the sim quantizer quantizes every tensor type; quantizable_data_type "
+                                "%s is not simulated" % cfg.quantizable_data_type)
+    return bw
+
+
+class SimSession:
+    """The simulated quantizer for one float model.
+
+    Args:
+        model: float ``nn.Module``; deep-copied, never modified.
+        example: float32 NCHW example input (trace shape); not modified.
+        cfg: resolved QuantConfig.
+
+    Attributes:
+        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: node name pairs CLE scaled;
+        bitwidth: the bit width; ``cfg``: the config.
+
+    Raises:
+        QuantizationError: unsupported model or config (see ``graph.capture``, check_supported).
+    """
+
+    def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig) -> None:
+        self.cfg = cfg
+        self.bitwidth = check_supported(cfg)
+        self.graph = capture(model, example, cfg)  # type: SimGraph
+        self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[Tuple[str, str]]
+        self.plan = QuantPlan(self.graph)
+
+    def calibrator(self) -> Calibrator:
+        """A fresh Calibrator; call ``step(batch)`` per calibration batch."""
+        return Calibrator(self.graph, self.plan, self.bitwidth, self.cfg.include_bias_corr)
+
+    def quant_info(self, calibrator: Calibrator) -> Tuple[Dict[str, Any], List[str]]:
+        """The quant_info dict of a calibration and the fix_pos adjustment messages.
+
+        Raises:
+            QuantizationError: no batch was calibrated, or a tensor got no fix_pos.
+        """
+        param_fp, output_fp, notes = calibrator.fix_positions(self.cfg.change_concat_input_fix,
+                                                              self.cfg.change_pool_input_fix)
+        prefix = self.graph.class_name + "::"
+        info = qi.make_quant_info(param_fp, {prefix + k: v for k, v in output_fp.items()}, self.bitwidth,
+                                  self.cfg.include_bias_corr, self.graph.graph_md5())
+        return info, notes
+
+    def export_quant_config(self, calibrator: Calibrator, out_dir: str) -> List[str]:
+        """Write ``quant_info.json`` (and ``bias_corr.pth`` with bias correction) into ``out_dir``.
+
+        Nothing is written when the calibration is incomplete (QuantizationError first).
+
+        Returns:
+            The paths written.
+        """
+        info, _ = self.quant_info(calibrator)
+        os.makedirs(out_dir, exist_ok=True)
+        files = []
+        if self.cfg.include_bias_corr:
+            files.append(qi.write_bias_corr(out_dir, calibrator.bias_corrections()))
+        files.append(qi.write_quant_info(out_dir, info))
+        return files
+
+    def load_test(self, out_dir: str) -> torch.fx.GraphModule:
+        """The lowered test-mode model from ``out_dir``'s files (sim- or nndct-made).
+
+        Raises:
+            QuantizationError: quant_info.json (or bias_corr.pth with bias correction on) is
+                missing or does not match the model.
+        """
+        info = qi.read_quant_info(out_dir)
+        corr = qi.read_bias_corr(out_dir) if self.cfg.include_bias_corr else None
+        return build_lowered(self.graph, self.plan, info, self.bitwidth, corr)

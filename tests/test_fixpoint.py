@@ -1,0 +1,148 @@
+"""DPU fixed-point arithmetic: rounding table (facts 2.2), fake quantization, fix_pos search (2.3)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.quantizers import fixpoint
+
+TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
+
+
+def test_rounding_table_of_facts_2_2():
+    v = torch.tensor(TIES)
+    # rows "half_up" (method 2) and "std_round" (method 3) of the table in facts 2.2
+    assert fixpoint.round_half_up(v).tolist() == [-2, -1, 0, 1, 2, 3]
+    assert fixpoint.round_std(v).tolist() == [-3, -2, -1, 1, 2, 3]
+    # torch.round is half-even and must not be what the DPU does
+    assert torch.round(v).tolist() == [-2, -2, 0, 0, 2, 2]
+
+
+def _ref_half_up(v: float) -> float:
+    f = math.floor(v)
+    return f + (1.0 if v - f >= 0.5 else 0.0)  # exact in float64 for float32 inputs
+
+
+def _ref_std(v: float) -> float:
+    return math.copysign(math.floor(abs(v) + 0.5), v) + 0.0
+
+
+def _probe_values(seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    k = torch.randint(-300, 300, (4000,), generator=g).float()
+    ties = k + 0.5
+    near = torch.cat([torch.nextafter(ties, ties + 1), torch.nextafter(ties, ties - 1)])
+    rand = (torch.rand(4000, generator=g) - 0.5) * 600
+    edge = torch.tensor([0.49999997, -0.49999997, 0.5, -0.5, 0.0, -0.0, 1e-30, -1e-30,
+                         8388607.5, -8388607.5, 8388609.0, 1.5e7])
+    return torch.cat([ties, near, rand, k, edge]).float()
+
+
+def test_rounding_matches_independent_reference_on_ties_and_neighbours():
+    v = _probe_values()
+    up = fixpoint.round_half_up(v).tolist()
+    std = fixpoint.round_std(v).tolist()
+    for x, a, b in zip(v.tolist(), up, std):
+        assert a == _ref_half_up(x), x
+        assert b == _ref_std(x), x
+
+
+def test_rounding_properties():
+    v = _probe_values(1)
+    up = fixpoint.round_half_up(v)
+    d = up.double() - v.double()
+    assert torch.all((d > -0.5) & (d <= 0.5))  # nearest, ties go up
+    assert torch.equal(fixpoint.round_std(-v), -fixpoint.round_std(v) + 0.0)  # symmetric
+    shift = torch.randint(-50, 50, v.shape).float()
+    exact = (v + shift).double() == v.double() + shift.double()  # keep shifts that are exact
+    a, s = v[exact], shift[exact]
+    assert a.numel() > 10000
+    assert torch.equal(fixpoint.round_half_up(a + s), fixpoint.round_half_up(a) + s)
+    # results are +0.0, never -0.0 (the kernel converts an int back to float)
+    zeros = fixpoint.round_std(torch.tensor([-0.3, -0.0]))
+    assert all(math.copysign(1.0, z) > 0 for z in zeros.tolist())
+
+
+def test_floor_plus_half_trap_is_avoided():
+    x = torch.tensor([0.49999997], dtype=torch.float32)
+    assert torch.floor(x + 0.5).item() == 1.0  # the shortcut is wrong here ...
+    assert fixpoint.round_half_up(x).item() == 0.0  # ... the DPU rounds to 0
+
+
+def test_fake_quant_grid_range_and_no_write():
+    g = torch.Generator().manual_seed(2)
+    x = torch.randn(2, 3, 5, 5, generator=g) * 3
+    before = x.clone()
+    version = x._version
+    y = fixpoint.fake_quant(x, 5, 8, "half_up")
+    assert torch.equal(x, before) and x._version == version
+    codes = y * 32
+    assert torch.equal(codes, torch.round(codes))
+    assert codes.min() >= -128 and codes.max() <= 127
+    assert torch.equal(fixpoint.fake_quant(y, 5, 8, "half_up"), y)  # idempotent
+    assert y.dtype == torch.float32 and y.shape == x.shape
+
+
+def test_fake_quant_saturates_like_the_golden_mlp_input():
+    # facts 1.5: with input fix_pos 6 an input of exactly 2.0 becomes 127/64
+    y = fixpoint.fake_quant(torch.tensor([2.0, -2.0, -2.1, 1.0]), 6, 8, "half_up")
+    assert y.tolist() == [127 / 64, -2.0, -2.0, 1.0]
+
+
+def test_fake_quant_negative_fix_pos_and_bitwidth():
+    y = fixpoint.fake_quant(torch.tensor([100.0, 3.0, -1000.0]), -2, 8, "std_round")
+    assert y.tolist() == [100.0, 4.0, -512.0]
+    y4 = fixpoint.fake_quant(torch.tensor([0.9, -0.9]), 3, 4, "half_up")
+    assert y4.tolist() == [7 / 8, -7 / 8]
+
+
+def test_overflow_free_fix_pos():
+    assert fixpoint.overflow_free_fix_pos(torch.tensor([1.0, -0.5]), 8) == 6  # 127.5/1 -> 2^6
+    assert fixpoint.overflow_free_fix_pos(torch.tensor([0.0, -1.0]), 8) == 7  # 128.5/1 -> 2^7
+    assert fixpoint.overflow_free_fix_pos(torch.zeros(10), 8) == fixpoint.ZERO_TENSOR_FIX_POS == 18
+    g = torch.Generator().manual_seed(3)
+    for _ in range(50):
+        x = torch.randn(100, generator=g) * float(torch.rand(1, generator=g) * 100)
+        p = fixpoint.overflow_free_fix_pos(x, 8)
+        step = max(x.min().item() / -128.5, x.max().item() / 127.5)
+        assert step * 2 ** p <= 1.0 + 1e-6 and step * 2 ** (p + 1) > 1.0 - 1e-6
+
+
+def test_diffs_search_picks_smallest_squared_error():
+    g = torch.Generator().manual_seed(4)
+    for trial in range(30):
+        x = torch.randn(500, generator=g) * 0.3
+        x[0] = 6.0 * (1 + trial % 3)  # an outlier: clipping it can pay off
+        p0 = fixpoint.overflow_free_fix_pos(x, 8)
+        errs = []
+        for p in range(p0, p0 + 5):
+            q = np.clip(np.floor(x.double().numpy() * 2.0 ** p + 0.5), -128, 127) / 2.0 ** p
+            errs.append(float(((x.double().numpy() - q) ** 2).sum()))
+        best = p0 + int(np.argmin(errs))
+        if sorted(errs)[1] - min(errs) > 1e-6 * min(errs):  # skip float near-ties
+            assert fixpoint.diffs_fix_pos(x, 8, 5, "half_up") == best
+    assert fixpoint.diffs_fix_pos(x, 8, 1, "half_up") == p0
+
+
+def test_modal_fix_pos_and_cap():
+    # facts 1.5: the golden mlp input saw 6,6,6,6,5,5,5,6 and got 6
+    assert fixpoint.modal_fix_pos([6, 6, 6, 6, 5, 5, 5, 6]) == 6
+    assert fixpoint.modal_fix_pos([7, 5, 7, 5]) == 5  # ties -> smallest, like scipy.stats.mode
+    with pytest.raises(ValueError):
+        fixpoint.modal_fix_pos([])
+    assert fixpoint.cap_fix_pos(14, 8) == 12 and fixpoint.cap_fix_pos(11, 8) == 11
+    assert fixpoint.cap_fix_pos(16, 16) == 15 and fixpoint.cap_fix_pos(-3, 8) == -3
+
+
+@pytest.mark.parametrize("kernel,scale", [((3, 3), 9 * 7 / 64), ((5, 5), 0.9765625), ((6, 6), 36 * 7 / 256),
+                                          ((7, 7), 49 * 21 / 1024), ((14, 14), 196 * 21 / 4096),
+                                          ((8, 8), 1.0), ((10, 10), 1.0009765625), ((2, 2), 1.0)])
+def test_avgpool_dpu_scale(kernel, scale):
+    # table of facts 2.6; 10x10 and 8x8 observed in facts 1.5 and golden/README.md
+    assert fixpoint.avgpool_dpu_scale(*kernel) == scale
+
+
+def test_unknown_rounding_method():
+    with pytest.raises(ValueError, match="half_up"):
+        fixpoint.fake_quant(torch.zeros(2), 3, 8, "nearest")
