@@ -249,6 +249,20 @@ class Shapes(nn.Module):
         return fq(torch.flatten(y.view(y.size(0), -1), 1) + 0.25, 7)
 
 
+class Functional(nn.Module):
+    """F.max_pool2d, F.avg_pool2d (+ correction), F.adaptive_avg_pool2d, F.relu6, F.leaky_relu,
+    torch.relu, torch.reshape, torch.permute, Tensor.add / .mul / .relu / .contiguous."""
+
+    def forward(self, x):
+        x = fq(x, 5)
+        m = fq(F.max_pool2d(x, 2, stride=2).relu(), 4)
+        a = fq(F.avg_pool2d(m, 3, 1, 1) * 0.984375, 6)
+        g = fq(F.adaptive_avg_pool2d(a, (2, 2)), 5)
+        h = fq(F.leaky_relu(g.mul(0.75), 0.1015625).add(F.relu6(g)), 5)
+        h = torch.permute(torch.relu(h).contiguous(), (0, 2, 3, 1))
+        return fq(torch.reshape(h, (-1, 12)) * 0.5, 5)
+
+
 class StdRound(nn.Module):
     """fake_quant with std_round (ties away from zero), as used for weights and bias."""
 
@@ -272,6 +286,7 @@ CASES = {
     "hardswish_lowered": (HardSwishLowered, (3, 4, 4), 5, 9, ("fake_quant_2",)),
     "convtranspose_view_permute_linear3d": (Shapes, (3, 3, 3), 5, 7, ()),
     "std_round": (StdRound, (3, 4, 4), 6, 6, ()),
+    "functional_forms": (Functional, (3, 8, 8), 5, 5, ()),
 }
 
 

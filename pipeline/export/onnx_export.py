@@ -55,6 +55,7 @@ tensor names come from the fx node names, the producer is fixed and there is no 
 """
 import json
 import operator
+import types
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -392,20 +393,40 @@ def _leaky(b: _Builder, node: torch.fx.Node, mod: Optional[nn.LeakyReLU]) -> str
     return b.op("LeakyRelu", [b.tensor(node.args[0])], node.name, alpha=float(slope))
 
 
-def _pool_geometry(b: _Builder, node: torch.fx.Node, mod: nn.Module) -> Dict[str, Any]:
-    """kernel/stride/pads/dilations of a 2-D pool; refuses ceil_mode when it changes the output."""
-    if len(node.args) != 1 or node.kwargs:
+def _one_input(node: torch.fx.Node, mod: Any) -> None:
+    """A pooling module call takes its input only (functional forms carry their settings as args)."""
+    if isinstance(mod, nn.Module) and (len(node.args) != 1 or node.kwargs):
         raise _Unsupported("expected one input")
+
+
+def _functional(names: Sequence[str], defaults: Dict[str, Any]) -> Callable[..., str]:
+    """Handler for F.max_pool2d / F.avg_pool2d / F.adaptive_avg_pool2d: the call's arguments after
+    the input become the attributes of a module-like namespace, passed to the module's handler."""
+    def wrap(handler: Callable[..., str]) -> Callable[..., str]:
+        def functional(b: _Builder, node: torch.fx.Node, mod: None) -> str:
+            params = types.SimpleNamespace(**{
+                name: b.static(_arg(node, i + 1, name, defaults.get(name, _Unsupported)))
+                for i, name in enumerate(names)})
+            return handler(b, node, params)
+        return functional
+    return wrap
+
+
+def _pool_geometry(b: _Builder, node: torch.fx.Node, mod: Any) -> Dict[str, Any]:
+    """kernel/stride/pads/dilations of a 2-D pool; refuses ceil_mode when it changes the output."""
+    _one_input(node, mod)
     kernel = _pair(mod.kernel_size)
-    stride = _pair(mod.stride if mod.stride is not None else mod.kernel_size)
+    stride = _pair(mod.stride or mod.kernel_size)  # torch: stride None (or []) means the kernel
     pad = _pair(mod.padding)
     dil = _pair(getattr(mod, "dilation", 1))
     shape_in, shape_out = b.shape(node.args[0]), b.shape(node)
+    if len(shape_in) != 4:
+        raise _Unsupported("input is %d-D, expected 4-D NCHW" % len(shape_in))
     floor_out = tuple((shape_in[2 + i] + 2 * pad[i] - dil[i] * (kernel[i] - 1) - 1) // stride[i] + 1
                       for i in range(2))
-    if len(shape_in) != 4 or tuple(shape_out[2:]) != floor_out:
-        raise _Unsupported("output %s differs from the floor-mode output %s (ceil_mode) or the input "
-                           "is not 4-D" % (tuple(shape_out), floor_out))
+    if tuple(shape_out[2:]) != floor_out:
+        raise _Unsupported("output %s differs from the floor-mode output %s (ceil_mode)"
+                           % (tuple(shape_out), floor_out))
     return {"kernel_shape": list(kernel), "strides": list(stride), "pads": list(pad) * 2,
             "dilations": list(dil)}
 
@@ -444,9 +465,10 @@ def _avgpool(b: _Builder, node: torch.fx.Node, mod: nn.AvgPool2d) -> str:
 
 
 def _adaptive_avgpool(b: _Builder, node: torch.fx.Node, mod: nn.AdaptiveAvgPool2d) -> str:
+    _one_input(node, mod)
     shape = b.shape(node.args[0])
-    if len(shape) != 4 or len(node.args) != 1:
-        raise _Unsupported("expected one 4-D input")
+    if len(shape) != 4:
+        raise _Unsupported("input is %d-D, expected 4-D NCHW" % len(shape))
     h, w = shape[2:]
     oh, ow = b.shape(node)[2:]
     if (oh, ow) == (1, 1):  # torch computes mean(): sum, then one division by h*w
@@ -581,6 +603,14 @@ FUNCTION_HANDLERS = {
     F.relu6: _relu6_fn,
     F.leaky_relu: _leaky,
     F.interpolate: _interpolate,
+    F.max_pool2d: _functional(("kernel_size", "stride", "padding", "dilation", "ceil_mode", "return_indices"),
+                              {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False,
+                               "return_indices": False})(_maxpool),
+    F.avg_pool2d: _functional(("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
+                               "divisor_override"),
+                              {"stride": None, "padding": 0, "ceil_mode": False, "count_include_pad": True,
+                               "divisor_override": None})(_avgpool),
+    F.adaptive_avg_pool2d: _functional(("output_size",), {})(_adaptive_avgpool),
     torch.flatten: _reshape, torch.reshape: _reshape,
     torch.squeeze: _reshape, torch.unsqueeze: _reshape,
     torch.permute: _permute, torch.transpose: _transpose,
