@@ -214,9 +214,9 @@ class QuantizerBoundary:
                 yield slice(i, i + 1), slice(r, r + rows)
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
-        # A float64 input computed against float32 mean/std would be promoted to float64 by torch:
-        # cast it first, so the arithmetic always happens in the output dtype.
-        cast_first = src.is_floating_point() and torch.finfo(src.dtype).bits > torch.finfo(self.dtype).bits
+        # copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...) would first cast src
+        # into a hidden temporary on the CPU. So: cast-copy the tile, then subtract and divide in place
+        # while it is in cache, always in the output dtype.
         if order is None:
             groups = [(slice(None), slice(None), self._mean, self._std)]
         else:
@@ -225,12 +225,9 @@ class QuantizerBoundary:
         for samples, rows in self._tiles(tuple(out.shape)):
             s_tile, d_tile = src[samples, :, rows], out[samples, :, rows]
             for d_ch, s_ch, mean, std in groups:
-                d, s = d_tile[:, d_ch], s_tile[:, s_ch]
-                if cast_first:
-                    d.copy_(s)
-                    d.sub_(mean)
-                else:
-                    torch.sub(s, mean, out=d)
+                d = d_tile[:, d_ch]
+                d.copy_(s_tile[:, s_ch])
+                d.sub_(mean)
                 d.div_(std)
 
     def _fill_numpy(self, src: np.ndarray, out: np.ndarray, order: Optional[List[int]]) -> None:
@@ -260,8 +257,8 @@ def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> tor
     """
     if not isinstance(batch, torch.Tensor) or batch.dim() != 4 or batch.shape[0] < 1 or not batch.is_floating_point():
         raise DataError("compile_example expects a preprocessed float (N, C, H, W) batch with N >= 1 (a quantizer "
-                        "boundary output), got %s" % (tuple(batch.shape) if isinstance(batch, torch.Tensor)
-                                                     else type(batch).__name__))
+                        "boundary output), got %s" % ((tuple(batch.shape), batch.dtype) if isinstance(batch, torch.Tensor)
+                                                     else type(batch).__name__,))
     example = torch.empty((1,) + tuple(batch.shape[1:]), dtype=batch.dtype)
     example.copy_(batch[:1])
     if ledger is not None:

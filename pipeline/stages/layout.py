@@ -143,6 +143,8 @@ class Transpose(Stage):
         check_int(self.name, "dim1", self.dim1)
         if self.dim0 == 0 or self.dim1 == 0:
             raise StageError("%s: dim 0 is the batch dimension; stages never move it" % self.name)
+        if self.dim0 == self.dim1:
+            raise StageError("%s: dim0 and dim1 are both %d; give two different axes" % (self.name, self.dim0))
 
     def _dims(self, ndim: int) -> Tuple[int, int]:
         a = normalize_dim(self.name, "dim0", self.dim0, ndim)

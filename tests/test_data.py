@@ -1,0 +1,147 @@
+"""Sources (digits, npy/npz through mmap, numpy arrays, torch tensors) and batching."""
+import numpy as np
+import pytest
+import torch
+
+from pipeline.data.batching import iter_batches, split
+from pipeline.data.sources import SOURCES, flipped_source_of, open_source
+from pipeline.errors import ConfigError, DataError, StageError
+from pipeline.stages import build_stages
+from pipeline.tensors import fingerprint_array, shares_memory
+
+
+def _images(shape=(10, 6, 5, 3), seed=0):
+    return np.random.default_rng(seed).integers(0, 256, size=shape, dtype=np.uint8)
+
+
+def test_digits_are_scikit_learns_real_digits_as_owned_uint8_nhwc():
+    from sklearn.datasets import load_digits
+    raw = load_digits()
+    src = open_source({"type": "digits"}, ".")
+    assert src.kind == "digits" and src.layout == "NHWC"
+    assert src.images.shape == (1797, 8, 8, 1) and src.images.dtype == np.uint8
+    assert not src.images.flags.writeable
+    assert src.labels.dtype == np.int64 and sorted(set(src.labels.tolist())) == list(range(10))
+    order = np.random.default_rng(0).permutation(1797)  # shuffled once with the seed
+    assert np.array_equal(src.labels, raw.target[order])
+    assert np.array_equal(src.images[..., 0], np.rint(raw.images[order] * 255 / 16).astype(np.uint8))
+    assert src.images.max() == 255 and src.images.min() == 0
+    again = open_source({"type": "digits", "seed": 0}, ".")
+    assert fingerprint_array(again.images) == fingerprint_array(src.images)
+    other = open_source({"type": "digits", "seed": 1}, ".")
+    assert not np.array_equal(other.labels, src.labels)
+    d = src.describe()
+    assert d["shape"] == [1797, 8, 8, 1] and d["dtype"] == "uint8" and d["sha256"] == fingerprint_array(src.images)
+
+
+def test_split_cuts_contiguous_ranges_in_order():
+    assert split(1797, {"train": 0.6, "calib": 0.1, "eval": 0.3}) == {
+        "train": slice(0, 1078), "calib": slice(1078, 1257), "eval": slice(1257, 1797)}
+    assert split(10, {"calib": 0.25, "eval": 0.25}) == {"calib": slice(0, 2), "eval": slice(2, 5)}
+    assert split(10, {"calib": 0.0, "eval": 1.0}) == {"calib": slice(0, 0), "eval": slice(0, 10)}
+    with pytest.raises(ConfigError, match="sum to 1.2"):
+        split(10, {"a": 0.6, "b": 0.6})
+    with pytest.raises(ConfigError, match=r"data.split.a: a fraction must be a number in \[0, 1\]"):
+        split(10, {"a": -0.1})
+    with pytest.raises(ConfigError, match="n must be"):
+        split(-1, {"a": 0.5})
+
+
+def test_iter_batches_yields_views_and_labels_in_order():
+    images = _images()
+    labels = np.arange(10) % 3
+    src = open_source({"type": "array", "images": images, "labels": labels}, ".")
+    parts = split(len(src), {"calib": 0.3, "eval": 0.7})
+    got = list(iter_batches(src, parts["eval"], 3))
+    assert [tuple(v.shape) for v, _ in got] == [(3, 6, 5, 3), (3, 6, 5, 3), (1, 6, 5, 3)]
+    for i, (view, lab) in enumerate(got):
+        assert shares_memory(view, images)
+        assert np.array_equal(view.numpy(), images[3 + 3 * i:min(10, 6 + 3 * i)])
+        assert lab.dtype == np.int64 and np.array_equal(lab, labels[3 + 3 * i:min(10, 6 + 3 * i)])
+    assert len(list(iter_batches(src, parts["eval"], 3, limit=2))) == 2
+    assert list(iter_batches(src, parts["eval"], 3, limit=0)) == []
+    assert list(iter_batches(src, slice(4, 4), 3)) == []
+    with pytest.raises(ConfigError, match="batch_size"):
+        next(iter_batches(src, parts["eval"], 0))
+    with pytest.raises(DataError, match="step 1"):
+        next(iter_batches(src, slice(0, 10, 2), 3))
+    with pytest.raises(DataError, match="within the source"):
+        next(iter_batches(src, slice(0, 11), 3))
+
+
+def test_npy_is_memory_mapped_read_only_and_never_copied(tmp_path):
+    images = _images()
+    np.save(str(tmp_path / "x.npy"), images)
+    np.save(str(tmp_path / "y.npy"), np.arange(10, dtype=np.int32))
+    src = open_source({"type": "npy", "path": "x.npy", "labels": "y.npy"}, str(tmp_path))
+    assert isinstance(src.images, np.memmap) and not src.images.flags.writeable
+    assert src.mmap and src.path == str(tmp_path / "x.npy")
+    assert shares_memory(src.tensor, src.images)
+    view, lab = next(iter_batches(src, slice(2, 6), 4))
+    assert shares_memory(view, src.images) and np.array_equal(view.numpy(), images[2:6])
+    assert lab.dtype == np.int64 and lab.tolist() == [2, 3, 4, 5]
+    assert src.describe()["mmap"] is True
+
+
+def test_npz_members_are_memory_mapped_when_stored_and_read_when_compressed(tmp_path):
+    images, labels = _images(), np.arange(10)
+    np.savez(str(tmp_path / "d.npz"), images=images, labels=labels)
+    np.savez_compressed(str(tmp_path / "c.npz"), x=images.transpose(0, 3, 1, 2))
+    src = open_source({"type": "npz", "path": "d.npz"}, str(tmp_path))
+    assert isinstance(src.images, np.memmap) and src.mmap and src.note == ""
+    assert np.array_equal(src.images, images) and np.array_equal(src.labels, labels)
+    comp = open_source({"type": "npz", "path": "c.npz", "images_key": "x", "layout": "NCHW"}, str(tmp_path))
+    assert not comp.mmap and "compressed" in comp.note and comp.labels is None
+    assert np.array_equal(comp.images, images.transpose(0, 3, 1, 2))
+    with pytest.raises(ConfigError, match="has no member 'pixels'; members: images, labels"):
+        open_source({"type": "npz", "path": "d.npz", "images_key": "pixels"}, str(tmp_path))
+
+
+def test_numpy_sources_read_only_and_channel_flipped_without_a_copy():
+    images = _images()
+    images.flags.writeable = False
+    src = open_source({"type": "array", "images": images}, ".")
+    assert src.channel_order is None and shares_memory(src.tensor, images)
+    bgr = _images()
+    flipped = bgr[..., ::-1]
+    fsrc = open_source({"type": "array", "images": flipped}, ".")
+    assert fsrc.channel_order == [2, 1, 0] and fsrc.images is flipped
+    assert shares_memory(fsrc.tensor, bgr) and np.array_equal(fsrc.tensor.numpy(), bgr)
+    assert flipped_source_of(fsrc.tensor[2:4]) is fsrc and flipped_source_of(src.tensor) is None
+    compose = build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}], source=fsrc)
+    assert compose.boundary_channel_order == [2, 1, 0]
+    view, _ = next(iter_batches(fsrc, slice(0, 4), 4))
+    with pytest.raises(StageError, match=r"flipped .*build_stages\(specs, source=source\)"):
+        build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}])(view)
+    with pytest.raises(DataError, match=r"axis \[1\] of the NHWC images has a negative stride"):
+        open_source({"type": "array", "images": bgr[:, ::-1]}, ".")
+
+
+def test_torch_tensor_sources_of_any_memory_format():
+    t = torch.from_numpy(_images((4, 3, 6, 5))).contiguous(memory_format=torch.channels_last)
+    src = open_source({"type": "tensor", "images": t, "layout": "NCHW", "labels": torch.arange(4)}, ".")
+    assert src.tensor.data_ptr() == t.data_ptr() and src.labels.dtype == np.int64
+    view, _ = next(iter_batches(src, slice(0, 4), 2))
+    assert view.stride() == t[:2].stride() and view.data_ptr() == t.data_ptr()
+    assert src.describe()["dtype"] == "uint8"
+
+
+@pytest.mark.parametrize("spec, error, message", [
+    ({"type": "digit"}, ConfigError,
+     "unknown type 'digit'; valid types: array, digits, npy, npz, tensor; did you mean 'digits'"),
+    ({"type": "npy", "pth": "x.npy"}, ConfigError, r"data.source.pth: unknown key.*did you mean 'path'"),
+    ({"type": "npy", "path": "missing.npy"}, ConfigError, "does not exist"),
+    ({"type": "digits", "seed": "1"}, ConfigError, "seed: expected an int"),
+    ({"type": "array", "images": np.zeros((2, 3, 3))}, DataError, "4-D"),
+    ({"type": "array", "images": np.zeros((2, 3, 3, 1)), "layout": "HWC"}, ConfigError, "layout"),
+    ({"type": "array", "images": np.zeros((2, 3, 3, 1)), "labels": [1, 2, 3]}, DataError, "one entry per image"),
+    ({"type": "array", "images": torch.zeros(2, 3, 3, 1)}, ConfigError, "use type 'tensor'"),
+    ({"type": "tensor", "images": np.zeros((2, 3, 3, 1))}, ConfigError, "use type 'array'"),
+])
+def test_source_errors_name_the_problem(spec, error, message):
+    with pytest.raises(error, match=message):
+        open_source(spec, ".")
+
+
+def test_the_source_registry_is_a_literal_table():
+    assert sorted(SOURCES) == ["array", "digits", "npy", "npz", "tensor"]

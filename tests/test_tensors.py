@@ -1,0 +1,128 @@
+"""Storage helpers, numpy views, fingerprints and the memory ledger (pipeline/tensors.py)."""
+import json
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline import tensors
+from pipeline.errors import DataError
+from pipeline.tensors import (Ledger, SourceGuard, as_torch_view, fingerprint_array, is_view_of, shares_memory,
+                              shares_storage, storage_nbytes, storage_ptr)
+
+
+def test_views_share_storage_and_copies_do_not():
+    x = torch.arange(24, dtype=torch.float32).view(2, 3, 4)
+    for v in (x.view(6, 4), x.permute(0, 2, 1), x.transpose(1, 2), x[:, 1:], x[1], x.narrow(2, 1, 2),
+              x[:, :1].expand(2, 3, 4)):
+        assert shares_storage(v, x) and is_view_of(v, x)
+        assert storage_ptr(v) == storage_ptr(x)
+    for c in (x.clone(), x.permute(0, 2, 1).contiguous(), x + 0):
+        assert not shares_storage(c, x) and not is_view_of(c, x)
+    assert x.contiguous() is x  # contiguous() copies only when the strides are not C-ordered
+    assert storage_nbytes(x[1]) == 24 * 4  # a view's storage is its base's
+
+
+def test_in_place_write_through_a_view_reaches_the_base_and_bumps_the_shared_version():
+    x = torch.zeros(2, 3)
+    v = x.t()
+    before = x._version
+    v[0, 0] = 5.0
+    assert x[0, 0] == 5.0 and x._version == before + 1
+
+
+def test_zero_size_tensors_share_only_their_own_storage():
+    a = torch.zeros(0)
+    assert shares_storage(a.view(0), a)
+    assert not shares_storage(torch.zeros(0), a)
+
+
+def test_as_torch_view_folds_negative_strides_and_reports_the_flipped_axes():
+    a = np.arange(2 * 3 * 4 * 3, dtype=np.uint8).reshape(2, 3, 4, 3)
+    t, flips = as_torch_view(a[..., ::-1])
+    assert flips == (3,)
+    assert np.shares_memory(t.numpy(), a)
+    assert np.array_equal(t.numpy()[..., ::-1], a[..., ::-1])
+    t2, flips2 = as_torch_view(a[:, ::-1, :, ::-1])
+    assert flips2 == (1, 3)
+    assert np.array_equal(t2.numpy()[:, ::-1, :, ::-1], a[:, ::-1, :, ::-1])
+    t3, flips3 = as_torch_view(a[:1, :, :, ::-1][::-1])  # a flipped axis of length 1 is no flip
+    assert flips3 == (3,)
+
+
+def test_as_torch_view_accepts_read_only_and_memmap_arrays_without_a_warning(tmp_path):
+    a = np.arange(12, dtype=np.float32).reshape(3, 4)
+    a.flags.writeable = False
+    np.save(str(tmp_path / "a.npy"), a)
+    mm = np.load(str(tmp_path / "a.npy"), mmap_mode="r")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for arr in (a, mm):
+            t, flips = as_torch_view(arr)
+            assert flips == () and np.shares_memory(t.numpy(), arr)
+            assert torch.equal(t, torch.arange(12, dtype=torch.float32).view(3, 4))
+
+
+def test_as_torch_view_rejects_dtypes_torch_cannot_view():
+    with pytest.raises(DataError, match="dtype"):
+        as_torch_view(np.zeros(3, dtype=">f4"))
+    with pytest.raises(DataError, match="numpy array or a torch tensor"):
+        as_torch_view([1, 2, 3])
+
+
+def test_fingerprint_is_the_sha256_of_the_logical_bytes_whatever_the_strides(monkeypatch):
+    import hashlib
+    a = np.random.default_rng(0).integers(0, 256, size=(5, 4, 3, 2), dtype=np.uint8)
+    flipped = a[..., ::-1]
+    expected = hashlib.sha256(np.ascontiguousarray(flipped).tobytes()).hexdigest()
+    assert fingerprint_array(flipped) == expected
+    assert fingerprint_array(flipped.copy()) == expected
+    assert fingerprint_array(torch.from_numpy(flipped.copy())) == expected
+    monkeypatch.setattr(tensors, "_HASH_CHUNK_BYTES", 7)  # chunked along axis 0: same digest
+    assert fingerprint_array(flipped) == expected
+    b = a.copy()
+    b[4, 3, 2, 1] ^= 1
+    assert fingerprint_array(b) != fingerprint_array(a)
+    assert fingerprint_array(torch.ones(3, dtype=torch.bfloat16)) == hashlib.sha256(
+        torch.ones(3, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()).hexdigest()
+
+
+def test_source_guard_raises_when_a_byte_changes():
+    a = np.zeros((2, 2), dtype=np.float32)
+    guard = SourceGuard(a)
+    assert guard.check() == guard.before
+    a[1, 1] = 1.0
+    with pytest.raises(DataError, match="changed during the run"):
+        guard.check()
+
+
+def test_ledger_rows_and_summary():
+    ledger = Ledger()
+    x = torch.zeros(2, 4, 4, 3, dtype=torch.uint8)
+    for b in range(3):
+        v = x.permute(0, 3, 1, 2)
+        ledger.record("layout", x, v, batch=b, stage_index=0)
+        out = torch.empty(2, 3, 4, 4)
+        ledger.record("quantizer_boundary", v, out, batch=b, bytes_fresh=0 if b else None)
+    ledger.record("compile_boundary", out, out[:1].clone())
+    rows = ledger.rows
+    assert rows[0] == {"batch": 0, "stage_index": 0, "stage": "layout", "shares_storage": True, "bytes_allocated": 0,
+                       "bytes_fresh": 0, "data_ptr_in": x.data_ptr(), "data_ptr_out": x.data_ptr(),
+                       "deferred": False, "note": ""}
+    assert rows[1]["shares_storage"] is False and rows[1]["bytes_allocated"] == 2 * 3 * 4 * 4 * 4
+    s = ledger.summary()
+    assert s["batches"] == 3 and s["copies_per_batch"] == 1
+    assert s["bytes_allocated_per_batch"] == 384
+    assert s["bytes_allocated_total"] == 3 * 384 + 3 * 4 * 4 * 4
+    assert s["bytes_fresh_total"] == 384 + 3 * 4 * 4 * 4
+    assert s["buffers_recycled"] == 2
+    assert s["copies_by_stage"] == {"quantizer_boundary": 3, "compile_boundary": 1}
+    assert [r["stage"] for r in s["run_level"]] == ["compile_boundary"]
+    assert json.loads(ledger.to_json()) == {"summary": s, "rows": rows}
+
+
+def test_shares_memory_between_numpy_and_torch():
+    a = np.zeros((3, 4), dtype=np.float32)
+    assert shares_memory(torch.from_numpy(a)[1:], a)
+    assert not shares_memory(torch.zeros(3, 4), a)
