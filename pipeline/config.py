@@ -271,6 +271,19 @@ class LoadedConfig:
         raw.get("run", {}).pop("work_dir", None)
         return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
 
+    def calib_hash(self) -> str:
+        """sha256 of the settings that shape a calibration: the data and its split, batching, the
+        preprocessing, the model's architecture, and the quantizer's arguments. Changing the export
+        formats, the accuracy budget or the compile target keeps a calibration valid."""
+        c = self.cfg
+        relevant = {
+            "data": c.data.model_dump(exclude={"eval_batches"}),
+            "preprocess": c.preprocess.model_dump(),
+            "model": c.model.model_dump(include={"zoo", "factory", "kwargs"}),
+            "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop", "device", "quant_config_file"}),
+        }
+        return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
+
 
 def load_config(path: str, overrides: Optional[List[str]] = None) -> LoadedConfig:
     """Read, override and validate a config. Raises ConfigError with every problem listed."""

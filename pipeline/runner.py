@@ -28,7 +28,7 @@ import yaml
 
 from . import fileio
 from .config import STEPS, LoadedConfig
-from .errors import DataError, PipelineError, QuantizationError
+from .errors import ConfigError, DataError, PipelineError, QuantizationError
 
 log = logging.getLogger("pipeline")
 
@@ -156,6 +156,14 @@ class Run:
         from .quantizers.base import get_backend
         return get_backend(self.cfg.quantizer.backend)
 
+    def fingerprint(self, model: torch.nn.Module, example: torch.Tensor) -> Dict[str, Any]:
+        """The calibration fingerprint of this config (pipeline.quantizers.fingerprint), plus the
+        DPU target the run compiles for."""
+        from .quantizers.fingerprint import make_fingerprint
+        fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend)
+        fp["compile_target"] = self.cfg.compile.target
+        return fp
+
     def example(self) -> torch.Tensor:
         """The compile-boundary example: batch 1, owned, contiguous, from the first eval sample."""
         from .boundary import compile_example
@@ -232,7 +240,7 @@ def step_inspect(run: Run) -> Dict[str, Any]:
 
 def step_calib(run: Run) -> Dict[str, Any]:
     """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
-    from .quantizers.fingerprint import make_fingerprint, write_fingerprint
+    from .quantizers.fingerprint import write_fingerprint
     limit = run.cfg.data.calib_batches
     if limit == 0 or run.splits["calib"].stop <= run.splits["calib"].start:
         raise QuantizationError("calibration saw 0 batches (data.calib_batches=%s, calib split %s); "
@@ -243,8 +251,7 @@ def step_calib(run: Run) -> Dict[str, Any]:
     start = time.perf_counter()
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
-    fp = make_fingerprint(model, example, run.settings(), run.loaded.hash(), run.cfg.quantizer.backend)
-    fp_path = write_fingerprint(run.quant_dir, fp)
+    fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
     return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
                                    "files": sorted(summary["files"] + [fp_path]),
@@ -254,11 +261,10 @@ def step_calib(run: Run) -> Dict[str, Any]:
 
 def step_test(run: Run) -> Dict[str, Any]:
     """Float and quantized top-1 accuracy on the eval split."""
-    from .quantizers.fingerprint import check_fingerprint, make_fingerprint
+    from .quantizers.fingerprint import check_fingerprint
     from .train import accuracy
     model, example = run.float_model(), run.example()
-    check_fingerprint(run.quant_dir, make_fingerprint(model, example, run.settings(), run.loaded.hash(),
-                                                      run.cfg.quantizer.backend))
+    check_fingerprint(run.quant_dir, run.fingerprint(model, example))
     handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches
@@ -282,10 +288,9 @@ def step_test(run: Run) -> Dict[str, Any]:
 
 def step_export(run: Run) -> Dict[str, Any]:
     """Export the quantized model from a batch-1 example and verify it against the simulation."""
-    from .quantizers.fingerprint import check_fingerprint, make_fingerprint
+    from .quantizers.fingerprint import check_fingerprint
     model, example = run.float_model(), run.example()
-    check_fingerprint(run.quant_dir, make_fingerprint(model, example, run.settings(), run.loaded.hash(),
-                                                      run.cfg.quantizer.backend))
+    check_fingerprint(run.quant_dir, run.fingerprint(model, example))
     backend = run.backend()
     handle = backend.load_test(model, example, run.quant_dir, run.settings())
     files = backend.export(handle, example, run.path("export"), list(run.cfg.export.formats))
@@ -327,10 +332,14 @@ def step_compile(run: Run) -> Dict[str, Any]:
     xmodel = (export.get("files") or {}).get("xmodel")
     net = c.net_name or run.cfg.run.name
     out_dir = run.path("compile")
+    if arch is None:
+        raise ConfigError("compile.arch_json: target %s has no documented arch.json path in the Vitis AI image; "
+                          "set compile.arch_json to a file holding {\"fingerprint\": \"0x...\"} from "
+                          "`xdputil query` on the board" % target.name)
+    if os.path.isfile(arch):
+        check_arch_json(arch, target.name)  # P11: a wrong fingerprint fails here, compiler or not
     argv = vai_c.build_argv(xmodel or run.path("export", "<Model>_int.xmodel"), arch, out_dir, net, c.options or None)
     if xmodel and vai_c.is_available():
-        if os.path.isfile(arch):
-            check_arch_json(arch, target.name)
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None)
         return run.save_step("compile", {"compiled": compiled, "argv": argv, "target": target.name})
     reason = ("vai_c_xir is not installed here: compiling needs the Vitis AI image" if not vai_c.is_available()
@@ -347,15 +356,23 @@ def step_deploy(run: Run) -> Dict[str, Any]:
     from .deploy import build_bundle
     from .quantizers.quant_info import read_quant_info
     comp = run.load_step("compile") or {}
-    qi = read_quant_info(os.path.join(run.quant_dir, "quant_info.json"))
+    qi = read_quant_info(run.quant_dir)
     p = run.cfg.preprocess
     example_shape = (run.load_step("export") or {}).get("example_shape")
     preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order or "as source",
                   "layout": p.layout, "source_layout": run.source.layout,
-                  "input_fix_pos": qi.input_fix_pos(), "input_shape": example_shape}
+                  "input_fix_pos": _input_fix_pos(qi), "input_shape": example_shape}
     manifest = build_bundle(run.work_dir, run.path("deploy"), comp.get("compiled"), preprocess,
                             run.cfg.compile.net_name or run.cfg.run.name)
     return run.save_step("deploy", {"manifest": manifest})
+
+
+def _input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
+    """The model input's fix_pos: the ``<Model>::nndct_input_0`` output entry of quant_info.json."""
+    for name, entry in sorted(quant_info.get("output", {}).items()):
+        if name.endswith("::nndct_input_0"):
+            return int(entry[0][1])
+    return None
 
 
 STEP_FUNCTIONS = {
