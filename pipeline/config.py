@@ -109,14 +109,14 @@ class QuantizerSection(_Strict):
 
 class ExportSection(_Strict):
     """What the export step writes."""
-    formats: List[str] = Field(default_factory=lambda: ["onnx_exact", "onnx_qdq"])
+    formats: Optional[List[str]] = Field(None, description="Default: onnx_exact, onnx_qdq for sim; xmodel for nndct.")
     verify_max_lsb: Dict[str, int] = Field(default_factory=lambda: {"onnx_exact": 0, "onnx_qdq": 1})
 
     @field_validator("formats")
     @classmethod
-    def _check_formats(cls, v: List[str]) -> List[str]:
+    def _check_formats(cls, v: Optional[List[str]]) -> Optional[List[str]]:
         allowed = ["onnx_exact", "onnx_qdq", "xmodel", "torchscript"]
-        bad = [f for f in v if f not in allowed]
+        bad = [f for f in v or [] if f not in allowed]
         if bad:
             raise ValueError("unknown formats %s; allowed: %s" % (bad, allowed))
         return v
@@ -307,6 +307,14 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
     from .compilers.targets import TARGETS
+    from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
+    backend = cfg.quantizer.backend
+    if cfg.export.formats is None:
+        cfg.export.formats = list(DEFAULT_FORMATS[backend])
+    wrong = [f for f in cfg.export.formats if f not in BACKEND_FORMATS[backend]]
+    if wrong:
+        problems.append("export.formats: the %s backend cannot write %s; it writes %s"
+                        % (backend, wrong, ", ".join(BACKEND_FORMATS[backend])))
     if cfg.compile.target not in TARGETS:
         close = difflib.get_close_matches(cfg.compile.target, list(TARGETS), n=1)
         problems.append("compile.target: unknown DPU target %r%s; `python -m pipeline targets` lists them"

@@ -136,3 +136,11 @@ def test_unknown_compile_target_is_rejected_with_closest_match(tmp_path):
         load_config(write(tmp_path, BASE), ["compile.target=DPUCZDX8G_ISA1_B4069"])
     assert "compile.target: unknown DPU target 'DPUCZDX8G_ISA1_B4069'" in str(err.value)
     assert "did you mean 'DPUCZDX8G_ISA1_B4096'?" in str(err.value)
+
+
+def test_export_formats_default_per_backend_and_are_checked(tmp_path):
+    p = write(tmp_path, BASE)
+    assert load_config(p).cfg.export.formats == ["onnx_exact", "onnx_qdq"]
+    assert load_config(p, ["quantizer.backend=nndct"]).cfg.export.formats == ["xmodel"]
+    with pytest.raises(ConfigError, match=r"export.formats: the sim backend cannot write \['xmodel'\]"):
+        load_config(p, ["export.formats=[xmodel]"])

@@ -28,6 +28,16 @@ BACKENDS = {
     "nndct": "pipeline.quantizers.nndct:NndctBackend",
 }
 
+# Export formats each backend writes, and the default when a config names none.
+BACKEND_FORMATS = {
+    "sim": ("onnx_exact", "onnx_qdq"),
+    "nndct": ("xmodel", "onnx_qdq", "torchscript"),
+}
+DEFAULT_FORMATS = {
+    "sim": ("onnx_exact", "onnx_qdq"),
+    "nndct": ("xmodel",),
+}
+
 
 class QuantSettings:
     """The quantizer arguments a config maps onto, named as in ``torch_quantizer`` (facts 1.1).
