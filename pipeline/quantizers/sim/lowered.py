@@ -31,7 +31,10 @@ node and relies on every point below):
    ``torch.mul`` by the constant (left out when it is 1.0).
 6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
    ``output`` entry for it.
-7. Attributes: ``quant_info`` (the dict ``quant_info.json`` holds), ``output_fix_pos`` (the
+7. ``node.meta["nndct_node"]`` names the nndct node (e.g. ``"nndct_relu_2"``) on the fx node
+   whose value is that node's output as the real quantizer's module returns it (after its
+   fake_quant when it is quantized).
+8. Attributes: ``quant_info`` (the dict ``quant_info.json`` holds), ``output_fix_pos`` (the
    fix_pos of the model output when it is quantized, else None; for several outputs, the first),
    ``class_name`` of the GraphModule is the float model's class name.
 """
@@ -157,6 +160,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
                     value = _mul_const(new, value, scale)
         if quantize:
             value = new.call_function(fixpoint.fake_quant, (value, out_fp[node.name], bitwidth, "half_up"))
+        value.meta["nndct_node"] = node.name
         env[fx_node] = value
     out_node = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
     new.output(map_arg(out_node.args[0], lookup))
