@@ -306,11 +306,10 @@ class _Builder:
         if bitwidth > 8:
             raise _Unsupported("qdq flavour: opset-13 DequantizeLinear of int8 holds at most 8 "
                                "bits, got bitwidth %d; export the 'exact' flavour" % bitwidth)
-        if name not in self.initializers:
+        if name + "/codes" not in self.initializers:  # a module called twice is written once
             self.init(name + "/codes", codes.to(torch.int8).contiguous().numpy())
             self.op("DequantizeLinear", [name + "/codes", self.scalar(name + "/scale", _pow2(-fix_pos)),
                                          self.init(name + "/zero_point", np.zeros((), np.int8))], name)
-            self.initializers[name] = None  # marks the parameter as emitted; dropped before writing
         return name
 
 
@@ -777,7 +776,7 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
         b.nodes, "quantized_%s" % flavour,
         [helper.make_tensor_value_info(b.input_name, TensorProto.FLOAT,
                                        [BATCH_DIM] + list(example1.shape[1:]))],
-        outputs, initializer=[t for t in b.initializers.values() if t is not None])
+        outputs, initializer=list(b.initializers.values()))
     model = helper.make_model(graph, producer_name=PRODUCER_NAME, producer_version=__version__,
                               opset_imports=[helper.make_opsetid("", OPSET)])
     model.ir_version = IR_VERSION
