@@ -34,7 +34,10 @@ import torch
 from .errors import ConfigError, DataError, PipelineError
 from .tensors import Ledger, as_torch_view, shares_memory
 
-BLOCK_BYTES = 2 << 20  # output bytes per tile: measured fastest on 2 cores with 1 MiB L2 each (2-4 samples of 224x224x3)
+# Output bytes per tile (about 7 samples of 224x224x3). Measured on 2 cores (1 MiB L2 each, 32 MiB L3):
+# 2, 4 and 8 MiB within 10% of each other, 3-5x faster than one pass over the batch; 1 MiB and less
+# pay for more op launches, and larger tiles leave the cache.
+BLOCK_BYTES = 4 << 20
 LAYOUTS = ("NCHW", "channels_last")
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -108,7 +111,8 @@ class QuantizerBoundary:
                  pool_size: int = 4) -> None:
         mean, std = _floats("mean", mean), _floats("std", std)
         if len(mean) != len(std):
-            raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel" % (len(mean), len(std)))
+            raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel"
+                              % (len(mean), len(std)))
         if any(s <= 0 for s in std):
             raise ConfigError("preprocess.std: every value must be > 0, got %s" % std)
         if layout not in LAYOUTS:
@@ -214,21 +218,26 @@ class QuantizerBoundary:
                 yield slice(i, i + 1), slice(r, r + rows)
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
-        # copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...) would first cast src
-        # into a hidden temporary on the CPU. So: cast-copy the tile, then subtract and divide in place
-        # while it is in cache, always in the output dtype.
-        if order is None:
-            groups = [(slice(None), slice(None), self._mean, self._std)]
+        # Per tile: cast-copy (copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...)
+        # would first cast src into a hidden temporary on the CPU), then subtract and divide in place
+        # while the tile is in cache, always in the output dtype. The normalization runs along the
+        # longest contiguous run of memory: H*W per channel for NCHW; for channels_last each row of
+        # W*C values against mean/std repeated W times (the same float32 values, the same results).
+        n, c, h, w = out.shape
+        if self.layout == "NCHW":
+            mean, std = self._mean, self._std
         else:
-            groups = [(slice(o, o + 1), slice(i, i + 1), self._mean[:, o:o + 1], self._std[:, o:o + 1])
-                      for o, i in enumerate(order)]
-        for samples, rows in self._tiles(tuple(out.shape)):
+            mean, std = self._mean.reshape(-1).repeat(w), self._std.reshape(-1).repeat(w)
+        for samples, rows in self._tiles((n, c, h, w)):
             s_tile, d_tile = src[samples, :, rows], out[samples, :, rows]
-            for d_ch, s_ch, mean, std in groups:
-                d = d_tile[:, d_ch]
-                d.copy_(s_tile[:, s_ch])
-                d.sub_(mean)
-                d.div_(std)
+            if order is None:
+                d_tile.copy_(s_tile)
+            else:
+                for o, i in enumerate(order):
+                    d_tile[:, o].copy_(s_tile[:, i])
+            norm = d_tile if self.layout == "NCHW" else d_tile.permute(0, 2, 3, 1).view(-1, w * c)
+            norm.sub_(mean)
+            norm.div_(std)
 
     def _fill_numpy(self, src: np.ndarray, out: np.ndarray, order: Optional[List[int]]) -> None:
         """The same pass with numpy ufuncs, which read negative strides natively (numpy inputs
@@ -256,9 +265,9 @@ def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> tor
         DataError: not a non-empty 4-D float tensor.
     """
     if not isinstance(batch, torch.Tensor) or batch.dim() != 4 or batch.shape[0] < 1 or not batch.is_floating_point():
+        got = (tuple(batch.shape), batch.dtype) if isinstance(batch, torch.Tensor) else type(batch).__name__
         raise DataError("compile_example expects a preprocessed float (N, C, H, W) batch with N >= 1 (a quantizer "
-                        "boundary output), got %s" % ((tuple(batch.shape), batch.dtype) if isinstance(batch, torch.Tensor)
-                                                     else type(batch).__name__,))
+                        "boundary output), got %s" % (got,))
     example = torch.empty((1,) + tuple(batch.shape[1:]), dtype=batch.dtype)
     example.copy_(batch[:1])
     if ledger is not None:

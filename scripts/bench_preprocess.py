@@ -162,9 +162,11 @@ def main(argv=None):
           % (n, s, s, torch.__version__, torch.get_num_threads(), args.repeats))
     print("limit (fresh contiguous cast-copy): %.2f ms" % (1e3 * t["limit"]))
     print("pipeline: %.2fx  (%.2f ms)" % (t["pipeline"] / t["limit"], 1e3 * t["pipeline"]))
-    print("per-image ToTensor/Normalize loop + stack: %.2fx  (%.2f ms)" % (t["per_image"] / t["limit"], 1e3 * t["per_image"]))
-    print("op chain permute().float().div().sub().div(): %.2fx  (%.2f ms)" % (t["op_chain"] / t["limit"], 1e3 * t["op_chain"]))
-    print("allocated/output: %.2fx  (ledger: %d bytes per batch, copies_per_batch %d, %d of %d boundary buffers recycled)"
+    for key, text in (("per_image", "per-image ToTensor/Normalize loop + stack"),
+                      ("op_chain", "op chain permute().float().div().sub().div()")):
+        print("%s: %.2fx  (%.2f ms)" % (text, t[key] / t["limit"], 1e3 * t[key]))
+    print("allocated/output: %.2fx  (ledger: %d bytes per batch, copies_per_batch %d, %d of %d boundary buffers "
+          "recycled)"
           % (allocated, summary["bytes_allocated_per_batch"], summary["copies_per_batch"],
              summary["buffers_recycled"], summary["batches"]))
     print("fresh allocations per batch / output (torch profiler + tracemalloc, steady state): " + ", ".join(

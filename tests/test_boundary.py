@@ -98,6 +98,9 @@ def test_large_samples_are_tiled_by_rows_with_the_same_result():
     assert torch.equal(tiled(x), whole)
     assert torch.equal(QuantizerBoundary(MEAN, STD, channel_order=[2, 1, 0], block_bytes=300)(x),
                        QuantizerBoundary(MEAN, STD, channel_order=[2, 1, 0])(x))
+    cl_tiled = QuantizerBoundary(MEAN, STD, layout="channels_last", channel_order=[1, 2, 0], block_bytes=700)(x)
+    assert cl_tiled.is_contiguous(memory_format=torch.channels_last)
+    assert torch.equal(cl_tiled, QuantizerBoundary(MEAN, STD, channel_order=[1, 2, 0])(x))
 
 
 def test_a_buffer_is_reused_only_when_nothing_handed_out_refers_to_it():

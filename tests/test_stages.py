@@ -165,7 +165,16 @@ def test_in_place_writes_dtype_changes_and_shape_lies_are_contract_violations():
         def apply(self, x):
             return x.permute(0, 1, 2, 3)
 
+    @dataclasses.dataclass(frozen=True)
+    class Numpy(Writer):
+        name = "to_numpy"
+
+        def apply(self, x):
+            return x.numpy()
+
     x = torch.zeros(2, 3, 4, 4, dtype=torch.uint8)
+    with pytest.raises(StageError, match=r"'to_numpy': contract violation: it returned ndarray, not a torch.Tensor"):
+        Compose([Numpy()])(x, Ledger())
     with pytest.raises(StageError, match=r"stage 0 'writer': contract violation: an in-place write .*_version"):
         Compose([Writer()])(x)
     with pytest.raises(StageError, match=r"'retype': contract violation: it changed the dtype"):
@@ -253,5 +262,6 @@ def test_compose_rejects_non_tensors_and_wraps_stage_errors_with_shape_and_dtype
     compose = build_stages([{"type": "squeeze", "dim": 1}])
     with pytest.raises(StageError, match="expects a torch.Tensor"):
         compose(np.zeros((2, 1, 3, 3)))
-    with pytest.raises(StageError, match=r"stage 0 'squeeze' \(input shape \(2, 2, 3, 3\)\): squeeze: axis 1 has size 2"):
+    with pytest.raises(StageError, match=r"stage 0 'squeeze' \(input shape \(2, 2, 3, 3\)\): squeeze: axis 1 has "
+                                         r"size 2"):
         compose(torch.zeros(2, 2, 3, 3))

@@ -172,7 +172,8 @@ class Compose:
                     try:
                         index = st.gather_index(len(pending.index))
                     except StageError as exc:
-                        raise ConfigError("%s: %s (after the channel order deferred from %s)" % (where, exc, pending.origin))
+                        raise ConfigError("%s: %s (after the channel order deferred from %s)"
+                                          % (where, exc, pending.origin))
                     pending = _Pending(axis, tuple(pending.index[j] for j in index), pending.origin)
                     deferred.append(True)
                 elif st.is_view():
@@ -285,11 +286,10 @@ class Compose:
                 except RuntimeError as exc:
                     raise self._stage_error(i, x.shape, StageError("torch refused the view: %s" % exc), x.dtype)
             problem = self._violation(x, y, shapes[i])
-            if ledger is not None:
+            if ledger is not None and isinstance(y, torch.Tensor):
+                copied = not is_view_of(y, x)
                 ledger.record(st.name, x, y, batch=batch_index, stage_index=i,
-                              bytes_allocated=(storage_nbytes(y) if problem and isinstance(y, torch.Tensor)
-                                               and not is_view_of(y, x) else 0),
-                              deferred=self.runs_at_boundary[i],
+                              bytes_allocated=storage_nbytes(y) if copied else 0, deferred=self.runs_at_boundary[i],
                               note="carried out inside the quantizer boundary's pass" if self.runs_at_boundary[i]
                               else "")
             if problem is None and batch._version != version:

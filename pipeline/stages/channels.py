@@ -108,7 +108,8 @@ class ExpandChannels(Stage):
         require_ndim(self.name, shape, 4, self.layout)
         axis = self.channel_axis()
         if shape[axis] != 1:
-            raise StageError("%s: needs 1 channel on axis %d (%s), got %d" % (self.name, axis, self.layout, shape[axis]))
+            raise StageError("%s: needs 1 channel on axis %d (%s), got %d"
+                             % (self.name, axis, self.layout, shape[axis]))
         out = list(shape)
         out[axis] = self.channels
         return tuple(out)

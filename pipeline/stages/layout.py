@@ -31,7 +31,8 @@ class Reshape(Stage):
     def check(self) -> None:
         shape = check_ints(self.name, "shape", self.shape, minimum=-1)
         if 0 in shape or shape.count(-1) > 1:
-            raise StageError("%s: parameter 'shape' takes ints >= 1 and at most one -1, got %s" % (self.name, list(shape)))
+            raise StageError("%s: parameter 'shape' takes ints >= 1 and at most one -1, got %s"
+                             % (self.name, list(shape)))
         object.__setattr__(self, "shape", shape)
 
     def output_shape(self, shape: Shape) -> Shape:
@@ -44,7 +45,8 @@ class Reshape(Stage):
                 known *= n
         if -1 in self.shape:
             if known == 0 or per_sample % known:
-                raise StageError("%s: cannot view %d elements per sample as %s" % (self.name, per_sample, list(self.shape)))
+                raise StageError("%s: cannot view %d elements per sample as %s"
+                                 % (self.name, per_sample, list(self.shape)))
             out = tuple(per_sample // known if n == -1 else n for n in self.shape)
         else:
             if known != per_sample:
@@ -89,7 +91,8 @@ class Permute(Stage):
 
     def axis_map(self, ndim: int) -> List[Optional[int]]:
         if ndim != len(self.dims):
-            raise StageError("%s: dims %s need a %d-D input, got %d-D" % (self.name, list(self.dims), len(self.dims), ndim))
+            raise StageError("%s: dims %s need a %d-D input, got %d-D"
+                             % (self.name, list(self.dims), len(self.dims), ndim))
         return [self.dims.index(a) for a in range(ndim)]
 
 
@@ -109,7 +112,8 @@ class Layout(Stage):
         check_layout(self.name, "src", self.src)
         check_layout(self.name, "dst", self.dst)
         if self.src == self.dst:
-            raise StageError("%s: src and dst are both %s; remove the stage or give the other layout" % (self.name, self.src))
+            raise StageError("%s: src and dst are both %s; remove the stage or give the other layout"
+                             % (self.name, self.src))
 
     @property
     def dims(self) -> Tuple[int, ...]:
@@ -117,7 +121,8 @@ class Layout(Stage):
 
     def output_shape(self, shape: Shape) -> Shape:
         if len(shape) != 4:
-            raise StageError("%s: %s -> %s needs a 4-D batch, got shape %s" % (self.name, self.src, self.dst, tuple(shape)))
+            raise StageError("%s: %s -> %s needs a 4-D batch, got shape %s"
+                             % (self.name, self.src, self.dst, tuple(shape)))
         return tuple(shape[d] for d in self.dims)
 
     def apply(self, x: torch.Tensor) -> torch.Tensor:
