@@ -1,0 +1,122 @@
+"""``SimBackend``: the quantizer backend contract (``pipeline.quantizers.base``) on the CPU simulation.
+
+- ``calibrate`` runs the real quantizer's calibration arithmetic (``sim.calib``) and writes
+  ``quant_info.json`` (+ ``bias_corr.pth``) in the real format, bit-compatible with
+  ``pytorch_nndct``'s (tests/test_sim_golden.py).
+- ``load_test`` returns the lowered test-mode ``torch.fx.GraphModule`` (``sim.lowered``) built from
+  the files in ``out_dir``, whichever backend wrote them.
+- ``export`` writes ONNX through ``pipeline.export`` (formats ``onnx_exact``, ``onnx_qdq``).
+
+The caller's model and batches are never modified; everything runs on the CPU.
+"""
+import itertools
+import os
+import warnings
+from typing import Any, Dict, Iterable, List
+
+import torch
+
+from ...errors import ConfigError, QuantizationError
+from ..base import BACKEND_FORMATS, QuantizerBackend, QuantSettings
+from ..quant_config import load_quant_config
+from ..quant_info import SIM_VERSION
+from .session import SimSession
+
+# export format -> (pipeline.export flavour, file name suffix after the model class name)
+EXPORT_FORMATS = {
+    "onnx_exact": ("exact", "_int_exact.onnx"),
+    "onnx_qdq": ("qdq", "_int.onnx"),
+}
+
+
+def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings) -> SimSession:
+    if str(settings.device).startswith("cuda"):
+        warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
+    cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
+    return SimSession(model, example.detach().cpu(), cfg)
+
+
+class SimBackend(QuantizerBackend):
+    """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; facts 2)."""
+
+    name = "sim"
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """Always True: the simulation needs only torch."""
+        return True
+
+    def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
+                  out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+        """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
+
+        Args:
+            model: float model; deep-copied, never modified.
+            example: float32 NCHW example input (trace shape); not modified.
+            batches: float32 NCHW calibration batches (each is one calib-mode forward of the real
+                quantizer); not modified.
+            out_dir: output folder (created).
+            settings: QuantSettings (quant_config_file, bitwidth; target recorded only).
+
+        Returns:
+            ``{"batches": int, "files": [paths], "quant_info": dict, "quantizer_version": str,
+            "cle_pairs": [[conv, conv], ...], "adjustments": [messages]}``.
+
+        Raises:
+            QuantizationError: no batches (public case P03; nothing written), an unsupported model
+                or config, a tensor that never got a fix position.
+            ConfigError: bad quant_config_file.
+        """
+        iterator = iter(batches)
+        first = next(iterator, None)
+        if first is None:
+            raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data "
+                                    "source and the calibration batch limit); nothing was written")
+        session = _session(model, example, settings)
+        calibrator = session.calibrator()
+        for batch in itertools.chain([first], iterator):
+            calibrator.step(batch)
+        info, notes = session.quant_info(calibrator)
+        files = session.export_quant_config(calibrator, out_dir)
+        return {"batches": calibrator.batches, "files": files, "quant_info": info,
+                "quantizer_version": SIM_VERSION, "cle_pairs": [list(p) for p in session.cle_pairs],
+                "adjustments": notes}
+
+    def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
+                  settings: QuantSettings) -> torch.fx.GraphModule:
+        """The lowered test-mode model (``sim/lowered.py`` contract) from ``out_dir``'s files.
+
+        ``handle(batch)`` takes float32 NCHW of any batch size and returns float32 outputs on the
+        output's fix_pos grid; it never writes its input.
+
+        Raises:
+            QuantizationError: ``quant_info.json`` (or, with bias correction, ``bias_corr.pth``)
+                missing or made for another model.
+        """
+        return _session(model, example, settings).load_test(out_dir)
+
+    def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
+               formats: List[str]) -> Dict[str, str]:
+        """Write ``handle`` as ONNX: ``onnx_exact`` -> ``<Model>_int_exact.onnx`` (bit-exact with the
+        simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear).
+
+        A batch larger than 1 is cut to its first sample (a contiguous copy): the DPU export
+        needs batch 1 (public case P04, facts 1.4).
+
+        Returns ``{format: path}``.
+
+        Raises:
+            ConfigError: an unknown format. ExportError: the exporter's errors.
+        """
+        unknown = [f for f in formats if f not in EXPORT_FORMATS]
+        if unknown:
+            raise ConfigError("export.formats: the sim backend writes %s, got %s"
+                              % (list(BACKEND_FORMATS["sim"]), unknown))
+        from ...export import export_onnx
+        example1 = example1.detach().cpu()[:1].clone().contiguous()
+        name = handle.__class__.__name__
+        written = {}
+        for fmt in formats:
+            flavour, suffix = EXPORT_FORMATS[fmt]
+            written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
+        return written
