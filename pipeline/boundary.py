@@ -26,7 +26,7 @@ exporter is contiguous. Both are recorded in the ledger as run-level rows (``bat
 import copy
 import math
 import weakref
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
@@ -134,11 +134,6 @@ class QuantizerBoundary:
         self._mean = torch.tensor(mean, dtype=dtype).view(1, -1, 1, 1)
         self._std = torch.tensor(std, dtype=dtype).view(1, -1, 1, 1)
         self._pool = _BufferPool(pool_size)
-
-    def describe(self) -> Dict[str, Any]:
-        """For the report and the deploy bundle: mean, std, channel_order, layout, dtype."""
-        return {"mean": self.mean, "std": self.std, "channel_order": self.channel_order, "layout": self.layout,
-                "dtype": str(self.dtype).replace("torch.", "")}
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""

@@ -65,7 +65,8 @@ def iter_batches(source, part: slice, batch_size: int,
         raise ConfigError("the batch limit must be None or an int >= 0, got %r" % (limit,))
     n = len(source)
     start, stop, step = part.indices(n)
-    if step != 1 or part.start is not None and not 0 <= part.start <= n or part.stop is not None and part.stop > n:
+    outside = (part.start is not None and not 0 <= part.start <= n) or (part.stop is not None and part.stop > n)
+    if step != 1 or outside:
         raise DataError("part %s does not lie within the source's %d samples with step 1" % (part, n))
     count = 0
     for i in range(start, stop, batch_size):

@@ -107,10 +107,6 @@ class Stage:
         along it (slices it, merges it, expands it). Default: every axis kept in place."""
         return list(range(ndim))
 
-    def params(self) -> Dict[str, Any]:
-        """The YAML parameters, as a plain dict."""
-        return {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
-
     def __call__(self, x: torch.Tensor) -> torch.Tensor:
         return self.apply(x)
 
@@ -202,11 +198,6 @@ class Compose:
 
     def __len__(self) -> int:
         return len(self.stages)
-
-    def describe(self) -> List[Dict[str, Any]]:
-        """One dict per stage for the report: index, type, parameters, deferred to the boundary or not."""
-        return [{"index": i, "type": st.name, "params": st.params(), "at_boundary": d}
-                for i, (st, d) in enumerate(zip(self.stages, self.runs_at_boundary))]
 
     # ------------------------------------------------------------------ shapes
     def _stage_error(self, i: int, shape: Shape, exc: Exception, dtype: Any = None) -> StageError:
