@@ -244,6 +244,8 @@ def test_channel_gathers_compose_and_a_progression_selection_stays_a_view():
     ([{"type": "bgr_to_rgb", "layout": "NHWC"}, {"type": "layout", "src": "NHWC", "dst": "NCHW"},
       {"type": "narrow", "dim": 1, "start": 0, "length": 2}], "stage 2 'narrow': changes axis 1"),
     ([{"type": "bgr_to_rgb"}, {"type": "reshape", "shape": [-1]}], "stage 1 'reshape': changes axis 1"),
+    ([{"type": "bgr_to_rgb"}, {"type": "permute", "dims": [0, 2, 1]}],
+     r"stage 1 'permute': permute: dims \[0, 2, 1\] need a 3-D input, got 4-D"),
     ([{"type": "bgr_to_rgb"}, {"type": "expand_channels"}], "stage 1 'expand_channels': changes axis 1"),
     ([{"type": "bgr_to_rgb"}, {"type": "select_channels", "channels": [0], "layout": "NHWC"}],
      "gathers channels on axis 3"),

@@ -112,10 +112,66 @@ class Stage:
 
 
 class _Pending:
-    """A channel gather deferred to the boundary: ``index`` on ``axis`` of a ``ndim``-D view."""
+    """A channel gather deferred to the boundary: ``index`` on ``axis``, first declared by ``origin``."""
 
     def __init__(self, axis: int, index: Tuple[int, ...], origin: str) -> None:
         self.axis, self.index, self.origin = axis, index, origin
+
+
+def _track_gathers(stages: Sequence[Stage], source: Optional[_Pending]) -> Tuple[Tuple[bool, ...], Optional[_Pending]]:
+    """Follow deferred channel gathers through ``stages``: which stages run at the boundary, and the
+    composed gather with the axis it ends on. ``source``: a gather the source defers (axis of a 4-D
+    batch). The number of dimensions is known from the source or from the first gather (4-D) on.
+
+    Raises:
+        ConfigError: naming the stage whose axes do not fit, or that slices/merges the gathered axis.
+    """
+    pending, ndim = source, (4 if source is not None else None)
+    deferred = []
+    for i, st in enumerate(stages):
+        where = "stage %d %r" % (i, st.name)
+        if st.gathers_channels:
+            if ndim is not None and ndim != 4:
+                raise ConfigError("%s: expects a 4-D %s batch, but the stages before it make it %d-D"
+                                  % (where, st.layout, ndim))
+            ndim, axis = 4, st.channel_axis()
+            if pending is None and st.is_view():
+                deferred.append(False)
+                continue
+            if pending is None:
+                pending = _Pending(axis, st.gather_index(None), where)
+            elif axis != pending.axis:
+                raise ConfigError("%s: gathers channels on axis %d, but the channel order deferred to the boundary "
+                                  "from %s lies on axis %d; check the stage's layout"
+                                  % (where, axis, pending.origin, pending.axis))
+            else:
+                try:
+                    index = st.gather_index(len(pending.index))
+                except StageError as exc:
+                    raise ConfigError("%s: %s (after the channel order deferred from %s)"
+                                      % (where, exc, pending.origin))
+                pending = _Pending(axis, tuple(pending.index[j] for j in index), pending.origin)
+            deferred.append(True)
+            continue
+        deferred.append(False)
+        if ndim is None:
+            continue
+        if pending is not None:
+            try:
+                moved = st.axis_map(ndim)[pending.axis]
+            except StageError as exc:
+                raise ConfigError("%s: %s" % (where, exc))
+            if moved is None:
+                raise ConfigError("%s: changes axis %d, which carries the channel order deferred to the quantizer "
+                                  "boundary from %s; put the channel reorder after this stage"
+                                  % (where, pending.axis, pending.origin))
+            pending.axis = moved
+        ndim = st.out_ndim(ndim)
+    if pending is not None and (ndim != 4 or pending.axis != 1):
+        raise ConfigError("the channel order deferred to the boundary from %s ends on axis %d of a %d-D view, but the "
+                          "boundary reads channels from axis 1 of a 4-D NCHW view; add a "
+                          "{type: layout, src: NHWC, dst: NCHW} stage" % (pending.origin, pending.axis, ndim))
+    return tuple(deferred), pending
 
 
 class Compose:
@@ -143,57 +199,13 @@ class Compose:
         self.source_channel_order = None if source_channel_order is None else tuple(source_channel_order)
         self.source_layout = source_layout
         self._plans = {}  # type: Dict[Shape, List[Shape]]
-        pending = None  # type: Optional[_Pending]
-        ndim = None  # type: Optional[int]
+        source = None
         if self.source_channel_order is not None:
             if source_layout not in LAYOUTS:
                 raise ConfigError("a source channel order needs the source layout NHWC or NCHW, got %r" % source_layout)
-            ndim = 4
-            pending = _Pending(source_layout.index("C"), self.source_channel_order,
-                               "the source (a negative stride on its channel axis)")
-        deferred = []
-        for i, st in enumerate(self.stages):
-            where = "stage %d %r" % (i, st.name)
-            if st.gathers_channels:
-                if ndim is not None and ndim != 4:
-                    raise ConfigError("%s: expects a 4-D %s batch, but the stages before it make it %d-D"
-                                      % (where, st.layout, ndim))
-                ndim = 4
-                axis = st.channel_axis()
-                if pending is not None:
-                    if axis != pending.axis:
-                        raise ConfigError("%s: gathers channels on axis %d, but the channel order deferred to the "
-                                          "boundary from %s lies on axis %d; check the stage's layout"
-                                          % (where, axis, pending.origin, pending.axis))
-                    try:
-                        index = st.gather_index(len(pending.index))
-                    except StageError as exc:
-                        raise ConfigError("%s: %s (after the channel order deferred from %s)"
-                                          % (where, exc, pending.origin))
-                    pending = _Pending(axis, tuple(pending.index[j] for j in index), pending.origin)
-                    deferred.append(True)
-                elif st.is_view():
-                    deferred.append(False)
-                else:
-                    pending = _Pending(axis, st.gather_index(None), where)
-                    deferred.append(True)
-                continue
-            deferred.append(False)
-            if ndim is None:
-                continue
-            if pending is not None:
-                moved = st.axis_map(ndim)[pending.axis]
-                if moved is None:
-                    raise ConfigError("%s: changes axis %d, which carries the channel order deferred to the quantizer "
-                                      "boundary from %s; put the channel reorder after this stage"
-                                      % (where, pending.axis, pending.origin))
-                pending.axis = moved
-            ndim = st.out_ndim(ndim)
-        if pending is not None and (ndim != 4 or pending.axis != 1):
-            raise ConfigError("the channel order deferred to the boundary from %s ends on axis %d of a %d-D view, "
-                              "but the boundary reads channels from axis 1 of a 4-D NCHW view; add a "
-                              "{type: layout, src: NHWC, dst: NCHW} stage" % (pending.origin, pending.axis, ndim))
-        self.runs_at_boundary = tuple(deferred)
+            source = _Pending(source_layout.index("C"), self.source_channel_order,
+                              "the source (a negative stride on its channel axis)")
+        self.runs_at_boundary, pending = _track_gathers(self.stages, source)
         self.boundary_channel_order = None if pending is None else list(pending.index)
 
     def __len__(self) -> int:
