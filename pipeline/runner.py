@@ -84,7 +84,7 @@ class Run:
     def compose(self) -> Any:
         if self._compose is None:
             from .stages import build_stages
-            self._compose = build_stages(self.cfg.preprocess.stages)
+            self._compose = build_stages(self.cfg.preprocess.stages, source=self.source)
         return self._compose
 
     @property
@@ -164,11 +164,12 @@ class Run:
         fp["compile_target"] = self.cfg.compile.target
         return fp
 
-    def example(self) -> torch.Tensor:
-        """The compile-boundary example: batch 1, owned, contiguous, from the first eval sample."""
+    def example(self, ledger: Any = None) -> torch.Tensor:
+        """The compile-boundary example: batch 1, owned, contiguous, from the first eval sample
+        (real preprocessed data, not random). Recorded in ``ledger`` when given."""
         from .boundary import compile_example
         x, _ = next(self.batches("eval", limit=1, batch_size=1))
-        return compile_example(x)
+        return compile_example(x, ledger=ledger)
 
     # ------------------------------------------------------------------ bookkeeping
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
@@ -288,9 +289,12 @@ def step_test(run: Run) -> Dict[str, Any]:
 
 def step_export(run: Run) -> Dict[str, Any]:
     """Export the quantized model from a batch-1 example and verify it against the simulation."""
+    from .boundary import contiguous_parameters
     from .quantizers.fingerprint import check_fingerprint
-    model, example = run.float_model(), run.example()
+    ledger = run.new_ledger()
+    model, example = run.float_model(), run.example(ledger=ledger)
     check_fingerprint(run.quant_dir, run.fingerprint(model, example))
+    model = contiguous_parameters(model, ledger=ledger)
     backend = run.backend()
     handle = backend.load_test(model, example, run.quant_dir, run.settings())
     files = backend.export(handle, example, run.path("export"), list(run.cfg.export.formats))
@@ -303,7 +307,8 @@ def step_export(run: Run) -> Dict[str, Any]:
             np.save(f, example.numpy())
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
     return run.save_step("export", {"files": files, "example_input": np_example,
-                                    "example_shape": list(example.shape), "agreement": agreement})
+                                    "example_shape": list(example.shape), "agreement": agreement,
+                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
 
 
 def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]:

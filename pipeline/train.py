@@ -40,7 +40,7 @@ def train_model(model: nn.Module, make_batches: Callable[[], Iterable[Tuple[torc
             loss = loss_fn(model(x), y)
             loss.backward()
             opt.step()
-            total += float(loss) * len(y)
+            total += float(loss.detach()) * len(y)
             count += len(y)
         sched.step()
         mean_loss = total / max(count, 1)
