@@ -461,3 +461,27 @@ def _run_in_child(run: Run, step: str) -> None:
     if proc.returncode != 0:
         raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"
                             % (step, proc.returncode))
+
+
+def run_config(config: str, steps: Optional[List[str]] = None, overrides: Optional[List[str]] = None,
+               images: Any = None, labels: Any = None, layout: str = "NHWC") -> Dict[str, Any]:
+    """The Python API: run ``steps`` (default: all but inspect) of the YAML ``config``.
+
+    Args:
+        config: path of the YAML config.
+        steps: subset of ``pipeline.config.STEPS``.
+        overrides: ``["dotted.path=value", ...]`` as with ``--set``.
+        images: optional caller-owned numpy array or torch tensor (4-D, ``layout``) used instead of
+            ``data.source``; it is never written (the run hashes it before and after when
+            ``run.verify_source_unchanged`` is on) and never copied before the quantizer boundary.
+        labels: optional 1-D integer labels for ``images``.
+
+    Returns the content of report.json. Raises PipelineError subclasses on bad input.
+    """
+    from .config import DEFAULT_STEPS, load_config
+    source = None
+    if images is not None:
+        from .data.sources import open_source
+        kind = "tensor" if isinstance(images, torch.Tensor) else "array"
+        source = open_source({"type": kind, "images": images, "labels": labels, "layout": layout}, ".")
+    return run_steps(load_config(config, overrides), list(steps or DEFAULT_STEPS), source=source)
