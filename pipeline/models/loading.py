@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, PipelineError
+from ..safeload import safe_torch_load
 from .zoo import ZOO
 
 
@@ -57,7 +58,8 @@ def build_model(zoo: Optional[str], factory: Optional[str], kwargs: Dict[str, An
 
 
 def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
-    """Load a state_dict with ``torch.load(path, map_location='cpu', weights_only=True)``.
+    """Load a state_dict with ``torch.load(path, map_location='cpu', weights_only=True)``
+    (``pipeline.safeload.safe_torch_load``: code in the file never runs, on torch 1.13 too).
 
     Raises:
         PipelineError: the file is missing, is not a dict of tensors, or is a pickle that needs
@@ -66,7 +68,7 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
     if not os.path.isfile(path):
         raise PipelineError("checkpoint %s does not exist; run the 'train' step or set model.weights" % path)
     try:
-        state = torch.load(path, map_location="cpu", weights_only=True)
+        state = safe_torch_load(path)
     except Exception as exc:  # UnpicklingError and friends: the message names the offending global
         raise PipelineError("checkpoint %s was refused: it is not a plain state_dict loadable with "
                             "weights_only=True (%s: %s). Save weights with torch.save(model.state_dict(), path)."

@@ -25,6 +25,7 @@ import torch
 
 from ..errors import QuantizationError
 from ..fileio import atomic_path
+from ..safeload import safe_torch_load
 
 QUANT_INFO_FILE = "quant_info.json"
 BIAS_CORR_FILE = "bias_corr.pth"
@@ -172,16 +173,10 @@ def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:
         raise QuantizationError(
             "bias correction is on but %s does not exist: re-run calibration with the same "
             "quant_config_file, or switch include_bias_corr off for both steps" % path)
-    # lists of floats load under weights_only=True (the safe loader) where torch has it
-    data = torch.load(path, map_location="cpu", weights_only=True) if _has_weights_only() \
-        else torch.load(path, map_location="cpu")
+    data = safe_torch_load(path)  # never runs code from the file (torch 1.13 included)
     if not isinstance(data, dict):
         raise QuantizationError("%s: expected a dict node name -> list of floats, got %s"
                                 % (path, type(data).__name__))
     return {k: None if v is None else torch.as_tensor(v, dtype=torch.float32).reshape(-1)
             for k, v in data.items()}
 
-
-def _has_weights_only() -> bool:
-    import inspect
-    return "weights_only" in inspect.signature(torch.load).parameters
