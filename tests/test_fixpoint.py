@@ -146,3 +146,35 @@ def test_avgpool_dpu_scale(kernel, scale):
 def test_unknown_rounding_method():
     with pytest.raises(ValueError, match="half_up"):
         fixpoint.fake_quant(torch.zeros(2), 3, 8, "nearest")
+
+
+def test_fake_quant_equals_reference_on_sampled_float32_bit_patterns():
+    # every 4099th bit pattern (about 1M finite floats of all magnitudes) through the
+    # one-buffer half_up of fake_quant, against quantize() built on round_half_up
+    bits = torch.arange(-(1 << 31), 1 << 31, 4099, dtype=torch.int64).to(torch.int32)
+    x = bits.view(torch.float32)
+    x = x[torch.isfinite(x)]
+    for fix_pos, bitwidth in [(0, 23), (0, 8), (7, 8), (-3, 16)]:
+        expect = fixpoint.quantize(x, fix_pos, bitwidth, "half_up") * 2.0 ** -fix_pos
+        assert torch.equal(fixpoint.fake_quant(x, fix_pos, bitwidth, "half_up"), expect)
+    tie = torch.tensor([0.5 - 2 ** -25, 0.5, -0.5, 2.5, -2.5, 126.5, 127.5, -128.5, 8388609.0])
+    assert fixpoint.fake_quant(tie, 0, 23, "half_up").tolist() == [0, 1, 0, 3, -2, 127, 128, -128, 4194303]
+
+
+def _nndct_overflow_free(x):
+    # fix_ops.py diffs_fix_pos, first part, with torch ops as nndct writes it
+    step = torch.max(torch.min(x) / -128.5, torch.max(x) / 127.5)
+    return int(torch.floor(torch.log2(1.0 / step)).item())
+
+
+def test_overflow_free_matches_nndct_torch_formula_at_power_of_two_edges():
+    vals = []
+    for k in range(-20, 21):
+        for base in (127.5, 128.5):
+            edge = torch.tensor(base * 2.0 ** k, dtype=torch.float32)
+            vals += [edge, torch.nextafter(edge, edge + 1), torch.nextafter(edge, edge - 1)]
+    g = torch.Generator().manual_seed(5)
+    vals += list(torch.rand(300, generator=g) * 1000)
+    for v in vals:
+        for x in (torch.stack([v, -v / 3]), torch.stack([-v, v / 3])):
+            assert fixpoint.overflow_free_fix_pos(x, 8) == _nndct_overflow_free(x)

@@ -20,8 +20,8 @@ below 0.5). ``torch.round`` is half-even and is never used as the rounding rule 
 The fix_pos search is the "diffs" search of ``pytorch_nndct/nn/modules/fix_ops.py``
 (``diffs_fix_pos``, facts 2.3): the largest ``p`` that cannot overflow, then (scope > 1) the ``p``
 in ``p0 .. p0+scope-1`` with the smallest sum of squared errors, ties keeping the smaller ``p``.
-The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step), so the
-result is bit-compatible with the real quantizer on the same torch build.
+The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step) and for
+the error sums, so the result is bit-compatible with the real quantizer on the same torch build.
 
 Differences from the real kernel, on purpose: a value so large that ``x * 2**p`` overflows a C
 ``int`` (|x| > 2**31 * 2**-p) saturates here, while the real kernel's int conversion is undefined.
@@ -29,8 +29,9 @@ Differences from the real kernel, on purpose: a value so large that ``x * 2**p``
 import math
 import sys
 from collections import Counter
-from typing import Iterable
+from typing import Iterable, List, Optional, Tuple
 
+import numpy as np
 import torch
 import torch.fx
 
@@ -45,6 +46,13 @@ MAX_FIX_POS_WIDE = 15
 # bias and activations; 1 for the network input (INPUT / QuantStub nodes).
 SCOPE_DEFAULT = 5
 SCOPE_INPUT = 1
+
+# fake_quant's half_up: floor((v - 2**-25) + 0.5) == half_up(v) (see fake_quant)
+_HALF_UP_NUDGE = 2.0 ** -25
+
+# torch reduces a tensor of at most this many elements serially (ATen GRAIN_SIZE); above it a
+# full sum is split over threads, so its last bits depend on the thread count (as nndct's do).
+SERIAL_REDUCTION_NUMEL = 32768
 
 # The value nndct uses as fix position of an all-zero tensor (fix_ops.py, ``diffs_fix_pos``).
 ZERO_TENSOR_FIX_POS = 18
@@ -119,6 +127,12 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     ``torch.fx.wrap`` so that tracing keeps it as a single node. It never writes its input (the
     real quantizer overwrites its input tensor in place, facts 1.4; this function does not).
 
+    ``"half_up"`` runs in one buffer: ``v = x * 2**p``, then in place ``floor((v - 2**-25) + 0.5)``,
+    clamp and scale. Subtracting 2**-25 first (a separate rounding) fixes the one float where
+    ``floor(v + 0.5)`` is wrong (``v = 0.5 - 2**-25``) and changes no other result; checked over
+    all 2**32 float32 bit patterns, where the only differences from half_up are odd integers
+    beyond 2**23, which the clamp maps to the same code for every bit width up to 23.
+
     Args:
         x: float32 tensor, any shape and layout.
         fix_pos: int fix position p.
@@ -128,7 +142,12 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     Returns:
         A new tensor, same shape and dtype, every value ``q * 2**-p`` with q in the code range.
     """
-    return quantize(x, fix_pos, bitwidth, method).mul_(_scale(-fix_pos))
+    if method != "half_up" or bitwidth > 23:
+        return quantize(x, fix_pos, bitwidth, method).mul_(_scale(-fix_pos))
+    lo = -(1 << (bitwidth - 1))
+    hi = (1 << (bitwidth - 1)) - 1
+    out = torch.mul(x, _scale(fix_pos))
+    return out.sub_(_HALF_UP_NUDGE).add_(0.5).floor_().clamp_(lo, hi).mul_(_scale(-fix_pos))
 
 
 torch.fx.wrap("fake_quant")
@@ -137,6 +156,18 @@ torch.fx.wrap("fake_quant")
 def cap_fix_pos(fix_pos: int, bitwidth: int, max_fix_pos: int = MAX_FIX_POS_8BIT) -> int:
     """Apply the fix_pos cap: ``min(p, max_fix_pos)`` for b <= 8, ``min(p, 15)`` otherwise (facts 2.1)."""
     return min(fix_pos, max_fix_pos if bitwidth <= 8 else MAX_FIX_POS_WIDE)
+
+
+def _overflow_free(x_min: float, x_max: float, bitwidth: int) -> int:
+    # nndct: step = torch.max(x_min / fix_lb, x_max / fix_ub); floor(torch.log2(1.0 / step)).
+    # The divisions and the maximum are IEEE float32 operations, done here on numpy float32
+    # scalars (same results, no tensor overhead); log2 stays torch's, as in nndct.
+    abs_max = 1 << (bitwidth - 1)
+    step = max(np.float32(x_min) / np.float32(-abs_max - 0.5), np.float32(x_max) / np.float32(abs_max - 0.5))
+    if not float(step) > sys.float_info.min:
+        return ZERO_TENSOR_FIX_POS
+    recip = torch.tensor(np.float32(1.0) / step, dtype=torch.float32)
+    return int(math.floor(torch.log2(recip).item()))
 
 
 def overflow_free_fix_pos(x: torch.Tensor, bitwidth: int) -> int:
@@ -153,49 +184,75 @@ def overflow_free_fix_pos(x: torch.Tensor, bitwidth: int) -> int:
     Returns:
         int fix position (not capped).
     """
-    abs_max = 1 << (bitwidth - 1)
-    x_max = torch.max(x)
-    x_min = torch.min(x)
-    step = torch.max(x_min / (-abs_max - 0.5), x_max / (abs_max - 0.5))
-    if not bool(step > sys.float_info.min):
-        return ZERO_TENSOR_FIX_POS
-    return int(torch.floor(torch.log2(1.0 / step)).item())
+    x_min, x_max = torch.aminmax(x)
+    return _overflow_free(x_min.item(), x_max.item(), bitwidth)
 
 
-def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str) -> int:
+def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
+                  min_max: Optional[Tuple[float, float]] = None) -> int:
     """The "diffs" fix_pos search of the DPU quantizer (facts 2.3), without the cap.
 
     For ``scope == 1`` this is :func:`overflow_free_fix_pos`. Otherwise each candidate
     ``p = p0 + i`` (i < scope) is scored by the float32 sum of squared errors
-    ``sum((x - fake_quant(x, p))**2)``; the smallest wins, ties keep the smaller p. The error is
-    computed as ``(x * 2**p - q) * 2**-p``, which equals nndct's ``x - q * 2**-p`` bit for bit
-    (power-of-two scaling commutes with rounding), and the sum is scaled by ``4**-p`` after the
-    reduction for the same reason.
+    ``torch.sum((x - fake_quant(x, p))**2)``, as nndct computes it; the smallest wins, ties keep
+    the smaller p. The error is computed scaled by ``2**p`` and the sum scaled back by ``4**-p``;
+    power-of-two scaling commutes with float rounding, so every partial sum equals nndct's. The
+    candidates are rounded half to even (``round_``): that differs from half_up and std_round only
+    on exact ties, where the error has the same magnitude, so the sums are bit-identical for both
+    ``method`` values. Small tensors score all candidates in one batched pass (same sums: torch
+    reduces them serially); large ones reuse one scratch buffer.
 
     Args:
         x: float32 tensor, any shape, finite values. Not modified.
         bitwidth: b.
         scope: number of candidates (5 for weights, bias and activations, 1 for the input).
-        method: ``"half_up"`` for activations and input, ``"std_round"`` for weights and bias.
+        method: ``"half_up"`` or ``"std_round"`` (checked; the result does not depend on it).
+        min_max: ``(min(x), max(x))`` as Python floats when the caller already has them.
 
     Returns:
         int fix position (cap it with :func:`cap_fix_pos`).
+
+    Raises:
+        ValueError: unknown ``method``.
     """
-    p0 = overflow_free_fix_pos(x, bitwidth)
+    if method not in ROUNDING_METHODS:
+        raise ValueError("rounding method: expected one of %s, got %r" % (ROUNDING_METHODS, method))
+    if min_max is None:
+        mn, mx = torch.aminmax(x)
+        min_max = (mn.item(), mx.item())
+    p0 = _overflow_free(min_max[0], min_max[1], bitwidth)
     if scope <= 1:
         return p0
     lo = -(1 << (bitwidth - 1))
     hi = (1 << (bitwidth - 1)) - 1
-    best = p0
-    best_sse = sys.float_info.max
-    v0 = x * _scale(p0)
-    for i in range(scope):
-        v = v0 * _scale(i) if i else v0
-        d = v - _round(v, method).clamp_(lo, hi)
-        sse = torch.sum(d.mul_(d)).item() * _scale(-2 * (p0 + i))
+    if x.numel() <= SERIAL_REDUCTION_NUMEL:
+        sses = _candidate_sse_batched(x, p0, scope, lo, hi)
+    else:
+        buf = torch.empty_like(x)
+        sses = [_candidate_sse(x, p, lo, hi, buf) for p in range(p0, p0 + scope)]
+    best, best_sse = p0, sys.float_info.max
+    for i, sse in enumerate(sses):
         if sse < best_sse:
             best, best_sse = p0 + i, sse
     return best
+
+
+def _candidate_sse(x: torch.Tensor, p: int, lo: int, hi: int, d: torch.Tensor) -> float:
+    # scaled error: q - x * 2**p == -(x - q * 2**-p) * 2**p exactly (power-of-two scaling)
+    amp = _scale(p)
+    torch.mul(x, amp, out=d)
+    d.round_().clamp_(lo, hi).sub_(x, alpha=amp)
+    return torch.sum(d.mul_(d)).item() * _scale(-2 * p)
+
+
+def _candidate_sse_batched(x: torch.Tensor, p0: int, scope: int, lo: int, hi: int) -> List[float]:
+    # all candidates in one (scope, N) tensor; below the grain size torch sums each row serially,
+    # in the same order as torch.sum of one N-element tensor
+    amps = torch.tensor([_scale(p0 + i) for i in range(scope)], dtype=x.dtype).reshape(scope, 1)
+    v = x.reshape(1, -1) * amps
+    d = torch.round(v).clamp_(lo, hi).sub_(v)
+    sums = torch.sum(d.mul_(d), dim=1).tolist()
+    return [s * _scale(-2 * (p0 + i)) for i, s in enumerate(sums)]
 
 
 def modal_fix_pos(history: Iterable[int]) -> int:

@@ -122,11 +122,14 @@ class Calibrator:
         return map_arg(out_node.args[0], lambda n: env[n])
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0 \
-                or not bool(torch.isfinite(t).all()):
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+            return t
+        mn, mx = torch.aminmax(t)
+        min_max = (mn.item(), mx.item())
+        if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
             return t
         scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
-        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up")
+        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
         hist = self.history[node.name]
         hist.append(fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos))
         return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
