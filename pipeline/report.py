@@ -62,6 +62,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "eval_images": test.get("eval_images"),
         "ledger": dict(quant_ledger, rows=ledger_rows),
         "onnx_agreement": steps.get("export", {}).get("agreement"),
+        "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
         "compile_argv": steps.get("compile", {}).get("argv"),
         "source": steps.get("source"),
@@ -86,6 +87,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
              "| %s | %s | %s | %s |" % (_fmt(r["float_accuracy"]), _fmt(r["quant_accuracy"]),
                                         _fmt(None if r["accuracy_drop"] is None else 100 * r["accuracy_drop"], "%.2f"),
                                         r["eval_images"]), ""]
+    if r["warnings"]:
+        lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
     led = r["ledger"]
     lines += ["## Memory ledger", "",
               "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
@@ -131,7 +134,7 @@ def write_report(run: Any) -> Dict[str, Any]:
 
 def summary_lines(r: Dict[str, Any]) -> List[str]:
     """The short summary the command line prints at the end."""
-    out = []
+    out = ["warning: %s" % w for w in r["warnings"]]
     if r.get("float_accuracy") is not None:
         out.append("float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d eval images"
                    % (r["float_accuracy"], r["quant_accuracy"], 100 * r["accuracy_drop"], r["eval_images"]))

@@ -127,6 +127,16 @@ class Run:
                                 "data or drop those samples" % (part, i, bad, x.numel()))
             yield x, (None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64))
 
+    def preflight(self) -> None:
+        """Checks that need the data's shape but no work: the declared layout, the channel count
+        after the stages against preprocess.mean/std. Raises DataError or ConfigError."""
+        from .checks import check_channels, check_declared_layout
+        images = self.source.images
+        check_declared_layout(tuple(images.shape), self.source.layout)
+        batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
+        check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
+                       [s.get("type") for s in self.cfg.preprocess.stages])
+
     def new_ledger(self) -> Any:
         from .tensors import Ledger
         return Ledger()
@@ -246,17 +256,22 @@ def step_calib(run: Run) -> Dict[str, Any]:
     if limit == 0 or run.splits["calib"].stop <= run.splits["calib"].start:
         raise QuantizationError("calibration saw 0 batches (data.calib_batches=%s, calib split %s); "
                                 "nothing was written. Give calibration data." % (limit, run.splits["calib"]))
+    from .checks import InputStats
     model, example, ledger = run.float_model(), run.example(), run.new_ledger()
-    stats = _InputStats()
+    stats = InputStats()
     batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
     start = time.perf_counter()
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
+    input_stats = stats.result(run.cfg.preprocess.mean, run.cfg.preprocess.std)
+    for warning in input_stats["warnings"]:
+        log.warning("calib: %s", warning)
     fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
     return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
                                    "files": sorted(summary["files"] + [fp_path]),
-                                   "input_stats": stats.result(), "ledger": ledger.summary(),
+                                   "input_stats": input_stats, "warnings": input_stats["warnings"],
+                                   "ledger": ledger.summary(),
                                    "ledger_rows": ledger.rows})
 
 
@@ -392,29 +407,6 @@ STEP_FUNCTIONS = {
 }  # type: Dict[str, Callable[[Run], Dict[str, Any]]]
 
 
-class _InputStats:
-    """Running statistics of the calibration inputs after the boundary (for the plausibility check)."""
-
-    def __init__(self) -> None:
-        self.n, self.total, self.total_sq = 0, 0.0, 0.0
-        self.lo, self.hi = float("inf"), float("-inf")
-
-    def add(self, x: torch.Tensor) -> torch.Tensor:
-        xd = x.double()
-        self.n += x.numel()
-        self.total += float(xd.sum())
-        self.total_sq += float((xd * xd).sum())
-        self.lo, self.hi = min(self.lo, float(x.min())), max(self.hi, float(x.max()))
-        return x
-
-    def result(self) -> Dict[str, Any]:
-        if not self.n:
-            return {"elements": 0}
-        mean = self.total / self.n
-        std = max(self.total_sq / self.n - mean * mean, 0.0) ** 0.5
-        return {"elements": self.n, "mean": mean, "std": std, "min": self.lo, "max": self.hi}
-
-
 # ---------------------------------------------------------------------- driver
 
 def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dict[str, Any]:
@@ -426,7 +418,9 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     from .report import write_report
     ordered = [s for s in STEPS if s in steps]
     run = Run(loaded, source)
+    run.preflight()
     os.makedirs(run.work_dir, exist_ok=True)
+    _remove_stale_temporaries(run.work_dir)
     run.write_resolved_config()
     before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
     separate = loaded.cfg.quantizer.backend == "nndct" and len(
@@ -447,6 +441,14 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
                                     "please report it" % (before, after))
         report = write_report(run)
     return report
+
+
+def _remove_stale_temporaries(work_dir: str) -> None:
+    """Delete ``.<name>.*.tmp`` files an earlier, killed run left behind (pipeline.fileio names them so)."""
+    for folder, _, files in os.walk(work_dir):
+        for name in files:
+            if name.startswith(".") and name.endswith(".tmp"):
+                os.remove(os.path.join(folder, name))
 
 
 def _source_fingerprint(run: Run) -> str:

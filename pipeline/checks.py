@@ -1,0 +1,111 @@
+"""Checks on the data that run before any work (layout, channels) or during calibration (statistics).
+
+Each check says what was expected, what came in and what to do.
+"""
+from typing import Any, Dict, List, Optional, Sequence
+
+import torch
+
+from .errors import ConfigError, DataError
+
+CHANNEL_COUNTS = (1, 3, 4)  # grayscale, RGB/BGR, RGBA: what an image channel axis usually holds
+
+
+def check_declared_layout(shape: Sequence[int], layout: str, where: str = "data.source.layout") -> None:
+    """Refuse a 4-D image shape that contradicts its declared layout.
+
+    Args:
+        shape: the source's array shape ``(N, A, B, C)``.
+        layout: the declared ``NHWC`` or ``NCHW``.
+
+    Raises:
+        DataError: the declared channel axis does not hold 1, 3 or 4 values while the other
+            layout's channel axis does, e.g. NHWC declared for an array of shape (N, 3, 32, 32).
+    """
+    if len(shape) != 4:
+        return
+    here, there, other = (shape[3], shape[1], "NCHW") if layout == "NHWC" else (shape[1], shape[3], "NHWC")
+    if here not in CHANNEL_COUNTS and there in CHANNEL_COUNTS:
+        raise DataError("%s is %s, but the images have shape %s: its channel axis would hold %d values, while "
+                        "the %s channel axis holds %d. Set %s: %s if the data is stored that way."
+                        % (where, layout, tuple(shape), here, other, there, where, other))
+
+
+def check_channels(boundary_shape: Sequence[int], mean: Sequence[float], stages: Any) -> None:
+    """Refuse a config whose per-channel mean/std do not match the channels the boundary produces.
+
+    Args:
+        boundary_shape: ``Compose.output_shape`` of a source batch, NCHW ``(N, C, H, W)``.
+        mean: ``preprocess.mean`` (one value per channel).
+
+    Raises:
+        ConfigError: ``len(mean) != C`` or the result is not 4-D NCHW.
+    """
+    if len(boundary_shape) != 4:
+        raise ConfigError("preprocess.stages: the quantizer boundary needs a 4-D NCHW batch, but the stages %s "
+                          "produce shape %s; add a reshape/layout stage" % (stages, tuple(boundary_shape)))
+    if len(mean) != boundary_shape[1]:
+        raise ConfigError("preprocess.mean/std have %d values but the batch after the stages has %d channels "
+                          "(NCHW shape %s); give one value per channel, or check data.source.layout and the "
+                          "layout stage" % (len(mean), boundary_shape[1], tuple(boundary_shape)))
+
+
+class InputStats:
+    """Running statistics of the calibration inputs after the boundary (float32 NCHW, normalized).
+
+    Collects the element count, mean, std and per-channel min/max, and turns them into a
+    plausibility verdict for the configured normalization (public case P05: pixels scaled twice).
+    """
+
+    def __init__(self) -> None:
+        self.n = 0
+        self.total = 0.0
+        self.total_sq = 0.0
+        self.cmin = None  # type: Optional[torch.Tensor]
+        self.cmax = None  # type: Optional[torch.Tensor]
+
+    def add(self, x: torch.Tensor) -> torch.Tensor:
+        """Account for one boundary batch ``x`` (N, C, H, W) and return it unchanged."""
+        xd = x.double()
+        self.n += x.numel()
+        self.total += float(xd.sum())
+        self.total_sq += float((xd * xd).sum())
+        lo, hi = x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3))
+        self.cmin = lo if self.cmin is None else torch.minimum(self.cmin, lo)
+        self.cmax = hi if self.cmax is None else torch.maximum(self.cmax, hi)
+        return x
+
+    def result(self, mean: Sequence[float], std: Sequence[float]) -> Dict[str, Any]:
+        """Statistics and warnings.
+
+        Args:
+            mean, std: ``preprocess.mean/std`` in source units, to report the raw pixel range.
+
+        Returns:
+            ``{"elements", "mean", "std", "source_min", "source_max" (per channel, source units),
+            "plausible" (bool), "warnings" (list of str)}``. After ``(x - mean) / std`` a sensible
+            configuration gives inputs with a std between 0.05 and 20 and a mean within +-10; outside
+            that, the normalization does not fit the data (values scaled twice, wrong units, wrong
+            mean/std), and the fix positions chosen from such data waste most of the int8 range.
+        """
+        if not self.n:
+            return {"elements": 0, "plausible": True, "warnings": []}
+        m = self.total / self.n
+        s = max(self.total_sq / self.n - m * m, 0.0) ** 0.5
+        assert self.cmin is not None and self.cmax is not None
+        src_min = [float(v) * sd + mu for v, sd, mu in zip(self.cmin.tolist(), std, mean)]
+        src_max = [float(v) * sd + mu for v, sd, mu in zip(self.cmax.tolist(), std, mean)]
+        warnings = []  # type: List[str]
+        if s < 0.05 or s > 20 or abs(m) > 10:
+            warnings.append(
+                "implausible calibration inputs for the configured normalization: in source units they span "
+                "%s .. %s, while preprocess.mean is %s and preprocess.std is %s, so after normalization their "
+                "mean is %.4g and their std %.4g (expected about 0 and 1). Were the pixels scaled twice "
+                "(e.g. divided by 255 when already in 0..1), or are mean/std in other units than the data?"
+                % (_fmt(src_min), _fmt(src_max), list(mean), list(std), m, s))
+        return {"elements": self.n, "mean": m, "std": s, "source_min": src_min, "source_max": src_max,
+                "plausible": not warnings, "warnings": warnings}
+
+
+def _fmt(values: List[float]) -> str:
+    return "[" + ", ".join("%.4g" % v for v in values) + "]"
