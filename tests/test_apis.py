@@ -331,3 +331,45 @@ def test_nearest_resize_takes_input_fix_pos_and_hswish_limits():
     assert outputs["nndct_resize_2"] == 5  # nearest resize aligned to its input
     assert outputs["nndct_conv2d_3"] == 0  # hswish input >= 0
     assert outputs["nndct_hswish_4"] == 7  # hswish output <= input + 7
+
+
+class _TwoInputs(nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
+class _LoneBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        return self.bn(torch.relu(x))
+
+
+class _ConvUsedTwice(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.bn = nn.BatchNorm2d(3)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.bn(y) + y
+
+
+@pytest.mark.parametrize("model,match", [
+    (_TwoInputs(), "exactly one input"),
+    (_LoneBN(), "BatchNorm2d without a Conv2d"),
+    (_ConvUsedTwice(), "used by 1 nodes besides its BatchNorm"),
+    (nn.Sequential(nn.Conv2d(3, 3, 3, padding=1, padding_mode="reflect")), "padding_mode"),
+])
+def test_capture_rejects_what_it_cannot_simulate(model, match):
+    with pytest.raises(QuantizationError, match=match):
+        capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
+
+
+def test_calibration_batch_must_be_float32(tmp_path):
+    q = torch_quantizer("calib", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match="float32"):
+        q.quant_model(_batches(1)[0].double())

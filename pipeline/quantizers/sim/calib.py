@@ -102,7 +102,14 @@ class Calibrator:
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, x: torch.Tensor) -> Any:
-        """Run one calibration batch (float32 NCHW, not modified); returns the model output."""
+        """Run one calibration batch (float32 NCHW, not modified); returns the model output.
+
+        Raises:
+            QuantizationError: the batch is not a float32 tensor.
+        """
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
+                                    ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:

@@ -298,6 +298,10 @@ def _fold_bn(gm: torch.fx.GraphModule) -> None:
 
 
 def _conv_op(m: nn.Module) -> str:
+    if m.padding_mode != "zeros":
+        raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
+                                "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
+                                "explicit pad" % m.padding_mode)
     if isinstance(m, nn.Conv2d):
         cin = m.in_channels
         depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
@@ -379,6 +383,10 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
     outputs = []  # type: List[SimNode]
     index = 0
     class_name = type(model).__name__
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1:
+        raise QuantizationError("the sim quantizer supports models with exactly one input; forward() of %s "
+                                "takes %d" % (type(model).__name__, len(placeholders)))
     for fx_node in gm.graph.nodes:
         if fx_node.op == "output":
             outputs = [by_fx[n] for n in fx_node.all_input_nodes]
