@@ -371,6 +371,10 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
         p.requires_grad_(False)
     _swap_modules(work, cfg)
     gm = _trace(work)
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != 1:
+        raise QuantizationError("the sim quantizer supports models with exactly one input; forward() of %s "
+                                "takes %d" % (type(model).__name__, len(placeholders)))
     _remove_passthrough(gm)
     _fold_bn(gm)
     gm.graph.lint()
@@ -383,10 +387,6 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
     outputs = []  # type: List[SimNode]
     index = 0
     class_name = type(model).__name__
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1:
-        raise QuantizationError("the sim quantizer supports models with exactly one input; forward() of %s "
-                                "takes %d" % (type(model).__name__, len(placeholders)))
     for fx_node in gm.graph.nodes:
         if fx_node.op == "output":
             outputs = [by_fx[n] for n in fx_node.all_input_nodes]
