@@ -130,7 +130,8 @@ class CompileSection(_Strict):
     """The compiler hand-off (vai_c_xir inside the Vitis AI image)."""
     target: str = Field("DPUCZDX8G_ISA1_B4096", description="DPU target name; see `python -m pipeline targets`.")
     arch_json: Optional[str] = Field(None, description="arch.json; default: the target's path inside the image.")
-    net_name: Optional[str] = None
+    net_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
+                                    description="Compiled network name (default: run.name); a plain file name.")
     options: Dict[str, Any] = Field(default_factory=dict, description="vai_c_xir --options JSON.")
 
 

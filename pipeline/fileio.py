@@ -57,6 +57,21 @@ def write_json(path: str, obj: Any) -> str:
     return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
 
 
+def write_torch(path: str, obj: Any) -> str:
+    """``torch.save(obj)`` to ``path`` atomically, with stable bytes.
+
+    The object is serialized in memory first: ``torch.save`` names the records inside its zip
+    archive after the file it writes to, so saving straight to a temporary file would put that
+    random name into the bytes and two identical runs would differ.
+    """
+    import io
+
+    import torch
+    buf = io.BytesIO()
+    torch.save(obj, buf)
+    return write_bytes(path, buf.getvalue())
+
+
 def read_json(path: str) -> Any:
     """Read a JSON file."""
     with open(path, "r", encoding="utf-8") as f:

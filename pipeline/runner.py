@@ -231,9 +231,7 @@ def step_train(run: Run) -> Dict[str, Any]:
     metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
                           run.cfg.run.seed, progress=lambda e, loss: log.debug("epoch %d loss %.4f", e, loss))
     train_acc, n = accuracy(model, [(x_all, y_all)])
-    os.makedirs(os.path.dirname(run.weights_path), exist_ok=True)
-    with fileio.atomic_path(run.weights_path) as tmp:
-        torch.save(model.state_dict(), tmp)
+    fileio.write_torch(run.weights_path, model.state_dict())
     log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
              metrics["seconds"], train_acc)
     return run.save_step("train", dict(metrics, train_accuracy=train_acc, train_images=n,

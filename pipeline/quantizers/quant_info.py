@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..errors import QuantizationError
-from ..fileio import atomic_path
+from ..fileio import atomic_path, write_torch
 from ..safeload import safe_torch_load
 
 QUANT_INFO_FILE = "quant_info.json"
@@ -154,9 +154,7 @@ def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> st
     """
     path = os.path.join(out_dir, BIAS_CORR_FILE)
     payload = {k: None if v is None else v.detach().cpu().numpy().tolist() for k, v in corr.items()}
-    with atomic_path(path) as tmp:
-        torch.save(payload, tmp)
-    return path
+    return write_torch(path, payload)  # stable bytes: equal tables give equal files
 
 
 def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:

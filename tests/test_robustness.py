@@ -1,0 +1,217 @@
+"""Bad input, faults and untrusted files: a clear error naming the problem, nothing lost, the
+caller's data unchanged (issue 6 and public cases P03, P05, P07, P12)."""
+import hashlib
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import yaml
+
+from conftest import REPO
+
+import pipeline
+from pipeline.errors import ConfigError, DataError, FingerprintMismatchError, QuantizationError
+
+
+def sha(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def digits_u8():
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return np.round(d.images * 255 / 16).astype(np.uint8).reshape(-1, 8, 8, 1), d.target.astype(np.int64)
+
+
+def make_case(tmp_path, images=None, labels=None, **sections):
+    """A config on an .npy source in tmp_path (relative paths), digits by default; returns (config, npy)."""
+    if images is None:
+        images, labels = digits_u8()
+        images, labels = images[:400], labels[:400]
+    np.save(str(tmp_path / "images.npy"), images)
+    np.save(str(tmp_path / "labels.npy"), labels)
+    raw = {
+        "run": {"name": "case", "work_dir": str(tmp_path / "run")},
+        "data": {"source": {"type": "npy", "path": "images.npy", "labels": "labels.npy", "layout": "NHWC"},
+                 "batch_size": 50},
+        "preprocess": {"stages": [{"type": "layout", "src": "NHWC", "dst": "NCHW"}], "mean": [77.85], "std": [95.85]},
+        "model": {"zoo": "digits_cnn", "train": {"epochs": 2}},
+        "quantizer": {"max_accuracy_drop": 1.0},
+    }
+    for key, value in sections.items():
+        raw[key].update(value)
+    cfg = tmp_path / "case.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    return str(cfg), str(tmp_path / "images.npy")
+
+
+def cli(*args):
+    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True)
+
+
+# ---------------------------------------------------------------------------- data
+
+def test_p03_zero_calibration_batches_stops_before_anything_is_exported(tmp_path):
+    cfg, npy = make_case(tmp_path, data={"calib_batches": 0})
+    before = sha(npy)
+    with pytest.raises(QuantizationError, match="calibration saw 0 batches"):
+        pipeline.run(cfg)
+    run = tmp_path / "run"
+    assert not (run / "quantize_result" / "quant_info.json").exists()
+    assert not (run / "export").exists()
+    assert sha(npy) == before
+
+
+def test_p03_empty_calibration_split_through_the_command_line(tmp_path):
+    cfg, npy = make_case(tmp_path, data={"split": {"train": 0.7, "calib": 0.0, "eval": 0.3}})
+    proc = cli("--config", cfg)
+    assert proc.returncode == 2
+    assert "calibration saw 0 batches" in proc.stderr
+    assert not (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
+
+
+def test_p07_nan_and_inf_in_a_calibration_batch_name_the_batch_and_count(tmp_path):
+    images, labels = digits_u8()
+    images = images[:400].astype(np.float32)
+    # calibration is rows 240..279 (split 0.6 / 0.1 / 0.3 of 400), batch size 50: batch 0 of calib
+    images[250, 0, 0, 0] = np.nan
+    images[251, 3, 3, 0] = np.inf
+    images[252, 4, 4, 0] = -np.inf
+    cfg, npy = make_case(tmp_path, images, labels[:400], model={"zoo": "digits_cnn", "weights": None,
+                                                                "train": {"epochs": 1}})
+    before = sha(npy)
+    with pytest.raises(DataError, match=r"calib batch 0 holds 3 non-finite values \(NaN or Inf\) out of 2560"):
+        pipeline.run(cfg, steps=["calib"], overrides=["model.weights=" + _trained_weights(tmp_path)])
+    assert not (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
+    assert sha(npy) == before
+
+
+def _trained_weights(tmp_path):
+    import torch
+    from pipeline.models.zoo import digits_cnn
+    torch.manual_seed(0)
+    path = str(tmp_path / "w.pt")
+    torch.save(digits_cnn().state_dict(), path)
+    return path
+
+
+def test_p05_pixels_scaled_twice_are_flagged_in_the_report(tmp_path):
+    images, labels = digits_u8()
+    images = (images[:400].astype(np.float32) / 255.0) / 255.0      # all values below 0.004
+    assert images.max() < 0.004
+    cfg, npy = make_case(tmp_path, images, labels[:400])
+    report = pipeline.run(cfg, steps=["calib"], overrides=["model.weights=" + _trained_weights(tmp_path)])
+    stats = report["steps"]["calib"]["input_stats"]
+    assert stats["plausible"] is False
+    assert stats["source_max"][0] < 0.004
+    assert any("scaled twice" in w for w in report["warnings"])
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        assert "## Warnings" in f.read()
+
+
+def test_plausible_digits_have_no_warning(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    report = pipeline.run(cfg, steps=["calib"], overrides=["model.weights=" + _trained_weights(tmp_path)])
+    assert report["steps"]["calib"]["input_stats"]["plausible"] is True
+    assert report["warnings"] == []
+
+
+def test_declared_layout_contradicted_by_the_data_fails_before_any_work(tmp_path):
+    images, labels = digits_u8()
+    nchw = np.ascontiguousarray(images[:400].transpose(0, 3, 1, 2))      # (400, 1, 8, 8) but declared NHWC
+    cfg, npy = make_case(tmp_path, nchw, labels[:400])
+    with pytest.raises(DataError, match=r"data.source.layout is NHWC, but the images have shape \(400, 1, 8, 8\)"):
+        pipeline.run(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_channel_count_contradicting_mean_std_fails_before_any_work(tmp_path):
+    cfg, _ = make_case(tmp_path, preprocess={"mean": [1.0, 2.0, 3.0], "std": [1.0, 1.0, 1.0]})
+    with pytest.raises(ConfigError, match="preprocess.mean/std have 3 values but the batch after the stages has 1"):
+        pipeline.run(cfg)
+    assert not (tmp_path / "run").exists()
+
+
+def test_missing_data_file_is_named(tmp_path):
+    cfg, npy = make_case(tmp_path)
+    os.remove(npy)
+    with pytest.raises(ConfigError, match="images.npy"):
+        pipeline.run(cfg)
+
+
+# ---------------------------------------------------------------------------- config
+
+def test_net_name_cannot_leave_the_run_folder(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(ConfigError, match="compile.net_name"):
+        pipeline.load_config(cfg, ["compile.net_name=../../outside"])
+
+
+# ---------------------------------------------------------------------------- calib/test mismatch
+
+def test_calib_test_mismatch_is_reported_field_by_field(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    weights = ["model.weights=" + _trained_weights(tmp_path)]
+    pipeline.run(cfg, steps=["calib"], overrides=weights)
+    with pytest.raises(FingerprintMismatchError) as err:
+        pipeline.run(cfg, steps=["test"], overrides=weights + [
+            "quantizer.bitwidth=6",
+            "preprocess.stages=[{type: layout, src: NHWC, dst: NCHW}, {type: center_crop, height: 6, width: 6}]"])
+    msg = str(err.value)
+    assert "bitwidth: calibrated 8, now 6" in msg
+    assert "input_shape: calibrated [1, 8, 8], now [1, 6, 6]" in msg
+    assert "config_hash" in msg
+    # a change that does not shape the calibration keeps it valid
+    report = pipeline.run(cfg, steps=["test"], overrides=weights + ["export.formats=[onnx_exact]"])
+    assert report["quant_accuracy"] is not None
+
+
+# ---------------------------------------------------------------------------- artifacts
+
+ARTIFACTS_EXCLUDED = ("steps/", "config.resolved.yaml")
+
+
+def artifact_hashes(work):
+    with open(os.path.join(work, "report.json")) as f:
+        return {a["path"]: a["sha256"] for a in json.load(f)["artifacts"] if not a["path"].startswith(ARTIFACTS_EXCLUDED)}
+
+
+@pytest.mark.slow
+def test_rerun_gives_byte_identical_artifacts_and_sigkill_during_export_loses_nothing(tmp_path):
+    cfg, npy = make_case(tmp_path)
+    work = str(tmp_path / "run")
+    # 1. a clean run
+    proc = cli("--config", cfg)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    clean = artifact_hashes(work)
+    assert any(p.endswith(".onnx") for p in clean) and "model/float.pt" in clean
+    # 2. the same config again from scratch: the same bytes
+    import shutil
+    shutil.rmtree(work)
+    assert cli("--config", cfg).returncode == 0
+    assert artifact_hashes(work) == clean
+    # 3. kill the export step with SIGKILL while it writes, then rerun
+    shutil.rmtree(os.path.join(work, "export"))
+    child = subprocess.Popen([sys.executable, "-m", "pipeline", "--config", cfg, "--steps", "export"], cwd=REPO,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    export_dir = os.path.join(work, "export")
+    deadline = time.time() + 60
+    while time.time() < deadline and not os.path.isdir(export_dir):
+        time.sleep(0.001)
+    os.kill(child.pid, signal.SIGKILL)
+    child.wait()
+    # whatever is under a final name is complete: it equals the clean run's file
+    for name in os.listdir(export_dir) if os.path.isdir(export_dir) else []:
+        rel = "export/" + name
+        if not name.endswith(".tmp"):
+            assert sha(os.path.join(export_dir, name)) == clean[rel], rel
+    assert cli("--config", cfg, "--steps", "export,compile,deploy").returncode == 0
+    after = artifact_hashes(work)
+    assert after == clean
+    assert not [f for _, _, files in os.walk(work) for f in files if f.endswith(".tmp")]
