@@ -44,7 +44,7 @@ def test_bare_cpu_machine(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
     d = env.check_env(arch_root=str(tmp_path / "none"))
     json.dumps(d)
-    assert d["packages"]["torch"] == torch.__version__
+    assert d["packages"]["torch"].split("+")[0] == torch.__version__.split("+")[0]
     assert d["python"]["executable"] == sys.executable
     if not d["pytorch_nndct"]["found"]:
         assert not d["steps"]["calib/test (nndct)"]["can_run"]
@@ -90,11 +90,11 @@ def test_the_image_pieces_are_found_without_importing_them(site, tmp_path, monke
 
 
 def test_quantizer_built_for_another_torch(site, tmp_path):
-    _package(site, "pytorch_nndct", "3.5.0+abc+torch1.13.1")
+    _package(site, "pytorch_nndct", "3.5.0+abc+torch1.4.0")
     d = env.check_env(arch_root=str(tmp_path))
     assert d["pytorch_nndct"]["torch_matches"] is False
     why = d["steps"]["calib/test (nndct)"]["why_not"]
-    assert "another torch" in why and "1.13.1" in why and torch.__version__ in why
+    assert "another torch" in why and "1.4.0" in why and torch.__version__ in why
     assert "built for another torch" in env.format_env(d)
 
 
