@@ -74,7 +74,11 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     torch_version = packages["torch"]
     nndct_found = nndct.NndctBackend.is_available()
     nndct_version = nndct.quantizer_version()
-    # the quantizer's own check: torch.__version__ must be part of its version string (facts 1.5.5)
+    # the quantizer's own check: torch.__version__ (with any local suffix such as +cpu, which package
+    # metadata may lack) must be part of its version string (facts 1.4, item 5)
+    if torch_version is not None:
+        import torch
+        torch_version = torch.__version__
     torch_ok = (torch_version in nndct_version) if (nndct_version and torch_version) else None
     modules = {m: _module_found(m) for m in IMAGE_MODULES}
     compiler = shutil.which(vai_c.EXECUTABLE)
@@ -83,7 +87,7 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     nndct_why = "pytorch_nndct is not installed: %s" % IMAGE_HINT
     if nndct_found and torch_ok is False:
         nndct_why = ("pytorch_nndct %s was built for another torch than the installed %s; torch_quantizer exits "
-                     "on that (facts 1.5.5)" % (nndct_version, torch_version))
+                     "on that (facts 1.4, item 5)" % (nndct_version, torch_version))
     nndct_ok = nndct_found and torch_ok is not False
     onnx_ok = packages["onnx"] is not None and packages["onnxruntime"] is not None
     steps = {
