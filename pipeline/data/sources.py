@@ -9,6 +9,7 @@
 | npz    | path, images_key (images), labels_key (labels), layout | an uncompressed member is memory-mapped; a compressed one is read into memory |
 | array  | images, labels, layout                                 | the caller's numpy array, any strides (read-only, negative strides) |
 | tensor | images, labels, layout                                 | the caller's CPU torch tensor, any memory format |
+| image_folder | root, resize, crop, mode (RGB), extensions, skip_corrupt (false), limit_per_class, shuffle (true), seed (0) | ``root/<class>/<image>`` decoded with Pillow (resize, center crop) into one owned uint8 NHWC array; labels = sorted class index (``pipeline.data.image_folder``) |
 
 Images are 4-D, ``layout`` NHWC (default) or NCHW, of a dtype torch can view. Labels, when given,
 are a 1-D integer array with one entry per image, delivered as np.int64.
@@ -245,13 +246,21 @@ def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
     return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
 
 
+def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Source:
+    """``root/<class>/<image>`` decoded into one owned uint8 NHWC array: see
+    ``pipeline.data.image_folder.open_image_folder``. Imported on use (that module subclasses
+    ``Source``, and Pillow loads only when an image folder is opened)."""
+    from .image_folder import open_image_folder as open_folder
+    return open_folder(spec, base_dir)
+
+
 SOURCES = {
     "digits": open_digits,
     "npy": open_npy,
     "npz": open_npz,
     "array": open_array,
     "tensor": open_tensor,
-    # "image_folder": added by the image-folder task (its own module, same signature).
+    "image_folder": open_image_folder,
 }  # type: Dict[str, Callable[[Dict[str, Any], str], Source]]
 
 

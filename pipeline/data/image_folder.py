@@ -1,0 +1,392 @@
+"""ImageNet-style class folders: ``root/<class>/<image>``, decoded once with Pillow into one owned array.
+
+Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of torchvision's
+``ImageFolder``)::
+
+    root/cat/0001.jpg
+    root/cat/0002.png
+    root/dog/a.jpeg
+    ...
+
+- Classes are the sub-folders of ``root`` sorted by name; class ``i`` of that sorted list is label
+  ``i`` (so a folder of ImageNet's 1,000 ``n0...`` wnid folders gives the usual 0..999 indices).
+  Folders and files whose name starts with ``.`` are ignored (``.ipynb_checkpoints``, macOS
+  ``._x.jpg`` resource forks); image files directly in ``root`` are ignored.
+- Images are the files under a class folder (recursively) whose extension is one of
+  ``extensions`` (case-insensitive), sorted by their path relative to the class folder.
+- Each image is decoded like torchvision's ``ImageFolder`` loader followed by ``Resize`` and
+  ``CenterCrop`` on a PIL image: ``Image.open(path).convert(mode)``; ``resize`` (int: the shorter
+  side becomes ``resize`` and the longer ``int(resize * long / short)``; [h, w]: exactly that size)
+  with Pillow's bilinear filter (which widens its support when shrinking, i.e. antialiases, as
+  torchvision does for PIL images); then a center crop of ``crop`` with the offsets
+  ``top = int(round((H - h) / 2.0))``, ``left = int(round((W - w) / 2.0))``. EXIF orientation is not
+  applied (torchvision does not either).
+- The result is ONE uint8 NHWC array ``(N, H, W, C)`` (C = 3 for ``mode: RGB``, 1 for ``mode: L``),
+  allocated once and owned by the source, read-only afterwards. Decoding is the one place an image
+  source necessarily allocates: compressed files cannot be viewed as pixels. Everything after it
+  is unchanged: batches are slices (views) of this array, the stages are views, and the quantizer
+  boundary makes the one copy per batch. Pillow allocates a temporary per image while decoding.
+- The images are stored in a seeded random order (``shuffle: true``, ``seed: 0``, like the digits
+  source), so that the runner's contiguous train/calib/eval splits are random samples of every
+  class rather than whole classes. ``source.files`` lists the file behind every row.
+
+Two passes: the first reads only each file's header (size) so that a folder of mixed sizes fails
+before any pixel is decoded; the second decodes, converts, resizes, crops and writes each image
+into its row of the array (a ``tqdm`` progress bar on stderr when it is a terminal).
+"""
+import logging
+import os
+import sys
+import time
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from ..errors import ConfigError, DataError, PipelineError
+from ..specs import check_keys
+from .sources import Source
+
+log = logging.getLogger("pipeline")
+
+DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
+MODES = {"RGB": 3, "L": 1}  # Pillow mode -> channels
+KEYS = ["root", "resize", "crop", "mode", "extensions", "skip_corrupt", "limit_per_class", "shuffle", "seed"]
+
+Size = Tuple[int, int]  # (height, width)
+
+
+class ImageFolderSource(Source):
+    """A ``Source`` of kind ``image_folder``: the decoded images plus what the folder held.
+
+    Attributes (besides ``Source``'s; ``images`` is the owned read-only uint8 NHWC array):
+        root: absolute path of the folder.
+        classes: class names, label ``i`` is ``classes[i]``.
+        files: path (relative to ``root``) of the file behind each row of ``images``.
+        skipped: ``[(relative path, Pillow's message)]`` of the unreadable files left out, sorted
+            by path (only with ``skip_corrupt: true``).
+        settings: the resolved options (resize, crop, mode, extensions, ...).
+        decode_seconds: wall time of both passes.
+    """
+
+    def __init__(self, images: np.ndarray, labels: np.ndarray, root: str, classes: List[str], files: List[str],
+                 skipped: List[Tuple[str, str]], settings: Dict[str, Any], decode_seconds: float) -> None:
+        note = "decoded with Pillow into one owned uint8 NHWC array"
+        if skipped:
+            note += "; %d unreadable file(s) skipped (skip_corrupt)" % len(skipped)
+        super().__init__("image_folder", images, labels, "NHWC", path=root, note=note)
+        self.root, self.classes, self.files, self.skipped = root, classes, files, sorted(skipped)
+        self.settings, self.decode_seconds = settings, decode_seconds
+
+    def describe(self) -> Dict[str, Any]:
+        """``Source.describe()`` plus ``classes``, ``class_counts`` (images per class after
+        skipping), ``settings``, ``decode_seconds``, ``skipped`` (count) and ``skipped_files``
+        (``[{"file": relative path, "error": message}]``) for the report."""
+        out = super().describe()
+        counts = np.bincount(self.labels, minlength=len(self.classes)) if len(self.labels) else []
+        out.update({
+            "classes": list(self.classes),
+            "class_counts": {c: int(n) for c, n in zip(self.classes, counts)},
+            "settings": dict(self.settings),
+            "decode_seconds": round(self.decode_seconds, 3),
+            "skipped": len(self.skipped),
+            "skipped_files": [{"file": f, "error": e} for f, e in self.skipped],
+        })
+        return out
+
+
+# ----------------------------------------------------------------------------- options
+
+def _size_option(value: Any, key: str, allow_int: bool = True) -> Optional[Any]:
+    """None, an int >= 1, or [h, w] of ints >= 1 (returned as a tuple)."""
+    if value is None:
+        return None
+    if allow_int and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+        return value
+    if (isinstance(value, (list, tuple)) and len(value) == 2
+            and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):
+        return (int(value[0]), int(value[1]))
+    raise ConfigError("data.source.%s: expected an int >= 1 or [height, width] of ints >= 1, got %r" % (key, value))
+
+
+def _bool_option(spec: Dict[str, Any], key: str, default: bool) -> bool:
+    value = spec.get(key, default)
+    if not isinstance(value, bool):
+        raise ConfigError("data.source.%s: expected true or false, got %r" % (key, value))
+    return value
+
+
+def _extensions(value: Any) -> Tuple[str, ...]:
+    if value is None:
+        return DEFAULT_EXTENSIONS
+    if isinstance(value, str):
+        value = [value]
+    if not isinstance(value, (list, tuple)) or not value or not all(isinstance(v, str) and v.strip(".") for v in value):
+        raise ConfigError("data.source.extensions: expected a list of file extensions such as [.jpg, .png], got %r"
+                          % (value,))
+    return tuple(sorted(set("." + v.lower().lstrip(".") for v in value)))
+
+
+def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
+    """Check ``spec`` and return the resolved options: ``root`` (absolute), ``resize`` (None, int or
+    (h, w)), ``crop`` (None or (h, w)), ``mode``, ``extensions`` (lower-case, with the dot),
+    ``skip_corrupt``, ``limit_per_class`` (None or int >= 1), ``shuffle``, ``seed``.
+
+    Raises:
+        ConfigError: an unknown or missing key, a bad value, or a ``root`` that is not a folder.
+    """
+    check_keys(spec, KEYS, ["root"], "data.source")
+    root = spec["root"]
+    if not isinstance(root, str) or not root:
+        raise ConfigError("data.source.root: expected a folder path, got %r" % (root,))
+    root = root if os.path.isabs(root) else os.path.normpath(os.path.join(base_dir, root))
+    if not os.path.isdir(root):
+        what = "is a file, not a folder" if os.path.exists(root) else "does not exist"
+        raise ConfigError("data.source.root: %s %s; expected a folder of class folders (root/<class>/<image>). "
+                          "Relative paths resolve against the config file's folder; scripts/make_sample_images.py "
+                          "--out DIR writes a sample folder" % (root, what))
+    crop = _size_option(spec.get("crop"), "crop")
+    if isinstance(crop, int):
+        crop = (crop, crop)
+    mode = spec.get("mode", "RGB")
+    if mode not in MODES:
+        raise ConfigError("data.source.mode: expected one of %s, got %r" % (", ".join(sorted(MODES)), mode))
+    limit = spec.get("limit_per_class")
+    if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int) or limit < 1):
+        raise ConfigError("data.source.limit_per_class: expected null or an int >= 1, got %r" % (limit,))
+    seed = spec.get("seed", 0)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
+    return {"root": root, "resize": _size_option(spec.get("resize"), "resize"), "crop": crop, "mode": mode,
+            "extensions": _extensions(spec.get("extensions")),
+            "skip_corrupt": _bool_option(spec, "skip_corrupt", False), "limit_per_class": limit,
+            "shuffle": _bool_option(spec, "shuffle", True), "seed": seed}
+
+
+# ----------------------------------------------------------------------------- scanning
+
+def _visible(name: str) -> bool:
+    return not name.startswith(".")
+
+
+def scan_folder(root: str, extensions: Sequence[str],
+                limit_per_class: Optional[int] = None) -> Tuple[List[str], List[Tuple[str, int]]]:
+    """The classes and image files of ``root``, deterministically ordered.
+
+    Returns:
+        ``(classes, files)``: class folder names sorted by name, and ``(path relative to root,
+        label)`` for each image, class by class, files sorted by their relative path, at most
+        ``limit_per_class`` (the first ones in that order) per class.
+
+    Raises:
+        DataError: no class folders (naming what ``root`` holds instead), or a class folder without
+            a file of ``extensions`` (naming the folder and what it holds).
+    """
+    entries = sorted(os.listdir(root))
+    classes = [e for e in entries if _visible(e) and os.path.isdir(os.path.join(root, e))]
+    if not classes:
+        loose = [e for e in entries if os.path.splitext(e)[1].lower() in extensions]
+        hint = (" It holds %d image file(s) directly (e.g. %s): move them into one folder per class, "
+                "root/<class>/<image>" % (len(loose), loose[0])) if loose else ""
+        raise DataError("image folder %s has no class folders; expected root/<class>/<image> with one sub-folder "
+                        "per class (found %d entries, no visible sub-folders).%s" % (root, len(entries), hint))
+    files = []  # type: List[Tuple[str, int]]
+    for label, name in enumerate(classes):
+        found = []
+        others = 0
+        for folder, dirs, names in os.walk(os.path.join(root, name), followlinks=True):
+            dirs[:] = sorted(d for d in dirs if _visible(d))
+            for f in names:
+                if _visible(f) and os.path.splitext(f)[1].lower() in extensions:
+                    found.append(os.path.relpath(os.path.join(folder, f), root))
+                else:
+                    others += 1
+        if not found:
+            raise DataError("class folder %s holds no image files with extension %s (it holds %d other file(s)); "
+                            "add images, remove the folder, or set data.source.extensions"
+                            % (os.path.join(root, name), "/".join(extensions), others))
+        found.sort()
+        files.extend((f, label) for f in found[:limit_per_class])
+    return classes, files
+
+
+# ----------------------------------------------------------------------------- geometry
+
+def resized_size(size: Size, resize: Any) -> Size:
+    """(height, width) after ``resize``: None keeps ``size``; (h, w) is taken as is; an int sets the
+    shorter side to it and the longer to ``int(resize * long / short)`` (torchvision's ``Resize(int)``,
+    ``_compute_resized_output_size``)."""
+    if resize is None:
+        return size
+    if not isinstance(resize, int):
+        return (int(resize[0]), int(resize[1]))
+    h, w = size
+    short, long = (w, h) if w <= h else (h, w)
+    new_long = int(resize * long / short)
+    return (new_long, resize) if w <= h else (resize, new_long)
+
+
+def center_box(size: Size, crop: Size) -> Tuple[int, int]:
+    """(top, left) of a ``crop`` (h, w) box centered in ``size`` (H, W), torchvision's ``CenterCrop``
+    offsets: ``int(round((H - h) / 2.0))`` (Python's round, half to even)."""
+    return int(round((size[0] - crop[0]) / 2.0)), int(round((size[1] - crop[1]) / 2.0))
+
+
+def output_size(size: Size, resize: Any, crop: Optional[Size]) -> Size:
+    """The (height, width) an image of ``size`` (H, W) has after ``resize`` and ``crop``."""
+    return crop if crop is not None else resized_size(size, resize)
+
+
+# ----------------------------------------------------------------------------- decoding
+
+def _pil():
+    try:
+        from PIL import Image
+    except ImportError:
+        raise PipelineError("the image_folder source decodes with Pillow, which is not installed; "
+                            "pip install pillow")
+    return Image
+
+
+def _decode_errors(Image: Any) -> Tuple[type, ...]:
+    """What Pillow raises for an unreadable, truncated or malformed file (UnidentifiedImageError is an
+    OSError; some plugins raise SyntaxError, ValueError, EOFError or struct.error)."""
+    import struct
+    return (OSError, SyntaxError, ValueError, EOFError, struct.error, Image.DecompressionBombError)
+
+
+def read_size(path: str) -> Size:
+    """(height, width) from the image file's header only (no pixels decoded). Raises what Pillow raises."""
+    Image = _pil()
+    with Image.open(path) as im:
+        return (int(im.size[1]), int(im.size[0]))
+
+
+def decode_image(path: str, mode: str = "RGB", resize: Any = None, crop: Optional[Size] = None) -> np.ndarray:
+    """Decode one image file as torchvision's loader + ``Resize`` + ``CenterCrop`` would on a PIL image.
+
+    Returns:
+        A new uint8 array (H, W, C), C = 3 for ``RGB`` and 1 for ``L``.
+
+    Raises:
+        What Pillow raises for an unreadable file (see ``_decode_errors``); DataError when the image
+        after ``resize`` is smaller than ``crop``.
+    """
+    Image = _pil()
+    bilinear = getattr(Image, "Resampling", Image).BILINEAR  # Pillow >= 9.1 has the enum; older only the constant
+    with Image.open(path) as f:
+        im = f.convert(mode)  # decodes all pixels: a truncated file fails here
+    size = (im.size[1], im.size[0])
+    new = resized_size(size, resize)
+    if new != size:
+        im = im.resize((new[1], new[0]), resample=bilinear)
+    if crop is not None:
+        if crop[0] > new[0] or crop[1] > new[1]:
+            raise DataError("image %s is %dx%d (HxW) after resize=%s, smaller than crop %dx%d; set "
+                            "data.source.resize to at least the crop size" % (path, new[0], new[1], resize,
+                                                                               crop[0], crop[1]))
+        top, left = center_box(new, crop)
+        if (top, left, crop[0], crop[1]) != (0, 0, new[0], new[1]):
+            im = im.crop((left, top, left + crop[1], top + crop[0]))
+    out = np.asarray(im, dtype=np.uint8)
+    return out[..., None] if out.ndim == 2 else out
+
+
+def _progress(iterable: Any, total: int) -> Any:
+    from tqdm import tqdm
+    disable = not log.isEnabledFor(logging.INFO) or not sys.stderr.isatty()
+    return tqdm(iterable, desc="decode", total=total, unit="image", leave=False, disable=disable)
+
+
+def _mixed_sizes_error(root: str, sizes: Dict[Size, List[str]], resize: Any, crop: Any) -> DataError:
+    common = sorted(sizes.items(), key=lambda kv: (-len(kv[1]), kv[0]))
+    listed = ", ".join("%dx%d (%d file(s), e.g. %s)" % (s[0], s[1], len(fs), fs[0]) for s, fs in common[:6])
+    more = "" if len(common) <= 6 else " and %d more sizes" % (len(common) - 6)
+    now = ("with resize=%s and no crop" % (resize,)) if resize is not None else "with no resize and no crop"
+    return DataError("image folder %s: the images have %d different sizes (HxW) %s: %s%s. One array needs one "
+                     "size: set data.source.crop (e.g. crop: 224 with resize: 256) or resize: [height, width]"
+                     % (root, len(common), now, listed, more))
+
+
+def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
+    """An ImageNet-style class folder decoded into one owned, read-only uint8 NHWC array (see the
+    module docstring for the folder layout, the decoding and the order).
+
+    Spec keys: ``root`` (required; relative to ``base_dir``, the config file's folder), ``resize``
+    (int: shorter side, or [h, w]), ``crop`` (int or [h, w]), ``mode`` (RGB | L), ``extensions``
+    (default .jpg .jpeg .png .bmp), ``skip_corrupt`` (false), ``limit_per_class`` (null: all),
+    ``shuffle`` (true), ``seed`` (0).
+
+    Returns:
+        An ``ImageFolderSource``: ``images`` uint8 (N, H, W, C) NHWC, values 0..255, owned by the
+        source; ``labels`` np.int64 (N,), class indices into ``classes``.
+
+    Raises:
+        ConfigError: bad options, ``root`` missing or not a folder.
+        DataError: no class folders; a class folder without images; an unreadable, truncated or
+            corrupt file (naming it; with ``skip_corrupt: true`` it is skipped, logged and listed in
+            ``describe()`` instead); images of different sizes with no resize/crop that makes them
+            equal (listing the sizes); an image smaller than ``crop``; nothing left to decode.
+        PipelineError: Pillow is not installed.
+    """
+    opts = parse_options(spec, base_dir)
+    root, resize, crop, mode = opts["root"], opts["resize"], opts["crop"], opts["mode"]
+    Image = _pil()
+    errors = _decode_errors(Image)
+    start = time.perf_counter()
+    classes, files = scan_folder(root, opts["extensions"], opts["limit_per_class"])
+    if opts["shuffle"]:
+        files = [files[i] for i in np.random.default_rng(opts["seed"]).permutation(len(files))]
+    skipped = []  # type: List[Tuple[str, str]]
+
+    def unreadable(rel: str, exc: BaseException) -> None:
+        message = "%s: %s" % (type(exc).__name__, exc)
+        if not opts["skip_corrupt"]:
+            raise DataError("image file %s cannot be decoded (%s); expected a readable %s image. Remove or replace "
+                            "the file, or set data.source.skip_corrupt: true to leave unreadable files out"
+                            % (os.path.join(root, rel), message, "/".join(opts["extensions"])))
+        log.warning("image_folder: skipping unreadable %s (%s)", os.path.join(root, rel), message)
+        skipped.append((rel, message))
+
+    readable = []  # type: List[Tuple[str, int]]
+    sizes = {}  # type: Dict[Size, List[str]]
+    for rel, label in files:  # pass 1: headers only
+        try:
+            size = read_size(os.path.join(root, rel))
+        except errors as exc:
+            unreadable(rel, exc)
+            continue
+        readable.append((rel, label))
+        sizes.setdefault(output_size(size, resize, crop), []).append(rel)
+    if len(sizes) > 1:
+        raise _mixed_sizes_error(root, sizes, resize, crop)
+    if not readable:
+        raise DataError("image folder %s: none of its %d image files could be read (all skipped); check the files"
+                        % (root, len(files)))
+    (h, w), = sizes
+    images = np.empty((len(readable), h, w, MODES[mode]), dtype=np.uint8)  # the one allocation
+    labels = np.empty(len(readable), dtype=np.int64)
+    kept = []  # type: List[str]
+    for rel, label in _progress(readable, len(readable)):  # pass 2: decode into the rows
+        try:
+            pixels = decode_image(os.path.join(root, rel), mode, resize, crop)
+        except errors as exc:
+            unreadable(rel, exc)
+            continue
+        images[len(kept)] = pixels
+        labels[len(kept)] = label
+        kept.append(rel)
+    if not kept:
+        raise DataError("image folder %s: none of its %d image files could be decoded (all skipped); check the "
+                        "files" % (root, len(files)))
+    if len(kept) < len(readable):
+        images, labels = images[:len(kept)], labels[:len(kept)]  # views: the rows of truncated files stay unused
+    images.flags.writeable = False
+    settings = {"resize": list(resize) if isinstance(resize, tuple) else resize,
+                "crop": None if crop is None else list(crop), "mode": mode, "extensions": list(opts["extensions"]),
+                "skip_corrupt": opts["skip_corrupt"], "limit_per_class": opts["limit_per_class"],
+                "shuffle": opts["shuffle"], "seed": opts["seed"]}
+    source = ImageFolderSource(images, labels, root, classes, kept, skipped, settings, time.perf_counter() - start)
+    log.info("image_folder: %d images of %d classes from %s, %dx%dx%d in %.1f s%s", len(kept), len(classes), root,
+             h, w, MODES[mode], source.decode_seconds,
+             ", %d unreadable skipped" % len(skipped) if skipped else "")
+    return source
