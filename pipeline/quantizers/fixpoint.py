@@ -200,7 +200,7 @@ def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
     candidates are rounded half to even (``round_``): that differs from half_up and std_round only
     on exact ties, where the error has the same magnitude, so the sums are bit-identical for both
     ``method`` values. Small tensors score all candidates in one batched pass (same sums: torch
-    reduces them serially); large ones reuse one scratch buffer.
+    reduces them serially); larger ones reuse one scratch buffer.
 
     Args:
         x: float32 tensor, any shape, finite values. Not modified.
@@ -246,8 +246,9 @@ def _candidate_sse(x: torch.Tensor, p: int, lo: int, hi: int, d: torch.Tensor) -
 
 
 def _candidate_sse_batched(x: torch.Tensor, p0: int, scope: int, lo: int, hi: int) -> List[float]:
-    # all candidates in one (scope, N) tensor; below the grain size torch sums each row serially,
-    # in the same order as torch.sum of one N-element tensor
+    # all candidates in one (scope, N) tensor (small tensors only: fewer calls, and larger
+    # temporaries cost more than they save). Below the grain size torch sums each row serially,
+    # in the same order as torch.sum of one N-element tensor.
     amps = torch.tensor([_scale(p0 + i) for i in range(scope)], dtype=x.dtype).reshape(scope, 1)
     v = x.reshape(1, -1) * amps
     d = torch.round(v).clamp_(lo, hi).sub_(v)

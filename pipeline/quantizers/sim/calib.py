@@ -61,7 +61,7 @@ def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, de
     """
     error = torch.add(output, res_f, alpha=-1)
     noise = error.pow(2).mean()
-    if not bool(noise > 0):
+    if not noise.item() > 0:
         return error, rate, True, efficiency, deviation
     eff = 1.25 * float(res_f.pow(2).mean().div(noise).log10().item())
     dev = math.fabs(eff - efficiency)
@@ -99,6 +99,7 @@ class Calibrator:
         self.param_fp = {}  # type: Dict[str, int]
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
         self.batches = 0
+        self._output = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, x: torch.Tensor) -> Any:
@@ -125,8 +126,7 @@ class Calibrator:
                     self._correct_bias(node, env, value)
                 env[node.fx_node] = value
         self.batches += 1
-        out_node = [n for n in self.graph.gm.graph.nodes if n.op == "output"][0]
-        return map_arg(out_node.args[0], lambda n: env[n])
+        return map_arg(self._output.args[0], lambda n: env[n])
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
