@@ -1,8 +1,13 @@
 """The ``sim`` quantizer backend: a CPU simulation of the Vitis AI 3.5 quantizer (pytorch_nndct).
 
-It reproduces the real quantizer's numbers bit for bit: the same quantization points and node
-names (``graph``, ``plan``), the same calibration statistics, CLE and bias correction
-(``rewrites``, ``calib``), and a lowered test-mode model built from standard torch ops plus
-``pipeline.quantizers.fixpoint.fake_quant`` (``lowered``). ``backend.SimBackend`` implements
-the backend contract of ``pipeline.quantizers.base``.
+It reproduces the real quantizer's numbers bit for bit (tests/test_sim_golden.py):
+
+- ``graph``: torch.fx capture of a deep copy, nndct rewrites (ReLU6 -> ReLU with CLE, dropout
+  removal, Conv+BN folding) and nndct node names (``nndct_conv2d_1``, ...), graph md5;
+- ``plan``: where the quantization points are and the export-time fix_pos adjustments;
+- ``cle``: cross-layer equalization; ``ops``: nndct's operator approximations;
+- ``calib``: calibration (per-batch diffs search, modal fix_pos, bias correction);
+- ``lowered``: the test-mode ``torch.fx.GraphModule`` of standard ops plus ``fake_quant``;
+- ``session``: one quantization session tying these together;
+- ``backend.SimBackend``: the backend contract of ``pipeline.quantizers.base``.
 """
