@@ -154,11 +154,15 @@ def test_fake_quant_equals_reference_on_sampled_float32_bit_patterns():
     bits = torch.arange(-(1 << 31), 1 << 31, 4099, dtype=torch.int64).to(torch.int32)
     x = bits.view(torch.float32)
     x = x[torch.isfinite(x)]
-    for fix_pos, bitwidth in [(0, 23), (0, 8), (7, 8), (-3, 16)]:
-        expect = fixpoint.quantize(x, fix_pos, bitwidth, "half_up") * 2.0 ** -fix_pos
-        assert torch.equal(fixpoint.fake_quant(x, fix_pos, bitwidth, "half_up"), expect)
+    for method in fixpoint.ROUNDING_METHODS:
+        for fix_pos, bitwidth in [(0, 23), (0, 8), (7, 8), (-3, 16)]:
+            expect = fixpoint.quantize(x, fix_pos, bitwidth, method) * 2.0 ** -fix_pos
+            got = fixpoint.fake_quant(x, fix_pos, bitwidth, method)
+            assert torch.equal(got, expect), (method, fix_pos, bitwidth)
+            assert not torch.any(torch.signbit(got) & (got == 0))  # +0.0, like the kernel
     tie = torch.tensor([0.5 - 2 ** -25, 0.5, -0.5, 2.5, -2.5, 126.5, 127.5, -128.5, 8388609.0])
     assert fixpoint.fake_quant(tie, 0, 23, "half_up").tolist() == [0, 1, 0, 3, -2, 127, 128, -128, 4194303]
+    assert fixpoint.fake_quant(tie, 0, 23, "std_round").tolist() == [0, 1, -1, 3, -3, 127, 128, -129, 4194303]
 
 
 def _nndct_overflow_free(x):

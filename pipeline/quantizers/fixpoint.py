@@ -127,11 +127,12 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     ``torch.fx.wrap`` so that tracing keeps it as a single node. It never writes its input (the
     real quantizer overwrites its input tensor in place, facts 1.4; this function does not).
 
-    ``"half_up"`` runs in one buffer: ``v = x * 2**p``, then in place ``floor((v - 2**-25) + 0.5)``,
-    clamp and scale. Subtracting 2**-25 first (a separate rounding) fixes the one float where
-    ``floor(v + 0.5)`` is wrong (``v = 0.5 - 2**-25``) and changes no other result; checked over
-    all 2**32 float32 bit patterns, where the only differences from half_up are odd integers
-    beyond 2**23, which the clamp maps to the same code for every bit width up to 23.
+    Both rules run in one buffer: ``v = x * 2**p``, then in place ``floor((v - 2**-25) + 0.5)``
+    (for std_round on ``|v|``, with the sign copied back), clamp and scale. Subtracting 2**-25
+    first (a separate rounding) fixes the one float where ``floor(v + 0.5)`` is wrong
+    (``v = 0.5 - 2**-25``) and changes no other result; checked over all 2**32 float32 bit
+    patterns, where the only differences from half_up are odd integers beyond 2**23, which the
+    clamp maps to the same code for every bit width up to 23.
 
     Args:
         x: float32 tensor, any shape and layout.
@@ -142,12 +143,16 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     Returns:
         A new tensor, same shape and dtype, every value ``q * 2**-p`` with q in the code range.
     """
-    if method != "half_up" or bitwidth > 23:
+    if method not in ROUNDING_METHODS or bitwidth > 23:
         return quantize(x, fix_pos, bitwidth, method).mul_(_scale(-fix_pos))
     lo = -(1 << (bitwidth - 1))
     hi = (1 << (bitwidth - 1)) - 1
     out = torch.mul(x, _scale(fix_pos))
-    return out.sub_(_HALF_UP_NUDGE).add_(0.5).floor_().clamp_(lo, hi).mul_(_scale(-fix_pos))
+    if method == "half_up":
+        return out.sub_(_HALF_UP_NUDGE).add_(0.5).floor_().clamp_(lo, hi).mul_(_scale(-fix_pos))
+    # std_round: half_up of |v| with the sign put back; + 0.0 turns -0.0 into +0.0
+    out.abs_().sub_(_HALF_UP_NUDGE).add_(0.5).floor_().copysign_(x)
+    return out.clamp_(lo, hi).mul_(_scale(-fix_pos)).add_(0.0)
 
 
 torch.fx.wrap("fake_quant")

@@ -150,9 +150,9 @@ class Calibrator:
         state = self.params[node.name]
         if state.weight is None:
             m = self.graph.module(node)
-            w = m.weight.detach()
+            w = m.weight.detach()  # never written: quantized copies are new tensors
             b = None if m.bias is None else m.bias.detach()
-            state.weight_float, state.bias_float = w.clone(), (None if b is None else b.clone())
+            state.weight_float, state.bias_float = w, b
             state.weight = self._param_fix(node.param_names["weights"], w)
             if b is not None:
                 state.bias = self._param_fix(node.param_names["bias"], b)
