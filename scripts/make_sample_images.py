@@ -116,12 +116,16 @@ def make_sample_images(out: str, per_class: int = 40, seed: int = 0, force: bool
                 else:
                     im.save(os.path.join(tmp, rel), format="JPEG", quality=90)
                 written[name].append(rel)
-        lines = ["Sample image folder written by scripts/make_sample_images.py --per-class %d --seed %d" % (per_class, seed),
+        lines = ["Sample image folder written by scripts/make_sample_images.py --per-class %d --seed %d"
+                 % (per_class, seed),
                  "from photos bundled in scikit-image (skimage.data), one photo per class:", ""]
         lines += ["  %-10s skimage.data.%s(): %s" % (n, f, credit) for n, (f, credit) in CLASSES.items()]
         lines += ["", "Each image is a random crop (30-100 % of the area), maybe flipped, resized to a shorter side",
                   "of 224..320 px. A smoke-test set, not a benchmark: a class is views of one photo."]
         write_text(os.path.join(tmp, MARKER), "\n".join(lines) + "\n")
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)  # mkdtemp makes 0700; give the folder the usual permissions
         if os.path.exists(out):
             shutil.rmtree(out)
         os.replace(tmp, out)
@@ -141,7 +145,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     args = parser.parse_args(argv)
     written = make_sample_images(args.out, args.per_class, args.seed, args.force)
     total = sum(len(v) for v in written.values())
-    print("wrote %d images in %d classes (%s) to %s" % (total, len(written), ", ".join(written), os.path.abspath(args.out)))
+    print("wrote %d images in %d classes (%s) to %s"
+          % (total, len(written), ", ".join(written), os.path.abspath(args.out)))
     return 0
 
 

@@ -1,5 +1,6 @@
 """The image_folder source: class folders decoded with Pillow into one owned uint8 NHWC array."""
 import hashlib
+import json
 import os
 import shutil
 import socket
@@ -137,6 +138,17 @@ def test_the_array_is_owned_read_only_and_batches_are_views_of_it(tmp_path):
     assert [tuple(b.shape) for b, _ in batches] == [(3, 5, 5, 3), (3, 5, 5, 3), (1, 5, 5, 3)]
     assert all(shares_memory(b, src.images) for b, _ in batches)
     assert all(lab.dtype == np.int64 for _, lab in batches)
+
+
+def test_no_progress_bar_when_stderr_is_not_a_terminal_and_describe_is_json(tmp_path, capfd):
+    for i in range(4):
+        _save(tmp_path, "c%d/%d.png" % (i % 2, i), _rgb(5, 5, i))
+    src = _folder(tmp_path)
+    assert capfd.readouterr().err == ""                            # pytest's stderr is a pipe: no tqdm output
+    d = json.loads(json.dumps(src.describe()))
+    assert d["kind"] == "image_folder" and d["path"] == str(tmp_path) and d["sha256"] == fingerprint_array(src.images)
+    assert d["settings"] == {"resize": None, "crop": None, "mode": "RGB",
+                             "extensions": [".bmp", ".jpeg", ".jpg", ".png"], "skip_corrupt": False, "limit_per_class": None, "shuffle": True, "seed": 0}
 
 
 def test_relative_root_resolves_against_the_config_folder(tmp_path):

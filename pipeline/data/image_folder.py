@@ -32,7 +32,10 @@ Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of 
 
 Two passes: the first reads only each file's header (size) so that a folder of mixed sizes fails
 before any pixel is decoded; the second decodes, converts, resizes, crops and writes each image
-into its row of the array (a ``tqdm`` progress bar on stderr when it is a terminal).
+into its row of the array (a ``tqdm`` progress bar on stderr when it is a terminal). A truncated
+file fails in the second pass, when Pillow runs out of data ("image file is truncated"), unless
+something in the process has set ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True``: then Pillow fills
+the missing part silently, and this source cannot tell.
 """
 import logging
 import os
@@ -48,7 +51,7 @@ from .sources import Source
 
 log = logging.getLogger("pipeline")
 
-DEFAULT_EXTENSIONS = (".jpg", ".jpeg", ".png", ".bmp")
+DEFAULT_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png")  # sorted, like the ones a config gives
 MODES = {"RGB": 3, "L": 1}  # Pillow mode -> channels
 KEYS = ["root", "resize", "crop", "mode", "extensions", "skip_corrupt", "limit_per_class", "shuffle", "seed"]
 
@@ -82,7 +85,7 @@ class ImageFolderSource(Source):
         skipping), ``settings``, ``decode_seconds``, ``skipped`` (count) and ``skipped_files``
         (``[{"file": relative path, "error": message}]``) for the report."""
         out = super().describe()
-        counts = np.bincount(self.labels, minlength=len(self.classes)) if len(self.labels) else []
+        counts = np.bincount(self.labels, minlength=len(self.classes))
         out.update({
             "classes": list(self.classes),
             "class_counts": {c: int(n) for c, n in zip(self.classes, counts)},
@@ -96,11 +99,11 @@ class ImageFolderSource(Source):
 
 # ----------------------------------------------------------------------------- options
 
-def _size_option(value: Any, key: str, allow_int: bool = True) -> Optional[Any]:
+def _size_option(value: Any, key: str) -> Optional[Any]:
     """None, an int >= 1, or [h, w] of ints >= 1 (returned as a tuple)."""
     if value is None:
         return None
-    if allow_int and isinstance(value, int) and not isinstance(value, bool) and value >= 1:
+    if isinstance(value, int) and not isinstance(value, bool) and value >= 1:
         return value
     if (isinstance(value, (list, tuple)) and len(value) == 2
             and all(isinstance(v, int) and not isinstance(v, bool) and v >= 1 for v in value)):

@@ -9,7 +9,7 @@
 | npz    | path, images_key (images), labels_key (labels), layout | an uncompressed member is memory-mapped; a compressed one is read into memory |
 | array  | images, labels, layout                                 | the caller's numpy array, any strides (read-only, negative strides) |
 | tensor | images, labels, layout                                 | the caller's CPU torch tensor, any memory format |
-| image_folder | root, resize, crop, mode (RGB), extensions, skip_corrupt (false), limit_per_class, shuffle (true), seed (0) | ``root/<class>/<image>`` decoded with Pillow (resize, center crop) into one owned uint8 NHWC array; labels = sorted class index (``pipeline.data.image_folder``) |
+| image_folder | root, resize, crop, mode, extensions, skip_corrupt, ... | ``root/<class>/<image>`` decoded with Pillow into one owned uint8 NHWC array (``pipeline.data.image_folder``) |
 
 Images are 4-D, ``layout`` NHWC (default) or NCHW, of a dtype torch can view. Labels, when given,
 are a 1-D integer array with one entry per image, delivered as np.int64.
