@@ -35,6 +35,8 @@ class RunSection(_Strict):
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name, used for the default work_dir.")
     work_dir: Optional[str] = Field(None, description="Run folder (default runs/<name>), relative to the current directory.")
     seed: int = Field(0, description="Seed for training and any random choice.")
+    num_threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's choice). "
+                                       "1 is often fastest for small models on a busy machine.")
     verify_source_unchanged: bool = Field(True, description="Hash the caller's source before and after the run.")
 
 
@@ -129,7 +131,10 @@ class ExportSection(_Strict):
 class CompileSection(_Strict):
     """The compiler hand-off (vai_c_xir inside the Vitis AI image)."""
     target: str = Field("DPUCZDX8G_ISA1_B4096", description="DPU target name; see `python -m pipeline targets`.")
-    arch_json: Optional[str] = Field(None, description="arch.json; default: the target's path inside the image.")
+    board: Optional[str] = Field(None, description="Board (ZCU102, ZCU104, KV260, VCK190, VEK280, ...): picks the "
+                                                   "target's arch.json inside the image; default: the first listed.")
+    arch_json: Optional[str] = Field(None, description="arch.json file; overrides board. Default: the target's "
+                                                       "(and board's) path inside the Vitis AI image.")
     net_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
                                     description="Compiled network name (default: run.name); a plain file name.")
     options: Dict[str, Any] = Field(default_factory=dict, description="vai_c_xir --options JSON.")
@@ -324,6 +329,12 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         close = difflib.get_close_matches(cfg.compile.target, list(TARGETS), n=1)
         problems.append("compile.target: unknown DPU target %r%s; `python -m pipeline targets` lists them"
                         % (cfg.compile.target, "; did you mean %r?" % close[0] if close else ""))
+    elif cfg.compile.board is not None and cfg.compile.arch_json is None:
+        from .compilers.targets import arch_json_path
+        try:
+            arch_json_path(cfg.compile.target, cfg.compile.board)
+        except ConfigError as exc:
+            problems.append("compile.%s" % exc)
     if problems:
         raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
 

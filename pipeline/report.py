@@ -116,8 +116,18 @@ def render_markdown(r: Dict[str, Any]) -> str:
         lines.append("")
     src = r.get("source")
     if src:
-        lines += ["## Source data", "", "unchanged by the run: **%s** (sha256 `%s`)" % (src["unchanged"],
-                                                                                       src["sha256_after"][:16]), ""]
+        lines += ["## Source data", "",
+                  "- %s%s: shape %s, %s, %s%s" % (src.get("kind"), " `%s`" % src["path"] if src.get("path") else "",
+                                                 src.get("shape"), src.get("dtype"), src.get("layout"),
+                                                 ", memory-mapped" if src.get("mmap") else "")]
+        if "unchanged" in src:
+            lines.append("- unchanged by the run: **%s** (sha256 `%s`)" % (src["unchanged"], src["sha256_after"][:16]))
+        if src.get("class_counts"):
+            lines.append("- classes (images): %s" % ", ".join("%s (%d)" % kv for kv in src["class_counts"].items()))
+        if src.get("skipped"):
+            lines.append("- skipped %d unreadable files:" % src["skipped"])
+            lines += ["  - `%s`: %s" % (f["file"], f["error"]) for f in src.get("skipped_files", [])]
+        lines.append("")
     lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
     lines += ["| %s | %d | `%s` |" % (a["path"], a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
     lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
@@ -147,7 +157,9 @@ def summary_lines(r: Dict[str, Any]) -> List[str]:
     if c:
         out.append("compiled: %s" % c["compiled"] if c.get("compiled") else
                    "not compiled: %s; run %s inside the Vitis AI image" % (c.get("reason"), (c.get("plan") or {}).get("script")))
-    if r.get("source"):
+    if r.get("source", {}).get("skipped"):
+        out.append("skipped %d unreadable image files (listed in the report)" % r["source"]["skipped"])
+    if "unchanged" in (r.get("source") or {}):
         out.append("source data unchanged: %s" % r["source"]["unchanged"])
     out.append("report: %s" % os.path.join(r["run"]["work_dir"], "report.md"))
     return out

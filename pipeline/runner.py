@@ -343,10 +343,10 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]
 def step_compile(run: Run) -> Dict[str, Any]:
     """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
     from .compilers import plan, vai_c
-    from .compilers.targets import check_arch_json, get_target
+    from .compilers.targets import arch_json_path, check_arch_json, get_target
     c = run.cfg.compile
     target = get_target(c.target)
-    arch = run.loaded.resolve(c.arch_json) or target.arch_json
+    arch = run.loaded.resolve(c.arch_json) or (arch_json_path(c.target, c.board) if c.board else target.arch_json)
     export = run.load_step("export") or {}
     xmodel = (export.get("files") or {}).get("xmodel")
     net = c.net_name or run.cfg.run.name
@@ -415,6 +415,8 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     """
     from .report import write_report
     ordered = [s for s in STEPS if s in steps]
+    if loaded.cfg.run.num_threads:
+        torch.set_num_threads(loaded.cfg.run.num_threads)
     run = Run(loaded, source)
     run.preflight()
     os.makedirs(run.work_dir, exist_ok=True)
@@ -431,12 +433,14 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
             else:
                 STEP_FUNCTIONS[step](run)
     finally:
+        description = run.source.describe()
         if before is not None:
             after = _source_fingerprint(run)
-            run.save_step("source", {"sha256_before": before, "sha256_after": after, "unchanged": before == after})
-            if before != after:
-                raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
-                                    "please report it" % (before, after))
+            description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
+        run.save_step("source", description)
+        if before is not None and before != after:
+            raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
+                                "please report it" % (before, after))
         report = write_report(run)
     return report
 

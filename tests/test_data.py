@@ -128,7 +128,7 @@ def test_torch_tensor_sources_of_any_memory_format():
 
 @pytest.mark.parametrize("spec, error, message", [
     ({"type": "digit"}, ConfigError,
-     "unknown type 'digit'; valid types: array, digits, npy, npz, tensor; did you mean 'digits'"),
+     "unknown type 'digit'; valid types: array, digits, image_folder, npy, npz, tensor; did you mean 'digits'"),
     ({"type": "npy", "pth": "x.npy"}, ConfigError, r"data.source.pth: unknown key.*did you mean 'path'"),
     ({"type": "npy", "path": "missing.npy"}, ConfigError, "does not exist"),
     ({"type": "digits", "seed": "1"}, ConfigError, "seed: expected an int"),
@@ -144,4 +144,4 @@ def test_source_errors_name_the_problem(spec, error, message):
 
 
 def test_the_source_registry_is_a_literal_table():
-    assert sorted(SOURCES) == ["array", "digits", "npy", "npz", "tensor"]
+    assert sorted(SOURCES) == ["array", "digits", "image_folder", "npy", "npz", "tensor"]

@@ -215,3 +215,51 @@ def test_rerun_gives_byte_identical_artifacts_and_sigkill_during_export_loses_no
     after = artifact_hashes(work)
     assert after == clean
     assert not [f for _, _, files in os.walk(work) for f in files if f.endswith(".tmp")]
+
+
+def _image_folder(root, corrupt=True):
+    from PIL import Image
+    rng = np.random.default_rng(0)
+    for c in range(2):
+        os.makedirs(os.path.join(root, "class%d" % c))
+        for i in range(20):
+            pixels = rng.integers(0, 256, (10, 10, 3), dtype=np.uint8) // (1 + c)
+            Image.fromarray(pixels).save(os.path.join(root, "class%d" % c, "%02d.png" % i))
+    if corrupt:
+        with open(os.path.join(root, "class1", "zz_truncated.png"), "wb") as f:
+            f.write(b"\x89PNG\r\n\x1a\n" + b"\x00" * 10)
+
+
+def _folder_config(tmp_path, **source):
+    raw = {"run": {"name": "folder", "work_dir": str(tmp_path / "run")},
+           "data": {"source": dict({"type": "image_folder", "root": "imgs", "crop": 8}, **source), "batch_size": 8},
+           "preprocess": {"stages": [{"type": "layout", "src": "NHWC", "dst": "NCHW"}],
+                          "mean": [128.0] * 3, "std": [64.0] * 3},
+           "model": {"zoo": "digits_cnn", "kwargs": {"in_channels": 3, "num_classes": 2}, "train": {"epochs": 1}},
+           "quantizer": {"max_accuracy_drop": 1.0}}
+    cfg = tmp_path / "folder.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    return str(cfg)
+
+
+def test_corrupt_image_file_is_named_and_nothing_runs(tmp_path):
+    _image_folder(str(tmp_path / "imgs"))
+    proc = cli("--config", _folder_config(tmp_path))
+    assert proc.returncode == 2
+    assert "zz_truncated.png" in proc.stderr
+    assert not (tmp_path / "run" / "quantize_result").exists()
+
+
+def test_corrupt_image_file_skipped_on_request_is_counted_in_the_report(tmp_path):
+    _image_folder(str(tmp_path / "imgs"))
+    files_before = {f: sha(os.path.join(d, f)) for d, _, fs in os.walk(str(tmp_path / "imgs")) for f in fs}
+    proc = cli("--config", _folder_config(tmp_path, skip_corrupt=True), "--steps", "train,calib,test")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "skipped 1 unreadable image files" in proc.stdout
+    with open(str(tmp_path / "run" / "report.json")) as f:
+        source = json.load(f)["source"]
+    assert source["skipped"] == 1 and source["skipped_files"][0]["file"].endswith("zz_truncated.png")
+    assert source["shape"] == [40, 8, 8, 3]
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        assert "zz_truncated.png" in f.read()
+    assert files_before == {f: sha(os.path.join(d, f)) for d, _, fs in os.walk(str(tmp_path / "imgs")) for f in fs}
