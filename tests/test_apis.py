@@ -12,6 +12,7 @@ from torch import nn
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ConfigError, QuantizationError
 from pipeline.quantizers import fixpoint
+from pipeline.safeload import safe_torch_load
 from pipeline.quantizers.base import QuantSettings, get_backend
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.quantizers.sim.graph import capture
@@ -97,7 +98,7 @@ def test_files_written_and_format(tmp_path):
     assert "SmallNet::conv.bias" in info["param"]  # BN folding creates the bias (facts 1.3)
     assert "SmallNet::nndct_hswish_5" not in info["output"]  # quantized by the concat
     assert "SmallNet::nndct_concat_6" in info["output"]
-    table = torch.load(os.path.join(str(tmp_path), "bias_corr.pth"), weights_only=True)
+    table = safe_torch_load(os.path.join(str(tmp_path), "bias_corr.pth"))
     assert sorted(table) == ["SmallNet::nndct_conv2d_1", "SmallNet::nndct_dense_9",
                              "SmallNet::nndct_depthwise_conv2d_3"]
     assert all(isinstance(v, list) for v in table.values())

@@ -120,7 +120,8 @@ def test_golden_bias_corr(calibrated):
     """bias_corr.pth equals the real one to a few float32 ulps of the corrected bias.
 
     Measured here (AVX512, 2 threads): mlp exact; convnet within 2 and resblock within 3 ulps
-    (also with oneDNN limited to AVX2 or SSE4.1; mlp moves to 1 ulp without SIMD). The residue
+    (also with oneDNN limited to AVX2 or SSE4.1; mlp moves to 1 ulp without SIMD); with torch
+    1.13.1 on Python 3.8 (the Vitis AI image's versions), mlp is within 7 ulps. The residue
     comes from the float convolution and reductions the correction compares with, whose
     summation order depends on the CPU and its vector width (the golden machine's is unknown),
     and never reaches the quantized biases: the test-mode outputs above are bit-identical."""
@@ -137,7 +138,7 @@ def test_golden_bias_corr(calibrated):
             bias = session.graph.module(node).bias.detach()  # float bias after BN folding and CLE
             ulp = torch.nextafter(bias.abs(), torch.tensor(float("inf"))) - bias.abs()
             distance = ((bias - mine[key]) - (bias - ref)).abs() / ulp
-            assert distance.max().item() <= 4, key
+            assert distance.max().item() <= 8, key
 
 
 @pytest.mark.parametrize("name,config", CASES)
