@@ -38,6 +38,7 @@ import torch
 from torch import nn
 
 from .errors import QuantizationError
+from .models.loading import load_state_dict_file
 from .quantizers.quant_config import load_quant_config
 from .quantizers.sim.session import SimSession
 
@@ -116,7 +117,7 @@ class TorchQuantizer:
             warnings.warn("target and quant_config_file are both given: hardware-aware mode is off")
         if state_dict_file is not None:
             module = copy.deepcopy(module)
-            module.load_state_dict(torch.load(state_dict_file, map_location="cpu", weights_only=True))
+            module.load_state_dict(load_state_dict_file(state_dict_file))
         self.config = load_quant_config(quant_config_file, bitwidth)
         example = _example(input_args)
         os.makedirs(output_dir, exist_ok=True)
