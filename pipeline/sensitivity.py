@@ -1,0 +1,477 @@
+"""Per-layer sensitivity: each quantized point of the sim test-mode model against the float model.
+
+For every ``output`` entry of ``quant_info.json`` (the model input included: ``nndct_input_0`` is
+one) the simulated output is compared with the float model's output at the same point, over all
+evaluation batches. Per point: SQNR and cosine similarity, the float value range, the range the
+fix_pos can represent and the fraction of float values it clips.
+
+How a quantized point finds its float twin (nothing under ``pipeline/quantizers`` is changed):
+
+- The lowered test-mode model (``sim/lowered.py``, contract point 7) marks the fx node that carries
+  nndct node N's output with ``node.meta["nndct_node"] == N``.
+- A :class:`~pipeline.quantizers.sim.session.SimSession` built from the same float model and
+  settings as the handle names the same nodes (``session.graph.by_name``); each ``SimNode`` keeps
+  ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
+- The float model is traced again here (``torch.fx.symbolic_trace`` of a deep copy); fx names its
+  nodes deterministically (module path, function name), so the sim's fx node and the float node
+  share a name. The sim's rewrites erase nodes (``graph.capture``: a BatchNorm folded into the conv
+  before it, Dropout, Identity); when a float node's only user is such an erased node, the float
+  twin moves on to it. So ``nndct_conv2d_1`` (conv1 with bn1 folded) is compared with the float
+  ``bn1`` output, and the quantized end of a conv+BN+ReLU group (``nndct_relu_2``) with the float
+  ReLU output. The op and target of each pair are checked; a float model that traces differently
+  from the sim's capture raises :class:`~pipeline.errors.QuantizationError`.
+
+Cross-layer equalization (CLE, option ``include_cle``, on by default; ``sim/cle.py``): for a conv
+pair ``(c0, c1)`` the quantizer divides c0's output channel k by ``s[k]`` and multiplies c1's input
+channel k by ``s[k]``, so every tensor from c0's output up to c1's input (the ReLU and pool outputs
+between them) is the float tensor divided by ``s`` per channel (ReLU and pooling commute with a
+positive per-channel scale). These points are compared **in the float model's scale**: the
+simulated value is multiplied back by ``s[k]`` before SQNR and cosine are computed, so they measure
+the quantization error in the float model's units and stay comparable with every other row (marking
+the rows and leaving them unmeasured would hide the layers CLE is meant to help). The value range,
+the representable range and the clipped fraction are in the **quantized graph's scale** (the float
+values divided by ``s``), because that is where the fix_pos applies; for these rows ``graph_min`` /
+``graph_max`` differ from ``float_min`` / ``float_max``, ``cle_rescaled`` is True and ``cle_scale``
+gives the smallest and largest ``s[k]``. ``s`` is recovered from the weights: the sim's BN-folded
+weights without CLE (a second ``graph.capture``) against the session's CLE-scaled ones; the
+recovered scale is checked against every weight and bias of c0.
+
+Statistics are accumulated in float64 per batch; only the running sums are kept, never the
+activations. The float model and the handle run side by side, node by node (a ``torch.fx``
+interpreter over each graph), and each pair of values is reduced as soon as both exist, so the
+extra memory is about one inference of each model.
+"""
+import copy
+import math
+from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
+
+import torch
+import torch.fx
+from torch import nn
+
+from .errors import DataError, QuantizationError
+
+# quant_info.json "output" entries are [[bitwidth, fix_pos]] (pipeline.quantizers.quant_info).
+ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
+            "sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max", "range_min", "range_max",
+            "clipped_fraction", "cle_rescaled", "cle_scale", "notes")
+
+
+def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
+                      batches: Iterable[torch.Tensor], settings: Any) -> List[Dict[str, Any]]:
+    """SQNR, cosine similarity and value ranges of every quantized point of ``handle`` vs float.
+
+    Args:
+        float_model: the caller's float model (eval mode). Never modified: a deep copy on the CPU,
+            in eval mode, is traced and run.
+        handle: the sim backend's test-mode model (``SimBackend.load_test``; contract in
+            ``pipeline/quantizers/sim/lowered.py``). Only run, never modified.
+        quant_info: the ``quant_info.json`` dict ``handle`` was built from (its ``output``
+            entries, ``"<Class>::<node>": [[bitwidth, fix_pos]]``, choose the rows).
+        batches: float32 NCHW evaluation batches (any batch sizes, same per-sample shape as the
+            example the handle was built with); not modified. Consumed once.
+        settings: the ``pipeline.quantizers.base.QuantSettings`` the handle was made with (its
+            ``quant_config_file`` and ``bitwidth`` decide CLE and the ReLU6 swap, hence the node
+            names and the CLE scales).
+
+    Returns:
+        One dict per quantized point, in graph order (the model input first), keys ``ROW_KEYS``:
+
+        - ``node``: nndct node name (``"nndct_relu_2"``); ``op``: its nndct op type.
+        - ``float_node``: name of the float model's fx node compared with it (``"relu1"``, ``"bn1"``,
+          ``"add"``); ``float_target``: its module path (``"layer1.0.relu"``) or function/method
+          name (``"add"``), ``"input"`` for the placeholder.
+        - ``fix_pos``, ``bitwidth``: ints from quant_info.
+        - ``shape``: per-sample output shape (list, batch axis left out); ``elements``: values
+          compared over all batches.
+        - ``sqnr_db``: ``10 log10(sum f^2 / sum (f - q)^2)`` in dB, float64 sums over every value of
+          every batch (f float, q simulated, float model scale); ``inf`` when f == q everywhere,
+          ``-inf`` when f is all zero and q is not.
+        - ``cosine``: ``sum f q / sqrt(sum f^2 sum q^2)`` over all values as one vector; 1.0 when
+          f == q everywhere, 0.0 when exactly one of them is all zero.
+        - ``float_min``, ``float_max``: the float values' range (float model scale).
+        - ``graph_min``, ``graph_max``: the same values in the quantized graph's scale (divided by
+          the CLE scale per channel; equal to ``float_*`` where CLE does not rescale).
+        - ``range_min``, ``range_max``: what the fix_pos represents, ``-2**(b-1) * 2**-p`` and
+          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; facts 2.1).
+        - ``clipped_fraction``: the fraction of float values (graph scale) that the fix_pos
+          saturates: ``x * 2**p >= 2**(b-1) - 0.5`` or ``< -2**(b-1) - 0.5``, the values whose
+          half_up code falls outside the code range (``fixpoint.fake_quant``).
+        - ``cle_rescaled``: True between the convs of a CLE pair (see the module docstring);
+          ``cle_scale``: ``[min s, max s]`` there, else None.
+        - ``notes``: list of strings (CLE, a float op that runs differently in the quantized
+          model, a point the test-mode model leaves unquantized).
+
+        Floats are Python floats; ``sqnr_db`` can be ``inf`` (use :func:`json_safe` for strict JSON).
+
+    Raises:
+        DataError: no batches, or a batch that is not a float32 tensor of the example's rank.
+        QuantizationError: the float model does not trace like the sim's capture (a node or its
+            op differs), shapes differ at a point, or the CLE scales cannot be recovered.
+        ConfigError: a bad ``settings.quant_config_file``.
+    """
+    from .quantizers.quant_config import load_quant_config
+    from .quantizers.sim.session import SimSession
+
+    iterator = iter(batches)
+    first = next(iterator, None)
+    if first is None:
+        raise DataError("layer sensitivity needs evaluation batches and got none; check the eval split")
+    _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
+    example = first[:1].detach().cpu()
+    session = SimSession(float_model, example, load_quant_config(settings.quant_config_file, settings.bitwidth))
+    float_gm = _trace_float(float_model)
+    points = _match_points(float_gm, handle, quant_info, session)
+    scales = _cle_scales(session, float_model, example)
+    accs = [_Accumulator(p, scales.get(p.name)) for p in points]
+    by_name = {a.point.name: a for a in accs}
+    float_wanted = {p.float_node: p.name for p in points}
+    quant_wanted = {p.quant_node: p.name for p in points}
+    with torch.no_grad():
+        batch = first
+        index = 0
+        while batch is not None:
+            _check_batch(batch, index, first.dim())
+            x = batch.detach().cpu()
+            # the float copy gets its own input: an in-place op on it must not reach the handle
+            _compare(_walk(float_gm, x.clone(), float_wanted), _walk(handle, x, quant_wanted), by_name)
+            batch = next(iterator, None)
+            index += 1
+    return [a.row() for a in accs]
+
+
+class _Point:
+    """One quantized point: the nndct node, its float twin and its fix_pos."""
+
+    def __init__(self, name: str, op: str, fix_pos: int, bitwidth: int, float_node: torch.fx.Node,
+                 float_target: str, quant_node: torch.fx.Node, notes: List[str]) -> None:
+        self.name = name
+        self.op = op
+        self.fix_pos = fix_pos
+        self.bitwidth = bitwidth
+        self.float_node = float_node
+        self.float_target = float_target
+        self.quant_node = quant_node
+        self.notes = notes
+
+
+def _check_batch(batch: Any, index: int, dim: int) -> None:
+    if not isinstance(batch, torch.Tensor) or batch.dtype != torch.float32 or batch.dim() != dim or dim < 2:
+        raise DataError("layer sensitivity: batch %d must be a float32 NCHW torch.Tensor of rank %d, got %s"
+                        % (index, dim, _describe(batch)))
+
+
+def _describe(v: Any) -> str:
+    if isinstance(v, torch.Tensor):
+        return "a %s tensor of shape %s" % (v.dtype, tuple(v.shape))
+    return type(v).__name__
+
+
+def _trace_float(float_model: nn.Module) -> torch.fx.GraphModule:
+    work = copy.deepcopy(float_model).cpu().eval()
+    try:
+        return torch.fx.symbolic_trace(work)
+    except Exception as e:  # fx raises many types; the sim's capture traced it already
+        raise QuantizationError("layer sensitivity: torch.fx.symbolic_trace of %s failed (%s), although the "
+                                "sim quantizer traced it; report this with the model" % (type(float_model).__name__, e))
+
+
+def _target_name(node: torch.fx.Node) -> str:
+    if node.op == "placeholder":
+        return "input"
+    if node.op in ("call_module", "call_method", "get_attr"):
+        return str(node.target)
+    return getattr(node.target, "__name__", str(node.target))
+
+
+def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
+                  session: Any) -> List[_Point]:
+    """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
+    from .quantizers import fixpoint
+
+    graph = session.graph
+    prefix = graph.class_name + "::"
+    entries = {k[len(prefix):]: v for k, v in quant_info.get("output", {}).items() if k.startswith(prefix)}
+    quant_nodes = {n.meta["nndct_node"]: n for n in handle.graph.nodes if "nndct_node" in n.meta}
+    float_nodes = {n.name: n for n in float_gm.graph.nodes}
+    sim_names = set(n.name for n in graph.gm.graph.nodes)
+    points = []
+    for sim in graph.nodes:
+        if sim.name not in entries or sim.name not in quant_nodes:
+            continue
+        fx = sim.fx_node
+        twin = float_nodes.get(fx.name)
+        if twin is None or twin.op != fx.op or twin.target != fx.target:
+            raise QuantizationError(
+                "layer sensitivity: the float model's fx trace has %s where the sim's capture has node %r "
+                "(%s %s) for %s; the model must trace the same way twice (no state-dependent forward)"
+                % ("no such node" if twin is None else "%s %s" % (twin.op, twin.target), fx.name, fx.op,
+                   fx.target, sim.name))
+        quant = quant_nodes[sim.name]
+        notes = _op_notes(float_gm, twin, handle, sim.name, quant)
+        while len(twin.users) == 1:  # a BatchNorm folded into this conv, a Dropout or Identity removed
+            user = next(iter(twin.users))
+            if user.name in sim_names or not user.args or user.args[0] is not twin:
+                break
+            twin = user
+        bitwidth, fix_pos = (int(v) for v in entries[sim.name][0])
+        if not (quant.op == "call_function" and quant.target is fixpoint.fake_quant):
+            notes.append("left unquantized by the test-mode model (no fake_quant at this point)")
+        points.append(_Point(sim.name, sim.op, fix_pos, bitwidth, twin, _target_name(twin), quant, notes))
+    return points
+
+
+def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch.fx.GraphModule,
+              name: str, quant: torch.fx.Node) -> List[str]:
+    """Where the quantized model computes something else than the float op, on purpose (facts 2.6):
+    a module swapped (ReLU6 -> ReLU with CLE), the DPU LeakyReLU slope, a DPU pooling factor."""
+    from .quantizers import fixpoint
+
+    notes = []
+    if twin.op == "call_module" and name in dict(handle.named_children()):
+        original, quantized = float_gm.get_submodule(twin.target), handle.get_submodule(name)
+        if type(original) is not type(quantized):
+            notes.append("float %s runs as %s in the quantized model" % (type(original).__name__,
+                                                                       type(quantized).__name__))
+        elif getattr(original, "negative_slope", None) != getattr(quantized, "negative_slope", None):
+            notes.append("LeakyReLU slope %.7g runs as %.7g on the DPU" % (original.negative_slope,
+                                                                       quantized.negative_slope))
+    value = quant.args[0] if quant.op == "call_function" and quant.target is fixpoint.fake_quant else quant
+    if value.op == "call_function" and value.target is torch.mul and isinstance(value.args[1], float) \
+            and value.args[0].op == "call_module" and value.args[0].target == name:
+        notes.append("output multiplied by the DPU pooling factor %.7g" % value.args[1])
+    return notes
+
+
+# ---------------------------------------------------------------------- CLE
+
+def _cle_scales(session: Any, float_model: nn.Module, example: torch.Tensor) -> Dict[str, torch.Tensor]:
+    """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``."""
+    if not session.cle_pairs:
+        return {}
+    from .quantizers.sim.graph import capture
+
+    plain = capture(float_model, example, session.cfg)  # BN folded, same names, no CLE
+    graph = session.graph
+    out_scale = {}  # type: Dict[str, torch.Tensor]
+    rescaled = {}  # type: Dict[str, torch.Tensor]
+    for c0, c1 in session.cle_pairs:
+        s_in = out_scale.get(c0)  # c0 was the c1 of an earlier pair: its input channels are scaled
+        before = plain.module(plain.by_name[c0])
+        after = graph.module(graph.by_name[c0])
+        s = _output_scale(c0, before, after, s_in)
+        out_scale[c1] = s  # c1's input channels are multiplied by s
+        node = graph.by_name[c0]
+        while node.name != c1:  # c0 ... c1: ReLU and pool nodes with one consumer each (cle.py)
+            rescaled[node.name] = s
+            node = node.users[0]
+    return rescaled
+
+
+def _weight_rows(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
+    """Weights as (output channel, -1) rows. ConvTranspose2d weights are (in, out/groups, kh, kw)."""
+    if isinstance(m, nn.ConvTranspose2d):
+        return w.transpose(0, 1).reshape(w.shape[1], -1)
+    return w.reshape(w.shape[0], -1)
+
+
+def _scale_input_channels(m: nn.Module, w: torch.Tensor, s_in: torch.Tensor) -> torch.Tensor:
+    """``w`` with input channel j multiplied by ``s_in[j]`` (what CLE does to a pair's c1)."""
+    if isinstance(m, nn.ConvTranspose2d):
+        return w * s_in.reshape((-1,) + (1,) * (w.dim() - 1))
+    out_ch, in_per_group = w.shape[0], w.shape[1]
+    group = torch.arange(out_ch) // (out_ch // m.groups)
+    index = group.unsqueeze(1) * in_per_group + torch.arange(in_per_group).unsqueeze(0)
+    return w * s_in[index].reshape((out_ch, in_per_group) + (1,) * (w.dim() - 2))
+
+
+def _output_scale(name: str, before: nn.Module, after: nn.Module, s_in: Optional[torch.Tensor]) -> torch.Tensor:
+    """Per output channel k of conv ``name``: the ``s[k]`` with ``after = before / s[k]`` (float64).
+
+    ``before`` is the BN-folded conv without CLE, ``after`` the session's; ``s_in`` the scale an
+    earlier pair put on its input channels. Taken at the largest |value| of each row (weights and
+    bias); 1 for an all-zero row. Raises QuantizationError unless every weight and bias agrees.
+    """
+    w0 = before.weight.detach().double()
+    if s_in is not None:
+        w0 = _scale_input_channels(before, w0, s_in)
+    rows0 = _weight_rows(before, w0)
+    rows1 = _weight_rows(after, after.weight.detach().double())
+    if before.bias is not None and after.bias is not None:
+        rows0 = torch.cat([rows0, before.bias.detach().double().unsqueeze(1)], 1)
+        rows1 = torch.cat([rows1, after.bias.detach().double().unsqueeze(1)], 1)
+    pick = rows0.abs().argmax(1, keepdim=True)
+    num, den = rows0.gather(1, pick).squeeze(1), rows1.gather(1, pick).squeeze(1)
+    s = torch.where((num != 0) & (den != 0), num / torch.where(den != 0, den, torch.ones_like(den)),
+                    torch.ones_like(num))
+    expected = rows0 / s.unsqueeze(1)
+    tolerance = 1e-5 * float(rows1.abs().max()) + 1e-30
+    if not bool((expected - rows1).abs().le(tolerance + 1e-5 * rows1.abs()).all()):
+        raise QuantizationError("layer sensitivity: the CLE scale of %s could not be recovered from its weights "
+                                "(they are not a per-channel rescaling of the BN-folded float weights); report "
+                                "this with the model" % name)
+    return s
+
+
+# ---------------------------------------------------------------------- running
+
+def _walk(gm: torch.fx.GraphModule, x: torch.Tensor,
+          wanted: Dict[torch.fx.Node, str]) -> Iterator[Tuple[str, torch.Tensor]]:
+    """Run ``gm`` on ``x`` node by node; yield ``(name, value)`` right after each wanted node runs.
+
+    A value is freed after its last use, as ``torch.fx.Interpreter.run`` does.
+    """
+    interp = torch.fx.Interpreter(gm, garbage_collect_values=False)
+    env = {}  # type: Dict[torch.fx.Node, Any]
+    interp.env = env
+    last_use = {}  # type: Dict[torch.fx.Node, torch.fx.Node]
+    for node in gm.graph.nodes:
+        for used in node.all_input_nodes:
+            last_use[used] = node
+    free_after = {}  # type: Dict[torch.fx.Node, List[torch.fx.Node]]
+    for used, user in last_use.items():
+        free_after.setdefault(user, []).append(used)
+    for node in gm.graph.nodes:
+        if node.op == "output":
+            return
+        env[node] = x if node.op == "placeholder" else interp.run_node(node)
+        if node in wanted:
+            yield wanted[node], env[node]
+        for used in free_after.get(node, []):
+            del env[used]
+
+
+def _compare(floats: Iterator[Tuple[str, torch.Tensor]], quants: Iterator[Tuple[str, torch.Tensor]],
+             accs: Dict[str, "_Accumulator"]) -> None:
+    """Feed each (float, quant) pair to its accumulator as soon as both exist.
+
+    Float values are used at once (the float model may later overwrite them in place); quantized
+    values that come first wait (the test-mode model never writes in place).
+    """
+    waiting = {}  # type: Dict[str, torch.Tensor]
+    for name, f in floats:
+        while name not in waiting:
+            got = next(quants, None)
+            if got is None:
+                raise QuantizationError("layer sensitivity: the test-mode model never produced %s" % name)
+            waiting[got[0]] = got[1]
+        accs[name].add(f, waiting.pop(name))
+
+
+class _Accumulator:
+    """float64 running sums of one point over all batches."""
+
+    def __init__(self, point: _Point, scale: Optional[torch.Tensor]) -> None:
+        self.point = point
+        self.scale = scale
+        self.shape = None  # type: Optional[List[int]]
+        self.n = 0
+        self.sum_f2 = self.sum_q2 = self.sum_fq = self.sum_e2 = 0.0
+        self.f_min = self.g_min = math.inf
+        self.f_max = self.g_max = -math.inf
+        self.clipped = 0
+
+    def add(self, f: torch.Tensor, q: torch.Tensor) -> None:
+        p = self.point
+        if not isinstance(f, torch.Tensor) or not isinstance(q, torch.Tensor) or f.shape != q.shape:
+            raise QuantizationError("layer sensitivity: at %s the float model gives %s and the test-mode model %s"
+                                    % (p.name, _describe(f), _describe(q)))
+        f = f.detach().double()
+        q = q.detach().double()
+        g = f
+        if self.scale is not None:
+            s = self.scale.reshape((1, -1) + (1,) * (f.dim() - 2))
+            q = q * s  # back to the float model's scale
+            g = f / s  # the float values in the quantized graph's scale
+        e = f - q
+        ff, qq, ee = f.reshape(-1), q.reshape(-1), e.reshape(-1)
+        self.sum_f2 += float(torch.dot(ff, ff))
+        self.sum_q2 += float(torch.dot(qq, qq))
+        self.sum_fq += float(torch.dot(ff, qq))
+        self.sum_e2 += float(torch.dot(ee, ee))
+        if f.numel():
+            self.f_min = min(self.f_min, float(f.min()))
+            self.f_max = max(self.f_max, float(f.max()))
+            self.g_min = min(self.g_min, float(g.min()))
+            self.g_max = max(self.g_max, float(g.max()))
+        codes = g * (2.0 ** p.fix_pos)
+        half = 2 ** (p.bitwidth - 1)
+        self.clipped += int(((codes >= half - 0.5) | (codes < -half - 0.5)).sum())
+        self.n += f.numel()
+        if self.shape is None:
+            self.shape = list(f.shape[1:])
+
+    def row(self) -> Dict[str, Any]:
+        p = self.point
+        if self.sum_e2 == 0.0:
+            sqnr, cosine = math.inf, 1.0
+        else:
+            sqnr = 10.0 * math.log10(self.sum_f2 / self.sum_e2) if self.sum_f2 > 0 else -math.inf
+            denom = math.sqrt(self.sum_f2 * self.sum_q2)
+            cosine = max(-1.0, min(1.0, self.sum_fq / denom)) if denom > 0 else 0.0
+        half = 2 ** (p.bitwidth - 1)
+        lsb = 2.0 ** -p.fix_pos
+        notes = list(p.notes)
+        cle_scale = None
+        if self.scale is not None:
+            cle_scale = [float(self.scale.min()), float(self.scale.max())]
+            notes.insert(0, "rescaled by CLE per channel (s %.3g..%.3g): SQNR and cosine in the float model's "
+                            "scale, ranges in the quantized graph's" % tuple(cle_scale))
+        return {
+            "node": p.name, "float_node": p.float_node.name, "float_target": p.float_target, "op": p.op,
+            "fix_pos": p.fix_pos, "bitwidth": p.bitwidth, "shape": self.shape, "elements": self.n,
+            "sqnr_db": sqnr, "cosine": cosine,
+            "float_min": self.f_min, "float_max": self.f_max, "graph_min": self.g_min, "graph_max": self.g_max,
+            "range_min": -half * lsb, "range_max": (half - 1) * lsb,
+            "clipped_fraction": self.clipped / self.n if self.n else 0.0,
+            "cle_rescaled": self.scale is not None, "cle_scale": cle_scale, "notes": notes,
+        }
+
+
+# ---------------------------------------------------------------------- rendering
+
+def json_safe(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """A copy of ``rows`` for strict JSON: non-finite floats become the strings ``"inf"``, ``"-inf"``,
+    ``"nan"`` (Python's json would write the non-standard ``Infinity``)."""
+    def fix(v: Any) -> Any:
+        if isinstance(v, float) and not math.isfinite(v):
+            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
+        if isinstance(v, list):
+            return [fix(x) for x in v]
+        return v
+    return [{k: fix(v) for k, v in row.items()} for row in rows]
+
+
+def _num(v: float) -> str:
+    return "%.4g" % v
+
+
+def render_markdown_table(rows: List[Dict[str, Any]]) -> str:
+    """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
+
+    Columns: quantized node, float node (target), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
+    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale.
+    """
+    lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
+             "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        float_name = r["float_node"] if r["float_node"] == r["float_target"] else "%s (%s)" % (
+            r["float_node"], r["float_target"])
+        mark = " \\*" if r["cle_rescaled"] else ""
+        sqnr = r["sqnr_db"]
+        lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
+            i, r["node"], float_name, r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            "x".join(str(d) for d in r["shape"] or []),
+            ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
+            _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
+            "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
+    text = "\n".join(lines) + "\n"
+    if any(r["cle_rescaled"] for r in rows):
+        text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
+                 "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
+                 "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
+    notes = [(r["node"], n) for r in rows for n in r["notes"] if not n.startswith("rescaled by CLE")]
+    if notes:
+        text += "\n" + "".join("- %s: %s\n" % kv for kv in notes)
+    return text
