@@ -21,7 +21,6 @@ std in source pixel units, so ``scale = 1 / std``. The prototxt format is ``DpuM
 ``src/vai_library/model_config/include/vitis/ai/proto/dpu_model_param.proto`` (``model { name kernel
 { name mean scale } }``), as in the VEK280 quickstart (``docsrc/source/docs/quickstart/vek280.rst``).
 """
-import hashlib
 import json
 import os
 import shutil
@@ -29,6 +28,7 @@ import tempfile
 from typing import Any, Dict, List, Optional, Union
 
 from .compilers import vai_c
+from .fileio import sha256_file
 from .errors import CompileError, ConfigError
 
 MANIFEST = "manifest.json"
@@ -36,15 +36,6 @@ PREPROCESS = "preprocess.json"
 SUMS = "SHA256SUMS"
 PLAN_FILES = ("compile_plan.md", "compile.sh")
 BOARD_MODELS = "/usr/share/vitis_ai_library/models"
-
-
-def sha256_file(path: str) -> str:
-    """sha256 (hex) of a file's bytes."""
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _num(x: float) -> str:

@@ -26,7 +26,8 @@ def atomic_path(path: str) -> Iterator[str]:
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
-        os.chmod(tmp, 0o666 & ~_umask())  # mkstemp makes 0600; give the file the usual permissions
+        if not os.stat(tmp).st_mode & 0o100:  # mkstemp makes 0600; give the file the usual permissions
+            os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
     finally:
         if os.path.exists(tmp):
@@ -39,17 +40,20 @@ def _umask() -> int:
     return mask
 
 
-def write_bytes(path: str, data: bytes) -> str:
-    """Write ``data`` to ``path`` atomically; returns ``path``."""
+def write_bytes(path: str, data: bytes, executable: bool = False) -> str:
+    """Write ``data`` to ``path`` atomically; returns ``path``. ``executable`` adds the x bits
+    (as allowed by the umask), for scripts."""
     with atomic_path(path) as tmp:
         with open(tmp, "wb") as f:
             f.write(data)
+        if executable:
+            os.chmod(tmp, 0o777 & ~_umask())
     return path
 
 
-def write_text(path: str, text: str) -> str:
+def write_text(path: str, text: str, executable: bool = False) -> str:
     """Write UTF-8 ``text`` to ``path`` atomically; returns ``path``."""
-    return write_bytes(path, text.encode("utf-8"))
+    return write_bytes(path, text.encode("utf-8"), executable)
 
 
 def write_json(path: str, obj: Any) -> str:

@@ -7,9 +7,10 @@ run folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and ``
 """
 import os
 import shlex
-import tempfile
+
 from typing import Dict, List, Optional
 
+from ..fileio import write_text
 from . import targets
 
 PLAN_NAME = "compile_plan.md"
@@ -30,14 +31,6 @@ def _relative_argv(argv: List[str], run_dir: str) -> List[str]:
             if full == root or full.startswith(root + os.sep):
                 out[i] = os.path.relpath(full, root)
     return out
-
-
-def _write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + "-")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
-    os.chmod(tmp, mode)
-    os.replace(tmp, path)
 
 
 def _mounts(run_dir: str, argv: List[str]) -> List[str]:
@@ -100,7 +93,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
               "%s"
               "%s\n" % (target, targets.hex_fingerprint(entry.fingerprint), mkdir, command))
     script_path = os.path.join(run_dir, SCRIPT_NAME)
-    _write_atomic(script_path, script, 0o755)
+    write_text(script_path, script, executable=True)
     whole = ("scripts/docker_run.sh %s" % shlex.quote(config_path)) if config_path else \
         "scripts/docker_run.sh <config.yaml>"
     plan = "\n".join([
@@ -140,5 +133,5 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         "",
     ])
     path = os.path.join(run_dir, PLAN_NAME)
-    _write_atomic(path, plan)
+    write_text(path, plan)
     return {"plan": path, "script": script_path}

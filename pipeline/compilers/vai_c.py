@@ -10,10 +10,10 @@ import json
 import os
 import shutil
 import subprocess
-import tempfile
 from typing import Any, Dict, List, Optional
 
 from ..errors import BackendUnavailableError, CompileError, ConfigError
+from ..fileio import write_text
 from . import targets
 
 EXECUTABLE = "vai_c_xir"
@@ -87,12 +87,8 @@ def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:
 
 
 def _write_log(path: str, argv: List[str], returncode: Optional[int], stdout: str, stderr: str) -> None:
-    folder = os.path.dirname(path)
-    fd, tmp = tempfile.mkstemp(dir=folder, prefix=".vai_c_xir-", suffix=".log")
-    with os.fdopen(fd, "w") as f:
-        f.write("argv: %s\nreturncode: %s\n--- stdout ---\n%s\n--- stderr ---\n%s\n"
-                % (json.dumps(argv), returncode, stdout, stderr))
-    os.replace(tmp, path)
+    write_text(path, "argv: %s\nreturncode: %s\n--- stdout ---\n%s\n--- stderr ---\n%s\n"
+               % (json.dumps(argv), returncode, stdout, stderr))
 
 
 def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,

@@ -10,12 +10,12 @@ import hashlib
 import importlib
 import json
 import os
-import tempfile
 from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
 from ..errors import FingerprintMismatchError
+from ..fileio import sha256_file, write_json
 
 FILE_NAME = "calib_fingerprint.json"
 
@@ -48,13 +48,7 @@ def hash_config(section: Any) -> str:
 
 
 def _file_sha256(path: Optional[str]) -> Optional[str]:
-    if path is None:
-        return None
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return None if path is None else sha256_file(path)
 
 
 def _target_name(target: Any) -> str:
@@ -144,14 +138,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
 
 def write_fingerprint(out_dir: str, fp: Dict[str, Any]) -> str:
     """Write ``fp`` to ``<out_dir>/calib_fingerprint.json`` (temporary name, then os.replace); return the path."""
-    os.makedirs(out_dir, exist_ok=True)
-    path = os.path.join(out_dir, FILE_NAME)
-    fd, tmp = tempfile.mkstemp(dir=out_dir, prefix="." + FILE_NAME + "-")
-    with os.fdopen(fd, "w") as f:
-        json.dump(fp, f, indent=2, sort_keys=True)
-        f.write("\n")
-    os.replace(tmp, path)
-    return path
+    return write_json(os.path.join(out_dir, FILE_NAME), fp)
 
 
 def read_fingerprint(out_dir: str) -> Dict[str, Any]:
