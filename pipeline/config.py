@@ -7,7 +7,6 @@ Relative input paths (data files, weights, quant_config_file, arch_json) resolve
 of the YAML file; ``run.work_dir`` resolves against the current directory.
 """
 import copy
-import difflib
 import hashlib
 import json
 import os
@@ -17,6 +16,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
+from .specs import closest_match
 
 # Keys of data.source and (section, key) pairs that name input files: resolved against the YAML's folder.
 SOURCE_PATH_KEYS = ("path", "labels", "root")
@@ -181,8 +181,8 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         path = _dotted(loc)
         if err["type"] == "extra_forbidden":
             allowed = _allowed_keys(loc[:-1])
-            close = difflib.get_close_matches(str(loc[-1]), allowed, n=1)
-            hint = "; did you mean %r?" % close[0] if close else ""
+            close = closest_match(str(loc[-1]), allowed)
+            hint = "; did you mean %r?" % close if close else ""
             lines.append("%s: unknown key; allowed keys: %s%s" % (path, ", ".join(allowed), hint))
         elif err["type"] == "missing":
             lines.append("%s: required key is missing" % path)
@@ -316,7 +316,7 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
-    from .compilers.targets import TARGETS
+    from .compilers.targets import arch_json_path, get_target
     from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
     backend = cfg.quantizer.backend
     if cfg.export.formats is None:
@@ -325,16 +325,12 @@ def _check_semantics(loaded: LoadedConfig) -> None:
     if wrong:
         problems.append("export.formats: the %s backend cannot write %s; it writes %s"
                         % (backend, wrong, ", ".join(BACKEND_FORMATS[backend])))
-    if cfg.compile.target not in TARGETS:
-        close = difflib.get_close_matches(cfg.compile.target, list(TARGETS), n=1)
-        problems.append("compile.target: unknown DPU target %r%s; `python -m pipeline targets` lists them"
-                        % (cfg.compile.target, "; did you mean %r?" % close[0] if close else ""))
-    elif cfg.compile.board is not None and cfg.compile.arch_json is None:
-        from .compilers.targets import arch_json_path
-        try:
+    try:
+        get_target(cfg.compile.target)
+        if cfg.compile.board is not None and cfg.compile.arch_json is None:
             arch_json_path(cfg.compile.target, cfg.compile.board)
-        except ConfigError as exc:
-            problems.append("compile.%s" % exc)
+    except ConfigError as exc:
+        problems.append("compile.%s" % exc)
     if problems:
         raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
 

@@ -23,13 +23,13 @@ Defaults without a file (facts 2.7): CLE and bias correction on, every tensor in
 ``bitwidth`` argument of ``torch_quantizer`` sets all four bit widths.
 """
 import copy
-import difflib
 import json
 import os
 import warnings
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
+from ..specs import closest_match
 
 TOP_LEVEL_KEYS = ["convert_relu6_to_relu", "convert_silu_to_hswish", "include_cle",
                   "keep_first_last_layer_accuracy", "keep_add_layer_accuracy", "include_bias_corr",
@@ -122,8 +122,8 @@ def _where(source: Optional[str]) -> str:
 
 
 def _unknown(source: Optional[str], path: str, key: str, allowed: List[str]) -> ConfigError:
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = " (did you mean %r?)" % close[0] if close else ""
+    close = closest_match(key, allowed)
+    hint = " (did you mean %r?)" % close if close else ""
     return ConfigError("%s: unknown key %r at %s%s; allowed keys: %s"
                        % (_where(source), key, path, hint, ", ".join(allowed)))
 
