@@ -7,6 +7,7 @@ matplotlib's default style (a user's matplotlibrc does not change them), and sav
 "Software" metadata, so equal rows give byte-identical PNG files with one matplotlib version.
 Files are written atomically (``pipeline.fileio.write_bytes``).
 
+The rows may come straight from ``layer_sensitivity`` or from JSON (``sensitivity.json_safe``).
 Layers are listed top to bottom in graph order (the model input first). A layer's label is the
 float model's module path or fx node, then the nndct node without its ``nndct_`` prefix in
 brackets: ``relu1 [relu_2]``, ``bn1 [conv2d_1]``.
@@ -23,6 +24,8 @@ BAR_COLOR = "#4C72B0"
 CLE_COLOR = "#8C6BB1"
 CLIP_COLOR = "#C44E52"
 RANGE_COLOR = "#DDDDDD"
+# The activation-range axis spans at most this many times the code range on each side.
+CODE_AXIS_LIMIT = 4
 
 
 def is_available() -> bool:
@@ -41,11 +44,11 @@ def _require() -> None:
 
 
 def layer_label(row: Dict[str, Any]) -> str:
-    """``"<float module or node> [<nndct node without 'nndct_'>]"``, e.g. ``"layer1.0.relu [relu_5]"``."""
-    float_name = row["float_target"] if row["float_target"].replace(".", "_") == row["float_node"] \
-        else row["float_node"]
+    """``"<float module or node> [<nndct node without 'nndct_'>]"``, e.g. ``"layer1.0.relu [relu_5]"``
+    (``pipeline.sensitivity.float_name``)."""
+    from .sensitivity import float_name
     short = row["node"][len("nndct_"):] if row["node"].startswith("nndct_") else row["node"]
-    return "%s [%s]" % (float_name, short)
+    return "%s [%s]" % (float_name(row), short)
 
 
 def _figure(n_rows: int, width: float) -> Any:
@@ -54,6 +57,14 @@ def _figure(n_rows: int, width: float) -> Any:
     fig = Figure(figsize=(width, 1.6 + 0.32 * max(n_rows, 1)), dpi=DPI)
     FigureCanvasAgg(fig)
     return fig
+
+
+def _finish(fig: Any, title: str) -> None:
+    """Title at the top and tight margins, with a fixed band in inches kept for the title and the
+    legend above the axes (a fraction of the height would shrink to nothing on tall figures)."""
+    height = fig.get_figheight()
+    fig.suptitle(title, fontsize=10, y=1.0 - 0.1 / height, va="top")
+    fig.tight_layout(rect=(0.0, 0.0, 1.0, 1.0 - 0.5 / height))
 
 
 def _png(fig: Any) -> bytes:
@@ -66,8 +77,10 @@ def _render(build: Any, rows: List[Dict[str, Any]], path: Optional[str] = None) 
     """``build(rows)`` under matplotlib's default style; saved to ``path`` when given."""
     _require()
     import matplotlib.style
+
+    from .sensitivity import from_json
     with matplotlib.style.context("default"):
-        fig = build(rows)
+        fig = build(from_json(rows))
         if path is not None:
             fileio.write_bytes(path, _png(fig))
     return fig
@@ -96,24 +109,22 @@ def _sensitivity(rows: List[Dict[str, Any]]) -> Any:
     finite = [r["sqnr_db"] for r in rows if math.isfinite(r["sqnr_db"])]
     top = max([0.0] + finite) * 1.18 + 5.0
     bottom = min([0.0] + finite)
-    widths, colors, hatches = [], [], []
-    for r in rows:
+    # +inf (exact): a hatched bar to the panel's edge; -inf (float all zero, quantized not): no bar
+    widths = [top if r["sqnr_db"] == math.inf else (0.0 if r["sqnr_db"] == -math.inf else r["sqnr_db"])
+              for r in rows]
+    bars = ax.barh(ys, widths, height=0.7, color=[CLE_COLOR if r["cle_rescaled"] else BAR_COLOR for r in rows])
+    for bar, r, y in zip(bars, rows, ys):
         s = r["sqnr_db"]
-        widths.append(top if s == math.inf else (bottom if s == -math.inf else s))
-        colors.append(CLE_COLOR if r["cle_rescaled"] else BAR_COLOR)
-        hatches.append("//" if math.isinf(s) else "")
-    bars = ax.barh(ys, widths, color=colors, height=0.7)
-    for bar, hatch, r, y in zip(bars, hatches, rows, ys):
-        bar.set_hatch(hatch)
-        s = r["sqnr_db"]
-        text = ("inf (exact)" if s > 0 else "-inf") if math.isinf(s) else "%.1f" % s
-        x = bar.get_width()
-        ax.text(x - 0.01 * top if math.isinf(s) else x + 0.01 * top, y, text, va="center",
-                ha="right" if math.isinf(s) else "left", fontsize=8, color="white" if math.isinf(s) else "black")
-    ax.set_xlim(min(bottom, 0.0), top)
+        if s == math.inf:
+            bar.set_hatch("//")
+            ax.text(top * 0.99, y, "inf (exact)", va="center", ha="right", fontsize=8, color="white")
+        else:
+            ax.text(max(bar.get_width(), 0.0) + 0.01 * top, y, "-inf" if s == -math.inf else "%.1f" % s,
+                    va="center", ha="left", fontsize=8)
+    ax.set_xlim(bottom - 0.03 * top if bottom < 0 else 0.0, top)
     ax.set_yticks(ys)
     ax.set_yticklabels([layer_label(r) for r in rows], fontsize=8)
-    ax.invert_yaxis()
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # graph order from the top
     ax.set_xlabel("SQNR (dB), quantized vs float, higher is better")
     ax.grid(axis="x", alpha=0.3)
     handles = [Patch(color=BAR_COLOR, label="float model scale")]
@@ -124,27 +135,31 @@ def _sensitivity(rows: List[Dict[str, Any]]) -> Any:
     cos = [r["cosine"] for r in rows]
     low = min(cos) if cos else 1.0
     span = max(1.0 - low, 1e-6)
-    ax_cos.hlines(ys, low - 0.15 * span, cos, color="#BBBBBB", linewidth=1)
+    ax_cos.hlines(ys, low - 0.4 * span, cos, color="#BBBBBB", linewidth=1)
     ax_cos.plot(cos, ys, "o", color=BAR_COLOR, markersize=5)
     for c, y in zip(cos, ys):
-        ax_cos.text(c - 0.02 * span, y - 0.25, "%.6f" % c, ha="right", va="bottom", fontsize=7)
-    ax_cos.set_xlim(low - 0.15 * span, 1.0 + 0.05 * span)
+        ax_cos.text(c - 0.03 * span, y, "%.6f" % c, ha="right", va="center", fontsize=7,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 0.5})
+    ax_cos.set_xlim(low - 0.4 * span, 1.0 + 0.05 * span)
     ax_cos.xaxis.set_major_locator(MaxNLocator(nbins=4))
     ax_cos.ticklabel_format(axis="x", useOffset=False)
     ax_cos.set_xlabel("cosine similarity (1 = same direction)")
     ax_cos.grid(axis="x", alpha=0.3)
-    fig.suptitle("Per-layer sensitivity: SQNR and cosine similarity of each quantized output vs float", fontsize=10)
-    fig.tight_layout()
+    _finish(fig, "Per-layer sensitivity: SQNR and cosine similarity of each quantized output vs float")
     return fig
 
 
 def activation_range_figure(rows: List[Dict[str, Any]]) -> Any:
     """The activation-range figure of ``rows`` (a ``matplotlib.figure.Figure``, not saved).
 
-    One axes (``fig.axes[0]``), one row per layer: the range the fix_pos represents
-    (``range_min .. range_max``, a wide grey bar) behind the float values' range in the quantized
-    graph's scale (``graph_min .. graph_max``, a narrow bar, red where the fix_pos clips), fix_pos
-    and clipped percentage written on the right.
+    One axes (``fig.axes[0]``), one row per layer, in **code units** (a value times ``2**fix_pos``,
+    i.e. in LSBs of that layer's fix_pos), so layers of any scale are equally readable: the code
+    range ``-2**(b-1) .. 2**(b-1) - 1`` (a wide grey bar, -128 .. 127 for 8 bits) behind the float
+    values' range in the quantized graph's scale (``graph_min .. graph_max`` times ``2**fix_pos``, a
+    narrow bar, red beyond the code range, where the fix_pos clips). The axis spans the code range
+    plus what the float ranges need, at most ``CODE_AXIS_LIMIT`` times the code range (longer bars
+    are cut at the edge; the text gives the real range). On the right of each row: fix_pos, the
+    float range in real units and the clipped percentage.
 
     Raises:
         BackendUnavailableError: matplotlib is not installed.
@@ -152,45 +167,59 @@ def activation_range_figure(rows: List[Dict[str, Any]]) -> Any:
     return _render(_ranges, rows)
 
 
+def _codes(row: Dict[str, Any]) -> Any:
+    """(float min, float max, code min, code max) of a row in code units."""
+    scale = 2.0 ** row["fix_pos"]
+    half = 2 ** (row["bitwidth"] - 1)
+    return row["graph_min"] * scale, row["graph_max"] * scale, -half, half - 1
+
+
 def _ranges(rows: List[Dict[str, Any]]) -> Any:
     from matplotlib.patches import Patch
-    fig = _figure(len(rows), 11.0)
+    from matplotlib.ticker import MultipleLocator
+    fig = _figure(len(rows), 12.0)
     ax = fig.subplots(1, 1)
     ys = list(range(len(rows)))
-    ax.barh(ys, [r["range_max"] - r["range_min"] for r in rows], left=[r["range_min"] for r in rows],
-            height=0.8, color=RANGE_COLOR)
-    inside = [(max(r["graph_min"], r["range_min"]), min(r["graph_max"], r["range_max"])) for r in rows]
-    ax.barh(ys, [max(hi - lo, 0.0) for lo, hi in inside], left=[lo for lo, _ in inside], height=0.35,
-            color=BAR_COLOR)
-    for r, y in zip(rows, ys):
-        if r["graph_max"] > r["range_max"]:
-            ax.barh([y], [r["graph_max"] - r["range_max"]], left=[r["range_max"]], height=0.35, color=CLIP_COLOR)
-        if r["graph_min"] < r["range_min"]:
-            ax.barh([y], [r["range_min"] - r["graph_min"]], left=[r["graph_min"]], height=0.35, color=CLIP_COLOR)
+    codes = [_codes(r) for r in rows]
+    ax.barh(ys, [hi - lo for _, _, lo, hi in codes], left=[lo for _, _, lo, _ in codes], height=0.8,
+            color=RANGE_COLOR)
+    inside = [(max(fmin, lo), min(fmax, hi)) for fmin, fmax, lo, hi in codes]
+    ax.barh(ys, [max(b - a, 0.0) for a, b in inside], left=[a for a, _ in inside], height=0.35, color=BAR_COLOR)
+    for (fmin, fmax, lo, hi), y in zip(codes, ys):
+        if fmax > hi:
+            ax.barh([y], [fmax - hi], left=[hi], height=0.35, color=CLIP_COLOR)
+        if fmin < lo:
+            ax.barh([y], [lo - fmin], left=[fmin], height=0.35, color=CLIP_COLOR)
+    widest = max([128] + [-lo for _, _, lo, _ in codes])
+    low = max(min([-widest] + [c[0] for c in codes]), -CODE_AXIS_LIMIT * widest)
+    high = min(max([widest] + [c[1] for c in codes]), CODE_AXIS_LIMIT * widest)
+    ax.set_xlim(low - 0.04 * (high - low), high + 0.04 * (high - low))
+    ax.xaxis.set_major_locator(MultipleLocator(widest // 2 if high - low <= 4 * widest else widest))
+    ax.set_ylim(len(rows) - 0.5, -0.5)  # graph order from the top
     ax.axvline(0.0, color="black", linewidth=0.6)
     ax.set_yticks(ys)
     ax.set_yticklabels([layer_label(r) for r in rows], fontsize=8)
-    ax.invert_yaxis()
-    ax.set_xlabel("value (quantized graph's scale)")
-    fig.suptitle("Float value range vs the range each fix_pos represents", fontsize=10)
+    ax.set_xlabel("value x 2^fix_pos (codes: LSBs of each layer's fix_pos)")
     ax.grid(axis="x", alpha=0.3)
-    low = min([0.0] + [min(r["range_min"], r["graph_min"]) for r in rows])
-    high = max([0.0] + [max(r["range_max"], r["graph_max"]) for r in rows])
-    ax.set_xlim(low - 0.03 * (high - low), high + 0.03 * (high - low))
     for r, y in zip(rows, ys):
         clip = r["clipped_fraction"]
-        text = "fix_pos %d   clipped %s" % (r["fix_pos"], "0" if clip == 0 else "%.3g%%" % (100 * clip))
-        ax.text(1.01, y, text + ("   (CLE scale)" if r["cle_rescaled"] else ""),
-                transform=ax.get_yaxis_transform(), va="center", fontsize=8,
+        text = "fix_pos %d   float %s .. %s%s   clipped %s" % (
+            r["fix_pos"], _short(r["graph_min"]), _short(r["graph_max"]), " (CLE scale)" if r["cle_rescaled"] else "",
+            "0" if clip == 0 else "%.3g%%" % (100 * clip))
+        ax.text(1.01, y, text, transform=ax.get_yaxis_transform(), va="center", fontsize=8,
                 color=CLIP_COLOR if clip > 0 else "black")
     bits = sorted(set(r["bitwidth"] for r in rows))
-    codes = "-%d .. %d" % (2 ** (bits[0] - 1), 2 ** (bits[0] - 1) - 1) if len(bits) == 1 else "code range"
-    ax.legend(handles=[Patch(color=RANGE_COLOR, label="fix_pos range: %s times 2^-fix_pos" % codes),
+    code_text = "%d .. %d" % (-2 ** (bits[0] - 1), 2 ** (bits[0] - 1) - 1) if len(bits) == 1 else "the codes"
+    ax.legend(handles=[Patch(color=RANGE_COLOR, label="code range %s" % code_text),
                        Patch(color=BAR_COLOR, label="float min .. max"),
-                       Patch(color=CLIP_COLOR, label="float values the fix_pos clips")],
+                       Patch(color=CLIP_COLOR, label="float beyond the code range (clipped)")],
               loc="lower left", bbox_to_anchor=(0.0, 1.0), ncol=3, frameon=False, fontsize=8)
-    fig.tight_layout()
+    _finish(fig, "Float value range of each quantized output vs the code range of its fix_pos")
     return fig
+
+
+def _short(v: float) -> str:
+    return "%.3g" % v
 
 
 def plot_sensitivity(rows: List[Dict[str, Any]], path: str) -> str:

@@ -55,6 +55,8 @@ from .errors import DataError, QuantizationError
 ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
             "sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max", "range_min", "range_max",
             "clipped_fraction", "cle_rescaled", "cle_scale", "notes")
+# the row fields that hold floats that may be non-finite
+FLOAT_KEYS = ("sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max")
 
 
 def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
@@ -100,7 +102,8 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         - ``cle_rescaled``: True between the convs of a CLE pair (see the module docstring);
           ``cle_scale``: ``[min s, max s]`` there, else None.
         - ``notes``: list of strings (CLE, a float op that runs differently in the quantized
-          model, a point the test-mode model leaves unquantized).
+          model, a point the test-mode model leaves unquantized, a float range so small that every
+          value quantizes to 0, as when the fix_pos cap of 12 is reached; facts 2.1).
 
         Floats are Python floats; ``sqnr_db`` can be ``inf`` (use :func:`json_safe` for strict JSON).
 
@@ -412,6 +415,9 @@ class _Accumulator:
         half = 2 ** (p.bitwidth - 1)
         lsb = 2.0 ** -p.fix_pos
         notes = list(p.notes)
+        if self.n and self.g_max * 2.0 ** p.fix_pos < 0.5 and self.g_min * 2.0 ** p.fix_pos >= -0.5:
+            notes.append("every float value is within half an LSB of 0 at fix_pos %d: all quantize to 0"
+                         % p.fix_pos)
         cle_scale = None
         if self.scale is not None:
             cle_scale = [float(self.scale.min()), float(self.scale.max())]
@@ -442,6 +448,22 @@ def json_safe(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     return [{k: fix(v) for k, v in row.items()} for row in rows]
 
 
+def from_json(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
+    """The inverse of :func:`json_safe`: ``"inf"``, ``"-inf"``, ``"nan"`` strings of the float fields
+    back to floats (a copy; rows that hold floats already pass through unchanged)."""
+    def fix(v: Any) -> Any:
+        if isinstance(v, str) and v in ("inf", "-inf", "nan"):
+            return float(v)
+        return v
+    return [{k: fix(v) if k in FLOAT_KEYS else v for k, v in row.items()} for row in rows]
+
+
+def float_name(row: Dict[str, Any]) -> str:
+    """The float side of a row for people: the module path when the fx node is a module call
+    (``"layer1.0.relu"`` for fx node ``layer1_0_relu``), else the fx node name (``"add_1"``, ``"x"``)."""
+    return row["float_target"] if row["float_target"].replace(".", "_") == row["float_node"] else row["float_node"]
+
+
 def _num(v: float) -> str:
     return "%.4g" % v
 
@@ -449,19 +471,22 @@ def _num(v: float) -> str:
 def render_markdown_table(rows: List[Dict[str, Any]]) -> str:
     """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
 
-    Columns: quantized node, float node (target), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    Columns: quantized node, float node (:func:`float_name`), op, bits/fix_pos, per-sample shape, SQNR (dB, two
     decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
-    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale.
+    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
+    table: a footnote when there are CLE rows, and each note with the nodes it applies to.
+
+    ``rows`` as :func:`layer_sensitivity` returns them, or after :func:`json_safe` and a JSON round
+    trip (``steps/test.json``).
     """
+    rows = from_json(rows)
     lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
              "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
-        float_name = r["float_node"] if r["float_node"] == r["float_target"] else "%s (%s)" % (
-            r["float_node"], r["float_target"])
         mark = " \\*" if r["cle_rescaled"] else ""
         sqnr = r["sqnr_db"]
         lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
-            i, r["node"], float_name, r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            i, r["node"], float_name(r), r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
             "x".join(str(d) for d in r["shape"] or []),
             ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
             _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
@@ -471,7 +496,11 @@ def render_markdown_table(rows: List[Dict[str, Any]]) -> str:
         text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
                  "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
                  "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
-    notes = [(r["node"], n) for r in rows for n in r["notes"] if not n.startswith("rescaled by CLE")]
-    if notes:
-        text += "\n" + "".join("- %s: %s\n" % kv for kv in notes)
+    nodes_by_note = {}  # type: Dict[str, List[str]]
+    for r in rows:
+        for note in r["notes"]:
+            if not note.startswith("rescaled by CLE"):
+                nodes_by_note.setdefault(note, []).append(r["node"])
+    if nodes_by_note:
+        text += "\n" + "".join("- %s: %s\n" % (note, ", ".join(nodes)) for note, nodes in nodes_by_note.items())
     return text
