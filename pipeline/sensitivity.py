@@ -36,6 +36,10 @@ gives the smallest and largest ``s[k]``. ``s`` is recovered from the weights: th
 weights without CLE (a second ``graph.capture``) against the session's CLE-scaled ones; the
 recovered scale is checked against every weight and bias of c0.
 
+The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
+measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
+bias_corr.pth (the sim is bit-exact with it; tests/test_sim_golden.py).
+
 Statistics are accumulated in float64 per batch; only the running sums are kept, never the
 activations. The float model and the handle run side by side, node by node (a ``torch.fx``
 interpreter over each graph), and each pair of values is reduced as soon as both exist, so the
@@ -55,6 +59,8 @@ from .errors import DataError, QuantizationError
 ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
             "sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max", "range_min", "range_max",
             "clipped_fraction", "cle_rescaled", "cle_scale", "notes")
+# float64 temporaries of the statistics are kept near this many elements (8 MiB) per tensor
+CHUNK_ELEMENTS = 1 << 20
 # the row fields that hold floats that may be non-finite
 FLOAT_KEYS = ("sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max")
 
@@ -68,8 +74,9 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             in eval mode, is traced and run.
         handle: the sim backend's test-mode model (``SimBackend.load_test``; contract in
             ``pipeline/quantizers/sim/lowered.py``). Only run, never modified.
-        quant_info: the ``quant_info.json`` dict ``handle`` was built from (its ``output``
-            entries, ``"<Class>::<node>": [[bitwidth, fix_pos]]``, choose the rows).
+        quant_info: the ``quant_info.json`` dict ``handle`` was built from. Its ``output``
+            entries, ``"<Class>::<node>": [[bitwidth, fix_pos]]``, choose the rows; an entry that
+            names no node of ``handle`` (nndct may have extra ones) is left out.
         batches: float32 NCHW evaluation batches (any batch sizes, same per-sample shape as the
             example the handle was built with); not modified. Consumed once.
         settings: the ``pipeline.quantizers.base.QuantSettings`` the handle was made with (its
@@ -375,12 +382,24 @@ class _Accumulator:
         self.clipped = 0
 
     def add(self, f: torch.Tensor, q: torch.Tensor) -> None:
+        """Add one batch: ``f`` float and ``q`` simulated values of this point, same shape (N, ...).
+
+        Reduced a few samples at a time, so the float64 temporaries stay near ``CHUNK_ELEMENTS``.
+        """
         p = self.point
-        if not isinstance(f, torch.Tensor) or not isinstance(q, torch.Tensor) or f.shape != q.shape:
+        if not isinstance(f, torch.Tensor) or not isinstance(q, torch.Tensor) or f.shape != q.shape or f.dim() < 1:
             raise QuantizationError("layer sensitivity: at %s the float model gives %s and the test-mode model %s"
                                     % (p.name, _describe(f), _describe(q)))
-        f = f.detach().double()
-        q = q.detach().double()
+        if self.shape is None:
+            self.shape = list(f.shape[1:])
+        per_sample = max(1, f[:1].numel())
+        step = max(1, CHUNK_ELEMENTS // per_sample)
+        for start in range(0, f.shape[0], step):
+            self._add_chunk(f[start:start + step].detach().double(), q[start:start + step].detach().double())
+
+    def _add_chunk(self, f: torch.Tensor, q: torch.Tensor) -> None:
+        if not f.numel():
+            return
         g = f
         if self.scale is not None:
             s = self.scale.reshape((1, -1) + (1,) * (f.dim() - 2))
@@ -392,17 +411,14 @@ class _Accumulator:
         self.sum_q2 += float(torch.dot(qq, qq))
         self.sum_fq += float(torch.dot(ff, qq))
         self.sum_e2 += float(torch.dot(ee, ee))
-        if f.numel():
-            self.f_min = min(self.f_min, float(f.min()))
-            self.f_max = max(self.f_max, float(f.max()))
-            self.g_min = min(self.g_min, float(g.min()))
-            self.g_max = max(self.g_max, float(g.max()))
-        codes = g * (2.0 ** p.fix_pos)
-        half = 2 ** (p.bitwidth - 1)
+        self.f_min = min(self.f_min, float(f.min()))
+        self.f_max = max(self.f_max, float(f.max()))
+        self.g_min = min(self.g_min, float(g.min()))
+        self.g_max = max(self.g_max, float(g.max()))
+        codes = g.mul_(2.0 ** self.point.fix_pos) if g is not f else g * (2.0 ** self.point.fix_pos)
+        half = 2 ** (self.point.bitwidth - 1)
         self.clipped += int(((codes >= half - 0.5) | (codes < -half - 0.5)).sum())
         self.n += f.numel()
-        if self.shape is None:
-            self.shape = list(f.shape[1:])
 
     def row(self) -> Dict[str, Any]:
         p = self.point
