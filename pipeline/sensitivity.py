@@ -508,6 +508,9 @@ def render_markdown_table(rows: List[Dict[str, Any]]) -> str:
             _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
             "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
     text = "\n".join(lines) + "\n"
+    text += ("\nSQNR = 10 log10(sum f^2 / sum (f - q)^2) and cosine over all eval values (f float, q quantized); "
+             "clipped = share of the float values more than half an LSB beyond the fix_pos range (they "
+             "saturate).\n")
     if any(r["cle_rescaled"] for r in rows):
         text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
                  "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
