@@ -55,7 +55,7 @@ from torch import nn
 
 from .errors import DataError, QuantizationError
 
-# quant_info.json "output" entries are [[bitwidth, fix_pos]] (pipeline.quantizers.quant_info).
+# the keys of a row, in this order
 ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
             "sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max", "range_min", "range_max",
             "clipped_fraction", "cle_rescaled", "cle_scale", "notes")
@@ -224,7 +224,7 @@ def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, 
             if user.name in sim_names or not user.args or user.args[0] is not twin:
                 break
             twin = user
-        bitwidth, fix_pos = (int(v) for v in entries[sim.name][0])
+        bitwidth, fix_pos = (int(v) for v in entries[sim.name][0])  # [[bitwidth, fix_pos]] (quant_info.py)
         if not (quant.op == "call_function" and quant.target is fixpoint.fake_quant):
             notes.append("left unquantized by the test-mode model (no fake_quant at this point)")
         points.append(_Point(sim.name, sim.op, fix_pos, bitwidth, twin, _target_name(twin), quant, notes))
