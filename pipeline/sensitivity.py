@@ -116,8 +116,9 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
 
     Raises:
         DataError: no batches, or a batch that is not a float32 tensor of the example's rank.
-        QuantizationError: the float model does not trace like the sim's capture (a node or its
-            op differs), shapes differ at a point, or the CLE scales cannot be recovered.
+        QuantizationError: ``settings`` are not those of the handle (other nodes or weights, e.g.
+            another CLE switch), the float model does not trace like the sim's capture (a node or
+            its op differs), shapes differ at a point, or the CLE scales cannot be recovered.
         ConfigError: a bad ``settings.quant_config_file``.
     """
     from .quantizers.quant_config import load_quant_config
@@ -199,6 +200,7 @@ def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, 
     """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
     from .quantizers import fixpoint
 
+    _check_same_quantizer(handle, session)
     graph = session.graph
     prefix = graph.class_name + "::"
     entries = {k[len(prefix):]: v for k, v in quant_info.get("output", {}).items() if k.startswith(prefix)}
@@ -229,6 +231,31 @@ def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, 
             notes.append("left unquantized by the test-mode model (no fake_quant at this point)")
         points.append(_Point(sim.name, sim.op, fix_pos, bitwidth, twin, _target_name(twin), quant, notes))
     return points
+
+
+def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
+    """Raise QuantizationError unless ``handle`` was built from ``session``'s graph: the same nndct
+    nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
+    quantized with the handle's weight fix_pos. Settings with another CLE switch fail here."""
+    from .quantizers import fixpoint
+    from .quantizers.sim.graph import PARAM_TYPES
+
+    graph = session.graph
+    unknown = sorted(set(n.meta["nndct_node"] for n in handle.graph.nodes if "nndct_node" in n.meta)
+                     - set(graph.by_name))
+    modules = dict(handle.named_children())
+    differ = []
+    for sim in graph.nodes:
+        if sim.op in PARAM_TYPES and sim.name in modules:
+            m = modules[sim.name]
+            expected = fixpoint.fake_quant(graph.module(sim).weight.detach(), m.weight_fix_pos, m.bitwidth, "std_round")
+            if not torch.equal(expected, m.weight.detach()):
+                differ.append(sim.name)
+    if unknown or differ:
+        raise QuantizationError("layer sensitivity: the test-mode model was not built with these settings (%s); pass "
+                                "the QuantSettings (quant_config_file, bitwidth) the handle was loaded with"
+                                % ("nodes %s are not in the float model's graph" % ", ".join(unknown) if unknown
+                                   else "weights of %s differ" % ", ".join(differ)))
 
 
 def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch.fx.GraphModule,

@@ -19,7 +19,7 @@ import torch.fx
 from torch import nn
 
 from pipeline import sensitivity
-from pipeline.errors import DataError
+from pipeline.errors import DataError, QuantizationError
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.base import QuantSettings
 from pipeline.quantizers.sim.backend import SimBackend
@@ -256,6 +256,15 @@ def test_cle_point_is_compared_in_float_scale(tmp_path):
         _sqnr_cos(model(x).detach().numpy(), handle(x).detach().numpy())[0], abs=1e-4)
     table = render_markdown_table(list(rows.values()))
     assert "\\*" in table and "CLE" in table
+
+
+def test_settings_must_be_the_handles(tmp_path):
+    torch.manual_seed(2)
+    model = CLEPair().eval()
+    x = torch.rand(4, 1, 5, 5)
+    handle, info = _calibrated(model, x, tmp_path, _settings(tmp_path, CLE_ONLY))
+    with pytest.raises(QuantizationError, match="weights of nndct_conv2d_1, nndct_conv2d_3 differ"):
+        layer_sensitivity(model, handle, info, [x], _settings(tmp_path, NO_CLE))  # CLE off: other weights
 
 
 def test_callers_model_and_batches_unchanged(tmp_path):
