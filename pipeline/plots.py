@@ -117,7 +117,9 @@ def _sensitivity(rows: List[Dict[str, Any]]) -> Any:
         s = r["sqnr_db"]
         if s == math.inf:
             bar.set_hatch("//")
-            ax.text(top * 0.99, y, "inf (exact)", va="center", ha="right", fontsize=8, color="white")
+            bar.set_edgecolor("white")  # the hatch takes the edge colour
+            ax.text(top * 0.99, y, "inf (exact)", va="center", ha="right", fontsize=8,
+                    bbox={"facecolor": "white", "edgecolor": "none", "pad": 1.0})
         else:
             ax.text(max(bar.get_width(), 0.0) + 0.01 * top, y, "-inf" if s == -math.inf else "%.1f" % s,
                     va="center", ha="left", fontsize=8)
