@@ -61,6 +61,8 @@ def build_report(run: Any) -> Dict[str, Any]:
         "accuracy_drop": test.get("accuracy_drop"),
         "eval_images": test.get("eval_images"),
         "ledger": dict(quant_ledger, rows=ledger_rows),
+        "sensitivity": test.get("sensitivity"),
+        "plots": {k: os.path.relpath(v, run.work_dir) for k, v in (test.get("plots") or {}).items()},
         "onnx_agreement": steps.get("export", {}).get("agreement"),
         "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
@@ -89,6 +91,15 @@ def render_markdown(r: Dict[str, Any]) -> str:
                                         r["eval_images"]), ""]
     if r["warnings"]:
         lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
+    if r.get("sensitivity"):
+        from .sensitivity import render_markdown_table
+        lines += ["## Per-layer sensitivity (quantized vs float, eval data)", "",
+                  render_markdown_table(r["sensitivity"]), ""]
+        if r.get("plots"):
+            lines += ["![SQNR and cosine per layer](%s)" % r["plots"]["sensitivity"], "",
+                      "![activation ranges and fix_pos](%s)" % r["plots"]["activation_ranges"], ""]
+        else:
+            lines += ["The plots need matplotlib (`pip install matplotlib`).", ""]
     led = r["ledger"]
     lines += ["## Memory ledger", "",
               "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]

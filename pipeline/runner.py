@@ -289,15 +289,36 @@ def step_test(run: Run) -> Dict[str, Any]:
     drop = float_acc - quant_acc
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
+    sensitivity, plot_files = _sensitivity(run, model, example, limit)
     result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc,
                                     "accuracy_drop": drop, "eval_images": n,
                                     "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
+                                    "sensitivity": sensitivity, "plots": plot_files,
                                     "ledger": ledger.summary(), "ledger_rows": ledger.rows})
     if drop > run.cfg.quantizer.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
                                 % (quant_acc, 100 * drop, float_acc, run.cfg.quantizer.max_accuracy_drop))
     return result
+
+
+def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor,
+                 limit: Optional[int]) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
+    """Per-layer SQNR and cosine of the simulated model against float on the eval data, and the
+    PNG plots of that table and of the activation ranges (pipeline.sensitivity, pipeline.plots).
+    The simulation is built from the calibration files, so this works after either backend's calib."""
+    from . import plots
+    from .quantizers.quant_info import read_quant_info
+    from .quantizers.sim.backend import SimBackend
+    from .sensitivity import json_safe, layer_sensitivity
+    handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
+    rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),
+                             (x for x, _ in run.batches("eval", limit=limit)), run.settings())
+    files = {}
+    if plots.is_available():
+        files = {"sensitivity": plots.plot_sensitivity(rows, run.path("plots", "sensitivity.png")),
+                 "activation_ranges": plots.plot_activation_ranges(rows, run.path("plots", "activation_ranges.png"))}
+    return json_safe(rows), files
 
 
 def step_export(run: Run) -> Dict[str, Any]:

@@ -155,3 +155,21 @@ def test_callers_array_is_bit_identical_after_every_step(tmp_path):
     assert np.array_equal(images, copy)
     assert report["source"]["unchanged"] is True
     assert report["ledger"]["copies_per_batch"] == 1
+
+
+@pytest.mark.slow
+def test_main_job_reports_per_layer_sensitivity_with_plots(main_job):
+    work, _, report = main_job
+    rows = report["sensitivity"]
+    assert [r["node"] for r in rows][0] == "nndct_input_0"
+    assert [r["float_node"] for r in rows] == ["x", "relu1", "relu2", "pool", "relu3", "gap", "fc"]
+    for r in rows:
+        assert 20 < float(r["sqnr_db"]) < 80 and 0.99 < r["cosine"] <= 1.0
+    with open(os.path.join(work, "report.md")) as f:
+        md = f.read()
+    assert "## Per-layer sensitivity" in md and "| nndct_dense_10 | fc |" in md
+    for name in ("sensitivity", "activation_ranges"):
+        path = os.path.join(work, report["plots"][name])
+        with open(path, "rb") as f:
+            assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+        assert "](%s)" % report["plots"][name] in md
