@@ -35,11 +35,12 @@ log = logging.getLogger("pipeline")
 PROCESS_SEPARATED_STEPS = ("calib", "test", "export")
 
 
-def progress(iterable: Any, desc: str, total: Optional[int] = None) -> Any:
-    """Wrap ``iterable`` in a tqdm progress bar on stderr; silent with --quiet or when not on a terminal."""
+def progress(iterable: Any, desc: str, total: Optional[int] = None, unit: str = "batch") -> Any:
+    """Wrap ``iterable`` in a tqdm progress bar on stderr (``iterable=None``: a bar updated by hand);
+    silent with --quiet or when stderr is not a terminal."""
     from tqdm import tqdm
     disable = not log.isEnabledFor(logging.INFO) or not sys.stderr.isatty()
-    return tqdm(iterable, desc=desc, total=total, unit="batch", leave=False, disable=disable)
+    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False, disable=disable)
 
 
 class Run:
@@ -228,8 +229,16 @@ def step_train(run: Run) -> Dict[str, Any]:
             idx = order[i:i + bs]
             yield x_all[idx], y_all[idx]
 
+    bar = progress(None, "train", total=m.train.epochs, unit="epoch")
+
+    def on_epoch(epoch: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss="%.4f" % loss)
+        log.debug("epoch %d loss %.4f", epoch, loss)
+
     metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
-                          run.cfg.run.seed, progress=lambda e, loss: log.debug("epoch %d loss %.4f", e, loss))
+                          run.cfg.run.seed, progress=on_epoch)
+    bar.close()
     train_acc, n = accuracy(model, [(x_all, y_all)])
     fileio.write_torch(run.weights_path, model.state_dict())
     log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
@@ -331,7 +340,9 @@ def step_export(run: Run) -> Dict[str, Any]:
     model = contiguous_parameters(model, ledger=ledger)
     backend = run.backend()
     handle = backend.load_test(model, example, run.quant_dir, run.settings())
-    files = backend.export(handle, example, run.path("export"), list(run.cfg.export.formats))
+    files = {}
+    for fmt in progress(list(run.cfg.export.formats), "export", unit="format"):
+        files.update(backend.export(handle, example, run.path("export"), [fmt]))
     agreement = {}
     if run.cfg.quantizer.backend == "sim":
         agreement = _verify_onnx(run, handle, files)
