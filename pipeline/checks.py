@@ -51,28 +51,29 @@ def check_channels(boundary_shape: Sequence[int], mean: Sequence[float], stages:
 
 
 class InputStats:
-    """Running statistics of the calibration inputs after the boundary (float32 NCHW, normalized).
-
-    Collects the element count, mean, std and per-channel min/max, and turns them into a
-    plausibility verdict for the configured normalization (public case P05: pixels scaled twice).
-    """
+    """Running per-channel statistics of the calibration inputs after the boundary (float32 NCHW,
+    normalized), turned into a plausibility verdict for the configured normalization (public case
+    P05: pixels scaled twice). Each channel is judged on its own: a pooled std would hide a
+    collapsed channel behind the spread between channel means."""
 
     def __init__(self) -> None:
-        self.n = 0
-        self.total = 0.0
-        self.total_sq = 0.0
+        self.n = 0  # elements per channel
+        self.total = None  # type: Optional[torch.Tensor]
+        self.total_sq = None  # type: Optional[torch.Tensor]
         self.cmin = None  # type: Optional[torch.Tensor]
         self.cmax = None  # type: Optional[torch.Tensor]
 
     def add(self, x: torch.Tensor) -> torch.Tensor:
         """Account for one boundary batch ``x`` (N, C, H, W) and return it unchanged."""
         xd = x.double()
-        self.n += x.numel()
-        self.total += float(xd.sum())
-        self.total_sq += float((xd * xd).sum())
+        s, sq = xd.sum(dim=(0, 2, 3)), (xd * xd).sum(dim=(0, 2, 3))
         lo, hi = x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3))
-        self.cmin = lo if self.cmin is None else torch.minimum(self.cmin, lo)
-        self.cmax = hi if self.cmax is None else torch.maximum(self.cmax, hi)
+        self.n += x.numel() // x.shape[1]
+        if self.total is None:
+            self.total, self.total_sq, self.cmin, self.cmax = s, sq, lo, hi
+        else:
+            self.total, self.total_sq = self.total + s, self.total_sq + sq
+            self.cmin, self.cmax = torch.minimum(self.cmin, lo), torch.maximum(self.cmax, hi)
         return x
 
     def result(self, mean: Sequence[float], std: Sequence[float]) -> Dict[str, Any]:
@@ -82,29 +83,37 @@ class InputStats:
             mean, std: ``preprocess.mean/std`` in source units, to report the raw pixel range.
 
         Returns:
-            ``{"elements", "mean", "std", "source_min", "source_max" (per channel, source units),
-            "plausible" (bool), "warnings" (list of str)}``. After ``(x - mean) / std`` a sensible
-            configuration gives inputs with a std between 0.05 and 20 and a mean within +-10; outside
-            that, the normalization does not fit the data (values scaled twice, wrong units, wrong
-            mean/std), and the fix positions chosen from such data waste most of the int8 range.
+            ``{"elements" (per channel), "mean", "std" (per channel, after normalization),
+            "source_min", "source_max" (per channel, in source units), "plausible" (bool),
+            "warnings" (list of str)}``. After ``(x - mean) / std`` a sensible configuration gives
+            every channel a std between 0.05 and 20 and a mean within +-10; outside that, the
+            normalization does not fit the data (values scaled twice, wrong units, wrong mean/std),
+            and the fix positions chosen from such data waste most of the int8 range.
         """
-        if not self.n:
+        if not self.n or self.total is None:
             return {"elements": 0, "plausible": True, "warnings": []}
+        assert self.total_sq is not None and self.cmin is not None and self.cmax is not None
         m = self.total / self.n
-        s = max(self.total_sq / self.n - m * m, 0.0) ** 0.5
-        assert self.cmin is not None and self.cmax is not None
-        src_min = [float(v) * sd + mu for v, sd, mu in zip(self.cmin.tolist(), std, mean)]
-        src_max = [float(v) * sd + mu for v, sd, mu in zip(self.cmax.tolist(), std, mean)]
+        sd = (self.total_sq / self.n - m * m).clamp(min=0).sqrt()
+        src_min = [_round(float(v) * s + mu) for v, s, mu in zip(self.cmin.tolist(), std, mean)]
+        src_max = [_round(float(v) * s + mu) for v, s, mu in zip(self.cmax.tolist(), std, mean)]
+        bad = [c for c in range(len(m)) if not (0.05 <= float(sd[c]) <= 20 and abs(float(m[c])) <= 10)]
         warnings = []  # type: List[str]
-        if s < 0.05 or s > 20 or abs(m) > 10:
+        if bad:
             warnings.append(
-                "implausible calibration inputs for the configured normalization: in source units they span "
-                "%s .. %s, while preprocess.mean is %s and preprocess.std is %s, so after normalization their "
-                "mean is %.4g and their std %.4g (expected about 0 and 1). Were the pixels scaled twice "
-                "(e.g. divided by 255 when already in 0..1), or are mean/std in other units than the data?"
-                % (_fmt(src_min), _fmt(src_max), list(mean), list(std), m, s))
-        return {"elements": self.n, "mean": m, "std": s, "source_min": src_min, "source_max": src_max,
-                "plausible": not warnings, "warnings": warnings}
+                "implausible calibration inputs for the configured normalization: channel(s) %s span %s .. %s in "
+                "source units, while preprocess.mean is %s and preprocess.std is %s, so after normalization their "
+                "mean is %s and their std %s (expected about 0 and 1). Were the pixels scaled twice (e.g. divided "
+                "by 255 when already in 0..1), or are mean/std in other units than the data?"
+                % (bad, _fmt([src_min[c] for c in bad]), _fmt([src_max[c] for c in bad]), list(mean), list(std),
+                   _fmt([float(m[c]) for c in bad]), _fmt([float(sd[c]) for c in bad])))
+        return {"elements": self.n, "mean": [float(v) for v in m], "std": [float(v) for v in sd],
+                "source_min": src_min, "source_max": src_max, "plausible": not warnings, "warnings": warnings}
+
+
+def _round(v: float) -> float:
+    """Drop float32 noise from values mapped back to source units (6 significant digits)."""
+    return float("%.6g" % v)
 
 
 def _fmt(values: List[float]) -> str:

@@ -263,3 +263,22 @@ def test_corrupt_image_file_skipped_on_request_is_counted_in_the_report(tmp_path
     with open(str(tmp_path / "run" / "report.md")) as f:
         assert "zz_truncated.png" in f.read()
     assert files_before == {f: sha(os.path.join(d, f)) for d, _, fs in os.walk(str(tmp_path / "imgs")) for f in fs}
+
+
+def test_p05_imagenet_normalization_on_pixels_scaled_twice_is_flagged_per_channel(tmp_path):
+    """Three channels with ImageNet mean/std (0..1 units) on data divided by 255 once too often:
+    pooled over channels the spread looks healthy, per channel it has collapsed."""
+    rng = np.random.default_rng(0)
+    images = (rng.integers(0, 256, (120, 8, 8, 3)).astype(np.float32) / 255.0) / 255.0
+    labels = rng.integers(0, 10, 120)
+    cfg, _ = make_case(tmp_path, images, labels,
+                       preprocess={"mean": [0.485, 0.456, 0.406], "std": [0.229, 0.224, 0.225]},
+                       model={"zoo": "digits_cnn", "kwargs": {"in_channels": 3}, "train": {"epochs": 1}})
+    import torch
+    from pipeline.models.zoo import digits_cnn
+    torch.save(digits_cnn(in_channels=3).state_dict(), str(tmp_path / "w3.pt"))
+    report = pipeline.run(cfg, steps=["calib"], overrides=["model.weights=%s" % (tmp_path / "w3.pt")])
+    stats = report["steps"]["calib"]["input_stats"]
+    assert stats["plausible"] is False
+    assert all(s < 0.05 for s in stats["std"]) and len(stats["std"]) == 3
+    assert "channel(s) [0, 1, 2]" in report["warnings"][0]
