@@ -2,22 +2,46 @@
 # Run the pipeline on a config inside the Vitis AI image, with this repository mounted at /workspace.
 #
 # Usage: scripts/docker_run.sh CONFIG.yaml [more arguments for `python -m pipeline run`]
+#        scripts/docker_run.sh -h | --help
 #   The config must lie inside the repository (it is read through the mount). Example:
 #   scripts/docker_run.sh configs/digits_sim_zcu102.yaml --set quantizer.backend=nndct
+#   Only this script needs docker: the sim backend and the written compile plan run without it
+#   (python -m pipeline run --config CONFIG.yaml).
 #
 # Environment:
 #   VITIS_PIPELINE_IMAGE  image to run (default vitis-pipeline:latest); built from docker/Dockerfile
-#                         the first time if it is missing.
+#                         the first time if it is missing, with a plain `docker build` whose context
+#                         is only pyproject.toml, README.md, pipeline/ and the Dockerfile.
 #   VITIS_AI_IMAGE        base image for that build (default xilinx/vitis-ai-pytorch-cpu:latest).
 #   DOCKER                docker client to call (default docker).
+#   DOCKER_BUILDKIT       passed through untouched: BuildKit (buildx) is not needed; set
+#                         DOCKER_BUILDKIT=1 to build with it, 0 for the legacy builder.
 set -euo pipefail
 
 usage() {
-    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0" >&2
+    awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"
 }
 
-if [ "$#" -lt 1 ] || [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
+if [ "$#" -lt 1 ]; then
+    usage >&2
+    exit 2
+fi
+if [ "$1" = "-h" ] || [ "$1" = "--help" ]; then
     usage
+    exit 0
+fi
+
+DOCKER="${DOCKER:-docker}"
+if ! command -v "$DOCKER" >/dev/null 2>&1; then
+    echo "docker_run.sh: this script needs the docker client, and '$DOCKER' is not on PATH (install docker or" \
+         "set DOCKER=/path/to/docker); the rest of the pipeline runs without it:" \
+         "python -m pipeline run --config CONFIG.yaml" >&2
+    exit 2
+fi
+if ! DAEMON_ERR="$("$DOCKER" version --format '{{.Server.Version}}' 2>&1 >/dev/null)"; then
+    echo "docker_run.sh: the docker client cannot reach a docker daemon (${DAEMON_ERR##*$'\n'}); start it or get" \
+         "access to its socket; the rest of the pipeline runs without docker:" \
+         "python -m pipeline run --config CONFIG.yaml" >&2
     exit 2
 fi
 
@@ -38,14 +62,15 @@ case "$CONFIG_ABS" in
         ;;
 esac
 
-DOCKER="${DOCKER:-docker}"
 IMAGE="${VITIS_PIPELINE_IMAGE:-vitis-pipeline:latest}"
 BASE="${VITIS_AI_IMAGE:-xilinx/vitis-ai-pytorch-cpu:latest}"
 
 if ! "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
     echo "docker_run.sh: building $IMAGE on $BASE (once)" >&2
-    DOCKER_BUILDKIT=1 "$DOCKER" build -f "$REPO/docker/Dockerfile" --build-arg "VITIS_AI_IMAGE=$BASE" \
-        -t "$IMAGE" "$REPO"
+    # The context is a tar stream of what the image installs: the legacy builder ignores
+    # docker/Dockerfile.dockerignore and would otherwise send .venv, runs/ and data along.
+    tar -C "$REPO" --exclude=__pycache__ -cf - pyproject.toml README.md pipeline docker/Dockerfile \
+        | "$DOCKER" build -f docker/Dockerfile --build-arg "VITIS_AI_IMAGE=$BASE" -t "$IMAGE" -
 fi
 
 RUN_ARGS=(run --rm -v "$REPO:/workspace" -w /workspace -e HOME=/tmp --user "$(id -u):$(id -g)")

@@ -1,10 +1,11 @@
 """Static checks that run with the tests: the Python 3.8 floor (vermin), hadolint on the Dockerfile,
-and scripts/docker_run.sh against a fake docker client."""
+shellcheck on scripts/docker_run.sh, and that script against a fake docker client."""
 import os
 import shutil
 import stat
 import subprocess
 import sys
+import tarfile
 
 import pytest
 
@@ -58,7 +59,12 @@ def test_dockerfile_installs_into_the_vitis_ai_pytorch_env():
 
 FAKE_DOCKER = """#!/bin/sh
 printf '%s\\n' "$@" > "$FAKE_DOCKER_LOG.$1"
-[ "$1" = image ] && exit "${FAKE_IMAGE_MISSING:-0}"
+case "$1" in
+    version) [ -z "$FAKE_DAEMON_DOWN" ] || { echo "Cannot connect to the Docker daemon" >&2; exit 1; } ;;
+    image) exit "${FAKE_IMAGE_MISSING:-0}" ;;
+    build) printf '%s\\n' "${DOCKER_BUILDKIT-unset}" > "$FAKE_DOCKER_LOG.buildkit"
+           cat > "$FAKE_DOCKER_LOG.context" ;;
+esac
 exit 0
 """
 
@@ -70,14 +76,24 @@ def fake_docker(tmp_path, monkeypatch):
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("DOCKER", str(exe))
     monkeypatch.setenv("FAKE_DOCKER_LOG", str(tmp_path / "log"))
-    monkeypatch.delenv("VITIS_PIPELINE_IMAGE", raising=False)
+    for name in ("VITIS_PIPELINE_IMAGE", "VITIS_AI_IMAGE", "DOCKER_BUILDKIT", "FAKE_IMAGE_MISSING",
+                 "FAKE_DAEMON_DOWN"):
+        monkeypatch.delenv(name, raising=False)
     return tmp_path / "log"
 
 
+SCRIPT = os.path.join(REPO, "scripts", "docker_run.sh")
+
+
 def _run_script(*args):
-    return subprocess.run(["bash", os.path.join(REPO, "scripts", "docker_run.sh")] + list(args), cwd=REPO,
-                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
-                          stdin=subprocess.DEVNULL)
+    return subprocess.run(["bash", SCRIPT] + list(args), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True, stdin=subprocess.DEVNULL)
+
+
+def test_docker_run_passes_shellcheck():
+    proc = subprocess.run([_tool("shellcheck"), SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          universal_newlines=True)
+    assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout
 
 
 def test_docker_run_mounts_the_repository_and_runs_the_config(fake_docker):
@@ -96,14 +112,77 @@ def test_docker_run_mounts_the_repository_and_runs_the_config(fake_docker):
 def test_docker_run_builds_the_image_when_missing(fake_docker, monkeypatch):
     monkeypatch.setenv("FAKE_IMAGE_MISSING", "1")
     monkeypatch.setenv("VITIS_AI_IMAGE", "xilinx/vitis-ai-pytorch-rocm:latest")
-    assert _run_script("pyproject.toml").returncode == 0
+    proc = _run_script("pyproject.toml")
+    assert proc.returncode == 0, proc.stderr
     build = open(str(fake_docker) + ".build").read().splitlines()
-    assert build[:3] == ["build", "-f", os.path.join(REPO, "docker", "Dockerfile")]
-    assert "VITIS_AI_IMAGE=xilinx/vitis-ai-pytorch-rocm:latest" in build and build[-1] == REPO
+    # a plain `docker build` (no buildx, BuildKit not forced) reading its context from stdin
+    assert build[:3] == ["build", "-f", "docker/Dockerfile"] and build[-1] == "-"
+    assert "buildx" not in build and "VITIS_AI_IMAGE=xilinx/vitis-ai-pytorch-rocm:latest" in build
+    assert build[build.index("-t") + 1] == "vitis-pipeline:latest"
+    assert open(str(fake_docker) + ".buildkit").read().strip() == "unset"
+    # the context holds what the image installs and nothing else (no .venv, runs/, data, caches)
+    with tarfile.open(str(fake_docker) + ".context") as tar:
+        names = tar.getnames()
+    assert {"pyproject.toml", "README.md", "docker/Dockerfile", "pipeline/__init__.py",
+            "pipeline/compilers/vai_c.py"} <= set(names)
+    assert all(n in ("pyproject.toml", "README.md", "docker/Dockerfile") or n.startswith("pipeline")
+               for n in names), names
+    assert not any("__pycache__" in n for n in names)
+    assert os.path.exists(str(fake_docker) + ".run"), "the run follows the build"
+
+
+@pytest.mark.parametrize("value", ["1", "0"])
+def test_docker_run_passes_the_users_buildkit_choice_through(fake_docker, monkeypatch, value):
+    monkeypatch.setenv("FAKE_IMAGE_MISSING", "1")
+    monkeypatch.setenv("DOCKER_BUILDKIT", value)
+    assert _run_script("pyproject.toml").returncode == 0
+    assert open(str(fake_docker) + ".buildkit").read().strip() == value
+
+
+def test_docker_run_without_a_docker_client_says_so_in_one_line(tmp_path, monkeypatch):
+    # a PATH with bash's helpers but no docker, and DOCKER unset: the default client name is looked up
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("dirname", "awk", "id", "tar", "cat"):
+        found = shutil.which(tool)
+        if found:
+            os.symlink(found, str(bin_dir / tool))
+    monkeypatch.delenv("DOCKER", raising=False)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    proc = subprocess.run([shutil.which("bash") or "/bin/bash", SCRIPT, "pyproject.toml"], cwd=REPO,
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True,
+                          stdin=subprocess.DEVNULL)
+    assert proc.returncode == 2 and proc.stdout == ""
+    lines = proc.stderr.splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "needs the docker client" in lines[0] and "'docker' is not on PATH" in lines[0]
+    assert "rest of the pipeline runs without it" in lines[0] and "python -m pipeline run --config" in lines[0]
+    assert "building" not in proc.stderr and "command not found" not in proc.stderr
+
+
+def test_docker_run_without_a_daemon_says_so_before_building(fake_docker, monkeypatch):
+    monkeypatch.setenv("FAKE_DAEMON_DOWN", "1")
+    monkeypatch.setenv("FAKE_IMAGE_MISSING", "1")
+    proc = _run_script("pyproject.toml")
+    assert proc.returncode == 2
+    assert proc.stderr.count("\n") == 1 and "cannot reach a docker daemon" in proc.stderr
+    assert "Cannot connect to the Docker daemon" in proc.stderr and "runs without docker" in proc.stderr
+    assert not os.path.exists(str(fake_docker) + ".build") and not os.path.exists(str(fake_docker) + ".run")
+
+
+@pytest.mark.parametrize("flag", ["-h", "--help"])
+def test_docker_run_help_prints_the_usage_and_succeeds(fake_docker, flag):
+    proc = _run_script(flag)
+    assert proc.returncode == 0 and proc.stderr == ""
+    assert proc.stdout.startswith("Run the pipeline on a config inside the Vitis AI image")
+    assert "Usage: scripts/docker_run.sh CONFIG.yaml" in proc.stdout and "DOCKER_BUILDKIT" in proc.stdout
+    assert "set -euo" not in proc.stdout, "the usage stops at the end of the header comment"
+    assert not os.path.exists(str(fake_docker) + ".version"), "help does not call docker"
 
 
 def test_docker_run_refuses_bad_arguments(fake_docker, tmp_path):
-    assert _run_script().returncode == 2
+    bare = _run_script()
+    assert bare.returncode == 2 and bare.stdout == "" and "Usage: scripts/docker_run.sh" in bare.stderr
     missing = _run_script("configs/none.yaml")
     assert missing.returncode == 2 and "does not exist" in missing.stderr
     outside = tmp_path / "c.yaml"
