@@ -11,6 +11,8 @@ import pytest
 from pipeline.compilers import plan, vai_c
 from pipeline.errors import BackendUnavailableError, CompileError, ConfigError
 
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 B4096_ARCH = {"fingerprint": "0x101000056010407"}
 
 FAKE = r'''#!{python}
@@ -187,9 +189,12 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     assert expected in script.splitlines()
     assert os.stat(os.path.join(run, "compile.sh")).st_mode & stat.S_IXUSR
     text = open(path).read()
-    assert "Compiling needs the Vitis AI image" in text and "vai_c_xir is not on PATH." in text
+    assert "The compiler did not run here.** vai_c_xir is not on PATH." in text
     assert expected in text and "0x0101000056010407" in text and "0x0101000016010407" in text
     assert "scripts/docker_run.sh configs/mlp.yaml" in text
+    # the xmodel is in place: the plan says so and asks only for the compile step
+    assert "**`MLP_int.xmodel`** (`%s`). It is there" % os.path.abspath(xmodel) in text
+    assert "--steps calib,test,export" not in text and "--steps compile,deploy" in text
     docker = plan.docker_command(run, argv)
     assert docker in text
     # the run folder is mounted at its own path; the arch.json inside the image is not mounted
@@ -228,3 +233,98 @@ def test_compile_plan_script_runs_the_compiler_from_any_folder(inputs, fake_comp
     assert open(os.path.join(run, "compiled", "mlp.xmodel"), "rb").read() == b"compiled:int8 graph"
     assert json.load(open(str(fake_compiler))) == ["-x", "quantize_result/MLP_int.xmodel", "-a", arch,
                                                    "-o", "compiled", "-n", "mlp"]
+
+
+def _compile_sh_header(script):
+    """``{"-x": (path, note), ...}`` from the comment lines compile.sh writes about its paths."""
+    notes = {}
+    for line in script.splitlines():
+        if line.startswith("# -"):
+            flag_path, note = line[2:].split(": ", 1)
+            flag, path = flag_path.split(" ", 1)
+            notes[flag] = (path, note)
+    return notes
+
+
+def test_compile_sh_says_truly_which_paths_are_relative(tmp_path):
+    # the runner's layout: <run>/compile next to <run>/export; an arch.json elsewhere on the host
+    run = str(tmp_path / "run" / "compile")
+    xmodel = str(tmp_path / "run" / "export" / "DigitsCNN_int.xmodel")
+    arch = str(tmp_path / "boards" / "arch.json")
+    argv = vai_c.build_argv(xmodel, arch, os.path.join(run, "out"), "digits")
+    plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")
+    script = open(os.path.join(run, "compile.sh")).read()
+    assert "paths are relative to this folder" not in script
+    notes = _compile_sh_header(script)
+    assert notes["-x"] == (xmodel, "an absolute path on the machine that wrote this file")
+    assert notes["-a"] == (arch, "an absolute path on the machine that wrote this file")
+    assert notes["-o"] == ("out", "relative to the folder of compile.sh (it changes there first)")
+    image = vai_c.build_argv(xmodel, "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json", run, "digits")
+    plan.write_compile_plan(run, image, "DPUCZDX8G_ISA1_B4096", "r")
+    notes = _compile_sh_header(open(os.path.join(run, "compile.sh")).read())
+    assert notes["-a"] == ("/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json", "a path inside the Vitis AI image")
+    assert notes["-o"][0] == "."
+
+
+def test_compile_sh_copied_elsewhere_still_finds_the_xmodel(inputs, fake_compiler, tmp_path):
+    # the deploy bundle carries a copy of compile.sh: the xmodel, outside the compile folder (the runner's
+    # layout), is named by its absolute path, and the output folder is the script's own
+    _, xmodel, arch = inputs
+    run = str(tmp_path / "run dir" / "compile")
+    plan.write_compile_plan(run, vai_c.build_argv(xmodel, arch, run, "mlp"), "DPUCZDX8G_ISA1_B4096", "r")
+    bundle = tmp_path / "bundle"
+    bundle.mkdir()
+    with open(os.path.join(run, "compile.sh")) as f:
+        (bundle / "compile.sh").write_text(f.read())
+    subprocess.run(["sh", str(bundle / "compile.sh")], check=True, cwd=str(tmp_path), stdout=subprocess.DEVNULL)
+    assert (bundle / "mlp.xmodel").read_bytes() == b"compiled:int8 graph"
+
+
+def _sh_blocks(text):
+    blocks, inside = [], None
+    for line in text.splitlines():
+        if line == "```sh":
+            inside = []
+        elif line == "```" and inside is not None:
+            blocks.append(inside)
+            inside = None
+        elif inside is not None:
+            inside.append(line)
+    return blocks
+
+
+def test_plan_after_the_sim_backend_names_the_missing_xmodel_and_the_two_image_commands(tmp_path):
+    # what step_compile hands over after a sim run: the real class name, no xmodel on disk
+    run = str(tmp_path / "run" / "compile")
+    xmodel = str(tmp_path / "run" / "export" / "DigitsCNN_int.xmodel")
+    argv = vai_c.build_argv(xmodel, "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json", run, "digits")
+    assert plan.expected_xmodel(argv) == ("DigitsCNN_int.xmodel", "DigitsCNN")
+    text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "vai_c_xir is not installed here.",
+                                        config_path="configs/digits_sim_zcu102.yaml")["plan"]).read()
+    assert "**`DigitsCNN_int.xmodel`** (`%s`). **It does not exist yet.**" % xmodel in text
+    assert "`nndct` backend" in text and "`export_xmodel()`" in text and "inside the Vitis AI image" in text
+    commands = [line for line in _sh_blocks(text)[0] if not line.startswith("#")]
+    assert len(commands) == 2
+    # 1. export with the nndct backend, 2. compile: both valid for the CLI and the config
+    from pipeline.cli import build_parser
+    from pipeline.config import load_config
+    parsed = [build_parser().parse_args(shlex.split(c)[3:]) for c in commands]
+    assert [p.command for p in parsed] == ["run", "run"]
+    assert parsed[0].steps == ["calib", "test", "export"] and parsed[1].steps == ["compile", "deploy"]
+    for p in parsed:
+        assert p.config == "configs/digits_sim_zcu102.yaml"
+        cfg = load_config(os.path.join(REPO, p.config), p.overrides).cfg
+        assert cfg.quantizer.backend == "nndct" and cfg.export.formats == ["xmodel"]
+    # the compile command alone, and the docker command that runs it once the xmodel exists
+    assert "vai_c_xir -x %s -a %s -o . -n digits" % (xmodel, argv[4]) in _sh_blocks(text)[1]
+    assert plan.docker_command(run, argv) in text
+    assert "Once `DigitsCNN_int.xmodel` exists" in text
+
+
+def test_plan_with_a_placeholder_xmodel_explains_the_class_name(tmp_path):
+    run = str(tmp_path / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "export" / "<Model>_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
+    assert plan.expected_xmodel(argv) == ("<Model>_int.xmodel", None)
+    text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")["plan"]).read()
+    assert "**`<ModelClass>_int.xmodel`**, where `<ModelClass>` is the class name of the float model" in text
+    assert "--config CONFIG.yaml" in text and "--steps calib,test,export" in text

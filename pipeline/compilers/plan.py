@@ -1,14 +1,17 @@
-"""The compile plan: what to run, and where, when ``vai_c_xir`` is not installed here.
+"""The compile plan: what to run, and where, when ``vai_c_xir`` did not run here.
 
-Outside the Vitis AI image there is neither the quantized ``<Model>_int.xmodel`` (``export_xmodel``
-needs the ``xir`` package, facts 1.2) nor the compiler (facts 4). Instead of a compiled model the
-run folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and ``compile_plan.md``
-(why it did not run here, and the docker command that runs it in the image).
+Outside the Vitis AI image there is neither the quantized ``<ModelClass>_int.xmodel`` (only the
+``nndct`` backend writes it, with pytorch_nndct's ``export_xmodel()``, which needs the ``xir`` package:
+facts 1.2) nor the compiler (facts 4). Instead of a compiled model the compile folder gets
+``compile.sh`` (the exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run
+here, which xmodel the command reads and whether it exists, and the commands that produce it and
+compile it inside the image). The deploy bundle carries copies of both files (pipeline.deploy), so
+the paths outside the compile folder are written absolute.
 """
 import os
 import shlex
 
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 from ..fileio import write_text
 from . import targets
@@ -19,18 +22,50 @@ IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
 IMAGE_ROOT = "/opt/vitis_ai"
+# export_xmodel() names its file after the traced graph, i.e. the float model's class (facts 1.2).
+XMODEL_SUFFIX = "_int.xmodel"
+PLACEHOLDER_XMODEL = "<ModelClass>" + XMODEL_SUFFIX
+# `python -m pipeline run` arguments that make the nndct backend write the xmodel (pipeline.config:
+# export.formats must be ones the nndct backend writes; calib and test must be its own, since the
+# calibration fingerprint names the backend).
+NNDCT_ARGS = ["--set", "quantizer.backend=nndct", "--set", "export.formats=[xmodel]"]
+
+
+def _in_image(path: str) -> bool:
+    return os.path.isabs(path) and path.startswith(IMAGE_ROOT + os.sep)
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder + os.sep)
 
 
 def _relative_argv(argv: List[str], run_dir: str) -> List[str]:
-    """Copy of ``argv`` whose path arguments inside ``run_dir`` are made relative to it."""
+    """Copy of ``argv`` whose path arguments inside ``run_dir`` are made relative to it; every other
+    path is made absolute (paths under ``/opt/vitis_ai``, which exist inside the image, are kept)."""
     root = os.path.abspath(run_dir)
     out = list(argv)
     for i in range(1, len(out)):
-        if out[i - 1] in PATH_FLAGS:
+        if out[i - 1] in PATH_FLAGS and not _in_image(out[i]):
             full = os.path.abspath(out[i])
-            if full == root or full.startswith(root + os.sep):
-                out[i] = os.path.relpath(full, root)
+            out[i] = os.path.relpath(full, root) if _inside(full, root) else full
     return out
+
+
+def _path_notes(rel: List[str]) -> List[Tuple[str, str]]:
+    """``("<flag> <path>", what the path is relative to)`` for each path argument of ``rel``
+    (from ``_relative_argv``)."""
+    notes = []
+    for i in range(1, len(rel)):
+        if rel[i - 1] in PATH_FLAGS:
+            value = rel[i]
+            if _in_image(value):
+                kind = "a path inside the Vitis AI image"
+            elif os.path.isabs(value):
+                kind = "an absolute path on the machine that wrote this file"
+            else:
+                kind = "relative to the folder of compile.sh (it changes there first)"
+            notes.append(("%s %s" % (rel[i - 1], value), kind))
+    return notes
 
 
 def _mounts(run_dir: str, argv: List[str]) -> List[str]:
@@ -41,7 +76,7 @@ def _mounts(run_dir: str, argv: List[str]) -> List[str]:
     for i in range(1, len(argv)):
         if argv[i - 1] in PATH_FLAGS:
             full = os.path.abspath(argv[i])
-            if full.startswith(IMAGE_ROOT + os.sep) or full == root or full.startswith(root + os.sep):
+            if _in_image(full) or _inside(full, root):
                 continue
             folders.add(os.path.dirname(full))
     ordered = sorted(folders)
@@ -52,28 +87,95 @@ def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = 
     """The shell command that runs ``compile.sh`` of ``run_dir`` inside the Vitis AI image.
 
     Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
-    container, so the paths in ``compile.sh`` stay valid; the ``vitis-ai-pytorch`` conda env is
-    activated first (facts 5).
+    container, so the absolute paths in ``compile.sh`` stay valid; the container runs as the calling
+    user (``$(id -u):$(id -g)``, expanded by the caller's shell), so the compiled files are theirs;
+    the ``vitis-ai-pytorch`` conda env is activated first (facts 5).
     """
     volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
-    return "docker run --rm %s -w %s %s bash -c %s" % (
+    return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w %s %s bash -c %s" % (
         volumes, shlex.quote(os.path.abspath(run_dir)), image,
         shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
 
 
+def expected_xmodel(argv: List[str]) -> Tuple[str, Optional[str]]:
+    """``(file name, model class)`` of the quantized xmodel that ``argv``'s ``-x``/``--xmodel`` names.
+
+    The class is the name before ``_int.xmodel`` (``DigitsCNN_int.xmodel`` -> ``DigitsCNN``), or None
+    when the argv holds no xmodel path or a placeholder such as ``<Model>_int.xmodel``.
+    """
+    for flag in ("-x", "--xmodel"):
+        if flag in argv[:-1]:
+            name = os.path.basename(argv[argv.index(flag) + 1])
+            stem = name[:-len(XMODEL_SUFFIX)] if name.endswith(XMODEL_SUFFIX) else ""
+            return name, (stem if stem.isidentifier() else None)
+    return PLACEHOLDER_XMODEL, None
+
+
+def _xmodel_exists(argv: List[str]) -> bool:
+    flag = "-x" if "-x" in argv[:-1] else "--xmodel"
+    return flag in argv[:-1] and expected_xmodel(argv)[1] is not None and \
+        os.path.isfile(argv[argv.index(flag) + 1])
+
+
+def _xmodel_lines(argv: List[str]) -> List[str]:
+    """The plan's paragraph about the quantized xmodel: which file, where, and whether it exists."""
+    name, model_class = expected_xmodel(argv)
+    flag = "-x" if "-x" in argv[:-1] else "--xmodel"
+    if model_class is None or flag not in argv[:-1]:
+        line = "- Quantized model the compiler reads: **`%s`**, where `<ModelClass>` is the class name of the " \
+               "float model (`export_xmodel()` names the file after the traced graph)." % PLACEHOLDER_XMODEL
+    else:
+        line = "- Quantized model the compiler reads: **`%s`** (`%s`)." % (
+            name, os.path.abspath(argv[argv.index(flag) + 1]))
+    if _xmodel_exists(argv):
+        return [line + " It is there: only the compile step is left."]
+    return [line + " **It does not exist yet.** Only the `nndct` backend writes it, with pytorch_nndct's "
+            "`export_xmodel()` (test mode, batch 1), and that runs only inside the Vitis AI image, which has the "
+            "`xir` package. The `sim` backend writes ONNX files, which vai_c_xir does not read."]
+
+
+def _image_commands(config: str, target: str, model_file: str, exported: bool) -> List[str]:
+    """The commands to run inside the image: export the xmodel with the nndct backend (unless it is
+    ``exported`` already), then compile."""
+    run = "python -m pipeline run --config %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
+    export = [] if exported else [
+        "# 1. calibrate, test and export %s with the nndct backend (the real quantizer)" % model_file,
+        "%s --steps calib,test,export" % run,
+    ]
+    return [
+        "## Inside the Vitis AI image: %s" % ("compile" if exported else "export the xmodel, then compile"),
+        "",
+        "```sh",
+    ] + export + [
+        "# %scompile it for %s (the vai_c_xir command of compile.sh) and rebuild the deploy bundle"
+        % ("" if exported else "2. ", target),
+        "%s --steps compile,deploy" % run,
+        "```",
+        "",
+        "Add any other `--set` this run was started with. From the host, `scripts/docker_run.sh %s` "
+        "followed by the same arguments (from `--set` on) runs each command in the image, with this "
+        "repository mounted at /workspace (the config must lie inside it)." % config,
+    ]
+
+
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
                        config_path: Optional[str] = None) -> Dict[str, str]:
-    """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir``.
+    """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir`` (atomically, pipeline.fileio).
 
     Returns ``{"plan": path of compile_plan.md, "script": path of compile.sh}``.
 
     Args:
-        run_dir: the run folder (created if missing).
-        argv: the ``vai_c_xir`` command from ``vai_c.build_argv``; its ``-x``/``-a``/``-o`` paths inside
-            ``run_dir`` are written relative to it, and ``compile.sh`` changes to its own folder first.
+        run_dir: the compile folder (created if missing).
+        argv: the ``vai_c_xir`` command from ``vai_c.build_argv``. Its path arguments inside ``run_dir``
+            are written relative to it (``compile.sh`` changes to its own folder first); the others
+            are written absolute, or kept as they are under ``/opt/vitis_ai`` (inside the image).
+            ``compile.sh`` says which is which. The ``-x`` file name should be the real
+            ``<ModelClass>_int.xmodel`` (``expected_xmodel``); the plan says whether it exists and,
+            when it does not, how to produce it with the nndct backend in the image.
         target: the configured DPU target name (its fingerprints are written into the plan).
         reason: one sentence saying why the compiler did not run here.
-        config_path: the run's resolved config, named in the plan's "whole flow" command, or None.
+        config_path: the run's config as the user would pass it to ``python -m pipeline run --config``
+            (best relative to the repository root), or None for a ``CONFIG.yaml`` placeholder.
 
     Raises:
         ConfigError: unknown target.
@@ -82,47 +184,46 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     os.makedirs(run_dir, exist_ok=True)
     rel = _relative_argv(argv, run_dir)
     command = " ".join(shlex.quote(a) for a in rel)
-    xmodel = rel[rel.index("-x") + 1] if "-x" in rel else "<Model>_int.xmodel"
     out = rel[rel.index("-o") + 1] if "-o" in rel else "."
     mkdir = "" if out == "." else "mkdir -p %s\n" % shlex.quote(out)
+    fingerprint = targets.hex_fingerprint(entry.fingerprint)
     script = ("#!/bin/sh\n"
               "# vai_c_xir command for DPU target %s (fingerprint %s), written by the pipeline.\n"
-              "# Run it inside the Vitis AI image (conda env vitis-ai-pytorch); paths are relative to this folder.\n"
+              "# Run it inside the Vitis AI image (conda env vitis-ai-pytorch); compile_plan.md says how.\n"
+              "%s"
               "set -eu\n"
               "cd \"$(dirname \"$0\")\"\n"
               "%s"
-              "%s\n" % (target, targets.hex_fingerprint(entry.fingerprint), mkdir, command))
+              "%s\n" % (target, fingerprint, "".join("# %s: %s\n" % n for n in _path_notes(rel)), mkdir, command))
     script_path = os.path.join(run_dir, SCRIPT_NAME)
     write_text(script_path, script, executable=True)
-    whole = ("scripts/docker_run.sh %s" % shlex.quote(config_path)) if config_path else \
-        "scripts/docker_run.sh <config.yaml>"
+    name, model_class = expected_xmodel(argv)
+    model_file = name if model_class else PLACEHOLDER_XMODEL
+    config = shlex.quote(config_path) if config_path else "CONFIG.yaml"
     plan = "\n".join([
         "# Compile plan",
         "",
-        "**Compiling needs the Vitis AI image.** %s" % reason,
+        "**The compiler did not run here.** %s" % reason,
         "",
         "- DPU target: `%s` (family %s), fingerprint `%s` (Vitis AI 3.x)%s" % (
-            target, entry.family, targets.hex_fingerprint(entry.fingerprint),
+            target, entry.family, fingerprint,
             "" if entry.fingerprint_2_5 in (None, entry.fingerprint) else
             "; the 2.5 release used `%s`, and a model compiled for it fails on a 3.x board image" % targets.hex_fingerprint(entry.fingerprint_2_5)),
-        "- Quantized model the compiler reads: `%s`. It is written by the `nndct` backend "
-        "(`export_xmodel()`, test mode, batch 1), which also runs only in the image." % xmodel,
+    ] + _xmodel_lines(argv) + [
         "",
-        "## The whole flow in the image (quantize with pytorch_nndct, export, compile)",
+    ] + _image_commands(config, target, model_file, _xmodel_exists(argv)) + [
         "",
-        "```sh",
-        whole,
-        "```",
+        "## The compile command alone",
         "",
-        "## Only the compile step, once the quantized xmodel is in this folder",
+        "`%s` holds the exact command. Its paths:" % SCRIPT_NAME,
         "",
-        "`%s` holds the exact command:" % SCRIPT_NAME,
+    ] + ["- `%s`: %s" % n for n in _path_notes(rel)] + [
         "",
         "```sh",
         command,
         "```",
         "",
-        "Run it in the image:",
+        "Once `%s` exists, this runs it in the image:" % model_file,
         "",
         "```sh",
         docker_command(run_dir, argv),
