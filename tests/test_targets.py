@@ -98,7 +98,7 @@ def test_read_arch_json_errors(tmp_path):
     bad.write_text("{not json")
     with pytest.raises(ConfigError, match="not valid JSON"):
         targets.read_arch_json(str(bad))
-    with pytest.raises(ConfigError, match="must hold"):
+    with pytest.raises(ConfigError, match="neither \"target\" nor \"fingerprint\""):
         targets.read_arch_json(_write(tmp_path / "c.json", {"dpu": 1}))
     with pytest.raises(ConfigError, match="not a hex number"):
         targets.read_arch_json(_write(tmp_path / "d.json", {"fingerprint": "zz"}))
@@ -144,3 +144,51 @@ def test_arch_json_with_unknown_fingerprint(tmp_path):
     path = _write(tmp_path / "arch.json", {"fingerprint": "0x1234"})
     with pytest.raises(ConfigError, match="no registered target"):
         targets.check_arch_json(path, "DPUCZDX8G_ISA1_B4096")
+
+
+@pytest.mark.parametrize("content, holds", [
+    ({}, "holds an empty object, neither \"target\" nor \"fingerprint\""),
+    ({"dpu": "DPUCZDX8G", "cpu_arch": "arm64"}, "holds only the keys \"cpu_arch\", \"dpu\", neither \"target\" nor \"fingerprint\""),
+    ([{"fingerprint": "0x101000056010407"}], "holds a JSON array ([{\"fingerprint\": \"0x101000056010407\"}])"),
+    ("DPUCZDX8G_ISA1_B4096", "holds a JSON string (\"DPUCZDX8G_ISA1_B4096\")"),
+    ({"target": None}, "holds \"target\": null, not a DPU target name"),
+    ({"target": ""}, "holds \"target\": \"\", not a DPU target name"),
+    ({"fingerprint": True}, "holds \"fingerprint\": true, not a hex number"),
+    ({"fingerprint": "0x"}, "holds \"fingerprint\": \"0x\", not a hex number"),
+])
+def test_arch_json_the_compiler_cannot_use_is_refused_with_what_to_write(tmp_path, content, holds):
+    path = _write(tmp_path / "arch.json", content)
+    with pytest.raises(ConfigError) as info:
+        targets.check_arch_json(path, "DPUCZDX8G_ISA1_B4096")
+    msg = str(info.value)
+    assert msg.startswith("arch_json: %s %s; vai_c_xir needs" % (path, holds)), msg
+    # what vai_c_xir reads, for this very target, and where to get it
+    assert '{"target": "DPUCZDX8G_ISA1_B4096"} or {"fingerprint": "0x0101000056010407"}' in msg
+    assert "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json" in msg and "xdputil query" in msg
+    # the same refusal without a configured target names the generic forms
+    with pytest.raises(ConfigError) as generic:
+        targets.read_arch_json(path)
+    assert holds in str(generic.value) and '{"target": "<DPU target name>"} or {"fingerprint": "0x..."}' in str(generic.value)
+
+
+ARCH_ROOT_HINT = "from the Vitis AI image ("
+
+
+def test_arch_json_for_a_target_without_a_documented_image_path(tmp_path):
+    path = _write(tmp_path / "arch.json", {"dpu": 1})
+    with pytest.raises(ConfigError) as info:
+        targets.check_arch_json(path, "DPUCZDX8G_ISA1_B512")
+    msg = str(info.value)
+    assert '{"target": "DPUCZDX8G_ISA1_B512"} or {"fingerprint": "0x0101000056010200"}' in msg
+    assert "Write one of these into the file" in msg and ARCH_ROOT_HINT not in msg
+
+
+def test_arch_json_naming_two_different_dpus_is_refused(tmp_path):
+    path = _write(tmp_path / "arch.json", {"target": "DPUCZDX8G_ISA1_B1024", "fingerprint": "0x101000056010407"})
+    with pytest.raises(ConfigError) as info:
+        targets.check_arch_json(path, "DPUCZDX8G_ISA1_B4096")
+    msg = str(info.value)
+    assert "DPUCZDX8G_ISA1_B1024" in msg and "0x0101000056010402" in msg and "0x0101000056010407" in msg
+    assert "different DPUs" in msg
+    both = _write(tmp_path / "both.json", {"target": "DPUCZDX8G_ISA1_B4096", "fingerprint": "0x101000056010407"})
+    assert targets.check_arch_json(both, "DPUCZDX8G_ISA1_B4096") == 0x0101000056010407

@@ -185,15 +185,48 @@ def arch_json_path(target: str, board: Optional[str] = None) -> str:
     return next(iter(paths.values()))
 
 
-def read_arch_json(path: str) -> Tuple[Optional[str], Optional[int]]:
+def _arch_json_form_error(path: str, holds: str, target: Optional[str]) -> ConfigError:
+    """The error for an ``arch.json`` that vai_c_xir cannot use: what the file holds, the two forms the
+    compiler reads (for ``target`` when it is known) and what to do."""
+    board_value = "{\"fingerprint\": \"0x...\"} with the value `xdputil query` prints on the board"
+    if target in TARGETS:
+        entry = get_target(target)
+        forms = "{\"target\": \"%s\"} or {\"fingerprint\": \"%s\"}" % (target, hex_fingerprint(entry.fingerprint))
+        todo = ("Use the arch.json of your board from the Vitis AI image (%s), or write %s"
+                % (", ".join(entry.arch_json_by_board.values()), board_value) if entry.arch_json_by_board else
+                "Write one of these into the file; if the board runs another image, use the fingerprint "
+                "that `xdputil query` prints there")
+    else:
+        forms = "{\"target\": \"<DPU target name>\"} or {\"fingerprint\": \"0x...\"}"
+        todo = ("Use the arch.json of your board from the Vitis AI image (under %s; `python -m pipeline "
+                "targets` lists them), or write %s" % (ARCH_ROOT, board_value))
+    return ConfigError("arch_json: %s holds %s; vai_c_xir needs a JSON object %s. %s"
+                       % (path, holds, forms, todo))
+
+
+JSON_TYPES = {"dict": "object", "list": "array", "str": "string", "int": "number", "float": "number",
+              "bool": "boolean", "NoneType": "null"}
+
+
+def _shown(value: object, limit: int = 120) -> str:
+    """``value`` as JSON text, cut after ``limit`` characters."""
+    text = json.dumps(value)
+    return text if len(text) <= limit else text[:limit] + "..."
+
+
+def read_arch_json(path: str, target: Optional[str] = None) -> Tuple[Optional[str], Optional[int]]:
     """Read an ``arch.json``: returns ``(target name, fingerprint)``.
 
-    The file holds ``{"target": name}`` or ``{"fingerprint": "0x..."}`` (an int is accepted too).
-    The missing half is filled from the registry when it is unique there (a fingerprint from the 3.x
-    release maps to its name; a target name maps to its 3.x fingerprint), else left None.
+    The file holds ``{"target": name}`` or ``{"fingerprint": "0x..."}`` (an int is accepted too); these
+    are the two forms ``vai_c_xir`` reads (UG1414 "VAI_C Usage", facts 3.3). The missing half is filled
+    from the registry when it is unique there (a fingerprint from the 3.x release maps to its name; a
+    target name maps to its 3.x fingerprint), else left None. ``target`` (the configured DPU target,
+    or None) only makes the error messages name the exact content to write.
 
     Raises:
-        ConfigError: the file is missing, is not JSON, or has neither key.
+        ConfigError: the file is missing or is not JSON; it is not an object with a non-empty string
+            ``"target"`` or a hex ``"fingerprint"`` (the message says what it holds, what is expected
+            and what to do); or it holds both, naming different DPUs.
     """
     if not os.path.isfile(path):
         raise ConfigError("arch_json: file %s does not exist; inside the Vitis AI image the files are "
@@ -203,20 +236,31 @@ def read_arch_json(path: str) -> Tuple[Optional[str], Optional[int]]:
             data = json.load(f)
     except ValueError as exc:
         raise ConfigError("arch_json: %s is not valid JSON (%s)" % (path, exc))
-    if not isinstance(data, dict) or ("target" not in data and "fingerprint" not in data):
-        raise ConfigError("arch_json: %s must hold {\"target\": name} or {\"fingerprint\": \"0x...\"}, "
-                          "got %r" % (path, data))
-    if "fingerprint" in data:
-        raw = data["fingerprint"]
-        try:
-            fingerprint = raw if isinstance(raw, int) else int(str(raw), 16)
-        except ValueError:
-            raise ConfigError("arch_json: %s: fingerprint %r is not a hex number" % (path, raw))
-        names = [n for n, release in targets_by_fingerprint(fingerprint) if release == "3.x"]
-        return (names[0] if len(names) == 1 else data.get("target")), fingerprint
-    name = str(data["target"])
-    entry = TARGETS.get(name)
-    return name, (entry["fingerprint"] if entry else None)
+    if not isinstance(data, dict):
+        raise _arch_json_form_error(path, "a JSON %s (%s)" % (JSON_TYPES.get(type(data).__name__, "value"), _shown(data)), target)
+    if "target" not in data and "fingerprint" not in data:
+        keys = ("only the keys %s" % ", ".join('"%s"' % k for k in sorted(data))) if data else "an empty object"
+        raise _arch_json_form_error(path, "%s, neither \"target\" nor \"fingerprint\"" % keys, target)
+    name = data.get("target")
+    if "target" in data and not (isinstance(name, str) and name):
+        raise _arch_json_form_error(path, "\"target\": %s, not a DPU target name" % _shown(name), target)
+    if "fingerprint" not in data:
+        entry = TARGETS.get(name)
+        return name, (entry["fingerprint"] if entry else None)
+    raw = data["fingerprint"]
+    try:
+        if isinstance(raw, bool) or not isinstance(raw, (int, str)):
+            raise ValueError(raw)
+        fingerprint = raw if isinstance(raw, int) else int(raw, 16)
+    except ValueError:
+        raise _arch_json_form_error(path, "\"fingerprint\": %s, not a hex number" % _shown(raw), target)
+    names = [n for n, release in targets_by_fingerprint(fingerprint) if release == "3.x"]
+    if name is not None and name in TARGETS and TARGETS[name]["fingerprint"] != fingerprint:
+        raise ConfigError("arch_json: %s holds \"target\": %r (fingerprint %s) and \"fingerprint\": %s (%s), "
+                          "which name different DPUs; keep the one that matches your board (`xdputil query`)"
+                          % (path, name, hex_fingerprint(TARGETS[name]["fingerprint"]), hex_fingerprint(fingerprint),
+                             ", ".join(names) or "no registered 3.x target"))
+    return (names[0] if len(names) == 1 else name), fingerprint
 
 
 def check_arch_json(path: str, target: str) -> int:
@@ -225,12 +269,15 @@ def check_arch_json(path: str, target: str) -> int:
     Returns the fingerprint (int) that the compiler will bake into the model.
 
     Raises:
-        ConfigError: unknown target, unreadable file, or a file that describes another DPU. The
-            message names the target, its expected fingerprint and the file's fingerprint (and the
-            target that fingerprint belongs to, or that it is the Vitis AI 2.5 value of the same target).
+        ConfigError: unknown target; unreadable file; a file vai_c_xir cannot use (neither a
+            ``"target"`` name nor a hex ``"fingerprint"``: the message says what the file holds and
+            the exact content this target needs); or a file that describes another DPU. For
+            the last one the message names the target, its expected fingerprint and the file's
+            fingerprint (and the target that fingerprint belongs to, or that it is the Vitis AI 2.5
+            value of the same target).
     """
     expected = get_target(target).fingerprint
-    name, found = read_arch_json(path)
+    name, found = read_arch_json(path, target)
     if found == expected:
         return found
     if found is None:
