@@ -145,3 +145,76 @@ def test_source_errors_name_the_problem(spec, error, message):
 
 def test_the_source_registry_is_a_literal_table():
     assert sorted(SOURCES) == ["array", "digits", "image_folder", "npy", "npz", "tensor"]
+
+
+def test_a_directory_as_npy_or_npz_path_says_it_is_a_directory(tmp_path):
+    folder = tmp_path / "photos"
+    folder.mkdir()
+    for kind, expected in (("npy", "a .npy file written by numpy.save"), ("npz", "a .npz file written by numpy.savez")):
+        with pytest.raises(ConfigError) as info:
+            open_source({"type": kind, "path": "photos"}, str(tmp_path))
+        msg = str(info.value)
+        assert msg.startswith("data.source.path: %s is a directory; %s is expected" % (folder, expected)), msg
+        assert "type: image_folder (root: %s)" % folder in msg and "does not exist" not in msg
+    np.save(str(tmp_path / "x.npy"), _images())
+    with pytest.raises(ConfigError) as info:
+        open_source({"type": "npy", "path": "x.npy", "labels": "photos"}, str(tmp_path))
+    assert str(info.value) == ("data.source.labels: %s is a directory; a .npy file written by numpy.save is "
+                               "expected" % folder)
+
+
+def _not_npy_files(tmp_path):
+    import pickle
+    (tmp_path / "text.npy").write_text("0 1 2 3\n")
+    with open(str(tmp_path / "pickled.npy"), "wb") as f:
+        pickle.dump([[1, 2], [3, 4]], f)
+    (tmp_path / "empty.npy").write_bytes(b"")
+    return {"text.npy": "it starts with b'0 1 2 '", "pickled.npy": "it starts with b'\\x80",
+            "empty.npy": "it is empty"}
+
+
+def test_a_file_that_is_not_a_npy_array_is_a_clear_data_error(tmp_path):
+    np.save(str(tmp_path / "x.npy"), _images())
+    for name, seen in _not_npy_files(tmp_path).items():
+        for spec, where in (({"type": "npy", "path": name}, "data.source.path"),
+                            ({"type": "npy", "path": "x.npy", "labels": name}, "data.source.labels")):
+            with pytest.raises(DataError) as info:
+                open_source(spec, str(tmp_path))
+            msg = str(info.value)
+            assert msg.startswith("%s: %s is not a .npy array written by numpy.save (%s" % (
+                where, tmp_path / name, seen)), msg
+            assert "refused on purpose" in msg and "allow_pickle=False" in msg
+            assert "If you trust the file" not in msg and "load it unsafely" not in msg
+
+
+def test_object_arrays_are_refused_on_purpose_in_npy_and_npz(tmp_path):
+    objects = np.empty((2, 2, 2, 1), dtype=object)
+    objects[...] = 1
+    np.save(str(tmp_path / "o.npy"), objects, allow_pickle=True)
+    with pytest.raises(DataError) as info:
+        open_source({"type": "npy", "path": "o.npy"}, str(tmp_path))
+    assert "%s holds an array of Python objects (dtype object)" % (tmp_path / "o.npy") in str(info.value)
+    assert "refused on purpose" in str(info.value)
+    for save, name in ((np.savez, "s.npz"), (np.savez_compressed, "c.npz")):  # memory-mapped and read members
+        save(str(tmp_path / name), images=objects, allow_pickle=True)
+        with pytest.raises(DataError, match=r"member images\.npy holds an array of Python objects"):
+            open_source({"type": "npz", "path": name}, str(tmp_path))
+
+
+def test_npy_and_npz_swapped_or_truncated(tmp_path):
+    images = _images()
+    np.savez(str(tmp_path / "d.npz"), images=images)
+    with pytest.raises(ConfigError, match=r"d\.npz is a \.npz archive .*use type: npz"):
+        open_source({"type": "npy", "path": "d.npz"}, str(tmp_path))
+    np.save(str(tmp_path / "x.npy"), images)
+    with pytest.raises(ConfigError, match=r"x\.npy is a \.npy array, not a \.npz archive; use type: npy"):
+        open_source({"type": "npz", "path": "x.npy"}, str(tmp_path))
+    (tmp_path / "t.npz").write_text("not a zip")
+    with pytest.raises(DataError, match=r"t\.npz is not a \.npz archive written by numpy\.savez"):
+        open_source({"type": "npz", "path": "t.npz"}, str(tmp_path))
+    data = (tmp_path / "x.npy").read_bytes()
+    (tmp_path / "cut.npy").write_bytes(data[:-10])
+    with pytest.raises(DataError) as info:
+        open_source({"type": "npy", "path": "cut.npy"}, str(tmp_path))
+    assert "is truncated: its header says shape (10, 6, 5, 3) dtype uint8 (%d bytes of data), but only %d bytes " \
+        "follow" % (images.nbytes, images.nbytes - 10) in str(info.value)

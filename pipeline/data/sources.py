@@ -24,7 +24,7 @@ import os
 import struct
 import weakref
 import zipfile
-from typing import Any, Callable, Dict, List, Optional
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -121,16 +121,83 @@ def _check_labels(kind: str, labels: Any, n: int) -> Optional[np.ndarray]:
     return labels.astype(np.int64, copy=False)
 
 
-def _resolve(base_dir: str, path: Any, where: str) -> str:
+NPY_MAGIC = b"\x93NUMPY"  # numpy.lib.format: every .npy file written by numpy.save starts with it
+ZIP_MAGIC = b"PK\x03\x04"  # a .npz is a zip archive of .npy members
+PICKLE_REFUSED = ("pickled data and object arrays are refused on purpose: loading them can run code from the "
+                  "file (np.load(allow_pickle=False))")
+IMAGE_FOLDER_HINT = "for a folder of image files use type: image_folder (root: <folder>)"
+
+
+def _resolve(base_dir: str, path: Any, where: str, expected: str = "a file") -> str:
+    """``path`` made absolute against ``base_dir``; ConfigError naming ``where`` and what was
+    ``expected`` when it is not a path, does not exist, or is a directory."""
     if not isinstance(path, str) or not path:
         raise ConfigError("%s: expected a file path, got %r" % (where, path))
     full = path if os.path.isabs(path) else os.path.normpath(os.path.join(base_dir, path))
+    if os.path.isdir(full):
+        hint = "; " + IMAGE_FOLDER_HINT.replace("<folder>", full) if where == "data.source.path" else ""
+        raise ConfigError("%s: %s is a directory; %s is expected%s" % (where, full, expected, hint))
     if not os.path.isfile(full):
         raise ConfigError("%s: file %s does not exist" % (where, full))
     return full
 
 
-def _load_npy(path: str, mmap: bool) -> np.ndarray:
+def _npy_header(f: Any, name: str) -> Tuple[Tuple[int, ...], bool, np.dtype]:
+    """``(shape, fortran_order, dtype)`` from the .npy header at the position of the binary file
+    object ``f``, which is left at the first data byte. ``name`` names the file in errors.
+
+    Raises:
+        DataError: the bytes are not a .npy array written by numpy.save (a pickle, text, an empty
+            file, a damaged header), or the array holds Python objects (refused on purpose).
+    """
+    start = f.read(len(NPY_MAGIC))
+    if start != NPY_MAGIC:
+        seen = "it is empty" if not start else "it starts with %r" % start
+        raise DataError("%s is not a .npy array written by numpy.save (%s); %s. Write the array with "
+                        "numpy.save(path, array)" % (name, seen, PICKLE_REFUSED))
+    try:
+        f.seek(f.tell() - len(NPY_MAGIC))
+        version = np.lib.format.read_magic(f)
+        if version == (1, 0):
+            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+        elif version in ((2, 0), (3, 0)):  # 3.0 differs from 2.0 only in the text encoding of field names
+            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+        else:
+            raise ValueError("format version %d.%d, which this numpy does not read" % version)
+    except ValueError as exc:
+        raise DataError("%s: its .npy header cannot be read (%s); write the file again with numpy.save"
+                        % (name, exc))
+    if dtype.hasobject:
+        raise DataError("%s holds an array of Python objects (dtype %s), not numbers; %s. Save a numeric "
+                        "array (for example uint8 images)" % (name, dtype, PICKLE_REFUSED))
+    return shape, fortran, dtype
+
+
+def _check_npy_file(path: str, where: str) -> None:
+    """Check that ``path`` is a complete .npy array of numbers before numpy maps or reads it.
+
+    Raises:
+        ConfigError: the file is a .npz archive (the config should say type: npz).
+        DataError: see ``_npy_header``; or the file is shorter than its header says (truncated).
+    """
+    with open(path, "rb") as f:
+        if f.read(len(ZIP_MAGIC)) == ZIP_MAGIC:
+            raise ConfigError("%s: %s is a .npz archive (a zip of arrays), not a .npy array; for images use "
+                              "type: npz (with images_key/labels_key), for labels save a .npy with numpy.save"
+                              % (where, path))
+        f.seek(0)
+        shape, _, dtype = _npy_header(f, "%s: %s" % (where, path))
+        offset = f.tell()
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    have = os.path.getsize(path) - offset
+    if have < need:
+        raise DataError("%s: %s is truncated: its header says shape %s dtype %s (%d bytes of data), but only %d "
+                        "bytes follow; copy or write the file again" % (where, path, tuple(shape), dtype, need, have))
+
+
+def _load_npy(path: str, mmap: bool, where: str) -> np.ndarray:
+    """The .npy array at ``path`` (checked by ``_check_npy_file``), memory-mapped read-only when ``mmap``."""
+    _check_npy_file(path, where)
     try:
         return np.load(path, mmap_mode="r" if mmap else None, allow_pickle=False)
     except (ValueError, OSError) as exc:
@@ -159,18 +226,21 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
 
 def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
     """A .npy image array, memory-mapped read-only (``np.load(mmap_mode="r")``: no copy, pages are read
-    as batches touch them), and optional labels from another .npy."""
+    as batches touch them), and optional labels from another .npy. Both files are checked first
+    (``_check_npy_file``): numpy's magic string, a numeric dtype and the full data length."""
     check_keys(spec, ["path", "labels", "layout"], ["path"], "data.source")
-    path = _resolve(base_dir, spec["path"], "data.source.path")
+    path = _resolve(base_dir, spec["path"], "data.source.path", "a .npy file written by numpy.save")
     labels = spec.get("labels")
     if labels is not None:
-        labels = _load_npy(_resolve(base_dir, labels, "data.source.labels"), mmap=False)
-    return Source("npy", _load_npy(path, mmap=True), labels, spec.get("layout", "NHWC"), path=path, mmap=True)
+        where = "data.source.labels"
+        labels = _load_npy(_resolve(base_dir, labels, where, "a .npy file written by numpy.save"), False, where)
+    images = _load_npy(path, True, "data.source.path")
+    return Source("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True)
 
 
 def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]:
     """Memory-map an uncompressed .npy member of a .npz (``np.savez`` stores members uncompressed),
-    or return None when it is compressed or its header version is not 1.0/2.0."""
+    or return None when it is compressed. DataError for a member that is not a numeric .npy array."""
     if info.compress_type != zipfile.ZIP_STORED:
         return None
     with open(path, "rb") as f:
@@ -180,17 +250,19 @@ def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]
             return None
         name_len, extra_len = struct.unpack("<HH", local[26:30])
         f.seek(info.header_offset + 30 + name_len + extra_len)
-        version = np.lib.format.read_magic(f)
-        if version == (1, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
-        elif version == (2, 0):
-            shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
-        else:
-            return None
-        if dtype.hasobject:
-            raise DataError("%s member %s holds Python objects; save numeric arrays" % (path, info.filename))
+        shape, fortran, dtype = _npy_header(f, "%s member %s" % (path, info.filename))
         offset = f.tell()
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
+
+
+def _npz_member(path: str, key: str) -> np.ndarray:
+    """Member ``key`` of the .npz at ``path`` read into memory, after its header is checked
+    (``_npy_header``: no object arrays)."""
+    with zipfile.ZipFile(path) as zf:
+        with zf.open(key + ".npy") as f:
+            _npy_header(f, "%s member %s.npy" % (path, key))
+    with np.load(path, allow_pickle=False) as npz:
+        return npz[key]
 
 
 def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
@@ -199,14 +271,19 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
     into memory, and ``describe()`` says so. ``labels_key`` (default ``labels``) is optional: a
     missing default member means no labels."""
     check_keys(spec, ["path", "images_key", "labels_key", "layout"], ["path"], "data.source")
-    path = _resolve(base_dir, spec["path"], "data.source.path")
+    path = _resolve(base_dir, spec["path"], "data.source.path", "a .npz file written by numpy.savez")
     images_key = spec.get("images_key", "images")
     labels_key = spec.get("labels_key", "labels")
     try:
         with zipfile.ZipFile(path) as zf:
             members = {name[:-4]: zf.getinfo(name) for name in zf.namelist() if name.endswith(".npy")}
     except (zipfile.BadZipFile, OSError) as exc:
-        raise DataError("cannot read %s as a .npz archive: %s" % (path, exc))
+        with open(path, "rb") as f:
+            npy = f.read(len(NPY_MAGIC)) == NPY_MAGIC
+        if npy:
+            raise ConfigError("data.source.path: %s is a .npy array, not a .npz archive; use type: npy" % path)
+        raise DataError("%s is not a .npz archive written by numpy.savez or numpy.savez_compressed (%s)"
+                        % (path, exc))
     if images_key not in members:
         raise ConfigError("data.source.images_key: %s has no member %r; members: %s"
                           % (path, images_key, ", ".join(sorted(members))))
@@ -216,13 +293,9 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
     images = _npz_member_memmap(path, members[images_key])
     note = ""
     if images is None:
-        with np.load(path, allow_pickle=False) as npz:
-            images = npz[images_key]
+        images = _npz_member(path, images_key)
         note = "member %r is compressed: read into memory, not memory-mapped" % images_key
-    labels = None
-    if labels_key in members:
-        with np.load(path, allow_pickle=False) as npz:
-            labels = npz[labels_key]
+    labels = _npz_member(path, labels_key) if labels_key in members else None
     return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note)
 
 
@@ -269,8 +342,11 @@ def open_source(spec: Dict[str, Any], base_dir: str) -> Source:
     paths resolve against ``base_dir`` (the YAML file's folder).
 
     Raises:
-        ConfigError: unknown type or key (naming the valid ones and the closest match), missing file.
-        DataError: unreadable or unusable data (see ``Source``).
+        ConfigError: unknown type or key (naming the valid ones and the closest match), missing file,
+            a directory where a file is expected (naming type image_folder for a folder of images), a
+            .npz given as type npy or a .npy as type npz.
+        DataError: unreadable or unusable data: a file that is not a .npy written by numpy.save, an
+            array of Python objects (pickles are refused on purpose), a truncated file (see also ``Source``).
     """
     if not isinstance(spec, dict):
         raise ConfigError("data.source: expected a mapping such as {type: digits}, got %r" % (spec,))
