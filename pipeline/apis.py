@@ -11,6 +11,7 @@ unchanged with ``from pipeline.apis import torch_quantizer``::
     q = torch_quantizer("test", model, (x,), output_dir="quantize_result")
     out = q.quant_model(eval_batch)     # bit-identical to the real quantizer's test mode
     q.export_onnx_model()               # <Model>_int.onnx
+    q.export_torch_script()             # <Model>_int.pt, bit-identical to quant_model
 
 What behaves like the real quantizer: the quant_mode rules (anything but 'calib'/'test' warns
 and calibrates), the files and their format, the fix positions and test-mode numbers (two-process
@@ -26,9 +27,16 @@ What differs, on purpose:
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
 - The simulation always runs on the CPU; ``target`` is recorded (no hardware-aware partitioning);
-  only single-input models are supported; ``export_xmodel`` is not provided (it needs ``xir``).
+  only single-input models are supported.
+- ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
+  the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
+  forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
+- ``export_torch_script`` traces the lowered test-mode model (plain aten operators, no
+  ``torch.ops.vai``), so the file loads with ``torch.jit.load`` alone; it raises instead of
+  logging when called in calib mode or before a forward.
 """
 import copy
+import io
 import logging
 import os
 import warnings
@@ -37,7 +45,8 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from .errors import QuantizationError
+from .errors import BackendUnavailableError, ExportError, QuantizationError
+from .fileio import write_bytes
 from .models.loading import load_state_dict_file
 from .quantizers.quant_config import load_quant_config
 from .quantizers.sim.session import SimSession
@@ -124,6 +133,7 @@ class TorchQuantizer:
         self._session = SimSession(module, example, self.config)
         self._example = example
         self._forwards = 0
+        self._last_batch = None  # type: Optional[int]
         if self.quant_mode == "calib":
             self._calibrator = self._session.calibrator()
             self._model = _CalibModel(self)  # type: nn.Module
@@ -133,6 +143,18 @@ class TorchQuantizer:
 
     def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
+        self._last_batch = int(inputs[0].shape[0])
+
+    def _check_exportable(self, method: str) -> None:
+        if self.quant_mode != "test":
+            raise QuantizationError(
+                "%s needs test mode: this quantizer was created in calib mode. Call "
+                "export_quant_config() here, then create torch_quantizer('test', ...) and run a "
+                "forward of its quant_model before exporting" % method)
+        if self._forwards == 0:
+            raise QuantizationError(
+                "%s: run at least one forward of quant_model in test mode before exporting (the "
+                "real quantizer logs 'FORWARD function must be called' and writes nothing)" % method)
 
     @property
     def quant_model(self) -> nn.Module:
@@ -191,6 +213,98 @@ class TorchQuantizer:
                            "qdq" if native_onnx else "exact")
 
 
+    def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
+                      dynamic_batch: bool = False) -> None:
+        """Always raises: the sim quantizer cannot write ``<Model>_int.xmodel`` (facts 1.2).
+
+        The real quantizer's preconditions are checked first, so a script learns of those here
+        rather than inside the Vitis AI image: test mode, at least one forward of
+        ``quant_model``, and a last forward of batch size 1 (the real one logs "Batch size must
+        be 1 when exporting xmodel." and goes on; ``qproc/base.py`` ``dump_xmodel``). The
+        arguments are the real ones; none of them changes the outcome.
+
+        Raises:
+            QuantizationError: calib mode, or no test-mode forward yet.
+            ExportError: the last forward's batch size is not 1.
+            BackendUnavailableError: otherwise: an xmodel needs pytorch_nndct and ``xir``, found
+                only in the Vitis AI image; the message says what to use instead.
+        """
+        self._check_exportable("export_xmodel")
+        if self._last_batch != 1:
+            raise ExportError(
+                "export_xmodel: the last forward of quant_model had batch size %d; an xmodel is "
+                "exported from a batch-1 forward (the real quantizer logs 'Batch size must be 1 "
+                "when exporting xmodel.'): run quant_model(x[:1]) right before exporting"
+                % self._last_batch)
+        name = self._session.graph.class_name
+        raise BackendUnavailableError(
+            "export_xmodel: the sim quantizer cannot write %s_int.xmodel. An xmodel is built by "
+            "pytorch_nndct with the xir package, which exists only in the Vitis AI docker image: "
+            "run there with `quantizer.backend: nndct` in the pipeline config (scripts/docker_run.sh "
+            "starts the image), or use pytorch_nndct.apis.torch_quantizer there. Here, "
+            "export_onnx_model(native_onnx=False) writes %s_int.onnx in the bit-exact flavour "
+            "(the pipeline's onnx_exact export, %s_int_exact.onnx) and export_torch_script() writes "
+            "%s_int.pt, both bit-identical to this simulation" % (name, name, name, name))
+
+    def export_torch_script(self, output_dir: str = "quantize_result",
+                            verbose: bool = False) -> torch.jit.ScriptModule:
+        """Test mode: write ``<output_dir>/<Model>_int.pt``, a TorchScript of the test-mode model.
+
+        The lowered model (``sim/lowered.py``) is traced with ``torch.jit.trace`` in eval mode
+        on the batch-1 example (the first sample of ``input_args``), as the real
+        ``export_traced_torch_script`` traces its quantized module (facts 1.2). The trace holds
+        only aten operators (``fake_quant`` becomes mul/sub/add/floor/clamp/mul), so
+        ``torch.jit.load`` needs neither this package nor pytorch_nndct, and its outputs are
+        bit-identical to ``quant_model``'s for any batch size (checked on the example before
+        writing). The file is written atomically. ``verbose`` prints the inlined graph.
+
+        Returns:
+            The traced ``torch.jit.ScriptModule`` (float32 NCHW in, the model's outputs out).
+
+        Raises:
+            QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only
+                logs these and returns None).
+            ExportError: the trace does not reproduce the simulation on the example.
+        """
+        self._check_exportable("export_torch_script")
+        gm = self._model
+        # a hook-free GraphModule on the same submodules (a copy of the graph): the forward
+        # counter stays the user's
+        plain = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=gm.__class__.__name__).eval()
+        example1 = self._example[:1].clone()
+        with torch.no_grad(), warnings.catch_warnings():
+            # torch 2.x calls TorchScript deprecated; it is the format the real quantizer writes
+            warnings.filterwarnings("ignore", message=r".*torch\.jit", category=DeprecationWarning)
+            try:
+                script = torch.jit.trace(plain, (example1,), check_trace=False)
+            except Exception as e:  # the tracer raises RuntimeError, TypeError, ...
+                raise ExportError("export_torch_script: torch.jit.trace failed on the test-mode "
+                                  "model: %s; nothing was written" % e) from e
+            expect, got = plain(example1), script(example1)
+            buf = io.BytesIO()
+            torch.jit.save(script, buf)
+        if not _bit_equal(expect, got):
+            raise ExportError("export_torch_script: the traced model does not reproduce the "
+                              "simulation on the example input; nothing was written")
+        if verbose:
+            print(script.inlined_graph)
+        path = os.path.join(output_dir, "%s_int.pt" % self._session.graph.class_name)
+        write_bytes(path, buf.getvalue())
+        LOG.info("%s is generated.", path)
+        return script
+
+
+def _bit_equal(a: Any, b: Any) -> bool:
+    """True when two outputs (tensors, or tuples/lists of them) hold the same float32 bits."""
+    if isinstance(a, torch.Tensor) and isinstance(b, torch.Tensor):
+        return a.shape == b.shape and a.dtype == b.dtype and torch.equal(
+            a.contiguous().view(torch.int32) if a.dtype == torch.float32 else a,
+            b.contiguous().view(torch.int32) if b.dtype == torch.float32 else b)
+    if isinstance(a, (tuple, list)) and isinstance(b, (tuple, list)):
+        return len(a) == len(b) and all(_bit_equal(x, y) for x, y in zip(a, b))
+    return a == b
+
+
 def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
                     state_dict_file: Optional[str] = None, output_dir: str = "quantize_result",
                     bitwidth: Optional[int] = None, device: Any = torch.device("cuda"),
@@ -216,8 +330,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
             ``dynamo``); a non-default value warns. Unknown names raise TypeError.
 
     Returns:
-        TorchQuantizer with ``quant_model``, ``export_quant_config()`` and
-        ``export_onnx_model()``.
+        TorchQuantizer with ``quant_model``, ``export_quant_config()``, ``export_onnx_model()``,
+        ``export_torch_script()`` and ``export_xmodel()`` (which raises BackendUnavailableError).
 
     Raises:
         ConfigError: bad quant_config_file. QuantizationError: unsupported model or config, no

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.apis import torch_quantizer
-from pipeline.errors import ConfigError, QuantizationError
+from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from pipeline.quantizers import fixpoint
 from pipeline.safeload import safe_torch_load
 from pipeline.quantizers.base import QuantSettings, get_backend
@@ -182,6 +182,51 @@ def test_export_onnx_model(tmp_path):
     q.quant_model(x)
     path = q.export_onnx_model(output_dir=str(tmp_path))
     assert path == os.path.join(str(tmp_path), "SmallNet_int.onnx") and os.path.isfile(path)
+
+
+def test_export_xmodel_checks_like_nndct_then_says_where_xmodels_come_from(tmp_path):
+    calib, _ = _calibrate(tmp_path)
+    with pytest.raises(QuantizationError, match="needs test mode"):
+        calib.export_xmodel(output_dir=str(tmp_path), deploy_check=False, dynamic_batch=False)
+    x = _batches(1)[0]
+    q = torch_quantizer("test", _model(), (x,), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match="at least one forward"):
+        q.export_xmodel(output_dir=str(tmp_path))
+    q.quant_model(x)
+    with pytest.raises(ExportError, match="batch size 4"):
+        q.export_xmodel(output_dir=str(tmp_path), deploy_check=False, dynamic_batch=False)
+    q.quant_model(x[:1])
+    with pytest.raises(BackendUnavailableError, match=r"xir.*Vitis AI docker image.*backend: nndct"):
+        q.export_xmodel(output_dir=str(tmp_path))
+    assert not [f for f in os.listdir(str(tmp_path)) if f.endswith(".xmodel")]
+
+
+def _bits(t):
+    return t.contiguous().view(torch.int32)
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:DeprecationWarning")
+def test_export_torch_script_is_bit_exact_after_reload(tmp_path):
+    _calibrate(tmp_path)
+    x = _batches(1)[0]
+    q = torch_quantizer("test", _model(), (x,), output_dir=str(tmp_path), device="cpu")
+    out = tmp_path / "ts"
+    with pytest.raises(QuantizationError, match="at least one forward"):
+        q.export_torch_script(output_dir=str(out))
+    q.quant_model(x)  # batch 4: the trace still uses the batch-1 example
+    script = q.export_torch_script(output_dir=str(out), verbose=False)
+    assert isinstance(script, torch.jit.ScriptModule)
+    assert os.listdir(str(out)) == ["SmallNet_int.pt"]  # nothing else (no temporary file) left
+    loaded = torch.jit.load(str(out / "SmallNet_int.pt"))
+    # inputs on half-LSB ties of the input fix position: half_up sends them up, half-even would not
+    p_in = q.quant_model.quant_info["output"]["SmallNet::nndct_input_0"][0][1]
+    codes = torch.randint(-128, 127, (6, 3, 8, 8), generator=torch.Generator().manual_seed(3))
+    ties = (codes.float() + 0.5) * 2.0 ** -p_in
+    for batch in (ties, _batches(1, seed=11)[0], x[:1]):
+        expect = q.quant_model(batch)
+        for _ in range(3):  # the JIT's profiling executor optimizes after the first runs
+            assert torch.equal(_bits(loaded(batch)), _bits(expect))
+            assert torch.equal(_bits(script(batch)), _bits(expect))
 
 
 # -- lowered graph contract --------------------------------------------------------------------
