@@ -69,12 +69,50 @@ def _mode(quant_mode: Any) -> str:
     return "calib"
 
 
+def _describe(value: Any) -> str:
+    if isinstance(value, torch.Tensor):
+        return "a %d-D %s tensor of shape %s" % (value.dim(), value.dtype, tuple(value.shape))
+    kind = type(value)
+    name = kind.__name__ if kind.__module__ == "builtins" else "%s.%s" % (kind.__module__, kind.__name__)
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return "%s of shape %s and dtype %s" % (name, tuple(value.shape), value.dtype)
+    return name
+
+
+def _check_input(value: Any, what: str) -> torch.Tensor:
+    """Return ``value`` if it is a float32 ``torch.Tensor`` of shape (N, C, H, W), else raise.
+
+    The real quantizer takes tensors only; a numpy array, a tensor without the batch dimension
+    or a float64 tensor fail deep inside it. Here they fail at once, with the fix in the message.
+
+    Args:
+        value: the candidate input (any object). Not modified; the same object is returned.
+        what: the argument's name for the message (e.g. ``"input_args"``).
+
+    Raises:
+        QuantizationError: not a tensor, not 4-D, or not float32; the message names what came in
+            and how to convert it.
+    """
+    if not isinstance(value, torch.Tensor):
+        numpy = type(value).__module__.split(".")[0] == "numpy"
+        hint = "convert it with torch.from_numpy(a)" if numpy else "pass a torch.Tensor"
+    elif value.dim() != 4:
+        hint = "add the batch dimension with x.unsqueeze(0)" if value.dim() == 3 else \
+            "reshape it to (N, C, H, W)"
+    elif value.dtype != torch.float32:
+        hint = "cast it with .float()"
+    else:
+        return value
+    raise QuantizationError("%s: expected a float32 torch.Tensor (N, C, H, W), got %s; %s"
+                            % (what, _describe(value), hint))
+
+
 def _example(input_args: Any) -> torch.Tensor:
     args = input_args if isinstance(input_args, (tuple, list)) else (input_args,)
-    if len(args) != 1 or not isinstance(args[0], torch.Tensor):
+    if len(args) != 1:
         raise QuantizationError("input_args: the sim quantizer supports models with one tensor input; "
-                                "got %s" % ([type(a).__name__ for a in args],))
-    return args[0].detach().cpu().float()
+                                "got %d inputs (%s)" % (len(args), ", ".join(_describe(a) for a in args)))
+    return _check_input(args[0], "input_args").detach().cpu()
 
 
 def _device(device: Any) -> torch.device:
@@ -96,6 +134,7 @@ class _CalibModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Any:
         q = self._quantizer[0]
+        _check_input(x, "quant_model input (calibration forward %d)" % (q._calibrator.batches + 1))
         return q._calibrator.step(x.detach().cpu())
 
 
@@ -139,11 +178,16 @@ class TorchQuantizer:
             self._model = _CalibModel(self)  # type: nn.Module
         else:
             self._model = self._session.load_test(output_dir)
+            self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
+
+    def _check_forward(self, module: nn.Module, inputs: Any) -> None:
+        if inputs:  # a keyword-only call is left to the model's forward
+            _check_input(inputs[0], "quant_model input")
 
     def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
-        self._last_batch = int(inputs[0].shape[0])
+        self._last_batch = int(inputs[0].shape[0]) if inputs else None
 
     def _check_exportable(self, method: str) -> None:
         if self.quant_mode != "test":
@@ -162,6 +206,8 @@ class TorchQuantizer:
 
         calib: each forward calibrates on the batch (float32 NCHW, not modified) and returns the
         calibration output. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
+        Either raises QuantizationError on an input that is not a float32 (N, C, H, W)
+        torch.Tensor.
         """
         LOG.info("=>Get module with quantization.")
         return self._model
@@ -232,10 +278,10 @@ class TorchQuantizer:
         self._check_exportable("export_xmodel")
         if self._last_batch != 1:
             raise ExportError(
-                "export_xmodel: the last forward of quant_model had batch size %d; an xmodel is "
+                "export_xmodel: the last forward of quant_model had batch size %s; an xmodel is "
                 "exported from a batch-1 forward (the real quantizer logs 'Batch size must be 1 "
                 "when exporting xmodel.'): run quant_model(x[:1]) right before exporting"
-                % self._last_batch)
+                % ("unknown" if self._last_batch is None else self._last_batch))
         name = self._session.graph.class_name
         raise BackendUnavailableError(
             "export_xmodel: the sim quantizer cannot write %s_int.xmodel. An xmodel is built by "
@@ -316,8 +362,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         quant_mode: ``"calib"`` or ``"test"`` (1 or 2 accepted, deprecated); anything else warns
             and calibrates, as the real one does.
         module: float ``nn.Module`` (a DataParallel wrapper is stripped). Never modified.
-        input_args: example input (a tensor or a 1-tuple): float32 NCHW, the trace shape. Not
-            modified.
+        input_args: example input (a tensor or a 1-tuple): a float32 NCHW torch.Tensor, the trace
+            shape. Not modified. Every ``quant_model`` input must be one too.
         state_dict_file: optional float weights, loaded into a copy of ``module``.
         output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
         bitwidth: bit width of every tensor without a config file (None means 8).
@@ -335,7 +381,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
 
     Raises:
         ConfigError: bad quant_config_file. QuantizationError: unsupported model or config, no
-        ``input_args``, or (test mode) missing/mismatching quant_info.json or bias_corr.pth.
+        ``input_args`` or one that is not a float32 (N, C, H, W) tensor (a numpy array, a 3-D
+        tensor), or (test mode) missing/mismatching quant_info.json or bias_corr.pth.
     """
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
                           device, quant_config_file, target, **ignored_known_kwargs)

@@ -415,6 +415,30 @@ def test_capture_rejects_what_it_cannot_simulate(model, match):
         capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
 
 
+def test_inputs_must_be_float32_nchw_tensors(tmp_path):
+    x = _batches(1)[0]
+    expect = r"expected a float32 torch.Tensor \(N, C, H, W\), got "
+    with pytest.raises(QuantizationError, match=expect + r"numpy.ndarray of shape \(4, 3, 8, 8\).*torch.from_numpy"):
+        torch_quantizer("calib", _model(), (x.numpy(),), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match=expect + r"a 3-D torch.float32 tensor.*unsqueeze\(0\)"):
+        torch_quantizer("calib", _model(), x[0], output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match=r"input_args: .*got 2 inputs"):
+        torch_quantizer("calib", _model(), (x, x), output_dir=str(tmp_path), device="cpu")
+    q = torch_quantizer("calib", _model(), (x,), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match=r"calibration forward 1\): " + expect + "numpy.ndarray"):
+        q.quant_model(x.numpy())
+    with pytest.raises(QuantizationError, match=r"calibration forward 1\): " + expect + "a 3-D"):
+        q.quant_model(x[0])
+    assert q.export_quant_config() is None  # the refused forwards calibrated nothing
+    _calibrate(tmp_path)
+    t = torch_quantizer("test", _model(), (x,), output_dir=str(tmp_path), device="cpu")
+    for bad, match in ((x.numpy(), "numpy.ndarray"), (x[0], "a 3-D"), (x.double(), r"a 4-D torch.float64.*\.float\(\)")):
+        with pytest.raises(QuantizationError, match=r"quant_model input: " + expect + match):
+            t.quant_model(bad)
+    with pytest.raises(QuantizationError, match="at least one forward"):  # refused forwards do not count
+        t.export_torch_script(output_dir=str(tmp_path / "ts"))
+
+
 def test_calibration_batch_must_be_float32(tmp_path):
     q = torch_quantizer("calib", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
     with pytest.raises(QuantizationError, match="float32"):
