@@ -117,3 +117,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         kind = "config error" if isinstance(exc, ConfigError) else "error"
         print("%s: %s" % (kind, exc), file=sys.stderr)
         return 2
+    except KeyboardInterrupt:
+        print("interrupted: nothing under a final file name is half-written; run the same command again "
+              "to redo the interrupted step", file=sys.stderr)
+        return 130

@@ -7,6 +7,7 @@ Relative input paths (data files, weights, quant_config_file, arch_json) resolve
 of the YAML file; ``run.work_dir`` resolves against the current directory.
 """
 import copy
+import math
 import hashlib
 import json
 import os
@@ -22,12 +23,15 @@ from .specs import closest_match
 SOURCE_PATH_KEYS = ("path", "labels", "root")
 INPUT_PATHS = (("model", "weights"), ("quantizer", "quant_config_file"), ("compile", "arch_json"))
 
+EXPORT_FORMATS = ("onnx_exact", "onnx_qdq", "xmodel", "torchscript")
+
 STEPS = ["train", "inspect", "calib", "test", "export", "compile", "deploy"]
 DEFAULT_STEPS = ["train", "calib", "test", "export", "compile", "deploy"]
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    # strict: no silent coercion (``batch_size: true`` or ``"8"`` is an error, not 1 or 8)
+    model_config = ConfigDict(extra="forbid", strict=True)
 
 
 class RunSection(_Strict):
@@ -46,8 +50,16 @@ class DataSection(_Strict):
     split: Dict[str, float] = Field(default_factory=lambda: {"train": 0.6, "calib": 0.1, "eval": 0.3},
                                     description="Fractions of the (shuffled) source for train, calib and eval.")
     batch_size: int = Field(32, ge=1)
-    calib_batches: Optional[int] = Field(None, ge=0, description="At most this many calibration batches (None: all).")
-    eval_batches: Optional[int] = Field(None, ge=0, description="At most this many evaluation batches (None: all).")
+    calib_batches: Optional[int] = Field(None, description="At most this many calibration batches (null: all).")
+    eval_batches: Optional[int] = Field(None, description="At most this many evaluation batches (null: all).")
+
+    @field_validator("calib_batches", "eval_batches")
+    @classmethod
+    def _check_limit(cls, v: Optional[int]) -> Optional[int]:
+        if v is not None and v < 1:
+            raise ValueError("%d batches: the step would see 0 batches (for calibration: \"calibration saw 0 "
+                             "batches\"); give at least 1, or null for the whole split" % v)
+        return v
 
     @field_validator("split")
     @classmethod
@@ -69,6 +81,8 @@ class PreprocessSection(_Strict):
 
     @model_validator(mode="after")
     def _check_norm(self) -> "PreprocessSection":
+        if not all(math.isfinite(v) for v in self.mean + self.std):
+            raise ValueError("mean and std must be finite numbers, got mean %s, std %s" % (self.mean, self.std))
         if len(self.mean) != len(self.std):
             raise ValueError("mean has %d values but std has %d; give one per channel" % (len(self.mean), len(self.std)))
         if any(s <= 0 for s in self.std):
@@ -121,10 +135,19 @@ class ExportSection(_Strict):
     @field_validator("formats")
     @classmethod
     def _check_formats(cls, v: Optional[List[str]]) -> Optional[List[str]]:
-        allowed = ["onnx_exact", "onnx_qdq", "xmodel", "torchscript"]
-        bad = [f for f in v or [] if f not in allowed]
+        bad = [f for f in v or [] if f not in EXPORT_FORMATS]
         if bad:
-            raise ValueError("unknown formats %s; allowed: %s" % (bad, allowed))
+            raise ValueError("unknown formats %s; allowed: %s" % (bad, list(EXPORT_FORMATS)))
+        return v
+
+    @field_validator("verify_max_lsb")
+    @classmethod
+    def _check_verified(cls, v: Dict[str, int]) -> Dict[str, int]:
+        bad = [f for f in v if f not in ("onnx_exact", "onnx_qdq")]
+        if bad or any(n < 0 for n in v.values()):
+            raise ValueError("keys must be onnx_exact or onnx_qdq (the ONNX flavours verified in ONNX Runtime) and "
+                             "values >= 0, got %s%s" % (v, "; did you mean %r?" % closest_match(bad[0], ["onnx_exact", "onnx_qdq"])
+                                                        if bad and closest_match(bad[0], ["onnx_exact", "onnx_qdq"]) else ""))
         return v
 
 
@@ -317,6 +340,7 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
     from .compilers.targets import arch_json_path, get_target
+    from .models.loading import resolve_factory
     from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
     backend = cfg.quantizer.backend
     if cfg.export.formats is None:
@@ -331,6 +355,19 @@ def _check_semantics(loaded: LoadedConfig) -> None:
             arch_json_path(cfg.compile.target, cfg.compile.board)
     except ConfigError as exc:
         problems.append("compile.%s" % exc)
+    if cfg.quantizer.target is not None:
+        try:
+            get_target(cfg.quantizer.target)
+        except ConfigError as exc:
+            problems.append("quantizer.%s" % exc)
+        if cfg.quantizer.target != cfg.compile.target:
+            problems.append("quantizer.target %s differs from compile.target %s: the model would be quantized for "
+                            "one DPU and compiled for another; set both to the board's target (or leave "
+                            "quantizer.target null)" % (cfg.quantizer.target, cfg.compile.target))
+    try:
+        resolve_factory(cfg.model.zoo, cfg.model.factory)
+    except ConfigError as exc:
+        problems.append(str(exc))
     if problems:
         raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
 

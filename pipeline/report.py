@@ -10,7 +10,8 @@ from typing import Any, Dict, List, Optional
 
 from . import __version__, fileio
 
-REPORT_FILES = ("report.json", "report.md")
+# Files that describe the invocation rather than hold its results: not listed as artifacts.
+REPORT_FILES = ("report.json", "report.md", "status.json")
 
 
 def versions() -> Dict[str, Optional[str]]:
@@ -29,14 +30,15 @@ def versions() -> Dict[str, Optional[str]]:
 
 
 def artifacts(work_dir: str) -> List[Dict[str, Any]]:
-    """Every file in the run folder except the reports, with its size and sha256, sorted by path."""
+    """Every file in the run folder except the reports and hidden files (the run lock, temporaries),
+    with its size and sha256, sorted by path."""
     rows = []
     for folder, dirs, files in os.walk(work_dir):
         dirs.sort()
         for name in sorted(files):
             path = os.path.join(folder, name)
             rel = os.path.relpath(path, work_dir)
-            if rel in REPORT_FILES or name.endswith(".tmp"):
+            if rel in REPORT_FILES or name.startswith("."):
                 continue
             rows.append({"path": rel, "bytes": os.path.getsize(path), "sha256": fileio.sha256_file(path)})
     return rows
@@ -52,7 +54,10 @@ def build_report(run: Any) -> Dict[str, Any]:
     quant_ledger = steps.get("calib", {}).get("ledger") or test.get("ledger") or {}
     ledger_rows = steps.get("calib", {}).get("ledger_rows") or test.get("ledger_rows") or []
     cfg = run.cfg
+    status_path = run.path("status.json")
+    status = fileio.read_json(status_path) if os.path.isfile(status_path) else {"state": "unknown"}
     report = {
+        "status": status,
         "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
                 "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
                 "target": cfg.compile.target},
@@ -81,7 +86,11 @@ def _fmt(x: Any, spec: str = "%.4f") -> str:
 
 def render_markdown(r: Dict[str, Any]) -> str:
     """report.md: the same facts as report.json, for people."""
-    lines = ["# Run report: %s" % r["run"]["name"], "",
+    st = r["status"]
+    headline = {"ok": "finished: %s" % ", ".join(st.get("steps", [])),
+                "failed": "**FAILED at step `%s`**: %s" % (st.get("step"), st.get("error")),
+                "interrupted": "**INTERRUPTED at step `%s`**" % st.get("step")}.get(st.get("state"), "unknown")
+    lines = ["# Run report: %s" % r["run"]["name"], "", "- status: %s" % headline,
              "- config: `%s` (sha256 `%s`)" % (r["run"]["config"], r["run"]["config_sha256"][:16]),
              "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), "",
              "## Accuracy", "",

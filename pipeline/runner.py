@@ -128,15 +128,37 @@ class Run:
                                 "data or drop those samples" % (part, i, bad, x.numel()))
             yield x, (None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64))
 
-    def preflight(self) -> None:
-        """Checks that need the data's shape but no work: the declared layout, the channel count
-        after the stages against preprocess.mean/std. Raises DataError or ConfigError."""
+    def preflight(self, steps: List[str]) -> None:
+        """Checks that need the data's shape but no work, for the ``steps`` about to run: the declared
+        layout, the channel count after the stages against preprocess.mean/std, the splits the steps
+        need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
+        CompileError."""
         from .checks import check_channels, check_declared_layout
         images = self.source.images
         check_declared_layout(tuple(images.shape), self.source.layout)
         batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
         check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
                        [s.get("type") for s in self.cfg.preprocess.stages])
+        sizes = {part: sl.stop - sl.start for part, sl in self.splits.items()}
+        if "calib" in steps and not sizes.get("calib"):
+            raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
+                                    "(data.split %s); give it a share of the data" % (len(images), self.cfg.data.split))
+        for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
+            if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
+                raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
+                                "a share of the data" % (step, part, self.cfg.data.split, len(images)))
+        if "compile" in steps:
+            arch = self.arch_json()
+            if os.path.isfile(arch):
+                from .compilers.targets import check_arch_json
+                check_arch_json(arch, self.cfg.compile.target)  # P11, before any work
+
+    def arch_json(self) -> str:
+        """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
+        path inside the Vitis AI image. Raises ConfigError when none is known."""
+        from .compilers.targets import arch_json_path
+        c = self.cfg.compile
+        return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
 
     def new_ledger(self) -> Any:
         from .tensors import Ledger
@@ -176,16 +198,40 @@ class Run:
         return fp
 
     def example(self, ledger: Any = None) -> torch.Tensor:
-        """The compile-boundary example: batch 1, owned, contiguous, from the first eval sample
-        (real preprocessed data, not random). Recorded in ``ledger`` when given."""
+        """The compile-boundary example: batch 1, owned, contiguous, from the first sample of the eval
+        split (else of calib, else of train): real preprocessed data, not random. Recorded in
+        ``ledger`` when given."""
         from .boundary import compile_example
-        x, _ = next(self.batches("eval", limit=1, batch_size=1))
+        part = next(p for p in ("eval", "calib", "train") if self.splits[p].stop > self.splits[p].start)
+        x, _ = next(self.batches(part, limit=1, batch_size=1))
         return compile_example(x, ledger=ledger)
 
     # ------------------------------------------------------------------ bookkeeping
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
         fileio.write_json(self.path("steps", step + ".json"), result)
         return result
+
+    def require(self, step: str, by: str) -> Dict[str, Any]:
+        """The results of an earlier ``step`` that ``by`` needs; PipelineError saying to run it first."""
+        result = self.load_step(step)
+        if result is None:
+            raise PipelineError("%s: the %s step has not run in %s (or its results were removed when an earlier "
+                                "step ran again); run it first, e.g. --steps %s,%s" % (by, step, self.work_dir, step, by))
+        return result
+
+    def check_labels(self, model: torch.nn.Module, example: torch.Tensor, by: str) -> None:
+        """Refuse labels that the model's outputs cannot represent (label >= number of outputs)."""
+        labels = self.source.labels
+        if labels is None or not len(labels):
+            return
+        with torch.no_grad():
+            outputs = model(example.clone())
+        classes = int(outputs.shape[1]) if outputs.dim() == 2 else None
+        top = int(np.max(labels))
+        if classes is not None and (top >= classes or int(np.min(labels)) < 0):
+            raise DataError("%s: the labels run from %d to %d but the model has %d outputs; set model.kwargs."
+                            "num_classes (zoo models) to the number of classes, or check the labels"
+                            % (by, int(np.min(labels)), top, classes))
 
     def load_step(self, step: str) -> Optional[Dict[str, Any]]:
         p = self.path("steps", step + ".json")
@@ -210,6 +256,7 @@ def step_train(run: Run) -> Dict[str, Any]:
         return run.save_step("train", {"skipped": "model.weights is set", "weights": run.weights_path})
     torch.manual_seed(run.cfg.run.seed)
     model = build_model(m.zoo, m.factory, m.kwargs)
+    run.check_labels(model.eval(), run.example(), "train")
     ledger = run.new_ledger()
     xs, ys = [], []
     for x, y in run.batches("train", ledger=ledger):
@@ -286,7 +333,9 @@ def step_test(run: Run) -> Dict[str, Any]:
     """Float and quantized top-1 accuracy on the eval split."""
     from .quantizers.fingerprint import check_fingerprint
     from .train import accuracy
+    run.require("calib", "test")
     model, example = run.float_model(), run.example()
+    run.check_labels(model, example, "test")
     check_fingerprint(run.quant_dir, run.fingerprint(model, example))
     handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
     ledger = run.new_ledger()
@@ -334,6 +383,7 @@ def step_export(run: Run) -> Dict[str, Any]:
     """Export the quantized model from a batch-1 example and verify it against the simulation."""
     from .boundary import contiguous_parameters
     from .quantizers.fingerprint import check_fingerprint
+    run.require("calib", "export")
     ledger = run.new_ledger()
     model, example = run.float_model(), run.example(ledger=ledger)
     check_fingerprint(run.quant_dir, run.fingerprint(model, example))
@@ -375,21 +425,19 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]
 def step_compile(run: Run) -> Dict[str, Any]:
     """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
     from .compilers import plan, vai_c
-    from .compilers.targets import arch_json_path, check_arch_json, get_target
+    from .compilers.targets import check_arch_json, get_target
     c = run.cfg.compile
     target = get_target(c.target)
-    arch = run.loaded.resolve(c.arch_json) or (arch_json_path(c.target, c.board) if c.board else target.arch_json)
-    export = run.load_step("export") or {}
+    arch = run.arch_json()
+    export = run.require("export", "compile")
     xmodel = (export.get("files") or {}).get("xmodel")
     net = c.net_name or run.cfg.run.name
     out_dir = run.path("compile")
-    if arch is None:
-        raise ConfigError("compile.arch_json: target %s has no documented arch.json path in the Vitis AI image; "
-                          "set compile.arch_json to a file holding {\"fingerprint\": \"0x...\"} from "
-                          "`xdputil query` on the board" % target.name)
     if os.path.isfile(arch):
         check_arch_json(arch, target.name)  # P11: a wrong fingerprint fails here, compiler or not
-    argv = vai_c.build_argv(xmodel or run.path("export", "<Model>_int.xmodel"), arch, out_dir, net, c.options or None)
+    # without an exported xmodel (sim backend), the file the nndct export writes inside the image
+    expected = run.path("export", "%s_int.xmodel" % type(run.float_model(need_weights=False)).__name__)
+    argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
     if xmodel and vai_c.is_available():
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None)
         return run.save_step("compile", {"compiled": compiled, "argv": argv, "target": target.name})
@@ -406,7 +454,8 @@ def step_deploy(run: Run) -> Dict[str, Any]:
     """Assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, manifest)."""
     from .deploy import build_bundle
     from .quantizers.quant_info import read_quant_info
-    comp = run.load_step("compile") or {}
+    run.require("calib", "deploy")
+    comp = run.require("compile", "deploy")
     qi = read_quant_info(run.quant_dir)
     p = run.cfg.preprocess
     example_shape = (run.load_step("export") or {}).get("example_shape")
@@ -442,6 +491,12 @@ STEP_FUNCTIONS = {
 def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dict[str, Any]:
     """Run ``steps`` in pipeline order and write the report; returns report.json's content.
 
+    Before the first step: the pre-flight checks (no work done when they fail) and an exclusive
+    lock on the run folder (a second run into the same folder stops with an error). Before each
+    step: the results of that step and of every step that derives from it are removed, so the
+    run folder never mixes a new calibration with an old export. The report is written whatever
+    happens and says which step failed or was interrupted.
+
     With the nndct backend, calib, test and export each run in a child process when more than one
     of them is asked for (the real quantizer keeps state across modes, facts 1.5).
     """
@@ -450,31 +505,125 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
     run = Run(loaded, source)
-    run.preflight()
-    os.makedirs(run.work_dir, exist_ok=True)
-    _remove_stale_temporaries(run.work_dir)
-    run.write_resolved_config()
-    before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
-    separate = loaded.cfg.quantizer.backend == "nndct" and len(
-        [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
+    run.preflight(ordered)
+    lock = _lock_work_dir(run.work_dir)
     try:
-        for step in ordered:
-            log.info("step %s", step)
-            if separate and step in PROCESS_SEPARATED_STEPS:
-                _run_in_child(run, step)
-            else:
-                STEP_FUNCTIONS[step](run)
-    finally:
-        description = run.source.describe()
-        if before is not None:
-            after = _source_fingerprint(run)
-            description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
-        run.save_step("source", description)
+        _remove_stale_temporaries(run.work_dir)
+        run.write_resolved_config()
+        before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+        separate = loaded.cfg.quantizer.backend == "nndct" and len(
+            [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
+        status = {"state": "ok", "steps": ordered}  # type: Dict[str, Any]
+        try:
+            for step in ordered:
+                status["step"] = step
+                log.info("step %s", step)
+                _invalidate(run, step)
+                if separate and step in PROCESS_SEPARATED_STEPS:
+                    _run_in_child(run, step)
+                else:
+                    STEP_FUNCTIONS[step](run)
+            status.pop("step")
+        except KeyboardInterrupt:
+            status.update(state="interrupted", error="interrupted by the user (Ctrl-C)")
+            raise
+        except Exception as exc:
+            status.update(state="failed", error="%s: %s" % (type(exc).__name__, exc))
+            raise
+        finally:
+            description = run.source.describe()
+            if before is not None:
+                after = _source_fingerprint(run)
+                description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
+            run.save_step("source", description)
+            fileio.write_json(run.path("status.json"), status)
+            report = write_report(run)
         if before is not None and before != after:
             raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
                                 "please report it" % (before, after))
-        report = write_report(run)
-    return report
+        return report
+    finally:
+        _unlock(lock)
+
+
+# What each step writes besides steps/<step>.json, and the steps whose results derive from it.
+STEP_OUTPUTS = {
+    "train": "model",
+    "inspect": "inspect",
+    "calib": "quantize_result",
+    "test": "plots",
+    "export": "export",
+    "compile": "compile",
+    "deploy": "deploy",
+}
+DERIVED_STEPS = {
+    "train": ("calib", "test", "export", "compile", "deploy"),
+    "inspect": (),
+    "calib": ("test", "export", "compile", "deploy"),
+    "test": (),
+    "export": ("compile", "deploy"),
+    "compile": ("deploy",),
+    "deploy": (),
+}
+
+
+def _invalidate(run: Run, step: str) -> None:
+    """Remove the results of ``step`` and of the steps derived from it, before ``step`` runs.
+
+    The train step keeps model/ when model.weights names an outside file (it trains nothing then).
+    """
+    import shutil
+    own = () if step == "train" and run.cfg.model.weights is not None else (step,)
+    stale = []
+    for name in own + DERIVED_STEPS[step]:
+        folder, result = run.path(STEP_OUTPUTS[name]), run.path("steps", name + ".json")
+        if name != step and (os.path.exists(folder) or os.path.exists(result)):
+            stale.append(name)
+        if os.path.isdir(folder):
+            shutil.rmtree(folder)
+        if os.path.exists(result):
+            os.remove(result)
+    if stale:
+        log.info("%s: removed the results of %s, which came from the previous %s", step, ", ".join(stale), step)
+
+
+LOCK_FILE = ".pipeline.lock"
+LOCK_ENV = "PIPELINE_LOCKED_WORK_DIR"  # set for the child processes of the run that holds the lock
+
+
+def _lock_work_dir(work_dir: str) -> Any:
+    """Create ``work_dir`` and take an exclusive lock on it (fcntl.flock on .pipeline.lock).
+
+    Raises:
+        PipelineError: the folder cannot be created or written, or another run holds the lock.
+    """
+    if os.environ.get(LOCK_ENV) == work_dir:
+        return None  # a child process of the run that holds the lock
+    import fcntl
+    try:
+        os.makedirs(work_dir, exist_ok=True)
+        handle = open(os.path.join(work_dir, LOCK_FILE), "a+")
+    except OSError as exc:
+        raise PipelineError("run.work_dir %s cannot be used as the run folder (%s); choose a writable folder "
+                            "with --set run.work_dir=..." % (work_dir, exc.strerror or exc))
+    try:
+        fcntl.flock(handle.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        handle.seek(0)
+        holder = handle.read().strip()
+        handle.close()
+        raise PipelineError("run.work_dir %s is in use by another run (%s); wait for it to finish or choose another "
+                            "folder with --set run.work_dir=..." % (work_dir, holder or "pid unknown"))
+    handle.seek(0)
+    handle.truncate()
+    handle.write("pid %d" % os.getpid())
+    handle.flush()
+    return handle
+
+
+def _unlock(handle: Any) -> None:
+    if handle is not None:
+        handle.close()  # closing releases the flock
 
 
 def _remove_stale_temporaries(work_dir: str) -> None:
@@ -493,7 +642,7 @@ def _source_fingerprint(run: Run) -> str:
 def _run_in_child(run: Run, step: str) -> None:
     argv = [sys.executable, "-m", "pipeline", "run", "--config", run.path("config.resolved.yaml"), "--steps", step]
     log.info("running %s in its own process: %s", step, " ".join(argv))
-    proc = subprocess.run(argv)
+    proc = subprocess.run(argv, env=dict(os.environ, **{LOCK_ENV: run.work_dir}))  # it runs under our lock
     if proc.returncode != 0:
         raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"
                             % (step, proc.returncode))

@@ -45,7 +45,7 @@ def make_case(tmp_path, images=None, labels=None, **sections):
         "quantizer": {"max_accuracy_drop": 1.0},
     }
     for key, value in sections.items():
-        raw[key].update(value)
+        raw.setdefault(key, {}).update(value)
     cfg = tmp_path / "case.yaml"
     cfg.write_text(yaml.safe_dump(raw))
     return str(cfg), str(tmp_path / "images.npy")
@@ -57,15 +57,24 @@ def cli(*args):
 
 # ---------------------------------------------------------------------------- data
 
-def test_p03_zero_calibration_batches_stops_before_anything_is_exported(tmp_path):
+def test_p03_a_limit_of_zero_calibration_batches_is_refused_before_any_work(tmp_path):
     cfg, npy = make_case(tmp_path, data={"calib_batches": 0})
     before = sha(npy)
-    with pytest.raises(QuantizationError, match="calibration saw 0 batches"):
+    with pytest.raises(ConfigError, match=r"data.calib_batches: .*calibration saw 0 batches"):
         pipeline.run(cfg)
-    run = tmp_path / "run"
-    assert not (run / "quantize_result" / "quant_info.json").exists()
-    assert not (run / "export").exists()
+    assert not (tmp_path / "run").exists()
     assert sha(npy) == before
+
+
+def test_p03_an_empty_calibration_source_stops_before_anything_is_exported(tmp_path):
+    """The backend's own guard, for a calibration iterator that turns out empty at run time."""
+    import torch
+    from pipeline.quantizers.base import QuantSettings, get_backend
+    from pipeline.models.zoo import digits_cnn
+    out = tmp_path / "quantize_result"
+    with pytest.raises(QuantizationError, match="calibration saw 0 batches"):
+        get_backend("sim").calibrate(digits_cnn().eval(), torch.zeros(1, 1, 8, 8), iter([]), str(out), QuantSettings())
+    assert not (out / "quant_info.json").exists()
 
 
 def test_p03_empty_calibration_split_through_the_command_line(tmp_path):
@@ -73,6 +82,7 @@ def test_p03_empty_calibration_split_through_the_command_line(tmp_path):
     proc = cli("--config", cfg)
     assert proc.returncode == 2
     assert "calibration saw 0 batches" in proc.stderr
+    assert not (tmp_path / "run" / "model").exists()        # refused before training
     assert not (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
 
 
@@ -282,3 +292,112 @@ def test_p05_imagenet_normalization_on_pixels_scaled_twice_is_flagged_per_channe
     assert stats["plausible"] is False
     assert all(s < 0.05 for s in stats["std"]) and len(stats["std"]) == 3
     assert "channel(s) [0, 1, 2]" in report["warnings"][0]
+
+
+# ---------------------------------------------------------------------------- run folder
+
+def test_recalibrating_removes_the_results_derived_from_the_old_calibration(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    run = tmp_path / "run"
+    pipeline.run(cfg)
+    assert (run / "deploy" / "manifest.json").exists() and (run / "export").exists()
+    report = pipeline.run(cfg, steps=["calib"], overrides=["preprocess.mean=[60]"])
+    assert not (run / "export").exists() and not (run / "compile").exists() and not (run / "deploy").exists()
+    assert not (run / "steps" / "test.json").exists()
+    assert report["onnx_agreement"] is None and report["float_accuracy"] is None
+    assert not [a for a in report["artifacts"] if a["path"].startswith(("export/", "deploy/", "compile/"))]
+    # and a step that needs what was removed says which step to run
+    with pytest.raises(pipeline_errors().PipelineError, match="the export step has not run"):
+        pipeline.run(cfg, steps=["compile"], overrides=["preprocess.mean=[60]"])
+
+
+def pipeline_errors():
+    import pipeline.errors
+    return pipeline.errors
+
+
+def test_steps_out_of_order_say_which_step_to_run_first(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    weights = "model.weights=" + _trained_weights(tmp_path)
+    for step, missing in [("test", "calib"), ("export", "calib"), ("deploy", "calib")]:
+        proc = cli("--config", cfg, "--set", weights, "--steps", step)
+        assert proc.returncode == 2
+        assert "%s: the %s step has not run" % (step, missing) in proc.stderr
+
+
+def test_a_second_run_into_a_busy_work_dir_is_refused(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.runner import _lock_work_dir; "
+                               "h = _lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
+                               str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = cli("--config", cfg)       # a second run, same folder
+        assert proc.returncode == 2
+        assert "is in use by another run (pid %d)" % holder.pid in proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+    assert cli("--config", cfg, "--steps", "train").returncode == 0   # the lock died with its holder
+
+
+def test_a_work_dir_that_is_a_file_is_a_clear_error(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    (tmp_path / "afile").write_text("x")
+    proc = cli("--config", cfg, "--set", "run.work_dir=%s" % (tmp_path / "afile"))
+    assert proc.returncode == 2 and "cannot be used as the run folder" in proc.stderr
+
+
+def test_a_failed_step_is_named_in_the_report(tmp_path):
+    cfg, _ = make_case(tmp_path, quantizer={"max_accuracy_drop": 0.0, "bitwidth": 3})
+    proc = cli("--config", cfg)
+    assert proc.returncode == 2
+    with open(str(tmp_path / "run" / "report.json")) as f:
+        status = json.load(f)["status"]
+    assert status["state"] == "failed" and status["step"] == "test" and "QuantizationError" in status["error"]
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        assert "**FAILED at step `test`**" in f.read()
+
+
+def test_labels_beyond_the_model_outputs_are_a_clear_error(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"zoo": "digits_cnn", "kwargs": {"num_classes": 5}, "train": {"epochs": 1}})
+    with pytest.raises(DataError, match="labels run from 0 to 9 but the model has 5 outputs"):
+        pipeline.run(cfg)
+
+
+def test_misspelt_model_kwarg_is_a_config_error(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(ConfigError, match=r"model.kwargs \{'num_clases': 10\} do not fit digits_cnn"):
+        pipeline.run(cfg, overrides=["model.kwargs.num_clases=10"])
+
+
+def test_empty_eval_split_is_refused_before_any_work(tmp_path):
+    cfg, _ = make_case(tmp_path, data={"split": {"train": 0.8, "calib": 0.2, "eval": 0.0}})
+    with pytest.raises(DataError, match="the test step needs the eval split, which is empty"):
+        pipeline.run(cfg)
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_arch_json_of_another_dpu_fails_before_any_work(tmp_path):
+    """P11 through the runner: the fingerprint is checked before training, not after export."""
+    arch = tmp_path / "arch.json"
+    arch.write_text('{"fingerprint": "0x101000016010407"}')       # the 2.5 release's B4096
+    cfg, _ = make_case(tmp_path, compile={"arch_json": "arch.json"})
+    proc = cli("--config", cfg)
+    assert proc.returncode == 2
+    assert "0x0101000016010407" in proc.stderr and "DPUCZDX8G_ISA1_B4096" in proc.stderr
+    assert not (tmp_path / "run" / "model").exists()
+
+
+def test_strict_types_no_silent_coercion(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(ConfigError, match="data.batch_size: Input should be a valid integer"):
+        pipeline.load_config(cfg, ["data.batch_size=true"])
+    with pytest.raises(ConfigError, match="export.verify_max_lsb.*did you mean 'onnx_qdq'"):
+        pipeline.load_config(cfg, ["export.verify_max_lsb={onnx_qdd: 0}"])
+    with pytest.raises(ConfigError, match="quantizer.target DPUCVDX8G_ISA3_C32B3 differs from compile.target"):
+        pipeline.load_config(cfg, ["quantizer.target=DPUCVDX8G_ISA3_C32B3"])
+    with pytest.raises(ConfigError, match="mean and std must be finite"):
+        pipeline.load_config(cfg, ["preprocess.mean=[.nan]"])
+    with pytest.raises(ConfigError, match="model.zoo: expected one of"):
+        pipeline.load_config(cfg, ["model.zoo=resnet19"])

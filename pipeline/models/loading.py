@@ -51,7 +51,11 @@ def resolve_factory(zoo: Optional[str], factory: Optional[str]):
 def build_model(zoo: Optional[str], factory: Optional[str], kwargs: Dict[str, Any]) -> nn.Module:
     """Instantiate the configured model (random init, eval mode). Raises ConfigError as above, or
     when the factory does not return an ``nn.Module``."""
-    model = resolve_factory(zoo, factory)(**kwargs)
+    fn = resolve_factory(zoo, factory)
+    try:
+        model = fn(**kwargs)
+    except TypeError as exc:  # a misspelt or missing keyword
+        raise ConfigError("model.kwargs %s do not fit %s: %s" % (kwargs, zoo or factory, exc))
     if not isinstance(model, nn.Module):
         raise ConfigError("model: the factory returned %s, expected a torch.nn.Module" % type(model).__name__)
     return model.eval()
