@@ -23,6 +23,8 @@ What differs, on purpose:
 - The caller's input tensors and model are NEVER changed: the real quantizer rounds its input in
   place and swaps ReLU6 for ReLU inside the caller's model (facts 1.4, 1.5); here the model is
   deep-copied and every operation is out of place.
+- A calibration batch holding NaN/Inf warns with the forward index and the count; nndct skips
+  it silently, and the statistics here skip it the same way.
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
@@ -134,8 +136,18 @@ class _CalibModel(nn.Module):
 
     def forward(self, x: torch.Tensor) -> Any:
         q = self._quantizer[0]
-        _check_input(x, "quant_model input (calibration forward %d)" % (q._calibrator.batches + 1))
-        return q._calibrator.step(x.detach().cpu())
+        index = q._calibrator.batches + 1
+        _check_input(x, "quant_model input (calibration forward %d)" % index)
+        x = x.detach().cpu()
+        bad = x.numel() - int(torch.isfinite(x).sum())
+        if bad:
+            warnings.warn(
+                "calibration forward %d: the input holds %d non-finite values (NaN/Inf) of %d. As in "
+                "pytorch_nndct, a tensor holding NaN/Inf is passed through unquantized and adds "
+                "nothing to the fix_pos statistics, so this batch calibrates next to nothing (with "
+                "bias correction on it also ends the correction of every layer it reaches). Clean "
+                "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, x.numel()))
+        return q._calibrator.step(x)
 
 
 class TorchQuantizer:
@@ -205,7 +217,8 @@ class TorchQuantizer:
         """The quantized model to run forwards on.
 
         calib: each forward calibrates on the batch (float32 NCHW, not modified) and returns the
-        calibration output. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
+        calibration output; a batch holding NaN/Inf warns (forward index and count) and is
+        skipped by the statistics, as in nndct. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
         Either raises QuantizationError on an input that is not a float32 (N, C, H, W)
         torch.Tensor.
         """

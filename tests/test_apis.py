@@ -439,6 +439,27 @@ def test_inputs_must_be_float32_nchw_tensors(tmp_path):
         t.export_torch_script(output_dir=str(tmp_path / "ts"))
 
 
+def test_non_finite_calibration_batch_is_skipped_with_a_warning(tmp_path):
+    b0, b1, b2 = _batches(3)
+    bad = b1.clone()
+    bad[0, 0, 0, 0], bad[2, 1, 3, 3], bad[3, 2, 5, 5] = float("nan"), float("inf"), -float("inf")
+    no_corr = tmp_path / "no_corr.json"
+    no_corr.write_text('{"include_bias_corr": false, "target_device": "DPU"}')
+    with pytest.warns(UserWarning, match=r"calibration forward 2: the input holds 3 non-finite values "
+                                         r"\(NaN/Inf\) of 768.*nan_to_num"):
+        _calibrate(tmp_path / "with", config=str(no_corr), batches=[b0, bad, b2])
+    _calibrate(tmp_path / "without", config=str(no_corr), batches=[b0, b2])
+    # the skipped batch left no trace in the fix positions, as in nndct
+    assert open(str(tmp_path / "with" / "quant_info.json")).read() == \
+        open(str(tmp_path / "without" / "quant_info.json")).read()
+    # with bias correction on, the NaN error ends the correction (nndct's eval_qnoise): b2 changes nothing
+    with pytest.warns(UserWarning, match="calibration forward 2"):
+        _calibrate(tmp_path / "corr3", batches=[b0, bad, b2])
+        _calibrate(tmp_path / "corr2", batches=[b0, bad])
+    tables = [safe_torch_load(str(tmp_path / d / "bias_corr.pth")) for d in ("corr3", "corr2")]
+    assert tables[0] == tables[1]
+
+
 def test_calibration_batch_must_be_float32(tmp_path):
     q = torch_quantizer("calib", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
     with pytest.raises(QuantizationError, match="float32"):
