@@ -321,15 +321,45 @@ def test_p10_maxpool_followed_by_relu_on_dpuczdx8g():
     assert result.node("pool").device == "DPU"
     relu = result.node("relu")
     assert relu.device == "CPU"
-    assert "Try to assign max_pool2d 'pool' + relu to DPU failed" in only_reason(relu)
-    assert "never into a pool" in only_reason(relu)
+    # the node, the pool it follows and the reason, in the real Inspector's words for this case
+    assert relu.reasons[0].startswith("relu can't be assigned to DPU: it follows max_pool2d 'pool', and on "
+                                      "DPUCZDX8G the Vitis AI 3.5 Inspector finds no compiler pattern")
+    # the source, and why the ALU's own nonlinear list (relu, relu_six in the B4096 prototxt), which the
+    # target info shows, does not contradict it
+    source = [n for n in relu.notes if n.startswith("source:")]
+    assert len(source) == 1 and "Vitis-AI issue #1501" in source[0]
+    assert "alu_engine's nonlinear list in the target info (relu, relu_six) belongs to the whole engine" in source[0]
+    assert not any("never into a pool" in r for r in relu.reasons + relu.notes)
     assert any("relu(maxpool(x)) == maxpool(relu(x))" in n for n in relu.notes)
     assert result.summary_line() == "DPU: 2 nodes, CPU: 1 nodes"
-    text = result.to_text().split("graph name:")[0]
-    assert re.search(r"relu\s+relu\s+Try to assign max_pool2d 'pool' \+ relu to DPU failed", text)
+    report = result.to_text()
+    assert "alu_engine: dwconv, prelu, avg_pool, max_pool" in report and "nonlinear relu, relu_six" in report
+    text = report.split("graph name:")[0]
+    assert re.search(r"relu\s+relu\s+relu can't be assigned to DPU: it follows max_pool2d 'pool'", text)
     # the fix the note gives: ReLU before MaxPool puts everything on the DPU
     fixed = inspect(Seq(conv=nn.Conv2d(3, 8, 3, padding=1), relu=nn.ReLU(), pool=nn.MaxPool2d(2)), (1, 3, 8, 8))
     assert fixed.count("CPU") == 0 and fixed.node("relu").fused_into == "conv"
+
+
+def test_activation_after_a_pool_names_the_engine_and_its_source():
+    model = Seq(conv=nn.Conv2d(3, 8, 3, padding=1), pool=nn.MaxPool2d(2), relu=nn.ReLU())
+    # DPUCAHX8H: a dedicated pool engine whose prototxt nonlinear block is empty
+    relu = inspect(model, (1, 3, 8, 8), "DPUCAHX8H_ISA2").node("relu")
+    assert relu.device == "CPU"
+    assert relu.reasons[0] == ("relu can't be assigned to DPU: it follows max_pool2d 'pool', and the pool_engine "
+                               "of DPUCAHX8H_ISA2 fuses no activation.")
+    assert any("pool_engine's nonlinear list is empty" in n for n in relu.notes)
+    # a pool on the CPU (kernel 9 > the pool engine's 1-8) keeps the activation there
+    big = inspect(Seq(pool=nn.MaxPool2d(9), relu=nn.ReLU()), (1, 8, 18, 18), "DPUCAHX8H_ISA2")
+    assert big.node("pool").device == "CPU"
+    assert big.node("relu").reasons[0] == "relu can't be assigned to DPU: it follows max_pool2d 'pool', which is on the CPU."
+    # an ALU outside DPUCZDX8G: the same outcome, said to be an assumption
+    other = inspect(model, (1, 3, 8, 8), "DPUCVDX8G_ISA3_C32B3").node("relu")
+    assert other.device == "CPU" and "this inspection assumes the same here" in other.reasons[0]
+    # an average pool on DPUCZDX8G is treated like the max pool, without the commuting hint
+    avg = inspect(Seq(conv=nn.Conv2d(3, 8, 3, padding=1), pool=nn.AvgPool2d(2), relu=nn.ReLU()), (1, 3, 8, 8)).node("relu")
+    assert avg.device == "CPU" and "it follows avg_pool2d 'pool'" in avg.reasons[0]
+    assert not any("commutes" in n for n in avg.notes)
 
 
 def test_pool_limits_per_engine():

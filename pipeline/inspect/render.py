@@ -29,8 +29,9 @@ _HEADER = """\
 # keep the model from running entirely on the DPU. Inserting x.permute(0, 2, 3, 1) before the reshape in
 # the float model cancels it; the elements then reach the next layer in another order.
 # Explanation of some hardware constraints messages:
-#   "Try to assign {{pattern name}} to DPU failed.": the DPU has no pattern for these operations together.
-#   "{{op type}} can't be assigned to DPU.": no engine of the target runs the operator.
+#   "Try to assign {{pattern name}} to DPU failed.": the compiler will not run these operations together on the DPU.
+#   "{{op type}} can't be assigned to DPU.": XIR can express the operator, but no DPU engine or compiler pattern
+#   of the target takes it here.
 """
 
 

@@ -15,7 +15,10 @@ Sources (vitis_ai_facts.md section 6 unless stated):
 - Activation fusion: an activation fuses into its producer when the producer has no other consumer
   and the producer's engine lists it as ``nonlinear``; conv fuses relu, relu6, leaky_relu, prelu,
   hswish, hsigmoid, depthwise and transposed conv relu, relu6, leaky_relu, prelu
-  (``dpu_op_filter.py``, ``check_nonlinear``); the eltwise engine fuses relu. Pools fuse nothing.
+  (``dpu_op_filter.py``, ``check_nonlinear``); the eltwise engine fuses relu. Nothing fuses into a
+  pool (P10): a dedicated pool engine lists no nonlinear type, and the 3.5 Inspector reports a ReLU
+  after a MaxPool2d on the CPU even where the ALU that runs the pool lists relu (Vitis-AI issue
+  #1501; see ``_after_pool``).
 - LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (facts 2.6).
 - Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
   need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
@@ -35,7 +38,7 @@ output_padding."; facts 3.1).
 
 import math
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List, Optional, Tuple
 
 from pipeline.inspect.hardware import DpuEngines, EngineLimits, allows
 from pipeline.inspect.trace import OpNode
@@ -354,10 +357,52 @@ def relu6_conversion_note(node: OpNode) -> str:
             "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
 
 
+# Where the "no activation after a pool" rule comes from (public case P10), for the reports.
+POOL_ACTIVATION_SOURCE = (
+    "the Vitis AI 3.5 Inspector assigns devices by matching the compiler's patterns, and it reports a "
+    "ReLU after a MaxPool2d on the CPU (\"nndct_relu can't be assigned to DPU\", DPUCZDX8G, Vitis-AI "
+    "issue #1501, a known issue for AMD)")
+
+
+def _after_pool(node: OpNode, src: OpNode, ctx: Context) -> Tuple[str, str]:
+    """``(reason, source note)`` for activation ``node`` right after pool ``src`` (public case P10).
+
+    Which engine runs the pool decides the wording: a dedicated pool engine fuses nothing (its
+    prototxt ``nonlinear {}`` block is empty, e.g. ``DPUCAHX8H_ISA2``). For a pool on the ALU the
+    target description lists ``nonlinear`` types for the whole engine (relu, relu_six on
+    DPUCZDX8G), and the quantizer's old inspector (``dpu_partition.py``) has no ReLU rule at all,
+    but the 3.x Inspector decides from the compiler's pattern templates (``xcompiler.get_templates``
+    in ``nndct_shared/inspector``), and a ReLU after a MaxPool2d is reported on the CPU there
+    (Vitis-AI issue #1501, third-party report on Vitis AI 3.5). That observation is for max pooling
+    on DPUCZDX8G; this inspection applies it to every pool on an ALU.
+    """
+    target = ctx.target
+    head = "{} can't be assigned to DPU: it follows {} {!r}".format(node.op, src.op, src.name)
+    if not ctx.on_dpu(src.name):
+        return head + ", which is on the CPU.", "an activation runs on the DPU only fused into its producer there."
+    limits = target.pool_limits("max" if src.op == "max_pool2d" else "avg")
+    if limits is not None and limits.engine == "pool_engine":
+        return (head + ", and the pool_engine of {} fuses no activation.".format(target.name),
+                "source: the pool_engine's nonlinear list is empty in the {} target description "
+                "(target_factory prototxt).".format(target.name))
+    listed = target.alu.nonlinear if target.alu is not None else ()
+    if target.family == "DPUCZDX8G":
+        why = (", and on {} the Vitis AI 3.5 Inspector finds no compiler pattern for a pool followed by "
+               "an activation, so it leaves the activation on the CPU.".format(target.family))
+    else:
+        why = (", and no compiler pattern for a pool followed by an activation is known on {} (on DPUCZDX8G "
+               "the 3.5 Inspector leaves such a ReLU on the CPU; this inspection assumes the same here)."
+               .format(target.name))
+    return (head + why,
+            "source: {}. The alu_engine's nonlinear list in the target info ({}) belongs to the whole "
+            "engine; this inspection uses it after a depthwise conv or an element-wise op on the ALU, "
+            "not after a pool.".format(POOL_ACTIVATION_SOURCE, ", ".join(listed) or "empty"))
+
+
 def activation(node: OpNode, ctx: Context) -> Verdict:
     """relu, relu6, leaky_relu, prelu, hsigmoid, hswish: fused into the producer when its engine
-    allows, else on an engine that runs it alone, else on the CPU. A max pool fuses nothing: the
-    reason names the pool and the fix (P10)."""
+    allows, else on an engine that runs it alone, else on the CPU. After a pool nothing fuses
+    (``_after_pool``): the reason names the pool, a note gives the source, another the fix (P10)."""
     changes = [n for n in (leaky_relu_slope_note(node) if node.op == "leaky_relu" else None,
                            relu6_conversion_note(node) if node.op == "relu6" else None) if n]
     notes = []  # type: List[str]
@@ -378,9 +423,8 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
         fuse_failure = ("Try to assign {} + {} to DPU failed: {!r} has other consumers, so its "
                         "output is needed before the activation.".format(base.op, node.op, src.name))
     elif src is not None and src.op in _POOLS:
-        fuse_failure = ("Try to assign {} {!r} + {} to DPU failed: the DPU fuses an activation only "
-                        "into conv2d, depthwise conv, transposed conv, dense or an element-wise "
-                        "add, never into a pool.".format(src.op, src.name, node.op))
+        fuse_failure, source = _after_pool(node, src, ctx)
+        notes.append(source)
         if node.op in ("relu", "relu6") and src.op == "max_pool2d":
             notes.append("put the {} before the MaxPool2d: max pooling commutes with it "
                          "(relu(maxpool(x)) == maxpool(relu(x))), and it then fuses into the conv."
