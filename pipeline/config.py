@@ -304,18 +304,25 @@ class LoadedConfig:
         raw.get("run", {}).pop("work_dir", None)
         return hashlib.sha256(json.dumps(raw, sort_keys=True).encode()).hexdigest()
 
-    def calib_hash(self) -> str:
-        """sha256 of the settings that shape a calibration: the data and its split, batching, the
-        preprocessing, the model's architecture, and the quantizer's arguments. Changing the export
-        formats, the accuracy budget or the compile target keeps a calibration valid."""
+    def calib_settings(self) -> Dict[str, Any]:
+        """The settings that shape a calibration, as ``{"dotted.key": value}``: the data and its
+        split, batching, the preprocessing, the model's architecture, and the quantizer's
+        arguments. Changing the export formats, the accuracy budget or the compile target keeps a
+        calibration valid. (The quant_config_file's content and the weights are fingerprinted
+        separately, by hash.)"""
         c = self.cfg
-        relevant = {
+        sections = {
             "data": c.data.model_dump(exclude={"eval_batches"}),
             "preprocess": c.preprocess.model_dump(),
             "model": c.model.model_dump(include={"zoo", "factory", "kwargs"}),
             "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop", "device", "quant_config_file"}),
         }
-        return hashlib.sha256(json.dumps(relevant, sort_keys=True, default=str).encode()).hexdigest()
+        return {"%s.%s" % (section, key): value for section, values in sections.items()
+                for key, value in sorted(values.items())}
+
+    def calib_hash(self) -> str:
+        """sha256 of ``calib_settings()``."""
+        return hashlib.sha256(json.dumps(self.calib_settings(), sort_keys=True, default=str).encode()).hexdigest()
 
 
 def load_config(path: str, overrides: Optional[List[str]] = None) -> LoadedConfig:

@@ -34,6 +34,11 @@ log = logging.getLogger("pipeline")
 
 PROCESS_SEPARATED_STEPS = ("calib", "test", "export")
 
+# Fingerprint fields recorded for the record only: compile_target (without hardware-aware
+# quantization the calibration does not depend on it) and config_hash (the config.* keys it
+# hashes are compared one by one, so a mismatch names the key).
+FINGERPRINT_INFORMATIVE = ("compile_target", "config_hash")
+
 
 def progress(iterable: Any, desc: str, total: Optional[int] = None, unit: str = "batch") -> Any:
     """Wrap ``iterable`` in a tqdm progress bar on stderr (``iterable=None``: a bar updated by hand);
@@ -191,10 +196,13 @@ class Run:
 
     def fingerprint(self, model: torch.nn.Module, example: torch.Tensor) -> Dict[str, Any]:
         """The calibration fingerprint of this config (pipeline.quantizers.fingerprint), plus the
-        DPU target the run compiles for."""
+        DPU target the run compiles for and the ``config.*`` settings that shape a calibration
+        (FINGERPRINT_INFORMATIVE fields are recorded but do not invalidate a calibration)."""
         from .quantizers.fingerprint import make_fingerprint
         fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend)
         fp["compile_target"] = self.cfg.compile.target
+        # the settings themselves, so that a mismatch names the key that changed, not only the hash
+        fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())
         return fp
 
     def example(self, ledger: Any = None) -> torch.Tensor:
@@ -336,7 +344,7 @@ def step_test(run: Run) -> Dict[str, Any]:
     run.require("calib", "test")
     model, example = run.float_model(), run.example()
     run.check_labels(model, example, "test")
-    check_fingerprint(run.quant_dir, run.fingerprint(model, example))
+    check_fingerprint(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE)
     handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches
@@ -386,7 +394,7 @@ def step_export(run: Run) -> Dict[str, Any]:
     run.require("calib", "export")
     ledger = run.new_ledger()
     model, example = run.float_model(), run.example(ledger=ledger)
-    check_fingerprint(run.quant_dir, run.fingerprint(model, example))
+    check_fingerprint(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE)
     model = contiguous_parameters(model, ledger=ledger)
     backend = run.backend()
     handle = backend.load_test(model, example, run.quant_dir, run.settings())

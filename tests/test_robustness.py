@@ -176,7 +176,9 @@ def test_calib_test_mismatch_is_reported_field_by_field(tmp_path):
     msg = str(err.value)
     assert "bitwidth: calibrated 8, now 6" in msg
     assert "input_shape: calibrated [1, 8, 8], now [1, 6, 6]" in msg
-    assert "config_hash" in msg
+    assert "config.quantizer.bitwidth: calibrated 8, now 6" in msg
+    assert "config.preprocess.stages: calibrated" in msg
+    assert "config_hash" not in msg and "compile_target" not in msg
     # a change that does not shape the calibration keeps it valid
     report = pipeline.run(cfg, steps=["test"], overrides=weights + ["export.formats=[onnx_exact]"])
     assert report["quant_accuracy"] is not None
