@@ -28,8 +28,9 @@ What differs, on purpose:
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
-- The simulation always runs on the CPU; ``target`` is recorded (no hardware-aware partitioning);
-  only single-input models are supported.
+- The simulation always runs on the CPU; only single-input models are supported.
+- ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
+  nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
 - ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
   the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
   forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
@@ -47,7 +48,7 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from .errors import BackendUnavailableError, ExportError, QuantizationError
+from .errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
 from .quantizers.quant_config import load_quant_config
@@ -127,6 +128,49 @@ def _device(device: Any) -> torch.device:
     return torch.device("cpu")
 
 
+def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
+    """Validate ``target`` against the registry (``pipeline.compilers.targets``) and warn.
+
+    The real quantizer refuses an unknown target name (``DPUAllocator`` in
+    ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit; facts
+    3.1) and takes a string starting with ``0x`` as a fingerprint; here a fingerprint must be one
+    of a registered target. The real one looks at the name only when hardware-aware mode is on
+    (no quant_config_file); here a misspelt target is refused in both cases. A valid target
+    warns: the sim does no hardware-aware quantization.
+
+    Returns:
+        ``target`` unchanged.
+
+    Raises:
+        ConfigError: not a str, an unknown name, or an unknown fingerprint.
+    """
+    if target is None:
+        return None
+    from .compilers.targets import get_target, targets_by_fingerprint
+    if not isinstance(target, str):
+        raise ConfigError("target: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' (a str), "
+                          "got %s" % _describe(target))
+    if target.lower().startswith("0x"):
+        try:
+            known = targets_by_fingerprint(int(target, 16))
+        except ValueError:
+            known = []
+        if not known:
+            raise ConfigError("target: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
+                              "`python -m pipeline targets` lists names and fingerprints" % target)
+    else:
+        get_target(target)  # ConfigError naming the closest registered names
+    if quant_config_file is not None:
+        warnings.warn("target and quant_config_file are both given: hardware-aware mode is off "
+                      "(as in the real quantizer)")
+    else:
+        warnings.warn("target=%r: the sim quantizer does not do hardware-aware quantization (no DPU "
+                      "partitioning, which needs target_factory and xcompiler from the Vitis AI image); "
+                      "the fix positions are those of the default DPU flow, as without a target. Use "
+                      "the nndct backend in the image for hardware-aware quantization" % target)
+    return target
+
+
 class _CalibModel(nn.Module):
     """Calib-mode ``quant_model``: each forward is one calibration batch of the simulation."""
 
@@ -172,9 +216,7 @@ class TorchQuantizer:
         self.quant_mode = _mode(quant_mode)
         self.device = _device(device)
         self.output_dir = output_dir
-        self.target = target
-        if target is not None and quant_config_file is not None:
-            warnings.warn("target and quant_config_file are both given: hardware-aware mode is off")
+        self.target = _check_target(target, quant_config_file)
         if state_dict_file is not None:
             module = copy.deepcopy(module)
             module.load_state_dict(load_state_dict_file(state_dict_file))
@@ -383,7 +425,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         device: requested device; the simulation runs on the CPU (warning for CUDA).
         quant_config_file: quant_config_file JSON (facts 2.7) or None for the defaults
             (CLE and bias correction on).
-        target: DPU target name; recorded only.
+        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.compilers.targets``;
+            checked, then recorded only, with a warning (no hardware-aware quantization).
         **ignored_known_kwargs: the real API's other keyword arguments (``input_kwargs``,
             ``mix_bit``, ``lstm``, ``app_deploy``, ``qat_proc``, ``custom_quant_ops``,
             ``dynamo``); a non-default value warns. Unknown names raise TypeError.
@@ -393,9 +436,10 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         ``export_torch_script()`` and ``export_xmodel()`` (which raises BackendUnavailableError).
 
     Raises:
-        ConfigError: bad quant_config_file. QuantizationError: unsupported model or config, no
-        ``input_args`` or one that is not a float32 (N, C, H, W) tensor (a numpy array, a 3-D
-        tensor), or (test mode) missing/mismatching quant_info.json or bias_corr.pth.
+        ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
+        model or config, no ``input_args`` or one that is not a float32 (N, C, H, W) tensor (a
+        numpy array, a 3-D tensor), or (test mode) missing/mismatching quant_info.json or
+        bias_corr.pth.
     """
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
                           device, quant_config_file, target, **ignored_known_kwargs)

@@ -157,6 +157,45 @@ def test_device_kwargs_and_config_handling(tmp_path):
         torch_quantizer("calib", _model(), (x,), output_dir=str(tmp_path), device="cpu", quant_config_file=str(gpu))
 
 
+def test_target_is_checked_against_the_registry(tmp_path):
+    x = _batches(1)[0]
+
+    def make(target, config=None):
+        return torch_quantizer("calib", _model(), (x,), output_dir=str(tmp_path), device="cpu",
+                               target=target, quant_config_file=config)
+
+    with pytest.raises(ConfigError, match=r"'DPUCZDX8G_ISA1_B4069'.*closest: DPUCZDX8G_ISA1_B4096"):
+        make("DPUCZDX8G_ISA1_B4069")
+    with pytest.raises(ConfigError, match="of Vitis AI 3.x"):
+        make("DPUCZDX8G_ISA0_B4096_MAX_BG2")  # ISA0 names expired in 3.x (facts 3.2)
+    with pytest.raises(ConfigError, match="not the fingerprint"):
+        make("0x0101000056010499")
+    with pytest.raises(ConfigError, match="a str"):
+        make(4096)
+    with pytest.warns(UserWarning, match=r"does not do hardware-aware quantization.*default DPU flow"):
+        q = make("DPUCZDX8G_ISA1_B4096")
+    assert q.target == "DPUCZDX8G_ISA1_B4096"
+    with pytest.warns(UserWarning, match="does not do hardware-aware"):
+        make("0x0101000056010407")  # B4096's fingerprint (facts 3.2)
+    cfg = tmp_path / "cfg.json"
+    cfg.write_text('{"target_device": "DPU"}')
+    with pytest.warns(UserWarning, match="hardware-aware mode is off"):
+        make("DPUCV2DX8G_ISA1_C20B14", str(cfg))
+    with pytest.raises(ConfigError, match="closest"):
+        make("DPUCV2DX8G_ISA1_C20B41", str(cfg))
+    # the fix positions are the default flow's: a target changes nothing in quant_info.json
+    batches = _batches()
+    with pytest.warns(UserWarning, match="hardware-aware"):
+        q = torch_quantizer("calib", _model(), (batches[0],), output_dir=str(tmp_path / "t"), device="cpu",
+                            target="DPUCZDX8G_ISA1_B4096")
+    for b in batches:
+        q.quant_model(b)
+    q.export_quant_config()
+    _calibrate(tmp_path / "plain", batches=batches)
+    assert open(str(tmp_path / "t" / "quant_info.json")).read() == \
+        open(str(tmp_path / "plain" / "quant_info.json")).read()
+
+
 def test_state_dict_file_is_loaded_into_a_copy(tmp_path):
     trained, fresh = _model(0), _model(5)
     path = str(tmp_path / "w.pt")
