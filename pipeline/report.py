@@ -80,6 +80,14 @@ def build_report(run: Any) -> Dict[str, Any]:
     return report
 
 
+def _ordered_unique(items: Any) -> List[Any]:
+    out = []  # type: List[Any]
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
 def _fmt(x: Any, spec: str = "%.4f") -> str:
     return "n/a" if x is None else spec % x
 
@@ -91,7 +99,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
                 "failed": "**FAILED at step `%s`**: %s" % (st.get("step"), st.get("error")),
                 "interrupted": "**INTERRUPTED at step `%s`**" % st.get("step")}.get(st.get("state"), "unknown")
     lines = ["# Run report: %s" % r["run"]["name"], "", "- status: %s" % headline,
-             "- config: `%s` (sha256 `%s`)" % (r["run"]["config"], r["run"]["config_sha256"][:16]),
+             "- config: `%s` (hash of the resolved settings `%s`)" % (r["run"]["config"],
+                                                                        r["run"]["config_sha256"][:16]),
              "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), "",
              "## Accuracy", "",
              "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",
@@ -113,10 +122,14 @@ def render_markdown(r: Dict[str, Any]) -> str:
     lines += ["## Memory ledger", "",
               "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
     if led.get("rows"):
-        lines += ["| batch | stage | shares storage | bytes allocated |", "|---|---|---|---|"]
-        for row in led["rows"]:
-            lines.append("| %s | %s | %s | %s |" % (row.get("batch"), row.get("stage"), row.get("shares_storage"),
-                                                     row.get("bytes_allocated")))
+        lines += ["Per stage over the %s calibration batches (every row is in report.json):" % led.get("batches"), "",
+                  "| stage | batches | shares storage with its input | bytes allocated (total) |", "|---|---|---|---|"]
+        for stage in _ordered_unique(row.get("stage") for row in led["rows"]):
+            rows = [row for row in led["rows"] if row.get("stage") == stage]
+            shared = {bool(row.get("shares_storage")) for row in rows}
+            lines.append("| %s | %d | %s | %d |" % (stage, len(rows), "yes" if shared == {True} else
+                                                   "no" if shared == {False} else "some batches",
+                                                   sum(int(row.get("bytes_allocated") or 0) for row in rows)))
         lines.append("")
     if r.get("onnx_agreement"):
         lines += ["## ONNX Runtime vs simulation", "", "| flavour | max abs diff | differing | elements | max LSB |",
@@ -131,7 +144,7 @@ def render_markdown(r: Dict[str, Any]) -> str:
         if c.get("compiled"):
             lines.append("compiled: `%s`" % c["compiled"])
         else:
-            lines.append("not compiled here: %s. The exact command is in `%s`."
+            lines.append("not compiled: %s. The exact command is in `%s`."
                          % (c.get("reason"), (c.get("plan") or {}).get("script")))
         lines.append("")
     src = r.get("source")

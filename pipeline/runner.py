@@ -28,7 +28,7 @@ import yaml
 
 from . import fileio
 from .config import STEPS, LoadedConfig
-from .errors import ConfigError, DataError, PipelineError, QuantizationError
+from .errors import DataError, ExportError, PipelineError, QuantizationError
 
 log = logging.getLogger("pipeline")
 
@@ -426,7 +426,11 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]
         log.info("export: %s vs simulation: max abs diff %g, %d of %d elements differ (max %s LSB)", fmt,
                  report["max_abs_diff"], report["mismatches"], report["elements"], report["max_diff_lsb"])
         if fmt in run.cfg.export.verify_max_lsb:
-            check_agreement(report, run.cfg.export.verify_max_lsb[fmt])
+            try:
+                check_agreement(report, run.cfg.export.verify_max_lsb[fmt])
+            except ExportError as exc:  # keep the evidence, but not under the final name
+                os.replace(path, path + ".rejected")
+                raise ExportError("%s; the file was kept as %s.rejected" % (exc, path))
     return out
 
 
@@ -449,7 +453,7 @@ def step_compile(run: Run) -> Dict[str, Any]:
     if xmodel and vai_c.is_available():
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None)
         return run.save_step("compile", {"compiled": compiled, "argv": argv, "target": target.name})
-    reason = ("vai_c_xir is not installed here: compiling needs the Vitis AI image" if not vai_c.is_available()
+    reason = ("vai_c_xir is not on this machine: compiling needs the Vitis AI image" if not vai_c.is_available()
               else "no xmodel was exported (the sim backend writes ONNX; export an xmodel with the nndct backend "
                    "inside the Vitis AI image)")
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason)
