@@ -70,6 +70,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "plots": {k: os.path.relpath(v, run.work_dir) for k, v in (test.get("plots") or {}).items()},
         "onnx_agreement": steps.get("export", {}).get("agreement"),
         "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
+        "quantizer_changes": quantizer_changes(steps),
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
         "compile_argv": steps.get("compile", {}).get("argv"),
         "source": steps.get("source"),
@@ -78,6 +79,20 @@ def build_report(run: Any) -> Dict[str, Any]:
         "versions": versions(),
     }
     return report
+
+
+def quantizer_changes(steps: Dict[str, Any]) -> List[str]:
+    """What the quantizer changes in the model on its way to the DPU (LeakyReLU slope 26/256, ReLU6
+    -> ReLU under CLE, pooling factors, offered conversions), from the inspect step's node notes and
+    the per-layer sensitivity notes, one line per change with the nodes it applies to."""
+    by_change = {}  # type: Dict[str, List[str]]
+    for line in steps.get("inspect", {}).get("changes", []):
+        node, _, change = line.partition(": ")
+        by_change.setdefault(change, []).append(node)
+    for row in (steps.get("test", {}).get("sensitivity") or []):
+        for note in row.get("notes", []):
+            by_change.setdefault(note, []).append(row.get("float_node") or row.get("node"))
+    return ["%s (%s)" % (change, ", ".join(_ordered_unique(nodes))) for change, nodes in by_change.items()]
 
 
 def _ordered_unique(items: Any) -> List[Any]:
@@ -109,6 +124,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
                                         r["eval_images"]), ""]
     if r["warnings"]:
         lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
+    if r["quantizer_changes"]:
+        lines += ["## Changes the quantizer makes for the DPU", ""] + ["- %s" % c for c in r["quantizer_changes"]] + [""]
     if r.get("sensitivity"):
         from .sensitivity import render_markdown_table
         lines += ["## Per-layer sensitivity (quantized vs float, eval data)", "",

@@ -308,7 +308,8 @@ def step_inspect(run: Run) -> Dict[str, Any]:
     inspection = inspect_model(run.float_model(need_weights=False), run.example(), run.cfg.compile.target)
     paths = write_reports(inspection, run.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
-    return run.save_step("inspect", {"summary": inspection.summary_line(), "files": paths})
+    changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
+    return run.save_step("inspect", {"summary": inspection.summary_line(), "files": paths, "changes": changes})
 
 
 def step_calib(run: Run) -> Dict[str, Any]:

@@ -403,3 +403,12 @@ def test_strict_types_no_silent_coercion(tmp_path):
         pipeline.load_config(cfg, ["preprocess.mean=[.nan]"])
     with pytest.raises(ConfigError, match="model.zoo: expected one of"):
         pipeline.load_config(cfg, ["model.zoo=resnet19"])
+
+
+def test_p09_leaky_relu_slope_change_is_shown_in_the_report(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "leaky_model:leaky_cnn", "train": {"epochs": 1}})
+    report = pipeline.run(cfg, steps=["train", "inspect", "calib", "test"])
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        md = f.read()
+    assert "0.1015625" in md and "26/256" in md
+    assert any("0.1015625" in change for change in report["quantizer_changes"])
