@@ -41,8 +41,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
-        if positional:
-            p.add_argument("config", help="YAML config file")
+        if positional:  # `inspect CONFIG` or `inspect --config CONFIG`
+            p.add_argument("config_pos", nargs="?", metavar="CONFIG", help="YAML config file")
+            p.add_argument("--config", "-c", help="YAML config file (instead of the positional CONFIG)")
         else:
             p.add_argument("--config", "-c", required=True, help="YAML config file")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
@@ -83,7 +84,9 @@ def _run(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .config import load_config
     from .runner import Run, step_inspect
-    result = step_inspect(Run(load_config(args.config, args.overrides)))
+    if (args.config is None) == (args.config_pos is None):
+        raise ConfigError("inspect: give the config once, as CONFIG or as --config CONFIG")
+    result = step_inspect(Run(load_config(args.config or args.config_pos, args.overrides)))
     print(result["summary"])
     return 0
 

@@ -163,17 +163,26 @@ class SimGraph:
             swapped when CLE is on, dropout removed); owns deep copies of the caller's modules.
         nodes: SimNodes in topological (execution) order, inputs first; no return node.
         outputs: the SimNodes whose values the model returns, in return order.
-        example_shapes: fx node -> output shape (tuple) seen on the example input.
+        example_shapes: fx node -> output shape (tuple) seen on the example input, propagated on
+            first use (test mode needs them; calibration does not, and a float forward of the
+            example costs about a quarter of a four-batch calibration on a small model).
     """
 
     def __init__(self, class_name: str, gm: torch.fx.GraphModule, nodes: List[SimNode],
-                 outputs: List[SimNode], example_shapes: Dict[torch.fx.Node, Any]) -> None:
+                 outputs: List[SimNode], example: torch.Tensor) -> None:
         self.class_name = class_name
         self.gm = gm
         self.nodes = nodes
         self.outputs = outputs
-        self.example_shapes = example_shapes
         self.by_name = {n.name: n for n in nodes}
+        self._example = example
+        self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
+
+    @property
+    def example_shapes(self) -> Dict[torch.fx.Node, Any]:
+        if self._shapes is None:
+            self._shapes = _example_shapes(self.gm, self._example)
+        return self._shapes
 
     def full_name(self, node: SimNode) -> str:
         """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
@@ -379,7 +388,6 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
     _fold_bn(gm)
     gm.graph.lint()
     gm.recompile()
-    shapes = _example_shapes(gm, example.detach().cpu())
 
     called = {}  # type: Dict[str, int]
     nodes = []  # type: List[SimNode]
@@ -410,4 +418,4 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
                 sim.param_names["bias"] = "%s::%s.bias" % (class_name, fx_node.target)
         nodes.append(sim)
         by_fx[fx_node] = sim
-    return SimGraph(class_name, gm, nodes, outputs, shapes)
+    return SimGraph(class_name, gm, nodes, outputs, example.detach().cpu())
