@@ -84,3 +84,27 @@ def test_checkpoint_with_wrong_shapes_is_a_clear_error(tmp_path):
     torch.save(state, path)
     with pytest.raises(PipelineError, match="fc.weight"):
         load_weights(ZOO["digits_cnn"](), path)
+
+
+def test_training_checkpoint_gets_a_hint_to_the_nested_state_dict(tmp_path):
+    path = str(tmp_path / "ckpt.pt")
+    torch.save({"state_dict": ZOO["digits_cnn"]().state_dict(), "epoch": 3}, path)
+    with pytest.raises(PipelineError, match=r"weights seem to be under 'state_dict'"):
+        load_weights(ZOO["digits_cnn"](), path)
+
+
+def test_dataparallel_prefix_gets_a_hint(tmp_path):
+    path = str(tmp_path / "dp.pt")
+    torch.save({"module." + k: v for k, v in ZOO["digits_cnn"]().state_dict().items()}, path)
+    with pytest.raises(PipelineError, match=r"saved from nn.DataParallel"):
+        load_weights(ZOO["digits_cnn"](), path)
+
+
+def test_refusal_names_the_global_without_torchs_advice_to_disable_safety(tmp_path):
+    _Evil.marker = str(tmp_path / "pwned")
+    path = str(tmp_path / "evil.pt")
+    torch.save({"conv1.weight": _Evil()}, path)
+    with pytest.raises(PipelineError) as err:
+        load_weights(ZOO["digits_cnn"](), path)
+    assert "posix.system" in str(err.value) and "weights_only` set to `False`" not in str(err.value)
+    assert not os.path.exists(_Evil.marker)

@@ -73,14 +73,30 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
         raise PipelineError("checkpoint %s does not exist; run the 'train' step or set model.weights" % path)
     try:
         state = safe_torch_load(path)
-    except Exception as exc:  # UnpicklingError and friends: the message names the offending global
-        raise PipelineError("checkpoint %s was refused: it is not a plain state_dict loadable with "
-                            "weights_only=True (%s: %s). Save weights with torch.save(model.state_dict(), path)."
-                            % (path, type(exc).__name__, str(exc).splitlines()[0] if str(exc) else ""))
+    except Exception as exc:  # UnpicklingError and friends
+        raise PipelineError("checkpoint %s was refused: it is not a plain state_dict (%s), and it was not loaded "
+                            "because that could run code from the file. Save weights with "
+                            "torch.save(model.state_dict(), path)." % (path, _refusal_reason(exc)))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
-        raise PipelineError("checkpoint %s: expected a dict of tensors (a state_dict), got %s"
-                            % (path, type(state).__name__))
+        nested = [k for k, v in state.items() if isinstance(v, dict) and v
+                  and all(isinstance(t, torch.Tensor) for t in v.values())] if isinstance(state, dict) else []
+        hint = (" It looks like a training checkpoint: the weights seem to be under %r; save that entry alone "
+                "with torch.save(checkpoint[%r], path)." % (nested[0], nested[0])) if nested else ""
+        kinds = sorted({type(v).__name__ for v in state.values()}) if isinstance(state, dict) else []
+        raise PipelineError("checkpoint %s: expected a state_dict, i.e. a dict of parameter names to tensors, got "
+                            "a %s%s.%s" % (path, type(state).__name__, " holding %s" % ", ".join(kinds) if kinds else "",
+                                           hint))
     return state
+
+
+def _refusal_reason(exc: Exception) -> str:
+    """The useful part of torch's weights-only refusal (the global it refused), without its advice to
+    switch the safety off."""
+    import re
+    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
+    found = re.search(r"(unsupported GLOBAL [\w.]+|Unsupported global: GLOBAL [\w.]+|Unsupported operand \d+"
+                      r"|global '[\w.]+' is not allowed)", text)
+    return found.group(1) if found else "%s: %s" % (type(exc).__name__, text.strip().splitlines()[0] if text.strip() else "")
 
 
 def load_weights(model: nn.Module, path: str) -> nn.Module:
@@ -92,6 +108,9 @@ def load_weights(model: nn.Module, path: str) -> nn.Module:
     except RuntimeError as exc:  # shape mismatches
         raise PipelineError("checkpoint %s does not fit the model: %s" % (path, " ".join(str(exc).split())))
     if result.missing_keys or result.unexpected_keys:
-        raise PipelineError("checkpoint %s does not fit the model: missing keys %s, unexpected keys %s"
-                            % (path, list(result.missing_keys)[:10], list(result.unexpected_keys)[:10]))
+        prefixed = sorted(k[len("module."):] for k in result.unexpected_keys if k.startswith("module."))
+        hint = (" The keys start with 'module.' (saved from nn.DataParallel): save model.module.state_dict() "
+                "instead." if prefixed and set(result.missing_keys) <= set(prefixed) else "")
+        raise PipelineError("checkpoint %s does not fit the model: missing keys %s, unexpected keys %s.%s"
+                            % (path, list(result.missing_keys)[:10], list(result.unexpected_keys)[:10], hint))
     return model.eval()
