@@ -94,8 +94,8 @@ def _refusal_reason(exc: Exception) -> str:
     switch the safety off."""
     import re
     text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"(unsupported GLOBAL [\w.]+|Unsupported global: GLOBAL [\w.]+|Unsupported operand \d+"
-                      r"|global '[\w.]+' is not allowed)", text)
+    found = re.search(r"(unsupported GLOBAL [\w.]+|Unsupported global: GLOBAL [\w.]+|Unsupported class [\w.]+"
+                      r"|Unsupported operand \d+|global '[\w.]+' is not allowed)", text)
     return found.group(1) if found else "%s: %s" % (type(exc).__name__, text.strip().splitlines()[0] if text.strip() else "")
 
 
