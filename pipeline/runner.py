@@ -33,6 +33,7 @@ from .errors import DataError, ExportError, PipelineError, QuantizationError
 log = logging.getLogger("pipeline")
 
 PROCESS_SEPARATED_STEPS = ("calib", "test", "export")
+SMALL_EVAL = 100  # fewer eval images than this: the test step warns that the accuracy is coarse
 
 # Fingerprint fields recorded for the record only: compile_target (without hardware-aware
 # quantization the calibration does not depend on it) and config_hash (the config.* keys it
@@ -327,13 +328,18 @@ def step_calib(run: Run) -> Dict[str, Any]:
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
     input_stats = stats.result(run.cfg.preprocess.mean, run.cfg.preprocess.std)
-    for warning in input_stats["warnings"]:
+    warnings = list(input_stats["warnings"])
+    if run.cfg.quantizer.bitwidth != 8:
+        warnings.append("quantizer.bitwidth is %d: the DPU targets run 8-bit (int8) models, so this calibration is a "
+                        "simulation experiment; the xmodel export and compile need bitwidth 8"
+                        % run.cfg.quantizer.bitwidth)
+    for warning in warnings:
         log.warning("calib: %s", warning)
     fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
     return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
                                    "files": sorted(summary["files"] + [fp_path]),
-                                   "input_stats": input_stats, "warnings": input_stats["warnings"],
+                                   "input_stats": input_stats, "warnings": warnings,
                                    "ledger": ledger.summary(),
                                    "ledger_rows": ledger.rows})
 
@@ -357,7 +363,13 @@ def step_test(run: Run) -> Dict[str, Any]:
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
     sensitivity, plot_files = _sensitivity(run, model, example, limit)
-    result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc,
+    warnings = []
+    if n < SMALL_EVAL:
+        warnings.append("accuracy was measured on only %d eval images: one image moves it by %.2f points, so the "
+                        "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
+    for warning in warnings:
+        log.warning("test: %s", warning)
+    result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc, "warnings": warnings,
                                     "accuracy_drop": drop, "eval_images": n,
                                     "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
                                     "sensitivity": sensitivity, "plots": plot_files,
@@ -452,12 +464,15 @@ def step_compile(run: Run) -> Dict[str, Any]:
     expected = run.path("export", "%s_int.xmodel" % type(run.float_model(need_weights=False)).__name__)
     argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
     if xmodel and vai_c.is_available():
-        compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None)
+        compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
         return run.save_step("compile", {"compiled": compiled, "argv": argv, "target": target.name})
     reason = ("vai_c_xir is not on this machine: compiling needs the Vitis AI image" if not vai_c.is_available()
               else "no xmodel was exported (the sim backend writes ONNX; export an xmodel with the nndct backend "
                    "inside the Vitis AI image)")
-    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason)
+    config = run.loaded.path
+    if not os.path.relpath(config).startswith(".."):
+        config = os.path.relpath(config)  # as the user passes it from the repository root
+    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return run.save_step("compile", {"compiled": None, "argv": argv, "target": target.name,
                                      "reason": reason, "plan": plan_files})
