@@ -503,3 +503,50 @@ def test_calibration_batch_must_be_float32(tmp_path):
     q = torch_quantizer("calib", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
     with pytest.raises(QuantizationError, match="float32"):
         q.quant_model(_batches(1)[0].double())
+
+
+# -- speed-ups of the sim keep its results (scripts/bench_quant.py) -----------------------------
+
+def _nndct_diffs_fix_pos(x, scope=5):
+    """fix_ops.py diffs_fix_pos as nndct writes it: every candidate scored by
+    torch.sum(torch.pow(x - fake_quant(x), 2)) on float32 tensors, ties keep the smaller p."""
+    mn, mx = torch.aminmax(x)
+    p0 = fixpoint.overflow_free_fix_pos(x, 8)
+    best, best_diff = p0, float("inf")
+    for p in range(p0, p0 + scope):
+        diff = torch.sum(torch.pow(torch.sub(x, fixpoint.fake_quant(x, p, 8, "half_up")), 2.0)).item()
+        if diff < best_diff:
+            best, best_diff = p, diff
+    return best
+
+
+@pytest.mark.parametrize("numel", [500, 8192, 8193, 40000, 131072])
+def test_diffs_search_equals_scoring_every_candidate(numel, monkeypatch):
+    """The search skips candidates whose clipping provably loses; its result is nndct's on
+    activation-like tensors of every size class (batched, one-by-one, multi-threaded sums)."""
+    g = torch.Generator().manual_seed(numel)
+    cases = []
+    for trial in range(12):
+        x = torch.randn(numel, generator=g) * float(torch.rand(1, generator=g) * 4 + 0.01)
+        kind = trial % 6
+        if kind == 1:
+            x = torch.relu(x)  # half zeros, like a ReLU output
+        elif kind == 2:
+            x[int(torch.randint(numel, (1,), generator=g))] = 40.0 * (1 + trial)  # one outlier
+        elif kind == 3:
+            x = fixpoint.fake_quant(torch.relu(x), 5, 8, "half_up")  # on a grid: error 0 at p0
+        elif kind == 4:
+            x = -torch.rand(numel, generator=g) ** 4  # all negative, heavy near zero
+        elif kind == 5:
+            x = torch.full((numel,), 0.3) + (torch.rand(numel, generator=g) < 0.01).float() * 5.0  # two levels
+        cases.append(x.reshape(-1, 4) if numel % 4 == 0 else x)
+    scored = []
+    candidate_sse = fixpoint._candidate_sse
+    monkeypatch.setattr(fixpoint, "_candidate_sse", lambda x, p, *a: scored.append(p) or candidate_sse(x, p, *a))
+    for x in cases:
+        expect = _nndct_diffs_fix_pos(x)
+        assert fixpoint.diffs_fix_pos(x, 8, 5, "half_up") == expect
+        assert fixpoint.diffs_fix_pos(x, 8, 5, "std_round") == expect
+    if numel > fixpoint.BATCHED_SEARCH_NUMEL:  # candidates were skipped (the test is not vacuous)
+        assert len(scored) < 2 * 5 * len(cases)
+

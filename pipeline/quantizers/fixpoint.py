@@ -53,6 +53,10 @@ _HALF_UP_NUDGE = 2.0 ** -25
 # torch reduces a tensor of at most this many elements serially (ATen GRAIN_SIZE); above it a
 # full sum is split over threads, so its last bits depend on the thread count (as nndct's do).
 SERIAL_REDUCTION_NUMEL = 32768
+# The diffs search scores all candidates in one batched pass up to this many elements (fewer
+# calls); larger tensors are scored one candidate at a time, skipping provably losing ones.
+# At most SERIAL_REDUCTION_NUMEL, so that the batched row sums equal torch.sum's.
+BATCHED_SEARCH_NUMEL = 8192
 
 # The value nndct uses as fix position of an all-zero tensor (fix_ops.py, ``diffs_fix_pos``).
 ZERO_TENSOR_FIX_POS = 18
@@ -204,8 +208,12 @@ def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
     power-of-two scaling commutes with float rounding, so every partial sum equals nndct's. The
     candidates are rounded half to even (``round_``): that differs from half_up and std_round only
     on exact ties, where the error has the same magnitude, so the sums are bit-identical for both
-    ``method`` values. Small tensors score all candidates in one batched pass (same sums: torch
-    reduces them serially); larger ones reuse one scratch buffer.
+    ``method`` values. Small tensors (up to ``BATCHED_SEARCH_NUMEL`` elements) score all
+    candidates in one batched pass (same sums: torch reduces them serially). Larger ones score
+    one candidate at a time in one scratch buffer and stop at the first candidate whose clipping
+    error alone provably exceeds the best sum so far (``_ClipBound``): those candidates could
+    not have won, so the result is the one of scoring all five, at two candidates' cost or less
+    on typical activations.
 
     Args:
         x: float32 tensor, any shape, finite values. Not modified.
@@ -230,23 +238,91 @@ def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
         return p0
     lo = -(1 << (bitwidth - 1))
     hi = (1 << (bitwidth - 1)) - 1
-    if x.numel() <= SERIAL_REDUCTION_NUMEL:
+    if x.numel() <= BATCHED_SEARCH_NUMEL:
         sses = _candidate_sse_batched(x, p0, scope, lo, hi)
-    else:
-        buf = torch.empty_like(x)
-        sses = [_candidate_sse(x, p, lo, hi, buf) for p in range(p0, p0 + scope)]
-    best, best_sse = p0, sys.float_info.max
-    for i, sse in enumerate(sses):
+        best, best_sse = p0, sys.float_info.max
+        for i, sse in enumerate(sses):
+            if sse < best_sse:
+                best, best_sse = p0 + i, sse
+        return best
+    # one candidate at a time, in increasing p; a candidate whose clipping error alone is
+    # provably larger than the best sum so far is skipped, and so are all after it (see
+    # _clip_bound: the bound grows with p)
+    buf = torch.empty_like(x)
+    # p0 cannot overflow, except where R(v) of an extreme reaches the code range's edge + 1
+    clamp = not (lo <= round(min_max[0] * _scale(p0)) and round(min_max[1] * _scale(p0)) <= hi)
+    best, best_sse = p0, _candidate_sse(x, p0, lo, hi, buf, clamp)
+    bound = _ClipBound(x, min_max, lo, hi)
+    for p in range(p0 + 1, p0 + scope):
+        # the strided subset rarely holds an element clipped at p0 + 1: extremes only there
+        if bound.exceeds(p, best_sse, p > p0 + 1):
+            break
+        sse = _candidate_sse(x, p, lo, hi, buf)
         if sse < best_sse:
-            best, best_sse = p0 + i, sse
+            best, best_sse = p, sse
     return best
 
 
-def _candidate_sse(x: torch.Tensor, p: int, lo: int, hi: int, d: torch.Tensor) -> float:
-    # scaled error: q - x * 2**p == -(x - q * 2**-p) * 2**p exactly (power-of-two scaling)
+class _ClipBound:
+    """Lower bounds of a candidate's float32 error sum from its clipped values (diffs search).
+
+    For candidate ``p`` every element with ``v = x * 2**p`` outside ``[lo, hi]`` is clamped, so
+    its squared error is at least ``c**2`` with ``c = v - clamp(v, lo, hi)``, exactly. Summed over
+    any subset of the elements this is a lower bound ``L(p)`` of the exact sum ``S(p)``, and in
+    unscaled units ``L(p) * 4**-p`` never decreases with ``p`` (the clamp thresholds
+    ``hi * 2**-p`` shrink). The float32 sum torch computes, in any order, is at least
+    ``S(p) * (1 - n * 2**-24)`` for ``n`` non-negative terms each rounded once (squares) and
+    added ``n - 1`` times. So when ``L(p) * 4**-p * (1 - n * 2**-24)`` exceeds the best float32
+    sum found so far, candidate ``p`` and every larger one would lose: the search result is
+    the same as scoring them all.
+
+    Two subsets are used: the two extreme elements (free: the min/max are known), then, only
+    if that is not enough, every ``SUBSET_STRIDE``-th element (``L`` in float64, exact up to a
+    relative 2**-29, lowered by 2**-20 for safety).
+    """
+
+    SUBSET_STRIDE = 16
+
+    def __init__(self, x: torch.Tensor, min_max: Tuple[float, float], lo: int, hi: int) -> None:
+        self.x = x
+        self.x_min, self.x_max = min_max
+        self.lo, self.hi = lo, hi
+        n = x.numel()
+        self.keep = 1.0 - n * 2.0 ** -24  # <= 0 for n >= 2**24: nothing is ever skipped
+        self.subset = None  # type: Optional[torch.Tensor]
+
+    def _clip(self, v: float) -> float:
+        return v - min(max(v, self.lo), self.hi)
+
+    def exceeds(self, p: int, best_sse: float, use_subset: bool = True) -> bool:
+        """True when candidate ``p``'s float32 error sum is provably larger than ``best_sse``
+        (False means "not proven"); ``use_subset=False`` tries the extremes only."""
+        if self.keep <= 0.0:
+            return False
+        amp = _scale(p)
+        ext = self._clip(self.x_max * amp) ** 2
+        if self.x_min < self.x_max:  # two distinct elements
+            ext += self._clip(self.x_min * amp) ** 2
+        if ext * _scale(-2 * p) * self.keep * (1.0 - 2.0 ** -20) > best_sse:
+            return True
+        if not use_subset:
+            return False
+        if self.subset is None:
+            self.subset = self.x.reshape(-1)[::self.SUBSET_STRIDE].double()
+        v = self.subset * amp
+        part = torch.sum(v.sub_(v.clamp(self.lo, self.hi)).square_()).item()
+        return part * _scale(-2 * p) * self.keep * (1.0 - 2.0 ** -20) > best_sse
+
+
+def _candidate_sse(x: torch.Tensor, p: int, lo: int, hi: int, d: torch.Tensor, clamp: bool = True) -> float:
+    # scaled error: q - x * 2**p == -(x - q * 2**-p) * 2**p exactly (power-of-two scaling);
+    # clamp=False when no value can leave the code range (the clamp would change nothing)
     amp = _scale(p)
     torch.mul(x, amp, out=d)
-    d.round_().clamp_(lo, hi).sub_(x, alpha=amp)
+    d.round_()
+    if clamp:
+        d.clamp_(lo, hi)
+    d.sub_(x, alpha=amp)
     return torch.sum(d.mul_(d)).item() * _scale(-2 * p)
 
 
