@@ -550,3 +550,21 @@ def test_diffs_search_equals_scoring_every_candidate(numel, monkeypatch):
     if numel > fixpoint.BATCHED_SEARCH_NUMEL:  # candidates were skipped (the test is not vacuous)
         assert len(scored) < 2 * 5 * len(cases)
 
+
+@pytest.mark.parametrize("kernel,shape", [(2, (64, 32, 8, 8)), (2, (3, 4, 9, 7)), (3, (2, 3, 10, 11)),
+                                          ((2, 3), (2, 3, 8, 9))])
+def test_tiled_max_pool_equals_max_pool2d(kernel, shape):
+    from pipeline.quantizers.sim.ops import tiled_max_pool
+    g = torch.Generator().manual_seed(7)
+    x = torch.randn(*shape, generator=g)
+    x[0, 0, 0, 0], x[-1, -1, -1, 0] = float("nan"), float("inf")
+    pool = nn.MaxPool2d(kernel)
+    got, expect = tiled_max_pool(pool, x), pool(x)
+    assert got.stride() == expect.stride()
+    assert torch.equal(torch.isnan(got), torch.isnan(expect))
+    assert torch.equal(torch.nan_to_num(got), torch.nan_to_num(expect))
+    # other pools and layouts are left to F.max_pool2d
+    assert tiled_max_pool(nn.MaxPool2d(3, 2, 1), x) is None
+    assert tiled_max_pool(pool, x.to(memory_format=torch.channels_last)) is None
+    assert tiled_max_pool(pool, x[:, :1].contiguous()) is None  # C == 1: NCHW and channels_last coincide
+

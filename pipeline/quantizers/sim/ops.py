@@ -87,6 +87,46 @@ def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[torch.fx.
     raise ValueError("run_fx: unexpected fx node %s (%s)" % (fx_node.name, fx_node.op))
 
 
+def tiled_max_pool(m: nn.MaxPool2d, x: Any) -> Optional[torch.Tensor]:
+    """``m(x)`` for a non-overlapping max pool (stride == kernel, no padding or dilation), as the
+    elementwise maximum of the ``kh * kw`` strided views of ``x``; None for any other pool.
+
+    The values are exactly ``F.max_pool2d``'s (a maximum is exact; NaN propagates in both),
+    several times faster on the CPU for small windows, whose NCHW kernel is scalar. The one
+    possible difference is the sign of a zero when ``+0.0`` and ``-0.0`` tie in a window; every
+    pool output reaches a quantization point (``fake_quant`` gives ``+0.0`` for both) before any
+    use that could tell them apart, so calibration results are unchanged. Used in calibration
+    only; the lowered test-mode model keeps ``nn.MaxPool2d``.
+
+    Args:
+        m: the MaxPool2d module.
+        x: its input; not modified.
+
+    Returns:
+        A new contiguous float32 tensor (N, C, H // kh, W // kw), or None: another pool, or an
+        input that is not a plain contiguous float32 NCHW tensor.
+    """
+    kh, kw = pair(m.kernel_size)
+    stride = pair(m.stride if m.stride is not None else m.kernel_size)
+    if (stride != (kh, kw) or kh * kw < 2 or pair(m.padding) != (0, 0) or pair(m.dilation) != (1, 1)
+            or m.ceil_mode or m.return_indices or not isinstance(x, torch.Tensor) or x.dim() != 4
+            or x.dtype != torch.float32):
+        return None
+    # plain NCHW only, where F.max_pool2d's output is plain NCHW too; a channels_last (or
+    # ambiguous: C == 1, H == W == 1) input keeps F.max_pool2d and its output layout, which
+    # later reductions depend on
+    if not x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last):
+        return None
+    ho, wo = int(x.shape[2]) // kh, int(x.shape[3]) // kw
+    if ho == 0 or wo == 0:
+        return None
+    views = [x[:, :, i:ho * kh:kh, j:wo * kw:kw] for i in range(kh) for j in range(kw)]
+    out = torch.maximum(views[0], views[1])  # a new contiguous (N, C, ho, wo) tensor
+    for view in views[2:]:
+        torch.maximum(out, view, out=out)
+    return out
+
+
 def hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
     """nndct's DPU hardsigmoid: ``relu6(x + 3) * 2731/16384`` (float32)."""
     return F.relu6(torch.add(x, 3.0)) * HARD_SIGMOID_SCALE
@@ -112,6 +152,10 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         return hard_swish(env[fx_node.all_input_nodes[0]]), True
     if op == g.HSIGMOID:
         return hard_sigmoid(env[fx_node.all_input_nodes[0]]), True
+    if op == g.MAX_POOL and fx_node.op == "call_module":
+        out = tiled_max_pool(graph.module(node), env[fx_node.all_input_nodes[0]])
+        if out is not None:
+            return out, True
     out = run_fx(graph.gm, fx_node, env)
     if op == g.AVG_POOL:
         kh, kw = avgpool_kernel(graph, node)
