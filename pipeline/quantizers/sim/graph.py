@@ -227,9 +227,11 @@ def _swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
         _set_submodule(model, name, new)
 
 
-def _trace(model: nn.Module) -> torch.fx.GraphModule:
+def _trace(model: nn.Module) -> torch.fx.Graph:
+    # torch.fx.symbolic_trace without its GraphModule: the module is built once, after the
+    # rewrites (one code generation instead of two)
     try:
-        return torch.fx.symbolic_trace(model)
+        return torch.fx.Tracer().trace(model)
     except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
@@ -237,13 +239,13 @@ def _trace(model: nn.Module) -> torch.fx.GraphModule:
             "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
 
 
-def _remove_passthrough(gm: torch.fx.GraphModule) -> None:
-    for node in list(gm.graph.nodes):
-        drop = (node.op == "call_module" and isinstance(gm.get_submodule(node.target), REMOVED_MODULES)) \
+def _remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
+    for node in list(graph.nodes):
+        drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \
             or (node.op == "call_function" and node.target in REMOVED_FUNCTIONS)
         if drop:
             node.replace_all_uses_with(node.args[0])
-            gm.graph.erase_node(node)
+            graph.erase_node(node)
 
 
 def fold_bn_params(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm2d,
@@ -279,12 +281,12 @@ def fold_bn_params(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.Ba
     return new_w, new_b
 
 
-def _fold_bn(gm: torch.fx.GraphModule) -> None:
-    for node in list(gm.graph.nodes):
-        if node.op != "call_module" or not isinstance(gm.get_submodule(node.target), nn.BatchNorm2d):
+def _fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
+    for node in list(graph.nodes):
+        if node.op != "call_module" or not isinstance(root.get_submodule(node.target), nn.BatchNorm2d):
             continue
         src = node.args[0]
-        conv = gm.get_submodule(src.target) if isinstance(src, torch.fx.Node) and src.op == "call_module" else None
+        conv = root.get_submodule(src.target) if isinstance(src, torch.fx.Node) and src.op == "call_module" else None
         if not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)):
             raise QuantizationError(
                 "node %r: BatchNorm2d without a Conv2d before it is not supported by the sim "
@@ -295,15 +297,15 @@ def _fold_bn(gm: torch.fx.GraphModule) -> None:
                 "node %r: the output of conv %r is used by %d nodes besides its BatchNorm; the real "
                 "quantizer would fold the BatchNorm into the conv and change what the other users "
                 "see. Use the conv output only through the BatchNorm." % (node.name, src.target, len(src.users) - 1))
-        bn = gm.get_submodule(node.target)
+        bn = root.get_submodule(node.target)
         out_dim = 1 if isinstance(conv, nn.ConvTranspose2d) else 0
         w, b = fold_bn_params(conv.weight, conv.bias, bn, out_dim)
         folded = copy.deepcopy(conv)
         folded.weight = nn.Parameter(w, requires_grad=False)
         folded.bias = nn.Parameter(b, requires_grad=False)
-        _set_submodule(gm, src.target, folded)
+        _set_submodule(root, src.target, folded)
         node.replace_all_uses_with(src)
-        gm.graph.erase_node(node)
+        graph.erase_node(node)
 
 
 def _conv_op(m: nn.Module) -> str:
@@ -379,15 +381,16 @@ def capture(model: nn.Module, example: torch.Tensor, cfg: QuantConfig) -> SimGra
     for p in work.parameters():
         p.requires_grad_(False)
     _swap_modules(work, cfg)
-    gm = _trace(work)
-    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    fx_graph = _trace(work)
+    placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != 1:
         raise QuantizationError("the sim quantizer supports models with exactly one input; forward() of %s "
                                 "takes %d" % (type(model).__name__, len(placeholders)))
-    _remove_passthrough(gm)
-    _fold_bn(gm)
-    gm.graph.lint()
-    gm.recompile()
+    _remove_passthrough(work, fx_graph)
+    _fold_bn(work, fx_graph)
+    fx_graph.lint()
+    # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
+    gm = torch.fx.GraphModule(work, fx_graph, class_name=type(work).__name__)
 
     called = {}  # type: Dict[str, int]
     nodes = []  # type: List[SimNode]
