@@ -29,7 +29,7 @@ Differences from the real kernel, on purpose: a value so large that ``x * 2**p``
 import math
 import sys
 from collections import Counter
-from typing import Iterable, List, Optional, Tuple
+from typing import Dict, Iterable, List, Optional, Tuple
 
 import numpy as np
 import torch
@@ -60,6 +60,12 @@ BATCHED_SEARCH_NUMEL = 8192
 
 # The value nndct uses as fix position of an all-zero tensor (fix_ops.py, ``diffs_fix_pos``).
 ZERO_TENSOR_FIX_POS = 18
+
+# _overflow_free takes floor(log2) in float64 unless the value is this close to an integer
+_LOG2_MARGIN = 1e-4
+
+# (p0, scope, dtype) -> the (scope, 1) tensor of candidate scales 2**p of the batched search
+_CANDIDATE_SCALES = {}  # type: Dict[Tuple[int, int, torch.dtype], torch.Tensor]
 
 
 def round_half_up(v: torch.Tensor) -> torch.Tensor:
@@ -175,8 +181,14 @@ def _overflow_free(x_min: float, x_max: float, bitwidth: int) -> int:
     step = max(np.float32(x_min) / np.float32(-abs_max - 0.5), np.float32(x_max) / np.float32(abs_max - 0.5))
     if not float(step) > sys.float_info.min:
         return ZERO_TENSOR_FIX_POS
-    recip = torch.tensor(np.float32(1.0) / step, dtype=torch.float32)
-    return int(math.floor(torch.log2(recip).item()))
+    recip = np.float32(1.0) / step
+    # torch's float32 log2 is within a few float32 ulps (< 2**-16 here) of the true value, so
+    # away from an integer the float64 log2 has the same floor; near one, ask torch itself
+    log2 = math.log2(float(recip))
+    floor = math.floor(log2)
+    if _LOG2_MARGIN < log2 - floor < 1.0 - _LOG2_MARGIN:
+        return int(floor)
+    return int(math.floor(torch.log2(torch.tensor(recip, dtype=torch.float32)).item()))
 
 
 def overflow_free_fix_pos(x: torch.Tensor, bitwidth: int) -> int:
@@ -330,7 +342,10 @@ def _candidate_sse_batched(x: torch.Tensor, p0: int, scope: int, lo: int, hi: in
     # all candidates in one (scope, N) tensor (small tensors only: fewer calls, and larger
     # temporaries cost more than they save). Below the grain size torch sums each row serially,
     # in the same order as torch.sum of one N-element tensor.
-    amps = torch.tensor([_scale(p0 + i) for i in range(scope)], dtype=x.dtype).reshape(scope, 1)
+    amps = _CANDIDATE_SCALES.get((p0, scope, x.dtype))
+    if amps is None:
+        amps = torch.tensor([_scale(p0 + i) for i in range(scope)], dtype=x.dtype).reshape(scope, 1)
+        _CANDIDATE_SCALES[(p0, scope, x.dtype)] = amps
     v = x.reshape(1, -1) * amps
     d = torch.round(v).clamp_(lo, hi).sub_(v)
     sums = torch.sum(d.mul_(d), dim=1).tolist()

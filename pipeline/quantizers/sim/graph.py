@@ -177,6 +177,7 @@ class SimGraph:
         self.by_name = {n.name: n for n in nodes}
         self._example = example
         self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
+        self._modules = {}  # type: Dict[str, nn.Module]
 
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
@@ -189,8 +190,12 @@ class SimGraph:
         return "%s::%s" % (self.class_name, node.name)
 
     def module(self, node: SimNode) -> nn.Module:
-        """The submodule a call_module node runs."""
-        return self.gm.get_submodule(node.module_path)
+        """The submodule a call_module node runs (looked up once per node; the rewrites that
+        replace submodules all run in ``capture``, before this is first called)."""
+        m = self._modules.get(node.module_path)
+        if m is None:
+            m = self._modules[node.module_path] = self.gm.get_submodule(node.module_path)
+        return m
 
     def graph_md5(self) -> str:
         """md5 of the graph description nndct checks in test mode (``Graph.get_md5``).
@@ -300,10 +305,10 @@ def _fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
         bn = root.get_submodule(node.target)
         out_dim = 1 if isinstance(conv, nn.ConvTranspose2d) else 0
         w, b = fold_bn_params(conv.weight, conv.bias, bn, out_dim)
-        folded = copy.deepcopy(conv)
-        folded.weight = nn.Parameter(w, requires_grad=False)
-        folded.bias = nn.Parameter(b, requires_grad=False)
-        _set_submodule(root, src.target, folded)
+        # root is capture's own deep copy, so its conv is folded in place (every node calling
+        # this module names the same target path, so none could still see the unfolded conv)
+        conv.weight = nn.Parameter(w, requires_grad=False)
+        conv.bias = nn.Parameter(b, requires_grad=False)
         node.replace_all_uses_with(src)
         graph.erase_node(node)
 

@@ -67,12 +67,16 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     return fixpoint.avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
-def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[torch.fx.Node, Any]) -> Any:
-    """Run one fx node with its arguments looked up in ``env``; in-place activations out of place."""
-    args = map_arg(fx_node.args, lambda n: env[n])
-    kwargs = dict(map_arg(fx_node.kwargs, lambda n: env[n]))
+def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[torch.fx.Node, Any],
+           module: Optional[nn.Module] = None) -> Any:
+    """Run one fx node with its arguments looked up in ``env``; in-place activations out of place.
+
+    ``module``: the submodule a call_module node runs, when the caller has it (else looked up).
+    """
+    args = map_arg(fx_node.args, env.__getitem__)
+    kwargs = dict(map_arg(fx_node.kwargs, env.__getitem__))
     if fx_node.op == "call_module":
-        m = gm.get_submodule(fx_node.target)
+        m = module if module is not None else gm.get_submodule(fx_node.target)
         if isinstance(m, (nn.ReLU, nn.Hardtanh)) and getattr(m, "inplace", False):
             return F.relu(args[0]) if isinstance(m, nn.ReLU) else F.hardtanh(args[0], m.min_val, m.max_val)
         return m(*args, **kwargs)
@@ -156,7 +160,7 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         out = tiled_max_pool(graph.module(node), env[fx_node.all_input_nodes[0]])
         if out is not None:
             return out, True
-    out = run_fx(graph.gm, fx_node, env)
+    out = run_fx(graph.gm, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None)
     if op == g.AVG_POOL:
         kh, kw = avgpool_kernel(graph, node)
         return out * fixpoint.avgpool_dpu_scale(kh, kw), True
