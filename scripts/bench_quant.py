@@ -16,6 +16,10 @@ an older commit: ``git archive <rev> pipeline | tar -x -C DIR``): its calibratio
 alternation, and its ratio is printed on the line below the current one, so that a speed-up is
 measured under the same machine load.
 
+``--threads 1`` gives the steadiest numbers on a shared machine (both sides single-threaded).
+With more threads float inference gains more than calibration, whose fixed part (capture, CLE,
+writing the files) runs serially.
+
 Weights are random (``pipeline.models.zoo``); BatchNorm statistics are randomized so that BN
 folding and CLE have work to do. Nothing is downloaded.
 
