@@ -259,7 +259,7 @@ def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
         return best
     # one candidate at a time, in increasing p; a candidate whose clipping error alone is
     # provably larger than the best sum so far is skipped, and so are all after it (see
-    # _clip_bound: the bound grows with p)
+    # _ClipBound: the bound grows with p)
     buf = torch.empty_like(x)
     # p0 cannot overflow, except where R(v) of an extreme reaches the code range's edge + 1
     clamp = not (lo <= round(min_max[0] * _scale(p0)) and round(min_max[1] * _scale(p0)) <= hi)
