@@ -229,10 +229,13 @@ class Run:
         return result
 
     def check_labels(self, model: torch.nn.Module, example: torch.Tensor, by: str) -> None:
-        """Refuse labels that the model's outputs cannot represent (label >= number of outputs)."""
+        """Refuse a source without labels, and labels that the model's outputs cannot represent
+        (label >= number of outputs): ``by`` (train, test) needs them."""
         labels = self.source.labels
-        if labels is None or not len(labels):
-            return
+        if labels is None:
+            raise DataError("%s: the source has no labels; training and the accuracy test need them (give "
+                            "data.source.labels, or set model.weights and run only calib, export, compile, deploy)"
+                            % by)
         with torch.no_grad():
             outputs = model(example.clone())
         classes = int(outputs.shape[1]) if outputs.dim() == 2 else None
@@ -267,14 +270,10 @@ def step_train(run: Run) -> Dict[str, Any]:
     model = build_model(m.zoo, m.factory, m.kwargs)
     run.check_labels(model.eval(), run.example(), "train")
     ledger = run.new_ledger()
-    xs, ys = [], []
+    xs, ys = [], []  # the train split is not empty and has labels: preflight and check_labels
     for x, y in run.batches("train", ledger=ledger):
-        if y is None:
-            raise DataError("train: the source has no labels; training needs labels (or set model.weights)")
         xs.append(x)
         ys.append(y)
-    if not xs:
-        raise DataError("train: the train split is empty; check data.split")
     x_all, y_all = torch.cat(xs), torch.cat(ys)
     gen = torch.Generator().manual_seed(run.cfg.run.seed)
     bs = m.train.batch_size
@@ -316,11 +315,8 @@ def step_inspect(run: Run) -> Dict[str, Any]:
 def step_calib(run: Run) -> Dict[str, Any]:
     """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
     from .quantizers.fingerprint import write_fingerprint
-    limit = run.cfg.data.calib_batches
-    if limit == 0 or run.splits["calib"].stop <= run.splits["calib"].start:
-        raise QuantizationError("calibration saw 0 batches (data.calib_batches=%s, calib split %s); "
-                                "nothing was written. Give calibration data." % (limit, run.splits["calib"]))
     from .checks import InputStats
+    limit = run.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = run.float_model(), run.example(), run.new_ledger()
     stats = InputStats()
     batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
@@ -347,22 +343,25 @@ def step_calib(run: Run) -> Dict[str, Any]:
 def step_test(run: Run) -> Dict[str, Any]:
     """Float and quantized top-1 accuracy on the eval split."""
     from .quantizers.fingerprint import check_fingerprint
-    from .train import accuracy
     run.require("calib", "test")
     model, example = run.float_model(), run.example()
     run.check_labels(model, example, "test")
     check_fingerprint(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE)
     handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
     ledger = run.new_ledger()
-    limit = run.cfg.data.eval_batches
-    float_acc, n = accuracy(model, run.batches("eval", ledger=ledger, limit=limit))
-    quant_acc, _ = accuracy(handle, run.batches("eval", limit=limit))
-    if n == 0:
-        raise DataError("test: the eval split is empty; check data.split and data.eval_batches")
+    limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
+    float_correct, quant_correct, n = 0, 0, 0
+    with torch.no_grad():
+        for x, y in run.batches("eval", ledger=ledger, limit=limit):
+            float_correct += int((model(x).argmax(dim=1) == y).sum())
+            quant_correct += int((handle(x).argmax(dim=1) == y).sum())
+            n += len(y)
+    float_acc, quant_acc = float_correct / n, quant_correct / n
     drop = float_acc - quant_acc
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
-    sensitivity, plot_files = _sensitivity(run, model, example, limit)
+    sim_handle = handle if run.cfg.quantizer.backend == "sim" else None
+    sensitivity, plot_files = _sensitivity(run, model, example, limit, sim_handle)
     warnings = []
     if n < SMALL_EVAL:
         warnings.append("accuracy was measured on only %d eval images: one image moves it by %.2f points, so the "
@@ -381,16 +380,18 @@ def step_test(run: Run) -> Dict[str, Any]:
     return result
 
 
-def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor,
-                 limit: Optional[int]) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
+def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit: Optional[int],
+                 handle: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """Per-layer SQNR and cosine of the simulated model against float on the eval data, and the
     PNG plots of that table and of the activation ranges (pipeline.sensitivity, pipeline.plots).
-    The simulation is built from the calibration files, so this works after either backend's calib."""
+    ``handle``: the sim test-mode model when the test step already built it; otherwise it is built
+    from the calibration files, so this works after either backend's calib."""
     from . import plots
     from .quantizers.quant_info import read_quant_info
     from .quantizers.sim.backend import SimBackend
     from .sensitivity import json_safe, layer_sensitivity
-    handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
+    if handle is None:
+        handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
     rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),
                              (x for x, _ in run.batches("eval", limit=limit)), run.settings())
     files = {}
@@ -450,16 +451,14 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]
 def step_compile(run: Run) -> Dict[str, Any]:
     """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
     from .compilers import plan, vai_c
-    from .compilers.targets import check_arch_json, get_target
+    from .compilers.targets import get_target
     c = run.cfg.compile
     target = get_target(c.target)
     arch = run.arch_json()
     export = run.require("export", "compile")
     xmodel = (export.get("files") or {}).get("xmodel")
     net = c.net_name or run.cfg.run.name
-    out_dir = run.path("compile")
-    if os.path.isfile(arch):
-        check_arch_json(arch, target.name)  # P11: a wrong fingerprint fails here, compiler or not
+    out_dir = run.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)
     # without an exported xmodel (sim backend), the file the nndct export writes inside the image
     expected = run.path("export", "%s_int.xmodel" % type(run.float_model(need_weights=False)).__name__)
     argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
