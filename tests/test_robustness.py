@@ -412,3 +412,14 @@ def test_p09_leaky_relu_slope_change_is_shown_in_the_report(tmp_path):
         md = f.read()
     assert "0.1015625" in md and "26/256" in md
     assert any("0.1015625" in change for change in report["quantizer_changes"])
+
+
+def test_a_source_without_labels_cannot_be_trained_or_tested(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    images, _ = digits_u8()
+    with pytest.raises(DataError, match="train: the source has no labels"):
+        pipeline.run(cfg, steps=["train"], images=images[:300])
+    weights = ["model.weights=" + _trained_weights(tmp_path)]
+    with pytest.raises(DataError, match="test: the source has no labels"):   # calib needs none
+        pipeline.run(cfg, steps=["calib", "test"], images=images[:300], overrides=weights)
+    assert (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
