@@ -115,7 +115,9 @@ def _example(input_args: Any) -> torch.Tensor:
     if len(args) != 1:
         raise QuantizationError("input_args: the sim quantizer supports models with one tensor input; "
                                 "got %d inputs (%s)" % (len(args), ", ".join(_describe(a) for a in args)))
-    return _check_input(args[0], "input_args").detach().cpu()
+    # an owned copy: the example is traced and shape-propagated, and a model whose first op
+    # writes in place (ReLU(inplace=True) on the input) would otherwise rewrite the caller's tensor
+    return _check_input(args[0], "input_args").detach().cpu().clone()
 
 
 def _device(device: Any) -> torch.device:
@@ -223,7 +225,7 @@ class TorchQuantizer:
         self.config = load_quant_config(quant_config_file, bitwidth)
         example = _example(input_args)
         os.makedirs(output_dir, exist_ok=True)
-        self._session = SimSession(module, example, self.config)
+        self._session = SimSession(module, example.clone(), self.config)  # its own copy: see _example
         self._example = example
         self._forwards = 0
         self._last_batch = None  # type: Optional[int]

@@ -12,6 +12,7 @@ Every deliberate failure (``PipelineError``) prints one ``error:`` message and e
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -124,3 +125,16 @@ def main(argv: Optional[List[str]] = None) -> int:
         print("interrupted: nothing under a final file name is half-written; run the same command again "
               "to redo the interrupted step", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        # the reader went away (`python -m pipeline schema | head`): stop quietly, like cat does; stdout
+        # is pointed at /dev/null so that the interpreter's final flush does not raise again
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 141  # 128 + SIGPIPE, what a shell reports for a command ended by a closed pipe
+    except OSError as exc:
+        from .fileio import STORAGE_ERRNOS
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        print("error: cannot write %s: %s; free space or choose a writable folder (--set run.work_dir=...), then "
+              "run again" % (exc.filename or "a file", exc.strerror or exc), file=sys.stderr)
+        return 2

@@ -1,6 +1,6 @@
 """The run configuration: one YAML file, validated strictly before any work starts.
 
-Loading: ``yaml.safe_load`` (no Python objects), then ``--set a.b=c`` overrides (dotted paths,
+Loading: ``yaml.safe_load`` (no Python objects; alias expansion bounded, ``pipeline.yamlsafe``), then ``--set a.b=c`` overrides (dotted paths,
 values parsed as YAML scalars), then validation by the pydantic models below. Unknown keys are
 errors that name the dotted path, the allowed keys and the closest match (public case P12).
 Relative input paths (data files, weights, quant_config_file, arch_json) resolve against the folder
@@ -18,6 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from .errors import ConfigError
 from .specs import closest_match
+from .yamlsafe import MAX_BYTES, YAMLBoundError, load_bounded
 
 # Keys of data.source and (section, key) pairs that name input files: resolved against the YAML's folder.
 SOURCE_PATH_KEYS = ("path", "labels", "root")
@@ -223,7 +224,7 @@ def parse_override(text: str) -> Tuple[List[str], Any]:
     if not all(parts):
         raise ConfigError("--set %r: empty part in the dotted path" % text)
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = load_bounded(raw) if raw.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError("--set %r: the value is not valid YAML (%s)" % (text, exc))
     return parts, value
@@ -247,12 +248,21 @@ def apply_overrides(raw: Dict[str, Any], overrides: List[str]) -> Dict[str, Any]
 
 
 def read_yaml(path: str) -> Dict[str, Any]:
-    """Read a YAML mapping with ``yaml.safe_load``; ConfigError for a missing file or bad YAML."""
+    """Read a YAML mapping with ``pipeline.yamlsafe.load_bounded`` (``yaml.safe_load`` with alias
+    expansion, nesting and size bounded); ConfigError for a missing file, bad YAML or a document past
+    the bounds (an alias bomb), before anything walks the document."""
     if not os.path.isfile(path):
         raise ConfigError("config file %s does not exist" % path)
+    if os.path.getsize(path) > MAX_BYTES:
+        raise ConfigError("config file %s is %d bytes, more than the %d a config may have; is it the right file?"
+                          % (path, os.path.getsize(path), MAX_BYTES))
     with open(path, "r", encoding="utf-8") as f:
         try:
-            raw = yaml.safe_load(f)
+            raw = load_bounded(f.read())
+        except UnicodeDecodeError as exc:
+            raise ConfigError("config file %s is not UTF-8 text (%s)" % (path, exc))
+        except YAMLBoundError as exc:
+            raise ConfigError("config file %s was refused: %s" % (path, exc))
         except yaml.YAMLError as exc:
             raise ConfigError("config file %s is not valid YAML: %s" % (path, exc))
     if not isinstance(raw, dict):

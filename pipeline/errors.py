@@ -33,6 +33,10 @@ class FingerprintMismatchError(QuantizationError):
     """The calibration on disk was made for another target, input shape, model or config."""
 
 
+class StorageError(PipelineError):
+    """A file could not be written (disk full, quota, read-only folder); nothing half-written was left."""
+
+
 class ExportError(PipelineError):
     """An export failed or its verification found mismatches (all of them are listed at once)."""
 

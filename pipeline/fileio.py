@@ -5,11 +5,18 @@ Every artifact is written under a temporary name in its final folder and renamed
 under a final name.
 """
 import contextlib
+import errno
 import hashlib
 import json
 import os
 import tempfile
 from typing import Any, Iterator
+
+from .errors import StorageError
+
+# errno values that mean "this folder cannot take the file": disk full, quota, file size limit,
+# read-only file system, no permission. Other OSErrors are bugs and propagate as they are.
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
 
 
 @contextlib.contextmanager
@@ -17,20 +24,32 @@ def atomic_path(path: str) -> Iterator[str]:
     """Yield a temporary path next to ``path``; on success it is fsynced and renamed to ``path``.
 
     On an exception the temporary file is removed and ``path`` is untouched.
+
+    Raises:
+        StorageError: the folder cannot take the file (disk full, quota, file size limit, read-only
+            or forbidden folder): one message naming the file and the folder.
     """
     folder = os.path.dirname(os.path.abspath(path))
-    os.makedirs(folder, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-    os.close(fd)
+    tmp = None
     try:
+        os.makedirs(folder, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+        os.close(fd)
         yield tmp
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         if not os.stat(tmp).st_mode & 0o100:  # mkstemp makes 0600; give the file the usual permissions
             os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        raise StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
+                           "choose a writable folder, then run again"
+                           % (os.path.basename(path), folder, exc.strerror or exc, os.path.basename(path),
+                              "unchanged" if os.path.exists(path) else "not there"))
     finally:
-        if os.path.exists(tmp):
+        if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
 
 

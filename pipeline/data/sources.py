@@ -240,18 +240,41 @@ def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
 
 def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]:
     """Memory-map an uncompressed .npy member of a .npz (``np.savez`` stores members uncompressed),
-    or return None when it is compressed. DataError for a member that is not a numeric .npy array."""
+    or return None when it is compressed.
+
+    The member's .npy header is checked against the member's real extent before anything is
+    mapped: the data the header promises must lie inside the member (its stored size, equal to its
+    uncompressed size for a stored member) and inside the file. A member shorter than its header
+    says would otherwise be mapped on into the next member or the zip directory (numpy.load refuses
+    such a member with "EOF: reading array data").
+
+    Raises:
+        DataError: a member that is not a numeric .npy array, a damaged local header, or a member
+            whose data is shorter than its header says (the message gives both sizes).
+    """
     if info.compress_type != zipfile.ZIP_STORED:
         return None
+    name = "%s member %s" % (path, info.filename)
+    file_size = os.path.getsize(path)
     with open(path, "rb") as f:
         f.seek(info.header_offset)
         local = f.read(30)  # ZIP local file header: signature ... name length, extra length
         if local[:4] != b"PK\x03\x04":
-            return None
+            raise DataError("%s: its zip entry header is damaged (no local header signature at offset %d); write "
+                            "the file again with numpy.savez" % (name, info.header_offset))
         name_len, extra_len = struct.unpack("<HH", local[26:30])
-        f.seek(info.header_offset + 30 + name_len + extra_len)
-        shape, fortran, dtype = _npy_header(f, "%s member %s" % (path, info.filename))
+        start = info.header_offset + 30 + name_len + extra_len
+        f.seek(start)
+        shape, fortran, dtype = _npy_header(f, name)
         offset = f.tell()
+    need = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    member_end = start + info.file_size
+    if info.compress_size != info.file_size or offset + need > member_end or member_end > file_size:
+        have = max(0, min(member_end, file_size) - offset)
+        raise DataError("%s is shorter than its .npy header says: shape %s dtype %s needs %d bytes of data, but the "
+                        "member holds %d (stored size %d, uncompressed size %d, file %d bytes); reading it would run "
+                        "into the next member. numpy.load refuses it too: write the file again with numpy.savez"
+                        % (name, tuple(shape), dtype, need, have, info.compress_size, info.file_size, file_size))
     return np.memmap(path, dtype=dtype, mode="r", offset=offset, shape=shape, order="F" if fortran else "C")
 
 
@@ -261,8 +284,12 @@ def _npz_member(path: str, key: str) -> np.ndarray:
     with zipfile.ZipFile(path) as zf:
         with zf.open(key + ".npy") as f:
             _npy_header(f, "%s member %s.npy" % (path, key))
-    with np.load(path, allow_pickle=False) as npz:
-        return npz[key]
+    try:
+        with np.load(path, allow_pickle=False) as npz:
+            return npz[key]
+    except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # numpy: "EOF: reading array data"
+        raise DataError("%s member %s.npy cannot be read (%s); write the file again with numpy.savez"
+                        % (path, key, exc))
 
 
 def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, PipelineError
-from ..safeload import safe_torch_load
+from ..safeload import explain_load_failure, safe_torch_load
 from .zoo import ZOO
 
 
@@ -74,9 +74,13 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
     try:
         state = safe_torch_load(path)
     except Exception as exc:  # UnpicklingError and friends
+        kind, reason = explain_load_failure(path, exc)
+        if kind == "truncated":
+            raise PipelineError("checkpoint %s is truncated or damaged (%s); copy it again, or save it again with "
+                                "torch.save(model.state_dict(), path)" % (path, reason))
         raise PipelineError("checkpoint %s was refused: it is not a plain state_dict (%s), and it was not loaded "
                             "because that could run code from the file. Save weights with "
-                            "torch.save(model.state_dict(), path)." % (path, _refusal_reason(exc)))
+                            "torch.save(model.state_dict(), path)." % (path, reason))
     if not isinstance(state, dict) or not all(isinstance(v, torch.Tensor) for v in state.values()):
         nested = [k for k, v in state.items() if isinstance(v, dict) and v
                   and all(isinstance(t, torch.Tensor) for t in v.values())] if isinstance(state, dict) else []
@@ -87,16 +91,6 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
                             "a %s%s.%s" % (path, type(state).__name__, " holding %s" % ", ".join(kinds) if kinds else "",
                                            hint))
     return state
-
-
-def _refusal_reason(exc: Exception) -> str:
-    """The useful part of torch's weights-only refusal (the global it refused), without its advice to
-    switch the safety off."""
-    import re
-    text = re.sub(r"\x1b\[[0-9;]*m", "", str(exc))
-    found = re.search(r"(unsupported GLOBAL [\w.]+|Unsupported global: GLOBAL [\w.]+|Unsupported class [\w.]+"
-                      r"|Unsupported operand \d+|global '[\w.]+' is not allowed)", text)
-    return found.group(1) if found else "%s: %s" % (type(exc).__name__, text.strip().splitlines()[0] if text.strip() else "")
 
 
 def load_weights(model: nn.Module, path: str) -> nn.Module:

@@ -25,7 +25,7 @@ import torch
 
 from ..errors import QuantizationError
 from ..fileio import atomic_path, write_torch
-from ..safeload import safe_torch_load
+from ..safeload import explain_load_failure, safe_torch_load
 
 QUANT_INFO_FILE = "quant_info.json"
 BIAS_CORR_FILE = "bias_corr.pth"
@@ -164,14 +164,21 @@ def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:
 
     Raises:
         QuantizationError: the file is missing (bias correction is on, so calibration must have
-            written it) or does not hold a dict.
+            written it), truncated, refused (it would run code) or does not hold a dict.
     """
     path = os.path.join(out_dir, BIAS_CORR_FILE)
     if not os.path.isfile(path):
         raise QuantizationError(
             "bias correction is on but %s does not exist: re-run calibration with the same "
             "quant_config_file, or switch include_bias_corr off for both steps" % path)
-    data = safe_torch_load(path)  # never runs code from the file (torch 1.13 included)
+    try:
+        data = safe_torch_load(path)  # never runs code from the file (torch 1.13 included)
+    except Exception as exc:  # UnpicklingError, RuntimeError: torch's kinds vary by version
+        kind, reason = explain_load_failure(path, exc)
+        what = {"truncated": "is truncated or damaged",
+                "code": "was refused: loading it could run code from the file"}.get(kind, "cannot be read")
+        raise QuantizationError("%s %s (%s); it was not loaded. Run the calibration again (quant_mode 'calib' "
+                                "and export_quant_config(), or the calib step) to write it anew" % (path, what, reason))
     if not isinstance(data, dict):
         raise QuantizationError("%s: expected a dict node name -> list of floats, got %s"
                                 % (path, type(data).__name__))

@@ -33,7 +33,9 @@ def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSetti
     if str(settings.device).startswith("cuda"):
         warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
     cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
-    return SimSession(model, example.detach().cpu(), cfg)
+    # the session's own copy: shape propagation runs the float model on it, and a model whose first
+    # op writes in place would otherwise change the caller's example
+    return SimSession(model, example.detach().cpu().clone(), cfg)
 
 
 class SimBackend(QuantizerBackend):
