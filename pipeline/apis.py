@@ -25,6 +25,11 @@ What differs, on purpose:
   deep-copied and every operation is out of place.
 - A calibration batch holding NaN/Inf warns with the forward index and the count; nndct skips
   it silently, and the statistics here skip it the same way.
+- ``export_quant_config`` also writes ``calib_fingerprint.json`` and commits the files as one unit
+  (``calib_manifest.json``, ``pipeline.quantizers.calib_commit``); test mode refuses an
+  interrupted or mixed calibration and one made for another input shape, target, model, weights or
+  quant_config_file, naming the field, as the pipeline's test step does. A folder written by the
+  real quantizer (no manifest) is used as it is.
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
@@ -35,15 +40,18 @@ What differs, on purpose:
   the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
   forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
 - ``export_torch_script`` traces the lowered test-mode model (plain aten operators, no
-  ``torch.ops.vai``), so the file loads with ``torch.jit.load`` alone; it raises instead of
-  logging when called in calib mode or before a forward.
+  ``torch.ops.vai``), so the file loads with ``torch.jit.load`` alone.
+- ``export_onnx_model`` and ``export_torch_script`` raise instead of logging when called in calib
+  mode or before a forward.
+- Calibration data that cannot calibrate warns (a single sample, inputs that are all zeros, an
+  empty batch); all-empty calibration raises before anything is written.
 """
 import copy
 import io
 import logging
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any, Dict, Optional
 
 import torch
 from torch import nn
@@ -51,6 +59,10 @@ from torch import nn
 from .errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
+from .quantizers import calib_commit
+from .quantizers.base import QuantSettings
+from .quantizers.calib_commit import check_committed
+from .quantizers.fingerprint import hash_config, make_fingerprint, write_fingerprint
 from .quantizers.quant_config import load_quant_config
 from .quantizers.sim.session import SimSession
 
@@ -98,7 +110,7 @@ def _check_input(value: Any, what: str) -> torch.Tensor:
     """
     if not isinstance(value, torch.Tensor):
         numpy = type(value).__module__.split(".")[0] == "numpy"
-        hint = "convert it with torch.from_numpy(a)" if numpy else "pass a torch.Tensor"
+        hint = _numpy_hint(value) if numpy else "pass a torch.Tensor"
     elif value.dim() != 4:
         hint = "add the batch dimension with x.unsqueeze(0)" if value.dim() == 3 else \
             "reshape it to (N, C, H, W)"
@@ -108,6 +120,21 @@ def _check_input(value: Any, what: str) -> torch.Tensor:
         return value
     raise QuantizationError("%s: expected a float32 torch.Tensor (N, C, H, W), got %s; %s"
                             % (what, _describe(value), hint))
+
+
+def _numpy_hint(array: Any) -> str:
+    """How to turn the numpy array ``array`` into the float32 tensor the quantizer takes.
+
+    ``torch.from_numpy`` refuses negative strides (``a[..., ::-1]``, a BGR<->RGB flip), so such an
+    array needs ``np.ascontiguousarray`` first (a copy); a dtype other than float32 needs ``.float()``.
+    """
+    strides = getattr(array, "strides", ())
+    fix = "torch.from_numpy(np.ascontiguousarray(a))" if any(s < 0 for s in strides) else "torch.from_numpy(a)"
+    if str(getattr(array, "dtype", "")) != "float32":
+        fix += ".float()"
+    why = " (the array has negative strides, which torch.from_numpy refuses; ascontiguousarray makes the " \
+          "copy)" if any(s < 0 for s in strides) else ""
+    return "convert it with %s%s" % (fix, why)
 
 
 def _example(input_args: Any) -> torch.Tensor:
@@ -185,6 +212,13 @@ class _CalibModel(nn.Module):
         index = q._calibrator.batches + 1
         _check_input(x, "quant_model input (calibration forward %d)" % index)
         x = x.detach().cpu()
+        if x.shape[0] == 0:
+            warnings.warn("calibration forward %d: the batch is empty (shape %s): it adds nothing to the "
+                          "fix_pos statistics; check the data loader (a last batch of 0 samples, an empty "
+                          "split or filter)" % (index, tuple(x.shape)))
+            q._empty_forwards += 1
+        elif bool(x.any()):
+            q._nonzero_forwards += 1
         bad = x.numel() - int(torch.isfinite(x).sum())
         if bad:
             warnings.warn(
@@ -193,6 +227,7 @@ class _CalibModel(nn.Module):
                 "nothing to the fix_pos statistics, so this batch calibrates next to nothing (with "
                 "bias correction on it also ends the correction of every layer it reaches). Clean "
                 "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, x.numel()))
+        q._calibrator_samples += int(x.shape[0])
         return q._calibrator.step(x)
 
 
@@ -227,15 +262,31 @@ class TorchQuantizer:
         os.makedirs(output_dir, exist_ok=True)
         self._session = SimSession(module, example.clone(), self.config)  # its own copy: see _example
         self._example = example
+        self._fingerprint = self._make_fingerprint(module, example, quant_config_file)
         self._forwards = 0
         self._last_batch = None  # type: Optional[int]
+        self._empty_forwards = 0  # calibration forwards on an empty batch
+        self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
+        self._calibrator_samples = 0  # samples over all calibration forwards
         if self.quant_mode == "calib":
             self._calibrator = self._session.calibrator()
             self._model = _CalibModel(self)  # type: nn.Module
         else:
+            # an interrupted or mixed calibration, or one made for another input shape, target,
+            # model or quant_config_file, is refused, naming the field (as the runner does)
+            check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False,
+                            redo="run torch_quantizer('calib', ...) and export_quant_config() again")
             self._model = self._session.load_test(output_dir)
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
+
+    def _make_fingerprint(self, module: nn.Module, example: torch.Tensor,
+                          quant_config_file: Optional[str]) -> Dict[str, Any]:
+        """The runner's calibration fingerprint (``pipeline.quantizers.fingerprint``) of this quantizer."""
+        settings = QuantSettings(target=self.target, bitwidth=self._session.bitwidth,
+                                 quant_config_file=quant_config_file, device="cpu")
+        return make_fingerprint(module, example, settings, hash_config({"api": "pipeline.apis.torch_quantizer"}),
+                                "sim")
 
     def _check_forward(self, module: nn.Module, inputs: Any) -> None:
         if inputs:  # a keyword-only call is left to the model's forward
@@ -283,8 +334,31 @@ class TorchQuantizer:
                       "is called! FORWARD function of torch_quantizer.quant_model needs to be called "
                       "in user code explicitly.")
             return None
+        self._check_calibration_data()
+        self._session.quant_info(self._calibrator)  # raises before anything is written
+        calib_commit.begin(self.output_dir)  # the files below are one unit: see calib_commit
         files = self._session.export_quant_config(self._calibrator, self.output_dir)
+        fp_path = write_fingerprint(self.output_dir, self._fingerprint)
+        calib_commit.commit(self.output_dir, files + [fp_path])
         return files[-1]
+
+    def _check_calibration_data(self) -> None:
+        """Raise when every calibration forward was empty; warn when the calibration rests on a
+        single sample or on inputs that were all zeros (the fix positions then describe no real data)."""
+        forwards = self._calibrator.batches
+        if self._empty_forwards == forwards:
+            raise QuantizationError("all %d calibration forwards had an empty batch (0 samples): nothing was "
+                                    "calibrated and nothing was written; feed quant_model real batches"
+                                    % forwards)
+        samples = self._calibrator_samples
+        if samples == 1:
+            warnings.warn("the calibration saw a single sample: every fix_pos (and bias correction) comes from "
+                          "one image, so test-mode accuracy on other images can be far from float; calibrate on "
+                          "a few hundred representative samples")
+        if self._nonzero_forwards == 0:
+            warnings.warn("every calibration input was all zeros (%d forwards): the fix positions describe no "
+                          "real data (blank images, a normalization that zeroes everything, or a data loader "
+                          "that never filled its buffer?); calibrate on real samples" % forwards)
 
     def export_onnx_model(self, output_dir: str = "quantize_result", verbose: bool = False,
                           dynamic_batch: bool = False, opset_version: Optional[int] = None,
@@ -298,15 +372,14 @@ class TorchQuantizer:
         ``check_model`` and ``opt_graph`` are accepted and ignored, ``opset_version`` must be None
         or 13.
 
-        Returns the file path, or None (error logged, like the real quantizer) in calib mode or
-        before any test-mode forward.
+        Returns the file path.
 
         Raises:
+            QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only logs
+                these and returns None; here they raise, like the other exports).
             ExportError: the exporter cannot write the model (see ``pipeline.export``).
         """
-        if self.quant_mode != "test" or self._forwards == 0:
-            LOG.error("export_onnx_model needs test mode and at least one forward of quant_model")
-            return None
+        self._check_exportable("export_onnx_model")
         if opset_version not in (None, 13):
             raise QuantizationError("export_onnx_model: the exporter writes opset 13, got opset_version=%r"
                                     % opset_version)

@@ -58,6 +58,7 @@ class InputStats:
 
     def __init__(self) -> None:
         self.n = 0  # elements per channel
+        self.samples = 0  # images
         self.total = None  # type: Optional[torch.Tensor]
         self.total_sq = None  # type: Optional[torch.Tensor]
         self.cmin = None  # type: Optional[torch.Tensor]
@@ -69,6 +70,7 @@ class InputStats:
         s, sq = xd.sum(dim=(0, 2, 3)), (xd * xd).sum(dim=(0, 2, 3))
         lo, hi = x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3))
         self.n += x.numel() // x.shape[1]
+        self.samples += int(x.shape[0])
         if self.total is None:
             self.total, self.total_sq, self.cmin, self.cmax = s, sq, lo, hi
         else:
@@ -85,7 +87,7 @@ class InputStats:
         Returns:
             ``{"elements" (per channel), "mean", "std" (per channel, after normalization),
             "source_min", "source_max" (per channel, in source units), "plausible" (bool),
-            "warnings" (list of str)}``. After ``(x - mean) / std`` a sensible configuration gives
+            "warnings" (list of str)}``. A calibration on a single sample warns too. After ``(x - mean) / std`` a sensible configuration gives
             every channel a std between 0.05 and 20 and a mean within +-10; outside that, the
             normalization does not fit the data (values scaled twice, wrong units, wrong mean/std),
             and the fix positions chosen from such data waste most of the int8 range.
@@ -99,6 +101,10 @@ class InputStats:
         src_max = [_round(float(v) * s + mu) for v, s, mu in zip(self.cmax.tolist(), std, mean)]
         bad = [c for c in range(len(m)) if not (0.05 <= float(sd[c]) <= 20 and abs(float(m[c])) <= 10)]
         warnings = []  # type: List[str]
+        if self.samples == 1:
+            warnings.append("the calibration saw a single sample: every fix_pos (and bias correction) comes from one "
+                            "image, so the quantized accuracy on other images can be far from float; give the calib "
+                            "split (data.split, data.calib_batches) a few hundred representative samples")
         if bad:
             warnings.append(
                 "implausible calibration inputs for the configured normalization: channel(s) %s span %s .. %s in "
@@ -108,7 +114,7 @@ class InputStats:
                 % (bad, _fmt([src_min[c] for c in bad]), _fmt([src_max[c] for c in bad]), list(mean), list(std),
                    _fmt([float(m[c]) for c in bad]), _fmt([float(sd[c]) for c in bad])))
         return {"elements": self.n, "mean": [float(v) for v in m], "std": [float(v) for v in sd],
-                "source_min": src_min, "source_max": src_max, "plausible": not warnings, "warnings": warnings}
+                "source_min": src_min, "source_max": src_max, "plausible": not bad, "warnings": warnings}
 
 
 def _round(v: float) -> float:

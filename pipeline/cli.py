@@ -5,6 +5,7 @@ Commands:
     inspect    which nodes of the float model run on the DPU for the configured target, and why not
     targets    the DPU target registry, fingerprints in hex
     check-env  what is installed here and which steps can run
+    status     the state of a run folder: running (pid, step), ok, failed or interrupted (also after a kill)
     schema     the config's JSON Schema, for editor completion
 
 Every deliberate failure (``PipelineError``) prints one ``error:`` message and exits with status 2.
@@ -19,7 +20,7 @@ from typing import List, Optional
 from .config import DEFAULT_STEPS, STEPS
 from .errors import ConfigError, PipelineError
 
-COMMANDS = ("run", "inspect", "targets", "check-env", "schema")
+COMMANDS = ("run", "inspect", "status", "targets", "check-env", "schema")
 
 
 def _steps(text: str) -> List[str]:
@@ -59,6 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
                             % (",".join(STEPS), ",".join(DEFAULT_STEPS)))
     p_insp = sub.add_parser("inspect", help="DPU/CPU assignment of every node for compile.target")
     add_config_args(p_insp, positional=True)
+    p_status = sub.add_parser("status", help="the state of a run folder (a killed run shows as interrupted)")
+    p_status.add_argument("work_dir", metavar="RUN_DIR", help="the run folder (run.work_dir)")
     sub.add_parser("targets", help="list the DPU targets with their fingerprints")
     sub.add_parser("check-env", help="what is installed and which steps can run here")
     sub.add_parser("schema", help="print the config JSON Schema")
@@ -107,7 +110,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _run(args)
         if args.command == "inspect":
             return _inspect(args)
-        if args.command == "targets":
+        if args.command == "status":
+            from .runstatus import read_status
+            print(json.dumps(read_status(args.work_dir), indent=2, sort_keys=True))
+        elif args.command == "targets":
             from .compilers.targets import format_targets
             print(format_targets())
         elif args.command == "check-env":

@@ -6,7 +6,7 @@ whole run folder, whichever steps ran in which process.
 import os
 import platform
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 from . import __version__, fileio
 
@@ -29,9 +29,11 @@ def versions() -> Dict[str, Optional[str]]:
     return out
 
 
-def artifacts(work_dir: str) -> List[Dict[str, Any]]:
+def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, Any]]:
     """Every file in the run folder except the reports and hidden files (the run lock, temporaries),
-    with its size and sha256, sorted by path."""
+    with its size and sha256, sorted by path: only files that exist when the report is written.
+    Files under a top-level folder named in ``incomplete`` (the output folder of a step that has not
+    finished: killed, failed, or running now) carry ``"incomplete": True``: they are not results."""
     rows = []
     for folder, dirs, files in os.walk(work_dir):
         dirs.sort()
@@ -40,7 +42,13 @@ def artifacts(work_dir: str) -> List[Dict[str, Any]]:
             rel = os.path.relpath(path, work_dir)
             if rel in REPORT_FILES or name.startswith("."):
                 continue
-            rows.append({"path": rel, "bytes": os.path.getsize(path), "sha256": fileio.sha256_file(path)})
+            try:
+                row = {"path": rel, "bytes": os.path.getsize(path), "sha256": fileio.sha256_file(path)}
+            except FileNotFoundError:  # removed while the report was written
+                continue
+            if rel.split(os.sep)[0] in incomplete:
+                row["incomplete"] = True
+            rows.append(row)
     return rows
 
 
@@ -54,8 +62,10 @@ def build_report(run: Any) -> Dict[str, Any]:
     quant_ledger = steps.get("calib", {}).get("ledger") or test.get("ledger") or {}
     ledger_rows = steps.get("calib", {}).get("ledger_rows") or test.get("ledger_rows") or []
     cfg = run.cfg
-    status_path = run.path("status.json")
-    status = fileio.read_json(status_path) if os.path.isfile(status_path) else {"state": "unknown"}
+    from .runner import STEP_OUTPUTS
+    from .runstatus import read_status
+    status = read_status(run.work_dir)
+    incomplete = [folder for step, folder in STEP_OUTPUTS.items() if step not in steps]
     report = {
         "status": status,
         "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
@@ -75,7 +85,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "compile_argv": steps.get("compile", {}).get("argv"),
         "source": steps.get("source"),
         "steps": {k: {kk: vv for kk, vv in v.items() if kk not in ("ledger_rows",)} for k, v in steps.items()},
-        "artifacts": artifacts(run.work_dir),
+        "artifacts": artifacts(run.work_dir, incomplete),
         "versions": versions(),
     }
     return report
@@ -112,7 +122,10 @@ def render_markdown(r: Dict[str, Any]) -> str:
     st = r["status"]
     headline = {"ok": "finished: %s" % ", ".join(st.get("steps", [])),
                 "failed": "**FAILED at step `%s`**: %s" % (st.get("step"), st.get("error")),
-                "interrupted": "**INTERRUPTED at step `%s`**" % st.get("step")}.get(st.get("state"), "unknown")
+                "interrupted": "**INTERRUPTED at step `%s`**%s" % (st.get("step"), ": %s" % st["error"] if st.get("error")
+                                                                   else ""),
+                "running": "running step `%s` (pid %s, started %s)" % (st.get("step"), st.get("pid"), st.get("started"))
+                }.get(st.get("state"), "unknown")
     lines = ["# Run report: %s" % r["run"]["name"], "", "- status: %s" % headline,
              "- config: `%s` (hash of the resolved settings `%s`)" % (r["run"]["config"],
                                                                         r["run"]["config_sha256"][:16]),
@@ -179,7 +192,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
             lines += ["  - `%s`: %s" % (f["file"], f["error"]) for f in src.get("skipped_files", [])]
         lines.append("")
     lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
-    lines += ["| %s | %d | `%s` |" % (a["path"], a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
+    lines += ["| %s%s | %d | `%s` |" % (a["path"], " (left by an unfinished step)" if a.get("incomplete") else "",
+                                       a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
     lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
     return "\n".join(lines) + "\n"
 

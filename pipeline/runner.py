@@ -29,6 +29,7 @@ import yaml
 from . import fileio
 from .config import STEPS, LoadedConfig
 from .errors import DataError, ExportError, PipelineError, QuantizationError
+from .runstatus import LOCK_ENV, LOCK_FILE, RunStatus
 
 log = logging.getLogger("pipeline")
 
@@ -314,12 +315,14 @@ def step_inspect(run: Run) -> Dict[str, Any]:
 
 def step_calib(run: Run) -> Dict[str, Any]:
     """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
+    from .quantizers import calib_commit
     from .quantizers.fingerprint import write_fingerprint
     from .checks import InputStats
     limit = run.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = run.float_model(), run.example(), run.new_ledger()
     stats = InputStats()
     batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
+    calib_commit.begin(run.quant_dir)  # from here the folder holds no committed calibration until commit
     start = time.perf_counter()
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
@@ -332,6 +335,7 @@ def step_calib(run: Run) -> Dict[str, Any]:
     for warning in warnings:
         log.warning("calib: %s", warning)
     fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
+    calib_commit.commit(run.quant_dir, summary["files"] + [fp_path])
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
     return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
                                    "files": sorted(summary["files"] + [fp_path]),
@@ -342,11 +346,12 @@ def step_calib(run: Run) -> Dict[str, Any]:
 
 def step_test(run: Run) -> Dict[str, Any]:
     """Float and quantized top-1 accuracy on the eval split."""
-    from .quantizers.fingerprint import check_fingerprint
+    from .quantizers.calib_commit import check_committed
     run.require("calib", "test")
     model, example = run.float_model(), run.example()
     run.check_labels(model, example, "test")
-    check_fingerprint(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE)
+    check_committed(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
+                    redo="run the calib step again")
     handle = run.backend().load_test(model, example, run.quant_dir, run.settings())
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
@@ -404,11 +409,12 @@ def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit:
 def step_export(run: Run) -> Dict[str, Any]:
     """Export the quantized model from a batch-1 example and verify it against the simulation."""
     from .boundary import contiguous_parameters
-    from .quantizers.fingerprint import check_fingerprint
+    from .quantizers.calib_commit import check_committed
     run.require("calib", "export")
     ledger = run.new_ledger()
     model, example = run.float_model(), run.example(ledger=ledger)
-    check_fingerprint(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE)
+    check_committed(run.quant_dir, run.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
+                    redo="run the calib step again")
     model = contiguous_parameters(model, ledger=ledger)
     backend = run.backend()
     handle = backend.load_test(model, example, run.quant_dir, run.settings())
@@ -535,27 +541,34 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     run.preflight(ordered)
     lock = _lock_work_dir(run.work_dir)
     try:
-        _remove_stale_temporaries(run.work_dir)
-        run.write_resolved_config()
-        before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
-        separate = loaded.cfg.quantizer.backend == "nndct" and len(
-            [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
-        status = {"state": "ok", "steps": ordered}  # type: Dict[str, Any]
+        status = RunStatus(run.work_dir, ordered)  # status.json says "running" from here on
+        previous = status.start()
+        if previous:
+            log.warning("the previous run in %s (pid %s) was interrupted during step %s; it is redone if asked for",
+                        run.work_dir, previous.get("pid"), previous.get("step"))
+        before = after = None
+        state, error = "failed", "the run stopped unexpectedly"
         try:
+            _remove_stale_temporaries(run.work_dir)
+            run.write_resolved_config()
+            before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+            separate = loaded.cfg.quantizer.backend == "nndct" and len(
+                [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
             for step in ordered:
-                status["step"] = step
+                status.step(step)
                 log.info("step %s", step)
                 _invalidate(run, step)
+                write_report(run)  # the report on disk lists what exists now, should the step be killed
                 if separate and step in PROCESS_SEPARATED_STEPS:
                     _run_in_child(run, step)
                 else:
                     STEP_FUNCTIONS[step](run)
-            status.pop("step")
+            state, error = "ok", None
         except KeyboardInterrupt:
-            status.update(state="interrupted", error="interrupted by the user (Ctrl-C)")
+            state, error = "interrupted", "interrupted by the user (Ctrl-C)"
             raise
         except Exception as exc:
-            status.update(state="failed", error="%s: %s" % (type(exc).__name__, exc))
+            state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
             raise
         finally:
             description = run.source.describe()
@@ -563,7 +576,7 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
                 after = _source_fingerprint(run)
                 description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
             run.save_step("source", description)
-            fileio.write_json(run.path("status.json"), status)
+            status.finish(state, error)
             report = write_report(run)
         if before is not None and before != after:
             raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
@@ -614,8 +627,6 @@ def _invalidate(run: Run, step: str) -> None:
         log.info("%s: removed the results of %s, which came from the previous %s", step, ", ".join(stale), step)
 
 
-LOCK_FILE = ".pipeline.lock"
-LOCK_ENV = "PIPELINE_LOCKED_WORK_DIR"  # set for the child processes of the run that holds the lock
 
 
 def _lock_work_dir(work_dir: str) -> Any:

@@ -134,6 +134,11 @@ def test_test_mode_missing_files_raise(tmp_path):
 def test_quant_info_of_another_model_is_rejected(tmp_path):
     _calibrate(tmp_path)
     other = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
+    with pytest.raises(QuantizationError, match="made for something else .*graph_hash"):
+        torch_quantizer("test", other, (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
+    # without the fingerprint (a folder written by the real quantizer) quant_info.json's names decide
+    for name in ("calib_manifest.json", "calib_fingerprint.json"):
+        os.remove(str(tmp_path / name))
     with pytest.raises(QuantizationError, match="does not match this model"):
         torch_quantizer("test", other, (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
 
@@ -217,7 +222,8 @@ def test_export_onnx_model(tmp_path):
     _calibrate(tmp_path)
     x = _batches(1)[0]
     q = torch_quantizer("test", _model(), (x,), output_dir=str(tmp_path), device="cpu")
-    assert q.export_onnx_model(output_dir=str(tmp_path)) is None  # no forward yet, like nndct
+    with pytest.raises(QuantizationError, match="export_onnx_model: run at least one forward"):
+        q.export_onnx_model(output_dir=str(tmp_path))  # nndct logs and returns None; here it raises
     q.quant_model(x)
     path = q.export_onnx_model(output_dir=str(tmp_path))
     assert path == os.path.join(str(tmp_path), "SmallNet_int.onnx") and os.path.isfile(path)

@@ -160,12 +160,14 @@ def read_fingerprint(out_dir: str) -> Dict[str, Any]:
         raise FingerprintMismatchError("%s is not valid JSON (%s); run the calib step again" % (path, exc))
 
 
-def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[str] = ()) -> None:
+def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[str] = (),
+                      redo: str = "run the calib step again") -> None:
     """Compare the stored fingerprint of ``out_dir`` with ``expected`` (from ``make_fingerprint``).
 
     Args:
         ignore: field names not compared, e.g. ``("backend", "quantizer_version")`` to test a
             calibration of one backend with the other.
+        redo: what to do, for the message.
 
     Raises:
         FingerprintMismatchError: listing every differing field with the calibrated and the current
@@ -181,5 +183,5 @@ def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[s
             diffs.append("%s: calibrated %r, now %r" % (key, stored.get(key), expected.get(key)))
     if diffs:
         raise FingerprintMismatchError(
-            "the calibration in %s was made for something else (%s); run the calib step again, or go back "
-            "to the calibrated settings" % (out_dir, "; ".join(diffs)))
+            "the calibration in %s was made for something else (%s); %s, or go back to the calibrated "
+            "settings" % (out_dir, "; ".join(diffs), redo))

@@ -189,8 +189,8 @@ class Calibrator:
         missing = [n for n in self.plan.output_order if not self.history[n]] + \
             [p for p in self.plan.param_order if p not in self.param_fp]
         if missing:
-            raise QuantizationError("calibration gave no fix_pos to %s (non-finite values in every "
-                                    "batch?); check the calibration data" % ", ".join(missing))
+            raise QuantizationError("calibration gave no fix_pos to %s (every batch empty, or non-finite "
+                                    "values in every batch?); check the calibration data" % ", ".join(missing))
         param_fp = {p: self.param_fp[p] for p in self.plan.param_order}
         output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)

@@ -1,0 +1,113 @@
+"""A calibration is committed as one unit: ``calib_manifest.json``, written first as "writing" and last
+with every file's sha256.
+
+A calibration is several files (``quant_info.json``, ``bias_corr.pth``, ``calib_fingerprint.json``),
+each renamed into place on its own. A process killed between two renames would leave, say, a new
+bias table beside old fix positions; test mode would run on that mix and match neither calibration.
+So whoever writes a calibration (the runner's calib step, the drop-in ``export_quant_config``):
+
+1. ``begin(out_dir)``: the manifest says ``"state": "writing"`` (it replaces the old manifest
+   first, so from here on the folder holds no committed calibration);
+2. writes the files (each atomically, ``pipeline.fileio``);
+3. ``commit(out_dir, paths)``: the manifest says ``"state": "complete"`` with each file's sha256.
+
+``check_committed`` (test mode, test and export steps) refuses a folder whose manifest says
+"writing" (an interrupted calibration), lists a file that is missing or whose bytes changed (a mix
+of two calibrations), and then compares the calibration fingerprint
+(``pipeline.quantizers.fingerprint``). A folder without a manifest was not written by this package
+(the real quantizer's ``quant_info.json``): the drop-in API accepts it, the runner does not.
+"""
+import datetime
+import os
+from typing import Any, Dict, Iterable, List, Optional
+
+from ..errors import QuantizationError
+from ..fileio import read_json, sha256_file, write_json
+from .fingerprint import FILE_NAME as FINGERPRINT_FILE
+from .fingerprint import check_fingerprint, read_fingerprint
+
+MANIFEST_FILE = "calib_manifest.json"
+
+
+def begin(out_dir: str) -> str:
+    """Mark ``out_dir`` as holding a calibration being written (creates the folder); returns the path."""
+    os.makedirs(out_dir, exist_ok=True)
+    return write_json(os.path.join(out_dir, MANIFEST_FILE),
+                      {"state": "writing", "pid": os.getpid(),
+                       "started": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()})
+
+
+def commit(out_dir: str, paths: Iterable[str]) -> str:
+    """Record the calibration in ``out_dir`` as complete: the name and sha256 of each file of ``paths``
+    (all inside ``out_dir``). Returns the manifest path."""
+    files = {}  # type: Dict[str, str]
+    for path in paths:
+        if os.path.dirname(os.path.abspath(path)) != os.path.abspath(out_dir):
+            raise QuantizationError("calibration file %s lies outside %s; this is a bug, please report it"
+                                    % (path, out_dir))
+        files[os.path.basename(path)] = sha256_file(path)
+    return write_json(os.path.join(out_dir, MANIFEST_FILE), {"state": "complete", "files": files})
+
+
+def read_manifest(out_dir: str) -> Optional[Dict[str, Any]]:
+    """The manifest of ``out_dir``, or None when there is none (a calibration not written by this package)."""
+    path = os.path.join(out_dir, MANIFEST_FILE)
+    if not os.path.isfile(path):
+        return None
+    try:
+        manifest = read_json(path)
+    except ValueError:
+        manifest = None
+    if not isinstance(manifest, dict):
+        raise QuantizationError("%s is damaged (not a JSON object); run the calibration again" % path)
+    return manifest
+
+
+def check_committed(out_dir: str, expected: Optional[Dict[str, Any]] = None, ignore: Iterable[str] = (),
+                    require: bool = True, redo: str = "run the calibration again") -> bool:
+    """Refuse an interrupted or mixed calibration in ``out_dir`` and one made for something else.
+
+    Args:
+        out_dir: the calibration folder.
+        expected: the fingerprint of what is about to use the calibration (``make_fingerprint``),
+            compared with the stored one when the calibration has one; None: not compared.
+        ignore: fingerprint fields not compared. Stored fields ``expected`` does not have (the
+            runner's ``config.*`` keys, seen from the drop-in API) are not compared either.
+        require: refuse a folder without a manifest (the runner); otherwise such a folder (the real
+            quantizer's output) is accepted and False is returned.
+        redo: what to do, for the messages (e.g. "run the calib step again").
+
+    Returns:
+        True for a committed calibration of this package, False for a folder without a manifest.
+
+    Raises:
+        QuantizationError: no manifest (with ``require``), an interrupted calibration, a file missing
+            or changed since the commit. FingerprintMismatchError: the fingerprint differs (every
+            differing field named).
+    """
+    manifest = read_manifest(out_dir)
+    if manifest is None:
+        if require:
+            raise QuantizationError("%s has no %s: it holds no complete calibration made by this pipeline; %s"
+                                    % (out_dir, MANIFEST_FILE, redo))
+        return False
+    if manifest.get("state") != "complete":
+        raise QuantizationError("the calibration in %s was interrupted while its files were written (pid %s, started "
+                                "%s): the folder may mix an old and a new calibration, so it is not used; %s"
+                                % (out_dir, manifest.get("pid"), manifest.get("started"), redo))
+    problems = []  # type: List[str]
+    for name, digest in sorted((manifest.get("files") or {}).items()):
+        path = os.path.join(out_dir, name)
+        if not os.path.isfile(path):
+            problems.append("%s is missing" % name)
+        elif sha256_file(path) != digest:
+            problems.append("%s is not the file the calibration wrote" % name)
+    if problems:
+        raise QuantizationError("the calibration in %s is not the one committed in %s (%s): files from another "
+                                "calibration or edits were mixed in, so it is not used; %s"
+                                % (out_dir, MANIFEST_FILE, "; ".join(problems), redo))
+    if expected is not None and FINGERPRINT_FILE in (manifest.get("files") or {}):
+        stored = read_fingerprint(out_dir)
+        skip = set(ignore) | (set(stored) - set(expected))
+        check_fingerprint(out_dir, expected, ignore=skip, redo=redo)
+    return True
