@@ -152,7 +152,7 @@ class QuantizerBoundary:
         return (shape[0], self.channels, shape[2], shape[3])
 
     def __call__(self, view: Union[torch.Tensor, np.ndarray], ledger: Optional[Ledger] = None,
-                 batch_index: int = 0) -> torch.Tensor:
+                 batch_index: int = 0, rows: Optional[Sequence[int]] = None) -> torch.Tensor:
         """Write ``(view - mean) / std`` (channels gathered by ``channel_order``) into an owned buffer.
 
         Args:
@@ -160,6 +160,10 @@ class QuantizerBoundary:
                 zero, read-only, memory-mapped), of an integer or float dtype. Never written.
             ledger: when given, one row ``quantizer_boundary`` (bytes allocated, fresh or recycled).
             batch_index: the batch number recorded in the ledger.
+            rows: None (every sample of ``view``), or the sample indices to gather, in output order:
+                the batch of a shuffled split is a set of rows of the whole source view, read here in
+                the same single pass (runs of consecutive rows are read as slices), never copied
+                before. DataError for an index outside ``view`` or an empty selection.
 
         Returns:
             A new tensor ``(N, C, H, W)`` of ``dtype``, contiguous in ``layout``, owned by the caller
@@ -175,16 +179,23 @@ class QuantizerBoundary:
         if src.dtype not in _IN_DTYPES:
             raise DataError("the quantizer boundary reads integer or float pixels, got dtype %s" % src.dtype)
         n, c, h, w = self.output_shape(src.shape)
+        pieces = None  # type: Optional[List[Tuple[int, int, int]]]
+        if rows is not None:
+            pieces = _row_runs(rows, n)
+            n = sum(length for _, _, length in pieces)
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
         flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
         out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
-        if use_numpy:
-            self._fill_numpy(view, out.numpy(), self.channel_order)
-        else:
-            self._fill_torch(src, out, order)
+        for start, dst, length in pieces or [(0, 0, n)]:
+            whole = pieces is None
+            if use_numpy:
+                self._fill_numpy(view if whole else view[start:start + length],
+                                 out.numpy()[dst:dst + length], self.channel_order)
+            else:
+                self._fill_torch(src if whole else src[start:start + length], out[dst:dst + length], order)
         if shares_memory(out, view):
             raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
                                 "please report it")
@@ -192,9 +203,10 @@ class QuantizerBoundary:
             nbytes = out.numel() * out.element_size()
             ledger.record("quantizer_boundary", view, out, batch=batch_index, bytes_allocated=nbytes,
                           bytes_fresh=nbytes if fresh else 0,
-                          note="%s buffer, %s %s%s" % ("fresh" if fresh else "recycled owned", self.layout,
-                                                       str(self.dtype).replace("torch.", ""),
-                                                       "" if order is None else ", channel order %s" % order))
+                          note="%s buffer, %s %s%s%s" % ("fresh" if fresh else "recycled owned", self.layout,
+                                                         str(self.dtype).replace("torch.", ""),
+                                                         "" if order is None else ", channel order %s" % order,
+                                                         "" if pieces is None else ", %d rows gathered" % n))
         return out
 
     def _tiles(self, shape: Tuple[int, int, int, int]) -> Iterator[Tuple[slice, slice]]:
@@ -245,6 +257,19 @@ class QuantizerBoundary:
                 d = out[samples, o, rows]
                 np.subtract(src[samples, i, rows], mean[o], out=d, dtype=self._np_dtype)
                 np.divide(d, std[o], out=d)
+
+
+def _row_runs(rows: Sequence[int], n: int) -> List[Tuple[int, int, int]]:
+    """``rows`` as runs of consecutive source rows: ``[(source start, output start, length), ...]``.
+    DataError for an empty selection or an index outside ``range(n)``."""
+    idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+    if idx.size == 0 or int(idx.min()) < 0 or int(idx.max()) >= n:
+        raise DataError("the quantizer boundary gathers rows 0..%d of the view, got %s"
+                        % (n - 1, "no rows" if idx.size == 0 else "rows %d..%d" % (idx.min(), idx.max())))
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    starts = np.concatenate(([0], breaks))
+    ends = np.concatenate((breaks, [idx.size]))
+    return [(int(idx[a]), int(a), int(b - a)) for a, b in zip(starts, ends)]
 
 
 def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> torch.Tensor:

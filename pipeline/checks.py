@@ -2,6 +2,7 @@
 
 Each check says what was expected, what came in and what to do.
 """
+import math
 from typing import Any, Dict, List, Optional, Sequence
 
 import torch
@@ -124,3 +125,38 @@ def _round(v: float) -> float:
 
 def _fmt(values: List[float]) -> str:
     return "[" + ", ".join("%.4g" % v for v in values) + "]"
+
+
+def check_above_chance(correct: int, n: int, class_counts: Dict[int, int], calib_warnings: Sequence[str]) -> None:
+    """Refuse a float model whose eval accuracy is at chance: it does not work on this data.
+
+    Chance is the share of the commonest eval class (what always answering that class scores);
+    "above chance" means more than 3 standard errors above it (``p + 3 * sqrt(p (1 - p) / n)``), so a
+    real model clears it by far and a useless one does not by luck. With so few images that even
+    a perfect score would not clear it, nothing is decided (the test step warns about small eval sets).
+
+    Args:
+        correct, n: float top-1 hits and eval images.
+        class_counts: eval images per label.
+        calib_warnings: the calib step's warnings, to name the likely cause.
+
+    Raises:
+        DataError: at chance; the message gives the numbers and the likely cause.
+    """
+    if n == 0 or not class_counts:
+        return
+    p = max(class_counts.values()) / float(n)
+    bound = p + 3.0 * math.sqrt(p * (1.0 - p) / n)
+    if correct / float(n) > bound or bound >= 1.0:  # above chance, or too few images to tell
+        return
+    if any("implausible calibration inputs" in w for w in calib_warnings):
+        cause = ("the calibration inputs were implausible for preprocess.mean/std (see the calib warning): mean and "
+                 "std in other units than the data (0..1 values for 0..255 pixels or the other way round), or pixels "
+                 "scaled twice")
+    else:
+        cause = ("the weights do not fit this data or its preprocessing: weights trained with another normalization, "
+                 "channel order or layout, labels numbered in another order, or a model that was never trained")
+    raise DataError("test: the float model's accuracy %.4f on %d eval images is at chance (always answering the "
+                    "commonest class scores %.4f; above chance starts at %.4f): it does not work on this data, so "
+                    "its quantized model and deploy bundle would be useless. Likely cause: %s"
+                    % (correct / float(n), n, p, bound, cause))

@@ -49,7 +49,12 @@ class DataSection(_Strict):
     """The source and how it is split and batched."""
     source: Dict[str, Any] = Field(description="Source spec: {type: digits} | {type: npy, path, labels} | ...")
     split: Dict[str, float] = Field(default_factory=lambda: {"train": 0.6, "calib": 0.1, "eval": 0.3},
-                                    description="Fractions of the (shuffled) source for train, calib and eval.")
+                                    description="Fractions of the source for train, calib and eval.")
+    split_order: str = Field("shuffled", pattern="^(shuffled|contiguous)$",
+                             description="shuffled: seeded with run.seed and stratified by label when there are "
+                                         "labels, whatever the file's order (the boundary gathers each batch's "
+                                         "rows); contiguous: consecutive slices of the file, for a file that is "
+                                         "already shuffled.")
     batch_size: int = Field(32, ge=1)
     calib_batches: Optional[int] = Field(None, description="At most this many calibration batches (null: all).")
     eval_batches: Optional[int] = Field(None, description="At most this many evaluation batches (null: all).")

@@ -185,6 +185,11 @@ def render_markdown(r: Dict[str, Any]) -> str:
                                                  ", memory-mapped" if src.get("mmap") else "")]
         if "unchanged" in src:
             lines.append("- unchanged by the run: **%s** (sha256 `%s`)" % (src["unchanged"], src["sha256_after"][:16]))
+        for part, info in sorted((src.get("splits") or {}).items()):
+            lines.append("- %s split (%s): %d images%s" % (
+                part, src.get("split_order"), info["images"],
+                "; classes " + ", ".join("%s (%d)" % kv for kv in info["classes"].items()) if info.get("classes")
+                else ""))
         if src.get("class_counts"):
             lines.append("- classes (images): %s" % ", ".join("%s (%d)" % kv for kv in src["class_counts"].items()))
         if src.get("skipped"):
@@ -196,6 +201,14 @@ def render_markdown(r: Dict[str, Any]) -> str:
                                        a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
     lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
     return "\n".join(lines) + "\n"
+
+
+def remove_report(work_dir: str) -> None:
+    """Delete report.json and report.md (before files they list are removed; a new report follows)."""
+    for name in ("report.json", "report.md"):
+        path = os.path.join(work_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
 
 
 def write_report(run: Any) -> Dict[str, Any]:

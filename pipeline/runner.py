@@ -28,7 +28,7 @@ import yaml
 
 from . import fileio
 from .config import STEPS, LoadedConfig
-from .errors import DataError, ExportError, PipelineError, QuantizationError
+from .errors import ConfigError, DataError, ExportError, PipelineError, QuantizationError
 from .runstatus import LOCK_ENV, LOCK_FILE, RunStatus
 
 log = logging.getLogger("pipeline")
@@ -105,17 +105,30 @@ class Run:
         return self._boundary
 
     @property
-    def splits(self) -> Dict[str, slice]:
+    def splits(self) -> Dict[str, Any]:
+        """Each part's samples: a slice of the source (``data.split_order: contiguous``) or a sorted
+        index array (``shuffled``: seeded with run.seed, stratified by label; pipeline.data.batching)."""
         if self._splits is None:
-            from .data.batching import split
-            self._splits = split(len(self.source.images), self.cfg.data.split)
+            from .data.batching import split, split_rows
+            d, n = self.cfg.data, len(self.source.images)
+            self._splits = split(n, d.split) if d.split_order == "contiguous" else \
+                split_rows(n, d.split, self.cfg.run.seed, self.source.labels)
         return self._splits
+
+    def split_size(self, part: str) -> int:
+        rows = self.splits[part]
+        return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
+
+    def split_summary(self) -> Dict[str, Any]:
+        """Per part: images and the class histogram (None without labels), for the report."""
+        from .data.batching import class_counts
+        return {part: {"images": self.split_size(part), "classes": class_counts(self.source.labels, rows)}
+                for part, rows in self.splits.items()}
 
     def n_batches(self, part: str, limit: Optional[int] = None, batch_size: Optional[int] = None) -> int:
         """How many batches ``batches(part, ...)`` yields."""
-        sl = self.splits[part]
         bs = batch_size or self.cfg.data.batch_size
-        n = -(-(sl.stop - sl.start) // bs)
+        n = -(-self.split_size(part) // bs)
         return n if limit is None else min(n, limit)
 
     def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None,
@@ -124,11 +137,17 @@ class Run:
 
         Raises DataError when a batch holds NaN or Inf (public case P07), naming the batch and count.
         """
-        from .data.batching import iter_batches
+        from .data.batching import iter_batches, iter_row_batches
         bs = batch_size or self.cfg.data.batch_size
-        it = iter_batches(self.source, self.splits[part], bs, limit)
-        for i, (view, labels) in enumerate(progress(it, part, self.n_batches(part, limit, bs))):
-            x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i)
+        part_rows = self.splits[part]
+        if isinstance(part_rows, slice):  # each batch a view of a slice
+            it = ((view, labels, None) for view, labels in iter_batches(self.source, part_rows, bs, limit))
+        else:  # the stages view the whole source; the boundary gathers the batch's rows in its one copy
+            it = ((self.source.tensor, labels, rows)
+                  for rows, labels in iter_row_batches(self.source, part_rows, bs, limit))
+        for i, (view, labels, rows) in enumerate(progress(it, part, self.n_batches(part, limit, bs))):
+            x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i,
+                              rows=rows)
             bad = int((~torch.isfinite(x)).sum())
             if bad:
                 raise DataError("%s batch %d holds %d non-finite values (NaN or Inf) out of %d; clean the source "
@@ -146,7 +165,14 @@ class Run:
         batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
         check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
                        [s.get("type") for s in self.cfg.preprocess.stages])
-        sizes = {part: sl.stop - sl.start for part, sl in self.splits.items()}
+        sizes = {part: self.split_size(part) for part in self.splits}
+        if self.cfg.data.split_order != "contiguous":
+            whole = self.compose.output_shape(tuple(images.shape))
+            if whole[0] != images.shape[0]:
+                raise ConfigError("preprocess.stages change the batch dimension (%d images in, %d out, e.g. "
+                                  "batch_slice); a shuffled split gathers each batch's rows at the quantizer "
+                                  "boundary and needs stages that keep every sample: set data.split_order: "
+                                  "contiguous, or drop that stage" % (images.shape[0], whole[0]))
         if "calib" in steps and not sizes.get("calib"):
             raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
                                     "(data.split %s); give it a share of the data" % (len(images), self.cfg.data.split))
@@ -212,7 +238,7 @@ class Run:
         split (else of calib, else of train): real preprocessed data, not random. Recorded in
         ``ledger`` when given."""
         from .boundary import compile_example
-        part = next(p for p in ("eval", "calib", "train") if self.splits[p].stop > self.splits[p].start)
+        part = next(p for p in ("eval", "calib", "train") if self.split_size(p) > 0)
         x, _ = next(self.batches(part, limit=1, batch_size=1))
         return compile_example(x, ledger=ledger)
 
@@ -347,6 +373,7 @@ def step_calib(run: Run) -> Dict[str, Any]:
 def step_test(run: Run) -> Dict[str, Any]:
     """Float and quantized top-1 accuracy on the eval split."""
     from .quantizers.calib_commit import check_committed
+    from .checks import check_above_chance
     run.require("calib", "test")
     model, example = run.float_model(), run.example()
     run.check_labels(model, example, "test")
@@ -356,11 +383,14 @@ def step_test(run: Run) -> Dict[str, Any]:
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
+    classes = {}  # type: Dict[int, int]
     with torch.no_grad():
         for x, y in run.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
             quant_correct += int((handle(x).argmax(dim=1) == y).sum())
             n += len(y)
+            for label in y.tolist():
+                classes[label] = classes.get(label, 0) + 1
     float_acc, quant_acc = float_correct / n, quant_correct / n
     drop = float_acc - quant_acc
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
@@ -378,6 +408,7 @@ def step_test(run: Run) -> Dict[str, Any]:
                                     "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
                                     "sensitivity": sensitivity, "plots": plot_files,
                                     "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+    check_above_chance(float_correct, n, classes, (run.load_step("calib") or {}).get("warnings", []))
     if drop > run.cfg.quantizer.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
@@ -533,7 +564,7 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     With the nndct backend, calib, test and export each run in a child process when more than one
     of them is asked for (the real quantizer keeps state across modes, facts 1.5).
     """
-    from .report import write_report
+    from .report import remove_report, write_report
     ordered = [s for s in STEPS if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
@@ -557,6 +588,7 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
             for step in ordered:
                 status.step(step)
                 log.info("step %s", step)
+                remove_report(run.work_dir)  # it would list the files _invalidate removes
                 _invalidate(run, step)
                 write_report(run)  # the report on disk lists what exists now, should the step be killed
                 if separate and step in PROCESS_SEPARATED_STEPS:
@@ -571,7 +603,8 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
             state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
             raise
         finally:
-            description = run.source.describe()
+            description = dict(run.source.describe(), split_order=loaded.cfg.data.split_order,
+                               splits=run.split_summary())
             if before is not None:
                 after = _source_fingerprint(run)
                 description.update(sha256_before=before, sha256_after=after, unchanged=before == after)

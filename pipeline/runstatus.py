@@ -78,10 +78,10 @@ def read_status(work_dir: str) -> Dict[str, Any]:
         held = status.get("host") == socket.gethostname() and _pid_alive(status.get("pid"))
     if held:
         return status
+    where = "during step %s" % status["step"] if status.get("step") else "before its first step"
     return dict(status, state="interrupted",
-                error="the run (pid %s, started %s) stopped during step %s without finishing: it was killed "
-                      "or its machine stopped; run the same command again to redo that step"
-                      % (status.get("pid"), status.get("started"), status.get("step")))
+                error="the run (pid %s, started %s) stopped %s without finishing: it was killed or its machine "
+                      "stopped; run the same command again to redo it" % (status.get("pid"), status.get("started"), where))
 
 
 class RunStatus:
