@@ -164,3 +164,35 @@ def test_a_run_killed_at_every_rename_of_calib_and_export_reports_the_truth(tmp_
         assert status["state"] == "ok" and "step" not in status
         assert artifact_hashes(work) == clean
         _check_report(work)
+
+
+def test_an_early_os_error_leaves_status_failed_not_the_previous_ok(tmp_path):
+    config, _ = make_case(tmp_path)
+    work = tmp_path / "run"
+    pipeline_run = __import__("pipeline").run
+    pipeline_run(config, steps=["train"])
+    with open(str(work / "status.json")) as f:
+        assert json.load(f)["state"] == "ok"
+    os.remove(str(work / "config.resolved.yaml"))
+    os.mkdir(str(work / "config.resolved.yaml"))  # the run's first write now fails (EISDIR)
+    with pytest.raises(OSError):
+        pipeline_run(config, steps=["train"])
+    status = read_status(str(work))
+    assert status["state"] == "failed" and "IsADirectoryError" in status["error"], status
+
+
+def test_a_dead_running_run_reads_as_interrupted_and_the_next_run_records_it(tmp_path):
+    config, _ = make_case(tmp_path)
+    work = tmp_path / "run"
+    work.mkdir()
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    (work / "status.json").write_text(json.dumps({"state": "running", "pid": int(dead.stdout), "step": "calib",
+                                                  "steps": ["calib"], "started": "2026-01-01T00:00:00+00:00",
+                                                  "host": __import__("socket").gethostname()}))
+    status = read_status(str(work))
+    assert status["state"] == "interrupted" and status["step"] == "calib"
+    assert "stopped during step calib without finishing" in status["error"]
+    report = __import__("pipeline").run(config, steps=["train"])
+    assert report["status"]["state"] == "ok"
+    assert report["status"]["previous"] == {"pid": int(dead.stdout), "step": "calib", "steps": ["calib"],
+                                            "started": "2026-01-01T00:00:00+00:00"}
