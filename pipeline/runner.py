@@ -9,7 +9,9 @@ Run folder layout (``run.work_dir``)::
     compile/                    compile: compiled xmodel and log, or compile.sh + compile_plan.md
     deploy/                     deploy: the deploy bundle and its manifest
     steps/<step>.json           each step's results (accuracy, ledger, files, ...)
-    report.json, report.md      written after every invocation from steps/*.json
+    status.json                 running (pid, step) from the start; ok, failed or interrupted at the end
+                                (pipeline.runstatus: a killed run reads as interrupted)
+    report.json, report.md      rewritten at each step's start and after every invocation from steps/*.json
 
 Because every step reads only files, steps can run in separate processes. The ``nndct`` backend
 requires it for calib and test (facts 1.5): when both run in one invocation, the runner starts each

@@ -210,7 +210,7 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     """scikit-learn's digits (``sklearn.datasets.load_digits``: 1,797 real 8x8 handwritten digits
     shipped with scikit-learn, no download), pixel values 0..16 scaled to uint8 0..255
     (``round(v * 255 / 16)``), as an owned read-only uint8 NHWC array (1797, 8, 8, 1), shuffled once
-    with ``seed`` (default 0) so that splits are contiguous slices. Labels 0..9, np.int64."""
+    with ``seed`` (default 0), so that a ``contiguous`` split is a random sample too. Labels 0..9, np.int64."""
     check_keys(spec, ["seed"], [], "data.source")
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
