@@ -89,12 +89,13 @@ def test_p03_empty_calibration_split_through_the_command_line(tmp_path):
 def test_p07_nan_and_inf_in_a_calibration_batch_name_the_batch_and_count(tmp_path):
     images, labels = digits_u8()
     images = images[:400].astype(np.float32)
-    # calibration is rows 240..279 (split 0.6 / 0.1 / 0.3 of 400), batch size 50: batch 0 of calib
+    # contiguous split: calibration is rows 240..279 (split 0.6 / 0.1 / 0.3 of 400), batch size 50: batch 0
     images[250, 0, 0, 0] = np.nan
     images[251, 3, 3, 0] = np.inf
     images[252, 4, 4, 0] = -np.inf
     cfg, npy = make_case(tmp_path, images, labels[:400], model={"zoo": "digits_cnn", "weights": None,
-                                                                "train": {"epochs": 1}})
+                                                                "train": {"epochs": 1}},
+                         data={"split_order": "contiguous"})
     before = sha(npy)
     with pytest.raises(DataError, match=r"calib batch 0 holds 3 non-finite values \(NaN or Inf\) out of 2560"):
         pipeline.run(cfg, steps=["calib"], overrides=["model.weights=" + _trained_weights(tmp_path)])
