@@ -158,5 +158,6 @@ def check_above_chance(correct: int, n: int, class_counts: Dict[int, int], calib
                  "channel order or layout, labels numbered in another order, or a model that was never trained")
     raise DataError("test: the float model's accuracy %.4f on %d eval images is at chance (always answering the "
                     "commonest class scores %.4f; above chance starts at %.4f): it does not work on this data, so "
-                    "its quantized model and deploy bundle would be useless. Likely cause: %s"
+                    "its quantized model and deploy bundle would be useless. Likely cause: %s. (For a smoke test "
+                    "with an untrained model set quantizer.require_float_above_chance: false.)"
                     % (correct / float(n), n, p, bound, cause))

@@ -127,6 +127,9 @@ class QuantizerSection(_Strict):
     quant_config_file: Optional[str] = None
     device: str = Field("cpu", pattern="^(cpu|cuda)$")
     max_accuracy_drop: float = Field(0.01, ge=0, le=1, description="Fail the test step when float - quant accuracy exceeds this.")
+    require_float_above_chance: bool = Field(True, description="Fail the test step when the float model's accuracy is "
+                                             "at chance (it does not work on this data); false for smoke tests with "
+                                             "an untrained model.")
 
 
 class ExportSection(_Strict):
@@ -330,7 +333,8 @@ class LoadedConfig:
             "data": c.data.model_dump(exclude={"eval_batches"}),
             "preprocess": c.preprocess.model_dump(),
             "model": c.model.model_dump(include={"zoo", "factory", "kwargs"}),
-            "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop", "device", "quant_config_file"}),
+            "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop", "require_float_above_chance", "device",
+                                                         "quant_config_file"}),
         }
         return {"%s.%s" % (section, key): value for section, values in sections.items()
                 for key, value in sorted(values.items())}

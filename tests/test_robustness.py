@@ -167,7 +167,7 @@ def test_net_name_cannot_leave_the_run_folder(tmp_path):
 # ---------------------------------------------------------------------------- calib/test mismatch
 
 def test_calib_test_mismatch_is_reported_field_by_field(tmp_path):
-    cfg, _ = make_case(tmp_path)
+    cfg, _ = make_case(tmp_path, quantizer={"require_float_above_chance": False})  # untrained weights
     weights = ["model.weights=" + _trained_weights(tmp_path)]
     pipeline.run(cfg, steps=["calib"], overrides=weights)
     with pytest.raises(FingerprintMismatchError) as err:
@@ -249,7 +249,7 @@ def _folder_config(tmp_path, **source):
            "preprocess": {"stages": [{"type": "layout", "src": "NHWC", "dst": "NCHW"}],
                           "mean": [128.0] * 3, "std": [64.0] * 3},
            "model": {"zoo": "digits_cnn", "kwargs": {"in_channels": 3, "num_classes": 2}, "train": {"epochs": 1}},
-           "quantizer": {"max_accuracy_drop": 1.0}}
+           "quantizer": {"max_accuracy_drop": 1.0, "require_float_above_chance": False}}  # random pixels
     cfg = tmp_path / "folder.yaml"
     cfg.write_text(yaml.safe_dump(raw))
     return str(cfg)
@@ -407,7 +407,8 @@ def test_strict_types_no_silent_coercion(tmp_path):
 
 
 def test_p09_leaky_relu_slope_change_is_shown_in_the_report(tmp_path):
-    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "leaky_model:leaky_cnn", "train": {"epochs": 1}})
+    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "leaky_model:leaky_cnn", "train": {"epochs": 1}},
+                       quantizer={"require_float_above_chance": False})  # one epoch: near chance
     report = pipeline.run(cfg, steps=["train", "inspect", "calib", "test"])
     with open(str(tmp_path / "run" / "report.md")) as f:
         md = f.read()
