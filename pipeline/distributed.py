@@ -81,6 +81,7 @@ class Comm:
         except DistributedError:
             raise
         except Exception as exc:  # gloo raises RuntimeError (and DistBackendError, a RuntimeError, in torch 2)
+            _ignore_sigterm()  # this rank is failing already: let its cleanup (status, report) finish
             raise DistributedError(self.lost_message(exc))
 
     def gather_ints(self, value: Optional[int]) -> List[Optional[int]]:
@@ -191,13 +192,13 @@ _owned = False
 def current() -> Optional[Comm]:
     """The Comm of the initialised default process group when it has more than one rank, else None."""
     global _current
-    if _current is not None:
-        return _current
     dist = _dist()
     if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
+        _current = None
         return None
-    _current = Comm(dist.get_rank(), dist.get_world_size(), _default_store())
-    _register(_current)
+    if _current is None or (_current.rank, _current.world) != (dist.get_rank(), dist.get_world_size()):
+        _current = Comm(dist.get_rank(), dist.get_world_size(), _default_store())
+        _register(_current)
     return _current
 
 
@@ -248,7 +249,19 @@ def init_from_env(timeout_s: int = DEFAULT_TIMEOUT_S) -> Optional[Comm]:
     return comm
 
 
+_sigterm_installed = False
+
+
+def _ignore_sigterm() -> None:
+    if _sigterm_installed:
+        try:
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        except ValueError:
+            pass
+
+
 def _install_sigterm(comm: Comm) -> None:
+    global _sigterm_installed
     def on_term(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one error; the cleanup then runs to its end
         who = comm.failed_ranks()
@@ -257,14 +270,18 @@ def _install_sigterm(comm: Comm) -> None:
                                                             "; ".join(who) or "the failed rank is in torchrun's summary"))
     try:
         signal.signal(signal.SIGTERM, on_term)
+        _sigterm_installed = True
     except ValueError:  # not the main thread: leave the signal alone
         pass
 
 
 def shutdown() -> None:
     """Destroy the process group if :func:`init_from_env` started it."""
-    global _current, _owned
+    global _current, _owned, _sigterm_installed
     if _owned:
         _dist().destroy_process_group()
         _owned = False
+    if _sigterm_installed:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        _sigterm_installed = False
     _current = None
