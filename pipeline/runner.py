@@ -114,7 +114,7 @@ class Run:
     def splits(self) -> Dict[str, slice]:
         if self._splits is None:
             from .data.batching import split
-            self._splits = split(len(self.source.images), self.cfg.data.split)
+            self._splits = split(len(self.source), self.cfg.data.split)
         return self._splits
 
     def n_batches(self, part: str, limit: Optional[int] = None, batch_size: Optional[int] = None) -> int:
@@ -136,12 +136,15 @@ class Run:
         """
         from .data.batching import iter_batches
         bs = batch_size or self.cfg.data.batch_size
-        it = iter_batches(self.source, self.splits[part], bs, limit)
         total = self.n_batches(part, limit, bs)
         rank, world = (self.comm.rank, self.comm.world) if (shard and self.sharded) else (0, 1)
-        if world > 1:
-            it = (item for i, item in enumerate(it) if i % world == rank)
-            total = len(range(rank, total, world))
+        if getattr(self.source, "streaming", False):  # decodes only this rank's batches
+            it = self.source.batches(self.splits[part], bs, limit, rank, world)
+        else:
+            it = iter_batches(self.source, self.splits[part], bs, limit)
+            if world > 1:
+                it = (item for i, item in enumerate(it) if i % world == rank)
+        total = len(range(rank, total, world))
         for k, (view, labels) in enumerate(progress(it, part, total)):
             i = k * world + rank
             x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i)
@@ -157,19 +160,19 @@ class Run:
         need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
         CompileError."""
         from .checks import check_channels, check_declared_layout
-        images = self.source.images
-        check_declared_layout(tuple(images.shape), self.source.layout)
-        batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
+        shape = tuple(self.source.shape if getattr(self.source, "streaming", False) else self.source.images.shape)
+        check_declared_layout(shape, self.source.layout)
+        batch_shape = (min(self.cfg.data.batch_size, shape[0]),) + shape[1:]
         check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
                        [s.get("type") for s in self.cfg.preprocess.stages])
         sizes = {part: sl.stop - sl.start for part, sl in self.splits.items()}
         if "calib" in steps and not sizes.get("calib"):
             raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data" % (len(images), self.cfg.data.split))
+                                    "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
         for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
             if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
                 raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
-                                "a share of the data" % (step, part, self.cfg.data.split, len(images)))
+                                "a share of the data" % (step, part, self.cfg.data.split, shape[0]))
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
@@ -741,6 +744,8 @@ def _remove_stale_temporaries(work_dir: str) -> None:
 
 def _source_fingerprint(run: Run) -> str:
     from .tensors import fingerprint_array
+    if getattr(run.source, "streaming", False):
+        return run.source.fingerprint()
     return fingerprint_array(run.source.images)
 
 
