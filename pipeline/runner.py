@@ -383,6 +383,7 @@ def step_test(run: Run) -> Dict[str, Any]:
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
+    start = time.perf_counter()
     with torch.no_grad():
         for x, y in run.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
@@ -395,6 +396,7 @@ def step_test(run: Run) -> Dict[str, Any]:
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
     sim_handle = handle if run.cfg.quantizer.backend == "sim" else None
+    eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
     sensitivity, plot_files = _sensitivity(run, model, example, limit, sim_handle)
     warnings = []
     if n < SMALL_EVAL:
@@ -404,6 +406,7 @@ def step_test(run: Run) -> Dict[str, Any]:
         log.warning("test: %s", warning)
     result = run.save_step("test", dict({"float_accuracy": float_acc, "quant_accuracy": quant_acc,
                                          "warnings": warnings, "accuracy_drop": drop, "eval_images": n,
+                                         "eval_seconds": eval_seconds,
                                          "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
                                          "sensitivity": sensitivity, "plots": plot_files,
                                          "ledger": ledger.summary(), "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
