@@ -591,6 +591,16 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
 
 
 def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
+    level = log.level
+    if comm is not None and not comm.is_main:
+        log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))  # rank 0 tells the story once
+    try:
+        return _run_steps_logged(loaded, ordered, source, comm)
+    finally:
+        log.setLevel(level)
+
+
+def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
     from .report import write_report
     run = Run(loaded, source)
     run.comm = comm

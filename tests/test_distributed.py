@@ -170,3 +170,22 @@ def test_a_failed_rank_is_named_from_the_store():
 def test_no_process_group_means_one_process():
     assert distributed.current() is None
     assert distributed.init_from_env() is None  # WORLD_SIZE unset
+
+
+def test_the_nndct_backend_refuses_a_distributed_run(monkeypatch, tmp_path):
+    from pipeline import runner
+    from pipeline.config import load_config
+    from pipeline.errors import ConfigError
+    posted = []
+
+    class TwoRanks(distributed.Comm):
+        def post_failure(self, exc):
+            posted.append(exc)
+
+    monkeypatch.setattr(distributed, "init_from_env", lambda timeout_s: TwoRanks(0, 2))
+    loaded = load_config(os.path.join(REPO, "configs", "digits_sim_zcu102.yaml"),
+                         ["quantizer.backend=nndct", "export.formats=[xmodel]", "run.work_dir=" + str(tmp_path / "run")])
+    with pytest.raises(ConfigError, match="backend nndct cannot run under torchrun .2 processes.: the real quantizer "
+                                          "keeps process-global state"):
+        runner.run_steps(loaded, ["calib", "test"])
+    assert len(posted) == 1 and not os.path.exists(str(tmp_path / "run"))
