@@ -12,6 +12,7 @@ Every deliberate failure (``PipelineError``) prints one ``error:`` message and e
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -120,6 +121,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     except PipelineError as exc:
         kind = "config error" if isinstance(exc, ConfigError) else "error"
+        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # under torchrun: say which rank speaks
+            kind += " (rank %s)" % os.environ.get("RANK", "?")
         print("%s: %s" % (kind, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

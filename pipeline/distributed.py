@@ -155,7 +155,7 @@ class Comm:
         named = "; ".join(who) if who else ("no rank reported an error (a rank on another machine may have died, "
                                            "or one is stuck past run.distributed_timeout_s)")
         return ("rank %d of %d: %s stopped because another rank failed: %s. (torch.distributed: %s: %s) Nothing "
-                "partial was written: fix the failing rank and run the same command again"
+                "partial of this step was written: fix the failing rank and run the same command again"
                 % (self.rank, self.world, self.context, named, type(exc).__name__, str(exc).strip()[:300]))
 
     def _store_get(self, key: str) -> Optional[str]:

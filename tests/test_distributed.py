@@ -110,7 +110,8 @@ def test_a_killed_rank_fails_the_others_cleanly_and_leaves_no_calibration(config
                            "--set", "model.factory=dist_kill_helper:digits_cnn_rank1_dies")
     assert proc.returncode != 0
     assert seconds < TIMEOUT
-    assert "error: rank 0 of 2" in proc.stderr and "rank 1" in proc.stderr, proc.stderr[-3000:]
+    assert "error (rank 0): rank 0 of 2: " in proc.stderr, proc.stderr[-3000:]
+    assert "rank 1 (pid" in proc.stderr and "exited or was killed" in proc.stderr
     assert not os.path.exists(os.path.join(work, "quantize_result"))
     assert not os.path.exists(os.path.join(work, "steps", "calib.json"))
     with open(os.path.join(work, "status.json")) as f:
