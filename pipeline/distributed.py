@@ -25,6 +25,7 @@ import logging
 import os
 import signal
 import socket
+import time
 from typing import Any, Callable, List, Optional, Sequence
 
 import torch
@@ -150,8 +151,15 @@ class Comm:
                     found.append("rank %d (pid %s) exited or was killed without reporting an error" % (r, pid))
         return found
 
-    def lost_message(self, exc: BaseException) -> str:
+    def lost_message(self, exc: BaseException, grace_s: float = 3.0) -> str:
+        """The error of a collective that ``exc`` broke, naming the failed rank(s). Waits up to
+        ``grace_s`` for the culprit to be known: a killed peer's socket closes a moment before its
+        process is gone."""
+        deadline = time.monotonic() + grace_s
         who = self.failed_ranks()
+        while not who and time.monotonic() < deadline:
+            time.sleep(0.1)
+            who = self.failed_ranks()
         named = "; ".join(who) if who else ("no rank reported an error (a rank on another machine may have died, "
                                            "or one is stuck past run.distributed_timeout_s)")
         return ("rank %d of %d: %s stopped because another rank failed: %s. (torch.distributed: %s: %s) Nothing "
