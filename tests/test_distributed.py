@@ -15,6 +15,9 @@ import torch
 
 from conftest import REPO
 
+import dist_api_helper
+import pipeline
+
 from pipeline import distributed
 from pipeline.checks import InputStats
 from pipeline.models.loading import build_model
@@ -57,12 +60,11 @@ def config(tmp_path_factory):
     return path
 
 
-def launch(config, work, ranks, *extra):
-    argv = ["-m", "pipeline", "run", config, "--steps", "calib,test", "-q",
-            "--set", "run.work_dir=" + work] + list(extra)
-    if ranks > 1:  # torchrun, as `python -m torch.distributed.run` (no PATH lookup)
-        argv = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", str(ranks)] + argv
-    argv = [sys.executable] + argv
+def launch(config, work, *extra):
+    """Run calib,test under torchrun, 2 ranks (``python -m torch.distributed.run``: no PATH lookup) in a child;
+    returns (process, seconds)."""
+    argv = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+            "-m", "pipeline", "run", config, "--steps", "calib,test", "-q", "--set", "run.work_dir=" + work] + list(extra)
     start = time.monotonic()
     proc = subprocess.run(argv, cwd=REPO, env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
     return proc, time.monotonic() - start
@@ -76,9 +78,8 @@ def step(work, name):
 @pytest.mark.slow
 def test_two_ranks_give_one_process_bits_with_an_odd_batch_count(config, tmp_path):
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
-    proc, _ = launch(config, one, 1)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    proc, _ = launch(config, two, 2)
+    pipeline.run(config, steps=["calib", "test"], overrides=["run.work_dir=" + one])  # one process, in this one
+    proc, _ = launch(config, two)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(one, "quantize_result", "quant_info.json"), "rb") as a, \
             open(os.path.join(two, "quantize_result", "quant_info.json"), "rb") as b:
@@ -106,10 +107,10 @@ def test_two_ranks_give_one_process_bits_with_an_odd_batch_count(config, tmp_pat
 @pytest.mark.slow
 def test_a_killed_rank_fails_the_others_cleanly_and_leaves_no_calibration(config, tmp_path):
     work = str(tmp_path / "killed")
-    proc, seconds = launch(config, work, 2, "--set", "model.zoo=null",
+    proc, seconds = launch(config, work, "--set", "model.zoo=null",
                            "--set", "model.factory=dist_kill_helper:digits_cnn_rank1_dies")
     assert proc.returncode != 0
-    assert seconds < TIMEOUT
+    assert seconds < 30 + 30  # run.distributed_timeout_s, plus a margin for starting three Pythons
     assert "error (rank 0): rank 0 of 2: " in proc.stderr, proc.stderr[-3000:]
     assert "rank 1 (pid" in proc.stderr and "exited or was killed" in proc.stderr
     assert not os.path.exists(os.path.join(work, "quantize_result"))
@@ -118,6 +119,22 @@ def test_a_killed_rank_fails_the_others_cleanly_and_leaves_no_calibration(config
         status = json.load(f)
     assert status["state"] == "failed" and status["step"] == "calib"
     assert "rank 1" in status["error"] and "DistributedError" in status["error"]
+
+
+@pytest.mark.slow
+def test_drop_in_api_calib_forwards_on_two_ranks_combine_into_one_calibration(tmp_path):
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    helper = os.path.join(REPO, "tests", "dist_api_helper.py")
+    dist_api_helper.main(one)  # one process, in this one
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           helper, two], env=ENV, capture_output=True, text=True, timeout=TIMEOUT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout.count("wrote " + os.path.join(two, "quant_info.json")) == 2  # both ranks return the path
+    with open(os.path.join(one, "quant_info.json"), "rb") as a, open(os.path.join(two, "quant_info.json"), "rb") as b:
+        assert a.read() == b.read()
+    corr_one, corr_two = read_bias_corr(one), read_bias_corr(two)
+    assert list(corr_one) == list(corr_two)
+    assert all(torch.equal(corr_one[k], corr_two[k]) for k in corr_one)
 
 
 def test_interleave_puts_rank_shards_back_in_batch_order():
