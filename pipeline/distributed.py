@@ -21,7 +21,6 @@ non-zero: :func:`init_from_env` turns that signal into a DistributedError, so th
 (status, report, lock) still happens on rank 0.
 """
 import datetime
-import logging
 import os
 import signal
 import socket
@@ -30,17 +29,11 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from .errors import PipelineError
-
-log = logging.getLogger("pipeline")
+from .errors import DistributedError
 
 DEFAULT_TIMEOUT_S = 1800  # torch's own default for gloo; train runs on rank 0 while the others wait
 NONE_INT = -(2 ** 62)  # stands for None in gather_ints
 _KEY = "pipeline/%s/%d"  # store keys: pid/<rank>, failed/<rank>
-
-
-class DistributedError(PipelineError):
-    """A rank of a torch.distributed run failed, timed out or was stopped; the message names it."""
 
 
 def _dist() -> Any:

@@ -24,7 +24,6 @@ Usage: ``python scripts/bench_distributed.py [--images 512] [--size 32] [--batch
 import argparse
 import json
 import os
-import resource
 import statistics
 import subprocess
 import sys

@@ -31,8 +31,8 @@ run: {name: dist, seed: 0, num_threads: 1, distributed_timeout_s: 30}
 data:
   source: {type: digits, seed: 0}
   split: {train: 0.6, calib: 0.1, eval: 0.3}
-  batch_size: 32
-  calib_batches: 5           # odd: rank 0 calibrates 3 batches, rank 1 two
+  batch_size: 16
+  calib_batches: 9           # odd: rank 0 calibrates 5 batches, rank 1 four; a bias stops mid-round
   eval_batches: 3
 preprocess:
   stages:
@@ -79,8 +79,10 @@ def step(work, name):
 def test_two_ranks_give_one_process_bits_with_an_odd_batch_count(config, tmp_path):
     one, two = str(tmp_path / "one"), str(tmp_path / "two")
     pipeline.run(config, steps=["calib", "test"], overrides=["run.work_dir=" + one])  # one process, in this one
-    proc, _ = launch(config, two)
+    proc, _ = launch(config, two, "--set", "model.zoo=null",
+                     "--set", "model.factory=dist_helpers:digits_cnn_reporting_mid_round_stops")
     assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "bias correction stopped mid-round" in proc.stderr  # the data exercise that path too
     with open(os.path.join(one, "quantize_result", "quant_info.json"), "rb") as a, \
             open(os.path.join(two, "quantize_result", "quant_info.json"), "rb") as b:
         assert a.read() == b.read()
@@ -90,16 +92,16 @@ def test_two_ranks_give_one_process_bits_with_an_odd_batch_count(config, tmp_pat
     for name in corr_one:
         assert torch.equal(corr_one[name], corr_two[name]), name
     c1, c2 = step(one, "calib"), step(two, "calib")
-    assert c1["batches"] == c2["batches"] == 5
+    assert c1["batches"] == c2["batches"] == 9
     assert c1["input_stats"] == c2["input_stats"]
     assert c2["distributed"]["world_size"] == 2
-    # each rank's ledger: its own batches (3 and 2), one boundary copy each
-    assert [r["batches"] for r in c2["distributed"]["ledger_by_rank"]] == [3, 2]
+    # each rank's ledger: its own batches (5 and 4), one boundary copy each
+    assert [r["batches"] for r in c2["distributed"]["ledger_by_rank"]] == [5, 4]
     assert all(r["copies_per_batch"] == 1 for r in c2["distributed"]["ledger_by_rank"])
     t1, t2 = step(one, "test"), step(two, "test")
     for key in ("float_accuracy", "quant_accuracy", "eval_images", "sensitivity"):
         assert t1[key] == t2[key], key
-    assert t2["eval_images"] == 96
+    assert t2["eval_images"] == 48
     with open(os.path.join(two, "status.json")) as f:
         assert json.load(f)["state"] == "ok"
 
@@ -108,7 +110,7 @@ def test_two_ranks_give_one_process_bits_with_an_odd_batch_count(config, tmp_pat
 def test_a_killed_rank_fails_the_others_cleanly_and_leaves_no_calibration(config, tmp_path):
     work = str(tmp_path / "killed")
     proc, seconds = launch(config, work, "--set", "model.zoo=null",
-                           "--set", "model.factory=dist_kill_helper:digits_cnn_rank1_dies")
+                           "--set", "model.factory=dist_helpers:digits_cnn_rank1_dies")
     assert proc.returncode != 0
     assert seconds < 30 + 30  # run.distributed_timeout_s, plus a margin for starting three Pythons
     assert "error (rank 0): rank 0 of 2: " in proc.stderr, proc.stderr[-3000:]

@@ -35,6 +35,13 @@ from .plan import QuantPlan, adjust_fix_pos
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
 
 
+def check_batch(x: Any) -> None:
+    """Raise QuantizationError unless ``x`` is a float32 tensor (a calibration batch)."""
+    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+        raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
+                                ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+
+
 class ParamState:
     """Calibration state of one conv/linear node."""
 
@@ -108,9 +115,7 @@ class Calibrator:
         Raises:
             QuantizationError: the batch is not a float32 tensor.
         """
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-            raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
-                                    ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+        check_batch(x)
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:
@@ -177,12 +182,20 @@ class Calibrator:
         if state.stop:
             return
         x = env[node.fx_node.all_input_nodes[0]]
+        state.bias, state.stop, state.efficiency, state.deviation = self._bias_update(node, x, output)
+
+    def _bias_update(self, node: SimNode, x: torch.Tensor, output: torch.Tensor):
+        """One bias-correction step of a node not yet stopped, on its input ``x`` and (quantized)
+        ``output``: the new ``(bias, stop, efficiency, deviation)``; the state is not changed."""
+        state = self.params[node.name]
         res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
-        error, rate, state.stop, state.efficiency, state.deviation = eval_qnoise(
+        error, rate, stop, efficiency, deviation = eval_qnoise(
             output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop)
-        if not state.stop and state.bias is not None:
+        bias = state.bias
+        if not stop and bias is not None:
             dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
-            state.bias = torch.sub(state.bias, error.mean(dim=dims), alpha=rate)
+            bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
+        return bias, stop, efficiency, deviation
 
     # -- results -----------------------------------------------------------------------------
     def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):

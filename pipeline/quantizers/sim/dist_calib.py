@@ -32,8 +32,8 @@ from torch.fx.node import map_arg
 
 from .. import fixpoint
 from . import graph as g
-from .calib import BIAS_CORR_RATE, Calibrator, eval_qnoise
-from .ops import float_reference, param_forward, run_node
+from .calib import Calibrator, check_batch
+from .ops import param_forward, run_node
 
 
 class DistributedCalibrator(Calibrator):
@@ -64,7 +64,7 @@ class DistributedCalibrator(Calibrator):
         """
         if self._finished:
             raise RuntimeError("DistributedCalibrator.step after finish()")
-        _check_batch(x)
+        check_batch(x)
         return self._round(x)[1]
 
     def finish(self) -> None:
@@ -136,7 +136,7 @@ class DistributedCalibrator(Calibrator):
                 fp = self._batch_fix_pos(node, out) if quantized else None
                 if fp is not None:
                     out = fixpoint.fake_quant(out, fixpoint.modal_fix_pos(hist + [fp]), self.bitwidth, "half_up")
-                bias, stop, eff, dev = self._corrected(node, x, out)
+                bias, stop, eff, dev = self._bias_update(node, x, out)
                 self.comm.broadcast((fp, bias, stop, eff, dev), r)
                 value = out
             else:
@@ -161,22 +161,3 @@ class DistributedCalibrator(Calibrator):
         if quantized:
             value = self._gathered_activation(node, value, mine, rest)
         return value
-
-    def _corrected(self, node: Any, x: torch.Tensor, output: torch.Tensor):
-        """Calibrator._correct_bias on copies: the new (bias, stop, efficiency, deviation)."""
-        state = self.params[node.name]
-        res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
-        error, rate, stop, eff, dev = eval_qnoise(output, res_f, state.efficiency, state.deviation,
-                                                  BIAS_CORR_RATE, state.stop)
-        bias = state.bias
-        if not stop:
-            dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
-            bias = torch.sub(state.bias, error.mean(dim=dims), alpha=rate)
-        return bias, stop, eff, dev
-
-
-def _check_batch(x: Any) -> None:
-    from ...errors import QuantizationError
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-        raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
-                                ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
