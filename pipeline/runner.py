@@ -651,6 +651,8 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             status.update(state="failed", error="%s: %s" % (type(exc).__name__, exc))
             raise
         finally:
+            if run.is_main and status.get("step") == "calib":
+                _drop_partial_calibration(run)
             if run.is_main:
                 description = run.source.describe()
                 if before is not None:
@@ -665,6 +667,16 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
         return report if run.is_main else {}
     finally:
         _unlock(lock)
+
+
+def _drop_partial_calibration(run: Run) -> None:
+    """Remove quantize_result/ after a failed or interrupted calib step: its files are written one by
+    one (each atomically), and under torchrun a rank can fail after rank 0 wrote quant_info.json but
+    before the fingerprint; a calibration is complete or absent."""
+    import shutil
+    if os.path.isdir(run.quant_dir):
+        shutil.rmtree(run.quant_dir)
+        log.info("calib: removed the incomplete %s", run.quant_dir)
 
 
 DISTRIBUTED_STEPS = ("calib", "test")  # split over the ranks under torchrun; the others run on rank 0

@@ -209,3 +209,21 @@ def test_the_nndct_backend_refuses_a_distributed_run(monkeypatch, tmp_path):
                                           "keeps process-global state"):
         runner.run_steps(loaded, ["calib", "test"])
     assert len(posted) == 1 and not os.path.exists(str(tmp_path / "run"))
+
+
+def test_a_calib_step_failing_after_the_quantizer_wrote_leaves_no_quantize_result(config, tmp_path, monkeypatch):
+    # as when a rank fails in the last collectives of a torchrun calibration, after rank 0 wrote quant_info.json
+    from pipeline.errors import DistributedError
+    from pipeline.quantizers import fingerprint
+    work = str(tmp_path / "run")
+
+    def lost(out_dir, fp):
+        assert os.path.isfile(os.path.join(out_dir, "quant_info.json"))
+        raise DistributedError("rank 0 of 2: rank 1 failed")
+
+    monkeypatch.setattr(fingerprint, "write_fingerprint", lost)
+    with pytest.raises(DistributedError, match="rank 1 failed"):
+        pipeline.run(config, steps=["calib"], overrides=["run.work_dir=" + work])
+    assert not os.path.exists(os.path.join(work, "quantize_result"))
+    with open(os.path.join(work, "status.json")) as f:
+        assert json.load(f)["state"] == "failed"
