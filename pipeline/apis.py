@@ -34,6 +34,12 @@ What differs, on purpose:
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
 - The simulation always runs on the CPU; only single-input models are supported.
+- Under ``torch.distributed`` (the script has called ``init_process_group``), calib-mode forwards
+  on several ranks combine into one calibration, bit-identical to one process that runs rank
+  ``r``'s ``k``-th batch as batch ``k * world + r`` (shard the batches round-robin:
+  ``batches[rank::world]``); every forward and ``export_quant_config`` are collectives (every rank
+  calls them; ranks may run different numbers of forwards), and ``export_quant_config`` writes on
+  rank 0 only (the other ranks return the path it writes). The real quantizer has nothing like it.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
 - ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
@@ -64,6 +70,7 @@ from .quantizers.base import QuantSettings
 from .quantizers.calib_commit import check_committed
 from .quantizers.fingerprint import hash_config, make_fingerprint, write_fingerprint
 from .quantizers.quant_config import load_quant_config
+from .quantizers.quant_info import QUANT_INFO_FILE
 from .quantizers.sim.session import SimSession
 
 LOG = logging.getLogger(__name__)
@@ -269,7 +276,8 @@ class TorchQuantizer:
         self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
         self._calibrator_samples = 0  # samples over all calibration forwards
         if self.quant_mode == "calib":
-            self._calibrator = self._session.calibrator()
+            from .distributed import current
+            self._calibrator = self._session.calibrator(current())  # combined over the ranks when a group is up
             self._model = _CalibModel(self)  # type: nn.Module
         else:
             # an interrupted or mixed calibration, or one made for another input shape, target,
@@ -329,12 +337,18 @@ class TorchQuantizer:
         if self.quant_mode != "calib":
             LOG.warning("export_quant_config is for calib mode; nothing written in test mode")
             return None
+        comm = getattr(self._calibrator, "comm", None)
+        if comm is not None:
+            self._calibrator.finish()  # rounds without a batch until every rank is done
         if self._calibrator.batches == 0:
             LOG.error("Quantization is not performed completely, check if module FORWARD function "
                       "is called! FORWARD function of torch_quantizer.quant_model needs to be called "
                       "in user code explicitly.")
             return None
-        self._check_calibration_data()
+        if comm is None:  # the counts are this process's; under torch.distributed each rank has its own
+            self._check_calibration_data()
+        if comm is not None and not comm.is_main:
+            return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
         self._session.quant_info(self._calibrator)  # raises before anything is written
         calib_commit.begin(self.output_dir)  # the files below are one unit: see calib_commit
         files = self._session.export_quant_config(self._calibrator, self.output_dir)

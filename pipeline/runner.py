@@ -69,6 +69,13 @@ class Run:
         self._compose = None
         self._boundary = None
         self._splits = None  # type: Optional[Dict[str, slice]]
+        self.comm = None  # type: Any  # pipeline.distributed.Comm under torchrun: rank 0 alone writes
+        self.sharded = False  # True while a step that splits its batches over the ranks runs (calib, test)
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0 of a torch.distributed run and in a one-process run: the one that writes."""
+        return self.comm is None or self.comm.is_main
 
     # ------------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
@@ -112,7 +119,7 @@ class Run:
         index array (``shuffled``: seeded with run.seed, stratified by label; pipeline.data.batching)."""
         if self._splits is None:
             from .data.batching import split, split_rows
-            d, n = self.cfg.data, len(self.source.images)
+            d, n = self.cfg.data, len(self.source)
             self._splits = split(n, d.split) if d.split_order == "contiguous" else \
                 split_rows(n, d.split, self.cfg.run.seed, self.source.labels)
         return self._splits
@@ -133,21 +140,34 @@ class Run:
         n = -(-self.split_size(part) // bs)
         return n if limit is None else min(n, limit)
 
-    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None,
-                batch_size: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None, batch_size: Optional[int] = None,
+                shard: bool = True) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 or None)``.
+
+        While a distributed step runs (``sharded``, and ``shard``), only this rank's batches: batch
+        ``i`` goes to rank ``i % world`` (``pipeline.distributed``); the others are not read past
+        their views and not copied. Ledger rows keep the global batch index.
 
         Raises DataError when a batch holds NaN or Inf (public case P07), naming the batch and count.
         """
         from .data.batching import iter_batches, iter_row_batches
         bs = batch_size or self.cfg.data.batch_size
+        total = self.n_batches(part, limit, bs)
+        rank, world = (self.comm.rank, self.comm.world) if (shard and self.sharded) else (0, 1)
         part_rows = self.splits[part]
-        if isinstance(part_rows, slice):  # each batch a view of a slice
-            it = ((view, labels, None) for view, labels in iter_batches(self.source, part_rows, bs, limit))
-        else:  # the stages view the whole source; the boundary gathers the batch's rows in its one copy
-            it = ((self.source.tensor, labels, rows)
-                  for rows, labels in iter_row_batches(self.source, part_rows, bs, limit))
-        for i, (view, labels, rows) in enumerate(progress(it, part, self.n_batches(part, limit, bs))):
+        if getattr(self.source, "streaming", False):  # decodes only this rank's batches (their rows only)
+            it = ((view, labels, None) for view, labels in self.source.batches(part_rows, bs, limit, rank, world))
+        else:
+            if isinstance(part_rows, slice):  # each batch a view of a slice
+                it = ((view, labels, None) for view, labels in iter_batches(self.source, part_rows, bs, limit))
+            else:  # the stages view the whole source; the boundary gathers the batch's rows in its one copy
+                it = ((self.source.tensor, labels, rows)
+                      for rows, labels in iter_row_batches(self.source, part_rows, bs, limit))
+            if world > 1:
+                it = (item for i, item in enumerate(it) if i % world == rank)
+        total = len(range(rank, total, world))
+        for k, (view, labels, rows) in enumerate(progress(it, part, total)):
+            i = k * world + rank
             x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i,
                               rows=rows)
             bad = int((~torch.isfinite(x)).sum())
@@ -162,26 +182,26 @@ class Run:
         need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
         CompileError."""
         from .checks import check_channels, check_declared_layout
-        images = self.source.images
-        check_declared_layout(tuple(images.shape), self.source.layout)
-        batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
+        shape = tuple(self.source.shape if getattr(self.source, "streaming", False) else self.source.images.shape)
+        check_declared_layout(shape, self.source.layout)
+        batch_shape = (min(self.cfg.data.batch_size, shape[0]),) + shape[1:]
         check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
                        [s.get("type") for s in self.cfg.preprocess.stages])
         sizes = {part: self.split_size(part) for part in self.splits}
-        if self.cfg.data.split_order != "contiguous":
-            whole = self.compose.output_shape(tuple(images.shape))
-            if whole[0] != images.shape[0]:
+        if self.cfg.data.split_order != "contiguous" and not getattr(self.source, "streaming", False):
+            whole = self.compose.output_shape(shape)
+            if whole[0] != shape[0]:
                 raise ConfigError("preprocess.stages change the batch dimension (%d images in, %d out, e.g. "
                                   "batch_slice); a shuffled split gathers each batch's rows at the quantizer "
                                   "boundary and needs stages that keep every sample: set data.split_order: "
-                                  "contiguous, or drop that stage" % (images.shape[0], whole[0]))
+                                  "contiguous, or drop that stage" % (shape[0], whole[0]))
         if "calib" in steps and not sizes.get("calib"):
             raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data" % (len(images), self.cfg.data.split))
+                                    "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
         for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
             if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
                 raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
-                                "a share of the data" % (step, part, self.cfg.data.split, len(images)))
+                                "a share of the data" % (step, part, self.cfg.data.split, shape[0]))
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
@@ -241,12 +261,13 @@ class Run:
         ``ledger`` when given."""
         from .boundary import compile_example
         part = next(p for p in ("eval", "calib", "train") if self.split_size(p) > 0)
-        x, _ = next(self.batches(part, limit=1, batch_size=1))
+        x, _ = next(self.batches(part, limit=1, batch_size=1, shard=False))
         return compile_example(x, ledger=ledger)
 
     # ------------------------------------------------------------------ bookkeeping
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
-        fileio.write_json(self.path("steps", step + ".json"), result)
+        if self.is_main:
+            fileio.write_json(self.path("steps", step + ".json"), result)
         return result
 
     def require(self, step: str, by: str) -> Dict[str, Any]:
@@ -344,16 +365,19 @@ def step_inspect(run: Run) -> Dict[str, Any]:
 def step_calib(run: Run) -> Dict[str, Any]:
     """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
     from .quantizers import calib_commit
-    from .quantizers.fingerprint import write_fingerprint
+    from .quantizers.fingerprint import FILE_NAME, write_fingerprint
     from .checks import InputStats
     limit = run.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = run.float_model(), run.example(), run.new_ledger()
-    stats = InputStats()
+    stats = InputStats() if run.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
-    calib_commit.begin(run.quant_dir)  # from here the folder holds no committed calibration until commit
+    if run.is_main:
+        calib_commit.begin(run.quant_dir)  # from here the folder holds no committed calibration until commit
     start = time.perf_counter()
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
+    if run.comm is not None:
+        stats.merge_ordered(run.comm)
     input_stats = stats.result(run.cfg.preprocess.mean, run.cfg.preprocess.std)
     warnings = list(input_stats["warnings"])
     if run.cfg.quantizer.bitwidth != 8:
@@ -362,14 +386,24 @@ def step_calib(run: Run) -> Dict[str, Any]:
                         % run.cfg.quantizer.bitwidth)
     for warning in warnings:
         log.warning("calib: %s", warning)
-    fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
-    calib_commit.commit(run.quant_dir, summary["files"] + [fp_path])
+    fingerprint = run.fingerprint(model, example)
+    fp_path = write_fingerprint(run.quant_dir, fingerprint) if run.is_main else os.path.join(run.quant_dir, FILE_NAME)
+    if run.is_main:
+        calib_commit.commit(run.quant_dir, summary["files"] + [fp_path])
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
-    return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
-                                   "files": sorted(summary["files"] + [fp_path]),
-                                   "input_stats": input_stats, "warnings": warnings,
-                                   "ledger": ledger.summary(),
-                                   "ledger_rows": ledger.rows})
+    return run.save_step("calib", dict({"batches": summary["batches"], "seconds": seconds,
+                                        "files": sorted(summary["files"] + [fp_path]),
+                                        "input_stats": input_stats, "warnings": warnings,
+                                        "ledger": ledger.summary(),
+                                        "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
+
+
+def _ranks(run: Run, ledger: Any) -> Dict[str, Any]:
+    """Under torch.distributed: ``{"distributed": {"world_size", "ledger_by_rank"}}`` (each rank's
+    boundary ledger summary; ``ledger`` and ``ledger_rows`` are rank 0's). A collective."""
+    if run.comm is None:
+        return {}
+    return {"distributed": {"world_size": run.comm.world, "ledger_by_rank": run.comm.gather(ledger.summary())}}
 
 
 def step_test(run: Run) -> Dict[str, Any]:
@@ -386,6 +420,7 @@ def step_test(run: Run) -> Dict[str, Any]:
     limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
     classes = {}  # type: Dict[int, int]
+    start = time.perf_counter()
     with torch.no_grad():
         for x, y in run.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
@@ -393,11 +428,19 @@ def step_test(run: Run) -> Dict[str, Any]:
             n += len(y)
             for label in y.tolist():
                 classes[label] = classes.get(label, 0) + 1
+    if run.comm is not None:  # integer counts: the sum is exact in any order
+        float_correct, quant_correct, n = [sum(c) for c in zip(*run.comm.gather((float_correct, quant_correct, n)))]
+        merged = {}  # type: Dict[int, int]
+        for part in run.comm.gather(classes):
+            for label, count in part.items():
+                merged[label] = merged.get(label, 0) + count
+        classes = merged
     float_acc, quant_acc = float_correct / n, quant_correct / n
     drop = float_acc - quant_acc
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
     sim_handle = handle if run.cfg.quantizer.backend == "sim" else None
+    eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
     sensitivity, plot_files = _sensitivity(run, model, example, limit, sim_handle)
     warnings = []
     if n < SMALL_EVAL:
@@ -405,11 +448,12 @@ def step_test(run: Run) -> Dict[str, Any]:
                         "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
     for warning in warnings:
         log.warning("test: %s", warning)
-    result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc, "warnings": warnings,
-                                    "accuracy_drop": drop, "eval_images": n,
-                                    "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
-                                    "sensitivity": sensitivity, "plots": plot_files,
-                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+    result = run.save_step("test", dict({"float_accuracy": float_acc, "quant_accuracy": quant_acc,
+                                         "warnings": warnings, "accuracy_drop": drop, "eval_images": n,
+                                         "eval_seconds": eval_seconds,
+                                         "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
+                                         "sensitivity": sensitivity, "plots": plot_files,
+                                         "ledger": ledger.summary(), "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
     if run.cfg.quantizer.require_float_above_chance:
         check_above_chance(float_correct, n, classes, (run.load_step("calib") or {}).get("warnings", []))
     if drop > run.cfg.quantizer.max_accuracy_drop:
@@ -432,9 +476,10 @@ def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit:
     if handle is None:
         handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
     rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),
-                             (x for x, _ in run.batches("eval", limit=limit)), run.settings())
+                             (x for x, _ in run.batches("eval", limit=limit)), run.settings(),
+                             comm=run.comm if run.sharded else None, example=example)
     files = {}
-    if plots.is_available():
+    if plots.is_available() and run.is_main:
         files = {"sensitivity": plots.plot_sensitivity(rows, run.path("plots", "sensitivity.png")),
                  "activation_ranges": plots.plot_activation_ranges(rows, run.path("plots", "activation_ranges.png"))}
     return json_safe(rows), files
@@ -576,38 +621,84 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
 
     With the nndct backend, calib, test and export each run in a child process when more than one
     of them is asked for (the real quantizer keeps state across modes, facts 1.5).
+
+    Under torchrun (``WORLD_SIZE`` > 1, ``pipeline.distributed``): calib and test split their
+    batches over the ranks and give one process's results; every other step runs on rank 0 while
+    the others wait. Rank 0 alone takes the lock, removes stale results, writes the run folder,
+    status.json and the report. A rank that fails makes every rank fail (DistributedError naming
+    it) instead of hanging. The nndct backend refuses (ConfigError).
     """
-    from .report import remove_report, write_report
+    from . import distributed
     ordered = [s for s in STEPS if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
-    run = Run(loaded, source)
-    run.preflight(ordered)
-    lock = _lock_work_dir(run.work_dir)
+    comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        status = RunStatus(run.work_dir, ordered)  # status.json says "running" from here on
+        if comm is not None and loaded.cfg.quantizer.backend != "sim":
+            raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
+                              "process-global state; run it in one process, or use the sim backend for a distributed "
+                              "calib and test" % (loaded.cfg.quantizer.backend, comm.world))
+        return _run_steps(loaded, ordered, source, comm)
+    except BaseException as exc:
+        if comm is not None:
+            comm.post_failure(exc)
+        raise
+    finally:
+        distributed.shutdown()
+
+
+def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
+    level = log.level
+    if comm is not None and not comm.is_main:
+        log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))  # rank 0 tells the story once
+    try:
+        return _run_steps_logged(loaded, ordered, source, comm)
+    finally:
+        log.setLevel(level)
+
+
+def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
+    from .report import remove_report, write_report
+    run = Run(loaded, source)
+    run.comm = comm
+    run.preflight(ordered)
+    lock = _lock_work_dir(run.work_dir) if run.is_main else None
+    try:
+        # status.json says "running" from here on; rank 0 alone writes it
+        status = RunStatus(run.work_dir, ordered, active=run.is_main)
+        if comm is not None:
+            status.status["world_size"] = comm.world
         previous = status.start()
         if previous:
             log.warning("the previous run in %s (pid %s) was interrupted during step %s; it is redone if asked for",
                         run.work_dir, previous.get("pid"), previous.get("step"))
         before = after = None
+        report = {}  # type: Dict[str, Any]
         state, error = "failed", "the run stopped unexpectedly"
         try:
-            _remove_stale_temporaries(run.work_dir)
-            run.write_resolved_config()
-            before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+            if run.is_main:
+                _remove_stale_temporaries(run.work_dir)
+                run.write_resolved_config()
+                before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
             separate = loaded.cfg.quantizer.backend == "nndct" and len(
                 [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
             for step in ordered:
                 status.step(step)
                 log.info("step %s", step)
-                remove_report(run.work_dir)  # it would list the files _invalidate removes
-                _invalidate(run, step)
-                write_report(run)  # the report on disk lists what exists now, should the step be killed
+                if run.is_main:
+                    remove_report(run.work_dir)  # it would list the files _invalidate removes
+                    _invalidate(run, step)
+                    write_report(run)  # the report on disk lists what exists now, should the step be killed
+                _sync(run, "the start of step %s" % step)
+                run.sharded = comm is not None and step in DISTRIBUTED_STEPS
                 if separate and step in PROCESS_SEPARATED_STEPS:
                     _run_in_child(run, step)
-                else:
+                elif run.is_main or run.sharded:
+                    if comm is not None:
+                        comm.context = "step %s" % step
                     STEP_FUNCTIONS[step](run)
+                run.sharded = False
+                _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             state, error = "ok", None
         except KeyboardInterrupt:
             state, error = "interrupted", "interrupted by the user (Ctrl-C)"
@@ -616,20 +707,43 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
             state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
             raise
         finally:
-            description = dict(run.source.describe(), split_order=loaded.cfg.data.split_order,
-                               splits=run.split_summary())
-            if before is not None:
-                after = _source_fingerprint(run)
-                description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
-            run.save_step("source", description)
-            status.finish(state, error)
-            report = write_report(run)
+            if run.is_main and state != "ok" and status.status.get("step") == "calib":
+                _drop_partial_calibration(run)
+            if run.is_main:
+                description = dict(run.source.describe(), split_order=loaded.cfg.data.split_order,
+                                   splits=run.split_summary())
+                if before is not None:
+                    after = _source_fingerprint(run)
+                    description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
+                run.save_step("source", description)
+                status.finish(state, error)
+                report = write_report(run)
         if before is not None and before != after:
             raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
                                 "please report it" % (before, after))
-        return report
+        return report if run.is_main else {}
     finally:
         _unlock(lock)
+
+
+def _drop_partial_calibration(run: Run) -> None:
+    """Remove quantize_result/ after a failed or interrupted calib step: its files are written one by
+    one (each atomically), and under torchrun a rank can fail after rank 0 wrote quant_info.json but
+    before the fingerprint; a calibration is complete or absent."""
+    import shutil
+    if os.path.isdir(run.quant_dir):
+        shutil.rmtree(run.quant_dir)
+        log.info("calib: removed the incomplete %s", run.quant_dir)
+
+
+DISTRIBUTED_STEPS = ("calib", "test")  # split over the ranks under torchrun; the others run on rank 0
+
+
+def _sync(run: Run, where: str) -> None:
+    """Under torch.distributed: wait for every rank at ``where`` (DistributedError naming a failed rank)."""
+    if run.comm is not None:
+        run.comm.context = where
+        run.comm.barrier()
 
 
 # What each step writes besides steps/<step>.json, and the steps whose results derive from it.
@@ -720,6 +834,8 @@ def _remove_stale_temporaries(work_dir: str) -> None:
 
 def _source_fingerprint(run: Run) -> str:
     from .tensors import fingerprint_array
+    if getattr(run.source, "streaming", False):
+        return run.source.fingerprint()
     return fingerprint_array(run.source.images)
 
 

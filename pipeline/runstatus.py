@@ -90,11 +90,13 @@ class RunStatus:
     Args:
         work_dir: the run folder (locked by the caller).
         steps: the steps this run will do, in order.
+        active: False for a process that must not write it (a torchrun rank other than 0).
     """
 
-    def __init__(self, work_dir: str, steps: List[str]) -> None:
+    def __init__(self, work_dir: str, steps: List[str], active: bool = True) -> None:
         self.work_dir = work_dir
-        self.owner = os.environ.get(LOCK_ENV) != work_dir  # a child of the lock holder leaves it to its parent
+        # a child process of the lock holder (nndct steps) leaves status.json to its parent
+        self.owner = active and os.environ.get(LOCK_ENV) != work_dir
         self.status = {"state": "running", "steps": list(steps), "step": None, "pid": os.getpid(),
                        "host": socket.gethostname(), "started": _now()}  # type: Dict[str, Any]
         self.previous = None  # type: Optional[Dict[str, Any]]
