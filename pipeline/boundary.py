@@ -5,7 +5,7 @@ stages, numpy arrays with negative strides, read-only and memory-mapped arrays, 
 channels) into a fresh, pipeline-owned, contiguous buffer of the target dtype and layout, with the
 per-channel ``(x - mean) / std`` and the deferred channel order fused into that pass. It always
 writes a new buffer, even when the input is already contiguous float32 NCHW, because the real
-quantizer rounds its input tensor in place (facts 1.4: ``quant_model(x)`` leaves fake-quantized
+quantizer rounds its input tensor in place (docs/quantizer.md#input-rounded-in-place: ``quant_model(x)`` leaves fake-quantized
 values in the caller's buffer, and ``.contiguous()`` returns the same tensor when nothing needs
 reordering).
 
@@ -19,8 +19,8 @@ that array until the storage dies), so any tensor, view or ``.numpy()`` array de
 keeps its buffer out of the pool. Detected, never assumed.
 
 Compile boundary (``compile_example``, ``contiguous_parameters``): the example input handed to
-export and compile is batch 1, owned and contiguous NCHW, copied from real preprocessed data (facts
-1.4 item 3: export needs batch size 1; public case P04); every parameter and buffer handed to an
+export and compile is batch 1, owned and contiguous NCHW, copied from real preprocessed data
+(docs/quantizer.md#export-needs-batch-1; public case P04); every parameter and buffer handed to an
 exporter is contiguous. Both are recorded in the ledger as run-level rows (``batch`` None).
 """
 import copy
@@ -250,7 +250,7 @@ class QuantizerBoundary:
 def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> torch.Tensor:
     """The example input for export and compile: sample 0 of a preprocessed batch, as a new
     ``(1, C, H, W)`` tensor, C-contiguous NCHW, owned (never a pooled boundary buffer, so it stays
-    valid), same dtype. Export and compile need batch 1 (facts 1.4 item 3, public case P04).
+    valid), same dtype. Export and compile need batch 1 (docs/quantizer.md#export-needs-batch-1, public case P04).
 
     Args:
         batch: a quantizer boundary output ``(N, C, H, W)``, N >= 1, float (real data, not random).

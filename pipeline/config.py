@@ -114,7 +114,7 @@ class ModelSection(_Strict):
 
 
 class QuantizerSection(_Strict):
-    """The quantizer backend and torch_quantizer's own arguments (facts 1.1)."""
+    """The quantizer backend and torch_quantizer's own arguments (docs/quantizer.md#torch_quantizer-arguments)."""
     backend: str = Field("sim", pattern="^(sim|nndct)$")
     target: Optional[str] = Field(None, description="torch_quantizer target= (hardware-aware mode, nndct only).")
     bitwidth: int = Field(8, ge=2, le=16)

@@ -54,7 +54,7 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
             input, NCHW, or None); optional ``source_layout``.
 
     Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``dpu_layout``
-    ("NHWC": XIR tensors are NHWC, facts 3.1), the int8 formula, ``rounding`` and the int8 range.
+    ("NHWC": XIR tensors are NHWC, docs/targets.md#xir-is-nhwc), the int8 formula, ``rounding`` and the int8 range.
 
     Raises:
         ConfigError: missing key, mean/std lengths differ from each other or from the channel count
@@ -88,7 +88,7 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
         "dpu_layout": "NHWC",
         "input_fix_pos": None if fix_pos is None else int(fix_pos),
         "formula": "int8[c] = clamp(round((pixel[c] - mean[c]) * scale[c] * 2^input_fix_pos), -128, 127)",
-        "rounding": "half_up (the quantizer's input rounding, facts 2.2)",
+        "rounding": "half_up (round to nearest, ties toward +inf, as the quantizer rounds its input)",
         "int8_range": [-128, 127],
     }
     return spec

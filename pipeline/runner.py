@@ -12,7 +12,7 @@ Run folder layout (``run.work_dir``)::
     report.json, report.md      written after every invocation from steps/*.json
 
 Because every step reads only files, steps can run in separate processes. The ``nndct`` backend
-requires it for calib and test (facts 1.5): when both run in one invocation, the runner starts each
+requires it for calib and test (docs/quantizer.md#calib-and-test-in-separate-processes): when both run in one invocation, the runner starts each
 in a child process.
 """
 import logging
@@ -525,7 +525,7 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     happens and says which step failed or was interrupted.
 
     With the nndct backend, calib, test and export each run in a child process when more than one
-    of them is asked for (the real quantizer keeps state across modes, facts 1.5).
+    of them is asked for (the real quantizer keeps state across modes, docs/quantizer.md#calib-and-test-in-separate-processes).
     """
     from .report import write_report
     ordered = [s for s in STEPS if s in steps]

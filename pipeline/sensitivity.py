@@ -102,7 +102,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         - ``graph_min``, ``graph_max``: the same values in the quantized graph's scale (divided by
           the CLE scale per channel; equal to ``float_*`` where CLE does not rescale).
         - ``range_min``, ``range_max``: what the fix_pos represents, ``-2**(b-1) * 2**-p`` and
-          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; facts 2.1).
+          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; docs/arithmetic.md#number-format).
         - ``clipped_fraction``: the fraction of float values (graph scale) that the fix_pos
           saturates: ``x * 2**p >= 2**(b-1) - 0.5`` or ``< -2**(b-1) - 0.5``, the values whose
           half_up code falls outside the code range (``fixpoint.fake_quant``).
@@ -110,7 +110,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
           ``cle_scale``: ``[min s, max s]`` there, else None.
         - ``notes``: list of strings (CLE, a float op that runs differently in the quantized
           model, a point the test-mode model leaves unquantized, a float range so small that every
-          value quantizes to 0, as when the fix_pos cap of 12 is reached; facts 2.1).
+          value quantizes to 0, as when the fix_pos cap of 12 is reached; docs/arithmetic.md#fix-position-cap).
 
         Floats are Python floats; ``sqnr_db`` can be ``inf`` (use :func:`json_safe` for strict JSON).
 
@@ -260,7 +260,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
 
 def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch.fx.GraphModule,
               name: str, quant: torch.fx.Node) -> List[str]:
-    """Where the quantized model computes something else than the float op, on purpose (facts 2.6):
+    """Where the quantized model computes something else than the float op, on purpose (docs/arithmetic.md):
     a module swapped (ReLU6 -> ReLU with CLE), the DPU LeakyReLU slope, a DPU pooling factor."""
     from .quantizers import fixpoint
 

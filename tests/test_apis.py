@@ -95,7 +95,7 @@ def test_files_written_and_format(tmp_path):
     assert path == os.path.join(str(tmp_path), "quant_info.json")
     info = json.load(open(path))
     assert info["bias_corrected"] is True and info["input"] == {}
-    assert "SmallNet::conv.bias" in info["param"]  # BN folding creates the bias (facts 1.3)
+    assert "SmallNet::conv.bias" in info["param"]  # BN folding creates the bias (docs/quantizer.md#the-quant_info-format)
     assert "SmallNet::nndct_hswish_5" not in info["output"]  # quantized by the concat
     assert "SmallNet::nndct_concat_6" in info["output"]
     table = safe_torch_load(os.path.join(str(tmp_path), "bias_corr.pth"))
@@ -167,7 +167,7 @@ def test_target_is_checked_against_the_registry(tmp_path):
     with pytest.raises(ConfigError, match=r"'DPUCZDX8G_ISA1_B4069'.*closest: DPUCZDX8G_ISA1_B4096"):
         make("DPUCZDX8G_ISA1_B4069")
     with pytest.raises(ConfigError, match="of Vitis AI 3.x"):
-        make("DPUCZDX8G_ISA0_B4096_MAX_BG2")  # ISA0 names expired in 3.x (facts 3.2)
+        make("DPUCZDX8G_ISA0_B4096_MAX_BG2")  # ISA0 names expired in 3.x (docs/targets.md#expired-names)
     with pytest.raises(ConfigError, match="not the fingerprint"):
         make("0x0101000056010499")
     with pytest.raises(ConfigError, match="a str"):
@@ -176,7 +176,7 @@ def test_target_is_checked_against_the_registry(tmp_path):
         q = make("DPUCZDX8G_ISA1_B4096")
     assert q.target == "DPUCZDX8G_ISA1_B4096"
     with pytest.warns(UserWarning, match="does not do hardware-aware"):
-        make("0x0101000056010407")  # B4096's fingerprint (facts 3.2)
+        make("0x0101000056010407")  # B4096's fingerprint (docs/targets.md#names-and-fingerprints)
     cfg = tmp_path / "cfg.json"
     cfg.write_text('{"target_device": "DPU"}')
     with pytest.warns(UserWarning, match="hardware-aware mode is off"):
@@ -376,7 +376,7 @@ def test_unsupported_operator_is_named():
 
 
 def test_shift_cut_and_shift_bias_adjustments():
-    """facts 2.4: shift_cut = w + i - o in [0, 16], shift_bias = w + i - b in [min(0, -(24-(8+shift_cut))), 16]."""
+    """docs/arithmetic.md#export-time-adjustments: shift_cut = w + i - o in [0, 16], shift_bias = w + i - b in [min(0, -(24-(8+shift_cut))), 16]."""
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     plan = QuantPlan(capture(net, torch.zeros(1, 3, 6, 6), load_quant_config(None)))
     assert plan.output_order == ["nndct_input_0", "nndct_relu_2"]

@@ -1,7 +1,7 @@
 """DPU inspection on the CPU: engine table, one test per assignment rule, public cases P09/P10,
 zoo models, reports.
 
-Expected values come from vitis_ai_facts.md sections 3 and 6 (limits, fused activations, slope
+Expected values come from docs/targets.md (limits, fused activations, slope
 26/256, conversions) and from the architectures of the test models, not from running the code.
 """
 
@@ -92,7 +92,7 @@ def test_versal_names_give_output_parallelism_and_batch(name):
         assert engines.conv.output_channel_parallel == int(channels)
 
 
-def test_b4096_parameters_match_facts_section_6():
+def test_b4096_parameters_match_the_target_description():
     t = get_target(B4096)
     assert (t.conv.input_channel_parallel, t.conv.output_channel_parallel, t.conv.pixel_parallel) == (16, 16, 8)
     assert (t.conv.kernel_size, t.conv.stride) == ("1-16", "1-8")

@@ -23,7 +23,7 @@ def _run(source, specs, batch_size, mean=MEAN, std=STD, ledger=None):
 
 
 def _fix_neuron_in_place(x, fix_pos=4):
-    """What the real quantizer does to its input (facts 1.4 item 1): fake-quantize it in place
+    """What the real quantizer does to its input (docs/quantizer.md#input-rounded-in-place): fake-quantize it in place
     (half_up at ``fix_pos``, codes -128..127), leaving the rounded values in the caller's buffer."""
     scale = float(2 ** fix_pos)
     x.copy_(torch.floor(x * scale + 0.5).clamp_(-128, 127) / scale)

@@ -7,7 +7,7 @@ from pipeline.compilers import targets
 from pipeline.errors import ConfigError
 
 # Type ids from target_factory.cpp and (isa_version, feature_code) from the target prototxts
-# (vitis_ai_facts.md 3.2): fingerprint = type_id << 56 | isa << 48 | feature_code.
+# (docs/targets.md#names-and-fingerprints): fingerprint = type_id << 56 | isa << 48 | feature_code.
 PROTOTXT_FIELDS = {
     "DPUCZDX8G_ISA1_B4096": (1, 0x01, 0x000056010407),
     "DPUCZDX8G_ISA1_B512": (1, 0x01, 0x000056010200),
@@ -31,7 +31,7 @@ def test_fingerprint_follows_the_target_factory_formula(name):
 
 
 def test_2_5_fingerprints_of_mpsoc_use_feature_code_16():
-    # v2.5 prototxts: DPUCZDX8G_ISA1_B4096 feature_code 0x000016010407 (facts 3.2)
+    # v2.5 prototxts: DPUCZDX8G_ISA1_B4096 feature_code 0x000016010407 (docs/targets.md#names-and-fingerprints)
     assert targets.TARGETS["DPUCZDX8G_ISA1_B4096"]["fingerprint_2_5"] == (1 << 56) | (1 << 48) | 0x16010407
     for name, entry in targets.TARGETS.items():
         if entry["family"] == "DPUCZDX8G":
@@ -86,7 +86,7 @@ def test_arch_json_path_per_board():
 def test_read_arch_json_by_target_and_by_fingerprint(tmp_path):
     by_name = _write(tmp_path / "a.json", {"target": "DPUCZDX8G_ISA1_B4096"})
     assert targets.read_arch_json(by_name) == ("DPUCZDX8G_ISA1_B4096", 0x0101000056010407)
-    # the board images write the fingerprint without the leading zero (facts 3.2)
+    # the board images write the fingerprint without the leading zero (docs/targets.md#names-and-fingerprints)
     by_fp = _write(tmp_path / "b.json", {"fingerprint": "0x101000056010407"})
     assert targets.read_arch_json(by_fp) == ("DPUCZDX8G_ISA1_B4096", 0x0101000056010407)
 
@@ -123,7 +123,7 @@ def test_p11_arch_json_of_another_dpu(tmp_path):
 
 
 def test_p11_arch_json_from_the_2_5_release(tmp_path):
-    # VAI 2.5 / PYNQ-DPU 2.5 KV260 overlays report 0x101000016010407 (facts 3.2)
+    # VAI 2.5 / PYNQ-DPU 2.5 KV260 overlays report 0x101000016010407 (docs/targets.md#names-and-fingerprints)
     path = _write(tmp_path / "arch.json", {"fingerprint": "0x101000016010407"})
     with pytest.raises(ConfigError) as info:
         targets.check_arch_json(path, "DPUCZDX8G_ISA1_B4096")

@@ -2,7 +2,7 @@
 
 Outside the Vitis AI image there is neither the quantized ``<ModelClass>_int.xmodel`` (only the
 ``nndct`` backend writes it, with pytorch_nndct's ``export_xmodel()``, which needs the ``xir`` package:
-facts 1.2) nor the compiler (facts 4). Instead of a compiled model the compile folder gets
+docs/quantizer.md#methods-and-exports) nor the compiler (docs/compiler.md#usage). Instead of a compiled model the compile folder gets
 ``compile.sh`` (the exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run
 here, which xmodel the command reads and whether it exists, and the commands that produce it and
 compile it inside the image). The deploy bundle carries copies of both files (pipeline.deploy), so
@@ -22,7 +22,7 @@ IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
 IMAGE_ROOT = "/opt/vitis_ai"
-# export_xmodel() names its file after the traced graph, i.e. the float model's class (facts 1.2).
+# export_xmodel() names its file after the traced graph, i.e. the float model's class (docs/quantizer.md#methods-and-exports).
 XMODEL_SUFFIX = "_int.xmodel"
 PLACEHOLDER_XMODEL = "<ModelClass>" + XMODEL_SUFFIX
 # `python -m pipeline run` arguments that make the nndct backend write the xmodel (pipeline.config:
@@ -89,7 +89,7 @@ def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = 
     Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
     container, so the absolute paths in ``compile.sh`` stay valid; the container runs as the calling
     user (``$(id -u):$(id -g)``, expanded by the caller's shell), so the compiled files are theirs;
-    the ``vitis-ai-pytorch`` conda env is activated first (facts 5).
+    the ``vitis-ai-pytorch`` conda env is activated first (docs/environment.md#the-vitis-ai-35-image).
     """
     volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
     return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w %s %s bash -c %s" % (

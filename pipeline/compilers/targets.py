@@ -1,6 +1,6 @@
 """Literal registry of DPU targets: name, family, boards, fingerprints, ``arch.json`` paths in the image.
 
-Sources (vitis_ai_facts.md sections 3.2 and 3.3):
+Sources (docs/targets.md#names-and-fingerprints, docs/targets.md#archjson):
 
 - Fingerprint = ``(type_id << 56) | (isa_version << 48) | feature_code``
   (``src/vai_runtime/target_factory/src/target_factory.cpp``). The values below were computed from
@@ -138,7 +138,7 @@ def get_target(name: str) -> DpuTarget:
 
     Raises:
         ConfigError: unknown name; the message names the closest registered names. Expired ISA0
-            names such as ``DPUCZDX8G_ISA0_B4096_MAX_BG2`` are rejected by Vitis AI 3.x too (facts 3.2).
+            names such as ``DPUCZDX8G_ISA0_B4096_MAX_BG2`` are rejected by Vitis AI 3.x too (docs/targets.md#expired-names).
     """
     if name in TARGETS:
         return DpuTarget(name=name, **TARGETS[name])
@@ -218,7 +218,7 @@ def read_arch_json(path: str, target: Optional[str] = None) -> Tuple[Optional[st
     """Read an ``arch.json``: returns ``(target name, fingerprint)``.
 
     The file holds ``{"target": name}`` or ``{"fingerprint": "0x..."}`` (an int is accepted too); these
-    are the two forms ``vai_c_xir`` reads (UG1414 "VAI_C Usage", facts 3.3). The missing half is filled
+    are the two forms ``vai_c_xir`` reads (UG1414 "VAI_C Usage", docs/targets.md#archjson). The missing half is filled
     from the registry when it is unique there (a fingerprint from the 3.x release maps to its name; a
     target name maps to its 3.x fingerprint), else left None. ``target`` (the configured DPU target,
     or None) only makes the error messages name the exact content to write.

@@ -2,11 +2,11 @@
 
 Source: the target descriptions ``src/vai_runtime/target_factory/targets/<name>.prototxt`` of
 github.com/Xilinx/Vitis-AI (master = 3.5; identical in v3.0 where the target exists), summarised in
-vitis_ai_facts.md sections 3.2 and 6. Only the fields the inspection rules use are kept: the conv
+docs/targets.md#names-and-fingerprints, docs/targets.md#dpuczdx8g-operator-limits. Only the fields the inspection rules use are kept: the conv
 engine (channel and pixel parallelism, kernel/stride limits, fusable nonlinear types, weight bank),
 the eltwise, ALU, pool and depthwise-conv engines (types, limits, fusable nonlinear types), the
 load engine's channel parallelism and the batch (number of DPU cores the name's ``B<n>`` suffix
-gives for DPUCVDX8G and DPUCV2DX8G). Target names are those of facts section 3.2; expired ISA0
+gives for DPUCVDX8G and DPUCV2DX8G). Target names are those of docs/targets.md#names-and-fingerprints; expired ISA0
 names (``DPUCZDX8G_ISA0_B4096_MAX_BG2``) are rejected by Vitis AI 3.x and are not here.
 
 Limits are kept as the prototxt writes them ("1-16", "1,2,3,5,7"); :func:`allows` reads them.
@@ -322,7 +322,7 @@ TARGETS: Dict[str, DpuEngines] = {
 
 
 def get_target(name: str) -> DpuEngines:
-    """The engine parameters of DPU target ``name`` (exact, case-sensitive, as in facts 3.2).
+    """The engine parameters of DPU target ``name`` (exact, case-sensitive, as in docs/targets.md#names-and-fingerprints).
 
     Raises:
         ConfigError: the name is not in :data:`TARGETS`; the message lists the valid names and

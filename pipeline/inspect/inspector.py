@@ -1,7 +1,7 @@
 """DPU inspection on the CPU: which node of a float model runs on the DPU of a target, and why not.
 
 A CPU stand-in for the real Inspector (``pytorch_nndct.apis.Inspector``), which needs the Vitis AI
-image (facts 3.1). It traces the model with torch.fx, applies the rules of
+image (docs/targets.md#inspector). It traces the model with torch.fx, applies the rules of
 :mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.inspect.hardware`, and
 writes ``inspect_<target>.txt``/``.json``/``.gv`` (and ``.svg`` where graphviz's ``dot`` is
 installed) in the spirit of the real Inspector's output. The real Inspector, run with the same
@@ -141,7 +141,7 @@ def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspe
         model: the float model; not modified (a deep copy is traced in eval mode).
         example: an input batch, NCHW float32 as the model takes it (any batch size; shapes are
             reported with it); not modified (the run uses a clone).
-        target: a DPU target name of facts 3.2, e.g. "DPUCZDX8G_ISA1_B4096" (see
+        target: a DPU target name of docs/targets.md#names-and-fingerprints, e.g. "DPUCZDX8G_ISA1_B4096" (see
             :data:`pipeline.inspect.hardware.TARGETS`).
 
     Returns:

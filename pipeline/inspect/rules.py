@@ -5,7 +5,7 @@ Inspector's vocabulary), or None when the constraint holds. An op-type function 
 :data:`OP_RULES`) returns a :class:`Verdict` for one node, given what was decided for the nodes
 before it (topological order).
 
-Sources (vitis_ai_facts.md section 6 unless stated):
+Sources (docs/targets.md#dpuczdx8g-operator-limits unless stated):
 - conv2d: kernel 1-16 and stride 1-8 (the target's ``conv_limit``), input/output channels at most
   256 x channel_parallel, ``dilation x input_channel <= 256 x channel_parallel`` (UG1414), each pad
   no larger than the dilated kernel, weights fitting the weight bank
@@ -19,21 +19,21 @@ Sources (vitis_ai_facts.md section 6 unless stated):
   pool (P10): a dedicated pool engine lists no nonlinear type, and the 3.5 Inspector reports a ReLU
   after a MaxPool2d on the CPU even where the ALU that runs the pool lists relu (Vitis-AI issue
   #1501; see ``_after_pool``).
-- LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (facts 2.6).
+- LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (docs/arithmetic.md#leakyrelu-slope).
 - Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
   need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
   are in no engine of any target here, so they go to the CPU.
-- Quantizer conversions (facts 2.6): ReLU6 -> ReLU (``convert_relu6_to_relu``, and CLE by default,
-  facts 1.5), SiLU -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
+- Quantizer conversions (docs/arithmetic.md#optional-conversions): ReLU6 -> ReLU (``convert_relu6_to_relu``, and CLE by default,
+  docs/quantizer.md#the-callers-model-is-rewritten), SiLU -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
   (``--nndct_convert_sigmoid_to_hsigmoid``).
 - Transposed conv: ``output_padding`` must be 0 (UG1414); kernel / stride in the kernel range.
-- Layout (facts 3.1): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
+- Layout (docs/targets.md#xir-is-nhwc): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
   the quantizer insert a permute NHWC -> NCHW in front of it; that permute merges into a following
   dense layer (``dpu_op_filter.py``, ``merge_permute_to_matmul``), otherwise it and the reshape
   leave the DPU.
 Messages reuse the real Inspector's wording where one exists ("Try to assign ... to DPU failed.",
 "... can't be assigned to DPU.", "The input of reshape is not on DPU.", "DPU does not support
-output_padding."; facts 3.1).
+output_padding."; docs/targets.md#dpuczdx8g-operator-limits).
 """
 
 import math
@@ -45,7 +45,7 @@ from pipeline.inspect.trace import OpNode
 
 DPU = "DPU"
 CPU = "CPU"
-DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, facts 2.6
+DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, docs/arithmetic.md#leakyrelu-slope
 
 # Prototxt nonlinear type of each activation op.
 NONLINEAR_NAME = {"relu": "relu", "relu6": "relu_six", "leaky_relu": "leaky_relu",
@@ -341,7 +341,7 @@ def _standalone_engine(op: str, target: DpuEngines) -> Optional[str]:
 
 
 def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
-    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (facts 2.6)."""
+    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (docs/arithmetic.md#leakyrelu-slope)."""
     slope = node.attrs["negative_slope"]
     if slope == DPU_LEAKY_SLOPE:
         return None
@@ -352,7 +352,7 @@ def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
 
 def relu6_conversion_note(node: OpNode) -> str:
     """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
-    (facts 1.5); the config key ``convert_relu6_to_relu`` asks for it explicitly."""
+    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for it explicitly."""
     return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
             "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
 
@@ -436,7 +436,7 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
     return _cpu(fuse_failure or alone, alone if fuse_failure else None, notes=notes, changes=changes)
 
 
-# CPU-only activations and the conversion the quantizer offers for each (facts 2.6).
+# CPU-only activations and the conversion the quantizer offers for each (docs/arithmetic.md#optional-conversions).
 _CONVERSIONS = {
     "silu": ("hswish", "SiLU -> HardSwish (quant config key convert_silu_to_hswish)"),
     "sigmoid": ("hsigmoid", "sigmoid -> HardSigmoid (option --nndct_convert_sigmoid_to_hsigmoid)"),
@@ -468,7 +468,7 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
 
 def batch_norm(node: OpNode, ctx: Context) -> Verdict:
     """BatchNorm2d folds into the conv before it (conv, depthwise or transposed, with no other
-    consumer; facts 2.6) and runs where that conv runs; otherwise the quantizer rewrites it as a per-channel scale and offset,
+    consumer; docs/arithmetic.md#bn-folding) and runs where that conv runs; otherwise the quantizer rewrites it as a per-channel scale and offset,
     which runs as a depthwise 1x1 conv where the target has one (an inference)."""
     src = ctx.producer(node)
     if src is not None and src.op in _CONV_FAMILY and len(ctx.consumers[src.name]) == 1:
@@ -561,7 +561,7 @@ def concat(node: OpNode, ctx: Context) -> Verdict:
 
 def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
     """A reshape/flatten/view of a 4-D NCHW feature map: XIR holds it NHWC, so the quantizer inserts
-    a permute NHWC -> NCHW in front (facts 3.1). When C or H x W is 1 the two orders agree and no
+    a permute NHWC -> NCHW in front (docs/targets.md#xir-is-nhwc). When C or H x W is 1 the two orders agree and no
     data moves; a tensor already permuted in the model needs nothing. Followed by a dense layer
     alone, the permute merges into the dense; otherwise it and the reshape go to the CPU."""
     src = ctx.producer(node)
@@ -610,7 +610,7 @@ def reshape(node: OpNode, ctx: Context) -> Verdict:
 
 def permute(node: OpNode, ctx: Context) -> Verdict:
     """permute(0, 2, 3, 1) of a 4-D DPU feature map is XIR's own NHWC order: no data moves, and it
-    cancels the permute the quantizer would insert before a reshape (facts 3.1). Other permutes
+    cancels the permute the quantizer would insert before a reshape (docs/targets.md#xir-is-nhwc). Other permutes
     and transposes move data; no engine of these targets does that."""
     src = ctx.producer(node)
     order = node.attrs.get("order")

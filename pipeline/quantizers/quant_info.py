@@ -1,6 +1,6 @@
 """Read and write ``quant_info.json`` and ``bias_corr.pth`` in the real quantizer's format.
 
-``quant_info.json`` (facts 1.3; written by ``TORCHQuantizer.export_quant_config`` with
+``quant_info.json`` (docs/quantizer.md#the-quant_info-format; written by ``TORCHQuantizer.export_quant_config`` with
 ``nndct_shared/utils/io.py`` ``to_jsonstr``) is a JSON object with, in this order:
 
 - ``"param"``: ``"<Class>::<module path>.weight|bias"`` -> ``[[bit_width, fix_pos]]``
@@ -15,7 +15,7 @@ spaces, no trailing newline) and writes atomically (temporary file + ``os.replac
 
 ``bias_corr.pth`` is a ``torch.save`` of a dict: conv/linear node name
 (``"<Class>::nndct_conv2d_1"``) -> Python list of floats (float32 values), the amount subtracted
-from the bias in test mode (facts 2.5).
+from the bias in test mode (docs/arithmetic.md#bias-and-bias-correction).
 """
 import json
 import os

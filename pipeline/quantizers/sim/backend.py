@@ -37,7 +37,7 @@ def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSetti
 
 
 class SimBackend(QuantizerBackend):
-    """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; facts 2)."""
+    """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; docs/arithmetic.md)."""
 
     name = "sim"
 
@@ -101,7 +101,7 @@ class SimBackend(QuantizerBackend):
         simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear).
 
         A batch larger than 1 is cut to its first sample (a contiguous copy): the DPU export
-        needs batch 1 (public case P04, facts 1.4).
+        needs batch 1 (public case P04, docs/quantizer.md#export-needs-batch-1).
 
         Returns ``{format: path}``.
 
