@@ -129,7 +129,7 @@ def _device(device: Any) -> torch.device:
 
 
 def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
-    """Validate ``target`` against the registry (``pipeline.compilers.targets``) and warn.
+    """Validate ``target`` against the registry (``pipeline.targets``) and warn.
 
     The real quantizer refuses an unknown target name (``DPUAllocator`` in
     ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit;
@@ -146,7 +146,7 @@ def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Op
     """
     if target is None:
         return None
-    from .compilers.targets import get_target, targets_by_fingerprint
+    from .targets import get_target, targets_by_fingerprint
     if not isinstance(target, str):
         raise ConfigError("target: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' (a str), "
                           "got %s" % _describe(target))
@@ -425,7 +425,7 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         device: requested device; the simulation runs on the CPU (warning for CUDA).
         quant_config_file: quant_config_file JSON (docs/quant_config.md) or None for the defaults
             (CLE and bias correction on).
-        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.compilers.targets``;
+        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.targets``;
             checked, then recorded only, with a warning (no hardware-aware quantization).
         **ignored_known_kwargs: the real API's other keyword arguments (``input_kwargs``,
             ``mix_bit``, ``lstm``, ``app_deploy``, ``qat_proc``, ``custom_quant_ops``,

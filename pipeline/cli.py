@@ -107,7 +107,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "inspect":
             return _inspect(args)
         if args.command == "targets":
-            from .compilers.targets import format_targets
+            from .targets import format_targets
             print(format_targets())
         elif args.command == "check-env":
             from .env import check_env, format_env

@@ -346,7 +346,7 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
-    from .compilers.targets import arch_json_path, get_target
+    from .targets import arch_json_path, get_target
     from .models.loading import resolve_factory
     from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
     backend = cfg.quantizer.backend

@@ -12,7 +12,8 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional
 
-from .compilers import targets, vai_c
+from . import targets
+from .compilers import vai_c
 from .errors import ConfigError
 
 IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"

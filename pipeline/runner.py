@@ -156,13 +156,13 @@ class Run:
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
-                from .compilers.targets import check_arch_json
+                from .targets import check_arch_json
                 check_arch_json(arch, self.cfg.compile.target)  # P11, before any work
 
     def arch_json(self) -> str:
         """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
         path inside the Vitis AI image. Raises ConfigError when none is known."""
-        from .compilers.targets import arch_json_path
+        from .targets import arch_json_path
         c = self.cfg.compile
         return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
 
@@ -451,7 +451,7 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]
 def step_compile(run: Run) -> Dict[str, Any]:
     """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
     from .compilers import plan, vai_c
-    from .compilers.targets import get_target
+    from .targets import get_target
     c = run.cfg.compile
     target = get_target(c.target)
     arch = run.arch_json()

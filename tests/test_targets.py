@@ -3,7 +3,7 @@ import json
 
 import pytest
 
-from pipeline.compilers import targets
+from pipeline import targets
 from pipeline.errors import ConfigError
 
 # Type ids from target_factory.cpp and (isa_version, feature_code) from the target prototxts
@@ -27,25 +27,25 @@ def _write(path, content):
 @pytest.mark.parametrize("name", sorted(PROTOTXT_FIELDS))
 def test_fingerprint_follows_the_target_factory_formula(name):
     type_id, isa, feature = PROTOTXT_FIELDS[name]
-    assert targets.TARGETS[name]["fingerprint"] == (type_id << 56) | (isa << 48) | feature
+    assert targets.TARGETS[name].fingerprint == (type_id << 56) | (isa << 48) | feature
 
 
 def test_2_5_fingerprints_of_mpsoc_use_feature_code_16():
     # v2.5 prototxts: DPUCZDX8G_ISA1_B4096 feature_code 0x000016010407 (docs/targets.md#names-and-fingerprints)
-    assert targets.TARGETS["DPUCZDX8G_ISA1_B4096"]["fingerprint_2_5"] == (1 << 56) | (1 << 48) | 0x16010407
+    assert targets.TARGETS["DPUCZDX8G_ISA1_B4096"].fingerprint_2_5 == (1 << 56) | (1 << 48) | 0x16010407
     for name, entry in targets.TARGETS.items():
-        if entry["family"] == "DPUCZDX8G":
-            assert entry["fingerprint_2_5"] == entry["fingerprint"] - 0x40000000, name
+        if entry.family == "DPUCZDX8G":
+            assert entry.fingerprint_2_5 == entry.fingerprint - 0x40000000, name
 
 
 def test_registry_entries_are_consistent():
     for name, entry in targets.TARGETS.items():
-        assert name.startswith(entry["family"] + "_"), name
-        assert set(entry["arch_json_by_board"]) <= set(entry["boards"]), name
-        for board, path in entry["arch_json_by_board"].items():
-            assert path.startswith("/opt/vitis_ai/compiler/arch/%s/" % entry["family"]), path
+        assert name.startswith(entry.family + "_"), name
+        assert set(entry.arch_json_by_board) <= set(entry.boards), name
+        for board, path in entry.arch_json_by_board.items():
+            assert path.startswith("/opt/vitis_ai/compiler/arch/%s/" % entry.family), path
             assert path.endswith("/arch.json")
-    fps = [e["fingerprint"] for e in targets.TARGETS.values()]
+    fps = [e.fingerprint for e in targets.TARGETS.values()]
     assert len(fps) == len(set(fps)), "two targets share a 3.x fingerprint"
 
 

@@ -13,8 +13,8 @@ import shlex
 
 from typing import Dict, List, Optional, Tuple
 
+from .. import targets
 from ..fileio import write_text
-from . import targets
 
 PLAN_NAME = "compile_plan.md"
 SCRIPT_NAME = "compile.sh"

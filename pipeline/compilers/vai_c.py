@@ -12,9 +12,9 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
 
+from .. import targets
 from ..errors import BackendUnavailableError, CompileError, ConfigError
 from ..fileio import write_text
-from . import targets
 
 EXECUTABLE = "vai_c_xir"
 LOG_NAME = "vai_c_xir.log"

@@ -36,9 +36,10 @@ _HEADER = """\
 
 
 def _engines(inspection: "Inspection") -> List[str]:
-    t = inspection.target
+    target = inspection.target
+    t = target.engines
     conv = t.conv
-    lines = ["{} ({}, batch {})".format(t.name, t.family, t.batch),
+    lines = ["{} ({}, batch {})".format(target.name, target.family, t.batch),
              "conv_engine: input/output channel parallel {}/{}, pixel parallel {}, kernel {}, stride "
              "{}, nonlinear {}, weights {} banks x {} wide x {} deep".format(
                  conv.input_channel_parallel, conv.output_channel_parallel, conv.pixel_parallel,

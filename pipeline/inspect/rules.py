@@ -40,7 +40,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from pipeline.inspect.hardware import DpuEngines, EngineLimits, allows
+from pipeline.targets import DpuTarget, EngineLimits, allows
 from pipeline.inspect.trace import OpNode
 
 DPU = "DPU"
@@ -82,7 +82,7 @@ class Context:
     """What the rules may read: the target, every node by name (graph inputs included), each
     node's consumers, and the verdicts decided so far."""
 
-    target: DpuEngines
+    target: DpuTarget  # with engine parameters (inspect_model checks)
     nodes: Dict[str, OpNode]
     consumers: Dict[str, List[str]]
     verdicts: Dict[str, Verdict]
@@ -145,12 +145,12 @@ def check_channels(in_channels: int, out_channels: int, dilation: List[int],
     return None
 
 
-def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuEngines) -> Optional[str]:
+def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuTarget) -> Optional[str]:
     """Conv weights fit the weight bank:
     ``k_h * k_w * ceil(ic / bank_width) * ceil(output_channel_parallel / bank_num) <= bank_depth``."""
-    bank = target.conv.weight_bank
+    bank = target.engines.conv.weight_bank
     depth = (kernel_size[0] * kernel_size[1] * math.ceil(in_channels / bank.bank_width)
-             * math.ceil(target.conv.output_channel_parallel / bank.bank_num))
+             * math.ceil(target.engines.conv.output_channel_parallel / bank.bank_num))
     if depth <= bank.bank_depth:
         return None
     return ("Weights ({} x {} kernel, {} input channels) are too large for the parameter buffer: "
@@ -240,7 +240,7 @@ def conv2d(node: OpNode, ctx: Context) -> Verdict:
     """conv2d on the conv engine (the tracer names depthwise convs ``depthwise_conv2d``)."""
     if node.attrs["groups"] != 1:
         return _cpu(check_groups(node))
-    conv, a = ctx.target.conv, node.attrs
+    conv, a = ctx.target.engines.conv, node.attrs
     in_shape = ctx.producer(node).shape
     return _dpu_unless([
         check_kernel(a["kernel_size"], conv.kernel_size, "conv_engine"),
@@ -254,7 +254,7 @@ def conv2d(node: OpNode, ctx: Context) -> Verdict:
 
 def depthwise_conv2d(node: OpNode, ctx: Context) -> Verdict:
     """Depthwise conv (groups = input channels) on the ALU or the depthwise-conv engine."""
-    limits = ctx.target.depthwise_limits()
+    limits = ctx.target.engines.depthwise_limits()
     if limits is None:
         return _cpu("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
             ctx.target.name))
@@ -275,10 +275,10 @@ def conv_transpose2d(node: OpNode, ctx: Context) -> Verdict:
     a = node.attrs
     groups = a["groups"]
     if groups == 1:
-        spec, engine, cp = ctx.target.conv.kernel_size, "conv_engine", ctx.target.conv.input_channel_parallel
+        spec, engine, cp = ctx.target.engines.conv.kernel_size, "conv_engine", ctx.target.engines.conv.input_channel_parallel
         bank = check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)
     elif groups == a["in_channels"] == a["out_channels"]:
-        limits = ctx.target.depthwise_limits()
+        limits = ctx.target.engines.depthwise_limits()
         if limits is None:
             return _cpu(check_output_padding(node), "{} has no depthwise-conv engine.".format(
                 ctx.target.name))
@@ -316,19 +316,19 @@ def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
     """Activation ops that ``base``'s engine fuses on this target."""
     target = ctx.target
     if base.op in ("conv2d", "dense", "conv_transpose2d"):
-        engine_nl = target.conv.nonlinear
+        engine_nl = target.engines.conv.nonlinear
     elif base.op == "depthwise_conv2d":
-        limits = target.depthwise_limits()
+        limits = target.engines.depthwise_limits()
         engine_nl = limits.nonlinear if limits else ()
     else:
-        engine = target.eltwise_for("add" if base.op == "add" else "mult")
+        engine = target.engines.eltwise_for("add" if base.op == "add" else "mult")
         engine_nl = engine[1] if engine else ()
     return [op for op in _FUSABLE_AFTER[base.op] if NONLINEAR_NAME[op] in engine_nl]
 
 
-def _standalone_engine(op: str, target: DpuEngines) -> Optional[str]:
+def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
     """The engine that runs activation ``op`` on its own, or None."""
-    alu = target.alu
+    alu = target.engines.alu
     if alu is None:
         return None
     if op in ("leaky_relu", "prelu") and op in alu.alu_types:
@@ -380,12 +380,12 @@ def _after_pool(node: OpNode, src: OpNode, ctx: Context) -> Tuple[str, str]:
     head = "{} can't be assigned to DPU: it follows {} {!r}".format(node.op, src.op, src.name)
     if not ctx.on_dpu(src.name):
         return head + ", which is on the CPU.", "an activation runs on the DPU only fused into its producer there."
-    limits = target.pool_limits("max" if src.op == "max_pool2d" else "avg")
+    limits = target.engines.pool_limits("max" if src.op == "max_pool2d" else "avg")
     if limits is not None and limits.engine == "pool_engine":
         return (head + ", and the pool_engine of {} fuses no activation.".format(target.name),
                 "source: the pool_engine's nonlinear list is empty in the {} target description "
                 "(target_factory prototxt).".format(target.name))
-    listed = target.alu.nonlinear if target.alu is not None else ()
+    listed = target.engines.alu.nonlinear if target.engines.alu is not None else ()
     if target.family == "DPUCZDX8G":
         why = (", and on {} the Vitis AI 3.5 Inspector finds no compiler pattern for a pool followed by "
                "an activation, so it leaves the activation on the CPU.".format(target.family))
@@ -448,7 +448,7 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
     the CPU; where the quantizer offers a conversion, the note says whether the converted op would
     run on the DPU of this target."""
     reason = "{} can't be assigned to DPU: no engine of {} has it (nonlinear types: {}).".format(
-        node.op, ctx.target.name, ", ".join(ctx.target.conv.nonlinear))
+        node.op, ctx.target.name, ", ".join(ctx.target.engines.conv.nonlinear))
     conversion = _CONVERSIONS.get(node.op)
     if conversion is None:
         return _cpu(reason)
@@ -477,7 +477,7 @@ def batch_norm(node: OpNode, ctx: Context) -> Verdict:
             return Verdict(DPU, [], [note], src.name)
         return Verdict(CPU, ["folded into {} {!r}, which is on the CPU.".format(src.op, src.name)],
                        [], src.name)
-    if ctx.target.depthwise_limits() is not None:
+    if ctx.target.engines.depthwise_limits() is not None:
         return Verdict(DPU, [], ["not foldable: the quantizer rewrites it as a per-channel scale and "
                                  "offset, run as a depthwise 1x1 conv."])
     return _cpu("batch_norm can't be folded into a conv here, and {} has no depthwise-conv engine "
@@ -488,7 +488,7 @@ def pool(node: OpNode, ctx: Context) -> Verdict:
     """Max and average pools (adaptive average pools and spatial means as fixed-kernel pools) on
     the ALU or the pool engine, within its kernel, stride and pad limits."""
     kind = "max" if node.op == "max_pool2d" else "avg"
-    limits = ctx.target.pool_limits(kind)
+    limits = ctx.target.engines.pool_limits(kind)
     if limits is None:
         return _cpu("{} does not support {} (no pool engine or ALU type for it).".format(
             ctx.target.name, node.op))
@@ -534,7 +534,7 @@ def eltwise(node: OpNode, ctx: Context) -> Verdict:
     kind = "add" if node.op == "add" else "mult"
     if node.attrs.get("tensor_operands") != 2:
         return unknown(node, ctx, "an element-wise {} with a constant operand".format(kind))
-    engine = ctx.target.eltwise_for(kind)
+    engine = ctx.target.engines.eltwise_for(kind)
     if engine is None:
         return _cpu("{} does not support eltwise {}.".format(ctx.target.name, kind.upper()))
     shapes = [ctx.nodes[name].shape for name in node.inputs]
