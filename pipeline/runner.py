@@ -383,13 +383,13 @@ def step_test(run: Run) -> Dict[str, Any]:
 def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit: Optional[int],
                  handle: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """Per-layer SQNR and cosine of the simulated model against float on the eval data, and the
-    PNG plots of that table and of the activation ranges (pipeline.sensitivity, pipeline.plots).
+    PNG plots of that table and of the activation ranges (quantizers/sim/sensitivity.py, plots.py).
     ``handle``: the sim test-mode model when the test step already built it; otherwise it is built
     from the calibration files, so this works after either backend's calib."""
     from . import plots
     from .quantizers.quant_info import read_quant_info
     from .quantizers.sim.backend import SimBackend
-    from .sensitivity import json_safe, layer_sensitivity
+    from .quantizers.sim.sensitivity import json_safe, layer_sensitivity
     if handle is None:
         handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
     rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),

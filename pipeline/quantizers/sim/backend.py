@@ -79,7 +79,7 @@ class SimBackend(QuantizerBackend):
         info, notes = session.quant_info(calibrator)
         files = session.export_quant_config(calibrator, out_dir)
         return {"batches": calibrator.batches, "files": files, "quant_info": info,
-                "quantizer_version": SIM_VERSION, "cle_pairs": [list(p) for p in session.cle_pairs],
+                "quantizer_version": SIM_VERSION, "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs],
                 "adjustments": notes}
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
