@@ -511,7 +511,7 @@ def _nndct_diffs_fix_pos(x, scope=5):
     """fix_ops.py diffs_fix_pos as nndct writes it: every candidate scored by
     torch.sum(torch.pow(x - fake_quant(x), 2)) on float32 tensors, ties keep the smaller p."""
     mn, mx = torch.aminmax(x)
-    p0 = fixpoint.overflow_free_fix_pos(x, 8)
+    p0 = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
     best, best_diff = p0, float("inf")
     for p in range(p0, p0 + scope):
         diff = torch.sum(torch.pow(torch.sub(x, fixpoint.fake_quant(x, p, 8, "half_up")), 2.0)).item()

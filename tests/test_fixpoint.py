@@ -97,14 +97,14 @@ def test_fake_quant_negative_fix_pos_and_bitwidth():
     assert y4.tolist() == [7 / 8, -7 / 8]
 
 
-def test_overflow_free_fix_pos():
-    assert fixpoint.overflow_free_fix_pos(torch.tensor([1.0, -0.5]), 8) == 6  # 127.5/1 -> 2^6
-    assert fixpoint.overflow_free_fix_pos(torch.tensor([0.0, -1.0]), 8) == 7  # 128.5/1 -> 2^7
-    assert fixpoint.overflow_free_fix_pos(torch.zeros(10), 8) == fixpoint.ZERO_TENSOR_FIX_POS == 18
+def test_scope_1_search_gives_the_largest_fix_pos_that_cannot_overflow():
+    assert fixpoint.diffs_fix_pos(torch.tensor([1.0, -0.5]), 8, 1, "half_up") == 6  # 127.5/1 -> 2^6
+    assert fixpoint.diffs_fix_pos(torch.tensor([0.0, -1.0]), 8, 1, "half_up") == 7  # 128.5/1 -> 2^7
+    assert fixpoint.diffs_fix_pos(torch.zeros(10), 8, 1, "half_up") == fixpoint.ZERO_TENSOR_FIX_POS == 18
     g = torch.Generator().manual_seed(3)
     for _ in range(50):
         x = torch.randn(100, generator=g) * float(torch.rand(1, generator=g) * 100)
-        p = fixpoint.overflow_free_fix_pos(x, 8)
+        p = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
         step = max(x.min().item() / -128.5, x.max().item() / 127.5)
         assert step * 2 ** p <= 1.0 + 1e-6 and step * 2 ** (p + 1) > 1.0 - 1e-6
 
@@ -114,7 +114,7 @@ def test_diffs_search_picks_smallest_squared_error():
     for trial in range(30):
         x = torch.randn(500, generator=g) * 0.3
         x[0] = 6.0 * (1 + trial % 3)  # an outlier: clipping it can pay off
-        p0 = fixpoint.overflow_free_fix_pos(x, 8)
+        p0 = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
         errs = []
         for p in range(p0, p0 + 5):
             q = np.clip(np.floor(x.double().numpy() * 2.0 ** p + 0.5), -128, 127) / 2.0 ** p
@@ -181,4 +181,4 @@ def test_overflow_free_matches_nndct_torch_formula_at_power_of_two_edges():
     vals += list(torch.rand(300, generator=g) * 1000)
     for v in vals:
         for x in (torch.stack([v, -v / 3]), torch.stack([-v, v / 3])):
-            assert fixpoint.overflow_free_fix_pos(x, 8) == _nndct_overflow_free(x)
+            assert fixpoint.diffs_fix_pos(x, 8, 1, "half_up") == _nndct_overflow_free(x)

@@ -58,10 +58,6 @@ class QuantSettings:
         self.quant_config_file = quant_config_file
         self.device = device
 
-    def as_dict(self) -> Dict[str, Any]:
-        return {"target": self.target, "bitwidth": self.bitwidth,
-                "quant_config_file": self.quant_config_file, "device": self.device}
-
 
 class QuantizerBackend:
     """Base class of quantizer backends. Subclasses implement every method below."""

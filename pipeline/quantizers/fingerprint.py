@@ -41,12 +41,6 @@ def quantizer_version(backend: str) -> Optional[str]:
     return getattr(importlib.import_module(module_name), func)()
 
 
-def hash_config(section: Any) -> str:
-    """sha256 (hex) of a JSON-serialisable config section, key order and whitespace ignored."""
-    text = json.dumps(section, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
-
-
 def _file_sha256(path: Optional[str]) -> Optional[str]:
     return None if path is None else sha256_file(path)
 
@@ -112,7 +106,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
         example: an input batch, NCHW; only its sample shape ``example.shape[1:]`` and dtype are
             recorded, because calib, test and export legitimately use different batch sizes.
         settings: a ``QuantSettings`` (target, bitwidth, quant_config_file, device).
-        config_hash: hash of the config sections that shape the calibration (see ``hash_config``).
+        config_hash: hash of the config sections that shape the calibration (``LoadedConfig.calib_hash``).
         backend: ``"sim"`` or ``"nndct"``.
 
     Returns fields: backend, quantizer_version, torch_version, target, bitwidth,

@@ -191,29 +191,14 @@ def _overflow_free(x_min: float, x_max: float, bitwidth: int) -> int:
     return int(math.floor(torch.log2(torch.tensor(recip, dtype=torch.float32)).item()))
 
 
-def overflow_free_fix_pos(x: torch.Tensor, bitwidth: int) -> int:
-    """The largest fix position that cannot overflow: ``floor(log2(1 / step))``.
-
-    ``step = max(min(x) / (-2**(b-1) - 0.5), max(x) / (2**(b-1) - 0.5))``, computed with the same
-    float32 torch operations as nndct (fix_ops.py ``diffs_fix_pos``), so the floor lands on the
-    same side of a power of two. An all-zero tensor gives 18.
-
-    Args:
-        x: float32 tensor, any shape, finite values.
-        bitwidth: b.
-
-    Returns:
-        int fix position (not capped).
-    """
-    x_min, x_max = torch.aminmax(x)
-    return _overflow_free(x_min.item(), x_max.item(), bitwidth)
-
-
 def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
                   min_max: Optional[Tuple[float, float]] = None) -> int:
     """The "diffs" fix_pos search of the DPU quantizer (docs/arithmetic.md#fix-position-search), without the cap.
 
-    For ``scope == 1`` this is :func:`overflow_free_fix_pos`. Otherwise each candidate
+    ``p0 = floor(log2(1 / step))`` is the largest fix position that cannot overflow, with ``step =
+    max(min(x) / (-2**(b-1) - 0.5), max(x) / (2**(b-1) - 0.5))`` computed with the same float32 torch
+    operations as nndct (fix_ops.py ``diffs_fix_pos``), so the floor lands on the same side of a power
+    of two; an all-zero tensor gives 18. For ``scope == 1`` the result is ``p0``. Otherwise each candidate
     ``p = p0 + i`` (i < scope) is scored by the float32 sum of squared errors
     ``torch.sum((x - fake_quant(x, p))**2)``, as nndct computes it; the smallest wins, ties keep
     the smaller p. The error is computed scaled by ``2**p`` and the sum scaled back by ``4**-p``;

@@ -104,18 +104,6 @@ class QuantConfig:
         widths = {self.bitwidth(t) for t in TENSOR_TYPES}
         return widths.pop() if len(widths) == 1 else None
 
-    def as_dict(self) -> Dict[str, Any]:
-        """A plain dict of the resolved settings (for manifests and reports)."""
-        return {"include_cle": self.include_cle, "include_bias_corr": self.include_bias_corr,
-                "convert_relu6_to_relu": self.convert_relu6_to_relu,
-                "convert_silu_to_hswish": self.convert_silu_to_hswish,
-                "change_concat_input_fix": self.change_concat_input_fix,
-                "change_pool_input_fix": self.change_pool_input_fix,
-                "target_device": self.target_device, "onnx_opset_version": self.onnx_opset_version,
-                "quantizable_data_type": list(self.quantizable_data_type),
-                "tensors": copy.deepcopy(self.tensors), "layers": copy.deepcopy(self.layers),
-                "source": self.source}
-
 
 def _where(source: Optional[str]) -> str:
     return "quant_config_file %s" % source if source else "quant config"

@@ -139,12 +139,6 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
     return info
 
 
-def fix_pos_of(info: Dict[str, Any], section: str, name: str) -> Optional[int]:
-    """The fix_pos of ``info[section][name]`` (first entry), or None when there is no entry."""
-    entry = info[section].get(name)
-    return None if entry is None else int(entry[0][1])
-
-
 def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> str:
     """Write ``out_dir/bias_corr.pth`` atomically: node name -> Python list of floats (real format).
 

@@ -92,10 +92,6 @@ class QuantPlan:
                     outputs.setdefault(end.name, None)
         self.output_order = list(outputs)
 
-    def input_fix_node(self, node: SimNode, index: int = 0) -> SimNode:
-        """The node whose output entry gives the fix position of ``node``'s input ``index``."""
-        return self.quant_output(node.inputs[index])
-
 
 def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
     groups = {n.name: [n.name] for n in graph.nodes}  # type: Dict[str, List[str]]
