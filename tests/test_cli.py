@@ -1,16 +1,10 @@
 """The other commands of ``python -m pipeline``: inspect, targets, check-env, schema."""
 import json
 import os
-import subprocess
-import sys
 
-from conftest import REPO
+from conftest import REPO, cli
 
 CONFIG = os.path.join(REPO, "configs", "digits_sim_zcu102.yaml")
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_inspect_command_ends_with_the_summary_and_writes_the_reports(tmp_path):
