@@ -486,11 +486,14 @@ def step_deploy(run: Run) -> Dict[str, Any]:
     qi = read_quant_info(run.quant_dir)
     p = run.cfg.preprocess
     example_shape = (run.load_step("export") or {}).get("example_shape")
-    preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order or "as source",
-                  "layout": p.layout, "source_layout": run.source.layout,
+    preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order,
+                  "source_color": run.source.color, "layout": p.layout, "source_layout": run.source.layout,
                   "input_fix_pos": _input_fix_pos(qi), "input_shape": example_shape}
+    labels = run.source.labels  # the test step measures top-1 against them: a classifier
+    classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
+                      "accuracy": (run.load_step("test") or {}).get("quant_accuracy")}
     manifest = build_bundle(run.work_dir, run.path("deploy"), comp.get("compiled"), preprocess,
-                            run.cfg.compile.net_name or run.cfg.run.name)
+                            run.cfg.compile.net_name or run.cfg.run.name, classification=classification)
     return run.save_step("deploy", {"manifest": manifest})
 
 

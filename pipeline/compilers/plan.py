@@ -137,7 +137,7 @@ def _xmodel_lines(argv: List[str]) -> List[str]:
 def _image_commands(config: str, target: str, model_file: str, exported: bool) -> List[str]:
     """The commands to run inside the image: export the xmodel with the nndct backend (unless it is
     ``exported`` already), then compile."""
-    run = "python -m pipeline run --config %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
+    run = "python -m pipeline run %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
     export = [] if exported else [
         "# 1. calibrate, test and export %s with the nndct backend (the real quantizer)" % model_file,
         "%s --steps calib,test,export" % run,
@@ -174,7 +174,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             when it does not, how to produce it with the nndct backend in the image.
         target: the configured DPU target name (its fingerprints are written into the plan).
         reason: one sentence saying why the compiler did not run here.
-        config_path: the run's config as the user would pass it to ``python -m pipeline run --config``
+        config_path: the run's config as the user would pass it to ``python -m pipeline run``
             (best relative to the repository root), or None for a ``CONFIG.yaml`` placeholder.
 
     Raises:

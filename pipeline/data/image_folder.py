@@ -76,7 +76,7 @@ class ImageFolderSource(Source):
         note = "decoded with Pillow into one owned uint8 NHWC array"
         if skipped:
             note += "; %d unreadable file(s) skipped (skip_corrupt)" % len(skipped)
-        super().__init__("image_folder", images, labels, "NHWC", path=root, note=note)
+        super().__init__("image_folder", images, labels, "NHWC", path=root, note=note, color=settings["mode"])
         self.root, self.classes, self.files, self.skipped = root, classes, files, sorted(skipped)
         self.settings, self.decode_seconds = settings, decode_seconds
 

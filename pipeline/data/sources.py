@@ -54,6 +54,8 @@ class Source:
         channel_order: None, or ``[C-1, ..., 0]`` when ``images`` has a negative channel stride:
             channel ``c`` of the images is channel ``channel_order[c]`` of ``tensor``.
         path: the file read, or None. mmap: True when ``images`` is a memory map of that file.
+        color: the channel order of ``images`` as stored: ``RGB``, ``BGR``, ``L`` (one gray channel),
+            or None when the source does not say (spec key ``color`` of npy, npz, array, tensor).
 
     Raises:
         DataError: images not 4-D, empty, of an unsupported dtype, not on the CPU, flipped on a
@@ -61,7 +63,7 @@ class Source:
     """
 
     def __init__(self, kind: str, images: ArrayLike, labels: Optional[np.ndarray] = None, layout: str = "NHWC",
-                 path: Optional[str] = None, mmap: bool = False, note: str = "") -> None:
+                 path: Optional[str] = None, mmap: bool = False, note: str = "", color: Optional[str] = None) -> None:
         if layout not in LAYOUTS:
             raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(LAYOUTS), layout))
         if isinstance(images, torch.Tensor):
@@ -88,6 +90,7 @@ class Source:
             self.channel_order = list(range(images.shape[channel_axis] - 1, -1, -1))
             _FLIPPED[storage_ptr(self.tensor)] = self
         self.labels = _check_labels(kind, labels, images.shape[0])
+        self.color = _check_color(color, int(images.shape[channel_axis]))
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -102,13 +105,28 @@ class Source:
             "dtype": str(self.images.dtype).replace("torch.", ""), "layout": self.layout, "mmap": self.mmap,
             "channel_order": self.channel_order, "labels": None if self.labels is None else int(len(self.labels)),
             "bytes": nbytes, "sha256": fingerprint_array(self.images) if nbytes <= HASH_LIMIT_BYTES else None,
-            "note": self.note,
+            "note": self.note, "color": self.color,
         }
 
 
 def flipped_source_of(tensor: torch.Tensor) -> Optional[Source]:
     """The open source with a deferred channel flip whose storage ``tensor`` lies on, or None."""
     return _FLIPPED.get(storage_ptr(tensor)) if _FLIPPED else None
+
+
+COLORS = {"RGB": 3, "BGR": 3, "L": 1}  # data.source.color -> channels
+
+
+def _check_color(color: Any, channels: int) -> Optional[str]:
+    if color is None:
+        return None
+    if color not in COLORS:
+        raise ConfigError("data.source.color: expected one of %s (the channel order of the stored images), got %r"
+                          % (", ".join(COLORS), color))
+    if COLORS[color] != channels:
+        raise ConfigError("data.source.color: %s means %d channel(s), but the images have %d"
+                          % (color, COLORS[color], channels))
+    return color
 
 
 def _check_labels(kind: str, labels: Any, n: int) -> Optional[np.ndarray]:
@@ -221,21 +239,21 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     images = np.rint(digits.images[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
     images.flags.writeable = False
     return Source("digits", images, digits.target[order], "NHWC",
-                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed)
+                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L")
 
 
 def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
     """A .npy image array, memory-mapped read-only (``np.load(mmap_mode="r")``: no copy, pages are read
     as batches touch them), and optional labels from another .npy. Both files are checked first
     (``_check_npy_file``): numpy's magic string, a numeric dtype and the full data length."""
-    check_keys(spec, ["path", "labels", "layout"], ["path"], "data.source")
+    check_keys(spec, ["path", "labels", "layout", "color"], ["path"], "data.source")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npy file written by numpy.save")
     labels = spec.get("labels")
     if labels is not None:
         where = "data.source.labels"
         labels = _load_npy(_resolve(base_dir, labels, where, "a .npy file written by numpy.save"), False, where)
     images = _load_npy(path, True, "data.source.path")
-    return Source("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True)
+    return Source("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True, color=spec.get("color"))
 
 
 def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]:
@@ -270,7 +288,7 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
     when stored uncompressed (``np.savez``); a compressed member (``np.savez_compressed``) is read
     into memory, and ``describe()`` says so. ``labels_key`` (default ``labels``) is optional: a
     missing default member means no labels."""
-    check_keys(spec, ["path", "images_key", "labels_key", "layout"], ["path"], "data.source")
+    check_keys(spec, ["path", "images_key", "labels_key", "layout", "color"], ["path"], "data.source")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npz file written by numpy.savez")
     images_key = spec.get("images_key", "images")
     labels_key = spec.get("labels_key", "labels")
@@ -296,27 +314,28 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
         images = _npz_member(path, images_key)
         note = "member %r is compressed: read into memory, not memory-mapped" % images_key
     labels = _npz_member(path, labels_key) if labels_key in members else None
-    return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note)
+    return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note,
+                  color=spec.get("color"))
 
 
 def open_array(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's in-memory numpy array (``spec["images"]``), any strides: read-only arrays, memory
     maps and a negative-stride channel axis included. Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    check_keys(spec, ["images", "labels", "layout", "color"], ["images"], "data.source")
     if not isinstance(spec["images"], np.ndarray):
         raise ConfigError("data.source.images: type 'array' takes a numpy array, got %s (use type 'tensor' for "
                           "torch tensors)" % type(spec["images"]).__name__)
-    return Source("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+    return Source("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
 
 
 def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's CPU torch tensor (``spec["images"]``), any memory format (contiguous,
     channels_last, strided views). Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    check_keys(spec, ["images", "labels", "layout", "color"], ["images"], "data.source")
     if not isinstance(spec["images"], torch.Tensor):
         raise ConfigError("data.source.images: type 'tensor' takes a torch.Tensor, got %s (use type 'array' for "
                           "numpy arrays)" % type(spec["images"]).__name__)
-    return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+    return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
 
 
 def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Source:

@@ -220,7 +220,7 @@ class NndctBackend(QuantizerBackend):
             raise QuantizationError(
                 "nndct %s: this process already created a %s-mode quantizer; the real quantizer keeps state "
                 "that changes test results when calib and test share a process. Run the steps as "
-                "separate processes: python -m pipeline run --config <run_dir>/config.resolved.yaml "
+                "separate processes: python -m pipeline run <run_dir>/config.resolved.yaml "
                 "--steps calib, then --steps test" % (mode, other))
         torch_quantizer = _import_torch_quantizer()
         config_file = os.path.abspath(settings.quant_config_file) if settings.quant_config_file else None
