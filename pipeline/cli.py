@@ -8,7 +8,8 @@ Commands:
     schema     the config's JSON Schema, for editor completion
 
 ``run`` and ``inspect`` take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
-progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``) prints one ``error:`` message and exits with status 2.
+progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``)
+prints one ``error:`` message and exits with status 2.
 """
 import argparse
 import json

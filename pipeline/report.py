@@ -120,8 +120,8 @@ def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
     percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
     table: a footnote when there are CLE rows, and each note with the nodes it applies to.
 
-    ``rows`` as ``pipeline.quantizers.sim.sensitivity.layer_sensitivity`` returns them, or after :func:`json_safe` and a JSON round
-    trip (``steps/test.json``).
+    ``rows`` as ``pipeline.quantizers.sim.sensitivity.layer_sensitivity`` returns them, or after
+    :func:`json_safe` and a JSON round trip (``steps/test.json``).
     """
     from .quantizers.sim.sensitivity import float_name, from_json
 

@@ -139,7 +139,8 @@ def test_modal_fix_pos_and_cap():
                                           ((7, 7), 49 * 21 / 1024), ((14, 14), 196 * 21 / 4096),
                                           ((8, 8), 1.0), ((10, 10), 1.0009765625), ((2, 2), 1.0)])
 def test_avgpool_dpu_scale(kernel, scale):
-    # table of docs/arithmetic.md#average-pool-correction; 10x10 and 8x8 observed in docs/quantizer.md#observed-numbers and golden/README.md
+    # table of docs/arithmetic.md#average-pool-correction; 10x10 and 8x8 observed in
+    # docs/quantizer.md#observed-numbers and golden/README.md
     assert fixpoint.avgpool_dpu_scale(*kernel) == scale
 
 

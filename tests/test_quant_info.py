@@ -1,4 +1,5 @@
-"""quant_info.json / bias_corr.pth in the real format, and quant_config_file validation (docs/quantizer.md#the-quant_info-format, docs/quant_config.md)."""
+"""quant_info.json / bias_corr.pth in the real format, and quant_config_file validation
+(docs/quantizer.md#the-quant_info-format, docs/quant_config.md)."""
 import json
 import os
 

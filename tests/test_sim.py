@@ -126,7 +126,8 @@ def test_unsupported_operator_is_named():
 
 
 def test_shift_cut_and_shift_bias_adjustments():
-    """docs/arithmetic.md#export-time-adjustments: shift_cut = w + i - o in [0, 16], shift_bias = w + i - b in [min(0, -(24-(8+shift_cut))), 16]."""
+    """docs/arithmetic.md#export-time-adjustments: shift_cut = w + i - o in [0, 16], shift_bias = w + i -
+    b in [min(0, -(24-(8+shift_cut))), 16]."""
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
     plan = QuantPlan(capture(net, torch.zeros(1, 3, 6, 6), load_quant_config(None)))
     assert plan.output_order == ["nndct_input_0", "nndct_relu_2"]

@@ -2,11 +2,11 @@
 
 Outside the Vitis AI image there is neither the quantized ``<ModelClass>_int.xmodel`` (only the
 ``nndct`` backend writes it, with pytorch_nndct's ``export_xmodel()``, which needs the ``xir`` package:
-docs/quantizer.md#methods-and-exports) nor the compiler (docs/compiler.md#usage). Instead of a compiled model the compile folder gets
-``compile.sh`` (the exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run
-here, which xmodel the command reads and whether it exists, and the commands that produce it and
-compile it inside the image). The deploy bundle carries copies of both files (pipeline.deploy), so
-the paths outside the compile folder are written absolute.
+docs/quantizer.md#methods-and-exports) nor the compiler (docs/compiler.md#usage). Instead of a compiled
+model the compile folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and
+``compile_plan.md`` (why it did not run here, which xmodel the command reads and whether it exists, and
+the commands that produce it and compile it inside the image). The deploy bundle carries copies of both
+files (pipeline.deploy), so the paths outside the compile folder are written absolute.
 """
 import os
 import shlex
@@ -22,7 +22,8 @@ IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
 IMAGE_ROOT = "/opt/vitis_ai"
-# export_xmodel() names its file after the traced graph, i.e. the float model's class (docs/quantizer.md#methods-and-exports).
+# export_xmodel() names its file after the traced graph, i.e. the float model's class
+# (docs/quantizer.md#methods-and-exports).
 XMODEL_SUFFIX = "_int.xmodel"
 PLACEHOLDER_XMODEL = "<ModelClass>" + XMODEL_SUFFIX
 # `python -m pipeline run` arguments that make the nndct backend write the xmodel (pipeline.config:

@@ -19,7 +19,8 @@ from ..fileio import write_text
 EXECUTABLE = "vai_c_xir"
 LOG_NAME = "vai_c_xir.log"
 STDERR_TAIL_LINES = 20
-# Python distributions that ship the compiler in the image (docs/environment.md#the-vitis-ai-35-image): the first one found gives version().
+# Python distributions that ship the compiler in the image (docs/environment.md#the-vitis-ai-35-image):
+# the first one found gives version().
 COMPILER_DISTRIBUTIONS = ("xcompiler", "vaic")
 
 

@@ -23,8 +23,9 @@ Sources (docs/targets.md#dpuczdx8g-operator-limits unless stated):
 - Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
   need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
   are in no engine of any target here, so they go to the CPU.
-- Quantizer conversions (docs/arithmetic.md#optional-conversions): ReLU6 -> ReLU (``convert_relu6_to_relu``, and CLE by default,
-  docs/quantizer.md#the-callers-model-is-rewritten), SiLU -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
+- Quantizer conversions (docs/arithmetic.md#optional-conversions): ReLU6 -> ReLU
+  (``convert_relu6_to_relu``, and CLE by default, docs/quantizer.md#the-callers-model-is-rewritten), SiLU
+  -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
   (``--nndct_convert_sigmoid_to_hsigmoid``).
 - Transposed conv: ``output_padding`` must be 0 (UG1414); kernel / stride in the kernel range.
 - Layout (docs/targets.md#xir-is-nhwc): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
@@ -352,7 +353,8 @@ def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
 
 def relu6_conversion_note(node: OpNode) -> str:
     """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
-    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for it explicitly."""
+    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for
+    it explicitly."""
     return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
             "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
 
@@ -468,8 +470,9 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
 
 def batch_norm(node: OpNode, ctx: Context) -> Verdict:
     """BatchNorm2d folds into the conv before it (conv, depthwise or transposed, with no other
-    consumer; docs/arithmetic.md#bn-folding) and runs where that conv runs; otherwise the quantizer rewrites it as a per-channel scale and offset,
-    which runs as a depthwise 1x1 conv where the target has one (an inference)."""
+    consumer; docs/arithmetic.md#bn-folding) and runs where that conv runs; otherwise the quantizer
+    rewrites it as a per-channel scale and offset, which runs as a depthwise 1x1 conv where the target has
+    one (an inference)."""
     src = ctx.producer(node)
     if src is not None and src.op in _CONV_FAMILY and len(ctx.consumers[src.name]) == 1:
         note = "folded into {} {!r} (conv_bn_merge).".format(src.op, src.name)

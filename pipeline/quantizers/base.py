@@ -4,8 +4,8 @@ The runner drives every backend the same way, one step per process if the user w
 
 1. ``calibrate(model, example, batches, out_dir, settings)``: run the calibration forwards and write
    ``out_dir/quant_info.json`` (and ``bias_corr.pth`` when bias correction is on) in the real
-   quantizer's format (docs/quantizer.md#the-quant_info-format). Raises ``QuantizationError("calibration saw 0 batches ...")``
-   before writing anything when ``batches`` is empty (public case P03).
+   quantizer's format (docs/quantizer.md#the-quant_info-format). Raises ``QuantizationError("calibration
+   saw 0 batches ...")`` before writing anything when ``batches`` is empty (public case P03).
 2. ``load_test(model, example, out_dir, settings)``: build the test-mode quantized model from the
    files in ``out_dir``. Raises ``QuantizationError`` when ``quant_info.json`` is missing.
 3. ``export(handle, example1, out_dir, formats)``: write the quantized model in the requested formats
@@ -40,7 +40,8 @@ DEFAULT_FORMATS = {
 
 
 class QuantSettings:
-    """The quantizer arguments a config maps onto, named as in ``torch_quantizer`` (docs/quantizer.md#torch_quantizer-arguments).
+    """The quantizer arguments a config maps onto, named as in ``torch_quantizer``
+    (docs/quantizer.md#torch_quantizer-arguments).
 
     Args:
         target: DPU target name such as ``DPUCZDX8G_ISA1_B4096``, or None. For ``nndct`` a target

@@ -1,10 +1,10 @@
 """Calibration fingerprint: what a calibration was made for, kept beside ``quant_info.json``.
 
-A ``quant_info.json`` holds fix positions only (docs/quantizer.md#the-quant_info-format); nothing in it says which target, model,
-input shape or quantizer produced it, and the real quantizer's own ``graph_md5`` check is internal to
-it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test and export steps
-rebuild the fingerprint from what they are about to use and call ``check_fingerprint``, which names
-every field that differs. Used by both backends (``sim`` and ``nndct``).
+A ``quant_info.json`` holds fix positions only (docs/quantizer.md#the-quant_info-format); nothing in it
+says which target, model, input shape or quantizer produced it, and the real quantizer's own ``graph_md5``
+check is internal to it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test
+and export steps rebuild the fingerprint from what they are about to use and call ``check_fingerprint``,
+which names every field that differs. Used by both backends (``sim`` and ``nndct``).
 """
 import hashlib
 import importlib

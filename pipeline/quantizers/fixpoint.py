@@ -18,10 +18,10 @@ Both are implemented exactly (no ``floor(x + 0.5)`` shortcut, which is wrong for
 below 0.5). ``torch.round`` is half-even and is never used as the rounding rule by itself.
 
 The fix_pos search is the "diffs" search of ``pytorch_nndct/nn/modules/fix_ops.py``
-(``diffs_fix_pos``, docs/arithmetic.md#fix-position-search): the largest ``p`` that cannot overflow, then (scope > 1) the ``p``
-in ``p0 .. p0+scope-1`` with the smallest sum of squared errors, ties keeping the smaller ``p``.
-The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step) and for
-the error sums, so the result is bit-compatible with the real quantizer on the same torch build.
+(``diffs_fix_pos``, docs/arithmetic.md#fix-position-search): the largest ``p`` that cannot overflow, then
+(scope > 1) the ``p`` in ``p0 .. p0+scope-1`` with the smallest sum of squared errors, ties keeping the
+smaller ``p``. The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step) and
+for the error sums, so the result is bit-compatible with the real quantizer on the same torch build.
 
 Differences from the real kernel, on purpose: a value so large that ``x * 2**p`` overflows a C
 ``int`` (|x| > 2**31 * 2**-p) saturates here, while the real kernel's int conversion is undefined.
@@ -42,8 +42,8 @@ ROUNDING_METHODS = ("half_up", "std_round")
 MAX_FIX_POS_8BIT = 12
 MAX_FIX_POS_WIDE = 15
 
-# Scope of the diffs search (docs/arithmetic.md#fix-position-search): 5 candidates ("mse" diffs mode, the default) for weights,
-# bias and activations; 1 for the network input (INPUT / QuantStub nodes).
+# Scope of the diffs search (docs/arithmetic.md#fix-position-search): 5 candidates ("mse" diffs mode, the
+# default) for weights, bias and activations; 1 for the network input (INPUT / QuantStub nodes).
 SCOPE_DEFAULT = 5
 SCOPE_INPUT = 1
 
@@ -135,7 +135,8 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
 
     The one custom call of the lowered test-mode graph (see ``sim/lowered.py``); registered with
     ``torch.fx.wrap`` so that tracing keeps it as a single node. It never writes its input (the
-    real quantizer overwrites its input tensor in place, docs/quantizer.md#input-rounded-in-place; this function does not).
+    real quantizer overwrites its input tensor in place, docs/quantizer.md#input-rounded-in-place; this
+    function does not).
 
     Both rules run in one buffer: ``v = x * 2**p``, then in place ``floor((v - 2**-25) + 0.5)``
     (for std_round on ``|v|``, with the sign copied back), clamp and scale. Subtracting 2**-25
@@ -169,7 +170,8 @@ torch.fx.wrap("fake_quant")
 
 
 def cap_fix_pos(fix_pos: int, bitwidth: int, max_fix_pos: int = MAX_FIX_POS_8BIT) -> int:
-    """Apply the fix_pos cap: ``min(p, max_fix_pos)`` for b <= 8, ``min(p, 15)`` otherwise (docs/arithmetic.md#fix-position-cap)."""
+    """Apply the fix_pos cap: ``min(p, max_fix_pos)`` for b <= 8, ``min(p, 15)`` otherwise
+    (docs/arithmetic.md#fix-position-cap)."""
     return min(fix_pos, max_fix_pos if bitwidth <= 8 else MAX_FIX_POS_WIDE)
 
 
@@ -357,11 +359,11 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
     """The factor nndct multiplies an average pool's output by (option ``avg_pool_approximate``).
 
     The DPU divides by ``k = kh*kw`` as a multiply by ``m / 2**s``; the quantizer reproduces that
-    as ``avg * k * m / 2**s``. Table sizes (docs/arithmetic.md#average-pool-correction; ``nn/modules/avgpool.py``): 3x3 -> 63/64,
-    5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 -> 1029/1024, 14x14 -> 4116/4096. Other
-    sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing ``|m/2**s - 1/k|`` where
-    ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g. 8x8 -> 1.0,
-    10x10 -> 1.0009765625.
+    as ``avg * k * m / 2**s``. Table sizes (docs/arithmetic.md#average-pool-correction;
+    ``nn/modules/avgpool.py``): 3x3 -> 63/64, 5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 ->
+    1029/1024, 14x14 -> 4116/4096. Other sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing
+    ``|m/2**s - 1/k|`` where ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g.
+    8x8 -> 1.0, 10x10 -> 1.0009765625.
 
     Returns:
         The factor as a Python float (exact in float32 for every table entry).

@@ -4,28 +4,32 @@ This is the only module of the package that imports ``pytorch_nndct``, and only 
 the package ships with the Vitis AI image (conda env ``vitis-ai-pytorch``), is not on PyPI, compiles
 or loads C++ kernels on import and rewrites ``sys.argv`` (docs/quantizer.md#import-side-effects).
 
-What the adapter adds to the documented flow (docs/quantizer.md#methods-and-exports, docs/quantizer.md#files-in-output_dir; the official example
-``vai_q_pytorch/example/resnet18_quant.py``):
+What the adapter adds to the documented flow (docs/quantizer.md#methods-and-exports,
+docs/quantizer.md#files-in-output_dir; the official example ``vai_q_pytorch/example/resnet18_quant.py``):
 
 - calib: ``torch_quantizer('calib', ...)``, the calibration forwards, ``export_quant_config()``.
 - test: ``torch_quantizer('test', ...)``, the evaluation forwards; export runs one batch-1 forward and
   then ``export_xmodel()`` (``export_onnx_model()`` and ``export_torch_script()`` on request).
 - Soft failures become errors. The quantizer often only logs an error (``[VAIQ_ERROR]``) and returns,
-  or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its ``nndct_screen`` logger during a call
-  is collected and raised as ``QuantizationError``/``ExportError``; a ``SystemExit`` is caught and
-  raised the same way (``BackendUnavailableError`` for its torch-version check). Zero calibration
-  batches, a batch size other than 1 at export and a missing ``quant_info.json``/``bias_corr.pth``
-  are refused before the quantizer is called, and every expected output file is checked.
+  or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
+  ``nndct_screen`` logger during a call is collected and raised as ``QuantizationError``/``ExportError``;
+  a ``SystemExit`` is caught and raised the same way (``BackendUnavailableError`` for its torch-version
+  check). Zero calibration batches, a batch size other than 1 at export and a missing
+  ``quant_info.json``/``bias_corr.pth`` are refused before the quantizer is called, and every expected
+  output file is checked.
 - Ownership: each batch is handed over as an owned copy (the quantizer rounds its input in place,
-  docs/quantizer.md#input-rounded-in-place) and the model as a deep copy (with CLE on, it replaces ReLU6 by ReLU in the model it is
-  given, docs/quantizer.md#the-callers-model-is-rewritten). The caller's tensors and model are never changed.
-- ``sys.argv`` is hidden from the import (it strips ``--nndct_*`` flags from the list, docs/quantizer.md#import-side-effects);
-  configure the quantizer through the config and the ``NNDCT_*`` environment variables instead.
+  docs/quantizer.md#input-rounded-in-place) and the model as a deep copy (with CLE on, it replaces ReLU6
+  by ReLU in the model it is given, docs/quantizer.md#the-callers-model-is-rewritten). The caller's
+  tensors and model are never changed.
+- ``sys.argv`` is hidden from the import (it strips ``--nndct_*`` flags from the list,
+  docs/quantizer.md#import-side-effects); configure the quantizer through the config and the ``NNDCT_*``
+  environment variables instead.
 - One quantizer mode per process. A ``torch_quantizer('test', ...)`` created in a process that already
-  ran a calibration gives results a few LSB away from the documented two-process flow (docs/quantizer.md#calib-and-test-in-separate-processes),
-  so ``calibrate`` refuses to run in a process that created a test-mode quantizer and ``load_test``
-  refuses in a process that calibrated. The runner runs ``--steps calib`` and ``--steps test`` as two
-  processes; ``calibrate``/``load_test`` assume they are alone in theirs.
+  ran a calibration gives results a few LSB away from the documented two-process flow
+  (docs/quantizer.md#calib-and-test-in-separate-processes), so ``calibrate`` refuses to run in a process
+  that created a test-mode quantizer and ``load_test`` refuses in a process that calibrated. The runner
+  runs ``--steps calib`` and ``--steps test`` as two processes; ``calibrate``/``load_test`` assume they
+  are alone in theirs.
 
 Settings map onto ``torch_quantizer``'s own arguments: ``target``, ``bitwidth``,
 ``quant_config_file`` and ``device`` (docs/quantizer.md#torch_quantizer-arguments).
@@ -157,7 +161,8 @@ def _quantizer_call(step: str, error_cls: type) -> Iterator[_ErrorRecorder]:
 
 
 def _owned(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place (docs/quantizer.md#input-rounded-in-place)."""
+    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place
+    (docs/quantizer.md#input-rounded-in-place)."""
     return batch.detach().to(device, copy=True)
 
 

@@ -72,7 +72,8 @@ class QuantConfig:
 
     Attributes:
         include_cle, include_bias_corr, convert_relu6_to_relu, convert_silu_to_hswish,
-        change_concat_input_fix, change_pool_input_fix: bool switches (docs/arithmetic.md#optional-conversions, docs/arithmetic.md#export-time-adjustments).
+        change_concat_input_fix, change_pool_input_fix: bool switches
+            (docs/arithmetic.md#optional-conversions, docs/arithmetic.md#export-time-adjustments).
         target_device: "DPU", "CPU", "GPU" or "FLEXML".
         onnx_opset_version: int or None.
         quantizable_data_type: list of tensor types that are quantized.

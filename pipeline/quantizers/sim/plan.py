@@ -15,9 +15,10 @@ Re-implements, for the DPU path with the default strategy:
   quantizable node. Nothing else is quantized; in particular a node's own output is quantized
   only if its name has an ``output`` entry (``need_quantize_tensor``).
 - the export-time adjustments (``QuantizeFixPosChecker`` in ``torchquantizer.py`` and
-  ``nndct_shared/quantization/fix_pos_adjust.py``; docs/arithmetic.md#export-time-adjustments): nearest resize takes its input's
-  fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <= input + 7, and the
-  conv/linear ``shift_cut`` / ``shift_bias`` ranges; optional concat/pool input alignment.
+  ``nndct_shared/quantization/fix_pos_adjust.py``; docs/arithmetic.md#export-time-adjustments): nearest
+  resize takes its input's fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <=
+  input + 7, and the conv/linear ``shift_cut`` / ``shift_bias`` ranges; optional concat/pool input
+  alignment.
 """
 from collections import OrderedDict
 from typing import Dict, List, Optional

@@ -54,8 +54,8 @@ class SimSession:
         cfg: resolved QuantConfig.
 
     Attributes:
-        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales (``cle.ClePair``);
-        bitwidth: the bit width; ``cfg``: the config.
+        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales
+        (``cle.ClePair``); bitwidth: the bit width; ``cfg``: the config.
 
     Raises:
         QuantizationError: unsupported model or config (see ``graph.capture``, check_supported).
