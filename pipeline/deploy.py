@@ -28,6 +28,7 @@ from typing import Any, Dict, List, Optional, Union
 from .compilers import vai_c
 from .fileio import sha256_file
 from .errors import CompileError, ConfigError
+from .specs import check_mean_std
 
 MANIFEST = "manifest.json"
 PREPROCESS = "preprocess.json"
@@ -80,12 +81,7 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     for key in ("mean", "std", "channel_order", "layout", "input_fix_pos", "input_shape"):
         if key not in preprocess:
             raise ConfigError("deploy: the preprocessing spec needs %r; got keys %s" % (key, sorted(preprocess)))
-    mean = [float(m) for m in preprocess["mean"]]
-    std = [float(s) for s in preprocess["std"]]
-    if len(mean) != len(std) or not mean:
-        raise ConfigError("deploy: mean has %d values and std %d; give one per channel" % (len(mean), len(std)))
-    if any(s <= 0 for s in std):
-        raise ConfigError("deploy: std values must be > 0, got %s" % std)
+    mean, std = check_mean_std(preprocess["mean"], preprocess["std"])
     shape = preprocess["input_shape"]
     if shape is not None and (len(shape) != 4 or int(shape[1]) != len(mean)):
         raise ConfigError("deploy: input_shape %s should be NCHW with %d channels (one per mean value)"

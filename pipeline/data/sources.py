@@ -24,16 +24,40 @@ import os
 import struct
 import weakref
 import zipfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from ..specs import check_keys, lookup
+from ..specs import TENSOR_LAYOUTS, check_keys, lookup
 from ..tensors import ArrayLike, as_torch_view, fingerprint_array, storage_ptr
 
-LAYOUTS = ("NHWC", "NCHW")
+
+# The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
+# Schema and its key check are generated from this table (pipeline/config_specs.py); the openers
+# below check the keys against it and the values themselves.
+_LAYOUT = Literal[TENSOR_LAYOUTS]  # type: ignore
+_COLOR = Optional[Literal["RGB", "BGR", "L"]]
+_SIZE = Optional[Union[int, List[int]]]
+SOURCE_FIELDS = {
+    "digits": {"seed": (int, 0)},
+    "npy": {"path": (str, ...), "labels": (Optional[str], None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "npz": {"path": (str, ...), "images_key": (str, "images"), "labels_key": (str, "labels"),
+            "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "array": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "tensor": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "image_folder": {"root": (str, ...), "resize": (_SIZE, None), "crop": (_SIZE, None),
+                     "mode": (Literal["RGB", "L"], "RGB"), "extensions": (Optional[Union[str, List[str]]], None),
+                     "skip_corrupt": (bool, False), "limit_per_class": (Optional[int], None),
+                     "shuffle": (bool, True), "seed": (int, 0)},
+}  # type: Dict[str, Dict[str, Tuple[Any, Any]]]
+
+
+def check_source_keys(spec: Dict[str, Any], kind: str) -> None:
+    """ConfigError for a key of ``spec`` that ``SOURCE_FIELDS[kind]`` lacks, or a missing required one."""
+    fields = SOURCE_FIELDS[kind]
+    check_keys(spec, fields, [k for k, (_, default) in fields.items() if default is ...], "data.source")
 HASH_LIMIT_BYTES = 256 << 20  # describe() hashes sources up to this size (about 0.5 s)
 
 # storage address -> Source, for sources that defer a channel flip; lets Compose refuse their batches
@@ -64,8 +88,8 @@ class Source:
 
     def __init__(self, kind: str, images: ArrayLike, labels: Optional[np.ndarray] = None, layout: str = "NHWC",
                  path: Optional[str] = None, mmap: bool = False, note: str = "", color: Optional[str] = None) -> None:
-        if layout not in LAYOUTS:
-            raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(LAYOUTS), layout))
+        if layout not in TENSOR_LAYOUTS:
+            raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(TENSOR_LAYOUTS), layout))
         if isinstance(images, torch.Tensor):
             if images.device.type != "cpu":
                 raise DataError("source %s: the tensor is on %s; pass images.cpu()" % (kind, images.device))
@@ -229,7 +253,7 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     shipped with scikit-learn, no download), pixel values 0..16 scaled to uint8 0..255
     (``round(v * 255 / 16)``), as an owned read-only uint8 NHWC array (1797, 8, 8, 1), shuffled once
     with ``seed`` (default 0) so that splits are contiguous slices. Labels 0..9, np.int64."""
-    check_keys(spec, ["seed"], [], "data.source")
+    check_source_keys(spec, "digits")
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
@@ -246,7 +270,7 @@ def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
     """A .npy image array, memory-mapped read-only (``np.load(mmap_mode="r")``: no copy, pages are read
     as batches touch them), and optional labels from another .npy. Both files are checked first
     (``_check_npy_file``): numpy's magic string, a numeric dtype and the full data length."""
-    check_keys(spec, ["path", "labels", "layout", "color"], ["path"], "data.source")
+    check_source_keys(spec, "npy")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npy file written by numpy.save")
     labels = spec.get("labels")
     if labels is not None:
@@ -288,7 +312,7 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
     when stored uncompressed (``np.savez``); a compressed member (``np.savez_compressed``) is read
     into memory, and ``describe()`` says so. ``labels_key`` (default ``labels``) is optional: a
     missing default member means no labels."""
-    check_keys(spec, ["path", "images_key", "labels_key", "layout", "color"], ["path"], "data.source")
+    check_source_keys(spec, "npz")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npz file written by numpy.savez")
     images_key = spec.get("images_key", "images")
     labels_key = spec.get("labels_key", "labels")
@@ -321,7 +345,7 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
 def open_array(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's in-memory numpy array (``spec["images"]``), any strides: read-only arrays, memory
     maps and a negative-stride channel axis included. Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout", "color"], ["images"], "data.source")
+    check_source_keys(spec, "array")
     if not isinstance(spec["images"], np.ndarray):
         raise ConfigError("data.source.images: type 'array' takes a numpy array, got %s (use type 'tensor' for "
                           "torch tensors)" % type(spec["images"]).__name__)
@@ -331,7 +355,7 @@ def open_array(spec: Dict[str, Any], base_dir: str) -> Source:
 def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's CPU torch tensor (``spec["images"]``), any memory format (contiguous,
     channels_last, strided views). Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout", "color"], ["images"], "data.source")
+    check_source_keys(spec, "tensor")
     if not isinstance(spec["images"], torch.Tensor):
         raise ConfigError("data.source.images: type 'tensor' takes a torch.Tensor, got %s (use type 'array' for "
                           "numpy arrays)" % type(spec["images"]).__name__)
