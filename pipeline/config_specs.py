@@ -9,10 +9,9 @@ editor completes them. The registries stay the only place that defines a stage o
 """
 import dataclasses
 import functools
-from typing import Any, Dict, List, Tuple, Union, get_type_hints
+from typing import Any, Dict, List, Literal, Tuple, Union, get_type_hints
 
-from pydantic import ConfigDict, Field, TypeAdapter, ValidationError, create_model
-from typing_extensions import Annotated, Literal
+from pydantic import ConfigDict, Field, ValidationError, create_model
 
 from .specs import closest_match
 
@@ -54,26 +53,34 @@ def source_models() -> Dict[str, Any]:
     return models
 
 
-def _union(models: Dict[str, Any]) -> TypeAdapter:
-    return TypeAdapter(Annotated[Union[tuple(models.values())], Field(discriminator="type")])
+def _union(name: str, models: Dict[str, Any]) -> Any:
+    """A model whose one field ``spec`` is the union of ``models``, discriminated by ``type``."""
+    spec = (Union[tuple(models.values())], Field(..., discriminator="type"))
+    return create_model(name, __config__=_STRICT, spec=spec)
 
 
 @functools.lru_cache(maxsize=None)
-def _adapters() -> Tuple[TypeAdapter, TypeAdapter]:
-    return _union(source_models()), _union(stage_models())
+def _holders() -> Tuple[Any, Any]:
+    return _union("SourceSpec", source_models()), _union("StageSpec", stage_models())
+
+
+def _schema(holder: Any) -> Dict[str, Any]:
+    full = holder.model_json_schema(ref_template="#/$defs/{model}")
+    spec = {k: v for k, v in full["properties"]["spec"].items() if k != "title"}
+    return dict(spec, **{"$defs": full["$defs"]})
 
 
 def schemas() -> Tuple[Dict[str, Any], Dict[str, Any]]:
     """The JSON Schemas of one ``data.source`` and one stage, refs pointing into ``#/$defs/``."""
-    source, stage = _adapters()
-    return (source.json_schema(ref_template="#/$defs/{model}"), stage.json_schema(ref_template="#/$defs/{model}"))
+    source, stage = _holders()
+    return _schema(source), _schema(stage)
 
 
 def _problems(exc: ValidationError, where: str, models: Dict[str, Any]) -> List[str]:
     """One line per error: the dotted path, what is wrong, the allowed keys or types, the closest."""
     lines = []
     for err in exc.errors():
-        kind, loc = err["type"], [str(p) for p in err["loc"]]
+        kind, loc = err["type"], [str(p) for p in err["loc"][1:]]  # [0] is the holder's field
         if kind == "union_tag_invalid":
             tag = str(err.get("input", {}).get("type"))
             close = closest_match(tag, models)
@@ -102,17 +109,17 @@ def _problems(exc: ValidationError, where: str, models: Dict[str, Any]) -> List[
 def check_specs(raw: Dict[str, Any]) -> List[str]:
     """The problems of ``raw``'s ``data.source`` and ``preprocess.stages`` (a config dict whose
     sections already validated), one line each; empty when both fit their models."""
-    source, stage = _adapters()
+    source, stage = _holders()
     problems = []  # type: List[str]
     spec = (raw.get("data") or {}).get("source")
     if spec is not None:
         try:
-            source.validate_python(spec)
+            source.model_validate({"spec": spec})
         except ValidationError as exc:
             problems += _problems(exc, "data.source", source_models())
     for i, spec in enumerate((raw.get("preprocess") or {}).get("stages") or []):
         try:
-            stage.validate_python(spec)
+            stage.model_validate({"spec": spec})
         except ValidationError as exc:
             problems += _problems(exc, "preprocess.stages[%d]" % i, stage_models())
     return problems
