@@ -27,6 +27,13 @@ def _summary(cls: type) -> str:
     return " ".join((cls.__doc__ or "").strip().split("\n\n")[0].split())
 
 
+def _model(name: str, doc: str, fields: Dict[str, Any]) -> Any:
+    """A strict model (unknown keys forbidden) whose JSON Schema description is ``doc``."""
+    model = create_model(name, __config__=_STRICT, **fields)
+    model.__doc__ = doc  # read when the JSON Schema is generated
+    return model
+
+
 @functools.lru_cache(maxsize=None)
 def stage_models() -> Dict[str, Any]:
     """YAML ``type`` -> the pydantic model of that stage's spec (``type`` plus its dataclass fields)."""
@@ -38,7 +45,7 @@ def stage_models() -> Dict[str, Any]:
         for f in dataclasses.fields(cls):
             required = f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING
             fields[f.name] = (_yaml_type(hints[f.name]), ... if required else f.default)
-        models[name] = create_model("stage_" + name, __config__=_STRICT, __doc__=_summary(cls), **fields)
+        models[name] = _model("stage_" + name, _summary(cls), fields)
     return models
 
 
@@ -49,7 +56,7 @@ def source_models() -> Dict[str, Any]:
     models = {}
     for name, fields in SOURCE_FIELDS.items():
         spec = dict(fields, type=(Literal[name], ...))
-        models[name] = create_model("source_" + name, __config__=_STRICT, __doc__=_summary(SOURCES[name]), **spec)
+        models[name] = _model("source_" + name, _summary(SOURCES[name]), spec)
     return models
 
 
