@@ -14,6 +14,7 @@ prints one ``error:`` message and exits with status 2.
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -84,7 +85,8 @@ def _run(args: argparse.Namespace) -> int:
     from .runner import run_steps
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    print("\n".join(summary_lines(report)))
+    if report:  # under torchrun only rank 0 reports; -q hides the progress, not this summary
+        print("\n".join(summary_lines(report)))
     return 0
 
 
@@ -124,6 +126,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     except PipelineError as exc:
         kind = "config error" if isinstance(exc, ConfigError) else "error"
+        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # under torchrun: say which rank speaks
+            kind += " (rank %s)" % os.environ.get("RANK", "?")
         print("%s: %s" % (kind, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:
