@@ -179,7 +179,7 @@ def test_a_write_that_fails_for_lack_of_space_is_one_storage_error(tmp_path, mon
 
 
 def test_a_full_disk_during_a_run_is_one_line_and_exit_code_2(tmp_path):
-    from test_robustness import make_case
+    from conftest import make_case
     config, _ = make_case(tmp_path)
     # RLIMIT_FSIZE makes writes past 64 KiB fail with EFBIG, as a full disk fails them with ENOSPC
     code = ("import resource, signal, sys\nsignal.signal(signal.SIGXFSZ, signal.SIG_IGN)\n"

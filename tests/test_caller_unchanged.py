@@ -112,7 +112,7 @@ def test_the_drop_in_api_and_the_inspector_never_change_caller_data(tmp_path, ac
 
 @pytest.mark.parametrize("kind", ["array", "tensor"])
 def test_pipeline_run_never_changes_the_callers_images(tmp_path, kind):
-    from test_robustness import digits_u8, make_case
+    from conftest import digits_u8, make_case
     images, labels = digits_u8()
     images, labels = images[:300], labels[:300]
     config, _ = make_case(tmp_path, model={"zoo": None, "factory": "test_caller_unchanged:inplace_relu_net",

@@ -14,9 +14,10 @@ import sys
 import pytest
 import torch
 
-from conftest import REPO
-from test_apis import _batches, _model
-from test_robustness import artifact_hashes, make_case, sha
+from small_net import small_batches as _batches
+from small_net import small_net as _model
+from conftest import REPO, make_case, sha
+from test_robustness import artifact_hashes
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError
@@ -42,7 +43,8 @@ sys.exit(main(sys.argv[2:]))
 DROP_IN_CALIB = KILLER + r"""
 import torch
 sys.path.insert(0, os.path.join(os.getcwd(), "tests"))
-from test_apis import _batches, _model
+from small_net import small_batches as _batches
+from small_net import small_net as _model
 from pipeline.apis import torch_quantizer
 batches = [3.0 * x for x in _batches(seed=5)]
 q = torch_quantizer("calib", _model(), (batches[0],), output_dir=sys.argv[2], device="cpu")

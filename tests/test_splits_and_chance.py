@@ -13,7 +13,7 @@ import pipeline
 from pipeline.data.batching import split_rows
 from pipeline.errors import ConfigError, DataError
 
-from test_robustness import digits_u8, make_case
+from conftest import digits_u8, make_case
 
 
 def _sorted_digits(n=400):

@@ -5,7 +5,9 @@ import numpy as np
 import pytest
 import torch
 
-from test_apis import _batches, _calibrate, _model
+from small_net import calibrate_with_api as _calibrate
+from small_net import small_batches as _batches
+from small_net import small_net as _model
 
 from pipeline.apis import torch_quantizer
 from pipeline.checks import InputStats
