@@ -9,10 +9,13 @@ quantizer rounds its input tensor in place (facts 1.4: ``quant_model(x)`` leaves
 values in the caller's buffer, and ``.contiguous()`` returns the same tensor when nothing needs
 reordering).
 
-Speed: plain eager torch needs a pass per op (cast, subtract, divide), each through memory. The
-boundary walks the batch in tiles of about ``block_bytes`` (a few samples, or rows of one large
-sample) so that the subtract and divide run on data still in cache, and it writes into buffers it
-owns and reuses, which avoids the page faults of a fresh allocation. A buffer is reused only when
+Speed: the pass runs in compiled code (``pipeline/native.py`` builds ``boundary_kernel.c`` at first
+use and caches it): one read of the source and one write of the output per element, the NHWC -> NCHW
+transpose included. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
+input) the same arithmetic runs as torch ops, the same bits. Either way the batch is walked in tiles
+of about half the L2 cache of output (read from the machine, ``tile_bytes()``), so the torch path's
+subtract and divide run on data still in cache. Both write into buffers the boundary owns and reuses,
+which avoids the page faults of a fresh allocation. A buffer is reused only when
 nothing handed out still refers to it: the pool keeps a weak reference to the numpy array object
 whose memory each handed-out tensor's storage holds alive (``torch.from_numpy`` keeps a reference to
 that array until the storage dies), so any tensor, view or ``.numpy()`` array derived from an output
@@ -24,24 +27,65 @@ export and compile is batch 1, owned and contiguous NCHW, copied from real prepr
 exporter is contiguous. Both are recorded in the ledger as run-level rows (``batch`` None).
 """
 import copy
+import ctypes
 import math
+import os
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from . import native
 from .errors import ConfigError, DataError, PipelineError
 from .tensors import Ledger, as_torch_view, shares_memory
 
-# Output bytes per tile (about 7 samples of 224x224x3). Measured on 2 cores (1 MiB L2 each, 32 MiB L3):
-# 2, 4 and 8 MiB within 10% of each other, 3-5x faster than one pass over the batch; 1 MiB and less
-# pay for more op launches, and larger tiles leave the cache.
-BLOCK_BYTES = 4 << 20
+_DEFAULT_L2_BYTES = 1 << 20  # when the machine does not say (not Linux)
+_MIN_TILE_BYTES = 64 << 10
+
+
+def _l2_bytes() -> int:
+    """Per-core L2 cache size in bytes: sysconf, then /sys (Linux); ``_DEFAULT_L2_BYTES`` elsewhere."""
+    try:
+        size = os.sysconf("SC_LEVEL2_CACHE_SIZE")
+        if size > 0:
+            return int(size)
+    except (ValueError, OSError, AttributeError):
+        pass
+    try:
+        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
+            folder = os.path.join("/sys/devices/system/cpu/cpu0/cache", index)
+            with open(os.path.join(folder, "level")) as f:
+                if f.read().strip() != "2":
+                    continue
+            with open(os.path.join(folder, "size")) as f:
+                text = f.read().strip().upper()
+            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
+            return int(text.rstrip("KM")) * scale
+    except (OSError, ValueError):
+        pass
+    return _DEFAULT_L2_BYTES
+
+
+def tile_bytes() -> int:
+    """Output bytes per tile of the fused pass: half the per-core L2 cache (the output tile and the
+    source it reads stay in L2 between the torch path's cast, subtract and divide). Measured on 2
+    cores with 1 MiB L2 each: half and all of L2 within 10%, 3-5x faster than one pass over the batch."""
+    return max(_MIN_TILE_BYTES, _l2_bytes() // 2)
+
+
+BLOCK_BYTES = tile_bytes()
 LAYOUTS = ("NCHW", "channels_last")
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
               torch.float32, torch.float64)
+# dtype -> name of the compiled kernel's element type (float16/bfloat16 inputs run the torch pass)
+_KERNEL_TYPES = {torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+                 torch.float32: "f32", torch.float64: "f64"}
+_NP_KERNEL_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
+                    np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
+                    np.dtype(np.float64): "f64"}
+KERNELS = ("auto", "torch")
 
 
 class _BufferPool:
@@ -98,17 +142,22 @@ class QuantizerBoundary:
         layout: ``"NCHW"`` (C-contiguous NCHW) or ``"channels_last"`` (NCHW shape, NHWC memory:
             ``is_contiguous(memory_format=torch.channels_last)``).
         dtype: torch.float32 (the quantizer's input) or torch.float64.
-        block_bytes: output bytes per tile of the fused pass.
+        block_bytes: output bytes per tile of the fused pass (default: half the L2 cache, ``tile_bytes()``).
         pool_size: how many owned buffers to keep for reuse.
+        kernel: ``"auto"``: the compiled pass when it could be built here (``pipeline.native``), else
+            the torch pass (the reason logged once); ``"torch"``: always the torch pass. Same bits.
 
     Raises:
         ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
-            wrong length, an unknown layout or dtype.
+            wrong length, an unknown layout, dtype or kernel.
+
+    Attributes:
+        compiled: True when this boundary runs the compiled pass (for the dtypes it covers).
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], channel_order: Optional[Sequence[int]] = None,
                  layout: str = "NCHW", dtype: torch.dtype = torch.float32, block_bytes: int = BLOCK_BYTES,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, kernel: str = "auto") -> None:
         mean, std = _floats("mean", mean), _floats("std", std)
         if len(mean) != len(std):
             raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel"
@@ -125,6 +174,8 @@ class QuantizerBoundary:
             if len(channel_order) != len(mean) or min(channel_order) < 0:
                 raise ConfigError("channel order %s must name one input channel (>= 0) for each of the %d channels "
                                   "of mean/std" % (channel_order, len(mean)))
+        if kernel not in KERNELS:
+            raise ConfigError("boundary kernel: expected one of %s, got %r" % (", ".join(KERNELS), kernel))
         if int(block_bytes) < 1:
             raise ConfigError("block_bytes must be >= 1, got %r" % (block_bytes,))
         self.mean, self.std, self.channel_order = mean, std, channel_order
@@ -134,6 +185,11 @@ class QuantizerBoundary:
         self._mean = torch.tensor(mean, dtype=dtype).view(1, -1, 1, 1)
         self._std = torch.tensor(std, dtype=dtype).view(1, -1, 1, 1)
         self._pool = _BufferPool(pool_size)
+        self._kernel = native.boundary_kernel() if kernel == "auto" else None
+        self.compiled = self._kernel is not None
+        self._mean_np = self._mean.numpy().reshape(-1).copy()
+        self._std_np = self._std.numpy().reshape(-1).copy()
+        self._rows = {}  # type: Dict[int, Tuple[np.ndarray, np.ndarray]]
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""
@@ -181,7 +237,10 @@ class QuantizerBoundary:
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
         flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
         out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
-        if use_numpy:
+        fn = self._kernel_fn(view, src) if self._kernel is not None else None
+        if fn is not None:
+            self._fill_compiled(fn, view, src, out)
+        elif use_numpy:
             self._fill_numpy(view, out.numpy(), self.channel_order)
         else:
             self._fill_torch(src, out, order)
@@ -211,6 +270,35 @@ class QuantizerBoundary:
         for i in range(n):
             for r in range(0, h, rows):
                 yield slice(i, i + 1), slice(r, r + rows)
+
+    def _kernel_fn(self, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor) -> Any:
+        """The compiled function for this input dtype, or None (float16/bfloat16: the torch pass)."""
+        name = _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
+        return None if name is None else self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64")
+
+    def _fill_compiled(self, fn: Any, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor,
+                       out: torch.Tensor) -> None:
+        # A numpy input is read through its own strides (negative ones included, so flips need no
+        # channel-order rewrite); a torch input through its element strides.
+        n, c, h, w = out.shape
+        if isinstance(view, np.ndarray):
+            ptr = view.__array_interface__["data"][0]
+            strides = [s // view.itemsize for s in view.strides]
+        else:
+            ptr, strides = src.data_ptr(), list(src.stride())
+        order = self.channel_order if self.channel_order is not None else range(c)
+        order_arr = (ctypes.c_int64 * c)(*order)
+        mean_row = std_row = None
+        if self.layout != "NCHW" and list(order) == list(range(c)):  # the kernel's one-loop interleaved row
+            if w not in self._rows:
+                self._rows[w] = (np.tile(self._mean_np, w), np.tile(self._std_np, w))
+            mean_row, std_row = (a.ctypes.data for a in self._rows[w])
+        geom = (ctypes.c_int64 * 14)(0, 0, c, 0, 0, w, *(strides + list(out.stride())))
+        # One call for the whole batch: the kernel walks it row by row (each source row stays in L1
+        # while every channel is read from it), so tiles would only add calls.
+        geom[1], geom[4] = n, h
+        fn(ptr, geom, order_arr, self._mean_np.ctypes.data, self._std_np.ctypes.data, mean_row, std_row,
+           out.data_ptr())
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
         # Per tile: cast-copy (copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...)
