@@ -189,7 +189,9 @@ class QuantizerBoundary:
         self.compiled = self._kernel is not None
         self._mean_np = self._mean.numpy().reshape(-1).copy()
         self._std_np = self._std.numpy().reshape(-1).copy()
-        self._rows = {}  # type: Dict[int, Tuple[np.ndarray, np.ndarray]]
+        self._mean_ptr, self._std_ptr = self._mean_np.ctypes.data, self._std_np.ctypes.data
+        self._rows = {}  # type: Dict[int, np.ndarray]
+        self._plans = {}  # type: Dict[Any, Tuple[Any, ...]]
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""
@@ -225,36 +227,69 @@ class QuantizerBoundary:
         Raises:
             DataError: wrong rank, channel count, dtype or device.
         """
+        np_in = isinstance(view, np.ndarray)
+        key = (np_in, view.dtype, view.shape, view.strides if np_in else view.stride(),
+               None if np_in else view.device)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(view)
+            if len(self._plans) >= 16:
+                self._plans.clear()
+            self._plans[key] = plan
+        (n, c, h, w), fn, geom, order, use_numpy, note = plan
+        flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
+        out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
+        if fn is not None:
+            ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
+            fn(ptr, geom, order, self._mean_ptr, self._std_ptr, self._row_ptrs(w, order), out.data_ptr())
+        elif use_numpy:
+            self._fill_numpy(view, out.numpy(), self.channel_order)
+        else:
+            self._fill_torch(as_torch_view(view)[0], out, order)
+        if shares_memory(out, view):
+            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
+                                "please report it")
+        if ledger is not None:
+            nbytes = out.numel() * out.element_size()
+            ledger.add("quantizer_boundary", False, nbytes, None, None, batch=batch_index,
+                       bytes_fresh=nbytes if fresh else 0, note=note)
+        return out
+
+    def _plan(self, view: Union[torch.Tensor, np.ndarray]) -> Tuple[Any, ...]:
+        """Checks and the pass's arguments for one input geometry (cached by ``__call__``):
+        ``((n, c, h, w), compiled function or None, geometry, order, use_numpy, ledger note)``."""
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
         if src.dtype not in _IN_DTYPES:
             raise DataError("the quantizer boundary reads integer or float pixels, got dtype %s" % src.dtype)
         n, c, h, w = self.output_shape(src.shape)
+        note = "%s %s%s" % (self.layout, str(self.dtype).replace("torch.", ""),
+                            "" if self.channel_order is None else ", channel order %s" % self.channel_order)
+        fn = self._kernel_fn(view, src) if self._kernel is not None else None
+        if fn is not None:
+            # A numpy input is read through its own strides (negative ones included, so flips need
+            # no channel-order rewrite); a torch input through its element strides.
+            strides = [st // view.itemsize for st in view.strides] if isinstance(view, np.ndarray) else list(src.stride())
+            out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
+            geom = (ctypes.c_int64 * 14)(0, n, c, 0, h, w, *(strides + out_strides))
+            order = (ctypes.c_int64 * c)(*(self.channel_order if self.channel_order is not None else range(c)))
+            return (n, c, h, w), fn, geom, order, False, note
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
-        flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
-        out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
-        fn = self._kernel_fn(view, src) if self._kernel is not None else None
-        if fn is not None:
-            self._fill_compiled(fn, view, src, out)
-        elif use_numpy:
-            self._fill_numpy(view, out.numpy(), self.channel_order)
-        else:
-            self._fill_torch(src, out, order)
-        if shares_memory(out, view):
-            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
-                                "please report it")
-        if ledger is not None:
-            nbytes = out.numel() * out.element_size()
-            ledger.record("quantizer_boundary", view, out, batch=batch_index, bytes_allocated=nbytes,
-                          bytes_fresh=nbytes if fresh else 0,
-                          note="%s buffer, %s %s%s" % ("fresh" if fresh else "recycled owned", self.layout,
-                                                       str(self.dtype).replace("torch.", ""),
-                                                       "" if order is None else ", channel order %s" % order))
-        return out
+        return (n, c, h, w), None, None, order, use_numpy, note
+
+    def _row_ptrs(self, w: int, order: Any) -> Optional[int]:
+        """For a channels_last output with the identity order: the address of mean then std repeated
+        ``w`` times (one array of 2*w*c values; the kernel's one-loop interleaved row), else None."""
+        if self.layout == "NCHW" or list(order) != list(range(self.channels)):
+            return None
+        rows = self._rows.get(w)
+        if rows is None:
+            rows = self._rows[w] = np.concatenate([np.tile(self._mean_np, w), np.tile(self._std_np, w)])
+        return rows.ctypes.data
 
     def _tiles(self, shape: Tuple[int, int, int, int]) -> Iterator[Tuple[slice, slice]]:
         """(samples, rows) tiles of about ``block_bytes`` of output each."""
@@ -275,30 +310,6 @@ class QuantizerBoundary:
         """The compiled function for this input dtype, or None (float16/bfloat16: the torch pass)."""
         name = _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
         return None if name is None else self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64")
-
-    def _fill_compiled(self, fn: Any, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor,
-                       out: torch.Tensor) -> None:
-        # A numpy input is read through its own strides (negative ones included, so flips need no
-        # channel-order rewrite); a torch input through its element strides.
-        n, c, h, w = out.shape
-        if isinstance(view, np.ndarray):
-            ptr = view.__array_interface__["data"][0]
-            strides = [s // view.itemsize for s in view.strides]
-        else:
-            ptr, strides = src.data_ptr(), list(src.stride())
-        order = self.channel_order if self.channel_order is not None else range(c)
-        order_arr = (ctypes.c_int64 * c)(*order)
-        mean_row = std_row = None
-        if self.layout != "NCHW" and list(order) == list(range(c)):  # the kernel's one-loop interleaved row
-            if w not in self._rows:
-                self._rows[w] = (np.tile(self._mean_np, w), np.tile(self._std_np, w))
-            mean_row, std_row = (a.ctypes.data for a in self._rows[w])
-        geom = (ctypes.c_int64 * 14)(0, 0, c, 0, 0, w, *(strides + list(out.stride())))
-        # One call for the whole batch: the kernel walks it row by row (each source row stays in L1
-        # while every channel is read from it), so tiles would only add calls.
-        geom[1], geom[4] = n, h
-        fn(ptr, geom, order_arr, self._mean_np.ctypes.data, self._std_np.ctypes.data, mean_row, std_row,
-           out.data_ptr())
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
         # Per tile: cast-copy (copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...)

@@ -11,9 +11,10 @@
  * 3, any permutation: RGB, BGR, a flipped numpy axis) are read as one group in one loop over the row. Built in x86-64-v4 (AVX-512), v3 (AVX2)
  * and baseline variants, chosen when loaded (GCC target_clones); the division stays an IEEE division.
  *
- * geom: n0, n1, c, y0, y1, w, sn, sc, sh, sw, dn, dc, dh, dw (int64). For a channels_last
- * destination (dc == 1, dw == c) with an interleaved identity source row (sc == 1, sw == c),
- * mean_row/std_row hold mean/std repeated w times, so the row is one contiguous loop.
+ * geom: n0, n1, c, y0, y1, w, sn, sc, sh, sw, dn, dc, dh, dw (int64). rows: NULL, or for a
+ * channels_last destination (dc == 1, dw == c) read with the identity order, mean repeated w times
+ * then std repeated w times; with an interleaved source row (sc == 1, sw == c) the row is then one
+ * contiguous loop.
  */
 #include <stdint.h>
 
@@ -55,10 +56,10 @@
         for (i = 0; i < k; i++) d[i] = ((TOUT)s[i] - m[i]) / sd[i];                                        \
     }                                                                                                       \
     VP_CLONES void NAME(const void *src_, const int64_t *g, const int64_t *order, const void *mean_,       \
-                        const void *std_, const void *mean_row_, const void *std_row_, void *dst_) {        \
+                        const void *std_, const void *rows_, void *dst_) {                                  \
         const TIN *src = (const TIN *)src_;                                                                 \
         const TOUT *mean = (const TOUT *)mean_, *std = (const TOUT *)std_;                                  \
-        const TOUT *mean_row = (const TOUT *)mean_row_, *std_row = (const TOUT *)std_row_;                  \
+        const TOUT *mean_row = (const TOUT *)rows_;                                                         \
         TOUT *dst = (TOUT *)dst_;                                                                           \
         int64_t n0 = g[0], n1 = g[1], c = g[2], y0 = g[3], y1 = g[4], w = g[5];                             \
         int64_t sn = g[6], sc = g[7], sh = g[8], sw = g[9], dn = g[10], dc = g[11], dh = g[12], dw = g[13];  \
@@ -82,7 +83,7 @@
                 const TIN *srow = src + n * sn + y * sh;                                                    \
                 TOUT *drow = dst + n * dn + y * dh;                                                         \
                 if (interleaved) {                                                                          \
-                    NAME##_row(srow, drow, w * c, mean_row, std_row);                                       \
+                    NAME##_row(srow, drow, w * c, mean_row, mean_row + w * c);                              \
                 } else if (rgb) {                                                                           \
                     for (k = 0; k < 3; k++) dp[pos[k]] = drow + k * dc;                                     \
                     NAME##_rgb(srow + base, dp[0], dp[1], dp[2], w, *mp[0], *mp[1], *mp[2], *sp[0], *sp[1],  \
@@ -115,4 +116,4 @@ VP_DEFINE(vp_f32_f64, float, double)
 VP_DEFINE(vp_f64_f64, double, double)
 
 /* ABI check for the loader: bump when a signature changes. */
-int vp_abi_version(void) { return 1; }
+int vp_abi_version(void) { return 2; }

@@ -31,7 +31,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boundary_kern
 FLAGS = ("-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared")
 DISABLE_ENV = "VITIS_PIPELINE_NO_KERNEL"
 CACHE_ENV = "VITIS_PIPELINE_CACHE"
-ABI_VERSION = 1
+ABI_VERSION = 2
 BUILD_TIMEOUT_S = 120
 # (input dtype name, output dtype name) -> exported symbol
 SYMBOLS = {(i, o): "vp_%s_%s" % (i, o) for i in ("u8", "i8", "i16", "i32", "i64", "f32", "f64") for o in ("f32", "f64")}
@@ -86,7 +86,7 @@ def build(compiler: str, target: str) -> None:
 class Kernel:
     """The loaded library: ``fn(in_name, out_name)`` -> the ctypes function, or None when that pair
     is not compiled (float16/bfloat16 inputs). Arguments of every function: source pointer, int64
-    geometry[14] (see ``boundary_kernel.c``), int64 order[c], mean[c], std[c], mean_row, std_row
+    geometry[14] (see ``boundary_kernel.c``), int64 order[c], mean[c], std[c], mean and std rows
     (or NULL), destination pointer."""
 
     def __init__(self, path: str) -> None:
@@ -97,7 +97,7 @@ class Kernel:
         self._fns = {}
         for key, symbol in SYMBOLS.items():
             fn = getattr(lib, symbol)
-            fn.argtypes = [ctypes.c_void_p] * 8
+            fn.argtypes = [ctypes.c_void_p] * 7
             fn.restype = None
             self._fns[key] = fn
         self._lib = lib

@@ -336,8 +336,7 @@ def step_calib(run: Run) -> Dict[str, Any]:
     return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
                                    "files": sorted(summary["files"] + [fp_path]),
                                    "input_stats": input_stats, "warnings": warnings,
-                                   "ledger": ledger.summary(),
-                                   "ledger_rows": ledger.rows})
+                                   "ledger": ledger.summary()})
 
 
 def step_test(run: Run) -> Dict[str, Any]:
@@ -372,7 +371,7 @@ def step_test(run: Run) -> Dict[str, Any]:
                                     "accuracy_drop": drop, "eval_images": n,
                                     "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
                                     "sensitivity": sensitivity, "plots": plot_files,
-                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+                                    "ledger": ledger.summary()})
     if drop > run.cfg.quantizer.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
@@ -425,7 +424,7 @@ def step_export(run: Run) -> Dict[str, Any]:
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
     return run.save_step("export", {"files": files, "example_input": np_example,
                                     "example_shape": list(example.shape), "agreement": agreement,
-                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+                                    "ledger": ledger.summary()})
 
 
 def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]:
