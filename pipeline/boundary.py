@@ -29,7 +29,6 @@ exporter is contiguous. Both are recorded in the ledger as run-level rows (``bat
 import copy
 import ctypes
 import math
-import os
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -37,42 +36,9 @@ import numpy as np
 import torch
 
 from . import native
+from .cpu import tile_bytes
 from .errors import ConfigError, DataError, PipelineError
 from .tensors import Ledger, as_torch_view, shares_memory
-
-_DEFAULT_L2_BYTES = 1 << 20  # when the machine does not say (not Linux)
-_MIN_TILE_BYTES = 64 << 10
-
-
-def _l2_bytes() -> int:
-    """Per-core L2 cache size in bytes: sysconf, then /sys (Linux); ``_DEFAULT_L2_BYTES`` elsewhere."""
-    try:
-        size = os.sysconf("SC_LEVEL2_CACHE_SIZE")
-        if size > 0:
-            return int(size)
-    except (ValueError, OSError, AttributeError):
-        pass
-    try:
-        for index in sorted(os.listdir("/sys/devices/system/cpu/cpu0/cache")):
-            folder = os.path.join("/sys/devices/system/cpu/cpu0/cache", index)
-            with open(os.path.join(folder, "level")) as f:
-                if f.read().strip() != "2":
-                    continue
-            with open(os.path.join(folder, "size")) as f:
-                text = f.read().strip().upper()
-            scale = {"K": 1 << 10, "M": 1 << 20}.get(text[-1:], 1)
-            return int(text.rstrip("KM")) * scale
-    except (OSError, ValueError):
-        pass
-    return _DEFAULT_L2_BYTES
-
-
-def tile_bytes() -> int:
-    """Output bytes per tile of the fused pass: half the per-core L2 cache (the output tile and the
-    source it reads stay in L2 between the torch path's cast, subtract and divide). Measured on 2
-    cores with 1 MiB L2 each: half and all of L2 within 10%, 3-5x faster than one pass over the batch."""
-    return max(_MIN_TILE_BYTES, _l2_bytes() // 2)
-
 
 BLOCK_BYTES = tile_bytes()
 LAYOUTS = ("NCHW", "channels_last")

@@ -170,7 +170,7 @@ def test_the_build_is_cached_on_disk_and_reused(fresh_native):
 
 
 def test_tile_size_comes_from_the_cache_size(monkeypatch):
-    from pipeline import boundary
+    from pipeline import cpu
     folder = "/sys/devices/system/cpu/cpu0/cache"
     if not os.path.isdir(folder):
         pytest.skip("no %s on this system" % folder)
@@ -182,9 +182,9 @@ def test_tile_size_comes_from_the_cache_size(monkeypatch):
     if "2" not in sizes:
         pytest.skip("this CPU reports no L2 cache")
     l2 = int(sizes["2"][:-1]) * {"K": 1024, "M": 1024 * 1024}[sizes["2"][-1]]
-    assert boundary._l2_bytes() == l2
+    assert cpu.l2_bytes() == l2
     assert tile_bytes() == max(64 << 10, l2 // 2)
     assert QuantizerBoundary(MEAN3, STD3).block_bytes == tile_bytes()
-    monkeypatch.setattr(boundary.os, "listdir", lambda path: [])
-    monkeypatch.setattr(boundary.os, "sysconf", lambda name: -1)
-    assert boundary._l2_bytes() == boundary._DEFAULT_L2_BYTES  # a machine that does not say
+    monkeypatch.setattr(cpu.os, "listdir", lambda path: [])
+    monkeypatch.setattr(cpu.os, "sysconf", lambda name: -1)
+    assert cpu.l2_bytes() == cpu._DEFAULT_L2_BYTES  # a machine that does not say
