@@ -14,15 +14,26 @@ from . import __version__, fileio
 REPORT_FILES = ("report.json", "report.md", "status.json")
 
 
+# module name -> distribution name, for the versions of packages the run did not import
+_DISTRIBUTIONS = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"),
+                  ("pydantic", "pydantic"), ("yaml", "PyYAML"), ("sklearn", "scikit-learn"))
+
+
 def versions() -> Dict[str, Optional[str]]:
-    """Versions of the tools the run used (None where a package is absent)."""
-    import importlib
+    """Versions of the tools the run used (None where a package is absent): ``__version__`` of the
+    modules already imported, the installed distribution's version of the others (importing
+    scikit-learn or onnx only to read a version would cost a second)."""
+    from importlib import metadata
 
     out = {"python": platform.python_version(), "pipeline": __version__}  # type: Dict[str, Optional[str]]
-    for name in ("torch", "numpy", "onnx", "onnxruntime", "pydantic", "yaml", "sklearn"):
+    for name, dist in _DISTRIBUTIONS:
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = getattr(module, "__version__", "unknown")
+            continue
         try:
-            out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
-        except ImportError:
+            out[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
             out[name] = None
     nndct = sys.modules.get("pytorch_nndct")
     out["pytorch_nndct"] = getattr(nndct, "__version__", "imported") if nndct else None

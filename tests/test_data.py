@@ -218,3 +218,30 @@ def test_npy_and_npz_swapped_or_truncated(tmp_path):
         open_source({"type": "npy", "path": "cut.npy"}, str(tmp_path))
     assert "is truncated: its header says shape (10, 6, 5, 3) dtype uint8 (%d bytes of data), but only %d bytes " \
         "follow" % (images.nbytes, images.nbytes - 10) in str(info.value)
+
+
+def test_digits_are_read_as_scikit_learn_loads_them_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from pipeline.data.sources import _sklearn_digits
+    images, target = _sklearn_digits()
+    ref = load_digits()
+    assert images.dtype == ref.images.dtype and np.array_equal(images, ref.images)
+    assert target.dtype == np.int64 and np.array_equal(target, ref.target)
+    code = ("import sys\nfrom pipeline.data.sources import open_source\n"
+            "s = open_source({'type': 'digits'}, '.')\nprint(len(s), 'sklearn' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    assert out.split() == ["1797", "False"]
+
+
+def test_report_versions_name_packages_the_run_did_not_import():
+    from importlib import metadata
+
+    from pipeline.report import versions
+    v = versions()
+    assert v["sklearn"] == metadata.version("scikit-learn") and v["yaml"] == metadata.version("PyYAML")
+    assert v["torch"] == torch.__version__
