@@ -9,7 +9,8 @@
  * the caller hands out tiles. The source row of one (n, y) stays in L1 while every channel is read
  * from it, so the NHWC -> NCHW transpose costs no extra pass; three interleaved channels (pixel stride
  * 3, any permutation: RGB, BGR, a flipped numpy axis) are read as one group in one loop over the row. Built in x86-64-v4 (AVX-512), v3 (AVX2)
- * and baseline variants, chosen when loaded (GCC target_clones); the division stays an IEEE division.
+ * and baseline variants, chosen when loaded (GCC target_clones; AVX-512F/AVX2 clones before GCC 11);
+ * the division stays an IEEE division.
  *
  * geom: n0, n1, c, y0, y1, w, sn, sc, sh, sw, dn, dc, dh, dw (int64). rows: NULL, or for a
  * channels_last destination (dc == 1, dw == c) read with the identity order, mean repeated w times
@@ -18,8 +19,10 @@
  */
 #include <stdint.h>
 
-#if defined(__GNUC__) && !defined(__clang__) && (defined(__x86_64__) || defined(__i386__))
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 11
 #define VP_CLONES __attribute__((target_clones("arch=x86-64-v4", "arch=x86-64-v3", "default")))
+#elif defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && __GNUC__ >= 6
+#define VP_CLONES __attribute__((target_clones("avx512f", "avx2", "default"))) /* GCC 9 in Ubuntu 20.04 images */
 #else
 #define VP_CLONES
 #endif
