@@ -11,11 +11,13 @@ reordering).
 
 Speed: the pass runs in compiled code (``pipeline/native.py`` builds ``boundary_kernel.c`` at first
 use and caches it): one read of the source and one write of the output per element, the NHWC -> NCHW
-transpose included. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
-input) the same arithmetic runs as torch ops, the same bits. Either way the batch is walked in tiles
-of about half the L2 cache of output (read from the machine, ``tile_bytes()``), so the torch path's
-subtract and divide run on data still in cache. Both write into buffers the boundary owns and reuses,
-which avoids the page faults of a fresh allocation. A buffer is reused only when
+transpose included, row by row (a source row stays in L1 while every channel is read from it), one
+call per batch. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
+input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
+output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still
+in cache. Both write into buffers the boundary owns and reuses, which avoids the page faults of a
+fresh allocation. The checks and the kernel's arguments are worked out once per input geometry
+(dtype, shape, strides). A buffer is reused only when
 nothing handed out still refers to it: the pool keeps a weak reference to the numpy array object
 whose memory each handed-out tensor's storage holds alive (``torch.from_numpy`` keeps a reference to
 that array until the storage dies), so any tensor, view or ``.numpy()`` array derived from an output
@@ -38,7 +40,7 @@ import torch
 from . import native
 from .cpu import tile_bytes
 from .errors import ConfigError, DataError, PipelineError
-from .tensors import Ledger, as_torch_view, shares_memory
+from .tensors import Ledger, as_torch_view, storage_ptr
 
 BLOCK_BYTES = tile_bytes()
 LAYOUTS = ("NCHW", "channels_last")
@@ -202,17 +204,17 @@ class QuantizerBoundary:
             if len(self._plans) >= 16:
                 self._plans.clear()
             self._plans[key] = plan
-        (n, c, h, w), fn, geom, order, use_numpy, note = plan
+        (n, c, h, w), fn, geom, order, rows, use_numpy, note = plan
         flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
         out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
         if fn is not None:
             ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
-            fn(ptr, geom, order, self._mean_ptr, self._std_ptr, self._row_ptrs(w, order), out.data_ptr())
+            fn(ptr, geom, order, self._mean_ptr, self._std_ptr, rows, out.data_ptr())
         elif use_numpy:
             self._fill_numpy(view, out.numpy(), self.channel_order)
         else:
             self._fill_torch(as_torch_view(view)[0], out, order)
-        if shares_memory(out, view):
+        if (np.may_share_memory(view, flat.numpy()) if np_in else storage_ptr(view) == out.data_ptr()):
             raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
                                 "please report it")
         if ledger is not None:
@@ -223,7 +225,7 @@ class QuantizerBoundary:
 
     def _plan(self, view: Union[torch.Tensor, np.ndarray]) -> Tuple[Any, ...]:
         """Checks and the pass's arguments for one input geometry (cached by ``__call__``):
-        ``((n, c, h, w), compiled function or None, geometry, order, use_numpy, ledger note)``."""
+        ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note)``."""
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
@@ -239,19 +241,18 @@ class QuantizerBoundary:
             strides = [st // view.itemsize for st in view.strides] if isinstance(view, np.ndarray) else list(src.stride())
             out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
             geom = (ctypes.c_int64 * 14)(0, n, c, 0, h, w, *(strides + out_strides))
-            order = (ctypes.c_int64 * c)(*(self.channel_order if self.channel_order is not None else range(c)))
-            return (n, c, h, w), fn, geom, order, False, note
+            index = list(self.channel_order if self.channel_order is not None else range(c))
+            rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
+            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), rows, False, note
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
-        return (n, c, h, w), None, None, order, use_numpy, note
+        return (n, c, h, w), None, None, order, None, use_numpy, note
 
-    def _row_ptrs(self, w: int, order: Any) -> Optional[int]:
-        """For a channels_last output with the identity order: the address of mean then std repeated
-        ``w`` times (one array of 2*w*c values; the kernel's one-loop interleaved row), else None."""
-        if self.layout == "NCHW" or list(order) != list(range(self.channels)):
-            return None
+    def _rows_ptr(self, w: int) -> int:
+        """The address of mean then std each repeated ``w`` times (2*w*c values, kept alive here):
+        the kernel's one-loop row for a channels_last output read in the identity order."""
         rows = self._rows.get(w)
         if rows is None:
             rows = self._rows[w] = np.concatenate([np.tile(self._mean_np, w), np.tile(self._std_np, w)])

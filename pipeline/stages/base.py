@@ -21,6 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
+from ..data.sources import flipped_source_of
 from ..errors import ConfigError, StageError
 from ..tensors import Ledger, byte_extent, is_view_of, storage_nbytes
 
@@ -361,7 +362,6 @@ class Compose:
 
     @staticmethod
     def _refuse_unbound_flipped_source(batch: torch.Tensor) -> None:
-        from ..data.sources import flipped_source_of
         source = flipped_source_of(batch)
         if source is not None:
             raise StageError("this batch comes from a source whose channel axis is flipped (negative stride, e.g. "
