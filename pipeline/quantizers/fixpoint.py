@@ -160,9 +160,10 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     """
     if method not in ROUNDING_METHODS or bitwidth > 23:
         return quantize(x, fix_pos, bitwidth, method).mul_(_scale(-fix_pos))
-    if x.numel() > 2 * _FAKE_QUANT_TILE and x.is_contiguous():
+    if x.numel() > 2 * _FAKE_QUANT_TILE and x.is_contiguous() and not torch.jit.is_tracing():
         # the same element-wise chain per tile of the flat tensor, so it runs in cache: one pass
-        # through memory instead of six (same operations on every element: the same bits)
+        # through memory instead of six (same operations on every element: the same bits); a
+        # TorchScript trace records the single pass, which fits any size
         out = torch.empty_like(x)
         flat_x, flat_out = x.view(-1), out.view(-1)
         for i in range(0, flat_x.numel(), _FAKE_QUANT_TILE):
