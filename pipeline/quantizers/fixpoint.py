@@ -160,7 +160,7 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     """
     if method not in ROUNDING_METHODS or bitwidth > 23:
         return quantize(x, fix_pos, bitwidth, method).mul_(_scale(-fix_pos))
-    if x.numel() > 2 * _FAKE_QUANT_TILE and x.is_contiguous() and not torch.jit.is_tracing():
+    if not torch.jit.is_tracing() and x.numel() > 2 * _FAKE_QUANT_TILE and x.is_contiguous():
         # the same element-wise chain per tile of the flat tensor, so it runs in cache: one pass
         # through memory instead of six (same operations on every element: the same bits); a
         # TorchScript trace records the single pass, which fits any size
