@@ -240,10 +240,13 @@ class QuantizerBoundary:
             # no channel-order rewrite); a torch input through its element strides.
             strides = [st // view.itemsize for st in view.strides] if isinstance(view, np.ndarray) else list(src.stride())
             out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
-            geom = (ctypes.c_int64 * 14)(0, n, c, 0, h, w, *(strides + out_strides))
+            rows, row = h, w
+            if self.layout == "NCHW" and strides[2] == w * strides[3]:
+                rows, row = 1, h * w  # source rows follow each other like the output's: one long row
+            geom = (ctypes.c_int64 * 14)(0, n, c, 0, rows, row, *(strides + out_strides))
             index = list(self.channel_order if self.channel_order is not None else range(c))
-            rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
-            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), rows, False, note
+            mean_rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
+            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), mean_rows, False, note
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
