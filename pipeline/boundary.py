@@ -57,7 +57,7 @@ KERNELS = ("auto", "torch")
 
 
 class _BufferPool:
-    """Owned flat output buffers, reused only when no handed-out tensor refers to them any more.
+    """Owned output buffers, reused only when no handed-out tensor refers to them any more.
 
     Each entry is ``[numpy buffer, weakref to the numpy view the last handed-out tensor holds]``.
     """
@@ -66,14 +66,14 @@ class _BufferPool:
         self.capacity = capacity
         self._entries = []  # type: List[List[Any]]
 
-    def take(self, numel: int, np_dtype: Any) -> Tuple[torch.Tensor, bool]:
-        """A 1-D torch tensor of ``numel`` elements on an owned buffer, and whether it is fresh."""
+    def take(self, shape: Tuple[int, ...], np_dtype: Any) -> Tuple[torch.Tensor, bool]:
+        """A C-contiguous torch tensor of ``shape`` on an owned buffer, and whether it is fresh."""
         for i, entry in enumerate(self._entries):
             buf, ref = entry
-            if buf.size == numel and buf.dtype == np_dtype and (ref is None or ref() is None):
+            if buf.shape == shape and buf.dtype == np_dtype and (ref is None or ref() is None):
                 self._entries.append(self._entries.pop(i))  # most recently used last
                 return self._hand_out(entry), False
-        entry = [np.empty(numel, np_dtype), None]
+        entry = [np.empty(shape, np_dtype), None]
         self._entries.append(entry)
         if len(self._entries) > self.capacity:
             self._entries.pop(0)  # forget the least recently used; whoever holds it keeps it
@@ -205,8 +205,11 @@ class QuantizerBoundary:
                 self._plans.clear()
             self._plans[key] = plan
         (n, c, h, w), fn, geom, order, rows, use_numpy, note = plan
-        flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
-        out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
+        if self.layout == "NCHW":
+            out, fresh = self._pool.take((n, c, h, w), self._np_dtype)
+        else:
+            out, fresh = self._pool.take((n, h, w, c), self._np_dtype)
+            out = out.permute(0, 3, 1, 2)
         if fn is not None:
             ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
             fn(ptr, geom, order, self._mean_ptr, self._std_ptr, rows, out.data_ptr())
@@ -214,7 +217,7 @@ class QuantizerBoundary:
             self._fill_numpy(view, out.numpy(), self.channel_order)
         else:
             self._fill_torch(as_torch_view(view)[0], out, order)
-        if (np.may_share_memory(view, flat.numpy()) if np_in else storage_ptr(view) == out.data_ptr()):
+        if (np.may_share_memory(view, out.numpy()) if np_in else storage_ptr(view) == out.data_ptr()):
             raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
                                 "please report it")
         if ledger is not None:
