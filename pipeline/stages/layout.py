@@ -11,7 +11,8 @@ from typing import List, Optional, Tuple
 import torch
 
 from ..errors import StageError
-from .base import LAYOUTS, Shape, Stage, check_int, check_ints, check_layout, normalize_dim
+from ..specs import TENSOR_LAYOUTS
+from .base import Shape, Stage, check_int, check_ints, check_layout, normalize_dim
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,7 +98,7 @@ class Permute(Stage):
 
 
 # (src, dst) -> the permute that moves src's axes into dst's order
-_LAYOUT_DIMS = {(src, dst): tuple(src.index(c) for c in dst) for src in LAYOUTS for dst in LAYOUTS}
+_LAYOUT_DIMS = {(src, dst): tuple(src.index(c) for c in dst) for src in TENSOR_LAYOUTS for dst in TENSOR_LAYOUTS}
 
 
 @dataclasses.dataclass(frozen=True)

@@ -15,7 +15,7 @@ from ...errors import QuantizationError
 from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
-from .cle import equalize
+from .cle import ClePair, equalize
 from .graph import SimGraph, capture
 from .lowered import build_lowered
 from .plan import QuantPlan
@@ -54,8 +54,8 @@ class SimSession:
         cfg: resolved QuantConfig.
 
     Attributes:
-        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: node name pairs CLE scaled;
-        bitwidth: the bit width; ``cfg``: the config.
+        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales
+        (``cle.ClePair``); bitwidth: the bit width; ``cfg``: the config.
 
     Raises:
         QuantizationError: unsupported model or config (see ``graph.capture``, check_supported).
@@ -65,7 +65,7 @@ class SimSession:
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
         self.graph = capture(model, example, cfg)  # type: SimGraph
-        self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[Tuple[str, str]]
+        self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[ClePair]
         self.plan = QuantPlan(self.graph)
 
     def calibrator(self, comm: Any = None) -> Calibrator:
