@@ -36,7 +36,7 @@ def test_a_class_sorted_file_gives_every_split_every_class_and_the_report_shows_
     assert report["float_accuracy"] > 0.5
     # zero copies before the boundary: every stage shares storage, one copy per batch
     assert report["ledger"]["copies_per_batch"] == 1
-    assert all(row["shares_storage"] for row in report["ledger"]["rows"] if row["stage"] != "quantizer_boundary")
+    assert set(report["ledger"]["copies_by_stage"]) == {"quantizer_boundary"}, report["ledger"]
     with open(os.path.join(str(tmp_path / "run"), "report.md")) as f:
         md = f.read()
     assert "- calib split (shuffled): 40 images; classes 0 (4)" in md
@@ -96,3 +96,24 @@ def test_a_float_model_at_chance_fails_the_test_step_with_the_likely_cause(tmp_p
     # a smoke test with a useless model can say so
     report = pipeline.run(config, steps=["calib", "test"], overrides=["quantizer.require_float_above_chance=false"])
     assert report["float_accuracy"] < 0.3 and report["status"]["state"] == "ok"
+
+
+@pytest.mark.parametrize("layout", ["NCHW", "channels_last"])
+@pytest.mark.parametrize("order", [None, [2, 1, 0]])
+def test_the_boundary_gathers_rows_as_indexing_then_the_boundary_would(layout, order):
+    import torch
+    from pipeline.boundary import QuantizerBoundary
+    b = QuantizerBoundary([10.0, 20.0, 30.0], [2.0, 3.0, 4.0], layout=layout, channel_order=order)
+    nhwc = np.arange(10 * 4 * 5 * 3, dtype=np.uint8).reshape(10, 4, 5, 3)
+    rows = [7, 2, 3, 4, 9, 0]  # unsorted, with a run of three
+    views = {"uint8 tensor (kernel)": torch.from_numpy(nhwc).permute(0, 3, 1, 2),
+             "float16 tensor (torch pass)": torch.from_numpy(nhwc).half().permute(0, 3, 1, 2),
+             "flipped numpy (negative strides)": nhwc[:, ::-1].transpose(0, 3, 1, 2)}
+    for name, view in views.items():
+        expect = b(np.ascontiguousarray(np.asarray(view)[rows]) if isinstance(view, np.ndarray)
+                   else view[rows].contiguous()).clone()
+        got = b(view, rows=rows)
+        assert torch.equal(got, expect), name
+        assert got.shape == (6, 3, 4, 5)
+    with pytest.raises(DataError, match="gathers rows 0..9 of the view, got rows 0..10"):
+        b(views["uint8 tensor (kernel)"], rows=[0, 10])

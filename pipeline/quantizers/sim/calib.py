@@ -18,6 +18,10 @@ Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
 
 Tensors holding NaN or Inf are passed through unquantized and add nothing to the statistics,
 as in nndct. Nothing the caller owns is written.
+
+Memory: a batch keeps an activation only until the last node that reads it has run
+(``release_schedule``), and bias correction squares into one reused buffer (``Scratch``), so the
+peak stays near a float forward's; the values, and so every result, are unchanged.
 """
 import math
 from typing import Any, Dict, List, Optional
@@ -56,21 +60,35 @@ class ParamState:
 
 
 def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, deviation: float,
-                rate: float, stop: bool):
+                rate: float, stop: bool, scratch: Optional["Scratch"] = None):
     """nndct's bias-correction step rule (``pytorch_nndct/nn/modules/quant_noise.py``).
 
     ``eff = 1.25 * log10(mean(res_f**2) / mean(err**2))`` (float32 reductions, then Python float
     arithmetic as numpy 1.x does for 0-d arrays); smoothed ``efficiency`` and ``deviation``
     decide the rate (halved above 4.0) and when to stop.
 
+    With ``scratch``, the squares go into a reused buffer and, when ``output`` and ``res_f`` have
+    the same strides, the error is written over ``res_f`` (which the caller then gives up): the
+    same element-wise values in the same memory order, so the same float32 sums.
+
     Returns:
         ``(error, rate, stop, efficiency, deviation)`` with ``error = output - res_f`` (float32).
     """
-    error = torch.add(output, res_f, alpha=-1)
-    noise = error.pow(2).mean()
+    in_place = scratch is not None and output.stride() == res_f.stride() and output.dtype == res_f.dtype
+    signal = None
+    if in_place:
+        squares = scratch.like(res_f)
+        signal = torch.mul(res_f, res_f, out=squares).mean()  # x * x is what pow(2) computes
+        error = torch.sub(output, res_f, out=res_f)
+        noise = torch.mul(error, error, out=squares).mean()
+    else:
+        error = torch.add(output, res_f, alpha=-1)
+        noise = error.pow(2).mean()
     if not noise.item() > 0:
         return error, rate, True, efficiency, deviation
-    eff = 1.25 * float(res_f.pow(2).mean().div(noise).log10().item())
+    if signal is None:
+        signal = res_f.pow(2).mean()
+    eff = 1.25 * float(signal.div(noise).log10().item())
     dev = math.fabs(eff - efficiency)
     if not dev > 0:
         return error, rate, True, efficiency, deviation
@@ -81,6 +99,36 @@ def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, de
     if efficiency > 4.3 or (deviation / efficiency) < 0.05 or math.fabs(dev - deviation / dev) < 0.05:
         stop = True
     return error, rate, stop, efficiency, deviation
+
+
+class Scratch:
+    """One reused float buffer for temporaries of any shape (grown to the largest request)."""
+
+    def __init__(self) -> None:
+        self._flat = None  # type: Optional[torch.Tensor]
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        """An uninitialized tensor with ``t``'s shape, strides and dtype: a view of the buffer
+        when ``t`` is contiguous, else a new ``empty_like`` (its memory order must match)."""
+        if not t.is_contiguous():
+            return torch.empty_like(t)
+        if self._flat is None or self._flat.numel() < t.numel() or self._flat.dtype != t.dtype:
+            self._flat = None  # free the old buffer before taking the new one
+            self._flat = torch.empty(t.numel(), dtype=t.dtype)
+        return self._flat[:t.numel()].view(t.shape)
+
+
+def release_schedule(graph: SimGraph) -> List[List[Any]]:
+    """For each node (graph order), the fx nodes whose values no later node reads: the
+    calibration loop drops them after that node, so a batch holds only live activations. A
+    value read by the graph's output, or by anything that is not a later node, is kept."""
+    index = {n.fx_node: i for i, n in enumerate(graph.nodes)}
+    free = [[] for _ in graph.nodes]  # type: List[List[Any]]
+    for i, n in enumerate(graph.nodes):
+        users = list(n.fx_node.users)
+        if all(u in index for u in users):
+            free[max([index[u] for u in users] + [i])].append(n.fx_node)
+    return free
 
 
 class Calibrator:
@@ -107,6 +155,8 @@ class Calibrator:
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
         self.batches = 0
         self._output = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
+        self._release = release_schedule(graph)
+        self._scratch = Scratch()
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, x: torch.Tensor) -> Any:
@@ -118,7 +168,7 @@ class Calibrator:
         check_batch(x)
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
-            for node in self.graph.nodes:
+            for node, done in zip(self.graph.nodes, self._release):
                 if node.op == g.INPUT:
                     value, quantizable = x, True
                 elif node.op in g.PARAM_TYPES:
@@ -130,6 +180,9 @@ class Calibrator:
                 if node.op in g.PARAM_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
                 env[node.fx_node] = value
+                value = None
+                for fx_node in done:  # activations no later node reads: free them now
+                    del env[fx_node]
         self.batches += 1
         return map_arg(self._output.args[0], lambda n: env[n])
 
@@ -190,7 +243,8 @@ class Calibrator:
         state = self.params[node.name]
         res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
         error, rate, stop, efficiency, deviation = eval_qnoise(
-            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop)
+            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop, self._scratch)
+        del res_f  # with the scratch, its buffer now holds the error
         bias = state.bias
         if not stop and bias is not None:
             dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
