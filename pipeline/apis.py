@@ -43,7 +43,7 @@ import io
 import logging
 import os
 import warnings
-from typing import Any, Optional
+from typing import Any, Optional, Tuple
 
 import torch
 from torch import nn
@@ -82,8 +82,16 @@ def _describe(value: Any) -> str:
     return name
 
 
-def _check_input(value: Any, what: str) -> torch.Tensor:
-    """Return ``value`` if it is a float32 ``torch.Tensor`` of shape (N, C, H, W), else raise.
+LAYOUT_NAMES = {1: "(N,)", 2: "(N, F)", 3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
+
+
+def _layout(rank: int) -> str:
+    return LAYOUT_NAMES.get(rank, "of rank %d" % rank)
+
+
+def _check_input(value: Any, what: str, rank: Optional[int] = None) -> torch.Tensor:
+    """Return ``value`` if it is a float32 ``torch.Tensor`` (of ``rank`` dimensions when given),
+    else raise.
 
     The real quantizer takes tensors only; a numpy array, a tensor without the batch dimension
     or a float64 tensor fail deep inside it. Here they fail at once, with the fix in the message.
@@ -91,31 +99,37 @@ def _check_input(value: Any, what: str) -> torch.Tensor:
     Args:
         value: the candidate input (any object). Not modified; the same object is returned.
         what: the argument's name for the message (e.g. ``"input_args"``).
+        rank: the rank the model was traced with (that of ``input_args``), or None: any rank >= 1.
 
     Raises:
-        QuantizationError: not a tensor, not 4-D, or not float32; the message names what came in
-            and how to convert it.
+        QuantizationError: not a tensor, not of the rank, or not float32; the message names what
+            came in and how to convert it.
     """
+    expected = _layout(rank if rank is not None else 4)
     if not isinstance(value, torch.Tensor):
         numpy = type(value).__module__.split(".")[0] == "numpy"
         hint = "convert it with torch.from_numpy(a)" if numpy else "pass a torch.Tensor"
-    elif value.dim() != 4:
-        hint = "add the batch dimension with x.unsqueeze(0)" if value.dim() == 3 else \
-            "reshape it to (N, C, H, W)"
+    elif (rank is not None and value.dim() != rank) or value.dim() == 0:
+        expected = _layout(rank) if rank is not None else "with a batch dimension"
+        hint = "add the batch dimension with x.unsqueeze(0)" if rank is not None and value.dim() == rank - 1 else \
+            "reshape it to %s, the shape of input_args" % expected
     elif value.dtype != torch.float32:
+        expected = _layout(value.dim())
         hint = "cast it with .float()"
     else:
         return value
-    raise QuantizationError("%s: expected a float32 torch.Tensor (N, C, H, W), got %s; %s"
-                            % (what, _describe(value), hint))
+    raise QuantizationError("%s: expected a float32 torch.Tensor %s, got %s; %s"
+                            % (what, expected, _describe(value), hint))
 
 
-def _example(input_args: Any) -> torch.Tensor:
-    args = input_args if isinstance(input_args, (tuple, list)) else (input_args,)
-    if len(args) != 1:
-        raise QuantizationError("input_args: the sim quantizer supports models with one tensor input; "
-                                "got %d inputs (%s)" % (len(args), ", ".join(_describe(a) for a in args)))
-    return _check_input(args[0], "input_args").detach().cpu()
+def _examples(input_args: Any) -> Tuple[torch.Tensor, ...]:
+    """``input_args`` (a tensor, or a tuple/list of one tensor per forward argument) as a tuple of
+    CPU tensors (not copies)."""
+    args = tuple(input_args) if isinstance(input_args, (tuple, list)) else (input_args,)
+    if not args:
+        raise QuantizationError("input_args: expected one example tensor per input of forward(), got none")
+    return tuple(_check_input(a, "input_args" if len(args) == 1 else "input_args[%d]" % i).detach().cpu()
+                 for i, a in enumerate(args))
 
 
 def _device(device: Any) -> torch.device:
@@ -178,20 +192,21 @@ class _CalibModel(nn.Module):
         super().__init__()
         self._quantizer = [quantizer]  # a list, so nn.Module does not register it
 
-    def forward(self, x: torch.Tensor) -> Any:
+    def forward(self, *xs: torch.Tensor) -> Any:
         q = self._quantizer[0]
         index = q._calibrator.batches + 1
-        _check_input(x, "quant_model input (calibration forward %d)" % index)
-        x = x.detach().cpu()
-        bad = x.numel() - int(torch.isfinite(x).sum())
+        xs = q._check_inputs(xs, "quant_model input (calibration forward %d)" % index)
+        xs = tuple(x.detach().cpu() for x in xs)
+        total = sum(x.numel() for x in xs)
+        bad = total - sum(int(torch.isfinite(x).sum()) for x in xs)
         if bad:
             warnings.warn(
                 "calibration forward %d: the input holds %d non-finite values (NaN/Inf) of %d. As in "
                 "pytorch_nndct, a tensor holding NaN/Inf is passed through unquantized and adds "
                 "nothing to the fix_pos statistics, so this batch calibrates next to nothing (with "
                 "bias correction on it also ends the correction of every layer it reaches). Clean "
-                "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, x.numel()))
-        return q._calibrator.step(x)
+                "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, total))
+        return q._calibrator.step(*xs)
 
 
 class TorchQuantizer:
@@ -221,10 +236,10 @@ class TorchQuantizer:
             module = copy.deepcopy(module)
             module.load_state_dict(load_state_dict_file(state_dict_file))
         self.config = load_quant_config(quant_config_file, bitwidth)
-        example = _example(input_args)
+        examples = _examples(input_args)
         os.makedirs(output_dir, exist_ok=True)
-        self._session = SimSession(module, example, self.config)
-        self._example = example
+        self._session = SimSession(module, examples, self.config)
+        self._examples = examples
         self._forwards = 0
         self._last_batch = None  # type: Optional[int]
         if self.quant_mode == "calib":
@@ -235,13 +250,25 @@ class TorchQuantizer:
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
 
+    def _check_inputs(self, xs: Tuple[Any, ...], what: str) -> Tuple[torch.Tensor, ...]:
+        """``xs`` checked against the example inputs: as many, each float32 of the same rank."""
+        if len(xs) != len(self._examples):
+            raise QuantizationError("%s: the model takes %d input tensors (as input_args), got %d"
+                                    % (what, len(self._examples), len(xs)))
+        return tuple(_check_input(x, what if len(xs) == 1 else "%s %d" % (what, i), e.dim())
+                     for i, (x, e) in enumerate(zip(xs, self._examples)))
+
     def _check_forward(self, module: nn.Module, inputs: Any) -> None:
         if inputs:  # a keyword-only call is left to the model's forward
-            _check_input(inputs[0], "quant_model input")
+            self._check_inputs(tuple(inputs), "quant_model input")
 
     def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
         self._last_batch = int(inputs[0].shape[0]) if inputs else None
+
+    def _example1(self) -> Tuple[torch.Tensor, ...]:
+        """The batch-1 example inputs (first sample of each ``input_args`` tensor), contiguous copies."""
+        return tuple(e[:1].clone().contiguous() for e in self._examples)
 
     def _check_exportable(self, method: str) -> None:
         if self.quant_mode != "test":
@@ -310,7 +337,8 @@ class TorchQuantizer:
                                     % opset_version)
         from .export import export_onnx
         path = os.path.join(output_dir, "%s_int.onnx" % self._session.graph.class_name)
-        return export_onnx(self._model, self._example[:1].contiguous(), path,
+        example1 = self._example1()
+        return export_onnx(self._model, example1[0] if len(example1) == 1 else example1, path,
                            "qdq" if native_onnx else "exact")
 
 
@@ -372,16 +400,16 @@ class TorchQuantizer:
         # a hook-free GraphModule on the same submodules (a copy of the graph): the forward
         # counter stays the user's
         plain = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=gm.__class__.__name__).eval()
-        example1 = self._example[:1].clone()
+        example1 = self._example1()
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.x calls TorchScript deprecated; it is the format the real quantizer writes
             warnings.filterwarnings("ignore", message=r".*torch\.jit", category=DeprecationWarning)
             try:
-                script = torch.jit.trace(plain, (example1,), check_trace=False)
+                script = torch.jit.trace(plain, example1, check_trace=False)
             except Exception as e:  # the tracer raises RuntimeError, TypeError, ...
                 raise ExportError("export_torch_script: torch.jit.trace failed on the test-mode "
                                   "model: %s; nothing was written" % e) from e
-            expect, got = plain(example1), script(example1)
+            expect, got = plain(*example1), script(*example1)
             buf = io.BytesIO()
             torch.jit.save(script, buf)
         if not _bit_equal(expect, got):

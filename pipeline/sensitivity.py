@@ -238,7 +238,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
     quantized with the handle's weight fix_pos. Settings with another CLE switch fail here."""
     from .quantizers import fixpoint
-    from .quantizers.sim.graph import PARAM_TYPES
+    from .fx.optable import PARAM_TYPES
 
     graph = session.graph
     unknown = sorted(set(n.meta["nndct_node"] for n in handle.graph.nodes if "nndct_node" in n.meta)
@@ -286,7 +286,7 @@ def _cle_scales(session: Any, float_model: nn.Module, example: torch.Tensor) -> 
     """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``."""
     if not session.cle_pairs:
         return {}
-    from .quantizers.sim.graph import capture
+    from .fx.capture import capture
 
     plain = capture(float_model, example, session.cfg)  # BN folded, same names, no CLE
     graph = session.graph

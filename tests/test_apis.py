@@ -15,7 +15,7 @@ from pipeline.quantizers import fixpoint
 from pipeline.safeload import safe_torch_load
 from pipeline.quantizers.base import QuantSettings, get_backend
 from pipeline.quantizers.quant_config import load_quant_config
-from pipeline.quantizers.sim.graph import capture
+from pipeline.fx.capture import capture
 from pipeline.quantizers.sim.plan import QuantPlan, adjust_fix_pos
 
 

@@ -27,9 +27,9 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fixpoint
-from . import graph as g
-from .graph import SimGraph, SimNode
-from .ops import float_reference, param_forward, run_node
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
+from .ops import float_reference, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
@@ -99,34 +99,53 @@ class Calibrator:
         self.param_fp = {}  # type: Dict[str, int]
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
         self.batches = 0
-        self._output = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
 
     # -- one batch ---------------------------------------------------------------------------
-    def step(self, x: torch.Tensor) -> Any:
-        """Run one calibration batch (float32 NCHW, not modified); returns the model output.
+    def step(self, *xs: torch.Tensor) -> Any:
+        """Run one calibration batch (one float32 tensor per model input, not modified); returns
+        the model output.
 
         Raises:
-            QuantizationError: the batch is not a float32 tensor.
+            QuantizationError: not one float32 tensor per model input, or a node fails (named).
         """
-        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-            raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
-                                    ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+        inputs = self.graph.inputs
+        if len(xs) != len(inputs):
+            raise QuantizationError("calibration batch: the model takes %d inputs, got %d tensors"
+                                    % (len(inputs), len(xs)))
+        for x in xs:
+            if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+                raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
+                                        ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:
+                if node.op == g.CONST:
+                    env[node] = self._const(node)
+            feed = dict(zip(inputs, xs))
+            for fx_node, node in self.graph.steps:
+                if node is None:
+                    env[fx_node] = run_step(self.graph, fx_node, env)
+                    continue
                 if node.op == g.INPUT:
-                    value, quantizable = x, True
+                    value, quantizable = feed[node], True
                 elif node.op in g.PARAM_TYPES:
                     value, quantizable = self._param_node(node, env), True
                 else:
                     value, quantizable = run_node(self.graph, node, env)
                 if quantizable and node.name in self.quantized:
                     value = self._activation(node, value)
-                if node.op in g.PARAM_TYPES and self.bias_correction:
+                if node.op in g.BIAS_CORR_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
-                env[node.fx_node] = value
+                env[fx_node] = value
         self.batches += 1
-        return map_arg(self._output.args[0], lambda n: env[n])
+        return map_arg(self.graph.output_node.args[0], lambda n: env[n])
+
+    def _const(self, node: SimNode) -> Any:
+        """A constant's value as the quantized graph uses it: quantized at its own fix_pos when it
+        has an output entry (a float constant feeding a quantizable op), else the number."""
+        if node.name not in self.quantized or not isinstance(node.value, float):
+            return node.value
+        return float(self._activation(node, torch.tensor(node.value, dtype=torch.float32)))
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
@@ -200,7 +219,7 @@ class Calibrator:
         """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_f - b_final`` (None without bias)."""
         corr = {}  # type: Dict[str, Optional[torch.Tensor]]
         for node in self.graph.nodes:
-            if node.op not in g.PARAM_TYPES:
+            if node.op not in g.BIAS_CORR_TYPES:
                 continue
             state = self.params[node.name]
             if state.bias is None or state.bias_float is None:

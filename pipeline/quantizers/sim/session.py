@@ -16,7 +16,7 @@ from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
 from .cle import equalize
-from .graph import SimGraph, capture
+from ...fx.capture import SimGraph, capture
 from .lowered import build_lowered
 from .plan import QuantPlan
 
