@@ -1,0 +1,156 @@
+"""The sim backend against the real quantizer's golden_wide data (tests/data/golden_wide, see its
+README): float operators, two inputs, a 2-D input with BatchNorm1d, a ShuffleNetV2 unit with
+shape arithmetic, a two-output detector.
+
+Each case is driven through the drop-in API exactly as the data was made: calibration over 8
+batches of 4 (one tensor per input), ``export_quant_config``, then a NEW ``torch_quantizer`` in
+test mode on the 16 eval inputs as one batch and on the 4 tie inputs. The reference used two
+threads; the simulation's results do not depend on the thread count (checked below with one).
+"""
+import importlib.util
+import json
+import os
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.apis import torch_quantizer
+from pipeline.quantizers import quant_info as qi
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+DATA = os.path.join(HERE, "data", "golden_wide")
+_spec = importlib.util.spec_from_file_location("golden_wide_models", os.path.join(DATA, "golden_wide_models.py"))
+gwm = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(gwm)
+
+SET = "golden_wide"
+MODELS = gwm.SETS[SET]["models"]
+CONFIGS = ("nocle", "default")
+NOCLE = {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}
+CASES = [(m, c) for m in MODELS for c in CONFIGS]
+INDEX = json.load(open(os.path.join(DATA, "index.json")))
+
+
+def _sfx(i, n):
+    return "" if n == 1 else "_%d" % i
+
+
+def _load(name, base, n):
+    return [torch.from_numpy(np.load(os.path.join(DATA, name, base + _sfx(i, n) + ".npy"))) for i in range(n)]
+
+
+def _model(name):
+    spec = gwm.SETS[SET][name]
+    model = gwm.build(name, spec)
+    model.load_state_dict(torch.load(os.path.join(DATA, name, "float_state_dict.pt"), weights_only=True))
+    return model.eval()
+
+
+def _quantizer(mode, name, config, folder):
+    k = INDEX[name][config]["n_inputs"]
+    calib = _load(name, "calib_inputs", k)
+    cfg = None
+    if config == "nocle":
+        cfg = os.path.join(folder, "nocle.json")
+        with open(cfg, "w") as f:
+            json.dump(NOCLE, f)
+    return torch_quantizer(mode, _model(name), tuple(t[:4].clone() for t in calib), output_dir=folder,
+                           device=torch.device("cpu"), quant_config_file=cfg), calib
+
+
+def _as_tuple(y):
+    return tuple(y) if isinstance(y, (tuple, list)) else (y,)
+
+
+@pytest.fixture(scope="module")
+def results(tmp_path_factory):
+    """Per case: the calibration folder and the test-mode outputs (eval, ties)."""
+    out = {}
+    for name, config in CASES:
+        folder = str(tmp_path_factory.mktemp("%s_%s" % (name, config)))
+        q, calib = _quantizer("calib", name, config, folder)
+        with torch.no_grad():
+            for i in range(0, 32, 4):
+                q.quant_model(*[t[i:i + 4].clone() for t in calib])
+        q.export_quant_config()
+        t, _ = _quantizer("test", name, config, folder)
+        k = INDEX[name][config]["n_inputs"]
+        with torch.no_grad():
+            y = _as_tuple(t.quant_model(*_load(name, "eval_inputs", k)))
+            yt = _as_tuple(t.quant_model(*_load(name, "tie_inputs", k)))
+        out[(name, config)] = (folder, y, yt, t)
+    return out
+
+
+@pytest.mark.parametrize("name,config", CASES)
+def test_golden_wide_fix_positions_equal(name, config, results):
+    mine = qi.read_quant_info(results[(name, config)][0])
+    with open(os.path.join(DATA, name, config, "quant_info.json")) as f:
+        golden = json.load(f)
+    for section in ("param", "output", "input"):
+        assert list(mine[section]) == list(golden[section]), section  # same names, same order
+        assert {k: v for k, v in mine[section].items()} == golden[section], section
+    assert mine["bias_corrected"] == golden["bias_corrected"] == (config == "default")
+
+
+@pytest.mark.parametrize("name,config", CASES)
+def test_golden_wide_outputs_bit_exact(name, config, results):
+    _, y, yt, _ = results[(name, config)]
+    n = INDEX[name][config]["n_outputs"]
+    assert len(y) == len(yt) == n
+    for j in range(n):
+        for mine, base in ((y[j], "quant_outputs"), (yt[j], "quant_outputs_ties")):
+            gold = np.load(os.path.join(DATA, name, config, base + _sfx(j, n) + ".npy"))
+            assert mine.shape == gold.shape
+            assert np.array_equal(mine.numpy().view(np.int32), gold.view(np.int32)), (base, j)
+
+
+@pytest.mark.parametrize("name,config", CASES)
+def test_golden_wide_intermediates_bit_exact(name, config, results):
+    """Every stored per-node test-mode output (float operators, unfused BatchNorm1d, slices,
+    transposes, ...) equals the value of the lowered node of the same nndct name."""
+    t = results[(name, config)][3]
+    gm = t.quant_model
+    k = INDEX[name][config]["n_inputs"]
+    values = {}
+
+    class Grab(torch.fx.Interpreter):
+        def run_node(self, node):
+            value = super().run_node(node)
+            if "nndct_node" in node.meta:
+                values[node.meta["nndct_node"]] = value
+            return value
+
+    with torch.no_grad():
+        Grab(gm).run(*_load(name, "eval_inputs", k))
+    stored = np.load(os.path.join(DATA, name, config, "intermediates.npz"))
+    tensors = [key for key in stored.files if stored[key].ndim > 0]
+    assert tensors and set(tensors) <= set(values)
+    differ = [key for key in tensors
+              if not np.array_equal(values[key].contiguous().numpy(), stored[key])]
+    assert differ == []
+
+
+def test_golden_wide_does_not_depend_on_the_thread_count(results, tmp_path):
+    """The shuffle model (bias correction, every op kind) calibrated with one thread gives the same
+    files and outputs as with the default threads."""
+    name, config = "shuffle", "default"
+    folder, y, _, _ = results[(name, config)]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        q, calib = _quantizer("calib", name, config, str(tmp_path))
+        with torch.no_grad():
+            for i in range(0, 32, 4):
+                q.quant_model(*[t[i:i + 4].clone() for t in calib])
+        q.export_quant_config()
+        t, _ = _quantizer("test", name, config, str(tmp_path))
+        with torch.no_grad():
+            y1 = t.quant_model(*_load(name, "eval_inputs", 1))
+    finally:
+        torch.set_num_threads(threads)
+    assert qi.read_quant_info(str(tmp_path)) == qi.read_quant_info(folder)
+    one, default = qi.read_bias_corr(str(tmp_path)), qi.read_bias_corr(folder)
+    assert one.keys() == default.keys() and all(torch.equal(one[k], default[k]) for k in one)
+    assert torch.equal(y1, y[0])
