@@ -5,7 +5,8 @@ shape arithmetic, a two-output detector.
 Each case is driven through the drop-in API exactly as the data was made: calibration over 8
 batches of 4 (one tensor per input), ``export_quant_config``, then a NEW ``torch_quantizer`` in
 test mode on the 16 eval inputs as one batch and on the 4 tie inputs. The reference used two
-threads; the simulation's results do not depend on the thread count (checked below with one).
+threads, and so do these runs: the bias-correction sums (float32 torch reductions, as in nndct)
+depend on the thread count in their last bits.
 """
 import importlib.util
 import json
@@ -65,8 +66,19 @@ def _as_tuple(y):
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
-    """Per case: the calibration folder and the test-mode outputs (eval, ties)."""
+    """Per case: the calibration folder and the test-mode outputs (eval, ties), made with two
+    threads as the reference was."""
     out = {}
+    threads = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        _run_cases(tmp_path_factory, out)
+    finally:
+        torch.set_num_threads(threads)
+    return out
+
+
+def _run_cases(tmp_path_factory, out):
     for name, config in CASES:
         folder = str(tmp_path_factory.mktemp("%s_%s" % (name, config)))
         q, calib = _quantizer("calib", name, config, folder)
@@ -80,7 +92,6 @@ def results(tmp_path_factory):
             y = _as_tuple(t.quant_model(*_load(name, "eval_inputs", k)))
             yt = _as_tuple(t.quant_model(*_load(name, "tie_inputs", k)))
         out[(name, config)] = (folder, y, yt, t)
-    return out
 
 
 @pytest.mark.parametrize("name,config", CASES)
@@ -92,6 +103,24 @@ def test_golden_wide_fix_positions_equal(name, config, results):
         assert list(mine[section]) == list(golden[section]), section  # same names, same order
         assert {k: v for k, v in mine[section].items()} == golden[section], section
     assert mine["bias_corrected"] == golden["bias_corrected"] == (config == "default")
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_golden_wide_bias_corr_within_a_few_ulps(name, results):
+    """bias_corr.pth equals nndct's to a few float32 ulps of the layer's largest bias (the residue of
+    float convolutions and reductions whose summation order depends on the CPU; see
+    test_sim_golden.test_golden_bias_corr); it never reaches the quantized biases."""
+    t = results[(name, "default")][3]
+    mine = qi.read_bias_corr(results[(name, "default")][0])
+    ref = torch.load(os.path.join(DATA, name, "default", "bias_corr.pt"), weights_only=True)
+    assert list(mine) == list(ref)
+    graph = t._session.graph
+    for key, golden in ref.items():
+        bias = graph.module(graph.by_name[key.split("::")[1]]).bias.detach()  # after BN folding and CLE
+        top = bias.abs().max()
+        ulp = torch.nextafter(top, torch.tensor(float("inf"))) - top
+        distance = ((bias - mine[key]) - (bias - golden)).abs() / ulp
+        assert float(distance.max()) <= 8, (key, float(distance.max()))
 
 
 @pytest.mark.parametrize("name,config", CASES)
@@ -132,9 +161,9 @@ def test_golden_wide_intermediates_bit_exact(name, config, results):
     assert differ == []
 
 
-def test_golden_wide_does_not_depend_on_the_thread_count(results, tmp_path):
-    """The shuffle model (bias correction, every op kind) calibrated with one thread gives the same
-    files and outputs as with the default threads."""
+def test_golden_wide_thread_count_moves_only_last_bits_of_bias_correction(results, tmp_path):
+    """The shuffle model (bias correction, every op kind) calibrated with one thread: the same fix
+    positions and outputs as with two; only the bias corrections may move in their last bits."""
     name, config = "shuffle", "default"
     folder, y, _, _ = results[(name, config)]
     threads = torch.get_num_threads()
@@ -152,5 +181,8 @@ def test_golden_wide_does_not_depend_on_the_thread_count(results, tmp_path):
         torch.set_num_threads(threads)
     assert qi.read_quant_info(str(tmp_path)) == qi.read_quant_info(folder)
     one, default = qi.read_bias_corr(str(tmp_path)), qi.read_bias_corr(folder)
-    assert one.keys() == default.keys() and all(torch.equal(one[k], default[k]) for k in one)
+    # the float32 bias-correction sums depend on the thread count in their last bits, as nndct's
+    # (golden_wide README, "Provenance"); here that moved no fix position and no output
+    assert one.keys() == default.keys()
+    assert all(torch.allclose(one[k], default[k], rtol=0, atol=1e-6) for k in one)
     assert torch.equal(y1, y[0])
