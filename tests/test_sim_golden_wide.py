@@ -17,6 +17,7 @@ import pytest
 import torch
 
 from pipeline.apis import torch_quantizer
+from pipeline.errors import QuantizationError
 from pipeline.quantizers import quant_info as qi
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -186,3 +187,26 @@ def test_golden_wide_thread_count_moves_only_last_bits_of_bias_correction(result
     assert one.keys() == default.keys()
     assert all(torch.allclose(one[k], default[k], rtol=0, atol=1e-6) for k in one)
     assert torch.equal(y1, y[0])
+
+
+def test_view_of_a_non_contiguous_tensor_is_named_with_the_fix(tmp_path):
+    """``x.permute(...).view(n, -1)`` (Shuffle(head_view=True), refused by plain torch and nndct
+    alike): calibration and test mode name the node and suggest reshape."""
+    model = gwm.build("shuffle", gwm.SETS[SET]["shuffle"], head_view=True).eval()
+    x = _load("shuffle", "calib_inputs", 1)[0][:4]
+    with pytest.raises(RuntimeError, match="view size is not compatible"):
+        model(x)  # the float model fails too
+    match = r"node 'view_\d+' \(call_method view\) failed: view size is not compatible.*float model fails " \
+            r"here too.*use \.reshape\(\.\.\.\) instead of \.view"
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match=match):
+        q.quant_model(x)
+    # test mode, with the files of the model that reshapes
+    good = _quantizer("calib", "shuffle", "nocle", str(tmp_path))[0]
+    good.quant_model(x)
+    good.export_quant_config()
+    with open(os.path.join(str(tmp_path), "nocle.json")) as f:
+        assert json.load(f) == NOCLE
+    with pytest.raises(QuantizationError, match=match):
+        torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu",
+                        quant_config_file=os.path.join(str(tmp_path), "nocle.json"))

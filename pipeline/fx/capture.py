@@ -345,12 +345,34 @@ def _split_pieces(node: torch.fx.Node) -> Optional[int]:
     return pieces
 
 
+class _NamedShapeProp(ShapeProp):
+    """ShapeProp whose failures name the node (``node_error``)."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except RuntimeError as e:
+            cause = e  # torch 2.x ShapeProp wraps the operator's error
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            raise node_error(n, cause) from e
+
+
+def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
+    """A QuantizationError naming the model operation that raised ``e`` (a ``view`` of a
+    non-contiguous tensor gets the fix: the float model fails there too)."""
+    what = fx_node.target if isinstance(fx_node.target, str) else getattr(fx_node.target, "__name__", fx_node.target)
+    msg = "node %r (%s %s) failed: %s" % (fx_node.name, fx_node.op, what, e)
+    if "view size is not compatible" in str(e):
+        msg += (". The float model fails here too (plain PyTorch refuses .view() on a non-contiguous "
+                "tensor, e.g. after permute/transpose, and so does the real quantizer when it runs "
+                "the float model): use .reshape(...) instead of .view(...) in the model's forward")
+    return QuantizationError(msg)
+
+
 def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dict[torch.fx.Node, Any]:
     with torch.no_grad():
-        try:
-            ShapeProp(graph.gm).propagate(*example)
-        except Exception as e:  # the float model itself fails on the example
-            raise QuantizationError("the float model fails on the example input: %s" % e) from e
+        _NamedShapeProp(graph.gm).propagate(*example)
     shapes = {}
     for node in graph.gm.graph.nodes:
         meta = node.meta.get("tensor_meta")

@@ -24,10 +24,9 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.node import map_arg
 
-from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.capture import SimGraph, SimNode, node_error
 
 LEAKY_SLOPE = 0.1015625  # 26 / 256
 HARD_SIGMOID_SCALE = 2731.0 / 16384.0
@@ -111,17 +110,6 @@ def getattr_path(root: nn.Module, path: str) -> Any:
     for part in path.split("."):
         value = getattr(value, part)
     return value
-
-
-def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
-    """A QuantizationError naming the model operation that raised ``e``."""
-    what = fx_node.target if isinstance(fx_node.target, str) else getattr(fx_node.target, "__name__", fx_node.target)
-    msg = "node %r (%s %s) failed: %s" % (fx_node.name, fx_node.op, what, e)
-    if "view size is not compatible" in str(e):
-        msg += (". The float model fails here too (plain PyTorch refuses .view() on a non-contiguous "
-                "tensor, e.g. after permute/transpose, and so does the real quantizer when it runs "
-                "the float model): use .reshape(...) instead of .view(...) in the model's forward")
-    return QuantizationError(msg)
 
 
 def run_step(graph: SimGraph, fx_node: torch.fx.Node, env: Dict[Any, Any]) -> Any:

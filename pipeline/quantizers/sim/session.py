@@ -110,4 +110,5 @@ class SimSession:
         """
         info = qi.read_quant_info(out_dir)
         corr = qi.read_bias_corr(out_dir) if self.cfg.include_bias_corr else None
+        self.graph.example_shapes  # the float model on the example: a failing node is named here
         return build_lowered(self.graph, self.plan, info, self.bitwidth, corr)
