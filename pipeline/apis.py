@@ -28,9 +28,12 @@ What differs, on purpose:
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
-- The simulation always runs on the CPU; only single-input models are supported.
+- The simulation always runs on the CPU.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
+- ``fast_finetune``/``load_ft_param`` raise ``BackendUnavailableError`` (not simulated yet);
+  ``Inspector`` runs the CPU inspection of ``pipeline.inspect``; ``dump_xmodel`` raises like
+  ``export_xmodel``.
 - ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
   the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
   forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
@@ -342,6 +345,30 @@ class TorchQuantizer:
                            "qdq" if native_onnx else "exact")
 
 
+    def fast_finetune(self, run_fn: Any, run_args: Any) -> None:
+        """Always raises: fast finetuning (AdaQuant, ``param.pth``) is not available in the
+        simulation yet.
+
+        Raises:
+            BackendUnavailableError: always; calibrate without it, or run the script with
+                pytorch_nndct in the Vitis AI image.
+        """
+        raise BackendUnavailableError(
+            "fast_finetune is not available in the simulation yet: it would change the parameters "
+            "(AdaQuant) in a way the sim does not reproduce. Calibrate without it here, or run this "
+            "script with pytorch_nndct in the Vitis AI docker image (`quantizer.backend: nndct`)")
+
+    def load_ft_param(self) -> None:
+        """Always raises: the simulation has no fast-finetuned parameters (see :meth:`fast_finetune`).
+
+        Raises:
+            BackendUnavailableError: always.
+        """
+        raise BackendUnavailableError(
+            "load_ft_param is not available in the simulation yet (fast_finetune is not simulated, so "
+            "there is no param.pth of it); leave the call out here, or run with pytorch_nndct in the "
+            "Vitis AI docker image")
+
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
                       dynamic_batch: bool = False) -> None:
         """Always raises: the sim quantizer cannot write ``<Model>_int.xmodel`` (facts 1.2).
@@ -473,4 +500,6 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
                           device, quant_config_file, target, **ignored_known_kwargs)
 
 
-__all__ = ["torch_quantizer", "TorchQuantizer"]
+from .apis_inspector import Inspector, dump_xmodel  # noqa: E402  (the rest of the drop-in surface)
+
+__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]

@@ -134,13 +134,13 @@ class Inspection:
         }
 
 
-def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspection:
+def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
     """Assign every operation of ``model`` to the DPU of ``target`` or to the CPU, with reasons.
 
     Args:
         model: the float model; not modified (a deep copy is traced in eval mode).
-        example: an input batch, NCHW float32 as the model takes it (any batch size; shapes are
-            reported with it); not modified (the run uses a clone).
+        example: an input batch as the model takes it (a tensor, or a tuple with one tensor per
+            forward argument; any batch size; shapes are reported with it); not modified.
         target: a DPU target name of facts 3.2, e.g. "DPUCZDX8G_ISA1_B4096" (see
             :data:`pipeline.inspect.hardware.TARGETS`).
 
@@ -153,7 +153,8 @@ def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspe
         PipelineError: torch.fx cannot trace the model, or the model fails on the example.
     """
     hardware = get_target(target)
-    if not isinstance(example, torch.Tensor):
+    examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if not examples or not all(isinstance(e, torch.Tensor) for e in examples):
         raise DataError("inspection needs an example input tensor (N, C, H, W) for the model; got "
                         "{}".format(type(example).__name__))
     traced = trace_model(model, example)

@@ -261,13 +261,13 @@ class _NodeFailure(Exception):
         self.error = error
 
 
-def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
+def trace_model(model: nn.Module, example: Any) -> TracedModel:
     """Trace ``model`` with torch.fx and run it once on ``example`` to record shapes.
 
     Args:
         model: the float model (NCHW input). Not modified: a deep copy is traced in eval mode.
-        example: one input batch, NCHW float (any batch size; shapes are reported with it).
-            Not modified: the run uses a clone.
+        example: one input batch (a tensor, or a tuple with one tensor per forward argument;
+            any batch size; shapes are reported with it). Not modified: the run uses a clone.
 
     Returns:
         The :class:`TracedModel`.
@@ -276,6 +276,7 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
         PipelineError: torch.fx cannot trace the model (data-dependent control flow), or the
             float model fails on the example; the message names the node and what to change.
     """
+    examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     work = copy.deepcopy(model).eval()
     try:
         graph_module = torch.fx.symbolic_trace(work)
@@ -286,7 +287,7 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
             "pre- and post-processing outside the model".format(type(model).__name__, error)) from error
     try:
         with torch.no_grad():
-            _ShapeRecorder(graph_module).propagate(example.detach().clone())
+            _ShapeRecorder(graph_module).propagate(*[e.detach().clone() for e in examples])
     except _NodeFailure as failure:
         node = failure.node
         advice = ""
@@ -294,7 +295,7 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
             advice = (" 'view' needs a tensor whose strides fit the new shape; its input may be "
                       "non-contiguous (after permute/transpose): use .reshape() or .flatten()")
         raise PipelineError("the float model fails on the example input (shape {}) at node {!r} "
-                            "({}): {}.{}".format(tuple(example.shape), node.name, node.format_node(),
+                            "({}): {}.{}".format(", ".join(str(tuple(e.shape)) for e in examples), node.name, node.format_node(),
                                                  failure.error, advice)) from failure.error
     modules = dict(graph_module.named_modules())
     inputs: List[OpNode] = []
