@@ -210,3 +210,29 @@ def test_view_of_a_non_contiguous_tensor_is_named_with_the_fix(tmp_path):
     with pytest.raises(QuantizationError, match=match):
         torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu",
                         quant_config_file=os.path.join(str(tmp_path), "nocle.json"))
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_golden_wide_onnx_exact_flavour_equals_the_simulation(name, results, tmp_path):
+    """Both flavours export (several inputs and outputs, float operators, unfused BatchNorm,
+    chunk/split, shape arithmetic); the exact one gives the simulation's bits in ONNX Runtime
+    (graph optimizations off) on the eval inputs, every output."""
+    ort = pytest.importorskip("onnxruntime")
+    from pipeline.export import export_onnx
+    t = results[(name, "default")][3]
+    k = INDEX[name]["default"]["n_inputs"]
+    inputs = _load(name, "eval_inputs", k)
+    example1 = tuple(x[:1].clone() for x in inputs)
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    with torch.no_grad():
+        expected = _as_tuple(t.quant_model(*inputs))
+    for flavour in ("exact", "qdq"):
+        path = export_onnx(t.quant_model, example1 if k > 1 else example1[0], str(tmp_path / (flavour + ".onnx")), flavour)
+        session = ort.InferenceSession(path, sess_options=options, providers=["CPUExecutionProvider"])
+        assert [i.name for i in session.get_inputs()] == (["input"] if k == 1 else ["input_%d" % i for i in range(k)])
+        got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+        assert [g.shape for g in got] == [tuple(e.shape) for e in expected]
+        if flavour == "exact":
+            for g, e in zip(got, expected):
+                assert np.array_equal(g.view(np.int32), e.numpy().view(np.int32))

@@ -135,10 +135,10 @@ class _Recorder(torch.fx.Interpreter):
         return result
 
 
-def _record(gm: torch.fx.GraphModule, x: torch.Tensor) -> Dict[str, Tuple[Any, ...]]:
+def _record(gm: torch.fx.GraphModule, xs: Sequence[torch.Tensor]) -> Dict[str, Tuple[Any, ...]]:
     recorder = _Recorder(gm)
     with torch.no_grad():
-        recorder.run(x)
+        recorder.run(*xs)
     return recorder.meta
 
 
@@ -180,7 +180,7 @@ class _Builder:
         self.nodes = []  # type: List[Any]
         self.initializers = {}  # type: Dict[str, Any]
         self.names = {}  # type: Dict[str, str]
-        self.input_name = INPUT_NAME
+        self.input_names = {}  # type: Dict[str, str]
         self.failed = set()  # type: set
         self.fix_table = {"activations": {}, "params": {}}  # type: Dict[str, Dict[str, Any]]
 
@@ -574,6 +574,127 @@ def _fake_quant(b: _Builder, node: torch.fx.Node, mod: None) -> str:
     return b.quantize(x, node.name, fix_pos, bitwidth, method)
 
 
+def _unary(op_type: str) -> Callable[[_Builder, torch.fx.Node, Any], str]:
+    def handler(b: _Builder, node: torch.fx.Node, mod: Any) -> str:
+        return b.op(op_type, [b.tensor(node.args[0])], node.name)
+    return handler
+
+
+def _silu(b: _Builder, node: torch.fx.Node, mod: Any) -> str:
+    x = b.tensor(node.args[0])
+    return b.op("Mul", [x, b.op("Sigmoid", [x], node.name + "/sigmoid")], node.name)
+
+
+def _gelu(b: _Builder, node: torch.fx.Node, mod: Optional[nn.GELU]) -> str:
+    """torch's exact GELU, ``x * 0.5 * (1 + erf(x * sqrt(1/2)))`` (the tanh form is refused)."""
+    approximate = mod.approximate if mod is not None else b.static(node.kwargs.get("approximate", "none"))
+    if approximate != "none":
+        raise _Unsupported("GELU(approximate=%r): only the exact erf form" % approximate)
+    x = b.tensor(node.args[0])
+    e = b.op("Erf", [b.op("Mul", [x, b.scalar(node.name + "/rsqrt2", 0.7071067811865476)], node.name + "/scaled")],
+             node.name + "/erf")
+    one = b.op("Add", [e, b.scalar(node.name + "/one", 1.0)], node.name + "/one_plus")
+    half = b.op("Mul", [x, b.scalar(node.name + "/half", 0.5)], node.name + "/half_x")
+    return b.op("Mul", [half, one], node.name)
+
+
+def _softmax(b: _Builder, node: torch.fx.Node, mod: Optional[nn.Softmax]) -> str:
+    dim = mod.dim if mod is not None else b.static(_arg(node, 1, "dim"))
+    if dim is None:
+        raise _Unsupported("softmax without dim")
+    return b.op("Softmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
+
+
+def _mean(b: _Builder, node: torch.fx.Node, mod: None) -> str:
+    """``mean(dim, keepdim)`` as ReduceSum then Div by the count: torch's sum and division, exact
+    on quantized inputs (their partial sums are exact in any order)."""
+    rank = len(b.shape(node.args[0]))
+    dim = b.static(_arg(node, 1, "dim", None))
+    dims = list(range(rank)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    axes = sorted(int(d) % rank for d in dims)
+    keep = int(bool(b.static(_arg(node, 2, "keepdim", False))))
+    if node.kwargs.get("dtype") is not None:
+        raise _Unsupported("mean with a dtype")
+    count = 1
+    for a in axes:
+        count *= b.shape(node.args[0])[a]
+    total = b.op("ReduceSum", [b.tensor(node.args[0]), b.ints(node.name + "/axes", axes)], node.name + "/sum",
+                 keepdims=keep)
+    return b.op("Div", [total, b.scalar(node.name + "/count", float(count))], node.name)
+
+
+def _pad(b: _Builder, node: torch.fx.Node, mod: Optional[nn.ZeroPad2d]) -> str:
+    """Constant padding (F.pad mode 'constant', nn.ZeroPad2d) as Pad; torch lists the last
+    dimension first, ONNX every dimension's begins then ends."""
+    if mod is not None:
+        pad, value, mode = list(mod.padding), 0.0, "constant"
+    else:
+        pad = list(b.static(_arg(node, 1, "pad")))
+        mode = b.static(_arg(node, 2, "mode", "constant"))
+        value = b.static(_arg(node, 3, "value", None))
+    if mode != "constant":
+        raise _Unsupported("pad mode %r (only 'constant')" % mode)
+    rank = len(b.shape(node.args[0]))
+    begins, ends = [0] * rank, [0] * rank
+    for i in range(len(pad) // 2):
+        begins[rank - 1 - i], ends[rank - 1 - i] = int(pad[2 * i]), int(pad[2 * i + 1])
+    if min(begins + ends) < 0:
+        raise _Unsupported("negative padding")
+    return b.op("Pad", [b.tensor(node.args[0]), b.ints(node.name + "/pads", begins + ends),
+                        b.scalar(node.name + "/value", float(value or 0.0))], node.name, mode="constant")
+
+
+def _batch_norm(b: _Builder, node: torch.fx.Node, mod: nn.modules.batchnorm._BatchNorm) -> str:
+    """An unfused BatchNorm of the lowered model (quantized weight and bias, mean 0, var 1, eps 0:
+    ``x * weight + bias``) as BatchNormalization."""
+    if len(node.args) != 1 or node.kwargs:
+        raise _Unsupported("expected one input")
+    if mod.eps != 0.0 or bool((mod.running_mean != 0).any()) or bool((mod.running_var != 1).any()):
+        raise _Unsupported("BatchNorm statistics other than mean 0, var 1, eps 0 (the quantizer's converted form)")
+    bits = getattr(mod, "bitwidth", None)
+    w = b.param(node.target, "weight", mod.weight, getattr(mod, "weight_fix_pos", None), bits)
+    bias = b.param(node.target, "bias", mod.bias, getattr(mod, "bias_fix_pos", None), bits)
+    c = int(mod.num_features)
+    return b.op("BatchNormalization", [b.tensor(node.args[0]), w, bias,
+                                       b.init(node.name + "/mean", np.zeros(c, np.float32)),
+                                       b.init(node.name + "/var", np.ones(c, np.float32))],
+                node.name, epsilon=0.0)
+
+
+SPLIT_FUNCTIONS = (torch.chunk, torch.split)
+SPLIT_METHODS = ("chunk", "split")
+
+
+def _is_split(node: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and (
+        (node.op == "call_function" and node.target in SPLIT_FUNCTIONS)
+        or (node.op == "call_method" and node.target in SPLIT_METHODS))
+
+
+def _getitem(b: _Builder, node: torch.fx.Node, mod: None) -> str:
+    """One piece of a chunk/split (Slice along its dim, bounds from the traced sizes)."""
+    base, index = node.args
+    if not _is_split(base):
+        raise _Unsupported("indexing a tensor (only the pieces of chunk/split)")
+    x = base.args[0]
+    size = b.shape(x)
+    dim = int(b.static(_arg(base, 2, "dim", 0))) % len(size)
+    how = b.static(_arg(base, 1, "chunks" if base.target in ("chunk", torch.chunk) else "split_size_or_sections"))
+    if base.target in ("chunk", torch.chunk):
+        step = -(-size[dim] // int(how))
+        bounds = [(i, min(i + step, size[dim])) for i in range(0, size[dim], step)]
+    elif isinstance(how, int):
+        bounds = [(i, min(i + how, size[dim])) for i in range(0, size[dim], how)]
+    else:
+        starts = np.cumsum([0] + list(how)).tolist()
+        bounds = list(zip(starts[:-1], starts[1:]))
+    start, end = bounds[int(b.static(index))]
+    if dim in b.batch_dims(x):
+        raise _Unsupported("splitting the batch dimension")
+    return b.op("Slice", [b.tensor(x), b.ints(node.name + "/starts", [start]), b.ints(node.name + "/ends", [end]),
+                          b.ints(node.name + "/axes", [dim])], node.name)
+
+
 # Literal registries: what the exporter writes. Exact type / object / name matches only.
 MODULE_HANDLERS = {
     nn.Conv2d: _conv,
@@ -589,6 +710,14 @@ MODULE_HANDLERS = {
     nn.Upsample: _upsample,
     nn.Flatten: _reshape,
     nn.Identity: _alias,
+    nn.Sigmoid: _unary("Sigmoid"),
+    nn.Tanh: _unary("Tanh"),
+    nn.SiLU: _silu,
+    nn.GELU: _gelu,
+    nn.Softmax: _softmax,
+    nn.ZeroPad2d: _pad,
+    nn.BatchNorm1d: _batch_norm,
+    nn.BatchNorm2d: _batch_norm,
 }  # type: Dict[type, Callable[..., str]]
 
 FUNCTION_HANDLERS = {
@@ -613,6 +742,9 @@ FUNCTION_HANDLERS = {
     torch.flatten: _reshape, torch.reshape: _reshape,
     torch.squeeze: _reshape, torch.unsqueeze: _reshape,
     torch.permute: _permute, torch.transpose: _transpose,
+    torch.sigmoid: _unary("Sigmoid"), torch.tanh: _unary("Tanh"), F.silu: _silu, F.gelu: _gelu,
+    torch.softmax: _softmax, F.softmax: _softmax, torch.mean: _mean, F.pad: _pad,
+    operator.getitem: _getitem,
 }  # type: Dict[Any, Callable[..., str]]
 
 METHOD_HANDLERS = {
@@ -622,6 +754,7 @@ METHOD_HANDLERS = {
     "squeeze": _reshape, "unsqueeze": _reshape,
     "permute": _permute, "transpose": _transpose,
     "contiguous": _alias,
+    "sigmoid": _unary("Sigmoid"), "tanh": _unary("Tanh"), "softmax": _softmax, "mean": _mean,
 }  # type: Dict[str, Callable[..., str]]
 
 
@@ -661,7 +794,7 @@ def _handler(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Tuple[Optional[Ca
 def _emit(b: _Builder, node: torch.fx.Node) -> None:
     meta = b.meta1.get(node.name, ("other", "nothing"))
     if node.op == "placeholder":
-        b.names[node.name] = b.input_name
+        b.names[node.name] = b.input_names[node.name]
         return
     if node.op == "get_attr":
         value = _get_attr(b.gm, node.target)
@@ -672,6 +805,8 @@ def _emit(b: _Builder, node: torch.fx.Node) -> None:
         return
     if meta[0] == "value":
         return  # a Python value (constant or shape): read by the nodes that use it
+    if _is_split(node):
+        return  # a tuple of pieces: each getitem of it is a Slice
     if meta[0] != "tensor":
         raise _Unsupported("produces a %s, not one tensor" % meta[1])
     if meta[2] != torch.float32:
@@ -722,26 +857,28 @@ def _check_example(example1: Any) -> None:
                           % (example1.dtype, example1.is_contiguous()))
 
 
-def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str) -> Any:
+def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], flavour: str) -> Any:
     """The ONNX ``ModelProto`` of ``gm`` (checked with ``onnx.checker``); raises ExportError."""
     import onnx
     from onnx import TensorProto, helper
 
     placeholders = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
-    if len(placeholders) != 1:
-        raise ExportError("export expects a model with exactly one input, got %d (%s)"
-                          % (len(placeholders), ", ".join(placeholders)))
+    if len(placeholders) != len(examples):
+        raise ExportError("export: the model takes %d inputs (%s), got %d example tensors"
+                          % (len(placeholders), ", ".join(placeholders), len(examples)))
     try:
-        meta1 = _record(gm, example1.clone())
-        meta2 = _record(gm, torch.cat([example1, example1], 0))  # finds the batch-dependent dims
+        meta1 = _record(gm, [e.clone() for e in examples])
+        meta2 = _record(gm, [torch.cat([e, e], 0) for e in examples])  # finds the batch-dependent dims
     except Exception as exc:
         raise ExportError("the model failed on the batch-1 example input %s (and on a batch of two "
-                          "copies of it): %s: %s" % (tuple(example1.shape), type(exc).__name__, exc)) from exc
+                          "copies of it): %s: %s" % (", ".join(str(tuple(e.shape)) for e in examples),
+                                                     type(exc).__name__, exc)) from exc
     b = _Builder(gm, flavour, meta1, meta2)
     # fx node names are identifiers and every other tensor name holds a '/' or a '.', so graph
     # input/output names only have to avoid the fx node names (a layer called `output`, say)
     taken = {n.name for n in gm.graph.nodes if n.op not in ("placeholder", "output")}
-    b.input_name = _free_name(INPUT_NAME, taken)
+    for i, name in enumerate(placeholders):
+        b.input_names[name] = _free_name(INPUT_NAME if len(placeholders) == 1 else "%s_%d" % (INPUT_NAME, i), taken)
     problems = []  # type: List[str]
     output_node = None
     for node in gm.graph.nodes:
@@ -774,8 +911,8 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
                ", ".join(sorted(METHOD_HANDLERS))))
     graph = helper.make_graph(
         b.nodes, "quantized_%s" % flavour,
-        [helper.make_tensor_value_info(b.input_name, TensorProto.FLOAT,
-                                       [BATCH_DIM] + list(example1.shape[1:]))],
+        [helper.make_tensor_value_info(b.input_names[p], TensorProto.FLOAT, [BATCH_DIM] + list(e.shape[1:]))
+         for p, e in zip(placeholders, examples)],
         outputs, initializer=list(b.initializers.values()))
     model = helper.make_model(graph, producer_name=PRODUCER_NAME, producer_version=__version__,
                               opset_imports=[helper.make_opsetid("", OPSET)])
@@ -798,7 +935,7 @@ def _build_model(gm: torch.fx.GraphModule, example1: torch.Tensor, flavour: str)
     return model
 
 
-def export_onnx(gm: torch.fx.GraphModule, example1: torch.Tensor, out_path: str, flavour: str) -> str:
+def export_onnx(gm: torch.fx.GraphModule, example1: Any, out_path: str, flavour: str) -> str:
     """Write the lowered test-mode model ``gm`` as ONNX (opset 13) to ``out_path``; returns ``out_path``.
 
     Args:
@@ -806,15 +943,16 @@ def export_onnx(gm: torch.fx.GraphModule, example1: torch.Tensor, out_path: str,
             run twice on CPU under ``torch.no_grad`` (on the example and on two copies of it, to
             find which output dimensions follow the batch size); it is not modified.
         example1: float32, contiguous, batch-1 example input of one sample's shape, e.g. NCHW
-            (1, C, H, W). Never written (the runs use copies).
+            (1, C, H, W), or a tuple of them (one per model input). Never written (the runs use
+            copies).
         out_path: destination file; written atomically (temporary name in the same folder, then
             ``os.replace``); the folder is created if missing.
         flavour: ``"exact"`` (bit-exact with the simulation, half_up ties toward +inf) or
             ``"qdq"`` (QuantizeLinear/DequantizeLinear; rounds half to even, so it can be 1 LSB
             off the DPU on ties at each quantization point).
 
-    The file has input ``input`` (N, *example1.shape[1:]) float32 with a dynamic batch
-    dimension ``N``, output ``output`` (or ``output_<i>`` for several) float32, and the same bytes
+    The file has input ``input`` (N, *example1.shape[1:]) float32 (``input_0``, ``input_1``, ...
+    for several) with a dynamic batch dimension ``N``, output ``output`` (or ``output_<i>`` for several) float32, and the same bytes
     for the same graph and the same onnx version.
 
     Raises:
@@ -825,6 +963,8 @@ def export_onnx(gm: torch.fx.GraphModule, example1: torch.Tensor, out_path: str,
     """
     if flavour not in FLAVOURS:
         raise ExportError("ONNX flavour must be one of %s, got %r" % (FLAVOURS, flavour))
-    _check_example(example1)
-    model = _build_model(gm, example1, flavour)
+    examples = tuple(example1) if isinstance(example1, (tuple, list)) else (example1,)
+    for e in examples:
+        _check_example(e)
+    model = _build_model(gm, examples, flavour)
     return write_bytes(out_path, model.SerializeToString(deterministic=True))
