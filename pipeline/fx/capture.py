@@ -89,6 +89,15 @@ class SimNode:
         self.const_args = {}  # type: Dict[int, SimNode]
         self.shape_value = False
 
+    @property
+    def float_operator(self) -> bool:
+        """True when the node runs in float on the CPU: a float operator of the op table, or
+        element-wise arithmetic with a constant operand (no DPU engine takes a constant)."""
+        if self.shape_value or self.fx_node is None:
+            return False
+        return t.is_float_operator(self.op) or (self.op in (t.ADD, t.MULTIPLY) and any(
+            i.op == CONST for i in self.inputs))
+
     def __repr__(self) -> str:
         return "SimNode(%s)" % self.name
 
@@ -144,8 +153,8 @@ class SimGraph:
         return m
 
     def float_operators(self) -> List[SimNode]:
-        """The nodes that run in float on the CPU (``optable.is_float_operator``), in order."""
-        return [n for n in self.nodes if t.is_float_operator(n.op)]
+        """The nodes that run in float on the CPU, in order (``SimNode.float_operator``)."""
+        return [n for n in self.nodes if n.float_operator]
 
     def graph_md5(self) -> str:
         """md5 of the graph description nndct checks in test mode (``Graph.get_md5``).
@@ -281,8 +290,8 @@ def _fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
         graph.erase_node(node)
 
 
-def _conv_op(m: nn.Module) -> str:
-    if m.padding_mode != "zeros":
+def _conv_op(m: nn.Module, strict: bool = True) -> str:
+    if strict and m.padding_mode != "zeros":
         raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
                                 "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
                                 "explicit pad" % m.padding_mode)
@@ -296,20 +305,25 @@ def _conv_op(m: nn.Module) -> str:
     return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
 
 
-def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node) -> str:
-    """The op type of one fx node: a row of the op table, or ``aten_<name>`` (float operator)."""
+def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node, strict: bool = True) -> str:
+    """The op type of one fx node: a row of the op table, or ``aten_<name>`` (float operator).
+    ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
     if node.op == "call_module":
         m = gm.get_submodule(node.target)
         if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
-            return _conv_op(m)
+            return _conv_op(m, strict)
         if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
             return RELU6
         if type(m) in MODULE_OPS:
             return MODULE_OPS[type(m)]
+        if isinstance(m, REMOVED_MODULES):
+            return t.IDENTITY
         return "aten_%s" % type(m).__name__.lower()
     if node.op == "call_function":
         if node.target in FUNCTION_OPS:
             return FUNCTION_OPS[node.target]
+        if node.target in REMOVED_FUNCTIONS:
+            return t.IDENTITY
         return "aten_%s" % getattr(node.target, "__name__", "op").strip("_")
     if node.target in METHOD_OPS:  # call_method
         return METHOD_OPS[node.target]
@@ -383,8 +397,9 @@ def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dic
 class _Builder:
     """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, class_name: str) -> None:
+    def __init__(self, gm: torch.fx.GraphModule, class_name: str, strict: bool = True) -> None:
         self.gm = gm
+        self.strict = strict
         self.class_name = class_name
         self.by_fx = {}  # type: Dict[torch.fx.Node, SimNode]
         self.helper_src = {}  # type: Dict[torch.fx.Node, List[SimNode]]
@@ -463,7 +478,7 @@ class _Builder:
             self.helper(fx_node, sources)
 
     def operator(self, fx_node: torch.fx.Node) -> None:
-        op = _classify(self.gm, fx_node)
+        op = _classify(self.gm, fx_node, self.strict)
         if op in ARITHMETIC_TYPES:
             inputs, consts = [], {}  # type: List[SimNode], Dict[int, SimNode]
             for i, a in enumerate(fx_node.args):
@@ -480,7 +495,7 @@ class _Builder:
             node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
         if op in PARAM_TYPES:
             self.called[fx_node.target] = self.called.get(fx_node.target, 0) + 1
-            if self.called[fx_node.target] > 1:
+            if self.called[fx_node.target] > 1 and self.strict:
                 raise QuantizationError("module %r is called more than once; the sim quantizer "
                                         "needs one module per conv/linear/batch-norm use" % fx_node.target)
             m = self.gm.get_submodule(fx_node.target)
@@ -489,7 +504,7 @@ class _Builder:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
 
 
-def capture(model: nn.Module, example: Any, cfg: QuantConfig) -> SimGraph:
+def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True) -> SimGraph:
     """Deep-copy, rewrite and trace ``model``; name every node as nndct does.
 
     Args:
@@ -497,7 +512,10 @@ def capture(model: nn.Module, example: Any, cfg: QuantConfig) -> SimGraph:
             Never modified.
         example: the example input: a float32 tensor of any rank, or a tuple/list of them (one
             per ``forward`` argument, in order); not modified.
-        cfg: resolved quantization config (CLE and the convert_* switches decide module swaps).
+        cfg: resolved quantization config (CLE and the convert_* switches decide module swaps);
+            None with ``rewrite=False``.
+        rewrite: False keeps the model as written (no module swaps, Dropout/Identity kept as
+            ``identity`` nodes, BatchNorm unfolded): the view ``inspect`` reports on.
 
     Returns:
         SimGraph.
@@ -510,7 +528,8 @@ def capture(model: nn.Module, example: Any, cfg: QuantConfig) -> SimGraph:
     work = copy.deepcopy(model).cpu().eval()
     for p in work.parameters():
         p.requires_grad_(False)
-    _swap_modules(work, cfg)
+    if rewrite:
+        _swap_modules(work, cfg)
     fx_graph = _trace(work)
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
@@ -518,13 +537,14 @@ def capture(model: nn.Module, example: Any, cfg: QuantConfig) -> SimGraph:
                                 "pass one tensor per input, in order, as a tuple"
                                 % (type(model).__name__, len(placeholders),
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
-    _remove_passthrough(work, fx_graph)
-    _fold_bn(work, fx_graph)
+    if rewrite:
+        _remove_passthrough(work, fx_graph)
+        _fold_bn(work, fx_graph)
     fx_graph.lint()
     # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
     gm = torch.fx.GraphModule(work, fx_graph, class_name=type(work).__name__)
 
-    builder = _Builder(gm, type(model).__name__)
+    builder = _Builder(gm, type(model).__name__, rewrite)
     outputs = []  # type: List[SimNode]
     for fx_node in gm.graph.nodes:
         if fx_node.op == "output":

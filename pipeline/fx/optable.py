@@ -4,9 +4,11 @@ One row per nndct op type (``nndct_shared/base/key_names.py``, ``NNDCT_OP``; an 
 has no type for is an ``aten_<name>`` node, run in float: its warning
 ``QUANTIZER_TORCH_FLOAT_OP``). Each :class:`OpSpec` says:
 
-- ``kind``: ``"dpu"`` (runs on the DPU), ``"float"`` (a float operator: runs on the CPU in
-  float, on its quantized input), ``"shape"`` (shape arithmetic on traced sizes: Python ints,
-  never quantized), ``"io"`` (input, constant);
+- ``kind``: ``"dpu"`` (a DPU operation), ``"float"`` (a float operator: runs on the CPU in
+  float, on its quantized input; ``inspect`` puts exactly these on the CPU for that reason),
+  ``"layout"`` (moves or views data: reshape, flatten, permute, transpose, slices; where it runs
+  follows its neighbours), ``"shape"`` (shape arithmetic on traced sizes: Python ints, never
+  quantized), ``"io"`` (input, constant);
 - ``quantizable``: the op is one of nndct's ``QUANTIZABLE_OPS``: its group's output always gets a
   fix position, and so do the outputs feeding it. Any other node gets one only when it feeds a
   quantizable node (so Sigmoid, Tanh, SiLU, clamp and ``aten::mean`` are quantized before a
@@ -69,11 +71,13 @@ SOFTMAX = "nndct_softmax"
 CLAMP = "nndct_clamp"
 SILU = "aten_silu"
 MEAN = "aten_mean"
+IDENTITY = "identity"  # Dropout/Identity before the rewrites remove them (inspect's view)
 RETURN = "nndct_return"
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT = OpSpec("float", False, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
+_LAYOUT = "layout"
 
 OPS = {
     INPUT: OpSpec("io", True, False, False),
@@ -96,13 +100,14 @@ OPS = {
     ADD: _DPU_Q,
     MULTIPLY: _DPU_Q,
     CONCAT: _DPU_Q,
-    TRANSPOSE: _DPU_Q,
+    TRANSPOSE: OpSpec(_LAYOUT, True, False, False),
     PAD: OpSpec("dpu", False, False, False),
-    FLATTEN: OpSpec("dpu", False, True, True),
-    RESHAPE: OpSpec("dpu", False, True, False),
-    CONTIGUOUS: OpSpec("dpu", False, True, True),
-    PERMUTE: OpSpec("dpu", False, True, True),
-    STRIDED_SLICE: OpSpec("dpu", False, True, False),
+    FLATTEN: OpSpec(_LAYOUT, False, True, True),
+    RESHAPE: OpSpec(_LAYOUT, False, True, False),
+    CONTIGUOUS: OpSpec(_LAYOUT, False, True, True),
+    PERMUTE: OpSpec(_LAYOUT, False, True, True),
+    STRIDED_SLICE: OpSpec(_LAYOUT, False, True, False),
+    IDENTITY: OpSpec(_LAYOUT, False, True, False),
     SHAPE: OpSpec("shape", False, False, False),
     FLOOR_DIVIDE: OpSpec("shape", False, False, False),
     SIGMOID: _FLOAT,
@@ -130,8 +135,13 @@ def spec(op: str) -> OpSpec:
 
 
 def is_float_operator(op: str) -> bool:
-    """True for the ops that run in float on the CPU (not on the DPU)."""
+    """True for the op types that run in float on the CPU (not on the DPU)."""
     return spec(op).kind == "float"
+
+
+def is_layout(op: str) -> bool:
+    """True for the op types that only move or view data."""
+    return spec(op).kind == _LAYOUT
 
 
 MODULE_OPS = {

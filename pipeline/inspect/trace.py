@@ -11,7 +11,6 @@ tensor (``x.size(0)``) are not nodes.
 Nothing of the caller's model or example is changed: both are copied first.
 """
 
-import copy
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,7 +21,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, QuantizationError
+from pipeline.fx.capture import capture
 
 
 @dataclass
@@ -44,6 +44,9 @@ class OpNode:
         contiguous: whether the output tensor was C-contiguous on the example run.
         maybe_noncontiguous: whether the output may be non-contiguous whatever the input shape
             (made by permute, transpose, expand, slicing, ...), or was on the example run.
+        quantizer_op: the op type of the one graph capture (``pipeline.fx.optable``, e.g.
+            ``nndct_conv2d``, ``aten_mean``), None where the capture has no node.
+        float_operator: the quantizer runs it in float on the CPU (``SimNode.float_operator``).
     """
 
     name: str
@@ -54,6 +57,8 @@ class OpNode:
     attrs: Dict[str, Any] = field(default_factory=dict)
     contiguous: bool = True
     maybe_noncontiguous: bool = False
+    quantizer_op: Optional[str] = None
+    float_operator: bool = False
 
 
 @dataclass
@@ -277,14 +282,16 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
             float model fails on the example; the message names the node and what to change.
     """
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    work = copy.deepcopy(model).eval()
     try:
-        graph_module = torch.fx.symbolic_trace(work)
-    except Exception as error:
+        # the one graph capture, without the quantizer's rewrites (BatchNorm, Dropout kept)
+        graph = capture(model, examples, None, rewrite=False)
+    except QuantizationError as error:
         raise PipelineError(
             "torch.fx could not trace {}: {}. Inspection (like the real quantizer, which traces "
             "with torch.jit.trace) needs a forward() without data-dependent control flow: keep "
             "pre- and post-processing outside the model".format(type(model).__name__, error)) from error
+    graph_module = graph.gm
+    sim_nodes = {fx.name: sim for fx, sim in graph.steps if sim is not None}
     try:
         with torch.no_grad():
             _ShapeRecorder(graph_module).propagate(*[e.detach().clone() for e in examples])
@@ -332,6 +339,9 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
         maybe_nc[fx_node.name] = made_nc
         if made_nc:
             origin_nc[fx_node.name] = fx_node.name
+        sim = sim_nodes.get(fx_node.name)
         nodes.append(OpNode(fx_node.name, op, source, [alias.get(n, n) for n in known],
-                            tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc))
+                            tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc,
+                            sim.op if sim is not None else None,
+                            sim is not None and sim.float_operator))
     return TracedModel(type(model).__name__, inputs, nodes, outputs)
