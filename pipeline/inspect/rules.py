@@ -643,6 +643,23 @@ def float_operator(node: OpNode, ctx: Context) -> Verdict:
                 "quantized input.".format(node.op, node.source))
 
 
+def resize(node: OpNode, ctx: Context) -> Verdict:
+    """Upsample / interpolate: nearest resizing is a DPU op of the quantizer (``nndct_resize``);
+    other modes are not modelled here."""
+    if node.attrs.get("mode") != "nearest":
+        return unknown(node, ctx, "a {} resize".format(node.attrs.get("mode")))
+    return Verdict(DPU)
+
+
+def piece(node: OpNode, ctx: Context) -> Verdict:
+    """chunk / split and the pieces taken from them: channel slices of the producer's map, where
+    the producer runs."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return _cpu("The input of {} is not on DPU.".format(node.op))
+    return Verdict(DPU)
+
+
 def pad(node: OpNode, ctx: Context) -> Verdict:
     """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
     src = ctx.producer(node)
@@ -667,7 +684,8 @@ OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
     "concat": concat,
     "reshape": reshape, "view": reshape, "flatten": reshape,
     "permute": permute, "transpose": permute,
-    "pad": pad,
+    "pad": pad, "resize": resize,
+    "chunk": piece, "split": piece, "getitem": piece,
 }
 
 

@@ -74,7 +74,7 @@ class TracedModel:
 # Module classes, most specific first (nn.ReLU6 is a subclass of nn.Hardtanh).
 _MODULE_OPS = (
     (nn.Conv2d, "conv2d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.Linear, "dense"),
-    (nn.BatchNorm2d, "batch_norm"), (nn.ReLU6, "relu6"), (nn.ReLU, "relu"),
+    (nn.BatchNorm2d, "batch_norm"), (nn.BatchNorm1d, "batch_norm"), (nn.Upsample, "resize"), (nn.ReLU6, "relu6"), (nn.ReLU, "relu"),
     (nn.LeakyReLU, "leaky_relu"), (nn.PReLU, "prelu"), (nn.Hardsigmoid, "hsigmoid"),
     (nn.Hardswish, "hswish"), (nn.Sigmoid, "sigmoid"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"),
     (nn.GELU, "gelu"), (nn.Softmax, "softmax"), (nn.MaxPool2d, "max_pool2d"),
@@ -91,7 +91,8 @@ _FUNCTION_OPS = {
     F.hardswish: "hswish", torch.sigmoid: "sigmoid", F.silu: "silu", torch.tanh: "tanh",
     F.gelu: "gelu", torch.softmax: "softmax", F.softmax: "softmax", F.max_pool2d: "max_pool2d",
     F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
-    F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem",
+    F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem", F.interpolate: "resize",
+    torch.chunk: "chunk", torch.split: "split",
 }
 
 _METHOD_OPS = {
@@ -155,6 +156,8 @@ def _module_attrs(op: str, module: nn.Module) -> Dict[str, Any]:
         return {"output_size": module.output_size}
     if op == "flatten":
         return {"start_dim": module.start_dim, "end_dim": module.end_dim}
+    if op == "resize":
+        return {"mode": module.mode}
     return {}
 
 
@@ -197,6 +200,8 @@ def _function_attrs(op: str, node: torch.fx.Node) -> Dict[str, Any]:
         dim = _arg(node, 1, "dim")
         dims = list(dim) if isinstance(dim, (tuple, list)) else ([dim] if dim is not None else [])
         return {"dim": [int(d) for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))}
+    if op == "resize":
+        return {"mode": _arg(node, 3, "mode", "nearest")}
     if op in ("add", "mul"):
         operands = [_arg(node, 0, "input"), _arg(node, 1, "other")]
         return {"tensor_operands": sum(isinstance(o, torch.fx.Node) for o in operands)}
