@@ -415,37 +415,47 @@ def step_export(run: Run) -> Dict[str, Any]:
     files = {}
     for fmt in progress(list(run.cfg.export.formats), "export", unit="format"):
         files.update(backend.export(handle, example, run.path("export"), [fmt]))
-    agreement = {}
+    agreement, warnings = {}, []  # type: Dict[str, Any], List[str]
     if run.cfg.quantizer.backend == "sim":
-        agreement = _verify_onnx(run, handle, files)
+        agreement, warnings = _verify_onnx(run, handle, files)
     np_example = run.path("export", "example_input.npy")
     with fileio.atomic_path(np_example) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, example.numpy())
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
     return run.save_step("export", {"files": files, "example_input": np_example,
-                                    "example_shape": list(example.shape), "agreement": agreement,
+                                    "example_shape": list(example.shape), "agreement": agreement, "warnings": warnings,
                                     "ledger": ledger.summary(), "ledger_rows": ledger.rows})
 
 
-def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Dict[str, Any]:
-    """ONNX Runtime vs the simulation on the eval batches, per ONNX flavour (pipeline.export.verify)."""
-    from .export.verify import check_agreement, verify_onnx
+def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Tuple[Dict[str, Any], List[str]]:
+    """ONNX Runtime vs the simulation on the eval batches, per ONNX flavour (pipeline.export.verify).
+
+    onnx_exact is compared with the simulation; onnx_qdq is checked bit for bit against the
+    half-to-even simulation, then compared with the simulation under ONNX Runtime's default
+    optimizations (reported, warned about past 1 LSB). Returns the reports and the warnings.
+    """
+    from .export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
     inputs = torch.cat([x for x, _ in run.batches("eval", limit=run.cfg.data.eval_batches)])
-    out = {}
+    out, warnings = {}, []
     for fmt, path in sorted(files.items()):
         if not fmt.startswith("onnx"):
             continue
-        report = out[fmt] = verify_onnx(handle, path, inputs)
-        log.info("export: %s vs simulation: max abs diff %g, %d of %d elements differ (max %s LSB)", fmt,
-                 report["max_abs_diff"], report["mismatches"], report["elements"], report["max_diff_lsb"])
-        if fmt in run.cfg.export.verify_max_lsb:
-            try:
+        try:
+            verify = verify_qdq if fmt == "onnx_qdq" else verify_onnx
+            report = out[fmt] = verify(handle, path, inputs)
+            log.info("export: %s vs simulation: max abs diff %g, %d of %d elements differ (max %s LSB)", fmt,
+                     report["max_abs_diff"], report["mismatches"], report["elements"], report["max_diff_lsb"])
+            if fmt in run.cfg.export.verify_max_lsb:
                 check_agreement(report, run.cfg.export.verify_max_lsb[fmt])
-            except ExportError as exc:  # keep the evidence, but not under the final name
-                os.replace(path, path + ".rejected")
-                raise ExportError("%s; the file was kept as %s.rejected" % (exc, path))
-    return out
+        except ExportError as exc:  # keep the evidence, but not under the final name
+            os.replace(path, path + ".rejected")
+            raise ExportError("%s; the file was kept as %s.rejected" % (exc, path))
+        warning = qdq_warning(report) if fmt == "onnx_qdq" else None
+        if warning:
+            log.warning("export: %s", warning)
+            warnings.append(warning)
+    return out, warnings
 
 
 def step_compile(run: Run) -> Dict[str, Any]:

@@ -151,6 +151,10 @@ def test_vek280_resnet18_scenario_end_to_end(sample_folder, tmp_path):
     assert report["eval_images"] == 3
     assert report["ledger"]["copies_per_batch"] == 1
     assert report["onnx_agreement"]["onnx_exact"]["max_abs_diff"] == 0
+    qdq = report["onnx_agreement"]["onnx_qdq"]
+    assert qdq["reference_mismatches"] == 0                       # bit-exact with the half-even simulation
+    with open(os.path.join(work, "report.md")) as f:               # ResNet-18: ties add up over 32 points
+        assert ("onnx_qdq differs from the simulation by up to" in f.read()) == (qdq["max_diff_lsb"] > 1)
     argv = report["compile_argv"]
     assert argv[argv.index("-a") + 1] == "/opt/vitis_ai/compiler/arch/DPUCV2DX8G/VEK280/arch.json"
     example = np.load(os.path.join(work, "export", "example_input.npy"))

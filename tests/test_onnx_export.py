@@ -29,7 +29,7 @@ pytest.importorskip("onnxruntime")
 
 import pipeline.quantizers.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
 from pipeline.errors import ExportError  # noqa: E402
-from pipeline.export import check_agreement, export_onnx, verify_onnx  # noqa: E402
+from pipeline.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
 
 
 def fq(x, p, bits=8, method="half_up"):
@@ -337,6 +337,42 @@ def test_qdq_flavour_equals_half_even_reference(exported, name):
     report = verify_onnx(_half_even_reference(gm), paths["qdq"], x)
     assert report["flavour"] == "qdq"
     assert report["max_abs_diff"] == 0.0 and report["mismatches"] == 0, report
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_package_qdq_reference_equals_the_independent_one(exported, name):
+    gm, x, _, _ = exported[name]
+    ours, theirs = qdq_reference(gm), _half_even_reference(gm)
+    assert torch.equal(ours(x.clone()), theirs(x.clone()))
+    assert ours.output_fix_pos == gm.output_fix_pos
+    assert sum(n.target is fixpoint.fake_quant for n in gm.graph.nodes) > 0   # gm itself unchanged
+
+
+@pytest.mark.parametrize("name", sorted(CASES))
+def test_verify_qdq_is_exact_and_reports_the_default_optimizations(exported, name):
+    gm, x, _, paths = exported[name]
+    report = verify_qdq(gm, paths["qdq"], x)
+    assert report["reference_mismatches"] == 0 and report["ort_optimizations"] == "all"
+    assert report["quantization_points"] == sum(n.target is fixpoint.fake_quant for n in gm.graph.nodes)
+    assert (qdq_warning(report) is None) == (report["max_diff_lsb"] <= 1)
+
+
+def test_verify_qdq_refuses_a_file_that_is_not_the_half_even_simulation(exported):
+    gm, x, _, paths = exported[sorted(CASES)[0]]
+    with pytest.raises(ExportError, match="not the half-to-even simulation.*exporter bug"):
+        verify_qdq(gm, paths["exact"], x)      # half_up on ties: differs from the half-even reference
+
+
+def test_qdq_warning_past_one_lsb_only():
+    report = {"flavour": "qdq", "max_abs_diff": 0.5, "mismatches": 79, "elements": 100, "max_diff_lsb": 7.0,
+              "fraction_mismatched": 0.79, "quantization_points": 21}
+    warning = qdq_warning(report)
+    for fragment in ("up to 7 LSB", "79 of 100 elements, 79%", "21 quantization points", "half_up",
+                     "simulation and of onnx_exact"):
+        assert fragment in warning
+    assert qdq_warning(dict(report, max_diff_lsb=1.0)) is None
+    assert qdq_warning(dict(report, mismatches=0, max_abs_diff=0.0, max_diff_lsb=0.0)) is None
+    assert "no output fix_pos" in qdq_warning(dict(report, max_diff_lsb=None))
 
 
 @pytest.mark.parametrize("name", sorted(CASES))
@@ -686,6 +722,7 @@ def test_golden_qdq_is_the_half_even_simulation(golden, model, config):
     reference = _half_even_reference(gm)
     for inputs in (eval_inputs, ties):
         assert verify_onnx(reference, paths["qdq"], inputs)["mismatches"] == 0
+        assert verify_qdq(gm, paths["qdq"], inputs)["reference_mismatches"] == 0
     report = verify_onnx(gm, paths["qdq"], ties)
     assert report["mismatches"] > 0, "tie inputs must show half-even vs half_up: %s" % report
 
@@ -700,3 +737,42 @@ def test_golden_qdq_within_one_lsb(golden, model, config):
     gm, eval_inputs, ties, _, paths = golden(model, config)
     for inputs in (eval_inputs, ties):
         check_agreement(verify_onnx(gm, paths["qdq"], inputs), 1)
+
+
+# --------------------------------------------------------------------------- the model zoo
+# Every zoo model (random weights, seeded; BN statistics made non-trivial), calibrated by the sim
+# with the real quantizer's defaults, exported as qdq: the file equals the half-to-even simulation
+# bit for bit in ONNX Runtime, and its difference from the simulation is only reported.
+
+def _zoo_case(name, tmp_path):
+    from pipeline.models.zoo import ZOO
+    from pipeline.quantizers.quant_config import load_quant_config
+    from pipeline.quantizers.sim.session import SimSession
+
+    torch.manual_seed(7)
+    shape = {"digits_cnn": (4, 1, 8, 8)}.get(name, (4, 3, 32, 32))
+    model = ZOO[name](num_classes=10, in_channels=shape[1]).eval()
+    g = torch.Generator().manual_seed(8)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            m.running_mean.copy_(0.2 * torch.randn(m.num_features, generator=g))
+            m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=g))
+    x = torch.randn((12,) + shape[1:], generator=g)
+    session = SimSession(model, x[:1].clone(), load_quant_config(None))
+    calibrator = session.calibrator()
+    for batch in x.split(4):
+        calibrator.step(batch)
+    session.export_quant_config(calibrator, str(tmp_path))
+    return session.load_test(str(tmp_path)), x
+
+
+@pytest.mark.parametrize("name", ["digits_cnn", "resnet18", "mobilenet_v2"])
+def test_zoo_qdq_is_the_half_even_simulation(tmp_path, name):
+    gm, x = _zoo_case(name, tmp_path)
+    path = export_onnx(gm, x[:1].clone(), str(tmp_path / "qdq.onnx"), "qdq")
+    report = verify_qdq(gm, path, x)
+    assert report["reference_mismatches"] == 0
+    assert report["quantization_points"] > 0 and report["elements"] == 12 * 10
+    assert (qdq_warning(report) is None) == (report["max_diff_lsb"] <= 1)
+    exact = export_onnx(gm, x[:1].clone(), str(tmp_path / "exact.onnx"), "exact")
+    assert verify_onnx(gm, exact, x)["mismatches"] == 0

@@ -1,19 +1,30 @@
 """Run an exported ONNX file with ONNX Runtime and compare it with the simulation it came from.
 
-ONNX Runtime runs on the CPUExecutionProvider, one thread, graph optimizations **disabled**
-(``ORT_DISABLE_ALL``). Even the basic level rewrites float arithmetic: ConvAddFusion and
-ConvMulFusion fold a following Add/Mul into the conv's weights and bias, and constant folding
-evaluates subgraphs ahead of time; any of these can move a result by one ulp, and one ulp next to
-a half-LSB tie flips a rounding. With optimizations off, every ONNX node runs as written, so the
-comparison checks the semantics of the file itself, which is what a consumer of the file gets.
-One thread keeps reductions in a fixed order.
+By default ONNX Runtime runs on the CPUExecutionProvider, one thread, graph optimizations
+**disabled** (``ORT_DISABLE_ALL``). Even the basic level rewrites float arithmetic: ConvAddFusion
+and ConvMulFusion fold a following Add/Mul into the conv's weights and bias, constant folding
+evaluates subgraphs ahead of time, and QDQ fusions replace QuantizeLinear/DequantizeLinear pairs
+by integer kernels with their own requantization; any of these can move a result by one ulp, and
+one ulp next to a half-LSB tie flips a rounding. With optimizations off, every ONNX node runs as
+written, so the comparison checks the semantics of the file itself. One thread keeps reductions
+in a fixed order. ``optimized=True`` runs with ONNX Runtime's default level (``ORT_ENABLE_ALL``),
+which is what a consumer of the file usually gets: its differences are reported, never bounded,
+since they depend on the ONNX Runtime version.
+
+The ``qdq`` flavour rounds every quantization point half to even (ONNX ``QuantizeLinear``), where
+the DPU rounds activations half_up. :func:`qdq_reference` is the simulation with exactly that
+change; the qdq file must equal it bit for bit (with optimizations off), which is the exact check
+of the qdq export. The simulation itself (and the ``exact`` flavour) is what the DPU computes.
 """
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Optional
+
+import copy
 
 import numpy as np
 import torch
 
 from ..errors import ExportError
+from ..quantizers import fixpoint
 
 
 def _as_list(result: Any) -> List[torch.Tensor]:
@@ -25,18 +36,48 @@ def _as_list(result: Any) -> List[torch.Tensor]:
                       % type(result).__name__)
 
 
-def _session(onnx_path: str) -> Any:
+def _session(onnx_path: str, optimized: bool) -> Any:
     import onnxruntime as ort
 
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    options.graph_optimization_level = (ort.GraphOptimizationLevel.ORT_ENABLE_ALL if optimized
+                                        else ort.GraphOptimizationLevel.ORT_DISABLE_ALL)
     return ort.InferenceSession(onnx_path, sess_options=options, providers=["CPUExecutionProvider"])
 
 
-def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor) -> Dict[str, Any]:
+def _fake_quant_half_even(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> torch.Tensor:
+    """fake_quant with ties to even, as QuantizeLinear -> DequantizeLinear (scale 2^-fix_pos, zero point 0)."""
+    lo, hi = -(1 << (bitwidth - 1)), (1 << (bitwidth - 1)) - 1
+    return torch.round(x * 2.0 ** fix_pos).clamp_(lo, hi).mul_(2.0 ** -fix_pos)
+
+
+def qdq_reference(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
+    """The simulation as the qdq flavour computes it: every ``fake_quant`` rounds half to even.
+
+    A reference mode for checking qdq files only: the DPU rounds activations half_up, so this
+    model is *not* the DPU's arithmetic. Weights and bias are parameters already on their grid
+    (rounded by the simulation, stored as int8 codes in the qdq file), so they are unchanged.
+
+    Args:
+        gm: a lowered test-mode model (``pipeline.quantizers.sim``). Not modified.
+
+    Returns:
+        A deep copy of ``gm`` (same attributes, e.g. ``output_fix_pos``) whose ``fake_quant``
+        nodes call a half-to-even rounding with the same fix_pos, bit width and clamp.
+    """
+    ref = copy.deepcopy(gm)
+    ref.output_fix_pos = getattr(gm, "output_fix_pos", None)  # deepcopy keeps modules, not plain attributes
+    for node in ref.graph.nodes:
+        if node.op == "call_function" and node.target is fixpoint.fake_quant:
+            node.target = _fake_quant_half_even
+    ref.recompile()
+    return ref
+
+
+def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optimized: bool = False) -> Dict[str, Any]:
     """Run ``onnx_path`` with ONNX Runtime on ``inputs`` and compare with ``gm(inputs)``.
 
     Args:
@@ -45,12 +86,14 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor) -> Di
         onnx_path: a file written by :func:`pipeline.export.export_onnx`.
         inputs: float32 batch of any size N, same sample shape as the export's example (e.g.
             NCHW). Not modified: the simulation runs on a copy.
+        optimized: run with ONNX Runtime's default graph optimizations instead of none.
 
     Returns:
         dict with ``flavour`` (from the file's metadata), ``max_abs_diff`` (float, over every
         output element; inf when either side is not finite), ``mismatches`` (int, elements whose
         values differ), ``elements`` (int), ``max_diff_lsb`` (``max_abs_diff * 2^output_fix_pos``,
-        or None when ``output_fix_pos`` is None) and ``fraction_mismatched`` (mismatches/elements).
+        or None when ``output_fix_pos`` is None), ``fraction_mismatched`` (mismatches/elements) and
+        ``ort_optimizations`` (``"all"`` or ``"none"``).
 
     Raises:
         ExportError: ``inputs`` is not a float32 tensor; the outputs differ in count or shape.
@@ -61,7 +104,7 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor) -> Di
     x = inputs.detach().cpu().contiguous()
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in _as_list(gm(x.clone()))]
-    session = _session(onnx_path)
+    session = _session(onnx_path, optimized)
     flavour = session.get_modelmeta().custom_metadata_map.get("flavour")
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
     if len(got) != len(expected) or any(g.shape != e.shape for g, e in zip(got, expected)):
@@ -81,7 +124,56 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor) -> Di
         "elements": elements,
         "max_diff_lsb": None if fix_pos is None else max_abs * 2.0 ** fix_pos,
         "fraction_mismatched": mismatches / elements if elements else 0.0,
+        "ort_optimizations": "all" if optimized else "none",
     }
+
+
+def verify_qdq(gm: torch.fx.GraphModule, onnx_path: str, inputs: torch.Tensor) -> Dict[str, Any]:
+    """Check a qdq file exactly, then measure how far it is from the DPU's numbers.
+
+    1. With optimizations off, the file must equal :func:`qdq_reference` of ``gm`` bit for bit.
+    2. With ONNX Runtime's default optimizations, the file is compared with ``gm`` itself (the
+       DPU's arithmetic): that difference is returned, not bounded (see :func:`qdq_warning`).
+
+    Args:
+        gm, onnx_path, inputs: as for :func:`verify_onnx`.
+
+    Returns:
+        :func:`verify_onnx`'s report of step 2, plus ``reference_mismatches`` (0) and
+        ``quantization_points`` (the number of ``fake_quant`` nodes of ``gm``).
+
+    Raises:
+        ExportError: step 1 found a difference (an exporter bug), with its statistics.
+    """
+    exact = verify_onnx(qdq_reference(gm), onnx_path, inputs)
+    if exact["mismatches"]:
+        raise ExportError(
+            "the qdq file is not the half-to-even simulation it must equal bit for bit (ONNX Runtime, "
+            "optimizations off): %d of %d elements differ, max abs diff %g. This is an exporter bug: "
+            "report it with the model" % (exact["mismatches"], exact["elements"], exact["max_abs_diff"]))
+    report = verify_onnx(gm, onnx_path, inputs, optimized=True)
+    report["reference_mismatches"] = 0
+    report["quantization_points"] = sum(1 for n in gm.graph.nodes
+                                        if n.op == "call_function" and n.target is fixpoint.fake_quant)
+    return report
+
+
+def qdq_warning(report: Dict[str, Any]) -> Optional[str]:
+    """The report's warning when a :func:`verify_qdq` report differs by more than 1 LSB, else None.
+
+    Also warns when the output has no fix_pos (no LSB to count in) and any element differs.
+    """
+    lsb = report.get("max_diff_lsb")
+    if (report["mismatches"] == 0) or (lsb is not None and lsb <= 1):
+        return None
+    return ("onnx_qdq differs from the simulation by up to %s at the output (%d of %d elements, %.0f%%; ONNX "
+            "Runtime with its default optimizations): QuantizeLinear rounds ties half to even at each of the "
+            "model's %d quantization points where the DPU rounds half_up, and the differences add up through "
+            "the graph. The DPU's numbers are those of the simulation and of onnx_exact; use onnx_qdq only "
+            "for tools that need QDQ" % ("%g LSB" % lsb if lsb is not None else "%g (no output fix_pos)"
+                                         % report["max_abs_diff"], report["mismatches"], report["elements"],
+                                         100.0 * report["fraction_mismatched"],
+                                         report.get("quantization_points", 0)))
 
 
 def check_agreement(report: Dict[str, Any], max_lsb: float) -> None:
