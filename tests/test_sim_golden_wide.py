@@ -218,7 +218,7 @@ def test_golden_wide_onnx_exact_flavour_equals_the_simulation(name, results, tmp
     chunk/split, shape arithmetic); the exact one gives the simulation's bits in ONNX Runtime
     (graph optimizations off) on the eval inputs, every output."""
     ort = pytest.importorskip("onnxruntime")
-    from pipeline.export import export_onnx
+    from pipeline.export import export_onnx, verify_qdq
     t = results[(name, "default")][3]
     k = INDEX[name]["default"]["n_inputs"]
     inputs = _load(name, "eval_inputs", k)
@@ -236,3 +236,6 @@ def test_golden_wide_onnx_exact_flavour_equals_the_simulation(name, results, tmp
         if flavour == "exact":
             for g, e in zip(got, expected):
                 assert np.array_equal(g.view(np.int32), e.numpy().view(np.int32))
+        else:  # bit-exact against the simulation rounding half to even (raises otherwise)
+            report = verify_qdq(t.quant_model, path, tuple(inputs))
+            assert report["reference_mismatches"] == 0 and report["elements"] == sum(e.numel() for e in expected)
