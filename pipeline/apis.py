@@ -288,11 +288,11 @@ class TorchQuantizer:
     def quant_model(self) -> nn.Module:
         """The quantized model to run forwards on.
 
-        calib: each forward calibrates on the batch (float32 NCHW, not modified) and returns the
+        calib: each forward calibrates on the batch (one float32 tensor per input, not modified) and returns the
         calibration output; a batch holding NaN/Inf warns (forward index and count) and is
         skipped by the statistics, as in nndct. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
-        Either raises QuantizationError on an input that is not a float32 (N, C, H, W)
-        torch.Tensor.
+        Either raises QuantizationError on inputs that are not float32 torch.Tensors of the
+        example inputs' number and ranks.
         """
         LOG.info("=>Get module with quantization.")
         return self._model
@@ -472,8 +472,9 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         quant_mode: ``"calib"`` or ``"test"`` (1 or 2 accepted, deprecated); anything else warns
             and calibrates, as the real one does.
         module: float ``nn.Module`` (a DataParallel wrapper is stripped). Never modified.
-        input_args: example input (a tensor or a 1-tuple): a float32 NCHW torch.Tensor, the trace
-            shape. Not modified. Every ``quant_model`` input must be one too.
+        input_args: example input: a float32 torch.Tensor of any rank (the trace shape), or a
+            tuple/list with one per ``forward`` argument. Not modified. Every ``quant_model`` call
+            takes as many float32 tensors, each of its example's rank.
         state_dict_file: optional float weights, loaded into a copy of ``module``.
         output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
         bitwidth: bit width of every tensor without a config file (None means 8).
@@ -492,8 +493,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
 
     Raises:
         ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
-        model or config, no ``input_args`` or one that is not a float32 (N, C, H, W) tensor (a
-        numpy array, a 3-D tensor), or (test mode) missing/mismatching quant_info.json or
+        model or config, no ``input_args``, one that is not a float32 tensor (a numpy array), as
+        many tensors as ``forward`` takes, or (test mode) missing/mismatching quant_info.json or
         bias_corr.pth.
     """
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,

@@ -1,10 +1,12 @@
-"""Trace a float model with torch.fx and describe each tensor operation in DPU terms.
+"""Describe each tensor operation of a float model in DPU terms, on the one graph capture.
 
-The model is deep-copied and put in eval mode, traced with ``torch.fx.symbolic_trace`` and run
-once on a clone of the example input (``ShapeProp``) to record every output shape. Each call that
-produces a tensor becomes an :class:`OpNode` with a canonical op type (the quantizer's names where
-they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense, batch_norm, relu, relu6, ...) and
-the attributes the rules need. Nodes the quantizer drops before deployment (Dropout, Identity,
+The model is captured by ``pipeline.fx.capture.capture(..., rewrite=False)`` (the same torch.fx
+trace and op table the simulation and the exporter use, without the quantizer's rewrites) and
+its GraphModule run once on a clone of the example input (``ShapeProp``) to record every output
+shape. Each call that produces a tensor becomes an :class:`OpNode` with a canonical op type (the
+quantizer's names where they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense,
+batch_norm, relu, relu6, ...), the attributes the rules need, and the capture's op type and
+float-operator flag. Nodes the quantizer drops before deployment (Dropout, Identity,
 ``contiguous``) are removed and their consumers re-linked to their input; calls that produce no
 tensor (``x.size(0)``) are not nodes.
 

@@ -3,14 +3,16 @@
 Contract (other code, e.g. the ONNX exporter in ``pipeline/export``, walks this graph node by
 node and relies on every point below):
 
-1. Inputs: one ``placeholder`` per model input (float32 NCHW). The graph never writes its inputs.
+1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). The
+   graph never writes its inputs. Outputs: what the model returns (a tensor or a tuple).
 2. The ONLY custom ``call_function`` is
    ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
    ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
    (Re-tracing the GraphModule keeps it as one node with
    ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``.)
-3. ``torch.nn.Conv2d``, ``torch.nn.Linear`` and ``torch.nn.ConvTranspose2d`` appear as
+3. ``torch.nn.Conv2d``, ``torch.nn.Linear``, ``torch.nn.ConvTranspose2d`` and an unfused
+   ``torch.nn.BatchNorm1d``/``BatchNorm2d`` (mean 0, var 1, eps 0: ``x * weight + bias``) appear as
    ``call_module`` nodes on standard modules whose ``weight`` and ``bias`` are ALREADY quantized:
    float32 values exactly ``q * 2**-p`` with q in the code range (std_round, BN folded, CLE and
    bias correction applied). Each such module carries int attributes ``weight_fix_pos``,
@@ -23,8 +25,13 @@ node and relies on every point below):
    ``torch.cat``, ``torch.flatten``, ``torch.clamp``, ``torch.reshape``, ``torch.permute``,
    ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.leaky_relu``, ``F.max_pool2d``,
    ``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``F.interpolate``; ``call_method``
-   ``reshape``/``view``/``flatten``/``permute``/``contiguous``/``size``/``relu``/``add``/``mul``.
-   Constants are Python floats.
+   ``reshape``/``view``/``flatten``/``permute``/``contiguous``/``size``/``relu``/``add``/``mul``;
+   and the model's own calls for float operators (``nn.Sigmoid``, ``nn.Tanh``, ``nn.GELU``,
+   ``nn.SiLU``, ``nn.Softmax``, ``torch.mean``/``Tensor.mean``, ``F.pad``, ``torch.clamp``,
+   ``operator.sub``/``truediv``, any other torch call), shape arithmetic (``getattr(x, "shape")``,
+   ``operator.getitem``, ``operator.floordiv``, ``size``) and ``chunk``/``split`` with the
+   ``getitem`` of each piece. Constants are Python numbers; a float constant with its own fix
+   position holds its quantized value.
 5. Hardswish is lowered per facts 2.6 to ``a = torch.add(x, 3.0)``, ``b = torch.clamp(a, 0.0,
    6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
    ``torch.mul(x, d)``; Hardsigmoid to the first three. The average-pool correction factor is a

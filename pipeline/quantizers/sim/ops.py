@@ -12,7 +12,13 @@
   with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
   ``hardswish.py``).
 
-Every other node runs its own torch operator. In-place activations run out of place here, so the
+Every other node runs its own torch operator, on the values the quantized graph gives it: a float
+operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
+softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten_*`` op) computes
+``f(x_q)`` in float32 exactly as torch does, and is quantized afterwards only where it has an
+output entry (golden_wide README: "Method 0", no table lookup). A Python-number operand of
+arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own fix_pos when it
+has one: 1.3 -> 1.296875 at fix_pos 6). In-place activations run out of place here, so the
 caller's tensors are never written.
 """
 import operator
