@@ -104,6 +104,7 @@ def test_golden_wide_fix_positions_equal(name, config, results):
         assert list(mine[section]) == list(golden[section]), section  # same names, same order
         assert {k: v for k, v in mine[section].items()} == golden[section], section
     assert mine["bias_corrected"] == golden["bias_corrected"] == (config == "default")
+    assert mine["graph_md5"] == golden["graph_md5"]  # the same nodes, op types and edges as nndct's graph
 
 
 @pytest.mark.parametrize("name", MODELS)

@@ -25,7 +25,7 @@ model is never touched), and the fx graph is rewritten the same way:
    node; ``x.shape[i]``/``x.size(i)`` are ``nndct_shape`` nodes (``x.shape`` itself is none);
    each piece of ``chunk``/``split`` is an ``nndct_strided_slice`` (the last preceded by an
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
-   ``aten_<name>``.
+   of type ``aten::<name>``, named ``aten_<name>_<index>``.
 
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
@@ -60,8 +60,8 @@ class SimNode:
 
     Attributes:
         name: nndct node name without the class prefix, e.g. ``"nndct_conv2d_1"``.
-        op: nndct op type, e.g. ``"nndct_conv2d"`` (a row of ``optable``; ``aten_*`` for a
-            generic float operator).
+        op: nndct op type, e.g. ``"nndct_conv2d"`` (a row of ``optable``; ``aten::<name>`` for a
+            float operator nndct has no type for).
         fx_node: the node of ``SimGraph.gm`` that computes it; None for an ``nndct_const`` and
             for the ``nndct_shape`` nndct adds before the last piece of a chunk/split.
         inputs: producer SimNodes in argument order (nndct ``in_nodes``).
@@ -306,7 +306,7 @@ def _conv_op(m: nn.Module, strict: bool = True) -> str:
 
 
 def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node, strict: bool = True) -> str:
-    """The op type of one fx node: a row of the op table, or ``aten_<name>`` (float operator).
+    """The op type of one fx node: a row of the op table, or ``aten::<name>`` (float operator).
     ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
     if node.op == "call_module":
         m = gm.get_submodule(node.target)
@@ -318,16 +318,16 @@ def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node, strict: bool = True
             return MODULE_OPS[type(m)]
         if isinstance(m, REMOVED_MODULES):
             return t.IDENTITY
-        return "aten_%s" % type(m).__name__.lower()
+        return "aten::%s" % type(m).__name__.lower()
     if node.op == "call_function":
         if node.target in FUNCTION_OPS:
             return FUNCTION_OPS[node.target]
         if node.target in REMOVED_FUNCTIONS:
             return t.IDENTITY
-        return "aten_%s" % getattr(node.target, "__name__", "op").strip("_")
+        return "aten::%s" % getattr(node.target, "__name__", "op").strip("_")
     if node.target in METHOD_OPS:  # call_method
         return METHOD_OPS[node.target]
-    return "aten_%s" % str(node.target).strip("_")
+    return "aten::%s" % str(node.target).strip("_")
 
 
 def _is_number(v: Any) -> bool:
@@ -553,7 +553,7 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             builder.visit(fx_node)
     nodes = builder.consts + builder.nodes
     for index, node in enumerate(nodes):
-        node.name = "%s_%d" % (node.op, index)
+        node.name = "%s_%d" % (node.op.replace("::", "_"), index)  # aten::mean -> aten_mean_22
         for i in node.inputs:
             i.users.append(node)
     for n in outputs:

@@ -1,8 +1,8 @@
 """THE op table: every operator the graph capture knows, as the real quantizer names and treats it.
 
 One row per nndct op type (``nndct_shared/base/key_names.py``, ``NNDCT_OP``; an operator nndct
-has no type for is an ``aten_<name>`` node, run in float: its warning
-``QUANTIZER_TORCH_FLOAT_OP``). Each :class:`OpSpec` says:
+has no type for keeps its torch type ``aten::<name>`` and runs in float: its warning
+``QUANTIZER_TORCH_FLOAT_OP``; its node is named ``aten_<name>_<index>``). Each :class:`OpSpec` says:
 
 - ``kind``: ``"dpu"`` (a DPU operation), ``"float"`` (a float operator: runs on the CPU in
   float, on its quantized input; ``inspect`` puts exactly these on the CPU for that reason),
@@ -19,7 +19,7 @@ has no type for is an ``aten_<name>`` node, run in float: its warning
   consumer (``SoftFuse*`` commands of ``nndct_shared/quantization/commander.py``).
 
 The module/function/method tables map what ``torch.fx`` records to a row. Anything else the
-model calls becomes a generic float operator ``aten_<name>`` (not quantizable, not layout).
+model calls becomes a generic float operator ``aten::<name>`` (not quantizable, not layout).
 Adding an op is a change here (and, when its arithmetic differs from the torch call, in
 ``pipeline/quantizers/sim/ops.py``).
 """
@@ -69,8 +69,8 @@ TANH = "nndct_tanh"
 GELU = "nndct_GELU"
 SOFTMAX = "nndct_softmax"
 CLAMP = "nndct_clamp"
-SILU = "aten_silu"
-MEAN = "aten_mean"
+SILU = "aten::silu"
+MEAN = "aten::mean"
 IDENTITY = "identity"  # Dropout/Identity before the rewrites remove them (inspect's view)
 RETURN = "nndct_return"
 
@@ -120,7 +120,7 @@ OPS = {
     SUB: _FLOAT_Q,
     DIV: _FLOAT_Q,
 }
-GENERIC_FLOAT = _FLOAT  # any aten_<name> node
+GENERIC_FLOAT = _FLOAT  # any aten::<name> node
 
 CONV_TYPES = (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONVTRANSPOSE2D)
 PARAM_TYPES = CONV_TYPES + (DENSE, BATCH_NORM)
@@ -130,7 +130,7 @@ ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE)
 
 
 def spec(op: str) -> OpSpec:
-    """The OpSpec of an op type (``aten_*`` types: the generic float operator)."""
+    """The OpSpec of an op type (``aten::*`` types: the generic float operator)."""
     return OPS.get(op, GENERIC_FLOAT)
 
 

@@ -47,7 +47,7 @@ class OpNode:
         maybe_noncontiguous: whether the output may be non-contiguous whatever the input shape
             (made by permute, transpose, expand, slicing, ...), or was on the example run.
         quantizer_op: the op type of the one graph capture (``pipeline.fx.optable``, e.g.
-            ``nndct_conv2d``, ``aten_mean``), None where the capture has no node.
+            ``nndct_conv2d``, ``aten::mean``), None where the capture has no node.
         float_operator: the quantizer runs it in float on the CPU (``SimNode.float_operator``).
     """
 

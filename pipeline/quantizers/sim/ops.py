@@ -14,7 +14,7 @@
 
 Every other node runs its own torch operator, on the values the quantized graph gives it: a float
 operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
-softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten_*`` op) computes
+softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
 ``f(x_q)`` in float32 exactly as torch does, and is quantized afterwards only where it has an
 output entry (golden_wide README: "Method 0", no table lookup). A Python-number operand of
 arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own fix_pos when it
