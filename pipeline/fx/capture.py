@@ -430,8 +430,7 @@ class _Builder:
     def add(self, fx_node: Optional[torch.fx.Node], op: str, inputs: List[SimNode]) -> SimNode:
         node = SimNode("", op, fx_node)
         node.inputs = inputs
-        node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs)
-                                           and op not in (STRIDED_SLICE,))
+        node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs))
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node
@@ -479,6 +478,9 @@ class _Builder:
 
     def operator(self, fx_node: torch.fx.Node) -> None:
         op = _classify(self.gm, fx_node, self.strict)
+        if op == STRIDED_SLICE and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.by_fx \
+                and self.by_fx[fx_node.args[0]].op not in t.OPS:
+            op = t.TUPLE_INDEX  # an output of a float operator returning several (values, indices)
         if op in ARITHMETIC_TYPES:
             inputs, consts = [], {}  # type: List[SimNode], Dict[int, SimNode]
             for i, a in enumerate(fx_node.args):

@@ -54,6 +54,7 @@ CONTIGUOUS = "nndct_contiguous"
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
 STRIDED_SLICE = "nndct_strided_slice"
+TUPLE_INDEX = "nndct_tuple_index"  # one output of an op returning several (torch.sort, ...)
 RESIZE = "nndct_resize"
 HSWISH = "nndct_hswish"
 HSIGMOID = "nndct_hsigmoid"
@@ -108,6 +109,7 @@ OPS = {
     PERMUTE: OpSpec(_LAYOUT, False, True, True),
     STRIDED_SLICE: OpSpec(_LAYOUT, False, True, False),
     IDENTITY: OpSpec(_LAYOUT, False, True, False),
+    TUPLE_INDEX: OpSpec(_LAYOUT, False, False, False),  # carries its own fix pos: the op's is a tuple
     SHAPE: OpSpec("shape", False, False, False),
     FLOOR_DIVIDE: OpSpec("shape", False, False, False),
     SIGMOID: _FLOAT,
