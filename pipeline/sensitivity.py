@@ -32,9 +32,8 @@ the rows and leaving them unmeasured would hide the layers CLE is meant to help)
 the representable range and the clipped fraction are in the **quantized graph's scale** (the float
 values divided by ``s``), because that is where the fix_pos applies; for these rows ``graph_min`` /
 ``graph_max`` differ from ``float_min`` / ``float_max``, ``cle_rescaled`` is True and ``cle_scale``
-gives the smallest and largest ``s[k]``. ``s`` is recovered from the weights: the sim's BN-folded
-weights without CLE (a second ``graph.capture``) against the session's CLE-scaled ones; the
-recovered scale is checked against every weight and bias of c0.
+gives the smallest and largest ``s[k]``. ``s`` is the scale ``cle.equalize`` applied (returned by
+it, kept by the session).
 
 The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
 measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
@@ -118,7 +117,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         DataError: no batches, or a batch that is not a float32 tensor of the example's rank.
         QuantizationError: ``settings`` are not those of the handle (other nodes or weights, e.g.
             another CLE switch), the float model does not trace like the sim's capture (a node or
-            its op differs), shapes differ at a point, or the CLE scales cannot be recovered.
+            its op differs), or shapes differ at a point.
         ConfigError: a bad ``settings.quant_config_file``.
     """
     from .quantizers.quant_config import load_quant_config
@@ -133,7 +132,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     session = SimSession(float_model, example, load_quant_config(settings.quant_config_file, settings.bitwidth))
     float_gm = _trace_float(float_model)
     points = _match_points(float_gm, handle, quant_info, session)
-    scales = _cle_scales(session, float_model, example)
+    scales = _cle_scales(session)
     accs = [_Accumulator(p, scales.get(p.name)) for p in points]
     by_name = {a.point.name: a for a in accs}
     float_wanted = {p.float_node: p.name for p in points}
@@ -282,72 +281,19 @@ def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch
 
 # ---------------------------------------------------------------------- CLE
 
-def _cle_scales(session: Any, float_model: nn.Module, example: torch.Tensor) -> Dict[str, torch.Tensor]:
-    """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``."""
-    if not session.cle_pairs:
-        return {}
-    from .fx.capture import capture
-
-    plain = capture(float_model, example, session.cfg)  # BN folded, same names, no CLE
+def _cle_scales(session: Any) -> Dict[str, torch.Tensor]:
+    """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``:
+    the scales ``cle.equalize`` applied (``session.cle_scales``), on c0 and every node between c0
+    and c1 (ReLU and pool nodes with one consumer each, cle.py)."""
     graph = session.graph
-    out_scale = {}  # type: Dict[str, torch.Tensor]
     rescaled = {}  # type: Dict[str, torch.Tensor]
     for c0, c1 in session.cle_pairs:
-        s_in = out_scale.get(c0)  # c0 was the c1 of an earlier pair: its input channels are scaled
-        before = plain.module(plain.by_name[c0])
-        after = graph.module(graph.by_name[c0])
-        s = _output_scale(c0, before, after, s_in)
-        out_scale[c1] = s  # c1's input channels are multiplied by s
+        s = torch.from_numpy(session.cle_scales[(c0, c1)]).double()
         node = graph.by_name[c0]
-        while node.name != c1:  # c0 ... c1: ReLU and pool nodes with one consumer each (cle.py)
+        while node.name != c1:
             rescaled[node.name] = s
             node = node.users[0]
     return rescaled
-
-
-def _weight_rows(m: nn.Module, w: torch.Tensor) -> torch.Tensor:
-    """Weights as (output channel, -1) rows. ConvTranspose2d weights are (in, out/groups, kh, kw)."""
-    if isinstance(m, nn.ConvTranspose2d):
-        return w.transpose(0, 1).reshape(w.shape[1], -1)
-    return w.reshape(w.shape[0], -1)
-
-
-def _scale_input_channels(m: nn.Module, w: torch.Tensor, s_in: torch.Tensor) -> torch.Tensor:
-    """``w`` with input channel j multiplied by ``s_in[j]`` (what CLE does to a pair's c1)."""
-    if isinstance(m, nn.ConvTranspose2d):
-        return w * s_in.reshape((-1,) + (1,) * (w.dim() - 1))
-    out_ch, in_per_group = w.shape[0], w.shape[1]
-    group = torch.arange(out_ch) // (out_ch // m.groups)
-    index = group.unsqueeze(1) * in_per_group + torch.arange(in_per_group).unsqueeze(0)
-    return w * s_in[index].reshape((out_ch, in_per_group) + (1,) * (w.dim() - 2))
-
-
-def _output_scale(name: str, before: nn.Module, after: nn.Module, s_in: Optional[torch.Tensor]) -> torch.Tensor:
-    """Per output channel k of conv ``name``: the ``s[k]`` with ``after = before / s[k]`` (float64).
-
-    ``before`` is the BN-folded conv without CLE, ``after`` the session's; ``s_in`` the scale an
-    earlier pair put on its input channels. Taken at the largest |value| of each row (weights and
-    bias); 1 for an all-zero row. Raises QuantizationError unless every weight and bias agrees.
-    """
-    w0 = before.weight.detach().double()
-    if s_in is not None:
-        w0 = _scale_input_channels(before, w0, s_in)
-    rows0 = _weight_rows(before, w0)
-    rows1 = _weight_rows(after, after.weight.detach().double())
-    if before.bias is not None and after.bias is not None:
-        rows0 = torch.cat([rows0, before.bias.detach().double().unsqueeze(1)], 1)
-        rows1 = torch.cat([rows1, after.bias.detach().double().unsqueeze(1)], 1)
-    pick = rows0.abs().argmax(1, keepdim=True)
-    num, den = rows0.gather(1, pick).squeeze(1), rows1.gather(1, pick).squeeze(1)
-    s = torch.where((num != 0) & (den != 0), num / torch.where(den != 0, den, torch.ones_like(den)),
-                    torch.ones_like(num))
-    expected = rows0 / s.unsqueeze(1)
-    tolerance = 1e-5 * float(rows1.abs().max()) + 1e-30
-    if not bool((expected - rows1).abs().le(tolerance + 1e-5 * rows1.abs()).all()):
-        raise QuantizationError("layer sensitivity: the CLE scale of %s could not be recovered from its weights "
-                                "(they are not a per-channel rescaling of the BN-folded float weights); report "
-                                "this with the model" % name)
-    return s
 
 
 # ---------------------------------------------------------------------- running

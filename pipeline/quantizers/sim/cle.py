@@ -79,13 +79,19 @@ def collect_groups(graph: SimGraph) -> List[List[SimNode]]:
     return groups
 
 
-def equalize(graph: SimGraph) -> List[Tuple[str, str]]:
-    """Apply CLE to the conv modules of ``graph.gm`` in place; returns the scaled pairs (names)."""
+def equalize(graph: SimGraph) -> List[Tuple[str, str, np.ndarray]]:
+    """Apply CLE to the conv modules of ``graph.gm`` in place.
+
+    Returns:
+        ``(c0, c1, s)`` per scaled pair, in order: node names and the float32 per-channel scale
+        (c0's output channel k divided by ``s[k]``, c1's input channel k multiplied by it).
+    """
     done = []
     for group in collect_groups(graph):
         for c0, c1 in zip(group[:-1], group[1:]):
-            if _scale_pair(graph, c0, c1):
-                done.append((c0.name, c1.name))
+            scale = _scale_pair(graph, c0, c1)
+            if scale is not None:
+                done.append((c0.name, c1.name, scale))
     return done
 
 
@@ -145,7 +151,7 @@ def _combine_weight_and_bias(rows: np.ndarray, bias: Optional[np.ndarray]) -> np
     return np.concatenate((rows, bias_clamp / np.float32(shrink)), axis=1)
 
 
-def _scale_pair(graph: SimGraph, c0: SimNode, c1: SimNode) -> bool:
+def _scale_pair(graph: SimGraph, c0: SimNode, c1: SimNode) -> Optional[np.ndarray]:
     m0, m1 = graph.module(c0), graph.module(c1)
     w0 = m0.weight.detach().numpy().astype(np.float32)
     w1 = m1.weight.detach().numpy().astype(np.float32)
@@ -155,7 +161,7 @@ def _scale_pair(graph: SimGraph, c0: SimNode, c1: SimNode) -> bool:
     if rows is None or range_1 is None or range_1.shape[0] != rows.shape[0]:
         warnings.warn("CLE: skipping pair (%s, %s): layout not supported (the real quantizer "
                       "cannot equalize it either)" % (c0.name, c1.name))
-        return False
+        return None
     weight_bias = _combine_weight_and_bias(rows, b0)
     range_0 = np.max(np.fabs(weight_bias), axis=1)
     with np.errstate(divide="ignore", invalid="ignore"):
@@ -170,4 +176,4 @@ def _scale_pair(graph: SimGraph, c0: SimNode, c1: SimNode) -> bool:
     if b0 is not None:
         m0.bias.data = torch.from_numpy(b0 / scale)
     m1.weight.data = torch.from_numpy(np.ascontiguousarray(_scale_inputs(c1, m1, w1, scale)))
-    return True
+    return scale

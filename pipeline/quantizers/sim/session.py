@@ -55,6 +55,7 @@ class SimSession:
 
     Attributes:
         graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: node name pairs CLE scaled;
+        ``cle_scales``: pair -> float32 per-channel scale (``cle.equalize``);
         bitwidth: the bit width; ``cfg``: the config.
 
     Raises:
@@ -65,7 +66,9 @@ class SimSession:
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
         self.graph = capture(model, example, cfg)  # type: SimGraph
-        self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[Tuple[str, str]]
+        scaled = equalize(self.graph) if cfg.include_cle else []
+        self.cle_pairs = [(c0, c1) for c0, c1, _ in scaled]  # type: List[Tuple[str, str]]
+        self.cle_scales = {(c0, c1): s for c0, c1, s in scaled}  # type: Dict[Tuple[str, str], Any]
         self.plan = QuantPlan(self.graph)
 
     def calibrator(self) -> Calibrator:
