@@ -240,3 +240,32 @@ def test_golden_wide_onnx_exact_flavour_equals_the_simulation(name, results, tmp
         else:  # bit-exact against the simulation rounding half to even (raises otherwise)
             report = verify_qdq(t.quant_model, path, tuple(inputs))
             assert report["reference_mismatches"] == 0 and report["elements"] == sum(e.numel() for e in expected)
+
+
+class _FloatOut(torch.nn.Module):
+    def __init__(self, act):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 16, 3, padding=1)
+        self.act = act
+
+    def forward(self, x):
+        return self.act(self.conv(x))
+
+
+@pytest.mark.parametrize("act", [torch.nn.Sigmoid(), torch.nn.Tanh(), torch.nn.SiLU(), torch.nn.GELU()],
+                         ids=["sigmoid", "tanh", "silu", "gelu"])
+def test_float_operator_outputs_are_exact_in_onnx(act, tmp_path):
+    """A float operator as the model output has no fix position: its raw float values (torch's)
+    come out of both ONNX flavours bit for bit (a table of torch's values per input code)."""
+    pytest.importorskip("onnxruntime")
+    from pipeline.export import verify_onnx, verify_qdq
+    x = torch.randn(8, 3, 12, 12, generator=torch.Generator().manual_seed(0)) * 2
+    q = torch_quantizer("calib", _FloatOut(act), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x)
+    q.export_quant_config()
+    t = torch_quantizer("test", _FloatOut(act), (x,), output_dir=str(tmp_path), device="cpu")
+    t.quant_model(x)
+    exact = t.export_onnx_model(str(tmp_path / "exact"), native_onnx=False)
+    assert verify_onnx(t.quant_model, exact, x)["mismatches"] == 0
+    qdq = t.export_onnx_model(str(tmp_path / "qdq"), native_onnx=True)
+    assert verify_qdq(t.quant_model, qdq, x)["reference_mismatches"] == 0

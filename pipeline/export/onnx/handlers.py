@@ -275,15 +275,59 @@ def _fake_quant(b: Builder, node: torch.fx.Node, mod: None) -> str:
     return b.quantize(x, node.name, fix_pos, bitwidth, method)
 
 
+def _grid_of(b: Builder, x: Any) -> Optional[Tuple[int, int]]:
+    """``(fix_pos, bitwidth)`` when tensor ``x`` is a fake_quant's output (its values lie on that
+    grid), else None."""
+    if not (isinstance(x, torch.fx.Node) and x.op == "call_function" and _is_fake_quant(x.target)):
+        return None
+    fix_pos, bitwidth = b.static(arg(x, 1, "fix_pos")), b.static(arg(x, 2, "bitwidth"))
+    if isinstance(fix_pos, int) and isinstance(bitwidth, int) and 2 <= bitwidth <= 16:
+        return fix_pos, bitwidth
+    return None
+
+
+def _element_table(b: Builder, node: torch.fx.Node, mod: Any, standard: Callable[[], str]) -> str:
+    """An element-wise float operator. When its input lies on a fake_quant grid (always, unless
+    it follows an unquantized node): a Gather from the table of torch's own values for every code
+    (the op as the model calls it, on all 2^b codes), so ONNX Runtime gives torch's bits in both
+    flavours (its Sigmoid, Tanh and Erf differ from torch's in the last bits, which a float output
+    shows and a following quantization can turn into 1 LSB). Otherwise ``standard()``, the
+    standard ONNX op."""
+    x = node.args[0]
+    grid = _grid_of(b, x) if len(node.args) == 1 and not node.kwargs else None
+    if grid is None:
+        return standard()
+    fix_pos, bitwidth = grid
+    lo, hi = -(2 ** (bitwidth - 1)), 2 ** (bitwidth - 1) - 1
+    codes = torch.arange(lo, hi + 1, dtype=torch.float32) * pow2(-fix_pos)
+    with torch.no_grad():
+        if node.op == "call_module":
+            values = mod(codes)
+        elif node.op == "call_method":
+            values = getattr(codes, node.target)()
+        else:
+            values = node.target(codes)
+    if not isinstance(values, torch.Tensor) or values.shape != codes.shape or values.dtype != torch.float32:
+        return standard()
+    name = node.name
+    index = b.op("Sub", [b.op("Mul", [b.tensor(x), b.scalar(name + "/amp", pow2(fix_pos))], name + "/scaled"),
+                         b.scalar(name + "/lo", float(lo))], name + "/offset")
+    from onnx import TensorProto
+    index = b.op("Cast", [index], name + "/index", to=TensorProto.INT64)
+    return b.op("Gather", [b.init(name + "/table", values.numpy()), index], name, axis=0)
+
+
 def _unary(op_type: str) -> Callable[[Builder, torch.fx.Node, Any], str]:
     def handler(b: Builder, node: torch.fx.Node, mod: Any) -> str:
-        return b.op(op_type, [b.tensor(node.args[0])], node.name)
+        return _element_table(b, node, mod, lambda: b.op(op_type, [b.tensor(node.args[0])], node.name))
     return handler
 
 
 def _silu(b: Builder, node: torch.fx.Node, mod: Any) -> str:
-    x = b.tensor(node.args[0])
-    return b.op("Mul", [x, b.op("Sigmoid", [x], node.name + "/sigmoid")], node.name)
+    def standard() -> str:
+        x = b.tensor(node.args[0])
+        return b.op("Mul", [x, b.op("Sigmoid", [x], node.name + "/sigmoid")], node.name)
+    return _element_table(b, node, mod, standard)
 
 
 def _gelu(b: Builder, node: torch.fx.Node, mod: Optional[nn.GELU]) -> str:
@@ -291,6 +335,10 @@ def _gelu(b: Builder, node: torch.fx.Node, mod: Optional[nn.GELU]) -> str:
     approximate = mod.approximate if mod is not None else b.static(node.kwargs.get("approximate", "none"))
     if approximate != "none":
         raise Unsupported("GELU(approximate=%r): only the exact erf form" % approximate)
+    return _element_table(b, node, mod, lambda: _gelu_erf(b, node))
+
+
+def _gelu_erf(b: Builder, node: torch.fx.Node) -> str:
     x = b.tensor(node.args[0])
     e = b.op("Erf", [b.op("Mul", [x, b.scalar(node.name + "/rsqrt2", 0.7071067811865476)], node.name + "/scaled")],
              node.name + "/erf")
