@@ -47,7 +47,10 @@ adaptive average pooling divides by kh then kw (as torch's kernel does), nearest
 Gathers with the source indices torch itself computes. The sums are exact when the summed values
 lie on a power-of-two grid and every partial sum fits in float32's 24-bit significand, which holds
 for the quantized operands of the contract; then the summation order of torch and ONNX Runtime
-does not matter.
+does not matter. ``mean`` is the same exact sum divided by the count. An element-wise float
+operator (Sigmoid, Tanh, SiLU, GELU) on a quantized input is a Gather from a table of torch's own
+values for each of the 2^b input codes (ONNX Runtime's kernels differ from torch's in the last
+bits); Softmax is the standard op.
 
 The ONNX file is opset 13, IR version 7 (loads with the onnx / onnxruntime of the Vitis AI 3.5
 image and here), has a dynamic batch dimension ``N`` on its input ``input`` and its outputs
