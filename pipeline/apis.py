@@ -51,6 +51,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import nn
 
+from .apis_inspector import Inspector, dump_xmodel  # the rest of the drop-in surface
 from .errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
@@ -500,7 +501,5 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
                           device, quant_config_file, target, **ignored_known_kwargs)
 
-
-from .apis_inspector import Inspector, dump_xmodel  # noqa: E402  (the rest of the drop-in surface)
 
 __all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]
