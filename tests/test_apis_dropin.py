@@ -60,3 +60,19 @@ def test_dump_xmodel_fast_finetune_and_load_ft_param_say_they_are_not_available(
         t.load_ft_param()
     y = t.quant_model(*_inputs(4))
     assert y.shape == (4, 4, 8, 8)
+
+
+@pytest.mark.parametrize("image_format", ["svg", "png"])
+def test_inspector_draws_the_graph_or_says_why_not(image_format, tmp_path):
+    import shutil
+    import warnings
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        Inspector("DPUCZDX8G_ISA1_B4096").inspect(_TwoIn(), _inputs(), output_dir=str(tmp_path),
+                                                  verbose_level=0, image_format=image_format)
+    image = tmp_path / ("inspect_DPUCZDX8G_ISA1_B4096." + image_format)
+    if shutil.which("dot"):
+        assert image.exists() and image.stat().st_size > 0
+    else:
+        assert not image.exists()
+        assert any("needs graphviz's 'dot'" in str(w.message) for w in caught)
