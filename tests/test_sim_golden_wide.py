@@ -269,3 +269,16 @@ def test_float_operator_outputs_are_exact_in_onnx(act, tmp_path):
     assert verify_onnx(t.quant_model, exact, x)["mismatches"] == 0
     qdq = t.export_onnx_model(str(tmp_path / "qdq"), native_onnx=True)
     assert verify_qdq(t.quant_model, qdq, x)["reference_mismatches"] == 0
+
+
+@pytest.mark.parametrize("name", MODELS)
+def test_golden_wide_torch_script_reproduces_the_outputs(name, results, tmp_path):
+    """export_torch_script traces the batch-1 example (one per input); the file gives the test-mode
+    outputs bit for bit on the batch of 16 (shape arithmetic follows the batch size)."""
+    _, y, _, t = results[(name, "default")]
+    t.export_torch_script(str(tmp_path))
+    files = [f for f in os.listdir(str(tmp_path)) if f.endswith("_int.pt")]
+    script = torch.jit.load(str(tmp_path / files[0]))
+    with torch.no_grad():
+        got = _as_tuple(script(*_load(name, "eval_inputs", INDEX[name]["default"]["n_inputs"])))
+    assert len(got) == len(y) and all(torch.equal(a, b) for a, b in zip(got, y))
