@@ -66,7 +66,8 @@ class SimNode:
         param_names: for conv/dense/batch_norm: ``{"weights": "<Class>::<path>.weight", "bias":
             ...}`` (bias only when the module has one).
         is_output: True when the node feeds the graph's return.
-        value: for ``nndct_const``: the Python number.
+        value: for ``nndct_const``: the Python number (an int one counts as shape arithmetic
+            only when every user is).
         const_args: positional argument index -> the ``nndct_const`` node standing for that
             Python number (arithmetic nodes).
         shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
@@ -449,5 +450,7 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             i.users.append(node)
     for n in outputs:
         n.is_output = True
+    for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
+        c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
     return SimGraph(builder.class_name, gm, nodes, builder.steps, outputs,
                     tuple(e.detach().cpu() for e in examples))

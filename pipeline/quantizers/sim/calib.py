@@ -143,9 +143,9 @@ class Calibrator:
     def _const(self, node: SimNode) -> Any:
         """A constant's value as the quantized graph uses it: quantized at its own fix_pos when it
         has an output entry (a float constant feeding a quantizable op), else the number."""
-        if node.name not in self.quantized or not isinstance(node.value, float):
+        if node.name not in self.quantized or node.shape_value:
             return node.value
-        return float(self._activation(node, torch.tensor(node.value, dtype=torch.float32)))
+        return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:

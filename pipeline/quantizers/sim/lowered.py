@@ -139,8 +139,8 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     for node in graph.nodes:
         if node.op == g.CONST:  # as the quantized graph uses it: quantized when it has an entry
             consts[node] = node.value
-            if node.name in out_fp and isinstance(node.value, float):
-                consts[node] = float(fixpoint.fake_quant(torch.tensor(node.value, dtype=torch.float32),
+            if node.name in out_fp and not node.shape_value:
+                consts[node] = float(fixpoint.fake_quant(torch.tensor(float(node.value), dtype=torch.float32),
                                                          out_fp[node.name], bitwidth, "half_up"))
     for fx_node, node in graph.steps:
         if node is None:
