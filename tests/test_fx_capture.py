@@ -75,3 +75,28 @@ def test_ops_returning_several_outputs_and_shape_tensors_are_simulated(tmp_path)
     assert numel == x.numel() and y.shape == (2, 4, 4, 4)
     fp = info["output"]["_TupleOps::nndct_elemwise_add_14"][0][1]
     assert torch.equal(torch.round(y * 2.0 ** fp), y * 2.0 ** fp)  # on the add's grid
+
+
+class _HandSwish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 1)
+        self.b = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        x = self.a(x)
+        return self.b(x * torch.nn.functional.relu6(x + 3) / 6)
+
+
+def test_int_operands_of_tensor_arithmetic_are_quantized_constants(tmp_path):
+    """``x + 3`` and ``/ 6`` (Python ints): constants with their own fix positions, as the float
+    constants of the real quantizer's golden_wide data; the test-mode graph uses their values."""
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+    q = torch_quantizer("calib", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x)
+    q.export_quant_config()
+    info = json.load(open(str(tmp_path / "quant_info.json")))["output"]
+    assert info["_HandSwish::nndct_const_0"] == [[8, 5]] and info["_HandSwish::nndct_const_1"] == [[8, 4]]
+    t = torch_quantizer("test", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    consts = [a for n in t.quant_model.graph.nodes if n.op == "call_function" for a in n.args if isinstance(a, float)]
+    assert 3.0 in consts and 6.0 in consts
