@@ -29,6 +29,12 @@ What differs, on purpose:
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
 - The simulation always runs on the CPU.
+- Under ``torch.distributed`` (the script has called ``init_process_group``), calib-mode forwards
+  on several ranks combine into one calibration, bit-identical to one process that runs rank
+  ``r``'s ``k``-th batch as batch ``k * world + r`` (shard the batches round-robin:
+  ``batches[rank::world]``); every forward and ``export_quant_config`` are collectives (every rank
+  calls them; ranks may run different numbers of forwards), and ``export_quant_config`` writes on
+  rank 0 only (the other ranks return the path it writes). The real quantizer has nothing like it.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
 - ``fast_finetune``/``load_ft_param`` raise ``BackendUnavailableError`` (not simulated yet);
@@ -56,6 +62,7 @@ from .errors import BackendUnavailableError, ConfigError, ExportError, Quantizat
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
 from .quantizers.quant_config import load_quant_config
+from .quantizers.quant_info import QUANT_INFO_FILE
 from .quantizers.sim.session import SimSession
 
 LOG = logging.getLogger(__name__)
@@ -247,7 +254,8 @@ class TorchQuantizer:
         self._forwards = 0
         self._last_batch = None  # type: Optional[int]
         if self.quant_mode == "calib":
-            self._calibrator = self._session.calibrator()
+            from .distributed import current
+            self._calibrator = self._session.calibrator(current())  # combined over the ranks when a group is up
             self._model = _CalibModel(self)  # type: nn.Module
         else:
             self._model = self._session.load_test(output_dir)
@@ -307,11 +315,16 @@ class TorchQuantizer:
         if self.quant_mode != "calib":
             LOG.warning("export_quant_config is for calib mode; nothing written in test mode")
             return None
+        comm = getattr(self._calibrator, "comm", None)
+        if comm is not None:
+            self._calibrator.finish()  # rounds without a batch until every rank is done
         if self._calibrator.batches == 0:
             LOG.error("Quantization is not performed completely, check if module FORWARD function "
                       "is called! FORWARD function of torch_quantizer.quant_model needs to be called "
                       "in user code explicitly.")
             return None
+        if comm is not None and not comm.is_main:
+            return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
         files = self._session.export_quant_config(self._calibrator, self.output_dir)
         return files[-1]
 

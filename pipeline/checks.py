@@ -2,7 +2,7 @@
 
 Each check says what was expected, what came in and what to do.
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -62,19 +62,39 @@ class InputStats:
         self.total_sq = None  # type: Optional[torch.Tensor]
         self.cmin = None  # type: Optional[torch.Tensor]
         self.cmax = None  # type: Optional[torch.Tensor]
+        self._deferred = None  # type: Optional[List[Tuple[Any, ...]]]
 
     def add(self, x: torch.Tensor) -> torch.Tensor:
-        """Account for one boundary batch ``x`` (N, C, H, W) and return it unchanged."""
+        """Account for one boundary batch ``x`` (N, C, H, W) and return it unchanged (with
+        ``defer()`` called: keep its statistics for ``merge_ordered``)."""
         xd = x.double()
-        s, sq = xd.sum(dim=(0, 2, 3)), (xd * xd).sum(dim=(0, 2, 3))
-        lo, hi = x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3))
-        self.n += x.numel() // x.shape[1]
+        batch = (xd.sum(dim=(0, 2, 3)), (xd * xd).sum(dim=(0, 2, 3)), x.amin(dim=(0, 2, 3)), x.amax(dim=(0, 2, 3)),
+                 x.numel() // x.shape[1])
+        if self._deferred is not None:
+            self._deferred.append(batch)
+        else:
+            self._merge(*batch)
+        return x
+
+    def defer(self) -> "InputStats":
+        """Keep each batch's statistics instead of adding them (a torch.distributed rank's shard)."""
+        self._deferred = []
+        return self
+
+    def merge_ordered(self, comm: Any) -> None:
+        """Add every rank's deferred batches in global batch order (``pipeline.distributed``), so
+        the float64 sums are one process's, bit for bit. A collective."""
+        for batch in comm.gather_ordered(self._deferred or []):
+            self._merge(*batch)
+        self._deferred = None
+
+    def _merge(self, s: torch.Tensor, sq: torch.Tensor, lo: torch.Tensor, hi: torch.Tensor, n: int) -> None:
+        self.n += n
         if self.total is None:
             self.total, self.total_sq, self.cmin, self.cmax = s, sq, lo, hi
         else:
             self.total, self.total_sq = self.total + s, self.total_sq + sq
             self.cmin, self.cmax = torch.minimum(self.cmin, lo), torch.maximum(self.cmax, hi)
-        return x
 
     def result(self, mean: Sequence[float], std: Sequence[float]) -> Dict[str, Any]:
         """Statistics and warnings.

@@ -12,6 +12,7 @@ Every deliberate failure (``PipelineError``) prints one ``error:`` message and e
 import argparse
 import json
 import logging
+import os
 import sys
 from typing import List, Optional
 
@@ -41,7 +42,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
-        if positional:  # `inspect CONFIG` or `inspect --config CONFIG`
+        if positional:  # `run CONFIG` or `run --config CONFIG`
             p.add_argument("config_pos", nargs="?", metavar="CONFIG", help="YAML config file")
             p.add_argument("--config", "-c", help="YAML config file (instead of the positional CONFIG)")
         else:
@@ -52,7 +53,7 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
 
     p_run = sub.add_parser("run", help="run the steps of a config (default: %s)" % ",".join(DEFAULT_STEPS))
-    add_config_args(p_run)
+    add_config_args(p_run, positional=True)
     p_run.add_argument("--steps", type=_steps, default=list(DEFAULT_STEPS),
                        help="comma-separated subset of %s, or 'all' (default: %s)"
                             % (",".join(STEPS), ",".join(DEFAULT_STEPS)))
@@ -74,9 +75,11 @@ def _run(args: argparse.Namespace) -> int:
     from .config import load_config
     from .report import summary_lines
     from .runner import run_steps
-    loaded = load_config(args.config, args.overrides)
+    if (args.config is None) == (args.config_pos is None):
+        raise ConfigError("run: give the config once, as CONFIG or as --config CONFIG")
+    loaded = load_config(args.config or args.config_pos, args.overrides)
     report = run_steps(loaded, args.steps)
-    if not args.quiet:
+    if report and not args.quiet:  # under torchrun only rank 0 reports
         print("\n".join(summary_lines(report)))
     return 0
 
@@ -118,6 +121,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         return 0
     except PipelineError as exc:
         kind = "config error" if isinstance(exc, ConfigError) else "error"
+        if os.environ.get("WORLD_SIZE", "1") not in ("", "1"):  # under torchrun: say which rank speaks
+            kind += " (rank %s)" % os.environ.get("RANK", "?")
         print("%s: %s" % (kind, exc), file=sys.stderr)
         return 2
     except KeyboardInterrupt:

@@ -42,6 +42,8 @@ class RunSection(_Strict):
     num_threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's choice). "
                                        "1 is often fastest for small models on a busy machine.")
     verify_source_unchanged: bool = Field(True, description="Hash the caller's source before and after the run.")
+    distributed_timeout_s: int = Field(1800, ge=1, description="Under torchrun: how long a rank waits for the "
+                                       "others (collectives, the train step on rank 0) before it fails.")
 
 
 class DataSection(_Strict):

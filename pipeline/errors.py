@@ -51,3 +51,7 @@ class CompileError(PipelineError):
         self.argv = list(argv or [])
         self.returncode = returncode
         self.stderr_tail = stderr_tail
+
+
+class DistributedError(PipelineError):
+    """A rank of a torch.distributed run failed, timed out or was stopped; the message names it."""

@@ -28,7 +28,7 @@ import yaml
 
 from . import fileio
 from .config import STEPS, LoadedConfig
-from .errors import DataError, ExportError, PipelineError, QuantizationError
+from .errors import ConfigError, DataError, ExportError, PipelineError, QuantizationError
 
 log = logging.getLogger("pipeline")
 
@@ -66,6 +66,13 @@ class Run:
         self._compose = None
         self._boundary = None
         self._splits = None  # type: Optional[Dict[str, slice]]
+        self.comm = None  # type: Any  # pipeline.distributed.Comm under torchrun: rank 0 alone writes
+        self.sharded = False  # True while a step that splits its batches over the ranks runs (calib, test)
+
+    @property
+    def is_main(self) -> bool:
+        """True on rank 0 of a torch.distributed run and in a one-process run: the one that writes."""
+        return self.comm is None or self.comm.is_main
 
     # ------------------------------------------------------------------ paths
     def path(self, *parts: str) -> str:
@@ -107,7 +114,7 @@ class Run:
     def splits(self) -> Dict[str, slice]:
         if self._splits is None:
             from .data.batching import split
-            self._splits = split(len(self.source.images), self.cfg.data.split)
+            self._splits = split(len(self.source), self.cfg.data.split)
         return self._splits
 
     def n_batches(self, part: str, limit: Optional[int] = None, batch_size: Optional[int] = None) -> int:
@@ -117,16 +124,29 @@ class Run:
         n = -(-(sl.stop - sl.start) // bs)
         return n if limit is None else min(n, limit)
 
-    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None,
-                batch_size: Optional[int] = None) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None, batch_size: Optional[int] = None,
+                shard: bool = True) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 or None)``.
+
+        While a distributed step runs (``sharded``, and ``shard``), only this rank's batches: batch
+        ``i`` goes to rank ``i % world`` (``pipeline.distributed``); the others are not read past
+        their views and not copied. Ledger rows keep the global batch index.
 
         Raises DataError when a batch holds NaN or Inf (public case P07), naming the batch and count.
         """
         from .data.batching import iter_batches
         bs = batch_size or self.cfg.data.batch_size
-        it = iter_batches(self.source, self.splits[part], bs, limit)
-        for i, (view, labels) in enumerate(progress(it, part, self.n_batches(part, limit, bs))):
+        total = self.n_batches(part, limit, bs)
+        rank, world = (self.comm.rank, self.comm.world) if (shard and self.sharded) else (0, 1)
+        if getattr(self.source, "streaming", False):  # decodes only this rank's batches
+            it = self.source.batches(self.splits[part], bs, limit, rank, world)
+        else:
+            it = iter_batches(self.source, self.splits[part], bs, limit)
+            if world > 1:
+                it = (item for i, item in enumerate(it) if i % world == rank)
+        total = len(range(rank, total, world))
+        for k, (view, labels) in enumerate(progress(it, part, total)):
+            i = k * world + rank
             x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i)
             bad = int((~torch.isfinite(x)).sum())
             if bad:
@@ -140,19 +160,19 @@ class Run:
         need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
         CompileError."""
         from .checks import check_channels, check_declared_layout
-        images = self.source.images
-        check_declared_layout(tuple(images.shape), self.source.layout)
-        batch_shape = (min(self.cfg.data.batch_size, len(images)),) + tuple(images.shape[1:])
+        shape = tuple(self.source.shape if getattr(self.source, "streaming", False) else self.source.images.shape)
+        check_declared_layout(shape, self.source.layout)
+        batch_shape = (min(self.cfg.data.batch_size, shape[0]),) + shape[1:]
         check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
                        [s.get("type") for s in self.cfg.preprocess.stages])
         sizes = {part: sl.stop - sl.start for part, sl in self.splits.items()}
         if "calib" in steps and not sizes.get("calib"):
             raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data" % (len(images), self.cfg.data.split))
+                                    "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
         for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
             if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
                 raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
-                                "a share of the data" % (step, part, self.cfg.data.split, len(images)))
+                                "a share of the data" % (step, part, self.cfg.data.split, shape[0]))
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
@@ -212,12 +232,13 @@ class Run:
         ``ledger`` when given."""
         from .boundary import compile_example
         part = next(p for p in ("eval", "calib", "train") if self.splits[p].stop > self.splits[p].start)
-        x, _ = next(self.batches(part, limit=1, batch_size=1))
+        x, _ = next(self.batches(part, limit=1, batch_size=1, shard=False))
         return compile_example(x, ledger=ledger)
 
     # ------------------------------------------------------------------ bookkeeping
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
-        fileio.write_json(self.path("steps", step + ".json"), result)
+        if self.is_main:
+            fileio.write_json(self.path("steps", step + ".json"), result)
         return result
 
     def require(self, step: str, by: str) -> Dict[str, Any]:
@@ -314,15 +335,17 @@ def step_inspect(run: Run) -> Dict[str, Any]:
 
 def step_calib(run: Run) -> Dict[str, Any]:
     """Calibrate on the calib split and write quantize_result/quant_info.json and the fingerprint."""
-    from .quantizers.fingerprint import write_fingerprint
+    from .quantizers.fingerprint import FILE_NAME, write_fingerprint
     from .checks import InputStats
     limit = run.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = run.float_model(), run.example(), run.new_ledger()
-    stats = InputStats()
+    stats = InputStats() if run.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in run.batches("calib", ledger=ledger, limit=limit))
     start = time.perf_counter()
     summary = run.backend().calibrate(model, example, batches, run.quant_dir, run.settings())
     seconds = time.perf_counter() - start
+    if run.comm is not None:
+        stats.merge_ordered(run.comm)
     input_stats = stats.result(run.cfg.preprocess.mean, run.cfg.preprocess.std)
     warnings = list(input_stats["warnings"])
     if run.cfg.quantizer.bitwidth != 8:
@@ -331,13 +354,22 @@ def step_calib(run: Run) -> Dict[str, Any]:
                         % run.cfg.quantizer.bitwidth)
     for warning in warnings:
         log.warning("calib: %s", warning)
-    fp_path = write_fingerprint(run.quant_dir, run.fingerprint(model, example))
+    fingerprint = run.fingerprint(model, example)
+    fp_path = write_fingerprint(run.quant_dir, fingerprint) if run.is_main else os.path.join(run.quant_dir, FILE_NAME)
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, run.quant_dir)
-    return run.save_step("calib", {"batches": summary["batches"], "seconds": seconds,
-                                   "files": sorted(summary["files"] + [fp_path]),
-                                   "input_stats": input_stats, "warnings": warnings,
-                                   "ledger": ledger.summary(),
-                                   "ledger_rows": ledger.rows})
+    return run.save_step("calib", dict({"batches": summary["batches"], "seconds": seconds,
+                                        "files": sorted(summary["files"] + [fp_path]),
+                                        "input_stats": input_stats, "warnings": warnings,
+                                        "ledger": ledger.summary(),
+                                        "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
+
+
+def _ranks(run: Run, ledger: Any) -> Dict[str, Any]:
+    """Under torch.distributed: ``{"distributed": {"world_size", "ledger_by_rank"}}`` (each rank's
+    boundary ledger summary; ``ledger`` and ``ledger_rows`` are rank 0's). A collective."""
+    if run.comm is None:
+        return {}
+    return {"distributed": {"world_size": run.comm.world, "ledger_by_rank": run.comm.gather(ledger.summary())}}
 
 
 def step_test(run: Run) -> Dict[str, Any]:
@@ -351,16 +383,20 @@ def step_test(run: Run) -> Dict[str, Any]:
     ledger = run.new_ledger()
     limit = run.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
+    start = time.perf_counter()
     with torch.no_grad():
         for x, y in run.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
             quant_correct += int((handle(x).argmax(dim=1) == y).sum())
             n += len(y)
+    if run.comm is not None:  # integer counts: the sum is exact in any order
+        float_correct, quant_correct, n = [sum(c) for c in zip(*run.comm.gather((float_correct, quant_correct, n)))]
     float_acc, quant_acc = float_correct / n, quant_correct / n
     drop = float_acc - quant_acc
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
     sim_handle = handle if run.cfg.quantizer.backend == "sim" else None
+    eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
     sensitivity, plot_files = _sensitivity(run, model, example, limit, sim_handle)
     warnings = []
     if n < SMALL_EVAL:
@@ -368,11 +404,12 @@ def step_test(run: Run) -> Dict[str, Any]:
                         "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
     for warning in warnings:
         log.warning("test: %s", warning)
-    result = run.save_step("test", {"float_accuracy": float_acc, "quant_accuracy": quant_acc, "warnings": warnings,
-                                    "accuracy_drop": drop, "eval_images": n,
-                                    "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
-                                    "sensitivity": sensitivity, "plots": plot_files,
-                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+    result = run.save_step("test", dict({"float_accuracy": float_acc, "quant_accuracy": quant_acc,
+                                         "warnings": warnings, "accuracy_drop": drop, "eval_images": n,
+                                         "eval_seconds": eval_seconds,
+                                         "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
+                                         "sensitivity": sensitivity, "plots": plot_files,
+                                         "ledger": ledger.summary(), "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
     if drop > run.cfg.quantizer.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
@@ -393,9 +430,10 @@ def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit:
     if handle is None:
         handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
     rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),
-                             (x for x, _ in run.batches("eval", limit=limit)), run.settings())
+                             (x for x, _ in run.batches("eval", limit=limit)), run.settings(),
+                             comm=run.comm if run.sharded else None, example=example)
     files = {}
-    if plots.is_available():
+    if plots.is_available() and run.is_main:
         files = {"sensitivity": plots.plot_sensitivity(rows, run.path("plots", "sensitivity.png")),
                  "activation_ranges": plots.plot_activation_ranges(rows, run.path("plots", "activation_ranges.png"))}
     return json_safe(rows), files
@@ -536,30 +574,75 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
 
     With the nndct backend, calib, test and export each run in a child process when more than one
     of them is asked for (the real quantizer keeps state across modes, facts 1.5).
+
+    Under torchrun (``WORLD_SIZE`` > 1, ``pipeline.distributed``): calib and test split their
+    batches over the ranks and give one process's results; every other step runs on rank 0 while
+    the others wait. Rank 0 alone takes the lock, removes stale results, writes the run folder,
+    status.json and the report. A rank that fails makes every rank fail (DistributedError naming
+    it) instead of hanging. The nndct backend refuses (ConfigError).
     """
-    from .report import write_report
+    from . import distributed
     ordered = [s for s in STEPS if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
-    run = Run(loaded, source)
-    run.preflight(ordered)
-    lock = _lock_work_dir(run.work_dir)
+    comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        _remove_stale_temporaries(run.work_dir)
-        run.write_resolved_config()
-        before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+        if comm is not None and loaded.cfg.quantizer.backend != "sim":
+            raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
+                              "process-global state; run it in one process, or use the sim backend for a distributed "
+                              "calib and test" % (loaded.cfg.quantizer.backend, comm.world))
+        return _run_steps(loaded, ordered, source, comm)
+    except BaseException as exc:
+        if comm is not None:
+            comm.post_failure(exc)
+        raise
+    finally:
+        distributed.shutdown()
+
+
+def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
+    level = log.level
+    if comm is not None and not comm.is_main:
+        log.setLevel(max(logging.WARNING, log.getEffectiveLevel()))  # rank 0 tells the story once
+    try:
+        return _run_steps_logged(loaded, ordered, source, comm)
+    finally:
+        log.setLevel(level)
+
+
+def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
+    from .report import write_report
+    run = Run(loaded, source)
+    run.comm = comm
+    run.preflight(ordered)
+    lock = _lock_work_dir(run.work_dir) if run.is_main else None
+    try:
+        before = None
+        if run.is_main:
+            _remove_stale_temporaries(run.work_dir)
+            run.write_resolved_config()
+            before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
         separate = loaded.cfg.quantizer.backend == "nndct" and len(
             [s for s in ordered if s in PROCESS_SEPARATED_STEPS]) > 1
         status = {"state": "ok", "steps": ordered}  # type: Dict[str, Any]
+        if comm is not None:
+            status["world_size"] = comm.world
         try:
             for step in ordered:
                 status["step"] = step
                 log.info("step %s", step)
-                _invalidate(run, step)
+                if run.is_main:
+                    _invalidate(run, step)
+                _sync(run, "the start of step %s" % step)
+                run.sharded = comm is not None and step in DISTRIBUTED_STEPS
                 if separate and step in PROCESS_SEPARATED_STEPS:
                     _run_in_child(run, step)
-                else:
+                elif run.is_main or run.sharded:
+                    if comm is not None:
+                        comm.context = "step %s" % step
                     STEP_FUNCTIONS[step](run)
+                run.sharded = False
+                _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             status.pop("step")
         except KeyboardInterrupt:
             status.update(state="interrupted", error="interrupted by the user (Ctrl-C)")
@@ -568,19 +651,42 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
             status.update(state="failed", error="%s: %s" % (type(exc).__name__, exc))
             raise
         finally:
-            description = run.source.describe()
-            if before is not None:
-                after = _source_fingerprint(run)
-                description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
-            run.save_step("source", description)
-            fileio.write_json(run.path("status.json"), status)
-            report = write_report(run)
+            if run.is_main and status.get("step") == "calib":
+                _drop_partial_calibration(run)
+            if run.is_main:
+                description = run.source.describe()
+                if before is not None:
+                    after = _source_fingerprint(run)
+                    description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
+                run.save_step("source", description)
+                fileio.write_json(run.path("status.json"), status)
+                report = write_report(run)
         if before is not None and before != after:
             raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
                                 "please report it" % (before, after))
-        return report
+        return report if run.is_main else {}
     finally:
         _unlock(lock)
+
+
+def _drop_partial_calibration(run: Run) -> None:
+    """Remove quantize_result/ after a failed or interrupted calib step: its files are written one by
+    one (each atomically), and under torchrun a rank can fail after rank 0 wrote quant_info.json but
+    before the fingerprint; a calibration is complete or absent."""
+    import shutil
+    if os.path.isdir(run.quant_dir):
+        shutil.rmtree(run.quant_dir)
+        log.info("calib: removed the incomplete %s", run.quant_dir)
+
+
+DISTRIBUTED_STEPS = ("calib", "test")  # split over the ranks under torchrun; the others run on rank 0
+
+
+def _sync(run: Run, where: str) -> None:
+    """Under torch.distributed: wait for every rank at ``where`` (DistributedError naming a failed rank)."""
+    if run.comm is not None:
+        run.comm.context = where
+        run.comm.barrier()
 
 
 # What each step writes besides steps/<step>.json, and the steps whose results derive from it.
@@ -673,6 +779,8 @@ def _remove_stale_temporaries(work_dir: str) -> None:
 
 def _source_fingerprint(run: Run) -> str:
     from .tensors import fingerprint_array
+    if getattr(run.source, "streaming", False):
+        return run.source.fingerprint()
     return fingerprint_array(run.source.images)
 
 

@@ -65,7 +65,8 @@ FLOAT_KEYS = ("sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph
 
 
 def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
-                      batches: Iterable[torch.Tensor], settings: Any) -> List[Dict[str, Any]]:
+                      batches: Iterable[torch.Tensor], settings: Any, comm: Any = None,
+                      example: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:
     """SQNR, cosine similarity and value ranges of every quantized point of ``handle`` vs float.
 
     Args:
@@ -81,6 +82,10 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         settings: the ``pipeline.quantizers.base.QuantSettings`` the handle was made with (its
             ``quant_config_file`` and ``bitwidth`` decide CLE and the ReLU6 swap, hence the node
             names and the CLE scales).
+        comm: under torch.distributed, a ``pipeline.distributed.Comm``: ``batches`` is this rank's
+            shard, each batch's sums are kept and every rank's are added in global batch order
+            at the end, so the table is one process's, bit for bit (a collective).
+        example: float32 NCHW example input, used when this rank's shard is empty (with ``comm``).
 
     Returns:
         One dict per quantized point, in graph order (the model input first), keys ``ROW_KEYS``:
@@ -125,15 +130,16 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
 
     iterator = iter(batches)
     first = next(iterator, None)
-    if first is None:
+    if first is None and (comm is None or example is None):
         raise DataError("layer sensitivity needs evaluation batches and got none; check the eval split")
-    _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
-    example = first[:1].detach().cpu()
+    if first is not None:
+        _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
+        example = first[:1].detach().cpu()
     session = SimSession(float_model, example, load_quant_config(settings.quant_config_file, settings.bitwidth))
     float_gm = _trace_float(float_model)
     points = _match_points(float_gm, handle, quant_info, session)
     scales = _cle_scales(session)
-    accs = [_Accumulator(p, scales.get(p.name)) for p in points]
+    accs = [_Accumulator(p, scales.get(p.name), keep_batches=comm is not None) for p in points]
     by_name = {a.point.name: a for a in accs}
     float_wanted = {p.float_node: p.name for p in points}
     quant_wanted = {p.quant_node: p.name for p in points}
@@ -147,6 +153,12 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             _compare(_walk(float_gm, x.clone(), float_wanted), _walk(handle, x, quant_wanted), by_name)
             batch = next(iterator, None)
             index += 1
+    if comm is not None:  # every rank's batches, in global batch order
+        for acc, by_rank in zip(accs, zip(*comm.gather([(a.shape, a.kept) for a in accs]))):
+            acc.shape = next((shape for shape, _ in by_rank if shape is not None), None)
+            for chunks in comm.interleave([kept for _, kept in by_rank]):
+                for chunk in chunks:
+                    acc.apply(chunk)
     return [a.row() for a in accs]
 
 
@@ -344,8 +356,9 @@ def _compare(floats: Iterator[Tuple[str, torch.Tensor]], quants: Iterator[Tuple[
 class _Accumulator:
     """float64 running sums of one point over all batches."""
 
-    def __init__(self, point: _Point, scale: Optional[torch.Tensor]) -> None:
+    def __init__(self, point: _Point, scale: Optional[torch.Tensor], keep_batches: bool = False) -> None:
         self.point = point
+        self.kept = [] if keep_batches else None  # type: Optional[List[List[Tuple[Any, ...]]]]
         self.scale = scale
         self.shape = None  # type: Optional[List[int]]
         self.n = 0
@@ -367,12 +380,32 @@ class _Accumulator:
             self.shape = list(f.shape[1:])
         per_sample = max(1, f[:1].numel())
         step = max(1, CHUNK_ELEMENTS // per_sample)
-        for start in range(0, f.shape[0], step):
-            self._add_chunk(f[start:start + step].detach().double(), q[start:start + step].detach().double())
+        chunks = [c for c in (self._chunk(f[start:start + step].detach().double(), q[start:start + step].detach().double())
+                              for start in range(0, f.shape[0], step)) if c is not None]
+        if self.kept is not None:
+            self.kept.append(chunks)  # added later, in global batch order
+        else:
+            for chunk in chunks:
+                self.apply(chunk)
 
-    def _add_chunk(self, f: torch.Tensor, q: torch.Tensor) -> None:
+    def apply(self, chunk: Tuple[Any, ...]) -> None:
+        """Add one chunk's statistics (``_chunk``'s tuple) to the running sums."""
+        f2, q2, fq, e2, f_min, f_max, g_min, g_max, clipped, n = chunk
+        self.sum_f2 += f2
+        self.sum_q2 += q2
+        self.sum_fq += fq
+        self.sum_e2 += e2
+        self.f_min = min(self.f_min, f_min)
+        self.f_max = max(self.f_max, f_max)
+        self.g_min = min(self.g_min, g_min)
+        self.g_max = max(self.g_max, g_max)
+        self.clipped += clipped
+        self.n += n
+
+    def _chunk(self, f: torch.Tensor, q: torch.Tensor) -> Optional[Tuple[Any, ...]]:
+        """The statistics of a few samples (float64): sums of f^2, q^2, fq, e^2, ranges, clipped count, n."""
         if not f.numel():
-            return
+            return None
         g = f
         if self.scale is not None:
             s = self.scale.reshape((1, -1) + (1,) * (f.dim() - 2))
@@ -380,18 +413,12 @@ class _Accumulator:
             g = f / s  # the float values in the quantized graph's scale
         e = f - q
         ff, qq, ee = f.reshape(-1), q.reshape(-1), e.reshape(-1)
-        self.sum_f2 += float(torch.dot(ff, ff))
-        self.sum_q2 += float(torch.dot(qq, qq))
-        self.sum_fq += float(torch.dot(ff, qq))
-        self.sum_e2 += float(torch.dot(ee, ee))
-        self.f_min = min(self.f_min, float(f.min()))
-        self.f_max = max(self.f_max, float(f.max()))
-        self.g_min = min(self.g_min, float(g.min()))
-        self.g_max = max(self.g_max, float(g.max()))
+        sums = (float(torch.dot(ff, ff)), float(torch.dot(qq, qq)), float(torch.dot(ff, qq)), float(torch.dot(ee, ee)))
+        ranges = (float(f.min()), float(f.max()), float(g.min()), float(g.max()))
         codes = g.mul_(2.0 ** self.point.fix_pos) if g is not f else g * (2.0 ** self.point.fix_pos)
         half = 2 ** (self.point.bitwidth - 1)
-        self.clipped += int(((codes >= half - 0.5) | (codes < -half - 0.5)).sum())
-        self.n += f.numel()
+        clipped = int(((codes >= half - 0.5) | (codes < -half - 0.5)).sum())
+        return sums + ranges + (clipped, f.numel())
 
     def row(self) -> Dict[str, Any]:
         p = self.point

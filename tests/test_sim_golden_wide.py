@@ -282,3 +282,28 @@ def test_golden_wide_torch_script_reproduces_the_outputs(name, results, tmp_path
     with torch.no_grad():
         got = _as_tuple(script(*_load(name, "eval_inputs", INDEX[name]["default"]["n_inputs"])))
     assert len(got) == len(y) and all(torch.equal(a, b) for a, b in zip(got, y))
+
+
+@pytest.mark.slow
+def test_golden_wide_two_ranks_give_the_real_quantizers_fix_positions(tmp_path):
+    """Distributed calibration (torchrun, 2 ranks, round-robin shards) of models with constants,
+    float operators and two inputs: the same files as one process, and nndct's fix positions."""
+    import subprocess
+    import sys
+    import dist_golden_wide_helper
+    names = ["floatops", "twoinput"]
+    one, two = str(tmp_path / "one"), str(tmp_path / "two")
+    dist_golden_wide_helper.main(one, names)
+    env = dict(os.environ, OMP_NUM_THREADS="2", PYTHONPATH=os.pathsep.join([os.path.dirname(HERE), HERE]))
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           os.path.join(HERE, "dist_golden_wide_helper.py"), two, ",".join(names)],
+                          env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for name in names:
+        with open(os.path.join(one, name, "quant_info.json"), "rb") as a, \
+                open(os.path.join(two, name, "quant_info.json"), "rb") as b:
+            assert a.read() == b.read()
+        golden = json.load(open(os.path.join(DATA, name, "default", "quant_info.json")))
+        assert qi.read_quant_info(os.path.join(two, name))["output"] == golden["output"]
+        c1, c2 = qi.read_bias_corr(os.path.join(one, name)), qi.read_bias_corr(os.path.join(two, name))
+        assert list(c1) == list(c2) and all(torch.equal(c1[k], c2[k]) for k in c1)

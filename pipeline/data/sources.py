@@ -10,6 +10,7 @@
 | array  | images, labels, layout                                 | the caller's numpy array, any strides (read-only, negative strides) |
 | tensor | images, labels, layout                                 | the caller's CPU torch tensor, any memory format |
 | image_folder | root, resize, crop, mode, extensions, skip_corrupt, ... | ``root/<class>/<image>`` decoded with Pillow into one owned uint8 NHWC array (``pipeline.data.image_folder``) |
+| image_folder, stream: true | the same, plus workers (2), prefetch (2) | decoded batch by batch by a DataLoader, never held whole (``pipeline.data.stream``) |
 
 Images are 4-D, ``layout`` NHWC (default) or NCHW, of a dtype torch can view. Labels, when given,
 are a 1-D integer array with one entry per image, delivered as np.int64.
@@ -319,12 +320,22 @@ def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
     return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
 
 
-def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Source:
+def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Any:
     """``root/<class>/<image>`` decoded into one owned uint8 NHWC array: see
-    ``pipeline.data.image_folder.open_image_folder``. Imported on use (that module subclasses
-    ``Source``, and Pillow loads only when an image folder is opened)."""
+    ``pipeline.data.image_folder.open_image_folder``; with ``stream: true`` (and optional
+    ``workers``, ``prefetch``) streamed batch by batch instead: ``pipeline.data.stream``. Imported on
+    use (that module subclasses ``Source``, and Pillow loads only when an image folder is opened)."""
+    stream = spec.get("stream", False)
+    if not isinstance(stream, bool):
+        raise ConfigError("data.source.stream: expected true or false, got %r" % (stream,))
+    if stream:
+        from .stream import open_streaming_image_folder
+        return open_streaming_image_folder(spec, base_dir)
+    if "workers" in spec or "prefetch" in spec:
+        raise ConfigError("data.source: workers and prefetch configure the streamed image folder; add stream: true "
+                          "or remove them")
     from .image_folder import open_image_folder as open_folder
-    return open_folder(spec, base_dir)
+    return open_folder({k: v for k, v in spec.items() if k != "stream"}, base_dir)
 
 
 SOURCES = {

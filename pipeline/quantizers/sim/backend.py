@@ -19,7 +19,7 @@ import torch
 from ...errors import ConfigError, QuantizationError
 from ..base import BACKEND_FORMATS, QuantizerBackend, QuantSettings
 from ..quant_config import load_quant_config
-from ..quant_info import SIM_VERSION
+from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE, SIM_VERSION
 from .session import SimSession
 
 # export format -> (pipeline.export flavour, file name suffix after the model class name)
@@ -34,6 +34,28 @@ def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSetti
         warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
     cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
     return SimSession(model, example.detach().cpu(), cfg)
+
+
+def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
+                           out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+    """SimBackend.calibrate on one rank of a torch.distributed run: ``batches`` is this rank's shard
+    (``pipeline.distributed``); the result is one process's on every rank; rank 0 alone writes."""
+    session = _session(model, example, settings)
+    calibrator = session.calibrator(comm)
+    for batch in batches:
+        calibrator.step(batch)
+    calibrator.finish()
+    if calibrator.batches == 0:
+        raise QuantizationError("calibration saw 0 batches on all %d ranks: the calib data is empty (check the data "
+                                "source and the calibration batch limit); nothing was written" % comm.world)
+    info, notes = session.quant_info(calibrator)
+    if comm.is_main:
+        files = session.export_quant_config(calibrator, out_dir)
+    else:
+        names = ([BIAS_CORR_FILE] if session.cfg.include_bias_corr else []) + [QUANT_INFO_FILE]
+        files = [os.path.join(out_dir, f) for f in names]  # what rank 0 writes
+    return {"batches": calibrator.batches, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
+            "cle_pairs": [list(p) for p in session.cle_pairs], "adjustments": notes}
 
 
 class SimBackend(QuantizerBackend):
@@ -67,6 +89,10 @@ class SimBackend(QuantizerBackend):
                 or config, a tensor that never got a fix position.
             ConfigError: bad quant_config_file.
         """
+        from ...distributed import current
+        comm = current()
+        if comm is not None:
+            return _calibrate_distributed(comm, model, example, batches, out_dir, settings)
         iterator = iter(batches)
         first = next(iterator, None)
         if first is None:

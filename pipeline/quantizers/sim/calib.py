@@ -35,6 +35,17 @@ from .plan import QuantPlan, adjust_fix_pos
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
 
 
+def check_batch(xs: Any, n_inputs: int) -> None:
+    """Raise QuantizationError unless ``xs`` holds ``n_inputs`` float32 tensors (one calibration
+    batch: one tensor per model input)."""
+    if len(xs) != n_inputs:
+        raise QuantizationError("calibration batch: the model takes %d inputs, got %d tensors" % (n_inputs, len(xs)))
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
+                                    ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+
+
 class ParamState:
     """Calibration state of one conv/linear node."""
 
@@ -109,13 +120,7 @@ class Calibrator:
             QuantizationError: not one float32 tensor per model input, or a node fails (named).
         """
         inputs = self.graph.inputs
-        if len(xs) != len(inputs):
-            raise QuantizationError("calibration batch: the model takes %d inputs, got %d tensors"
-                                    % (len(inputs), len(xs)))
-        for x in xs:
-            if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-                raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
-                                        ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+        check_batch(xs, len(inputs))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:
@@ -148,17 +153,25 @@ class Calibrator:
         return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        fp = self._batch_fix_pos(node, t)
+        if fp is None:
             return t
+        hist = self.history[node.name]
+        hist.append(fp)
+        return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+
+    def _batch_fix_pos(self, node: SimNode, t: Any) -> Optional[int]:
+        """This batch's capped fix_pos of activation ``t``; None when it adds nothing to the history
+        (not a float tensor, empty, or holding NaN/Inf)."""
+        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+            return None
         mn, mx = torch.aminmax(t)
         min_max = (mn.item(), mx.item())
         if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
-            return t
+            return None
         scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
-        hist = self.history[node.name]
-        hist.append(fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos))
-        return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+        return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos)
 
     def _param_fix(self, name: str, t: torch.Tensor) -> torch.Tensor:
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, fixpoint.SCOPE_DEFAULT, "std_round")
@@ -166,6 +179,12 @@ class Calibrator:
         return fixpoint.fake_quant(t, self.param_fp[name], self.bitwidth, "std_round")
 
     def _param_node(self, node: SimNode, env: Dict[Any, Any]) -> torch.Tensor:
+        state = self._param_state(node)
+        x = env[node.fx_node.all_input_nodes[0]]
+        return param_forward(self.graph, node, x, state.weight, state.bias)
+
+    def _param_state(self, node: SimNode) -> ParamState:
+        """The node's ParamState, its weight and bias quantized at the first call (from the weights alone)."""
         state = self.params[node.name]
         if state.weight is None:
             m = self.graph.module(node)
@@ -175,20 +194,27 @@ class Calibrator:
             state.weight = self._param_fix(node.param_names["weights"], w)
             if b is not None:
                 state.bias = self._param_fix(node.param_names["bias"], b)
-        x = env[node.fx_node.all_input_nodes[0]]
-        return param_forward(self.graph, node, x, state.weight, state.bias)
+        return state
 
     def _correct_bias(self, node: SimNode, env: Dict[Any, Any], output: torch.Tensor) -> None:
         state = self.params[node.name]
         if state.stop:
             return
         x = env[node.fx_node.all_input_nodes[0]]
+        state.bias, state.stop, state.efficiency, state.deviation = self._bias_update(node, x, output)
+
+    def _bias_update(self, node: SimNode, x: torch.Tensor, output: torch.Tensor):
+        """One bias-correction step of a node not yet stopped, on its input ``x`` and (quantized)
+        ``output``: the new ``(bias, stop, efficiency, deviation)``; the state is not changed."""
+        state = self.params[node.name]
         res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
-        error, rate, state.stop, state.efficiency, state.deviation = eval_qnoise(
+        error, rate, stop, efficiency, deviation = eval_qnoise(
             output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop)
-        if not state.stop and state.bias is not None:
+        bias = state.bias
+        if not stop and bias is not None:
             dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
-            state.bias = torch.sub(state.bias, error.mean(dim=dims), alpha=rate)
+            bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
+        return bias, stop, efficiency, deviation
 
     # -- results -----------------------------------------------------------------------------
     def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):

@@ -71,8 +71,13 @@ class SimSession:
         self.cle_scales = {(c0, c1): s for c0, c1, s in scaled}  # type: Dict[Tuple[str, str], Any]
         self.plan = QuantPlan(self.graph)
 
-    def calibrator(self) -> Calibrator:
-        """A fresh Calibrator; call ``step(batch)`` per calibration batch."""
+    def calibrator(self, comm: Any = None) -> Calibrator:
+        """A fresh Calibrator; call ``step(batch)`` per calibration batch. With ``comm`` (a
+        ``pipeline.distributed.Comm``) a DistributedCalibrator: each rank steps through its shard,
+        then calls ``finish()``."""
+        if comm is not None:
+            from .dist_calib import DistributedCalibrator
+            return DistributedCalibrator(self.graph, self.plan, self.bitwidth, self.cfg.include_bias_corr, comm)
         return Calibrator(self.graph, self.plan, self.bitwidth, self.cfg.include_bias_corr)
 
     def quant_info(self, calibrator: Calibrator) -> Tuple[Dict[str, Any], List[str]]:

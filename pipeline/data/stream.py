@@ -1,0 +1,182 @@
+"""An image folder streamed batch by batch with a ``torch.utils.data.DataLoader``: for folders that
+do not fit in memory (``data.source: {type: image_folder, stream: true, ...}``).
+
+The folder, its classes, the file order (sorted, then the seeded shuffle) and the decoding
+(Pillow, torchvision's Resize + CenterCrop) are exactly those of ``pipeline.data.image_folder``,
+so a streamed run sees the same batches, bit for bit, as one that decodes the folder into memory.
+What differs:
+
+- No array of all images: each batch is decoded when it is needed, into a fresh uint8 NHWC
+  ``(n, H, W, C)`` tensor that the source owns (the decode allocation, as the in-memory source's
+  one big array; the stages view it and the quantizer boundary still makes the one copy).
+- The index is two numpy arrays (fixed-width path bytes and int64 labels), not Python lists: a
+  forked DataLoader worker reads them without touching per-object reference counts, so no worker
+  ends up with its own copy of the index, and memory stays flat as the folder grows.
+- ``workers`` processes decode whole batches in parallel; at most ``workers * prefetch`` batches
+  are decoded ahead (bounded prefetch). ``workers: 0`` decodes in the calling process.
+- Under torchrun each rank's DataLoader holds only its own batches (batch ``i`` on rank
+  ``i % world``, the rule of ``pipeline.distributed``): a rank never decodes another's images.
+- The image size must be known without decoding everything: ``crop`` or ``resize: [h, w]`` fix it;
+  otherwise the first file's size (after an int ``resize``) is taken and any image of another
+  size is a DataError naming the file. An unreadable file is a DataError naming it
+  (``skip_corrupt`` would change which images make up a batch after the splits were cut, so it
+  cannot be combined with ``stream``).
+- ``fingerprint()`` hashes the index and each file's size and modification time (reading 50,000
+  files twice to prove them unchanged would cost as much as the run).
+"""
+import hashlib
+import os
+from typing import Any, Dict, Iterator, Optional, Tuple
+
+import numpy as np
+import torch
+
+from ..errors import ConfigError, DataError
+from .image_folder import MODES, _decode_errors, _pil, decode_image, output_size, parse_options, read_size, \
+    resized_size, scan_folder
+
+STREAM_KEYS = ("stream", "workers", "prefetch")
+
+
+def _int_option(spec: Dict[str, Any], key: str, default: int, low: int) -> int:
+    value = spec.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ConfigError("data.source.%s: expected an int >= %d, got %r" % (key, low, value))
+    return value
+
+
+class StreamingImageFolder:
+    """A streamed ``image_folder`` source (see the module docstring).
+
+    Attributes:
+        kind: ``image_folder``; layout: ``NHWC``; channel_order: None; streaming: True.
+        root, classes, settings: as ``ImageFolderSource``.
+        paths: np.ndarray of fixed-width bytes (N,), the file of each row relative to ``root``.
+        labels: np.int64 (N,).
+        shape: ``(N, H, W, C)`` of the images as the in-memory source would hold them.
+        workers, prefetch: DataLoader worker processes and batches prefetched per worker.
+    """
+
+    kind = "image_folder"
+    layout = "NHWC"
+    channel_order = None
+    streaming = True
+
+    def __init__(self, root: str, classes: Any, paths: np.ndarray, labels: np.ndarray, size: Tuple[int, int],
+                 settings: Dict[str, Any], workers: int, prefetch: int) -> None:
+        self.root, self.classes, self.paths, self.labels, self.settings = root, list(classes), paths, labels, settings
+        self.shape = (len(paths), size[0], size[1], MODES[settings["mode"]])
+        self.workers, self.prefetch = workers, prefetch
+
+    def __len__(self) -> int:
+        return int(self.shape[0])
+
+    def batches(self, part: slice, batch_size: int, limit: Optional[int] = None, rank: int = 0,
+                world: int = 1) -> Iterator[Tuple[torch.Tensor, np.ndarray]]:
+        """Decode this rank's batches of ``part`` (a split slice), in order.
+
+        Batch ``i`` covers rows ``part.start + i * batch_size ...`` (the last may be shorter), at
+        most ``limit`` batches in all ranks together; this rank gets those with ``i % world == rank``.
+
+        Yields:
+            ``(images, labels)``: a new uint8 NHWC tensor (n, H, W, C) owned by the source, and a
+            np.int64 view of ``labels`` for the same rows.
+
+        Raises:
+            DataError: a file that cannot be decoded or has another size (naming it).
+        """
+        start, stop, _ = part.indices(len(self))
+        bounds = [(i, min(i + batch_size, stop)) for i in range(start, stop, batch_size)][:limit]
+        mine = np.asarray(bounds[rank::world], dtype=np.int64).reshape(-1, 2)
+        dataset = _Batches(self.root, self.paths, mine, self.shape[1:], self.settings)
+        extra = {"prefetch_factor": self.prefetch} if self.workers else {}
+        loader = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.workers, **extra)
+        for (a, b), images in zip(mine, loader):
+            yield images, self.labels[a:b]
+
+    def describe(self) -> Dict[str, Any]:
+        """For the report: what ``ImageFolderSource.describe`` gives that does not need the pixels."""
+        counts = np.bincount(self.labels, minlength=len(self.classes))
+        return {"kind": self.kind, "path": self.root, "shape": list(self.shape), "dtype": "uint8",
+                "layout": self.layout, "mmap": False, "channel_order": None, "labels": len(self),
+                "bytes": int(np.prod(self.shape)), "sha256": None, "streaming": True,
+                "workers": self.workers, "prefetch": self.prefetch, "classes": list(self.classes),
+                "class_counts": {c: int(n) for c, n in zip(self.classes, counts)}, "settings": dict(self.settings),
+                "note": "streamed: each batch decoded with Pillow when needed (DataLoader, %d workers)" % self.workers}
+
+    def fingerprint(self) -> str:
+        """sha256 of the index (paths, labels) and of each file's size and modification time (ns)."""
+        h = hashlib.sha256(self.paths.tobytes())
+        h.update(self.labels.tobytes())
+        for rel in self.paths:
+            st = os.stat(os.path.join(self.root, rel.decode("utf-8", "surrogateescape")))
+            h.update(b"%d %d;" % (st.st_size, st.st_mtime_ns))
+        return h.hexdigest()
+
+
+class _Batches(torch.utils.data.Dataset):
+    """Item ``k``: the decoded rows ``bounds[k]`` as one uint8 NHWC tensor (a worker decodes a whole batch)."""
+
+    def __init__(self, root: str, paths: np.ndarray, bounds: np.ndarray, image_shape: Tuple[int, ...],
+                 settings: Dict[str, Any]) -> None:
+        self.root, self.paths, self.bounds, self.image_shape, self.settings = root, paths, bounds, image_shape, settings
+
+    def __len__(self) -> int:
+        return int(self.bounds.shape[0])
+
+    def __getitem__(self, k: int) -> torch.Tensor:
+        a, b = int(self.bounds[k, 0]), int(self.bounds[k, 1])
+        s = self.settings
+        out = np.empty((b - a,) + tuple(self.image_shape), dtype=np.uint8)
+        errors = _decode_errors(_pil())
+        crop = None if s["crop"] is None else tuple(s["crop"])
+        resize = tuple(s["resize"]) if isinstance(s["resize"], list) else s["resize"]
+        for row in range(a, b):
+            path = os.path.join(self.root, self.paths[row].decode("utf-8", "surrogateescape"))
+            try:
+                pixels = decode_image(path, s["mode"], resize, crop)
+            except errors as exc:
+                raise DataError("image file %s cannot be decoded (%s: %s); a streamed folder cannot skip files: remove "
+                                "or replace it" % (path, type(exc).__name__, exc))
+            if pixels.shape != out.shape[1:]:
+                raise DataError("image %s decodes to %s (HxWxC) but the stream's images are %s (the first file's size); "
+                                "set data.source.crop or resize: [height, width] so that every image has one size"
+                                % (path, "x".join(map(str, pixels.shape)), "x".join(map(str, out.shape[1:]))))
+            out[row - a] = pixels
+        return torch.from_numpy(out)
+
+
+def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> StreamingImageFolder:
+    """``data.source: {type: image_folder, stream: true, workers: 2, prefetch: 2, ...}``: the folder
+    indexed (no pixel decoded; one header read when neither crop nor resize [h, w] fixes the size).
+
+    Raises:
+        ConfigError: bad options (as the in-memory source), ``skip_corrupt`` with ``stream``,
+            ``workers`` < 0 or ``prefetch`` < 1.
+        DataError: what ``scan_folder`` raises; the first file unreadable.
+    """
+    workers = _int_option(spec, "workers", 2, 0)
+    prefetch = _int_option(spec, "prefetch", 2, 1)
+    opts = parse_options({k: v for k, v in spec.items() if k not in STREAM_KEYS}, base_dir)
+    if opts["skip_corrupt"]:
+        raise ConfigError("data.source: skip_corrupt cannot be combined with stream: true (a skipped file would shift "
+                          "every later batch after the splits were cut); fix the files or decode the folder in memory")
+    root, resize, crop = opts["root"], opts["resize"], opts["crop"]
+    classes, files = scan_folder(root, opts["extensions"], opts["limit_per_class"])
+    if opts["shuffle"]:
+        files = [files[i] for i in np.random.default_rng(opts["seed"]).permutation(len(files))]
+    if crop is not None or isinstance(resize, tuple):
+        size = output_size((1, 1), resize, crop) if crop is None else crop
+    else:
+        first = os.path.join(root, files[0][0])
+        try:
+            size = resized_size(read_size(first), resize)
+        except _decode_errors(_pil()) as exc:
+            raise DataError("image file %s cannot be read (%s: %s); remove or replace it" % (first, type(exc).__name__, exc))
+    paths = np.array([rel.encode("utf-8", "surrogateescape") for rel, _ in files], dtype=np.bytes_)
+    labels = np.array([label for _, label in files], dtype=np.int64)
+    settings = {"resize": list(resize) if isinstance(resize, tuple) else resize,
+                "crop": None if crop is None else list(crop), "mode": opts["mode"],
+                "extensions": list(opts["extensions"]), "skip_corrupt": False, "limit_per_class": opts["limit_per_class"],
+                "shuffle": opts["shuffle"], "seed": opts["seed"], "stream": True}
+    return StreamingImageFolder(root, classes, paths, labels, (int(size[0]), int(size[1])), settings, workers, prefetch)
