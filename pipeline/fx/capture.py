@@ -232,21 +232,20 @@ def _is_shape_tuple(node: torch.fx.Node) -> bool:
 
 
 def _split_pieces(node: torch.fx.Node) -> Optional[int]:
-    """Number of pieces of a chunk/split node, or None when the node is no chunk/split."""
+    """Number of pieces of a chunk/split node (a split by size without the traced shape: as many
+    as the pieces taken), or None when the node is no chunk/split."""
     if not ((node.op == "call_function" and node.target in SPLIT_FUNCTIONS)
             or (node.op == "call_method" and node.target in SPLIT_METHODS)):
         return None
-    taken = [u.args[1] for u in node.users if u.op == "call_function" and u.target is operator.getitem
-             and isinstance(u.args[1], int)]
-    pieces = 1 + max(taken) if taken else 1
     second = node.args[1] if len(node.args) > 1 else node.kwargs.get(
         "chunks", node.kwargs.get("split_size_or_sections", node.kwargs.get("split_size")))
-    is_chunk = node.target in ("chunk",) or node.target is torch.chunk
-    if is_chunk and isinstance(second, int):
-        return second
     if isinstance(second, (list, tuple)):
         return len(second)
-    return pieces
+    if (node.target == "chunk" or node.target is torch.chunk) and isinstance(second, int):
+        return second
+    taken = [u.args[1] for u in node.users if u.op == "call_function" and u.target is operator.getitem
+             and isinstance(u.args[1], int)]
+    return 1 + max(taken) if taken else 1
 
 
 class _NamedShapeProp(ShapeProp):
