@@ -1,6 +1,6 @@
 """Drop-in ``torch_quantizer`` backed by the CPU simulation (``sim`` backend).
 
-Scripts written for ``pytorch_nndct.apis.torch_quantizer`` (Vitis AI 3.5; facts 1.1-1.3) run
+Scripts written for ``pytorch_nndct.apis.torch_quantizer`` (Vitis AI 3.5; docs/quantizer.md#torch_quantizer-arguments, docs/quantizer.md#methods-and-exports) run
 unchanged with ``from pipeline.apis import torch_quantizer``::
 
     q = torch_quantizer("calib", model, (x,), output_dir="quantize_result")
@@ -21,7 +21,7 @@ error, CUDA falls back to the CPU with the real warning.
 What differs, on purpose:
 
 - The caller's input tensors and model are NEVER changed: the real quantizer rounds its input in
-  place and swaps ReLU6 for ReLU inside the caller's model (facts 1.4, 1.5); here the model is
+  place and swaps ReLU6 for ReLU inside the caller's model (docs/quantizer.md#input-rounded-in-place, docs/quantizer.md#the-callers-model-is-rewritten); here the model is
   deep-copied and every operation is out of place.
 - A calibration batch holding NaN/Inf warns with the forward index and the count; nndct skips
   it silently, and the statistics here skip it the same way.
@@ -68,7 +68,7 @@ from .quantizers.sim.session import SimSession
 LOG = logging.getLogger(__name__)
 
 # Keyword arguments of the real torch_quantizer (3.5) that the simulation accepts and ignores,
-# with their defaults (facts 1.1).
+# with their defaults (docs/quantizer.md#torch_quantizer-arguments).
 IGNORED_KWARGS = {"input_kwargs": None, "mix_bit": False, "lstm": False, "app_deploy": "CV",
                   "qat_proc": False, "custom_quant_ops": None, "dynamo": False}
 QUANT_MODES = {"calib": "calib", "test": "test", 1: "calib", 2: "test"}
@@ -154,11 +154,11 @@ def _device(device: Any) -> torch.device:
 
 
 def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
-    """Validate ``target`` against the registry (``pipeline.compilers.targets``) and warn.
+    """Validate ``target`` against the registry (``pipeline.targets``) and warn.
 
     The real quantizer refuses an unknown target name (``DPUAllocator`` in
-    ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit; facts
-    3.1) and takes a string starting with ``0x`` as a fingerprint; here a fingerprint must be one
+    ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit;
+    docs/targets.md#inspector) and takes a string starting with ``0x`` as a fingerprint; here a fingerprint must be one
     of a registered target. The real one looks at the name only when hardware-aware mode is on
     (no quant_config_file); here a misspelt target is refused in both cases. A valid target
     warns: the sim does no hardware-aware quantization.
@@ -171,7 +171,7 @@ def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Op
     """
     if target is None:
         return None
-    from .compilers.targets import get_target, targets_by_fingerprint
+    from .targets import get_target, targets_by_fingerprint
     if not isinstance(target, str):
         raise ConfigError("target: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' (a str), "
                           "got %s" % _describe(target))
@@ -332,7 +332,7 @@ class TorchQuantizer:
                           dynamic_batch: bool = False, opset_version: Optional[int] = None,
                           native_onnx: bool = True, dump_layers: bool = False,
                           check_model: bool = False, opt_graph: bool = False) -> Optional[str]:
-        """Test mode: write ``<output_dir>/<Model>_int.onnx`` (facts 1.2).
+        """Test mode: write ``<output_dir>/<Model>_int.onnx`` (docs/quantizer.md#methods-and-exports).
 
         ``native_onnx=True`` gives QuantizeLinear/DequantizeLinear (``qdq`` flavour, half-even on
         ties); ``False`` gives the bit-exact ``exact`` flavour (nndct writes ``vai::`` custom ops
@@ -385,7 +385,7 @@ class TorchQuantizer:
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
                       dynamic_batch: bool = False) -> None:
-        """Always raises: the sim quantizer cannot write ``<Model>_int.xmodel`` (facts 1.2).
+        """Always raises: the sim quantizer cannot write ``<Model>_int.xmodel`` (docs/quantizer.md#methods-and-exports).
 
         The real quantizer's preconditions are checked first, so a script learns of those here
         rather than inside the Vitis AI image: test mode, at least one forward of
@@ -422,7 +422,7 @@ class TorchQuantizer:
 
         The lowered model (``sim/lowered.py``) is traced with ``torch.jit.trace`` in eval mode
         on the batch-1 example (the first sample of ``input_args``), as the real
-        ``export_traced_torch_script`` traces its quantized module (facts 1.2). The trace holds
+        ``export_traced_torch_script`` traces its quantized module (docs/quantizer.md#methods-and-exports). The trace holds
         only aten operators (``fake_quant`` becomes mul/sub/add/floor/clamp/mul), so
         ``torch.jit.load`` needs neither this package nor pytorch_nndct, and its outputs are
         bit-identical to ``quant_model``'s for any batch size (checked on the example before
@@ -480,7 +480,7 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
                     bitwidth: Optional[int] = None, device: Any = torch.device("cuda"),
                     quant_config_file: Optional[str] = None, target: Optional[str] = None,
                     **ignored_known_kwargs: Any) -> TorchQuantizer:
-    """Create a quantizer with the signature of ``pytorch_nndct.apis.torch_quantizer`` (facts 1.1).
+    """Create a quantizer with the signature of ``pytorch_nndct.apis.torch_quantizer`` (docs/quantizer.md#torch_quantizer-arguments).
 
     Args:
         quant_mode: ``"calib"`` or ``"test"`` (1 or 2 accepted, deprecated); anything else warns
@@ -493,9 +493,9 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
         bitwidth: bit width of every tensor without a config file (None means 8).
         device: requested device; the simulation runs on the CPU (warning for CUDA).
-        quant_config_file: quant_config_file JSON (facts 2.7) or None for the defaults
+        quant_config_file: quant_config_file JSON (docs/quant_config.md) or None for the defaults
             (CLE and bias correction on).
-        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.compilers.targets``;
+        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.targets``;
             checked, then recorded only, with a warning (no hardware-aware quantization).
         **ignored_known_kwargs: the real API's other keyword arguments (``input_kwargs``,
             ``mix_bit``, ``lstm``, ``app_deploy``, ``qat_proc``, ``custom_quant_ops``,

@@ -23,8 +23,7 @@ IMAGE_FORMATS = ("svg", "png")
 def _target_name(name_or_fingerprint: str) -> str:
     """A registered DPU target name from a name or a ``0x`` fingerprint (as the real Inspector
     takes them); ConfigError for anything else."""
-    from .compilers.targets import targets_by_fingerprint
-    from .inspect import get_target
+    from .targets import get_target, targets_by_fingerprint
     if not isinstance(name_or_fingerprint, str):
         raise ConfigError("Inspector: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' or a '0x' "
                           "fingerprint (a str), got %s" % type(name_or_fingerprint).__name__)
@@ -44,7 +43,7 @@ class Inspector:
     """``pytorch_nndct.apis.Inspector`` on the CPU.
 
     Args:
-        name_or_fingerprint: a DPU target name (``pipeline.inspect.TARGETS``) or its ``0x``
+        name_or_fingerprint: a DPU target name (``pipeline.targets.TARGETS``) or its ``0x``
             fingerprint.
 
     Raises:

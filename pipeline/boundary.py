@@ -5,7 +5,7 @@ stages, numpy arrays with negative strides, read-only and memory-mapped arrays, 
 channels) into a fresh, pipeline-owned, contiguous buffer of the target dtype and layout, with the
 per-channel ``(x - mean) / std`` and the deferred channel order fused into that pass. It always
 writes a new buffer, even when the input is already contiguous float32 NCHW, because the real
-quantizer rounds its input tensor in place (facts 1.4: ``quant_model(x)`` leaves fake-quantized
+quantizer rounds its input tensor in place (docs/quantizer.md#input-rounded-in-place: ``quant_model(x)`` leaves fake-quantized
 values in the caller's buffer, and ``.contiguous()`` returns the same tensor when nothing needs
 reordering).
 
@@ -19,12 +19,11 @@ that array until the storage dies), so any tensor, view or ``.numpy()`` array de
 keeps its buffer out of the pool. Detected, never assumed.
 
 Compile boundary (``compile_example``, ``contiguous_parameters``): the example input handed to
-export and compile is batch 1, owned and contiguous NCHW, copied from real preprocessed data (facts
-1.4 item 3: export needs batch size 1; public case P04); every parameter and buffer handed to an
+export and compile is batch 1, owned and contiguous NCHW, copied from real preprocessed data
+(docs/quantizer.md#export-needs-batch-1; public case P04); every parameter and buffer handed to an
 exporter is contiguous. Both are recorded in the ledger as run-level rows (``batch`` None).
 """
 import copy
-import math
 import weakref
 from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -32,13 +31,13 @@ import numpy as np
 import torch
 
 from .errors import ConfigError, DataError, PipelineError
+from .specs import MEMORY_LAYOUTS, check_mean_std
 from .tensors import Ledger, as_torch_view, shares_memory
 
 # Output bytes per tile (about 7 samples of 224x224x3). Measured on 2 cores (1 MiB L2 each, 32 MiB L3):
 # 2, 4 and 8 MiB within 10% of each other, 3-5x faster than one pass over the batch; 1 MiB and less
 # pay for more op launches, and larger tiles leave the cache.
 BLOCK_BYTES = 4 << 20
-LAYOUTS = ("NCHW", "channels_last")
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
               torch.float32, torch.float64)
@@ -74,18 +73,6 @@ class _BufferPool:
         return torch.from_numpy(holder)
 
 
-def _floats(name: str, values: Any) -> List[float]:
-    if isinstance(values, (int, float)) and not isinstance(values, bool):
-        values = [values]
-    try:
-        out = [float(v) for v in values]
-    except (TypeError, ValueError):
-        raise ConfigError("preprocess.%s: expected a list of numbers (one per channel), got %r" % (name, values))
-    if not out or not all(math.isfinite(v) for v in out):
-        raise ConfigError("preprocess.%s: expected finite numbers, one per channel, got %r" % (name, values))
-    return out
-
-
 class QuantizerBoundary:
     """The one owned copy per batch: strided view in, ``(x - mean) / std`` out, fresh and contiguous.
 
@@ -109,14 +96,9 @@ class QuantizerBoundary:
     def __init__(self, mean: Sequence[float], std: Sequence[float], channel_order: Optional[Sequence[int]] = None,
                  layout: str = "NCHW", dtype: torch.dtype = torch.float32, block_bytes: int = BLOCK_BYTES,
                  pool_size: int = 4) -> None:
-        mean, std = _floats("mean", mean), _floats("std", std)
-        if len(mean) != len(std):
-            raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel"
-                              % (len(mean), len(std)))
-        if any(s <= 0 for s in std):
-            raise ConfigError("preprocess.std: every value must be > 0, got %s" % std)
-        if layout not in LAYOUTS:
-            raise ConfigError("preprocess.layout: expected one of %s, got %r" % (", ".join(LAYOUTS), layout))
+        mean, std = check_mean_std(mean, std)
+        if layout not in MEMORY_LAYOUTS:
+            raise ConfigError("preprocess.layout: expected one of %s, got %r" % (", ".join(MEMORY_LAYOUTS), layout))
         if dtype not in _OUT_DTYPES:
             raise ConfigError("boundary dtype must be torch.float32 (the quantizer's input) or torch.float64, got %s"
                               % dtype)
@@ -250,7 +232,7 @@ class QuantizerBoundary:
 def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> torch.Tensor:
     """The example input for export and compile: sample 0 of a preprocessed batch, as a new
     ``(1, C, H, W)`` tensor, C-contiguous NCHW, owned (never a pooled boundary buffer, so it stays
-    valid), same dtype. Export and compile need batch 1 (facts 1.4 item 3, public case P04).
+    valid), same dtype. Export and compile need batch 1 (docs/quantizer.md#export-needs-batch-1, public case P04).
 
     Args:
         batch: a quantizer boundary output ``(N, C, H, W)``, N >= 1, float (real data, not random).

@@ -1,13 +1,15 @@
 """Command line: ``python -m pipeline <command>`` and ``scripts/run_pipeline.py``.
 
 Commands:
-    run        run the steps of a config (the default command: ``python -m pipeline --config X``)
+    run        run the steps of a config (the default command: ``python -m pipeline CONFIG``)
     inspect    which nodes of the float model run on the DPU for the configured target, and why not
     targets    the DPU target registry, fingerprints in hex
     check-env  what is installed here and which steps can run
     schema     the config's JSON Schema, for editor completion
 
-Every deliberate failure (``PipelineError``) prints one ``error:`` message and exits with status 2.
+``run`` and ``inspect`` take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
+progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``)
+prints one ``error:`` message and exits with status 2.
 """
 import argparse
 import json
@@ -38,27 +40,25 @@ def build_parser() -> argparse.ArgumentParser:
         prog="python -m pipeline",
         description="From a trained PyTorch model to a Vitis AI DPU deploy bundle. One YAML config describes a run: "
                     "source -> zero-copy preprocessing -> calib -> test -> export -> compile -> deploy bundle.",
-        epilog="Without a command, 'run' is assumed: python -m pipeline --config configs/digits_sim_zcu102.yaml")
+        epilog="Without a command, 'run' is assumed: python -m pipeline configs/digits_sim_zcu102.yaml")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
-    def add_config_args(p: argparse.ArgumentParser, positional: bool = False) -> None:
-        if positional:  # `run CONFIG` or `run --config CONFIG`
-            p.add_argument("config_pos", nargs="?", metavar="CONFIG", help="YAML config file")
-            p.add_argument("--config", "-c", help="YAML config file (instead of the positional CONFIG)")
-        else:
-            p.add_argument("--config", "-c", required=True, help="YAML config file")
+    def add_config_args(p: argparse.ArgumentParser) -> None:
+        p.add_argument("config_pos", nargs="?", metavar="CONFIG", help="YAML config file")
+        p.add_argument("--config", "-c", help="YAML config file (instead of the positional CONFIG)")
         p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
                        help="override a config value by dotted path, e.g. --set run.work_dir=/tmp/run (repeatable)")
         p.add_argument("-v", "--verbose", action="store_true", help="debug logging")
-        p.add_argument("-q", "--quiet", action="store_true", help="only warnings and errors")
+        p.add_argument("-q", "--quiet", action="store_true",
+                       help="hide the progress messages (warnings, errors and the final summary remain)")
 
     p_run = sub.add_parser("run", help="run the steps of a config (default: %s)" % ",".join(DEFAULT_STEPS))
-    add_config_args(p_run, positional=True)
+    add_config_args(p_run)
     p_run.add_argument("--steps", type=_steps, default=list(DEFAULT_STEPS),
                        help="comma-separated subset of %s, or 'all' (default: %s)"
                             % (",".join(STEPS), ",".join(DEFAULT_STEPS)))
     p_insp = sub.add_parser("inspect", help="DPU/CPU assignment of every node for compile.target")
-    add_config_args(p_insp, positional=True)
+    add_config_args(p_insp)
     sub.add_parser("targets", help="list the DPU targets with their fingerprints")
     sub.add_parser("check-env", help="what is installed and which steps can run here")
     sub.add_parser("schema", help="print the config JSON Schema")
@@ -71,15 +71,21 @@ def _setup_logging(args: argparse.Namespace) -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(message)s", stream=sys.stderr)
 
 
+def _config_path(args: argparse.Namespace) -> str:
+    """The config given as CONFIG or as --config CONFIG (exactly one of them)."""
+    if (args.config is None) == (args.config_pos is None):
+        raise ConfigError("%s: give the config once, as CONFIG or as --config CONFIG, e.g. python -m pipeline %s "
+                          "configs/digits_sim_zcu102.yaml" % (args.command, args.command))
+    return args.config or args.config_pos
+
+
 def _run(args: argparse.Namespace) -> int:
     from .config import load_config
     from .report import summary_lines
     from .runner import run_steps
-    if (args.config is None) == (args.config_pos is None):
-        raise ConfigError("run: give the config once, as CONFIG or as --config CONFIG")
-    loaded = load_config(args.config or args.config_pos, args.overrides)
+    loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    if report and not args.quiet:  # under torchrun only rank 0 reports
+    if report:  # under torchrun only rank 0 reports; -q hides the progress, not this summary
         print("\n".join(summary_lines(report)))
     return 0
 
@@ -87,9 +93,8 @@ def _run(args: argparse.Namespace) -> int:
 def _inspect(args: argparse.Namespace) -> int:
     from .config import load_config
     from .runner import Run, step_inspect
-    if (args.config is None) == (args.config_pos is None):
-        raise ConfigError("inspect: give the config once, as CONFIG or as --config CONFIG")
-    result = step_inspect(Run(load_config(args.config or args.config_pos, args.overrides)))
+    result = step_inspect(Run(load_config(_config_path(args), args.overrides)))
+    print("reports: %s" % ", ".join(sorted(result["files"].values())))
     print(result["summary"])
     return 0
 
@@ -110,7 +115,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "inspect":
             return _inspect(args)
         if args.command == "targets":
-            from .compilers.targets import format_targets
+            from .targets import format_targets
             print(format_targets())
         elif args.command == "check-env":
             from .env import check_env, format_env

@@ -7,17 +7,16 @@ Relative input paths (data files, weights, quant_config_file, arch_json) resolve
 of the YAML file; ``run.work_dir`` resolves against the current directory.
 """
 import copy
-import math
 import hashlib
 import json
 import os
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from .errors import ConfigError
-from .specs import closest_match
+from .specs import MEMORY_LAYOUTS, check_mean_std, closest_match
 
 # Keys of data.source and (section, key) pairs that name input files: resolved against the YAML's folder.
 SOURCE_PATH_KEYS = ("path", "labels", "root")
@@ -79,16 +78,14 @@ class PreprocessSection(_Strict):
     stages: List[Dict[str, Any]] = Field(default_factory=list, description="Views applied in order: {type: permute, ...}.")
     mean: List[float] = Field(description="Per-channel mean, in source pixel units (0..255 for uint8).")
     std: List[float] = Field(description="Per-channel std, in source pixel units; (x - mean) / std.")
-    layout: str = Field("NCHW", pattern="^(NCHW|channels_last)$", description="Memory layout of the boundary buffer.")
+    layout: Literal[MEMORY_LAYOUTS] = Field("NCHW", description="Memory layout of the boundary buffer.")  # type: ignore
 
     @model_validator(mode="after")
     def _check_norm(self) -> "PreprocessSection":
-        if not all(math.isfinite(v) for v in self.mean + self.std):
-            raise ValueError("mean and std must be finite numbers, got mean %s, std %s" % (self.mean, self.std))
-        if len(self.mean) != len(self.std):
-            raise ValueError("mean has %d values but std has %d; give one per channel" % (len(self.mean), len(self.std)))
-        if any(s <= 0 for s in self.std):
-            raise ValueError("std values must be > 0, got %s" % self.std)
+        try:
+            check_mean_std(self.mean, self.std)
+        except ConfigError as exc:
+            raise ValueError(str(exc))
         return self
 
 
@@ -116,7 +113,7 @@ class ModelSection(_Strict):
 
 
 class QuantizerSection(_Strict):
-    """The quantizer backend and torch_quantizer's own arguments (facts 1.1)."""
+    """The quantizer backend and torch_quantizer's own arguments (docs/quantizer.md#torch_quantizer-arguments)."""
     backend: str = Field("sim", pattern="^(sim|nndct)$")
     target: Optional[str] = Field(None, description="torch_quantizer target= (hardware-aware mode, nndct only).")
     bitwidth: int = Field(8, ge=2, le=16)
@@ -334,6 +331,10 @@ def load_config(path: str, overrides: Optional[List[str]] = None) -> LoadedConfi
         cfg = Config.model_validate(raw)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, path))
+    from .config_specs import check_specs
+    problems = check_specs(raw)  # data.source and preprocess.stages against the registries' models
+    if problems:
+        raise ConfigError("invalid config %s:\n  %s" % (path, "\n  ".join(problems)))
     loaded = LoadedConfig(cfg, path, raw)
     _check_semantics(loaded)
     return loaded
@@ -348,7 +349,7 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
             problems.append("%s: file %s does not exist" % (dotted, p))
-    from .compilers.targets import arch_json_path, get_target
+    from .targets import arch_json_path, get_target
     from .models.loading import resolve_factory
     from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
     backend = cfg.quantizer.backend
@@ -382,5 +383,15 @@ def _check_semantics(loaded: LoadedConfig) -> None:
 
 
 def config_schema() -> Dict[str, Any]:
-    """The JSON Schema of the config (for editor completion)."""
-    return Config.model_json_schema()
+    """The JSON Schema of the config (for editor completion), ``data.source`` and each stage of
+    ``preprocess.stages`` included (``config_specs``: generated from the registries)."""
+    from .config_specs import schemas
+    schema = Config.model_json_schema()
+    source, stage = schemas()
+    defs = schema.setdefault("$defs", {})
+    defs.update(source.pop("$defs"))
+    defs.update(stage.pop("$defs"))
+    data = defs["DataSection"]["properties"]
+    data["source"] = dict(source, description=data["source"].get("description", ""))
+    defs["PreprocessSection"]["properties"]["stages"]["items"] = stage
+    return schema

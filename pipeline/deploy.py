@@ -5,7 +5,8 @@ Layout (``out_dir``)::
     manifest.json            what is in the bundle, the sha256 of every file, compiled or not and why
     <net>/                   the model folder; copy it to /usr/share/vitis_ai_library/models/ on the board
         <net>.xmodel         the compiled model from vai_c_xir (only when it was compiled)
-        <net>.prototxt       Vitis AI Library model config: mean and scale of the input
+        <net>.prototxt       Vitis AI Library model config: mean and scale of the input, model_type and
+                             the task's parameters (classification: top_k)
         preprocess.json      the board-side preprocessing spec (mean, scale, channel order, layout, fix_pos)
         SHA256SUMS           ``sha256sum -c SHA256SUMS`` checks the folder on the board
         compile_plan.md, compile.sh   instead of the xmodel when it could not be compiled here
@@ -13,13 +14,10 @@ Layout (``out_dir``)::
 A bundle made without the Vitis AI image never contains an xmodel: it carries the compile plan and
 says so in the manifest.
 
-Board-side input arithmetic. The Vitis AI Library computes ``(pixel - mean[c]) * scale[c]`` and
-multiplies by the input tensor's scale ``2^fix_pos`` before writing int8
-(``src/vai_library/dpu_task/src/dpu_task_imp.cpp``, ``setMeanScaleBGR`` and ``setInputDataArray``:
-``real_scale = scale * tensor_scale``). The pipeline normalizes ``(x - mean) / std`` with mean and
-std in source pixel units, so ``scale = 1 / std``. The prototxt format is ``DpuModelParamList`` in
-``src/vai_library/model_config/include/vitis/ai/proto/dpu_model_param.proto`` (``model { name kernel
-{ name mean scale } }``), as in the VEK280 quickstart (``docsrc/source/docs/quickstart/vek280.rst``).
+Board-side input arithmetic (docs/deploy.md#input-arithmetic): the Vitis AI Library computes
+``(pixel - mean[c]) * scale[c] * 2^fix_pos``; the pipeline normalizes ``(x - mean) / std`` with mean
+and std in source pixel units, so ``scale = 1 / std``. The prototxt is a ``DpuModelParamList`` in
+protobuf text format (docs/deploy.md#model-prototxt).
 """
 import json
 import os
@@ -30,6 +28,7 @@ from typing import Any, Dict, List, Optional, Union
 from .compilers import vai_c
 from .fileio import sha256_file
 from .errors import CompileError, ConfigError
+from .specs import check_mean_std
 
 MANIFEST = "manifest.json"
 PREPROCESS = "preprocess.json"
@@ -42,19 +41,38 @@ def _num(x: float) -> str:
     return "%.9g" % float(x)
 
 
+def model_color(source_color: Optional[str], indices: Optional[List[int]], channels: int) -> Optional[str]:
+    """The channel order the model sees, in letters: ``"RGB"``, ``"BGR"``, ``"L"`` (gray, also when
+    repeated to several channels), or another letter string for a selection (``"G"``); None when the
+    source's own order (``source_color``: RGB, BGR, L or None) is unknown.
+
+    ``indices``: source channel per model channel (the boundary's channel order), or None for the
+    source's order; ``channels``: the model's input channels.
+    """
+    if source_color is None:
+        return None
+    letters = list(source_color)
+    if indices is None:
+        indices = list(range(channels)) if channels == len(letters) else [0] * channels
+    seen = "".join(letters[i] for i in indices)
+    return "L" if set(seen) == {"L"} else seen
+
+
 def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     """The board-side preprocessing spec derived from the run's preprocessing.
 
     Args:
         preprocess: ``mean`` and ``std`` (one float per model input channel, in source pixel units,
             normalization ``(x - mean) / std``), ``channel_order`` (list of source channel indices per
-            model channel, or a string such as ``"as source"``), ``layout`` (memory layout of the
+            model channel, or None for the source's order), ``layout`` (memory layout of the
             quantizer boundary, ``NCHW``/``channels_last``), ``input_fix_pos`` (int from
             ``quant_info.json``'s ``nndct_input_0``, or None), ``input_shape`` (the batch-1 export
-            input, NCHW, or None); optional ``source_layout``.
+            input, NCHW, or None); optional ``source_layout`` and ``source_color`` (RGB, BGR, L).
 
-    Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``dpu_layout``
-    ("NHWC": XIR tensors are NHWC, facts 3.1), the int8 formula, ``rounding`` and the int8 range.
+    Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``channel_order``
+    in letters (:func:`model_color`, or a sentence saying how to make it known), ``channel_indices``,
+    ``dpu_layout`` ("NHWC": XIR tensors are NHWC, docs/targets.md#xir-is-nhwc), the int8 formula,
+    ``rounding`` and the int8 range.
 
     Raises:
         ConfigError: missing key, mean/std lengths differ from each other or from the channel count
@@ -63,12 +81,7 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     for key in ("mean", "std", "channel_order", "layout", "input_fix_pos", "input_shape"):
         if key not in preprocess:
             raise ConfigError("deploy: the preprocessing spec needs %r; got keys %s" % (key, sorted(preprocess)))
-    mean = [float(m) for m in preprocess["mean"]]
-    std = [float(s) for s in preprocess["std"]]
-    if len(mean) != len(std) or not mean:
-        raise ConfigError("deploy: mean has %d values and std %d; give one per channel" % (len(mean), len(std)))
-    if any(s <= 0 for s in std):
-        raise ConfigError("deploy: std values must be > 0, got %s" % std)
+    mean, std = check_mean_std(preprocess["mean"], preprocess["std"])
     shape = preprocess["input_shape"]
     if shape is not None and (len(shape) != 4 or int(shape[1]) != len(mean)):
         raise ConfigError("deploy: input_shape %s should be NCHW with %d channels (one per mean value)"
@@ -76,34 +89,46 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     fix_pos = preprocess["input_fix_pos"]
     if fix_pos is not None and int(fix_pos) != fix_pos:
         raise ConfigError("deploy: input_fix_pos must be an integer, got %r" % (fix_pos,))
+    indices = preprocess["channel_order"]
+    source_color = preprocess.get("source_color")
+    color = model_color(source_color, indices, len(mean))
     spec = {
         "mean": mean,
         "std": std,
         "scale": [1.0 / s for s in std],
         "units": "source pixel units (0..255 for uint8 images)",
-        "channel_order": preprocess["channel_order"],
+        "channel_order": color or "not known: the source does not say; set data.source.color to RGB or BGR",
+        "source_channel_order": source_color,
+        "channel_indices": list(range(len(mean))) if indices is None else [int(i) for i in indices],
         "layout": preprocess["layout"],
         "source_layout": preprocess.get("source_layout"),
         "input_shape": None if shape is None else [int(d) for d in shape],
         "dpu_layout": "NHWC",
         "input_fix_pos": None if fix_pos is None else int(fix_pos),
         "formula": "int8[c] = clamp(round((pixel[c] - mean[c]) * scale[c] * 2^input_fix_pos), -128, 127)",
-        "rounding": "half_up (the quantizer's input rounding, facts 2.2)",
+        "rounding": "half_up (round to nearest, ties toward +inf, as the quantizer rounds its input)",
         "int8_range": [-128, 127],
     }
     return spec
 
 
-def model_prototxt(net_name: str, spec: Dict[str, Any]) -> str:
-    """Vitis AI Library model config text: ``model { name kernel { name mean... scale... } }``.
+def model_prototxt(net_name: str, spec: Dict[str, Any], classification: Optional[Dict[str, Any]] = None) -> str:
+    """Vitis AI Library model config text (docs/deploy.md#model-prototxt): ``model { name kernel { name
+    mean... scale... } model_type classification_param { top_k test_accuracy } }``.
 
     ``mean`` and ``scale`` are listed in model-input channel order, in pixel units (see the module
-    docstring); the library multiplies by ``2^input_fix_pos`` itself.
+    docstring); the library multiplies by ``2^input_fix_pos`` itself. ``classification``: None (no
+    ``model_type``), or ``top_k`` (int >= 1) and optional ``accuracy`` (the measured quantized top-1,
+    written as a comment); ``test_accuracy`` is the library's accuracy-test switch and stays false.
     """
     lines = [
         "# Vitis AI Library model config written by the pipeline (DpuModelParamList text format).",
         "# mean/scale: pixel units, model input channel order %s; int8 = (pixel - mean) * scale * 2^%s."
-        % (json.dumps(spec["channel_order"]), spec["input_fix_pos"] if spec["input_fix_pos"] is not None else "fix_pos"),
+        % (spec["channel_order"], spec["input_fix_pos"] if spec["input_fix_pos"] is not None else "fix_pos"),
+    ]
+    if classification is not None and classification.get("accuracy") is not None:
+        lines.append("# quantized top-1 accuracy measured by the test step: %.4f" % classification["accuracy"])
+    lines += [
         "model {",
         "  name: \"%s\"" % net_name,
         "  kernel {",
@@ -111,7 +136,11 @@ def model_prototxt(net_name: str, spec: Dict[str, Any]) -> str:
     ]
     lines += ["    mean: %s" % _num(m) for m in spec["mean"]]
     lines += ["    scale: %s" % _num(s) for s in spec["scale"]]
-    lines += ["  }", "}", ""]
+    lines.append("  }")
+    if classification is not None:
+        lines += ["  model_type: CLASSIFICATION", "  classification_param {",
+                  "    top_k: %d" % int(classification["top_k"]), "    test_accuracy: false", "  }"]
+    lines += ["}", ""]
     return "\n".join(lines)
 
 
@@ -127,7 +156,8 @@ def _compiled_path(compiled: Union[None, str, Dict[str, Any]]) -> Optional[str]:
 
 
 def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, Dict[str, Any]],
-                 preprocess: Dict[str, Any], model_name: str, plan_dir: Optional[str] = None) -> Dict[str, Any]:
+                 preprocess: Dict[str, Any], model_name: str, plan_dir: Optional[str] = None,
+                 classification: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
     """Assemble the deploy bundle in ``out_dir`` and return its manifest (also written to manifest.json).
 
     Args:
@@ -139,6 +169,7 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         preprocess: see ``preprocess_spec``.
         model_name: the network name: the model folder, xmodel and prototxt are named after it.
         plan_dir: where ``compile_plan.md`` and ``compile.sh`` are (default ``<run_dir>/compile``).
+        classification: the task for the prototxt (see ``model_prototxt``), or None.
 
     Returns:
         the manifest: ``model_name``, ``compiled`` (bool), ``status`` (one sentence), ``model_dir``,
@@ -153,6 +184,9 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
     if not vai_c.is_plain_name(model_name):
         raise ConfigError("deploy: model name must be letters, digits, '_', '-' or '.' (not first), got %r"
                           % (model_name,))
+    top_k = (classification or {}).get("top_k", 1)
+    if isinstance(top_k, bool) or not isinstance(top_k, int) or top_k < 1:
+        raise ConfigError("deploy: classification top_k must be an int >= 1, got %r" % (top_k,))
     spec = preprocess_spec(preprocess)
     xmodel = _compiled_path(compiled_xmodel)
     if xmodel is not None and not os.path.isfile(xmodel):
@@ -180,7 +214,7 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
                 shutil.copy2(p, os.path.join(model_dir, os.path.basename(p)))
             status = ("not compiled: compiling needs the Vitis AI image; %s/compile_plan.md says how, and there "
                       "is no xmodel in this bundle" % model_name)
-        _write_text(os.path.join(model_dir, model_name + ".prototxt"), model_prototxt(model_name, spec))
+        _write_text(os.path.join(model_dir, model_name + ".prototxt"), model_prototxt(model_name, spec, classification))
         _write_text(os.path.join(model_dir, PREPROCESS), json.dumps(spec, indent=2, sort_keys=True) + "\n")
         names = sorted(os.listdir(model_dir))
         sums = ["%s  %s" % (sha256_file(os.path.join(model_dir, n)), n) for n in names]

@@ -2,7 +2,7 @@
 
 Nothing heavy is imported: versions come from package metadata, ``pytorch_nndct`` and ``xir`` are
 found with ``importlib.util.find_spec`` (importing pytorch_nndct compiles kernels and edits sys.argv,
-facts 1.4.6), ``vai_c_xir`` with ``shutil.which``, and the ``arch.json`` files are read as JSON.
+docs/quantizer.md#import-side-effects), ``vai_c_xir`` with ``shutil.which``, and the ``arch.json`` files are read as JSON.
 """
 import glob
 import importlib.util
@@ -12,13 +12,14 @@ import shutil
 import sys
 from typing import Any, Dict, List, Optional
 
-from .compilers import targets, vai_c
+from . import targets
+from .compilers import vai_c
 from .errors import ConfigError
 
 IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
 # distribution name for the metadata lookup -> name shown
 PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"))
-# modules that exist only in the Vitis AI image (facts 3.1, 5, 7.2)
+# modules that exist only in the Vitis AI image (docs/targets.md#inspector, docs/environment.md#the-vitis-ai-35-image)
 IMAGE_MODULES = ("xir", "xcompiler", "target_factory")
 
 
@@ -75,7 +76,7 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     nndct_found = nndct.NndctBackend.is_available()
     nndct_version = nndct.quantizer_version()
     # the quantizer's own check: torch.__version__ (with any local suffix such as +cpu, which package
-    # metadata may lack) must be part of its version string (facts 1.4, item 5)
+    # metadata may lack) must be part of its version string (docs/quantizer.md#version-check)
     if torch_version is not None:
         import torch
         torch_version = torch.__version__
@@ -87,7 +88,7 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     nndct_why = "pytorch_nndct is not installed: %s" % IMAGE_HINT
     if nndct_found and torch_ok is False:
         nndct_why = ("pytorch_nndct %s was built for another torch than the installed %s; torch_quantizer exits "
-                     "on that (facts 1.4, item 5)" % (nndct_version, torch_version))
+                     "on that" % (nndct_version, torch_version))
     nndct_ok = nndct_found and torch_ok is not False
     onnx_ok = packages["onnx"] is not None and packages["onnxruntime"] is not None
     steps = {

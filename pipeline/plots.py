@@ -1,4 +1,4 @@
-"""PNG plots of the per-layer sensitivity rows (``pipeline.sensitivity.layer_sensitivity``).
+"""PNG plots of the per-layer sensitivity rows (``pipeline.quantizers.sim.sensitivity.layer_sensitivity``).
 
 matplotlib is optional at run time: it is imported inside the functions, :func:`is_available`
 says whether it is installed, and the report keeps its table without it. The figures are built on
@@ -45,8 +45,8 @@ def _require() -> None:
 
 def layer_label(row: Dict[str, Any]) -> str:
     """``"<float module or node> [<nndct node without 'nndct_'>]"``, e.g. ``"layer1.0.relu [relu_5]"``
-    (``pipeline.sensitivity.float_name``)."""
-    from .sensitivity import float_name
+    (``pipeline.quantizers.sim.sensitivity.float_name``)."""
+    from .quantizers.sim.sensitivity import float_name
     short = row["node"][len("nndct_"):] if row["node"].startswith("nndct_") else row["node"]
     return "%s [%s]" % (float_name(row), short)
 
@@ -78,7 +78,7 @@ def _render(build: Any, rows: List[Dict[str, Any]], path: Optional[str] = None) 
     _require()
     import matplotlib.style
 
-    from .sensitivity import from_json
+    from .quantizers.sim.sensitivity import from_json
     with matplotlib.style.context("default"):
         fig = build(from_json(rows))
         if path is not None:

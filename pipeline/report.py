@@ -3,6 +3,7 @@
 The report is rebuilt from ``steps/*.json`` after every invocation, so it always describes the
 whole run folder, whichever steps ran in which process.
 """
+import math
 import os
 import platform
 import sys
@@ -107,6 +108,53 @@ def _fmt(x: Any, spec: str = "%.4f") -> str:
     return "n/a" if x is None else spec % x
 
 
+def _num(v: float) -> str:
+    return "%.4g" % v
+
+
+def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
+    """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
+
+    Columns: quantized node, float node (``sensitivity.float_name``), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
+    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
+    table: a footnote when there are CLE rows, and each note with the nodes it applies to.
+
+    ``rows`` as ``pipeline.quantizers.sim.sensitivity.layer_sensitivity`` returns them, or after
+    :func:`json_safe` and a JSON round trip (``steps/test.json``).
+    """
+    from .quantizers.sim.sensitivity import float_name, from_json
+
+    rows = from_json(rows)
+    lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
+             "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        mark = " \\*" if r["cle_rescaled"] else ""
+        sqnr = r["sqnr_db"]
+        lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
+            i, r["node"], float_name(r), r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            "x".join(str(d) for d in r["shape"] or []),
+            ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
+            _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
+            "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
+    text = "\n".join(lines) + "\n"
+    text += ("\nSQNR = 10 log10(sum f^2 / sum (f - q)^2) and cosine over all eval values (f float, q quantized); "
+             "clipped = share of the float values more than half an LSB beyond the fix_pos range (they "
+             "saturate).\n")
+    if any(r["cle_rescaled"] for r in rows):
+        text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
+                 "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
+                 "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
+    nodes_by_note = {}  # type: Dict[str, List[str]]
+    for r in rows:
+        for note in r["notes"]:
+            if not note.startswith("rescaled by CLE"):
+                nodes_by_note.setdefault(note, []).append(r["node"])
+    if nodes_by_note:
+        text += "\n" + "".join("- %s: %s\n" % (note, ", ".join(nodes)) for note, nodes in nodes_by_note.items())
+    return text
+
+
 def render_markdown(r: Dict[str, Any]) -> str:
     """report.md: the same facts as report.json, for people."""
     st = r["status"]
@@ -127,9 +175,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
     if r["quantizer_changes"]:
         lines += ["## Changes the quantizer makes for the DPU", ""] + ["- %s" % c for c in r["quantizer_changes"]] + [""]
     if r.get("sensitivity"):
-        from .sensitivity import render_markdown_table
         lines += ["## Per-layer sensitivity (quantized vs float, eval data)", "",
-                  render_markdown_table(r["sensitivity"]), ""]
+                  sensitivity_table(r["sensitivity"]), ""]
         if r.get("plots"):
             lines += ["![SQNR and cosine per layer](%s)" % r["plots"]["sensitivity"], "",
                       "![activation ranges and fix_pos](%s)" % r["plots"]["activation_ranges"], ""]

@@ -12,7 +12,7 @@ Run folder layout (``run.work_dir``)::
     report.json, report.md      written after every invocation from steps/*.json
 
 Because every step reads only files, steps can run in separate processes. The ``nndct`` backend
-requires it for calib and test (facts 1.5): when both run in one invocation, the runner starts each
+requires it for calib and test (docs/quantizer.md#calib-and-test-in-separate-processes): when both run in one invocation, the runner starts each
 in a child process.
 """
 import logging
@@ -176,13 +176,13 @@ class Run:
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
-                from .compilers.targets import check_arch_json
+                from .targets import check_arch_json
                 check_arch_json(arch, self.cfg.compile.target)  # P11, before any work
 
     def arch_json(self) -> str:
         """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
         path inside the Vitis AI image. Raises ConfigError when none is known."""
-        from .compilers.targets import arch_json_path
+        from .targets import arch_json_path
         c = self.cfg.compile
         return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
 
@@ -420,13 +420,13 @@ def step_test(run: Run) -> Dict[str, Any]:
 def _sensitivity(run: Run, model: torch.nn.Module, example: torch.Tensor, limit: Optional[int],
                  handle: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """Per-layer SQNR and cosine of the simulated model against float on the eval data, and the
-    PNG plots of that table and of the activation ranges (pipeline.sensitivity, pipeline.plots).
+    PNG plots of that table and of the activation ranges (quantizers/sim/sensitivity.py, plots.py).
     ``handle``: the sim test-mode model when the test step already built it; otherwise it is built
     from the calibration files, so this works after either backend's calib."""
     from . import plots
     from .quantizers.quant_info import read_quant_info
     from .quantizers.sim.backend import SimBackend
-    from .sensitivity import json_safe, layer_sensitivity
+    from .quantizers.sim.sensitivity import json_safe, layer_sensitivity
     if handle is None:
         handle = SimBackend().load_test(model, example, run.quant_dir, run.settings())
     rows = layer_sensitivity(model, handle, read_quant_info(run.quant_dir),
@@ -499,7 +499,7 @@ def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Tuple[Dict[str
 def step_compile(run: Run) -> Dict[str, Any]:
     """Compile the xmodel with vai_c_xir, or write the exact command and a plan when it is absent."""
     from .compilers import plan, vai_c
-    from .compilers.targets import get_target
+    from .targets import get_target
     c = run.cfg.compile
     target = get_target(c.target)
     arch = run.arch_json()
@@ -534,11 +534,14 @@ def step_deploy(run: Run) -> Dict[str, Any]:
     qi = read_quant_info(run.quant_dir)
     p = run.cfg.preprocess
     example_shape = (run.load_step("export") or {}).get("example_shape")
-    preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order or "as source",
-                  "layout": p.layout, "source_layout": run.source.layout,
+    preprocess = {"mean": p.mean, "std": p.std, "channel_order": run.compose.boundary_channel_order,
+                  "source_color": run.source.color, "layout": p.layout, "source_layout": run.source.layout,
                   "input_fix_pos": _input_fix_pos(qi), "input_shape": example_shape}
+    labels = run.source.labels  # the test step measures top-1 against them: a classifier
+    classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
+                      "accuracy": (run.load_step("test") or {}).get("quant_accuracy")}
     manifest = build_bundle(run.work_dir, run.path("deploy"), comp.get("compiled"), preprocess,
-                            run.cfg.compile.net_name or run.cfg.run.name)
+                            run.cfg.compile.net_name or run.cfg.run.name, classification=classification)
     return run.save_step("deploy", {"manifest": manifest})
 
 
@@ -573,7 +576,8 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     happens and says which step failed or was interrupted.
 
     With the nndct backend, calib, test and export each run in a child process when more than one
-    of them is asked for (the real quantizer keeps state across modes, facts 1.5).
+    of them is asked for (the real quantizer keeps state across modes,
+    docs/quantizer.md#calib-and-test-in-separate-processes).
 
     Under torchrun (``WORLD_SIZE`` > 1, ``pipeline.distributed``): calib and test split their
     batches over the ranks and give one process's results; every other step runs on rank 0 while

@@ -2,11 +2,11 @@
 
 ``torch.load(weights_only=True)`` is the safe loader, but torch 1.13's version (the Vitis AI 3.5
 image) rejects plain Python floats in a pickle ("Unsupported operand 71", opcode BINFLOAT), and the
-real quantizer's ``bias_corr.pth`` is a dict of lists of floats (facts 1.3). When the weights-only
-loader refuses a zip-format file (``torch.save``'s format since torch 1.6), it is read again with an
-unpickler that resolves only the globals a tensor checkpoint needs (tensor rebuild functions and
-OrderedDict); any other global, such as ``os.system`` in a malicious pickle, is refused before
-anything executes.
+real quantizer's ``bias_corr.pth`` is a dict of lists of floats (docs/quantizer.md#the-quant_info-format).
+When the weights-only loader refuses a zip-format file (``torch.save``'s format since torch 1.6), it is
+read again with an unpickler that resolves only the globals a tensor checkpoint needs (tensor rebuild
+functions and OrderedDict); any other global, such as ``os.system`` in a malicious pickle, is refused
+before anything executes.
 
 The retry calls ``torch.serialization._load`` directly: torch 1.13's ``torch.load`` silently replaces
 any ``pickle_module`` by the standard ``pickle`` when ``weights_only`` is off (checked on 1.13.1), so

@@ -1,13 +1,46 @@
-"""Checks shared by the literal registries (stages, sources): known names, allowed keys, closest match.
+"""Checks shared by the config, the registries (stages, sources), the boundary and the deploy bundle:
+known names, allowed keys, closest match, the layouts, mean/std.
 
 A spec is a plain dict from YAML, e.g. ``{"type": "crop", "top": 0, "left": 0, "height": 8, "width": 8}``.
 Every error says where (``where``, e.g. ``preprocess.stages[2]``), what was expected, what came in and
 the closest valid name (``difflib``), so a misspelt key or type is fixed from the message alone.
 """
 import difflib
-from typing import Any, Dict, Iterable, Optional
+import math
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .errors import ConfigError
+
+# The axis orders of a 4-D image batch (sources, stages) and the memory formats of the quantizer
+# boundary's buffer (preprocess.layout): two different things, each defined here only.
+TENSOR_LAYOUTS = ("NCHW", "NHWC")
+MEMORY_LAYOUTS = ("NCHW", "channels_last")
+
+
+def check_mean_std(mean: Any, std: Any) -> Tuple[List[float], List[float]]:
+    """``preprocess.mean`` and ``preprocess.std`` as lists of floats, one per channel, in source pixel
+    units (normalization ``(x - mean) / std``); a single number counts as one channel.
+
+    Raises:
+        ConfigError: not numbers, not finite, empty, lengths that differ, or a std <= 0.
+    """
+    values = []
+    for name, given in (("mean", mean), ("std", std)):
+        if isinstance(given, (int, float)) and not isinstance(given, bool):
+            given = [given]
+        try:
+            values.append([float(v) for v in given])
+        except (TypeError, ValueError):
+            raise ConfigError("preprocess.%s: expected a list of numbers (one per channel), got %r" % (name, given))
+    mean, std = values
+    if not mean or not std or not all(math.isfinite(v) for v in mean + std):
+        raise ConfigError("preprocess.mean and std must be finite numbers, one per channel, got mean %s, std %s"
+                          % (mean, std))
+    if len(mean) != len(std):
+        raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel" % (len(mean), len(std)))
+    if any(s <= 0 for s in std):
+        raise ConfigError("preprocess.std: every value must be > 0, got %s" % std)
+    return mean, std
 
 
 def closest_match(name: str, choices: Iterable[str]) -> Optional[str]:

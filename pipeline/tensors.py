@@ -9,7 +9,7 @@ not C-ordered and ``clone()`` always copies. The helpers here make those facts c
 - ``shares_storage`` / ``is_view_of``: same storage, and lies inside it.
 - ``as_torch_view``: a torch view of a numpy array with any strides (negative strides are folded
   into positive ones and reported as flipped axes), read-only and memory-mapped arrays included.
-- ``fingerprint_array`` / ``SourceGuard``: sha256 of an array's bytes in logical order, to prove
+- ``fingerprint_array``: sha256 of an array's bytes in logical order, to prove
   the caller's data unchanged (public case P08).
 - ``Ledger``: per batch and per stage, whether storage is shared, bytes allocated, data pointers.
 """
@@ -115,7 +115,7 @@ def as_torch_view(array: ArrayLike) -> Tuple[torch.Tensor, Tuple[int, ...]]:
     reported flips itself (the channel axis: as a channel order at the quantizer boundary).
     Only axes longer than 1 are reported. Read-only and memory-mapped arrays are accepted (the
     "not writable" warning of ``torch.from_numpy`` is silenced: the pipeline never writes a source;
-    ``Compose`` and ``SourceGuard`` check it).
+    ``Compose`` checks it).
 
     Args:
         array: a numpy array (any strides, read-only or np.memmap) or a torch tensor (returned as is,
@@ -170,35 +170,6 @@ def fingerprint_array(array: ArrayLike) -> str:
     for i in range(0, array.shape[0], step):
         h.update(np.ascontiguousarray(array[i:i + step]).tobytes())
     return h.hexdigest()
-
-
-class SourceGuard:
-    """Proves the caller's source unchanged: hash at construction, ``check()`` hashes again.
-
-    Example::
-
-        guard = SourceGuard(images)      # numpy array or torch tensor, never written
-        ...run the pipeline...
-        guard.check()                    # DataError if any byte changed
-
-    Attributes:
-        before: sha256 from ``fingerprint_array`` at construction.
-        after: sha256 at the last ``check()`` (None before).
-    """
-
-    def __init__(self, array: ArrayLike) -> None:
-        self.array = array
-        self.before = fingerprint_array(array)
-        self.after = None  # type: Optional[str]
-
-    def check(self) -> str:
-        """Hash again; return the sha256, or raise DataError naming both hashes when it changed."""
-        self.after = fingerprint_array(self.array)
-        if self.after != self.before:
-            raise DataError("the caller's source changed during the run (sha256 %s -> %s): something wrote into "
-                            "shared storage; this is a bug in the pipeline, please report it"
-                            % (self.before, self.after))
-        return self.after
 
 
 class Ledger:

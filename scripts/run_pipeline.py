@@ -1,5 +1,5 @@
 #!/usr/bin/env python
-"""Run a pipeline config: ``python scripts/run_pipeline.py --config configs/digits_sim_zcu102.yaml``.
+"""Run a pipeline config: ``python scripts/run_pipeline.py configs/digits_sim_zcu102.yaml``.
 
 The same as ``python -m pipeline run ...``; ``--help`` lists the options.
 """

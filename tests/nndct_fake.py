@@ -1,6 +1,6 @@
 """A fake ``pytorch_nndct`` package for tests that must not need the real one.
 
-It imitates the behaviours the nndct adapter defends against (vitis_ai_facts.md 1.2-1.5): its import
+It imitates the behaviours the nndct adapter defends against (docs/quantizer.md): its import
 strips ``--nndct_*`` flags from ``sys.argv``; its quant model rounds the input tensor in place; it
 replaces ReLU6 by ReLU in the module it is given; it logs errors and returns instead of raising; it
 calls ``sys.exit`` on version and config checks; ``export_xmodel`` raises without ``xir``.

@@ -55,7 +55,7 @@ def test_always_a_new_buffer_even_for_contiguous_float32_input():
     assert x.contiguous() is x  # what .contiguous() alone would hand the quantizer
     out = QuantizerBoundary([0.0, 0.0, 0.0], [1.0, 1.0, 1.0])(x)
     assert torch.equal(out, x) and not shares_memory(out, x)
-    out.add_(1.0)  # the real quantizer rounds its input in place (facts 1.4)
+    out.add_(1.0)  # the real quantizer rounds its input in place (docs/quantizer.md#input-rounded-in-place)
     assert torch.equal(x + 1.0, out)
 
 

@@ -1,16 +1,12 @@
 """The other commands of ``python -m pipeline``: inspect, targets, check-env, schema."""
 import json
 import os
-import subprocess
-import sys
 
-from conftest import REPO
+import pytest
+
+from conftest import REPO, cli
 
 CONFIG = os.path.join(REPO, "configs", "digits_sim_zcu102.yaml")
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True)
 
 
 def test_inspect_command_ends_with_the_summary_and_writes_the_reports(tmp_path):
@@ -23,6 +19,31 @@ def test_inspect_command_ends_with_the_summary_and_writes_the_reports(tmp_path):
     with open(str(tmp_path / "inspect" / "inspect_DPUCZDX8G_ISA1_B4096.json")) as f:
         report = json.load(f)
     assert all(n["device"] == "DPU" for n in report["nodes"])
+
+
+def test_inspect_command_says_where_it_wrote_the_reports(tmp_path):
+    proc = cli("inspect", "--config", CONFIG, "--set", "run.work_dir=%s" % tmp_path, "-q")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-2].startswith("reports: ")
+    listed = lines[-2][len("reports: "):].split(", ")
+    assert sorted(listed) == sorted(str(p) for p in (tmp_path / "inspect").iterdir())
+
+
+@pytest.mark.parametrize("how", [["CONFIG"], ["--config", "CONFIG"]])
+def test_run_takes_the_config_as_argument_or_option_and_quiet_keeps_the_summary(tmp_path, how):
+    args = [CONFIG if a == "CONFIG" else a for a in how]
+    proc = cli("run", *args, "--steps", "inspect", "-q", "--set", "run.work_dir=%s" % tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "INFO" not in proc.stderr  # -q hides the progress...
+    assert proc.stdout.strip().splitlines()[-1] == "report: %s" % (tmp_path / "report.md")  # ...not the summary
+
+
+@pytest.mark.parametrize("args", [["run"], ["run", CONFIG, "--config", CONFIG], ["inspect"]])
+def test_the_config_must_be_given_once(args):
+    proc = cli(*args)
+    assert proc.returncode == 2
+    assert "give the config once, as CONFIG or as --config CONFIG" in proc.stderr
 
 
 def test_inspect_command_with_another_target(tmp_path):

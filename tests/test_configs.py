@@ -11,7 +11,7 @@ import pytest
 from conftest import REPO
 
 import pipeline
-from pipeline.compilers.targets import get_target
+from pipeline.targets import get_target
 from pipeline.config import load_config
 
 CONFIGS = sorted(glob.glob(os.path.join(REPO, "configs", "*.yaml")))

@@ -218,3 +218,14 @@ def test_npy_and_npz_swapped_or_truncated(tmp_path):
         open_source({"type": "npy", "path": "cut.npy"}, str(tmp_path))
     assert "is truncated: its header says shape (10, 6, 5, 3) dtype uint8 (%d bytes of data), but only %d bytes " \
         "follow" % (images.nbytes, images.nbytes - 10) in str(info.value)
+
+
+def test_a_source_says_its_channel_order_when_it_knows_it():
+    assert open_source({"type": "digits"}, ".").color == "L"
+    images = _images()
+    assert open_source({"type": "array", "images": images}, ".").color is None
+    assert open_source({"type": "array", "images": images, "color": "BGR"}, ".").color == "BGR"
+    with pytest.raises(ConfigError, match="data.source.color: expected one of RGB, BGR, L"):
+        open_source({"type": "array", "images": images, "color": "rgb"}, ".")
+    with pytest.raises(ConfigError, match="L means 1 channel.*the images have 3"):
+        open_source({"type": "array", "images": images, "color": "L"}, ".")

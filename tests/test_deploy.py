@@ -16,8 +16,8 @@ STD = [58.395, 57.12, 57.375]
 
 
 def _preprocess(**over):
-    p = {"mean": MEAN, "std": STD, "channel_order": [2, 1, 0], "layout": "NCHW", "source_layout": "NHWC",
-         "input_fix_pos": 5, "input_shape": [1, 3, 16, 16]}
+    p = {"mean": MEAN, "std": STD, "channel_order": [2, 1, 0], "source_color": "BGR", "layout": "NCHW",
+         "source_layout": "NHWC", "input_fix_pos": 5, "input_shape": [1, 3, 16, 16]}
     p.update(over)
     return p
 
@@ -25,7 +25,8 @@ def _preprocess(**over):
 def _dpu_model_param_list():
     """DpuModelParamList with the fields the bundle writes, numbered as in dpu_model_param.proto
     (src/vai_library/model_config/include/vitis/ai/proto/): DpuKernelParam{name=1, mean=2, scale=3},
-    DpuModelParam{name=1, kernel=2}, DpuModelParamList{model=1}."""
+    ClassificationParam{top_k=1, test_accuracy=2}, DpuModelParam{name=1, kernel=2, model_type=3 (enum
+    ModelType, CLASSIFICATION = 4), classification_param=7}, DpuModelParamList{model=1}."""
     from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
     f = descriptor_pb2.FileDescriptorProto(name="dpu_model_param_subset.proto", package="vitis.ai.proto",
                                            syntax="proto3")
@@ -34,10 +35,20 @@ def _dpu_model_param_list():
     kernel.field.add(name="name", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     kernel.field.add(name="mean", number=2, type=T.TYPE_FLOAT, label=T.LABEL_REPEATED)
     kernel.field.add(name="scale", number=3, type=T.TYPE_FLOAT, label=T.LABEL_REPEATED)
+    cls = f.message_type.add(name="ClassificationParam")
+    cls.field.add(name="top_k", number=1, type=T.TYPE_INT32, label=T.LABEL_OPTIONAL)
+    cls.field.add(name="test_accuracy", number=2, type=T.TYPE_BOOL, label=T.LABEL_OPTIONAL)
     model = f.message_type.add(name="DpuModelParam")
+    model_type = model.enum_type.add(name="ModelType")
+    model_type.value.add(name="UNKNOWN_TYPE", number=0)
+    model_type.value.add(name="CLASSIFICATION", number=4)
     model.field.add(name="name", number=1, type=T.TYPE_STRING, label=T.LABEL_OPTIONAL)
     model.field.add(name="kernel", number=2, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED,
                     type_name=".vitis.ai.proto.DpuKernelParam")
+    model.field.add(name="model_type", number=3, type=T.TYPE_ENUM, label=T.LABEL_OPTIONAL,
+                    type_name=".vitis.ai.proto.DpuModelParam.ModelType")
+    model.field.add(name="classification_param", number=7, type=T.TYPE_MESSAGE, label=T.LABEL_OPTIONAL,
+                    type_name=".vitis.ai.proto.ClassificationParam")
     lst = f.message_type.add(name="DpuModelParamList")
     lst.field.add(name="model", number=1, type=T.TYPE_MESSAGE, label=T.LABEL_REPEATED,
                   type_name=".vitis.ai.proto.DpuModelParam")
@@ -68,7 +79,9 @@ def _all_files(folder):
 def test_preprocess_spec_scale_is_one_over_std():
     spec = deploy.preprocess_spec(_preprocess())
     assert spec["scale"] == [1.0 / s for s in STD]
-    assert spec["mean"] == MEAN and spec["channel_order"] == [2, 1, 0]
+    assert spec["mean"] == MEAN and spec["channel_indices"] == [2, 1, 0]
+    # a BGR source reversed at the boundary: the model sees RGB, and preprocess.json says so
+    assert spec["channel_order"] == "RGB" and spec["source_channel_order"] == "BGR"
     assert spec["input_fix_pos"] == 5 and spec["dpu_layout"] == "NHWC" and spec["input_shape"] == [1, 3, 16, 16]
     # board arithmetic equals the pipeline's (x - mean) / std scaled by 2^fix_pos
     for pixel in (0.0, 17.0, 128.0, 255.0):
@@ -93,10 +106,29 @@ def test_preprocess_spec_errors(bad, match):
         deploy.preprocess_spec(p)
 
 
+@pytest.mark.parametrize("color, indices, channels, seen", [
+    ("RGB", None, 3, "RGB"), ("RGB", [2, 1, 0], 3, "BGR"), ("BGR", [2, 1, 0], 3, "RGB"), ("BGR", None, 3, "BGR"),
+    ("L", None, 1, "L"), ("L", None, 3, "L"), ("RGB", [1], 1, "G"), (None, [2, 1, 0], 3, None)])
+def test_model_color_follows_the_source_and_the_boundary_order(color, indices, channels, seen):
+    assert deploy.model_color(color, indices, channels) == seen
+
+
+def test_preprocess_spec_says_how_to_name_an_unknown_channel_order():
+    spec = deploy.preprocess_spec(_preprocess(source_color=None, channel_order=None))
+    assert "set data.source.color to RGB or BGR" in spec["channel_order"]
+    assert spec["channel_indices"] == [0, 1, 2]
+    assert "docs/" not in json.dumps(spec)  # user-facing: no internal citations
+
+
 def test_prototxt_parses_as_dpu_model_param_list_with_mean_and_scale():
     from google.protobuf import text_format
-    msg = text_format.Parse(deploy.model_prototxt("net", deploy.preprocess_spec(_preprocess())),
+    msg = text_format.Parse(deploy.model_prototxt("net", deploy.preprocess_spec(_preprocess()),
+                                                  {"top_k": 5, "accuracy": 0.99}),
                             _dpu_model_param_list()())
+    assert msg.model[0].model_type == 4  # CLASSIFICATION
+    assert msg.model[0].classification_param.top_k == 5 and not msg.model[0].classification_param.test_accuracy
+    assert not text_format.Parse(deploy.model_prototxt("net", deploy.preprocess_spec(_preprocess())),
+                                 _dpu_model_param_list()()).model[0].HasField("classification_param")
     assert len(msg.model) == 1 and msg.model[0].name == "net"
     kernel = msg.model[0].kernel[0]
     assert kernel.name == "net_0"
@@ -179,3 +211,11 @@ def test_rebuild_replaces_a_bundle_but_never_a_foreign_folder(run, tmp_path):
         deploy.build_bundle(str(run), str(foreign), None, _preprocess(), "net")
     assert _all_files(str(foreign)) == ["notes.txt"]
     assert sorted(os.listdir(str(tmp_path))) == ["deploy", "mine", "run"], "temporary folders left behind"
+
+
+@pytest.mark.parametrize("top_k", [0, 2.5, True, "5"])
+def test_bad_top_k_is_refused_before_anything_is_written(run, tmp_path, top_k):
+    out = tmp_path / "deploy"
+    with pytest.raises(ConfigError, match="top_k must be an int >= 1"):
+        deploy.build_bundle(str(run), str(out), None, _preprocess(), "net", classification={"top_k": top_k})
+    assert not out.exists()

@@ -1,13 +1,11 @@
 """The main job end to end, through the command line as users run it, and through the Python API."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 
-from conftest import REPO
+from conftest import REPO, cli, digits_u8, python
 
 import pipeline
 from pipeline.tensors import fingerprint_array
@@ -15,14 +13,10 @@ from pipeline.tensors import fingerprint_array
 CONFIG = os.path.join(REPO, "configs", "digits_sim_zcu102.yaml")
 
 
-def cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, *args], cwd=cwd, capture_output=True, text=True)
-
-
 @pytest.fixture(scope="module")
 def main_job(tmp_path_factory):
     work = str(tmp_path_factory.mktemp("main") / "run")
-    proc = cli("scripts/run_pipeline.py", "--config", CONFIG, "--set", "run.work_dir=" + work)
+    proc = python("scripts/run_pipeline.py", "--config", CONFIG, "--set", "run.work_dir=" + work)
     assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(work, "report.json")) as f:
         return work, proc, json.load(f)
@@ -104,7 +98,7 @@ def test_steps_run_in_separate_processes_read_the_run_folder(main_job, tmp_path)
     weights = os.path.join(main_job[0], "model", "float.pt")
     common = ["--config", CONFIG, "--set", "run.work_dir=" + work, "--set", "model.weights=" + weights]
     for steps in ["calib", "test", "export,compile,deploy"]:
-        proc = cli("-m", "pipeline", "run", *common, "--steps", steps)
+        proc = cli("run", *common, "--steps", steps)
         assert proc.returncode == 0, proc.stderr[-3000:]
     with open(os.path.join(work, "report.json")) as f:
         report = json.load(f)
@@ -116,7 +110,7 @@ def test_steps_run_in_separate_processes_read_the_run_folder(main_job, tmp_path)
 
 
 def test_test_step_without_calibration_is_a_clear_error(tmp_path):
-    proc = cli("-m", "pipeline", "--config", CONFIG, "--set", "run.work_dir=" + str(tmp_path / "r"),
+    proc = cli("--config", CONFIG, "--set", "run.work_dir=" + str(tmp_path / "r"),
                "--steps", "test", "--set", "model.weights=" + str(tmp_path / "none.pt"))
     assert proc.returncode == 2
     assert "model.weights" in proc.stderr and "does not exist" in proc.stderr
@@ -125,7 +119,7 @@ def test_test_step_without_calibration_is_a_clear_error(tmp_path):
 @pytest.mark.parametrize("entry", [["scripts/run_pipeline.py", "--help"], ["-m", "pipeline", "--help"],
                                    ["-m", "pipeline", "run", "--help"]])
 def test_help(entry):
-    proc = cli(*entry)
+    proc = python(*entry)
     assert proc.returncode == 0
     assert "--config" in proc.stdout or "run" in proc.stdout
 
@@ -135,29 +129,27 @@ def test_misspelt_key_fails_before_any_work_with_exit_code_2(tmp_path):
     with open(CONFIG) as f:
         bad.write_text(f.read().replace("calib_batches:", "calib_batchs:"))
     work = tmp_path / "never"
-    proc = cli("scripts/run_pipeline.py", "--config", str(bad), "--set", "run.work_dir=%s" % work)
+    proc = python("scripts/run_pipeline.py", "--config", str(bad), "--set", "run.work_dir=%s" % work)
     assert proc.returncode == 2
     assert "data.calib_batchs: unknown key" in proc.stderr and "did you mean 'calib_batches'?" in proc.stderr
     assert not work.exists()   # nothing ran, nothing was written
 
 
 def test_unknown_step_is_rejected():
-    proc = cli("-m", "pipeline", "--config", CONFIG, "--steps", "calib,quantize")
+    proc = cli("--config", CONFIG, "--steps", "calib,quantize")
     assert proc.returncode == 2 and "unknown steps ['quantize']" in proc.stderr
 
 
 @pytest.mark.slow
 def test_callers_array_is_bit_identical_after_every_step(tmp_path):
     """P08 through the whole runner: a writable array, every step, a quantizer that would round in place."""
-    from sklearn.datasets import load_digits
-    digits = load_digits()
-    images = np.round(digits.images * 255 / 16).astype(np.uint8).reshape(-1, 8, 8, 1)
+    images, labels = digits_u8()
     images.setflags(write=True)
     before = fingerprint_array(images)
     copy = images.copy()
     report = pipeline.run(CONFIG, overrides=["run.work_dir=%s" % (tmp_path / "r"), "model.train.epochs=3",
                                              "quantizer.max_accuracy_drop=1"],
-                          images=images, labels=digits.target)
+                          images=images, labels=labels)
     assert fingerprint_array(images) == before
     assert np.array_equal(images, copy)
     assert report["source"]["unchanged"] is True

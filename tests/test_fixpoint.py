@@ -1,4 +1,4 @@
-"""DPU fixed-point arithmetic: rounding table (facts 2.2), fake quantization, fix_pos search (2.3)."""
+"""DPU fixed-point arithmetic: rounding table (docs/arithmetic.md#rounding), fake quantization, fix_pos search (2.3)."""
 import math
 
 import numpy as np
@@ -10,9 +10,9 @@ from pipeline.quantizers import fixpoint
 TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
 
 
-def test_rounding_table_of_facts_2_2():
+def test_rounding_table_of_the_fix_neuron_kernel():
     v = torch.tensor(TIES)
-    # rows "half_up" (method 2) and "std_round" (method 3) of the table in facts 2.2
+    # rows "half_up" (method 2) and "std_round" (method 3) of the table in docs/arithmetic.md#rounding
     assert fixpoint.round_half_up(v).tolist() == [-2, -1, 0, 1, 2, 3]
     assert fixpoint.round_std(v).tolist() == [-3, -2, -1, 1, 2, 3]
     # torch.round is half-even and must not be what the DPU does
@@ -85,7 +85,7 @@ def test_fake_quant_grid_range_and_no_write():
 
 
 def test_fake_quant_saturates_like_the_golden_mlp_input():
-    # facts 1.5: with input fix_pos 6 an input of exactly 2.0 becomes 127/64
+    # docs/quantizer.md#observed-numbers: with input fix_pos 6 an input of exactly 2.0 becomes 127/64
     y = fixpoint.fake_quant(torch.tensor([2.0, -2.0, -2.1, 1.0]), 6, 8, "half_up")
     assert y.tolist() == [127 / 64, -2.0, -2.0, 1.0]
 
@@ -97,14 +97,14 @@ def test_fake_quant_negative_fix_pos_and_bitwidth():
     assert y4.tolist() == [7 / 8, -7 / 8]
 
 
-def test_overflow_free_fix_pos():
-    assert fixpoint.overflow_free_fix_pos(torch.tensor([1.0, -0.5]), 8) == 6  # 127.5/1 -> 2^6
-    assert fixpoint.overflow_free_fix_pos(torch.tensor([0.0, -1.0]), 8) == 7  # 128.5/1 -> 2^7
-    assert fixpoint.overflow_free_fix_pos(torch.zeros(10), 8) == fixpoint.ZERO_TENSOR_FIX_POS == 18
+def test_scope_1_search_gives_the_largest_fix_pos_that_cannot_overflow():
+    assert fixpoint.diffs_fix_pos(torch.tensor([1.0, -0.5]), 8, 1, "half_up") == 6  # 127.5/1 -> 2^6
+    assert fixpoint.diffs_fix_pos(torch.tensor([0.0, -1.0]), 8, 1, "half_up") == 7  # 128.5/1 -> 2^7
+    assert fixpoint.diffs_fix_pos(torch.zeros(10), 8, 1, "half_up") == fixpoint.ZERO_TENSOR_FIX_POS == 18
     g = torch.Generator().manual_seed(3)
     for _ in range(50):
         x = torch.randn(100, generator=g) * float(torch.rand(1, generator=g) * 100)
-        p = fixpoint.overflow_free_fix_pos(x, 8)
+        p = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
         step = max(x.min().item() / -128.5, x.max().item() / 127.5)
         assert step * 2 ** p <= 1.0 + 1e-6 and step * 2 ** (p + 1) > 1.0 - 1e-6
 
@@ -114,7 +114,7 @@ def test_diffs_search_picks_smallest_squared_error():
     for trial in range(30):
         x = torch.randn(500, generator=g) * 0.3
         x[0] = 6.0 * (1 + trial % 3)  # an outlier: clipping it can pay off
-        p0 = fixpoint.overflow_free_fix_pos(x, 8)
+        p0 = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
         errs = []
         for p in range(p0, p0 + 5):
             q = np.clip(np.floor(x.double().numpy() * 2.0 ** p + 0.5), -128, 127) / 2.0 ** p
@@ -126,7 +126,7 @@ def test_diffs_search_picks_smallest_squared_error():
 
 
 def test_modal_fix_pos_and_cap():
-    # facts 1.5: the golden mlp input saw 6,6,6,6,5,5,5,6 and got 6
+    # docs/quantizer.md#observed-numbers: the golden mlp input saw 6,6,6,6,5,5,5,6 and got 6
     assert fixpoint.modal_fix_pos([6, 6, 6, 6, 5, 5, 5, 6]) == 6
     assert fixpoint.modal_fix_pos([7, 5, 7, 5]) == 5  # ties -> smallest, like scipy.stats.mode
     with pytest.raises(ValueError):
@@ -139,7 +139,8 @@ def test_modal_fix_pos_and_cap():
                                           ((7, 7), 49 * 21 / 1024), ((14, 14), 196 * 21 / 4096),
                                           ((8, 8), 1.0), ((10, 10), 1.0009765625), ((2, 2), 1.0)])
 def test_avgpool_dpu_scale(kernel, scale):
-    # table of facts 2.6; 10x10 and 8x8 observed in facts 1.5 and golden/README.md
+    # table of docs/arithmetic.md#average-pool-correction; 10x10 and 8x8 observed in
+    # docs/quantizer.md#observed-numbers and golden/README.md
     assert fixpoint.avgpool_dpu_scale(*kernel) == scale
 
 
@@ -181,4 +182,4 @@ def test_overflow_free_matches_nndct_torch_formula_at_power_of_two_edges():
     vals += list(torch.rand(300, generator=g) * 1000)
     for v in vals:
         for x in (torch.stack([v, -v / 3]), torch.stack([-v, v / 3])):
-            assert fixpoint.overflow_free_fix_pos(x, 8) == _nndct_overflow_free(x)
+            assert fixpoint.diffs_fix_pos(x, 8, 1, "half_up") == _nndct_overflow_free(x)

@@ -1,7 +1,7 @@
 """DPU inspection on the CPU: engine table, one test per assignment rule, public cases P09/P10,
 zoo models, reports.
 
-Expected values come from vitis_ai_facts.md sections 3 and 6 (limits, fused activations, slope
+Expected values come from docs/targets.md (limits, fused activations, slope
 26/256, conversions) and from the architectures of the test models, not from running the code.
 """
 
@@ -13,13 +13,15 @@ import pytest
 import torch
 import torch.nn as nn
 
-from pipeline.compilers import targets as target_registry
 from pipeline.errors import ConfigError, DataError, PipelineError
-from pipeline.inspect import TARGETS, get_target, inspect_model, write_reports
-from pipeline.inspect.hardware import allows
+from pipeline.inspect import inspect_model, write_reports
 from pipeline.models import zoo
+from pipeline.targets import TARGETS as REGISTRY, allows, get_target
 
 B4096 = "DPUCZDX8G_ISA1_B4096"
+
+# the targets the inspection rules have engine parameters for
+TARGETS = {name: t for name, t in REGISTRY.items() if t.engines is not None}
 
 
 class Seq(nn.Module):
@@ -61,11 +63,13 @@ def only_reason(node):
 
 # ---- engine table ------------------------------------------------------------------------------
 
-def test_every_table_key_is_a_target_name_the_registry_knows():
-    assert set(TARGETS) <= set(target_registry.TARGETS)
-    for name, engines in TARGETS.items():
-        assert engines.name == name
-        assert engines.family == target_registry.TARGETS[name]["family"]
+def test_a_target_without_engine_parameters_is_refused_naming_those_that_have_them():
+    assert REGISTRY["DPUCADF8H_ISA0"].engines is None
+    with pytest.raises(ConfigError) as error:
+        inspect_model(nn.ReLU(), torch.zeros(1, 1, 2, 2), "DPUCADF8H_ISA0")
+    message = str(error.value)
+    assert "no engine parameters for DPUCADF8H_ISA0" in message
+    assert all(name in message for name in TARGETS)
 
 
 def test_table_covers_the_required_families():
@@ -78,7 +82,7 @@ def test_table_covers_the_required_families():
 @pytest.mark.parametrize("name", sorted(n for n in TARGETS if n.startswith("DPUCZDX8G")))
 def test_dpuczdx8g_b_number_is_peak_ops_per_cycle(name):
     # B<n> = 2 (multiply + add) x pixel parallel x input channel parallel x output channel parallel
-    conv = TARGETS[name].conv
+    conv = TARGETS[name].engines.conv
     size = int(name.rsplit("_B", 1)[1])
     assert 2 * conv.pixel_parallel * conv.input_channel_parallel * conv.output_channel_parallel == size
 
@@ -86,14 +90,14 @@ def test_dpuczdx8g_b_number_is_peak_ops_per_cycle(name):
 @pytest.mark.parametrize("name", sorted(n for n in TARGETS if re.search(r"_C\d+B\d+$", n)))
 def test_versal_names_give_output_parallelism_and_batch(name):
     channels, batch = re.search(r"_C(\d+)B(\d+)$", name).groups()
-    engines = TARGETS[name]
+    engines = TARGETS[name].engines
     assert engines.batch == int(batch)
-    if engines.family == "DPUCVDX8G":  # C32/C64 = output channel parallelism
+    if TARGETS[name].family == "DPUCVDX8G":  # C32/C64 = output channel parallelism
         assert engines.conv.output_channel_parallel == int(channels)
 
 
-def test_b4096_parameters_match_facts_section_6():
-    t = get_target(B4096)
+def test_b4096_parameters_match_the_target_description():
+    t = get_target(B4096).engines
     assert (t.conv.input_channel_parallel, t.conv.output_channel_parallel, t.conv.pixel_parallel) == (16, 16, 8)
     assert (t.conv.kernel_size, t.conv.stride) == ("1-16", "1-8")
     assert set(t.conv.nonlinear) == {"relu", "leaky_relu", "relu_six"}
@@ -118,7 +122,7 @@ def test_unknown_target_lists_valid_names_and_closest(name, closest):
         inspect_model(nn.ReLU(), torch.zeros(1, 1, 2, 2), name)
     message = str(error.value)
     assert name in message and "did you mean {!r}".format(closest) in message
-    assert all(valid in message for valid in TARGETS)
+    assert "`python -m pipeline targets` lists them all" in message
 
 
 # ---- conv2d rules ------------------------------------------------------------------------------

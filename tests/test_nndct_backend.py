@@ -1,8 +1,9 @@
 """The nndct backend against the real pytorch_nndct (runs where it imports: the Vitis AI image).
 
 Golden data (tests/data/golden/mlp, from the real quantizer; see tests/data/README.md): calibrate in
-one process, test in another (the documented flow, facts 1.5), and compare quant_info.json and the
-test-mode outputs. Each step runs in its own ``python`` child process, as the runner does.
+one process, test in another (the documented flow,
+docs/quantizer.md#calib-and-test-in-separate-processes), and compare quant_info.json and the test-mode
+outputs. Each step runs in its own ``python`` child process, as the runner does.
 """
 import importlib.util
 import json

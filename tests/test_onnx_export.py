@@ -155,7 +155,7 @@ class Pools(nn.Module):
     def forward(self, x):
         x = fq(x, 5)
         m = fq(self.maxpool(x), 4)
-        a = fq(self.avgpool(m) * 0.984375, 6)  # 9*7/64 (facts 2.6)
+        a = fq(self.avgpool(m) * 0.984375, 6)  # 9*7/64 (docs/arithmetic.md#average-pool-correction)
         return fq(self.avg_nopad(a) * 0.984375, 7)
 
 
@@ -219,7 +219,7 @@ class Upsampling(nn.Module):
 
 
 class HardSwishLowered(nn.Module):
-    """conv -> Hardswish as the quantizer computes it: x * Q7(relu6(x + 3) * 2731/16384) (facts 2.6)."""
+    """conv -> Hardswish as the quantizer computes it: x * Q7(relu6(x + 3) * 2731/16384) (docs/arithmetic.md#hardsigmoid-and-hardswish)."""
 
     def __init__(self):
         super().__init__()

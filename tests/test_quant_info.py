@@ -1,4 +1,5 @@
-"""quant_info.json / bias_corr.pth in the real format, and quant_config_file validation (facts 1.3, 2.7)."""
+"""quant_info.json / bias_corr.pth in the real format, and quant_config_file validation
+(docs/quantizer.md#the-quant_info-format, docs/quant_config.md)."""
 import json
 import os
 
@@ -87,7 +88,7 @@ def test_golden_nocle_file(tmp_path):
 
 
 def test_target_device_is_required():
-    # facts 1.5: nndct 3.5 crashes with KeyError: 'target_device'
+    # docs/quantizer.md#a-config-file-needs-target_device: nndct 3.5 crashes with KeyError: 'target_device'
     with pytest.raises(ConfigError, match="target_device"):
         parse_quant_config({"include_cle": False, "include_bias_corr": False})
 

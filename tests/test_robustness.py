@@ -1,6 +1,5 @@
 """Bad input, faults and untrusted files: a clear error naming the problem, nothing lost, the
 caller's data unchanged (issue 6 and public cases P03, P05, P07, P12)."""
-import hashlib
 import json
 import os
 import signal
@@ -12,47 +11,10 @@ import numpy as np
 import pytest
 import yaml
 
-from conftest import REPO
+from conftest import REPO, cli, digits_u8, make_case, sha
 
 import pipeline
 from pipeline.errors import ConfigError, DataError, FingerprintMismatchError, QuantizationError
-
-
-def sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
-
-
-def digits_u8():
-    from sklearn.datasets import load_digits
-    d = load_digits()
-    return np.round(d.images * 255 / 16).astype(np.uint8).reshape(-1, 8, 8, 1), d.target.astype(np.int64)
-
-
-def make_case(tmp_path, images=None, labels=None, **sections):
-    """A config on an .npy source in tmp_path (relative paths), digits by default; returns (config, npy)."""
-    if images is None:
-        images, labels = digits_u8()
-        images, labels = images[:400], labels[:400]
-    np.save(str(tmp_path / "images.npy"), images)
-    np.save(str(tmp_path / "labels.npy"), labels)
-    raw = {
-        "run": {"name": "case", "work_dir": str(tmp_path / "run")},
-        "data": {"source": {"type": "npy", "path": "images.npy", "labels": "labels.npy", "layout": "NHWC"},
-                 "batch_size": 50},
-        "preprocess": {"stages": [{"type": "layout", "src": "NHWC", "dst": "NCHW"}], "mean": [77.85], "std": [95.85]},
-        "model": {"zoo": "digits_cnn", "train": {"epochs": 2}},
-        "quantizer": {"max_accuracy_drop": 1.0},
-    }
-    for key, value in sections.items():
-        raw.setdefault(key, {}).update(value)
-    cfg = tmp_path / "case.yaml"
-    cfg.write_text(yaml.safe_dump(raw))
-    return str(cfg), str(tmp_path / "images.npy")
-
-
-def cli(*args):
-    return subprocess.run([sys.executable, "-m", "pipeline", *args], cwd=REPO, capture_output=True, text=True)
 
 
 # ---------------------------------------------------------------------------- data

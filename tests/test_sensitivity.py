@@ -1,4 +1,4 @@
-"""pipeline.sensitivity: per-layer SQNR / cosine / ranges of the sim test-mode model against float.
+"""pipeline.quantizers.sim.sensitivity: per-layer SQNR / cosine / ranges of the sim test-mode model against float.
 
 Expected values are computed here independently: by hand on tiny models whose quantized output is
 known exactly, from the real quantizer's golden intermediates (tests/data/golden, convnet) and
@@ -18,12 +18,13 @@ import torch
 import torch.fx
 from torch import nn
 
-from pipeline import sensitivity
+from pipeline.quantizers.sim import sensitivity
 from pipeline.errors import DataError, QuantizationError
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.base import QuantSettings
 from pipeline.quantizers.sim.backend import SimBackend
-from pipeline.sensitivity import ROW_KEYS, from_json, json_safe, layer_sensitivity, render_markdown_table
+from pipeline.quantizers.sim.sensitivity import ROW_KEYS, from_json, json_safe, layer_sensitivity
+from pipeline.report import sensitivity_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("golden_models",
@@ -187,8 +188,8 @@ def test_on_grid_data_gives_inf_sqnr_and_cosine_one(tmp_path):
     assert json_safe(rows)[0]["sqnr_db"] == "inf" and rows[0]["sqnr_db"] == math.inf  # a copy
     text = json.dumps(json_safe(rows), allow_nan=False)  # strict JSON
     assert from_json(json.loads(text)) == rows
-    assert "| inf |" in render_markdown_table(rows)
-    assert render_markdown_table(json.loads(text)) == render_markdown_table(rows)
+    assert "| inf |" in sensitivity_table(rows)
+    assert sensitivity_table(json.loads(text)) == sensitivity_table(rows)
 
 
 def test_values_below_half_an_lsb_all_quantize_to_zero(tmp_path):
@@ -254,7 +255,7 @@ def test_cle_point_is_compared_in_float_scale(tmp_path):
     assert out["cle_rescaled"] is False
     assert out["sqnr_db"] == pytest.approx(
         _sqnr_cos(model(x).detach().numpy(), handle(x).detach().numpy())[0], abs=1e-4)
-    table = render_markdown_table(list(rows.values()))
+    table = sensitivity_table(list(rows.values()))
     assert "\\*" in table and "CLE" in table
 
 
@@ -453,7 +454,7 @@ def test_digits_cnn_rows(digits_rows):
 
 def test_markdown_table_rows(digits_rows):
     rows = digits_rows[0]
-    table = render_markdown_table(rows)
+    table = sensitivity_table(rows)
     lines = table.splitlines()
     assert lines[0].startswith("| # | quantized node | float node |")
     body = [l for l in lines[2:] if l.startswith("| ")]

@@ -27,7 +27,7 @@ VERMIN = ["-q", "--no-tips", "--target=3.8-", "--violations", "--eval-annotation
 
 
 def test_code_runs_on_python_3_8():
-    # the Vitis AI 3.5 image runs Python 3.8 (facts 5)
+    # the Vitis AI 3.5 image runs Python 3.8 (docs/environment.md#the-vitis-ai-35-image)
     proc = subprocess.run([_tool("vermin")] + VERMIN + ["pipeline", "scripts"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                           universal_newlines=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout

@@ -35,6 +35,7 @@ def test_streamed_batches_equal_the_in_memory_ones_and_a_rank_reads_only_its_sha
     memory = open_source(_spec(root), ".")
     stream = open_source(_spec(root, stream=True, workers=workers, prefetch=1), ".")
     assert stream.streaming and stream.shape == tuple(memory.images.shape) == (21, 10, 10, 3)
+    assert stream.color == memory.color == "RGB"  # the deploy bundle names the channel order from it
     assert np.array_equal(stream.labels, memory.labels)
     assert [p.decode() for p in stream.paths] == memory.files
     part = split(21, {"calib": 0.5, "eval": 0.5})["eval"]  # 10:21, 11 images: batches of 4, 4, 3

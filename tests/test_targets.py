@@ -3,11 +3,11 @@ import json
 
 import pytest
 
-from pipeline.compilers import targets
+from pipeline import targets
 from pipeline.errors import ConfigError
 
 # Type ids from target_factory.cpp and (isa_version, feature_code) from the target prototxts
-# (vitis_ai_facts.md 3.2): fingerprint = type_id << 56 | isa << 48 | feature_code.
+# (docs/targets.md#names-and-fingerprints): fingerprint = type_id << 56 | isa << 48 | feature_code.
 PROTOTXT_FIELDS = {
     "DPUCZDX8G_ISA1_B4096": (1, 0x01, 0x000056010407),
     "DPUCZDX8G_ISA1_B512": (1, 0x01, 0x000056010200),
@@ -27,25 +27,25 @@ def _write(path, content):
 @pytest.mark.parametrize("name", sorted(PROTOTXT_FIELDS))
 def test_fingerprint_follows_the_target_factory_formula(name):
     type_id, isa, feature = PROTOTXT_FIELDS[name]
-    assert targets.TARGETS[name]["fingerprint"] == (type_id << 56) | (isa << 48) | feature
+    assert targets.TARGETS[name].fingerprint == (type_id << 56) | (isa << 48) | feature
 
 
 def test_2_5_fingerprints_of_mpsoc_use_feature_code_16():
-    # v2.5 prototxts: DPUCZDX8G_ISA1_B4096 feature_code 0x000016010407 (facts 3.2)
-    assert targets.TARGETS["DPUCZDX8G_ISA1_B4096"]["fingerprint_2_5"] == (1 << 56) | (1 << 48) | 0x16010407
+    # v2.5 prototxts: DPUCZDX8G_ISA1_B4096 feature_code 0x000016010407 (docs/targets.md#names-and-fingerprints)
+    assert targets.TARGETS["DPUCZDX8G_ISA1_B4096"].fingerprint_2_5 == (1 << 56) | (1 << 48) | 0x16010407
     for name, entry in targets.TARGETS.items():
-        if entry["family"] == "DPUCZDX8G":
-            assert entry["fingerprint_2_5"] == entry["fingerprint"] - 0x40000000, name
+        if entry.family == "DPUCZDX8G":
+            assert entry.fingerprint_2_5 == entry.fingerprint - 0x40000000, name
 
 
 def test_registry_entries_are_consistent():
     for name, entry in targets.TARGETS.items():
-        assert name.startswith(entry["family"] + "_"), name
-        assert set(entry["arch_json_by_board"]) <= set(entry["boards"]), name
-        for board, path in entry["arch_json_by_board"].items():
-            assert path.startswith("/opt/vitis_ai/compiler/arch/%s/" % entry["family"]), path
+        assert name.startswith(entry.family + "_"), name
+        assert set(entry.arch_json_by_board) <= set(entry.boards), name
+        for board, path in entry.arch_json_by_board.items():
+            assert path.startswith("/opt/vitis_ai/compiler/arch/%s/" % entry.family), path
             assert path.endswith("/arch.json")
-    fps = [e["fingerprint"] for e in targets.TARGETS.values()]
+    fps = [e.fingerprint for e in targets.TARGETS.values()]
     assert len(fps) == len(set(fps)), "two targets share a 3.x fingerprint"
 
 
@@ -86,7 +86,7 @@ def test_arch_json_path_per_board():
 def test_read_arch_json_by_target_and_by_fingerprint(tmp_path):
     by_name = _write(tmp_path / "a.json", {"target": "DPUCZDX8G_ISA1_B4096"})
     assert targets.read_arch_json(by_name) == ("DPUCZDX8G_ISA1_B4096", 0x0101000056010407)
-    # the board images write the fingerprint without the leading zero (facts 3.2)
+    # the board images write the fingerprint without the leading zero (docs/targets.md#names-and-fingerprints)
     by_fp = _write(tmp_path / "b.json", {"fingerprint": "0x101000056010407"})
     assert targets.read_arch_json(by_fp) == ("DPUCZDX8G_ISA1_B4096", 0x0101000056010407)
 
@@ -123,7 +123,7 @@ def test_p11_arch_json_of_another_dpu(tmp_path):
 
 
 def test_p11_arch_json_from_the_2_5_release(tmp_path):
-    # VAI 2.5 / PYNQ-DPU 2.5 KV260 overlays report 0x101000016010407 (facts 3.2)
+    # VAI 2.5 / PYNQ-DPU 2.5 KV260 overlays report 0x101000016010407 (docs/targets.md#names-and-fingerprints)
     path = _write(tmp_path / "arch.json", {"fingerprint": "0x101000016010407"})
     with pytest.raises(ConfigError) as info:
         targets.check_arch_json(path, "DPUCZDX8G_ISA1_B4096")

@@ -312,8 +312,8 @@ def test_plan_after_the_sim_backend_names_the_missing_xmodel_and_the_two_image_c
     assert [p.command for p in parsed] == ["run", "run"]
     assert parsed[0].steps == ["calib", "test", "export"] and parsed[1].steps == ["compile", "deploy"]
     for p in parsed:
-        assert p.config == "configs/digits_sim_zcu102.yaml"
-        cfg = load_config(os.path.join(REPO, p.config), p.overrides).cfg
+        assert p.config_pos == "configs/digits_sim_zcu102.yaml" and p.config is None  # positional CONFIG
+        cfg = load_config(os.path.join(REPO, p.config_pos), p.overrides).cfg
         assert cfg.quantizer.backend == "nndct" and cfg.export.formats == ["xmodel"]
     # the compile command alone, and the docker command that runs it once the xmodel exists
     assert "vai_c_xir -x %s -a %s -o . -n digits" % (xmodel, argv[4]) in _sh_blocks(text)[1]
@@ -327,4 +327,4 @@ def test_plan_with_a_placeholder_xmodel_explains_the_class_name(tmp_path):
     assert plan.expected_xmodel(argv) == ("<Model>_int.xmodel", None)
     text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")["plan"]).read()
     assert "**`<ModelClass>_int.xmodel`**, where `<ModelClass>` is the class name of the float model" in text
-    assert "--config CONFIG.yaml" in text and "--steps calib,test,export" in text
+    assert "python -m pipeline run CONFIG.yaml" in text and "--steps calib,test,export" in text

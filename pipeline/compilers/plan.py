@@ -2,19 +2,19 @@
 
 Outside the Vitis AI image there is neither the quantized ``<ModelClass>_int.xmodel`` (only the
 ``nndct`` backend writes it, with pytorch_nndct's ``export_xmodel()``, which needs the ``xir`` package:
-facts 1.2) nor the compiler (facts 4). Instead of a compiled model the compile folder gets
-``compile.sh`` (the exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run
-here, which xmodel the command reads and whether it exists, and the commands that produce it and
-compile it inside the image). The deploy bundle carries copies of both files (pipeline.deploy), so
-the paths outside the compile folder are written absolute.
+docs/quantizer.md#methods-and-exports) nor the compiler (docs/compiler.md#usage). Instead of a compiled
+model the compile folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and
+``compile_plan.md`` (why it did not run here, which xmodel the command reads and whether it exists, and
+the commands that produce it and compile it inside the image). The deploy bundle carries copies of both
+files (pipeline.deploy), so the paths outside the compile folder are written absolute.
 """
 import os
 import shlex
 
 from typing import Dict, List, Optional, Tuple
 
+from .. import targets
 from ..fileio import write_text
-from . import targets
 
 PLAN_NAME = "compile_plan.md"
 SCRIPT_NAME = "compile.sh"
@@ -22,7 +22,8 @@ IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
 IMAGE_ROOT = "/opt/vitis_ai"
-# export_xmodel() names its file after the traced graph, i.e. the float model's class (facts 1.2).
+# export_xmodel() names its file after the traced graph, i.e. the float model's class
+# (docs/quantizer.md#methods-and-exports).
 XMODEL_SUFFIX = "_int.xmodel"
 PLACEHOLDER_XMODEL = "<ModelClass>" + XMODEL_SUFFIX
 # `python -m pipeline run` arguments that make the nndct backend write the xmodel (pipeline.config:
@@ -89,7 +90,7 @@ def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = 
     Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
     container, so the absolute paths in ``compile.sh`` stay valid; the container runs as the calling
     user (``$(id -u):$(id -g)``, expanded by the caller's shell), so the compiled files are theirs;
-    the ``vitis-ai-pytorch`` conda env is activated first (facts 5).
+    the ``vitis-ai-pytorch`` conda env is activated first (docs/environment.md#the-vitis-ai-35-image).
     """
     volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
     return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w %s %s bash -c %s" % (
@@ -137,7 +138,7 @@ def _xmodel_lines(argv: List[str]) -> List[str]:
 def _image_commands(config: str, target: str, model_file: str, exported: bool) -> List[str]:
     """The commands to run inside the image: export the xmodel with the nndct backend (unless it is
     ``exported`` already), then compile."""
-    run = "python -m pipeline run --config %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
+    run = "python -m pipeline run %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
     export = [] if exported else [
         "# 1. calibrate, test and export %s with the nndct backend (the real quantizer)" % model_file,
         "%s --steps calib,test,export" % run,
@@ -174,7 +175,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             when it does not, how to produce it with the nndct backend in the image.
         target: the configured DPU target name (its fingerprints are written into the plan).
         reason: one sentence saying why the compiler did not run here.
-        config_path: the run's config as the user would pass it to ``python -m pipeline run --config``
+        config_path: the run's config as the user would pass it to ``python -m pipeline run``
             (best relative to the repository root), or None for a ``CONFIG.yaml`` placeholder.
 
     Raises:

@@ -1,6 +1,6 @@
 """Run the XIR compiler front end ``vai_c_xir`` on a quantized ``<Model>_int.xmodel``.
 
-Usage of the real tool (vitis_ai_facts.md section 4; UG1414 "VAI_C Usage" and "Compiling for DPU"):
+Usage of the real tool (docs/compiler.md#usage; UG1414 "VAI_C Usage" and "Compiling for DPU"):
 ``vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <output_dir> -n <net_name> [--options '<json>']``.
 It writes ``<output_dir>/<net_name>.xmodel`` (the model VART and the Vitis AI Library load on the
 board) and may exit 0 although compilation aborted, so the output file is always checked.
@@ -12,14 +12,15 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
 
+from .. import targets
 from ..errors import BackendUnavailableError, CompileError, ConfigError
 from ..fileio import write_text
-from . import targets
 
 EXECUTABLE = "vai_c_xir"
 LOG_NAME = "vai_c_xir.log"
 STDERR_TAIL_LINES = 20
-# Python distributions that ship the compiler in the image (facts 5): the first one found gives version().
+# Python distributions that ship the compiler in the image (docs/environment.md#the-vitis-ai-35-image):
+# the first one found gives version().
 COMPILER_DISTRIBUTIONS = ("xcompiler", "vaic")
 
 
@@ -100,7 +101,7 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
     public case P11); check the compiler is installed and the xmodel exists; remove a stale
     ``<out_dir>/<net_name>.xmodel``;
     run the compiler; keep its stdout and stderr in ``<out_dir>/vai_c_xir.log``; check the exit code
-    and that ``<net_name>.xmodel`` was written (the tool can exit 0 after an abort, facts 4).
+    and that ``<net_name>.xmodel`` was written (the tool can exit 0 after an abort, docs/compiler.md#exit-status).
 
     Returns:
         dict with ``argv`` (list), ``returncode`` (0), ``xmodel`` (compiled model path), ``log``

@@ -46,14 +46,12 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from ..errors import ConfigError, DataError, PipelineError
-from ..specs import check_keys
-from .sources import Source
+from .sources import Source, check_source_keys
 
 log = logging.getLogger("pipeline")
 
 DEFAULT_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png")  # sorted, like the ones a config gives
 MODES = {"RGB": 3, "L": 1}  # Pillow mode -> channels
-KEYS = ["root", "resize", "crop", "mode", "extensions", "skip_corrupt", "limit_per_class", "shuffle", "seed"]
 
 Size = Tuple[int, int]  # (height, width)
 
@@ -76,7 +74,7 @@ class ImageFolderSource(Source):
         note = "decoded with Pillow into one owned uint8 NHWC array"
         if skipped:
             note += "; %d unreadable file(s) skipped (skip_corrupt)" % len(skipped)
-        super().__init__("image_folder", images, labels, "NHWC", path=root, note=note)
+        super().__init__("image_folder", images, labels, "NHWC", path=root, note=note, color=settings["mode"])
         self.root, self.classes, self.files, self.skipped = root, classes, files, sorted(skipped)
         self.settings, self.decode_seconds = settings, decode_seconds
 
@@ -137,7 +135,7 @@ def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
     Raises:
         ConfigError: an unknown or missing key, a bad value, or a ``root`` that is not a folder.
     """
-    check_keys(spec, KEYS, ["root"], "data.source")
+    check_source_keys(spec, "image_folder")
     root = spec["root"]
     if not isinstance(root, str) or not root:
         raise ConfigError("data.source.root: expected a folder path, got %r" % (root,))

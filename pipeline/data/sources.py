@@ -25,16 +25,41 @@ import os
 import struct
 import weakref
 import zipfile
-from typing import Any, Callable, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 
 import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from ..specs import check_keys, lookup
+from ..specs import TENSOR_LAYOUTS, check_keys, lookup
 from ..tensors import ArrayLike, as_torch_view, fingerprint_array, storage_ptr
 
-LAYOUTS = ("NHWC", "NCHW")
+
+# The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
+# Schema and its key check are generated from this table (pipeline/config_specs.py); the openers
+# below check the keys against it and the values themselves.
+_LAYOUT = Literal[TENSOR_LAYOUTS]  # type: ignore
+_COLOR = Optional[Literal["RGB", "BGR", "L"]]
+_SIZE = Optional[Union[int, List[int]]]
+SOURCE_FIELDS = {
+    "digits": {"seed": (int, 0)},
+    "npy": {"path": (str, ...), "labels": (Optional[str], None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "npz": {"path": (str, ...), "images_key": (str, "images"), "labels_key": (str, "labels"),
+            "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "array": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "tensor": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "image_folder": {"root": (str, ...), "resize": (_SIZE, None), "crop": (_SIZE, None),
+                     "mode": (Literal["RGB", "L"], "RGB"), "extensions": (Optional[Union[str, List[str]]], None),
+                     "skip_corrupt": (bool, False), "limit_per_class": (Optional[int], None),
+                     "shuffle": (bool, True), "seed": (int, 0),
+                     "stream": (bool, False), "workers": (int, 2), "prefetch": (int, 2)},
+}  # type: Dict[str, Dict[str, Tuple[Any, Any]]]
+
+
+def check_source_keys(spec: Dict[str, Any], kind: str) -> None:
+    """ConfigError for a key of ``spec`` that ``SOURCE_FIELDS[kind]`` lacks, or a missing required one."""
+    fields = SOURCE_FIELDS[kind]
+    check_keys(spec, fields, [k for k, (_, default) in fields.items() if default is ...], "data.source")
 HASH_LIMIT_BYTES = 256 << 20  # describe() hashes sources up to this size (about 0.5 s)
 
 # storage address -> Source, for sources that defer a channel flip; lets Compose refuse their batches
@@ -55,6 +80,8 @@ class Source:
         channel_order: None, or ``[C-1, ..., 0]`` when ``images`` has a negative channel stride:
             channel ``c`` of the images is channel ``channel_order[c]`` of ``tensor``.
         path: the file read, or None. mmap: True when ``images`` is a memory map of that file.
+        color: the channel order of ``images`` as stored: ``RGB``, ``BGR``, ``L`` (one gray channel),
+            or None when the source does not say (spec key ``color`` of npy, npz, array, tensor).
 
     Raises:
         DataError: images not 4-D, empty, of an unsupported dtype, not on the CPU, flipped on a
@@ -62,9 +89,9 @@ class Source:
     """
 
     def __init__(self, kind: str, images: ArrayLike, labels: Optional[np.ndarray] = None, layout: str = "NHWC",
-                 path: Optional[str] = None, mmap: bool = False, note: str = "") -> None:
-        if layout not in LAYOUTS:
-            raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(LAYOUTS), layout))
+                 path: Optional[str] = None, mmap: bool = False, note: str = "", color: Optional[str] = None) -> None:
+        if layout not in TENSOR_LAYOUTS:
+            raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(TENSOR_LAYOUTS), layout))
         if isinstance(images, torch.Tensor):
             if images.device.type != "cpu":
                 raise DataError("source %s: the tensor is on %s; pass images.cpu()" % (kind, images.device))
@@ -89,6 +116,7 @@ class Source:
             self.channel_order = list(range(images.shape[channel_axis] - 1, -1, -1))
             _FLIPPED[storage_ptr(self.tensor)] = self
         self.labels = _check_labels(kind, labels, images.shape[0])
+        self.color = _check_color(color, int(images.shape[channel_axis]))
 
     def __len__(self) -> int:
         return int(self.images.shape[0])
@@ -103,13 +131,28 @@ class Source:
             "dtype": str(self.images.dtype).replace("torch.", ""), "layout": self.layout, "mmap": self.mmap,
             "channel_order": self.channel_order, "labels": None if self.labels is None else int(len(self.labels)),
             "bytes": nbytes, "sha256": fingerprint_array(self.images) if nbytes <= HASH_LIMIT_BYTES else None,
-            "note": self.note,
+            "note": self.note, "color": self.color,
         }
 
 
 def flipped_source_of(tensor: torch.Tensor) -> Optional[Source]:
     """The open source with a deferred channel flip whose storage ``tensor`` lies on, or None."""
     return _FLIPPED.get(storage_ptr(tensor)) if _FLIPPED else None
+
+
+COLORS = {"RGB": 3, "BGR": 3, "L": 1}  # data.source.color -> channels
+
+
+def _check_color(color: Any, channels: int) -> Optional[str]:
+    if color is None:
+        return None
+    if color not in COLORS:
+        raise ConfigError("data.source.color: expected one of %s (the channel order of the stored images), got %r"
+                          % (", ".join(COLORS), color))
+    if COLORS[color] != channels:
+        raise ConfigError("data.source.color: %s means %d channel(s), but the images have %d"
+                          % (color, COLORS[color], channels))
+    return color
 
 
 def _check_labels(kind: str, labels: Any, n: int) -> Optional[np.ndarray]:
@@ -212,7 +255,7 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     shipped with scikit-learn, no download), pixel values 0..16 scaled to uint8 0..255
     (``round(v * 255 / 16)``), as an owned read-only uint8 NHWC array (1797, 8, 8, 1), shuffled once
     with ``seed`` (default 0) so that splits are contiguous slices. Labels 0..9, np.int64."""
-    check_keys(spec, ["seed"], [], "data.source")
+    check_source_keys(spec, "digits")
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
@@ -222,21 +265,21 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     images = np.rint(digits.images[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
     images.flags.writeable = False
     return Source("digits", images, digits.target[order], "NHWC",
-                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed)
+                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L")
 
 
 def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:
     """A .npy image array, memory-mapped read-only (``np.load(mmap_mode="r")``: no copy, pages are read
     as batches touch them), and optional labels from another .npy. Both files are checked first
     (``_check_npy_file``): numpy's magic string, a numeric dtype and the full data length."""
-    check_keys(spec, ["path", "labels", "layout"], ["path"], "data.source")
+    check_source_keys(spec, "npy")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npy file written by numpy.save")
     labels = spec.get("labels")
     if labels is not None:
         where = "data.source.labels"
         labels = _load_npy(_resolve(base_dir, labels, where, "a .npy file written by numpy.save"), False, where)
     images = _load_npy(path, True, "data.source.path")
-    return Source("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True)
+    return Source("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True, color=spec.get("color"))
 
 
 def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]:
@@ -271,7 +314,7 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
     when stored uncompressed (``np.savez``); a compressed member (``np.savez_compressed``) is read
     into memory, and ``describe()`` says so. ``labels_key`` (default ``labels``) is optional: a
     missing default member means no labels."""
-    check_keys(spec, ["path", "images_key", "labels_key", "layout"], ["path"], "data.source")
+    check_source_keys(spec, "npz")
     path = _resolve(base_dir, spec["path"], "data.source.path", "a .npz file written by numpy.savez")
     images_key = spec.get("images_key", "images")
     labels_key = spec.get("labels_key", "labels")
@@ -297,27 +340,28 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
         images = _npz_member(path, images_key)
         note = "member %r is compressed: read into memory, not memory-mapped" % images_key
     labels = _npz_member(path, labels_key) if labels_key in members else None
-    return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note)
+    return Source("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note,
+                  color=spec.get("color"))
 
 
 def open_array(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's in-memory numpy array (``spec["images"]``), any strides: read-only arrays, memory
     maps and a negative-stride channel axis included. Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    check_source_keys(spec, "array")
     if not isinstance(spec["images"], np.ndarray):
         raise ConfigError("data.source.images: type 'array' takes a numpy array, got %s (use type 'tensor' for "
                           "torch tensors)" % type(spec["images"]).__name__)
-    return Source("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+    return Source("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
 
 
 def open_tensor(spec: Dict[str, Any], base_dir: str) -> Source:
     """The caller's CPU torch tensor (``spec["images"]``), any memory format (contiguous,
     channels_last, strided views). Never copied, never written."""
-    check_keys(spec, ["images", "labels", "layout"], ["images"], "data.source")
+    check_source_keys(spec, "tensor")
     if not isinstance(spec["images"], torch.Tensor):
         raise ConfigError("data.source.images: type 'tensor' takes a torch.Tensor, got %s (use type 'array' for "
                           "numpy arrays)" % type(spec["images"]).__name__)
-    return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"))
+    return Source("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
 
 
 def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Any:

@@ -67,6 +67,7 @@ class StreamingImageFolder:
         self.root, self.classes, self.paths, self.labels, self.settings = root, list(classes), paths, labels, settings
         self.shape = (len(paths), size[0], size[1], MODES[settings["mode"]])
         self.workers, self.prefetch = workers, prefetch
+        self.color = settings["mode"]  # the channel order of the decoded images (RGB or L), as ImageFolderSource
 
     def __len__(self) -> int:
         return int(self.shape[0])

@@ -12,7 +12,7 @@ has no type for keeps its torch type ``aten::<name>`` and runs in float: its war
 - ``quantizable``: the op is one of nndct's ``QUANTIZABLE_OPS``: its group's output always gets a
   fix position, and so do the outputs feeding it. Any other node gets one only when it feeds a
   quantizable node (so Sigmoid, Tanh, SiLU, clamp and ``aten::mean`` are quantized before a
-  conv and left in float as the model output; golden_wide README, "Exhaustive probe");
+  conv and left in float as the model output; docs/arithmetic.md#float-operators);
 - ``layout``: the node never carries its own fix position; it defers to its producer
   (reshape, flatten, slicing, ...);
 - ``group_up``: the node joins its producer's quantization group when it is the producer's only

@@ -2,11 +2,9 @@
 DPU of a target or to the CPU, with the reason, as the real Inspector does in the Vitis AI image.
 
 Public API: :func:`inspect_model`, :func:`write_reports`, :class:`Inspection`,
-:class:`InspectedNode`, and the engine-parameter table :data:`TARGETS` with :func:`get_target`.
+:class:`InspectedNode`. The targets and their engine parameters live in :mod:`pipeline.targets`.
 """
 
-from pipeline.inspect.hardware import TARGETS, DpuEngines, get_target
 from pipeline.inspect.inspector import InspectedNode, Inspection, inspect_model, write_reports
 
-__all__ = ["TARGETS", "DpuEngines", "get_target", "InspectedNode", "Inspection", "inspect_model",
-           "write_reports"]
+__all__ = ["InspectedNode", "Inspection", "inspect_model", "write_reports"]

@@ -1,8 +1,8 @@
 """DPU inspection on the CPU: which node of a float model runs on the DPU of a target, and why not.
 
 A CPU stand-in for the real Inspector (``pytorch_nndct.apis.Inspector``), which needs the Vitis AI
-image (facts 3.1). It traces the model with torch.fx, applies the rules of
-:mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.inspect.hardware`, and
+image (docs/targets.md#inspector). It traces the model with torch.fx, applies the rules of
+:mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.targets`, and
 writes ``inspect_<target>.txt``/``.json``/``.gv`` (and ``.svg`` where graphviz's ``dot`` is
 installed) in the spirit of the real Inspector's output. The real Inspector, run with the same
 target in the Vitis AI image, gives the final answer.
@@ -24,8 +24,8 @@ import torch
 import torch.nn as nn
 
 from pipeline import fileio
-from pipeline.errors import DataError, PipelineError
-from pipeline.inspect.hardware import DpuEngines, get_target
+from pipeline.errors import ConfigError, DataError, PipelineError
+from pipeline.targets import TARGETS, DpuTarget, get_target
 from pipeline.inspect.render import render_dot, render_text
 from pipeline.inspect.rules import CPU, DPU, Context, decide
 from pipeline.inspect.trace import trace_model
@@ -81,7 +81,7 @@ class Inspection:
     not nodes; ``outputs`` names the nodes whose results the model returns.
     """
 
-    target: DpuEngines
+    target: DpuTarget
     model_name: str
     inputs: List[Tuple[str, Optional[Tuple[int, ...]]]]
     outputs: List[str]
@@ -141,18 +141,22 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
         model: the float model; not modified (a deep copy is traced in eval mode).
         example: an input batch as the model takes it (a tensor, or a tuple with one tensor per
             forward argument; any batch size; shapes are reported with it); not modified.
-        target: a DPU target name of facts 3.2, e.g. "DPUCZDX8G_ISA1_B4096" (see
-            :data:`pipeline.inspect.hardware.TARGETS`).
+        target: a DPU target name of docs/targets.md#names-and-fingerprints, e.g. "DPUCZDX8G_ISA1_B4096" (see
+            :data:`pipeline.targets.TARGETS`; it needs one with engine parameters).
 
     Returns:
         An :class:`Inspection`.
 
     Raises:
-        ConfigError: unknown target name (the message lists the valid names and the closest).
+        ConfigError: unknown target name (the message names the closest), or a target without
+            engine parameters (the message lists those that have them).
         DataError: ``example`` is not a tensor.
         PipelineError: torch.fx cannot trace the model, or the model fails on the example.
     """
     hardware = get_target(target)
+    if hardware.engines is None:
+        raise ConfigError("inspection has no engine parameters for {} (family {}); it can inspect for {}".format(
+            target, hardware.family, ", ".join(n for n, t in TARGETS.items() if t.engines is not None)))
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     if not examples or not all(isinstance(e, torch.Tensor) for e in examples):
         raise DataError("inspection needs an example input tensor (N, C, H, W) for the model; got "

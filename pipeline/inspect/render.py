@@ -1,5 +1,5 @@
 """Text and DOT renderings of an inspection, modelled on the real Inspector's ``inspect_<target>.txt``
-and graph picture (vai_q_pytorch ``pytorch_binding/pytorch_nndct/hardware_v3/inspector.py``; facts 3.1):
+and graph picture (vai_q_pytorch ``pytorch_binding/pytorch_nndct/hardware_v3/inspector.py``; docs/targets.md#inspector):
 a header explaining the fields and the NCHW/NHWC hint, the target, a summary of the operators
 assigned to the CPU with their hardware constraints, then one block per node.
 """
@@ -36,9 +36,10 @@ _HEADER = """\
 
 
 def _engines(inspection: "Inspection") -> List[str]:
-    t = inspection.target
+    target = inspection.target
+    t = target.engines
     conv = t.conv
-    lines = ["{} ({}, batch {})".format(t.name, t.family, t.batch),
+    lines = ["{} ({}, batch {})".format(target.name, target.family, t.batch),
              "conv_engine: input/output channel parallel {}/{}, pixel parallel {}, kernel {}, stride "
              "{}, nonlinear {}, weights {} banks x {} wide x {} deep".format(
                  conv.input_channel_parallel, conv.output_channel_parallel, conv.pixel_parallel,

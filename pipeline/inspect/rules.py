@@ -5,7 +5,7 @@ Inspector's vocabulary), or None when the constraint holds. An op-type function 
 :data:`OP_RULES`) returns a :class:`Verdict` for one node, given what was decided for the nodes
 before it (topological order).
 
-Sources (vitis_ai_facts.md section 6 unless stated):
+Sources (docs/targets.md#dpuczdx8g-operator-limits unless stated):
 - conv2d: kernel 1-16 and stride 1-8 (the target's ``conv_limit``), input/output channels at most
   256 x channel_parallel, ``dilation x input_channel <= 256 x channel_parallel`` (UG1414), each pad
   no larger than the dilated kernel, weights fitting the weight bank
@@ -19,33 +19,34 @@ Sources (vitis_ai_facts.md section 6 unless stated):
   pool (P10): a dedicated pool engine lists no nonlinear type, and the 3.5 Inspector reports a ReLU
   after a MaxPool2d on the CPU even where the ALU that runs the pool lists relu (Vitis-AI issue
   #1501; see ``_after_pool``).
-- LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (facts 2.6).
+- LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (docs/arithmetic.md#leakyrelu-slope).
 - Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
   need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
   are in no engine of any target here, so they go to the CPU.
-- Quantizer conversions (facts 2.6): ReLU6 -> ReLU (``convert_relu6_to_relu``, and CLE by default,
-  facts 1.5), SiLU -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
+- Quantizer conversions (docs/arithmetic.md#optional-conversions): ReLU6 -> ReLU
+  (``convert_relu6_to_relu``, and CLE by default, docs/quantizer.md#the-callers-model-is-rewritten), SiLU
+  -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
   (``--nndct_convert_sigmoid_to_hsigmoid``).
 - Transposed conv: ``output_padding`` must be 0 (UG1414); kernel / stride in the kernel range.
-- Layout (facts 3.1): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
+- Layout (docs/targets.md#xir-is-nhwc): XIR feature maps are NHWC, so a reshape/flatten of a 4-D feature map makes
   the quantizer insert a permute NHWC -> NCHW in front of it; that permute merges into a following
   dense layer (``dpu_op_filter.py``, ``merge_permute_to_matmul``), otherwise it and the reshape
   leave the DPU.
 Messages reuse the real Inspector's wording where one exists ("Try to assign ... to DPU failed.",
 "... can't be assigned to DPU.", "The input of reshape is not on DPU.", "DPU does not support
-output_padding."; facts 3.1).
+output_padding."; docs/targets.md#dpuczdx8g-operator-limits).
 """
 
 import math
 from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
-from pipeline.inspect.hardware import DpuEngines, EngineLimits, allows
+from pipeline.targets import DpuTarget, EngineLimits, allows
 from pipeline.inspect.trace import OpNode
 
 DPU = "DPU"
 CPU = "CPU"
-DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, facts 2.6
+DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, docs/arithmetic.md#leakyrelu-slope
 
 # Prototxt nonlinear type of each activation op.
 NONLINEAR_NAME = {"relu": "relu", "relu6": "relu_six", "leaky_relu": "leaky_relu",
@@ -82,7 +83,7 @@ class Context:
     """What the rules may read: the target, every node by name (graph inputs included), each
     node's consumers, and the verdicts decided so far."""
 
-    target: DpuEngines
+    target: DpuTarget  # with engine parameters (inspect_model checks)
     nodes: Dict[str, OpNode]
     consumers: Dict[str, List[str]]
     verdicts: Dict[str, Verdict]
@@ -145,12 +146,12 @@ def check_channels(in_channels: int, out_channels: int, dilation: List[int],
     return None
 
 
-def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuEngines) -> Optional[str]:
+def check_conv_bank_depth(kernel_size: List[int], in_channels: int, target: DpuTarget) -> Optional[str]:
     """Conv weights fit the weight bank:
     ``k_h * k_w * ceil(ic / bank_width) * ceil(output_channel_parallel / bank_num) <= bank_depth``."""
-    bank = target.conv.weight_bank
+    bank = target.engines.conv.weight_bank
     depth = (kernel_size[0] * kernel_size[1] * math.ceil(in_channels / bank.bank_width)
-             * math.ceil(target.conv.output_channel_parallel / bank.bank_num))
+             * math.ceil(target.engines.conv.output_channel_parallel / bank.bank_num))
     if depth <= bank.bank_depth:
         return None
     return ("Weights ({} x {} kernel, {} input channels) are too large for the parameter buffer: "
@@ -240,7 +241,7 @@ def conv2d(node: OpNode, ctx: Context) -> Verdict:
     """conv2d on the conv engine (the tracer names depthwise convs ``depthwise_conv2d``)."""
     if node.attrs["groups"] != 1:
         return _cpu(check_groups(node))
-    conv, a = ctx.target.conv, node.attrs
+    conv, a = ctx.target.engines.conv, node.attrs
     in_shape = ctx.producer(node).shape
     return _dpu_unless([
         check_kernel(a["kernel_size"], conv.kernel_size, "conv_engine"),
@@ -254,7 +255,7 @@ def conv2d(node: OpNode, ctx: Context) -> Verdict:
 
 def depthwise_conv2d(node: OpNode, ctx: Context) -> Verdict:
     """Depthwise conv (groups = input channels) on the ALU or the depthwise-conv engine."""
-    limits = ctx.target.depthwise_limits()
+    limits = ctx.target.engines.depthwise_limits()
     if limits is None:
         return _cpu("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
             ctx.target.name))
@@ -275,10 +276,10 @@ def conv_transpose2d(node: OpNode, ctx: Context) -> Verdict:
     a = node.attrs
     groups = a["groups"]
     if groups == 1:
-        spec, engine, cp = ctx.target.conv.kernel_size, "conv_engine", ctx.target.conv.input_channel_parallel
+        spec, engine, cp = ctx.target.engines.conv.kernel_size, "conv_engine", ctx.target.engines.conv.input_channel_parallel
         bank = check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)
     elif groups == a["in_channels"] == a["out_channels"]:
-        limits = ctx.target.depthwise_limits()
+        limits = ctx.target.engines.depthwise_limits()
         if limits is None:
             return _cpu(check_output_padding(node), "{} has no depthwise-conv engine.".format(
                 ctx.target.name))
@@ -316,19 +317,19 @@ def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
     """Activation ops that ``base``'s engine fuses on this target."""
     target = ctx.target
     if base.op in ("conv2d", "dense", "conv_transpose2d"):
-        engine_nl = target.conv.nonlinear
+        engine_nl = target.engines.conv.nonlinear
     elif base.op == "depthwise_conv2d":
-        limits = target.depthwise_limits()
+        limits = target.engines.depthwise_limits()
         engine_nl = limits.nonlinear if limits else ()
     else:
-        engine = target.eltwise_for("add" if base.op == "add" else "mult")
+        engine = target.engines.eltwise_for("add" if base.op == "add" else "mult")
         engine_nl = engine[1] if engine else ()
     return [op for op in _FUSABLE_AFTER[base.op] if NONLINEAR_NAME[op] in engine_nl]
 
 
-def _standalone_engine(op: str, target: DpuEngines) -> Optional[str]:
+def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
     """The engine that runs activation ``op`` on its own, or None."""
-    alu = target.alu
+    alu = target.engines.alu
     if alu is None:
         return None
     if op in ("leaky_relu", "prelu") and op in alu.alu_types:
@@ -341,7 +342,7 @@ def _standalone_engine(op: str, target: DpuEngines) -> Optional[str]:
 
 
 def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
-    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (facts 2.6)."""
+    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (docs/arithmetic.md#leakyrelu-slope)."""
     slope = node.attrs["negative_slope"]
     if slope == DPU_LEAKY_SLOPE:
         return None
@@ -352,7 +353,8 @@ def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
 
 def relu6_conversion_note(node: OpNode) -> str:
     """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
-    (facts 1.5); the config key ``convert_relu6_to_relu`` asks for it explicitly."""
+    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for
+    it explicitly."""
     return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
             "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
 
@@ -380,12 +382,12 @@ def _after_pool(node: OpNode, src: OpNode, ctx: Context) -> Tuple[str, str]:
     head = "{} can't be assigned to DPU: it follows {} {!r}".format(node.op, src.op, src.name)
     if not ctx.on_dpu(src.name):
         return head + ", which is on the CPU.", "an activation runs on the DPU only fused into its producer there."
-    limits = target.pool_limits("max" if src.op == "max_pool2d" else "avg")
+    limits = target.engines.pool_limits("max" if src.op == "max_pool2d" else "avg")
     if limits is not None and limits.engine == "pool_engine":
         return (head + ", and the pool_engine of {} fuses no activation.".format(target.name),
                 "source: the pool_engine's nonlinear list is empty in the {} target description "
                 "(target_factory prototxt).".format(target.name))
-    listed = target.alu.nonlinear if target.alu is not None else ()
+    listed = target.engines.alu.nonlinear if target.engines.alu is not None else ()
     if target.family == "DPUCZDX8G":
         why = (", and on {} the Vitis AI 3.5 Inspector finds no compiler pattern for a pool followed by "
                "an activation, so it leaves the activation on the CPU.".format(target.family))
@@ -436,7 +438,7 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
     return _cpu(fuse_failure or alone, alone if fuse_failure else None, notes=notes, changes=changes)
 
 
-# CPU-only activations and the conversion the quantizer offers for each (facts 2.6).
+# CPU-only activations and the conversion the quantizer offers for each (docs/arithmetic.md#optional-conversions).
 _CONVERSIONS = {
     "silu": ("hswish", "SiLU -> HardSwish (quant config key convert_silu_to_hswish)"),
     "sigmoid": ("hsigmoid", "sigmoid -> HardSigmoid (option --nndct_convert_sigmoid_to_hsigmoid)"),
@@ -448,7 +450,7 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
     the CPU; where the quantizer offers a conversion, the note says whether the converted op would
     run on the DPU of this target."""
     reason = "{} can't be assigned to DPU: no engine of {} has it (nonlinear types: {}).".format(
-        node.op, ctx.target.name, ", ".join(ctx.target.conv.nonlinear))
+        node.op, ctx.target.name, ", ".join(ctx.target.engines.conv.nonlinear))
     conversion = _CONVERSIONS.get(node.op)
     if conversion is None:
         return _cpu(reason)
@@ -468,8 +470,9 @@ def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
 
 def batch_norm(node: OpNode, ctx: Context) -> Verdict:
     """BatchNorm2d folds into the conv before it (conv, depthwise or transposed, with no other
-    consumer; facts 2.6) and runs where that conv runs; otherwise the quantizer rewrites it as a per-channel scale and offset,
-    which runs as a depthwise 1x1 conv where the target has one (an inference)."""
+    consumer; docs/arithmetic.md#bn-folding) and runs where that conv runs; otherwise the quantizer
+    rewrites it as a per-channel scale and offset, which runs as a depthwise 1x1 conv where the target has
+    one (an inference)."""
     src = ctx.producer(node)
     if src is not None and src.op in _CONV_FAMILY and len(ctx.consumers[src.name]) == 1:
         note = "folded into {} {!r} (conv_bn_merge).".format(src.op, src.name)
@@ -477,7 +480,7 @@ def batch_norm(node: OpNode, ctx: Context) -> Verdict:
             return Verdict(DPU, [], [note], src.name)
         return Verdict(CPU, ["folded into {} {!r}, which is on the CPU.".format(src.op, src.name)],
                        [], src.name)
-    if ctx.target.depthwise_limits() is not None:
+    if ctx.target.engines.depthwise_limits() is not None:
         return Verdict(DPU, [], ["not foldable: the quantizer rewrites it as a per-channel scale and "
                                  "offset, run as a depthwise 1x1 conv."])
     return _cpu("batch_norm can't be folded into a conv here, and {} has no depthwise-conv engine "
@@ -488,7 +491,7 @@ def pool(node: OpNode, ctx: Context) -> Verdict:
     """Max and average pools (adaptive average pools and spatial means as fixed-kernel pools) on
     the ALU or the pool engine, within its kernel, stride and pad limits."""
     kind = "max" if node.op == "max_pool2d" else "avg"
-    limits = ctx.target.pool_limits(kind)
+    limits = ctx.target.engines.pool_limits(kind)
     if limits is None:
         return _cpu("{} does not support {} (no pool engine or ALU type for it).".format(
             ctx.target.name, node.op))
@@ -534,7 +537,7 @@ def eltwise(node: OpNode, ctx: Context) -> Verdict:
     kind = "add" if node.op == "add" else "mult"
     if node.attrs.get("tensor_operands") != 2:
         return unknown(node, ctx, "an element-wise {} with a constant operand".format(kind))
-    engine = ctx.target.eltwise_for(kind)
+    engine = ctx.target.engines.eltwise_for(kind)
     if engine is None:
         return _cpu("{} does not support eltwise {}.".format(ctx.target.name, kind.upper()))
     shapes = [ctx.nodes[name].shape for name in node.inputs]
@@ -561,7 +564,7 @@ def concat(node: OpNode, ctx: Context) -> Verdict:
 
 def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
     """A reshape/flatten/view of a 4-D NCHW feature map: XIR holds it NHWC, so the quantizer inserts
-    a permute NHWC -> NCHW in front (facts 3.1). When C or H x W is 1 the two orders agree and no
+    a permute NHWC -> NCHW in front (docs/targets.md#xir-is-nhwc). When C or H x W is 1 the two orders agree and no
     data moves; a tensor already permuted in the model needs nothing. Followed by a dense layer
     alone, the permute merges into the dense; otherwise it and the reshape go to the CPU."""
     src = ctx.producer(node)
@@ -610,7 +613,7 @@ def reshape(node: OpNode, ctx: Context) -> Verdict:
 
 def permute(node: OpNode, ctx: Context) -> Verdict:
     """permute(0, 2, 3, 1) of a 4-D DPU feature map is XIR's own NHWC order: no data moves, and it
-    cancels the permute the quantizer would insert before a reshape (facts 3.1). Other permutes
+    cancels the permute the quantizer would insert before a reshape (docs/targets.md#xir-is-nhwc). Other permutes
     and transposes move data; no engine of these targets does that."""
     src = ctx.producer(node)
     order = node.attrs.get("order")

@@ -2,7 +2,7 @@
 
 Every model takes float32 NCHW input and uses only operators that map onto the DPU
 (conv + BN + ReLU/ReLU6 groups, max/average pooling, add, global average pooling, linear;
-vitis_ai_facts.md section 6). Each activation is its own module, so that graph capture with
+docs/targets.md#dpuczdx8g-operator-limits). Each activation is its own module, so that graph capture with
 torch.fx sees one node per use.
 """
 from typing import Callable, Dict, List

@@ -4,8 +4,8 @@ The runner drives every backend the same way, one step per process if the user w
 
 1. ``calibrate(model, example, batches, out_dir, settings)``: run the calibration forwards and write
    ``out_dir/quant_info.json`` (and ``bias_corr.pth`` when bias correction is on) in the real
-   quantizer's format (facts 1.3). Raises ``QuantizationError("calibration saw 0 batches ...")``
-   before writing anything when ``batches`` is empty (public case P03).
+   quantizer's format (docs/quantizer.md#the-quant_info-format). Raises ``QuantizationError("calibration
+   saw 0 batches ...")`` before writing anything when ``batches`` is empty (public case P03).
 2. ``load_test(model, example, out_dir, settings)``: build the test-mode quantized model from the
    files in ``out_dir``. Raises ``QuantizationError`` when ``quant_info.json`` is missing.
 3. ``export(handle, example1, out_dir, formats)``: write the quantized model in the requested formats
@@ -40,13 +40,14 @@ DEFAULT_FORMATS = {
 
 
 class QuantSettings:
-    """The quantizer arguments a config maps onto, named as in ``torch_quantizer`` (facts 1.1).
+    """The quantizer arguments a config maps onto, named as in ``torch_quantizer``
+    (docs/quantizer.md#torch_quantizer-arguments).
 
     Args:
         target: DPU target name such as ``DPUCZDX8G_ISA1_B4096``, or None. For ``nndct`` a target
             switches on hardware-aware quantization (needs the Vitis AI image).
         bitwidth: int bit width for weights, activations, input and bias (8 by default).
-        quant_config_file: path to a ``quant_config_file`` JSON (facts 2.7), or None for the defaults
+        quant_config_file: path to a ``quant_config_file`` JSON (docs/quant_config.md), or None for the defaults
             (CLE and bias correction on).
         device: ``"cpu"`` or ``"cuda"``.
     """
@@ -57,10 +58,6 @@ class QuantSettings:
         self.bitwidth = bitwidth
         self.quant_config_file = quant_config_file
         self.device = device
-
-    def as_dict(self) -> Dict[str, Any]:
-        return {"target": self.target, "bitwidth": self.bitwidth,
-                "quant_config_file": self.quant_config_file, "device": self.device}
 
 
 class QuantizerBackend:

@@ -1,10 +1,10 @@
 """Calibration fingerprint: what a calibration was made for, kept beside ``quant_info.json``.
 
-A ``quant_info.json`` holds fix positions only (facts 1.3); nothing in it says which target, model,
-input shape or quantizer produced it, and the real quantizer's own ``graph_md5`` check is internal to
-it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test and export steps
-rebuild the fingerprint from what they are about to use and call ``check_fingerprint``, which names
-every field that differs. Used by both backends (``sim`` and ``nndct``).
+A ``quant_info.json`` holds fix positions only (docs/quantizer.md#the-quant_info-format); nothing in it
+says which target, model, input shape or quantizer produced it, and the real quantizer's own ``graph_md5``
+check is internal to it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test
+and export steps rebuild the fingerprint from what they are about to use and call ``check_fingerprint``,
+which names every field that differs. Used by both backends (``sim`` and ``nndct``).
 """
 import hashlib
 import importlib
@@ -39,12 +39,6 @@ def quantizer_version(backend: str) -> Optional[str]:
         return None
     module_name, func = QUANTIZER_VERSIONS[backend].split(":")
     return getattr(importlib.import_module(module_name), func)()
-
-
-def hash_config(section: Any) -> str:
-    """sha256 (hex) of a JSON-serialisable config section, key order and whitespace ignored."""
-    text = json.dumps(section, sort_keys=True, separators=(",", ":"), default=str)
-    return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
 def _file_sha256(path: Optional[str]) -> Optional[str]:
@@ -112,7 +106,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
         example: an input batch, NCHW; only its sample shape ``example.shape[1:]`` and dtype are
             recorded, because calib, test and export legitimately use different batch sizes.
         settings: a ``QuantSettings`` (target, bitwidth, quant_config_file, device).
-        config_hash: hash of the config sections that shape the calibration (see ``hash_config``).
+        config_hash: hash of the config sections that shape the calibration (``LoadedConfig.calib_hash``).
         backend: ``"sim"`` or ``"nndct"``.
 
     Returns fields: backend, quantizer_version, torch_version, target, bitwidth,

@@ -1,12 +1,12 @@
 """DPU fixed-point arithmetic: rounding, fake quantization and the fix_pos search (plain torch).
 
-Number format (vitis_ai_facts.md 2.1): symmetric, signed, power-of-two scale, per tensor. For bit
+Number format (docs/arithmetic.md#number-format): symmetric, signed, power-of-two scale, per tensor. For bit
 width ``b`` and fix position ``p`` (an integer, may be negative)::
 
     q = clamp(R(x * 2**p), -2**(b-1), 2**(b-1) - 1)      x_hat = q * 2**-p
 
 ``x * 2**p`` and ``q * 2**-p`` are exact in float32 (power-of-two scaling), so only the rounding
-rule ``R`` matters (facts 2.2, ``_vai_round_cpu`` in ``vai_q_pytorch/include/cpu/
+rule ``R`` matters (docs/arithmetic.md#rounding, ``_vai_round_cpu`` in ``vai_q_pytorch/include/cpu/
 nndct_fix_kernels_cpu.h``):
 
 - ``"half_up"`` (kernel method 2, "DPU round"): ties go toward +inf. Used for the network input
@@ -18,10 +18,10 @@ Both are implemented exactly (no ``floor(x + 0.5)`` shortcut, which is wrong for
 below 0.5). ``torch.round`` is half-even and is never used as the rounding rule by itself.
 
 The fix_pos search is the "diffs" search of ``pytorch_nndct/nn/modules/fix_ops.py``
-(``diffs_fix_pos``, facts 2.3): the largest ``p`` that cannot overflow, then (scope > 1) the ``p``
-in ``p0 .. p0+scope-1`` with the smallest sum of squared errors, ties keeping the smaller ``p``.
-The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step) and for
-the error sums, so the result is bit-compatible with the real quantizer on the same torch build.
+(``diffs_fix_pos``, docs/arithmetic.md#fix-position-search): the largest ``p`` that cannot overflow, then
+(scope > 1) the ``p`` in ``p0 .. p0+scope-1`` with the smallest sum of squared errors, ties keeping the
+smaller ``p``. The same torch float32 operations are used for ``p0`` (``log2`` of the reciprocal step) and
+for the error sums, so the result is bit-compatible with the real quantizer on the same torch build.
 
 Differences from the real kernel, on purpose: a value so large that ``x * 2**p`` overflows a C
 ``int`` (|x| > 2**31 * 2**-p) saturates here, while the real kernel's int conversion is undefined.
@@ -38,12 +38,12 @@ import torch.fx
 ROUNDING_METHODS = ("half_up", "std_round")
 
 # Activation and input fix positions are capped at this value for bit widths <= 8
-# (option ``max_fix_position``, default 12; facts 2.1). Wider bit widths are capped at 15.
+# (option ``max_fix_position``, default 12; docs/arithmetic.md#fix-position-cap). Wider bit widths are capped at 15.
 MAX_FIX_POS_8BIT = 12
 MAX_FIX_POS_WIDE = 15
 
-# Scope of the diffs search (facts 2.3): 5 candidates ("mse" diffs mode, the default) for weights,
-# bias and activations; 1 for the network input (INPUT / QuantStub nodes).
+# Scope of the diffs search (docs/arithmetic.md#fix-position-search): 5 candidates ("mse" diffs mode, the
+# default) for weights, bias and activations; 1 for the network input (INPUT / QuantStub nodes).
 SCOPE_DEFAULT = 5
 SCOPE_INPUT = 1
 
@@ -69,7 +69,7 @@ _CANDIDATE_SCALES = {}  # type: Dict[Tuple[int, int, torch.dtype], torch.Tensor]
 
 
 def round_half_up(v: torch.Tensor) -> torch.Tensor:
-    """Round to the nearest integer, ties toward +inf (DPU "half_up"; facts 2.2, method 2).
+    """Round to the nearest integer, ties toward +inf (DPU "half_up"; docs/arithmetic.md#rounding, method 2).
 
     Args:
         v: float tensor of any shape (float32 in the pipeline). Not modified.
@@ -83,7 +83,7 @@ def round_half_up(v: torch.Tensor) -> torch.Tensor:
 
 
 def round_std(v: torch.Tensor) -> torch.Tensor:
-    """Round to the nearest integer, ties away from zero (C ``round()``; facts 2.2, method 3).
+    """Round to the nearest integer, ties away from zero (C ``round()``; docs/arithmetic.md#rounding, method 3).
 
     Args:
         v: float tensor of any shape. Not modified.
@@ -135,7 +135,8 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
 
     The one custom call of the lowered test-mode graph (see ``sim/lowered.py``); registered with
     ``torch.fx.wrap`` so that tracing keeps it as a single node. It never writes its input (the
-    real quantizer overwrites its input tensor in place, facts 1.4; this function does not).
+    real quantizer overwrites its input tensor in place, docs/quantizer.md#input-rounded-in-place; this
+    function does not).
 
     Both rules run in one buffer: ``v = x * 2**p``, then in place ``floor((v - 2**-25) + 0.5)``
     (for std_round on ``|v|``, with the sign copied back), clamp and scale. Subtracting 2**-25
@@ -169,7 +170,8 @@ torch.fx.wrap("fake_quant")
 
 
 def cap_fix_pos(fix_pos: int, bitwidth: int, max_fix_pos: int = MAX_FIX_POS_8BIT) -> int:
-    """Apply the fix_pos cap: ``min(p, max_fix_pos)`` for b <= 8, ``min(p, 15)`` otherwise (facts 2.1)."""
+    """Apply the fix_pos cap: ``min(p, max_fix_pos)`` for b <= 8, ``min(p, 15)`` otherwise
+    (docs/arithmetic.md#fix-position-cap)."""
     return min(fix_pos, max_fix_pos if bitwidth <= 8 else MAX_FIX_POS_WIDE)
 
 
@@ -191,29 +193,14 @@ def _overflow_free(x_min: float, x_max: float, bitwidth: int) -> int:
     return int(math.floor(torch.log2(torch.tensor(recip, dtype=torch.float32)).item()))
 
 
-def overflow_free_fix_pos(x: torch.Tensor, bitwidth: int) -> int:
-    """The largest fix position that cannot overflow: ``floor(log2(1 / step))``.
-
-    ``step = max(min(x) / (-2**(b-1) - 0.5), max(x) / (2**(b-1) - 0.5))``, computed with the same
-    float32 torch operations as nndct (fix_ops.py ``diffs_fix_pos``), so the floor lands on the
-    same side of a power of two. An all-zero tensor gives 18.
-
-    Args:
-        x: float32 tensor, any shape, finite values.
-        bitwidth: b.
-
-    Returns:
-        int fix position (not capped).
-    """
-    x_min, x_max = torch.aminmax(x)
-    return _overflow_free(x_min.item(), x_max.item(), bitwidth)
-
-
 def diffs_fix_pos(x: torch.Tensor, bitwidth: int, scope: int, method: str,
                   min_max: Optional[Tuple[float, float]] = None) -> int:
-    """The "diffs" fix_pos search of the DPU quantizer (facts 2.3), without the cap.
+    """The "diffs" fix_pos search of the DPU quantizer (docs/arithmetic.md#fix-position-search), without the cap.
 
-    For ``scope == 1`` this is :func:`overflow_free_fix_pos`. Otherwise each candidate
+    ``p0 = floor(log2(1 / step))`` is the largest fix position that cannot overflow, with ``step =
+    max(min(x) / (-2**(b-1) - 0.5), max(x) / (2**(b-1) - 0.5))`` computed with the same float32 torch
+    operations as nndct (fix_ops.py ``diffs_fix_pos``), so the floor lands on the same side of a power
+    of two; an all-zero tensor gives 18. For ``scope == 1`` the result is ``p0``. Otherwise each candidate
     ``p = p0 + i`` (i < scope) is scored by the float32 sum of squared errors
     ``torch.sum((x - fake_quant(x, p))**2)``, as nndct computes it; the smallest wins, ties keep
     the smaller p. The error is computed scaled by ``2**p`` and the sum scaled back by ``4**-p``;
@@ -372,11 +359,11 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
     """The factor nndct multiplies an average pool's output by (option ``avg_pool_approximate``).
 
     The DPU divides by ``k = kh*kw`` as a multiply by ``m / 2**s``; the quantizer reproduces that
-    as ``avg * k * m / 2**s``. Table sizes (facts 2.6; ``nn/modules/avgpool.py``): 3x3 -> 63/64,
-    5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 -> 1029/1024, 14x14 -> 4116/4096. Other
-    sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing ``|m/2**s - 1/k|`` where
-    ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g. 8x8 -> 1.0,
-    10x10 -> 1.0009765625.
+    as ``avg * k * m / 2**s``. Table sizes (docs/arithmetic.md#average-pool-correction;
+    ``nn/modules/avgpool.py``): 3x3 -> 63/64, 5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 ->
+    1029/1024, 14x14 -> 4116/4096. Other sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing
+    ``|m/2**s - 1/k|`` where ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g.
+    8x8 -> 1.0, 10x10 -> 1.0009765625.
 
     Returns:
         The factor as a Python float (exact in float32 for every table entry).

@@ -2,33 +2,37 @@
 
 This is the only module of the package that imports ``pytorch_nndct``, and only inside functions:
 the package ships with the Vitis AI image (conda env ``vitis-ai-pytorch``), is not on PyPI, compiles
-or loads C++ kernels on import and rewrites ``sys.argv`` (vitis_ai_facts.md 1.4.6, 7.1).
+or loads C++ kernels on import and rewrites ``sys.argv`` (docs/quantizer.md#import-side-effects).
 
-What the adapter adds to the documented flow (facts 1.2, 1.3; the official example
-``vai_q_pytorch/example/resnet18_quant.py``):
+What the adapter adds to the documented flow (docs/quantizer.md#methods-and-exports,
+docs/quantizer.md#files-in-output_dir; the official example ``vai_q_pytorch/example/resnet18_quant.py``):
 
 - calib: ``torch_quantizer('calib', ...)``, the calibration forwards, ``export_quant_config()``.
 - test: ``torch_quantizer('test', ...)``, the evaluation forwards; export runs one batch-1 forward and
   then ``export_xmodel()`` (``export_onnx_model()`` and ``export_torch_script()`` on request).
 - Soft failures become errors. The quantizer often only logs an error (``[VAIQ_ERROR]``) and returns,
-  or calls ``sys.exit`` (facts 1.5.5): every ERROR record of its ``nndct_screen`` logger during a call
-  is collected and raised as ``QuantizationError``/``ExportError``; a ``SystemExit`` is caught and
-  raised the same way (``BackendUnavailableError`` for its torch-version check). Zero calibration
-  batches, a batch size other than 1 at export and a missing ``quant_info.json``/``bias_corr.pth``
-  are refused before the quantizer is called, and every expected output file is checked.
+  or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
+  ``nndct_screen`` logger during a call is collected and raised as ``QuantizationError``/``ExportError``;
+  a ``SystemExit`` is caught and raised the same way (``BackendUnavailableError`` for its torch-version
+  check). Zero calibration batches, a batch size other than 1 at export and a missing
+  ``quant_info.json``/``bias_corr.pth`` are refused before the quantizer is called, and every expected
+  output file is checked.
 - Ownership: each batch is handed over as an owned copy (the quantizer rounds its input in place,
-  facts 1.4.1) and the model as a deep copy (with CLE on, it replaces ReLU6 by ReLU in the model it is
-  given, facts 1.5). The caller's tensors and model are never changed.
-- ``sys.argv`` is hidden from the import (it strips ``--nndct_*`` flags from the list, facts 1.4.6);
-  configure the quantizer through the config and the ``NNDCT_*`` environment variables instead.
+  docs/quantizer.md#input-rounded-in-place) and the model as a deep copy (with CLE on, it replaces ReLU6
+  by ReLU in the model it is given, docs/quantizer.md#the-callers-model-is-rewritten). The caller's
+  tensors and model are never changed.
+- ``sys.argv`` is hidden from the import (it strips ``--nndct_*`` flags from the list,
+  docs/quantizer.md#import-side-effects); configure the quantizer through the config and the ``NNDCT_*``
+  environment variables instead.
 - One quantizer mode per process. A ``torch_quantizer('test', ...)`` created in a process that already
-  ran a calibration gives results a few LSB away from the documented two-process flow (facts 1.5),
-  so ``calibrate`` refuses to run in a process that created a test-mode quantizer and ``load_test``
-  refuses in a process that calibrated. The runner runs ``--steps calib`` and ``--steps test`` as two
-  processes; ``calibrate``/``load_test`` assume they are alone in theirs.
+  ran a calibration gives results a few LSB away from the documented two-process flow
+  (docs/quantizer.md#calib-and-test-in-separate-processes), so ``calibrate`` refuses to run in a process
+  that created a test-mode quantizer and ``load_test`` refuses in a process that calibrated. The runner
+  runs ``--steps calib`` and ``--steps test`` as two processes; ``calibrate``/``load_test`` assume they
+  are alone in theirs.
 
 Settings map onto ``torch_quantizer``'s own arguments: ``target``, ``bitwidth``,
-``quant_config_file`` and ``device`` (facts 1.1).
+``quant_config_file`` and ``device`` (docs/quantizer.md#torch_quantizer-arguments).
 """
 import contextlib
 import copy
@@ -54,7 +58,7 @@ INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-py
                 "vitis-ai-pytorch): run the pipeline there with scripts/docker_run.sh, or use the sim backend")
 QUANT_INFO = "quant_info.json"
 BIAS_CORR = "bias_corr.pth"
-# export.formats name -> (torch_quantizer method, suffix of the file it writes; facts 1.2, 1.3).
+# export.formats name -> (torch_quantizer method, suffix of the file it writes; docs/quantizer.md#methods-and-exports).
 # export_onnx_model's default native_onnx=True writes standard QuantizeLinear/DequantizeLinear: "onnx_qdq".
 EXPORT_FORMATS = {
     "xmodel": ("export_xmodel", "_int.xmodel"),
@@ -77,7 +81,7 @@ def _find_spec() -> Any:
 def quantizer_version() -> Optional[str]:
     """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if absent.
 
-    The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py, facts 7.1).
+    The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py, docs/quantizer.md#version-check).
     """
     spec = _find_spec()
     for folder in (getattr(spec, "submodule_search_locations", None) or []):
@@ -104,7 +108,7 @@ def _import_torch_quantizer() -> Any:
         raise BackendUnavailableError("nndct backend: cannot import pytorch_nndct (%s). %s" % (exc, INSTALL_HINT))
     except SystemExit as exc:
         raise BackendUnavailableError("nndct backend: importing pytorch_nndct exited with status %s (its C++ "
-                                      "kernels failed to load or compile, facts 7.1). %s" % (exc.code, INSTALL_HINT))
+                                      "kernels failed to load or compile). %s" % (exc.code, INSTALL_HINT))
     finally:
         sys.argv = saved
     return torch_quantizer
@@ -145,7 +149,7 @@ def _quantizer_call(step: str, error_cls: type) -> Iterator[_ErrorRecorder]:
                          "Check the model and quantizer settings"))
         except PipelineError:
             raise
-        except Exception as exc:  # the quantizer raises bare Exceptions, KeyErrors, ... (facts 1.2, 1.5)
+        except Exception as exc:  # the quantizer raises bare Exceptions, KeyErrors, ... (docs/quantizer.md#errors-that-exit-or-only-log)
             if "install xir" in str(exc):
                 raise BackendUnavailableError("nndct %s: %s. The xir package comes with the Vitis AI image only; "
                                               "run this step there (scripts/docker_run.sh)" % (step, exc)) from exc
@@ -157,7 +161,8 @@ def _quantizer_call(step: str, error_cls: type) -> Iterator[_ErrorRecorder]:
 
 
 def _owned(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place (facts 1.4.1)."""
+    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place
+    (docs/quantizer.md#input-rounded-in-place)."""
     return batch.detach().to(device, copy=True)
 
 
@@ -172,12 +177,12 @@ def _read_quant_info(folder: str, step: str) -> Dict[str, Any]:
     path = os.path.join(folder, QUANT_INFO)
     if not os.path.isfile(path):
         raise QuantizationError("nndct %s: no %s in %s; run the calib step first (the real quantizer would "
-                                "exit(2) here, facts 1.3)" % (step, QUANT_INFO, folder))
+                                "exit(2) here)" % (step, QUANT_INFO, folder))
     with open(path) as f:
         info = json.load(f)
     if info.get("bias_corrected") and not os.path.isfile(os.path.join(folder, BIAS_CORR)):
         raise QuantizationError("nndct %s: %s says bias_corrected but %s is missing in %s; run the calib step "
-                                "again (test mode needs both files, facts 1.3)" % (step, QUANT_INFO, BIAS_CORR, folder))
+                                "again (test mode needs both files)" % (step, QUANT_INFO, BIAS_CORR, folder))
     return info
 
 
@@ -219,15 +224,15 @@ class NndctBackend(QuantizerBackend):
         if other in _MODES_CREATED:
             raise QuantizationError(
                 "nndct %s: this process already created a %s-mode quantizer; the real quantizer keeps state "
-                "that changes test results when calib and test share a process (facts 1.5). Run the steps as "
-                "separate processes: python -m pipeline run --config <run_dir>/config.resolved.yaml "
+                "that changes test results when calib and test share a process. Run the steps as "
+                "separate processes: python -m pipeline run <run_dir>/config.resolved.yaml "
                 "--steps calib, then --steps test" % (mode, other))
         torch_quantizer = _import_torch_quantizer()
         config_file = os.path.abspath(settings.quant_config_file) if settings.quant_config_file else None
         if config_file is not None and not os.path.isfile(config_file):
             raise ConfigError("quantizer.quant_config_file: %s does not exist" % config_file)
         device = torch.device(settings.device)
-        module = copy.deepcopy(model).eval()  # CLE rewrites the module it is given (facts 1.5)
+        module = copy.deepcopy(model).eval()  # CLE rewrites the module it is given (docs/quantizer.md#the-callers-model-is-rewritten)
         _MODES_CREATED.add(mode)
         with _quantizer_call("%s: torch_quantizer(%r, ...)" % (mode, mode), QuantizationError):
             quantizer = torch_quantizer(mode, module, (_owned(example, device),), output_dir=out_dir,
@@ -288,7 +293,7 @@ class NndctBackend(QuantizerBackend):
         """Create the test-mode quantizer from ``out_dir`` (``quant_info.json``, ``bias_corr.pth``).
 
         The quantizer traces ``example[:1]``: a batch-1 trace is what ``export_xmodel`` needs
-        (facts 1.4.3), and forwards of any batch size work on it.
+        (docs/quantizer.md#export-needs-batch-1), and forwards of any batch size work on it.
 
         Raises:
             QuantizationError: missing ``quant_info.json`` or ``bias_corr.pth``, a logged error or
@@ -320,8 +325,8 @@ class NndctBackend(QuantizerBackend):
         if unknown:
             raise ConfigError("export.formats: the nndct backend writes %s, got %s" % (sorted(EXPORT_FORMATS), unknown))
         if example1.dim() == 0 or int(example1.shape[0]) != 1:
-            raise ExportError("nndct export: the example input must have batch size 1 (the DPU export needs batch 1, "
-                              "facts 1.4.3), got shape %s; pass example[:1]" % (tuple(example1.shape),))
+            raise ExportError("nndct export: the example input must have batch size 1 (the DPU export needs batch 1), "
+                              "got shape %s; pass example[:1]" % (tuple(example1.shape),))
         handle(example1)
         os.makedirs(out_dir, exist_ok=True)
         work = tempfile.mkdtemp(dir=out_dir, prefix=".nndct-export-")

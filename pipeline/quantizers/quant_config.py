@@ -1,4 +1,4 @@
-"""Parse and validate the real quantizer's ``quant_config_file`` JSON (facts 2.7).
+"""Parse and validate the real quantizer's ``quant_config_file`` JSON (docs/quant_config.md).
 
 The rules are those of ``nndct_shared/quantization/quant_config.py`` (``_keywords_legel``,
 ``_generate_config_from_export``, ``_handle_dpu_tensor_conflict``), with errors raised as
@@ -10,7 +10,7 @@ The rules are those of ``nndct_shared/quantization/quant_config.py`` (``_keyword
   ``change_pool_input_fix``, ``quantizable_data_type``, ``overall_quantize_config``,
   ``tensor_quantize_config``, ``layer_quantize_config``. Anything else is an error naming the key.
 - ``target_device`` is required: nndct 3.5 reads it without a default and crashes with
-  ``KeyError`` (facts 1.5); here it is a ConfigError.
+  ``KeyError`` (docs/quantizer.md#a-config-file-needs-target_device); here it is a ConfigError.
 - Quantization parameters (``datatype``, ``bit_width``, ``method``, ``round_mode``, ``symmetry``,
   ``per_channel``, ``signed``, ``narrow_range``, ``scale_type``, ``calib_statistic_method``,
   ``percentage``) are checked against the legal values; for ``target_device: "DPU"`` the DPU
@@ -19,7 +19,7 @@ The rules are those of ``nndct_shared/quantization/quant_config.py`` (``_keyword
 
 Stricter than nndct, on purpose: a switch that is not a boolean is an error (nndct ignores it).
 
-Defaults without a file (facts 2.7): CLE and bias correction on, every tensor int8; the
+Defaults without a file (docs/quant_config.md#defaults): CLE and bias correction on, every tensor int8; the
 ``bitwidth`` argument of ``torch_quantizer`` sets all four bit widths.
 """
 import copy
@@ -72,7 +72,8 @@ class QuantConfig:
 
     Attributes:
         include_cle, include_bias_corr, convert_relu6_to_relu, convert_silu_to_hswish,
-        change_concat_input_fix, change_pool_input_fix: bool switches (facts 2.6, 2.4).
+        change_concat_input_fix, change_pool_input_fix: bool switches
+            (docs/arithmetic.md#optional-conversions, docs/arithmetic.md#export-time-adjustments).
         target_device: "DPU", "CPU", "GPU" or "FLEXML".
         onnx_opset_version: int or None.
         quantizable_data_type: list of tensor types that are quantized.
@@ -103,18 +104,6 @@ class QuantConfig:
         """The common bit width when all four tensor types agree, else None."""
         widths = {self.bitwidth(t) for t in TENSOR_TYPES}
         return widths.pop() if len(widths) == 1 else None
-
-    def as_dict(self) -> Dict[str, Any]:
-        """A plain dict of the resolved settings (for manifests and reports)."""
-        return {"include_cle": self.include_cle, "include_bias_corr": self.include_bias_corr,
-                "convert_relu6_to_relu": self.convert_relu6_to_relu,
-                "convert_silu_to_hswish": self.convert_silu_to_hswish,
-                "change_concat_input_fix": self.change_concat_input_fix,
-                "change_pool_input_fix": self.change_pool_input_fix,
-                "target_device": self.target_device, "onnx_opset_version": self.onnx_opset_version,
-                "quantizable_data_type": list(self.quantizable_data_type),
-                "tensors": copy.deepcopy(self.tensors), "layers": copy.deepcopy(self.layers),
-                "source": self.source}
 
 
 def _where(source: Optional[str]) -> str:
@@ -183,7 +172,7 @@ def _merge(tensors: Dict[str, Dict[str, Any]], types: List[str], overall: Option
 def _check_dpu(source: Optional[str], path: str, tensors: Dict[str, Dict[str, Any]],
                types: List[str]) -> None:
     def fail(what: str) -> ConfigError:
-        return ConfigError("%s: %s: %s on target_device DPU (facts 2.7)" % (_where(source), path, what))
+        return ConfigError("%s: %s: %s on target_device DPU" % (_where(source), path, what))
 
     for t in types:
         p = tensors[t]
@@ -290,7 +279,7 @@ def parse_quant_config(obj: Any, source: Optional[str] = None) -> QuantConfig:
 
 
 def load_quant_config(path: Optional[str], bitwidth: Optional[int] = None) -> QuantConfig:
-    """Read and validate a quant_config_file; ``None`` gives the defaults (facts 2.7).
+    """Read and validate a quant_config_file; ``None`` gives the defaults (docs/quant_config.md).
 
     Args:
         path: the JSON file, or None.

@@ -1,6 +1,6 @@
 """Read and write ``quant_info.json`` and ``bias_corr.pth`` in the real quantizer's format.
 
-``quant_info.json`` (facts 1.3; written by ``TORCHQuantizer.export_quant_config`` with
+``quant_info.json`` (docs/quantizer.md#the-quant_info-format; written by ``TORCHQuantizer.export_quant_config`` with
 ``nndct_shared/utils/io.py`` ``to_jsonstr``) is a JSON object with, in this order:
 
 - ``"param"``: ``"<Class>::<module path>.weight|bias"`` -> ``[[bit_width, fix_pos]]``
@@ -15,7 +15,7 @@ spaces, no trailing newline) and writes atomically (temporary file + ``os.replac
 
 ``bias_corr.pth`` is a ``torch.save`` of a dict: conv/linear node name
 (``"<Class>::nndct_conv2d_1"``) -> Python list of floats (float32 values), the amount subtracted
-from the bias in test mode (facts 2.5).
+from the bias in test mode (docs/arithmetic.md#bias-and-bias-correction).
 """
 import json
 import os
@@ -137,12 +137,6 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
                 raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]], got %r"
                                         % (path, section, name, value))
     return info
-
-
-def fix_pos_of(info: Dict[str, Any], section: str, name: str) -> Optional[int]:
-    """The fix_pos of ``info[section][name]`` (first entry), or None when there is no entry."""
-    entry = info[section].get(name)
-    return None if entry is None else int(entry[0][1])
 
 
 def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> str:

@@ -22,10 +22,10 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import torch
 
 from ..errors import ConfigError, StageError
+from ..specs import TENSOR_LAYOUTS
 from ..tensors import Ledger, is_view_of, storage_nbytes
 
 Shape = Tuple[int, ...]
-LAYOUTS = ("NCHW", "NHWC")
 
 
 # ----------------------------------------------------------------------------- parameter checks
@@ -48,8 +48,8 @@ def check_ints(stage: str, name: str, value: Any, minimum: Optional[int] = None)
 
 def check_layout(stage: str, name: str, value: Any) -> str:
     """One of ``NCHW``/``NHWC``; StageError otherwise."""
-    if value not in LAYOUTS:
-        raise StageError("%s: parameter %r must be one of %s, got %r" % (stage, name, ", ".join(LAYOUTS), value))
+    if value not in TENSOR_LAYOUTS:
+        raise StageError("%s: parameter %r must be one of %s, got %r" % (stage, name, ", ".join(TENSOR_LAYOUTS), value))
     return value
 
 
@@ -201,7 +201,7 @@ class Compose:
         self._plans = {}  # type: Dict[Shape, List[Shape]]
         source = None
         if self.source_channel_order is not None:
-            if source_layout not in LAYOUTS:
+            if source_layout not in TENSOR_LAYOUTS:
                 raise ConfigError("a source channel order needs the source layout NHWC or NCHW, got %r" % source_layout)
             source = _Pending(source_layout.index("C"), self.source_channel_order,
                               "the source (a negative stride on its channel axis)")

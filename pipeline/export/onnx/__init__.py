@@ -9,7 +9,7 @@ Input contract (the lowered test-mode model of the ``sim`` quantizer):
 - ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos, bitwidth, method)`` is the only custom
   call; ``method`` is ``"half_up"`` (input and activations) or ``"std_round"``; it means
   ``q = clamp(R(x * 2^fix_pos), -2^(b-1), 2^(b-1) - 1)`` and ``x_hat = q * 2^-fix_pos``
-  (vitis_ai_facts.md 2.1, 2.2).
+  (docs/arithmetic.md#number-format, docs/arithmetic.md#rounding).
 - ``nn.Conv2d`` / ``nn.ConvTranspose2d`` / ``nn.Linear`` hold weights and bias that are already
   quantized (float32 values exactly ``q * 2^-fix_pos``) and carry the integer attributes
   ``weight_fix_pos``, ``bias_fix_pos`` and ``bitwidth``.
@@ -29,15 +29,15 @@ Flavours (``FLAVOURS``):
   are the rules of ``pipeline.quantizers.fixpoint`` (``round_half_up``, ``round_std``), exact for
   every float32 value, so ONNX Runtime reproduces the simulation bit for bit. The shortcut
   ``Floor(v + 0.5)`` is not used: for v = 0.5 - 2^-25 the addition rounds up to 1.0 and gives 1
-  where the DPU kernel (``_vai_round_cpu``, facts 2.2) gives 0. Weights and bias are float32
+  where the DPU kernel (``_vai_round_cpu``, docs/arithmetic.md#rounding) gives 0. Weights and bias are float32
   initializers holding the exact quantized values.
 - ``"qdq"``: each fake_quant becomes ``QuantizeLinear -> DequantizeLinear`` (scale 2^-fix_pos,
   int8 zero point 0). QuantizeLinear rounds half to even (ONNX operator spec), the DPU half_up
   (ties toward +inf), so on a value exactly on a half-LSB tie the two differ by 1 LSB at that
   quantization point. Weights and bias are int8 code initializers followed by DequantizeLinear.
   The bias is int8 with its own scale 2^-bias_fix_pos, not int32 at scale s_in * s_w: the DPU keeps
-  an 8-bit bias with its own fix_pos (facts 2.5) and ``shift_bias = w + i - b`` may be negative
-  (facts 2.4), where an int32 code at s_in * s_w would not be an integer.
+  an 8-bit bias with its own fix_pos (docs/arithmetic.md#bias-and-bias-correction) and ``shift_bias = w + i - b`` may be negative
+  (docs/arithmetic.md#export-time-adjustments), where an int32 code at s_in * s_w would not be an integer.
 
 Every other operation is written the same way in both flavours, as float32 arithmetic whose
 result is the one torch computes: average pooling is an exact window sum (a depthwise Conv with a

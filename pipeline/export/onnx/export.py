@@ -73,8 +73,9 @@ def _check_example(example1: Any) -> None:
                           % type(example1).__name__)
     if example1.dim() < 1 or example1.shape[0] != 1:
         raise ExportError(
-            "export needs a batch-1 example input (the DPU export traces batch size 1, "
-            "vitis_ai_facts.md 1.4 item 3; public case P04), got shape %s; pass one sample of "
+            "export needs a batch-1 example input (the DPU export traces batch size 1; public case "
+            "P04), got "
+            "shape %s; pass one sample of "
             "the same shape, for example batch[:1].clone()" % (tuple(example1.shape),))
     if example1.dtype != torch.float32 or not example1.is_contiguous():
         raise ExportError("export needs a contiguous float32 example input (the quantizer "

@@ -55,11 +55,11 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
         names = ([BIAS_CORR_FILE] if session.cfg.include_bias_corr else []) + [QUANT_INFO_FILE]
         files = [os.path.join(out_dir, f) for f in names]  # what rank 0 writes
     return {"batches": calibrator.batches, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
-            "cle_pairs": [list(p) for p in session.cle_pairs], "adjustments": notes}
+            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes}
 
 
 class SimBackend(QuantizerBackend):
-    """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; facts 2)."""
+    """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; docs/arithmetic.md)."""
 
     name = "sim"
 
@@ -105,7 +105,7 @@ class SimBackend(QuantizerBackend):
         info, notes = session.quant_info(calibrator)
         files = session.export_quant_config(calibrator, out_dir)
         return {"batches": calibrator.batches, "files": files, "quant_info": info,
-                "quantizer_version": SIM_VERSION, "cle_pairs": [list(p) for p in session.cle_pairs],
+                "quantizer_version": SIM_VERSION, "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs],
                 "adjustments": notes}
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
@@ -127,7 +127,7 @@ class SimBackend(QuantizerBackend):
         simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear).
 
         A batch larger than 1 is cut to its first sample (a contiguous copy): the DPU export
-        needs batch 1 (public case P04, facts 1.4).
+        needs batch 1 (public case P04, docs/quantizer.md#export-needs-batch-1).
 
         Returns ``{format: path}``.
 

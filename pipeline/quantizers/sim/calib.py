@@ -1,4 +1,4 @@
-"""Calibration: the real quantizer's calib-mode forward, batch by batch (facts 2.3, 2.5).
+"""Calibration: the real quantizer's calib-mode forward, batch by batch (docs/arithmetic.md#fix-position-search, docs/arithmetic.md#bias-and-bias-correction).
 
 Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
 ``pytorch_nndct/quantization/torchquantizer.py``):
@@ -218,7 +218,7 @@ class Calibrator:
 
     # -- results -----------------------------------------------------------------------------
     def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):
-        """Final fix positions after the export-time adjustments (facts 2.4).
+        """Final fix positions after the export-time adjustments (docs/arithmetic.md#export-time-adjustments).
 
         Returns:
             ``(param_fp, output_fp, notes)``: nndct param name -> fix_pos, node name (no class

@@ -21,7 +21,7 @@ multiplier > 1, grouped transposed convolutions) are skipped with a warning.
 """
 import sys
 import warnings
-from typing import List, Optional, Tuple
+from typing import List, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -79,19 +79,22 @@ def collect_groups(graph: SimGraph) -> List[List[SimNode]]:
     return groups
 
 
-def equalize(graph: SimGraph) -> List[Tuple[str, str, np.ndarray]]:
-    """Apply CLE to the conv modules of ``graph.gm`` in place.
+class ClePair(NamedTuple):
+    """One equalized pair: node names ``c0``, ``c1`` and ``scale``, float32 of shape (channels,):
+    c0's output channel k was divided by ``scale[k]`` and c1's input channel k multiplied by it."""
+    c0: str
+    c1: str
+    scale: np.ndarray
 
-    Returns:
-        ``(c0, c1, s)`` per scaled pair, in order: node names and the float32 per-channel scale
-        (c0's output channel k divided by ``s[k]``, c1's input channel k multiplied by it).
-    """
+
+def equalize(graph: SimGraph) -> List[ClePair]:
+    """Apply CLE to the conv modules of ``graph.gm`` in place; returns the scaled pairs, in order."""
     done = []
     for group in collect_groups(graph):
         for c0, c1 in zip(group[:-1], group[1:]):
             scale = _scale_pair(graph, c0, c1)
             if scale is not None:
-                done.append((c0.name, c1.name, scale))
+                done.append(ClePair(c0.name, c1.name, scale))
     return done
 
 

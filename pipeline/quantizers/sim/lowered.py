@@ -32,11 +32,11 @@ node and relies on every point below):
    ``operator.getitem``, ``operator.floordiv``, ``size``) and ``chunk``/``split`` with the
    ``getitem`` of each piece. Constants are Python numbers; a float constant with its own fix
    position holds its quantized value.
-5. Hardswish is lowered per facts 2.6 to ``a = torch.add(x, 3.0)``, ``b = torch.clamp(a, 0.0,
-   6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
+5. Hardswish is lowered per docs/arithmetic.md#hardsigmoid-and-hardswish to ``a = torch.add(x, 3.0)``,
+   ``b = torch.clamp(a, 0.0, 6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
    ``torch.mul(x, d)``; Hardsigmoid to the first three. The average-pool correction factor is a
-   ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor comes
-   from the example input's shape (nndct computes it per call; same result for same-size inputs).
+   ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor comes from the
+   example input's shape (nndct computes it per call; same result for same-size inputs).
 6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
    ``output`` entry for it.
 7. ``node.meta["nndct_node"]`` names the nndct node (e.g. ``"nndct_relu_2"``) on the fx node

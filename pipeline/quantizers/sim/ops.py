@@ -1,6 +1,7 @@
 """Float semantics of the nodes as the real quantizer's modules compute them (shared by calib and test).
 
-``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations (facts 2.6):
+``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations
+(docs/arithmetic.md#leakyrelu-slope, #hardsigmoid-and-hardswish, #average-pool-correction):
 
 - LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
   ``leaky_relu_approximate``).
@@ -16,7 +17,7 @@ Every other node runs its own torch operator, on the values the quantized graph 
 operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
 softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
 ``f(x_q)`` in float32 exactly as torch does, and is quantized afterwards only where it has an
-output entry (golden_wide README: "Method 0", no table lookup). A Python-number operand of
+output entry (docs/arithmetic.md#float-operators). A Python-number operand of
 arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own fix_pos when it
 has one: 1.3 -> 1.296875 at fix_pos 6). In-place activations run out of place here, so the
 caller's tensors are never written.

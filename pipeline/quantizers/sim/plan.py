@@ -15,9 +15,10 @@ Re-implements, for the DPU path with the default strategy:
   quantizable node. Nothing else is quantized; in particular a node's own output is quantized
   only if its name has an ``output`` entry (``need_quantize_tensor``).
 - the export-time adjustments (``QuantizeFixPosChecker`` in ``torchquantizer.py`` and
-  ``nndct_shared/quantization/fix_pos_adjust.py``; facts 2.4): nearest resize takes its input's
-  fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <= input + 7, and the
-  conv/linear ``shift_cut`` / ``shift_bias`` ranges; optional concat/pool input alignment.
+  ``nndct_shared/quantization/fix_pos_adjust.py``; docs/arithmetic.md#export-time-adjustments): nearest
+  resize takes its input's fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <=
+  input + 7, and the conv/linear ``shift_cut`` / ``shift_bias`` ranges; optional concat/pool input
+  alignment.
 """
 from collections import OrderedDict
 from typing import Dict, List, Optional
@@ -85,10 +86,6 @@ class QuantPlan:
                     outputs.setdefault(end.name, None)
         self.output_order = list(outputs)
 
-    def input_fix_node(self, node: SimNode, index: int = 0) -> SimNode:
-        """The node whose output entry gives the fix position of ``node``'s input ``index``."""
-        return self.quant_output(node.inputs[index])
-
 
 def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
     groups = {n.name: [n.name] for n in graph.nodes}  # type: Dict[str, List[str]]
@@ -134,7 +131,7 @@ def _is_reshape_parent(node: SimNode) -> bool:
 def adjust_fix_pos(plan: QuantPlan, param_fp: Dict[str, int], output_fp: Dict[str, int],
                    change_concat_input_fix: bool = False, change_pool_input_fix: bool = False,
                    warn=None) -> List[str]:
-    """Apply the real quantizer's export-time fix_pos adjustments in place (facts 2.4).
+    """Apply the real quantizer's export-time fix_pos adjustments in place (docs/arithmetic.md#export-time-adjustments).
 
     Args:
         plan: the QuantPlan.

@@ -1,7 +1,7 @@
 """One sim quantization session: capture + rewrites, calibration export, test-mode model.
 
 The order of the rewrites is nndct's (``QuantOptimizer.__call__`` in
-``nndct_shared/optimization/optimizer.py``): module swaps and BN folding (``graph.capture``),
+``nndct_shared/optimization/optimizer.py``): module swaps and BN folding (``pipeline.fx.capture``),
 then CLE (``cle.equalize``) when ``include_cle`` is on; quantization points come last
 (``plan.QuantPlan``). Calibration and test mode both rebuild this from the float model, so a
 test-mode model made in the same process as the calibration equals the two-process result.
@@ -15,7 +15,7 @@ from ...errors import QuantizationError
 from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
-from .cle import equalize
+from .cle import ClePair, equalize
 from ...fx.capture import SimGraph, capture
 from .lowered import build_lowered
 from .plan import QuantPlan
@@ -54,21 +54,18 @@ class SimSession:
         cfg: resolved QuantConfig.
 
     Attributes:
-        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: node name pairs CLE scaled;
-        ``cle_scales``: pair -> float32 per-channel scale (``cle.equalize``);
-        bitwidth: the bit width; ``cfg``: the config.
+        graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales
+        (``cle.ClePair``); bitwidth: the bit width; ``cfg``: the config.
 
     Raises:
-        QuantizationError: unsupported model or config (see ``graph.capture``, check_supported).
+        QuantizationError: unsupported model or config (see ``pipeline.fx.capture``, check_supported).
     """
 
     def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig) -> None:
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
         self.graph = capture(model, example, cfg)  # type: SimGraph
-        scaled = equalize(self.graph) if cfg.include_cle else []
-        self.cle_pairs = [(c0, c1) for c0, c1, _ in scaled]  # type: List[Tuple[str, str]]
-        self.cle_scales = {(c0, c1): s for c0, c1, s in scaled}  # type: Dict[Tuple[str, str], Any]
+        self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[ClePair]
         self.plan = QuantPlan(self.graph)
 
     def calibrator(self, comm: Any = None) -> Calibrator:

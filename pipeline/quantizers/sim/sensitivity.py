@@ -5,7 +5,7 @@ one) the simulated output is compared with the float model's output at the same 
 evaluation batches. Per point: SQNR and cosine similarity, the float value range, the range the
 fix_pos can represent and the fraction of float values it clips.
 
-How a quantized point finds its float twin (nothing under ``pipeline/quantizers`` is changed):
+How a quantized point finds its float twin:
 
 - The lowered test-mode model (``sim/lowered.py``, contract point 7) marks the fx node that carries
   nndct node N's output with ``node.meta["nndct_node"] == N``.
@@ -14,7 +14,7 @@ How a quantized point finds its float twin (nothing under ``pipeline/quantizers`
   ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
 - The float model is traced again here (``torch.fx.symbolic_trace`` of a deep copy); fx names its
   nodes deterministically (module path, function name), so the sim's fx node and the float node
-  share a name. The sim's rewrites erase nodes (``graph.capture``: a BatchNorm folded into the conv
+  share a name. The sim's rewrites erase nodes (``pipeline.fx.capture``: a BatchNorm folded into the conv
   before it, Dropout, Identity); when a float node's only user is such an erased node, the float
   twin moves on to it. So ``nndct_conv2d_1`` (conv1 with bn1 folded) is compared with the float
   ``bn1`` output, and the quantized end of a conv+BN+ReLU group (``nndct_relu_2``) with the float
@@ -32,8 +32,7 @@ the rows and leaving them unmeasured would hide the layers CLE is meant to help)
 the representable range and the clipped fraction are in the **quantized graph's scale** (the float
 values divided by ``s``), because that is where the fix_pos applies; for these rows ``graph_min`` /
 ``graph_max`` differ from ``float_min`` / ``float_max``, ``cle_rescaled`` is True and ``cle_scale``
-gives the smallest and largest ``s[k]``. ``s`` is the scale ``cle.equalize`` applied (returned by
-it, kept by the session).
+gives the smallest and largest ``s[k]``, as ``cle.equalize`` applied it.
 
 The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
 measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
@@ -52,7 +51,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from .errors import DataError, QuantizationError
+from ...errors import DataError, QuantizationError
 
 # the keys of a row, in this order
 ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
@@ -106,7 +105,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         - ``graph_min``, ``graph_max``: the same values in the quantized graph's scale (divided by
           the CLE scale per channel; equal to ``float_*`` where CLE does not rescale).
         - ``range_min``, ``range_max``: what the fix_pos represents, ``-2**(b-1) * 2**-p`` and
-          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; facts 2.1).
+          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; docs/arithmetic.md#number-format).
         - ``clipped_fraction``: the fraction of float values (graph scale) that the fix_pos
           saturates: ``x * 2**p >= 2**(b-1) - 0.5`` or ``< -2**(b-1) - 0.5``, the values whose
           half_up code falls outside the code range (``fixpoint.fake_quant``).
@@ -114,7 +113,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
           ``cle_scale``: ``[min s, max s]`` there, else None.
         - ``notes``: list of strings (CLE, a float op that runs differently in the quantized
           model, a point the test-mode model leaves unquantized, a float range so small that every
-          value quantizes to 0, as when the fix_pos cap of 12 is reached; facts 2.1).
+          value quantizes to 0, as when the fix_pos cap of 12 is reached; docs/arithmetic.md#fix-position-cap).
 
         Floats are Python floats; ``sqnr_db`` can be ``inf`` (use :func:`json_safe` for strict JSON).
 
@@ -125,8 +124,8 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             its op differs), or shapes differ at a point.
         ConfigError: a bad ``settings.quant_config_file``.
     """
-    from .quantizers.quant_config import load_quant_config
-    from .quantizers.sim.session import SimSession
+    from ..quant_config import load_quant_config
+    from .session import SimSession
 
     iterator = iter(batches)
     first = next(iterator, None)
@@ -209,7 +208,7 @@ def _target_name(node: torch.fx.Node) -> str:
 def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                   session: Any) -> List[_Point]:
     """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
-    from .quantizers import fixpoint
+    from .. import fixpoint
 
     _check_same_quantizer(handle, session)
     graph = session.graph
@@ -248,8 +247,8 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     """Raise QuantizationError unless ``handle`` was built from ``session``'s graph: the same nndct
     nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
     quantized with the handle's weight fix_pos. Settings with another CLE switch fail here."""
-    from .quantizers import fixpoint
-    from .fx.optable import PARAM_TYPES
+    from .. import fixpoint
+    from ...fx.optable import PARAM_TYPES
 
     graph = session.graph
     unknown = sorted(set(n.meta["nndct_node"] for n in handle.graph.nodes if "nndct_node" in n.meta)
@@ -271,9 +270,9 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
 
 def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch.fx.GraphModule,
               name: str, quant: torch.fx.Node) -> List[str]:
-    """Where the quantized model computes something else than the float op, on purpose (facts 2.6):
+    """Where the quantized model computes something else than the float op, on purpose (docs/arithmetic.md):
     a module swapped (ReLU6 -> ReLU with CLE), the DPU LeakyReLU slope, a DPU pooling factor."""
-    from .quantizers import fixpoint
+    from .. import fixpoint
 
     notes = []
     if twin.op == "call_module" and name in dict(handle.named_children()):
@@ -294,15 +293,14 @@ def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch
 # ---------------------------------------------------------------------- CLE
 
 def _cle_scales(session: Any) -> Dict[str, torch.Tensor]:
-    """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``:
-    the scales ``cle.equalize`` applied (``session.cle_scales``), on c0 and every node between c0
-    and c1 (ReLU and pool nodes with one consumer each, cle.py)."""
+    """nndct node name -> float64 ``s`` (one per channel) for the outputs CLE divides by ``s``: from
+    c0 up to (not including) c1 of each pair ``session.cle_pairs`` (``cle.equalize``) returns."""
     graph = session.graph
     rescaled = {}  # type: Dict[str, torch.Tensor]
-    for c0, c1 in session.cle_pairs:
-        s = torch.from_numpy(session.cle_scales[(c0, c1)]).double()
-        node = graph.by_name[c0]
-        while node.name != c1:
+    for pair in session.cle_pairs:
+        s = torch.from_numpy(pair.scale).double()
+        node = graph.by_name[pair.c0]
+        while node.name != pair.c1:  # c0 ... c1: ReLU and pool nodes with one consumer each (cle.py)
             rescaled[node.name] = s
             node = node.users[0]
     return rescaled
@@ -450,7 +448,7 @@ class _Accumulator:
         }
 
 
-# ---------------------------------------------------------------------- rendering
+# ---------------------------------------------------------------------- JSON
 
 def json_safe(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
     """A copy of ``rows`` for strict JSON: non-finite floats become the strings ``"inf"``, ``"-inf"``,
@@ -478,48 +476,3 @@ def float_name(row: Dict[str, Any]) -> str:
     """The float side of a row for people: the module path when the fx node is a module call
     (``"layer1.0.relu"`` for fx node ``layer1_0_relu``), else the fx node name (``"add_1"``, ``"x"``)."""
     return row["float_target"] if row["float_target"].replace(".", "_") == row["float_node"] else row["float_node"]
-
-
-def _num(v: float) -> str:
-    return "%.4g" % v
-
-
-def render_markdown_table(rows: List[Dict[str, Any]]) -> str:
-    """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
-
-    Columns: quantized node, float node (:func:`float_name`), op, bits/fix_pos, per-sample shape, SQNR (dB, two
-    decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
-    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
-    table: a footnote when there are CLE rows, and each note with the nodes it applies to.
-
-    ``rows`` as :func:`layer_sensitivity` returns them, or after :func:`json_safe` and a JSON round
-    trip (``steps/test.json``).
-    """
-    rows = from_json(rows)
-    lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
-             "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for i, r in enumerate(rows):
-        mark = " \\*" if r["cle_rescaled"] else ""
-        sqnr = r["sqnr_db"]
-        lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
-            i, r["node"], float_name(r), r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
-            "x".join(str(d) for d in r["shape"] or []),
-            ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
-            _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
-            "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
-    text = "\n".join(lines) + "\n"
-    text += ("\nSQNR = 10 log10(sum f^2 / sum (f - q)^2) and cosine over all eval values (f float, q quantized); "
-             "clipped = share of the float values more than half an LSB beyond the fix_pos range (they "
-             "saturate).\n")
-    if any(r["cle_rescaled"] for r in rows):
-        text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
-                 "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
-                 "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
-    nodes_by_note = {}  # type: Dict[str, List[str]]
-    for r in rows:
-        for note in r["notes"]:
-            if not note.startswith("rescaled by CLE"):
-                nodes_by_note.setdefault(note, []).append(r["node"])
-    if nodes_by_note:
-        text += "\n" + "".join("- %s: %s\n" % (note, ", ".join(nodes)) for note, nodes in nodes_by_note.items())
-    return text
