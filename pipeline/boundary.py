@@ -9,10 +9,15 @@ quantizer rounds its input tensor in place (docs/quantizer.md#input-rounded-in-p
 values in the caller's buffer, and ``.contiguous()`` returns the same tensor when nothing needs
 reordering).
 
-Speed: plain eager torch needs a pass per op (cast, subtract, divide), each through memory. The
-boundary walks the batch in tiles of about ``block_bytes`` (a few samples, or rows of one large
-sample) so that the subtract and divide run on data still in cache, and it writes into buffers it
-owns and reuses, which avoids the page faults of a fresh allocation. A buffer is reused only when
+Speed: the pass runs in compiled code (``pipeline/native.py`` builds ``boundary_kernel.c`` at first
+use and caches it): one read of the source and one write of the output per element, the NHWC -> NCHW
+transpose included, row by row (a source row stays in L1 while every channel is read from it), one
+call per batch. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
+input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
+output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still
+in cache. Both write into buffers the boundary owns and reuses, which avoids the page faults of a
+fresh allocation. The checks and the kernel's arguments are worked out once per input geometry
+(dtype, shape, strides). A buffer is reused only when
 nothing handed out still refers to it: the pool keeps a weak reference to the numpy array object
 whose memory each handed-out tensor's storage holds alive (``torch.from_numpy`` keeps a reference to
 that array until the storage dies), so any tensor, view or ``.numpy()`` array derived from an output
@@ -24,27 +29,34 @@ export and compile is batch 1, owned and contiguous NCHW, copied from real prepr
 exporter is contiguous. Both are recorded in the ledger as run-level rows (``batch`` None).
 """
 import copy
+import ctypes
 import weakref
-from typing import Any, Iterator, List, Optional, Sequence, Tuple, Union
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import torch
 
+from . import native
+from .cpu import tile_bytes
 from .errors import ConfigError, DataError, PipelineError
 from .specs import MEMORY_LAYOUTS, check_mean_std
-from .tensors import Ledger, as_torch_view, shares_memory
+from .tensors import Ledger, as_torch_view, storage_ptr
 
-# Output bytes per tile (about 7 samples of 224x224x3). Measured on 2 cores (1 MiB L2 each, 32 MiB L3):
-# 2, 4 and 8 MiB within 10% of each other, 3-5x faster than one pass over the batch; 1 MiB and less
-# pay for more op launches, and larger tiles leave the cache.
-BLOCK_BYTES = 4 << 20
+BLOCK_BYTES = tile_bytes()
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
               torch.float32, torch.float64)
+# dtype -> name of the compiled kernel's element type (float16/bfloat16 inputs run the torch pass)
+_KERNEL_TYPES = {torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.int32: "i32", torch.int64: "i64",
+                 torch.float32: "f32", torch.float64: "f64"}
+_NP_KERNEL_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
+                    np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
+                    np.dtype(np.float64): "f64"}
+KERNELS = ("auto", "torch")
 
 
 class _BufferPool:
-    """Owned flat output buffers, reused only when no handed-out tensor refers to them any more.
+    """Owned output buffers, reused only when no handed-out tensor refers to them any more.
 
     Each entry is ``[numpy buffer, weakref to the numpy view the last handed-out tensor holds]``.
     """
@@ -53,14 +65,14 @@ class _BufferPool:
         self.capacity = capacity
         self._entries = []  # type: List[List[Any]]
 
-    def take(self, numel: int, np_dtype: Any) -> Tuple[torch.Tensor, bool]:
-        """A 1-D torch tensor of ``numel`` elements on an owned buffer, and whether it is fresh."""
+    def take(self, shape: Tuple[int, ...], np_dtype: Any) -> Tuple[torch.Tensor, bool]:
+        """A C-contiguous torch tensor of ``shape`` on an owned buffer, and whether it is fresh."""
         for i, entry in enumerate(self._entries):
             buf, ref = entry
-            if buf.size == numel and buf.dtype == np_dtype and (ref is None or ref() is None):
+            if buf.shape == shape and buf.dtype == np_dtype and (ref is None or ref() is None):
                 self._entries.append(self._entries.pop(i))  # most recently used last
                 return self._hand_out(entry), False
-        entry = [np.empty(numel, np_dtype), None]
+        entry = [np.empty(shape, np_dtype), None]
         self._entries.append(entry)
         if len(self._entries) > self.capacity:
             self._entries.pop(0)  # forget the least recently used; whoever holds it keeps it
@@ -85,17 +97,22 @@ class QuantizerBoundary:
         layout: ``"NCHW"`` (C-contiguous NCHW) or ``"channels_last"`` (NCHW shape, NHWC memory:
             ``is_contiguous(memory_format=torch.channels_last)``).
         dtype: torch.float32 (the quantizer's input) or torch.float64.
-        block_bytes: output bytes per tile of the fused pass.
+        block_bytes: output bytes per tile of the fused pass (default: half the L2 cache, ``tile_bytes()``).
         pool_size: how many owned buffers to keep for reuse.
+        kernel: ``"auto"``: the compiled pass when it could be built here (``pipeline.native``), else
+            the torch pass (the reason logged once); ``"torch"``: always the torch pass. Same bits.
 
     Raises:
         ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
-            wrong length, an unknown layout or dtype.
+            wrong length, an unknown layout, dtype or kernel.
+
+    Attributes:
+        compiled: True when this boundary runs the compiled pass (for the dtypes it covers).
     """
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], channel_order: Optional[Sequence[int]] = None,
                  layout: str = "NCHW", dtype: torch.dtype = torch.float32, block_bytes: int = BLOCK_BYTES,
-                 pool_size: int = 4) -> None:
+                 pool_size: int = 4, kernel: str = "auto") -> None:
         mean, std = check_mean_std(mean, std)
         if layout not in MEMORY_LAYOUTS:
             raise ConfigError("preprocess.layout: expected one of %s, got %r" % (", ".join(MEMORY_LAYOUTS), layout))
@@ -107,6 +124,8 @@ class QuantizerBoundary:
             if len(channel_order) != len(mean) or min(channel_order) < 0:
                 raise ConfigError("channel order %s must name one input channel (>= 0) for each of the %d channels "
                                   "of mean/std" % (channel_order, len(mean)))
+        if kernel not in KERNELS:
+            raise ConfigError("boundary kernel: expected one of %s, got %r" % (", ".join(KERNELS), kernel))
         if int(block_bytes) < 1:
             raise ConfigError("block_bytes must be >= 1, got %r" % (block_bytes,))
         self.mean, self.std, self.channel_order = mean, std, channel_order
@@ -116,6 +135,13 @@ class QuantizerBoundary:
         self._mean = torch.tensor(mean, dtype=dtype).view(1, -1, 1, 1)
         self._std = torch.tensor(std, dtype=dtype).view(1, -1, 1, 1)
         self._pool = _BufferPool(pool_size)
+        self._kernel = native.boundary_kernel() if kernel == "auto" else None
+        self.compiled = self._kernel is not None
+        self._mean_np = self._mean.numpy().reshape(-1).copy()
+        self._std_np = self._std.numpy().reshape(-1).copy()
+        self._mean_ptr, self._std_ptr = self._mean_np.ctypes.data, self._std_np.ctypes.data
+        self._rows = {}  # type: Dict[int, np.ndarray]
+        self._plans = {}  # type: Dict[Any, Tuple[Any, ...]]
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""
@@ -151,33 +177,74 @@ class QuantizerBoundary:
         Raises:
             DataError: wrong rank, channel count, dtype or device.
         """
+        np_in = isinstance(view, np.ndarray)
+        key = (np_in, view.dtype, view.shape, view.strides if np_in else view.stride(),
+               None if np_in else view.device)
+        plan = self._plans.get(key)
+        if plan is None:
+            plan = self._plan(view)
+            if len(self._plans) >= 16:
+                self._plans.clear()
+            self._plans[key] = plan
+        (n, c, h, w), fn, geom, order, rows, use_numpy, note = plan
+        if self.layout == "NCHW":
+            out, fresh = self._pool.take((n, c, h, w), self._np_dtype)
+        else:
+            out, fresh = self._pool.take((n, h, w, c), self._np_dtype)
+            out = out.permute(0, 3, 1, 2)
+        if fn is not None:
+            ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
+            fn(ptr, geom, order, self._mean_ptr, self._std_ptr, rows, out.data_ptr())
+        elif use_numpy:
+            self._fill_numpy(view, out.numpy(), self.channel_order)
+        else:
+            self._fill_torch(as_torch_view(view)[0], out, order)
+        if (np.may_share_memory(view, out.numpy()) if np_in else storage_ptr(view) == out.data_ptr()):
+            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
+                                "please report it")
+        if ledger is not None:
+            nbytes = out.numel() * out.element_size()
+            ledger.add("quantizer_boundary", False, nbytes, None, None, batch=batch_index,
+                       bytes_fresh=nbytes if fresh else 0, note=note)
+        return out
+
+    def _plan(self, view: Union[torch.Tensor, np.ndarray]) -> Tuple[Any, ...]:
+        """Checks and the pass's arguments for one input geometry (cached by ``__call__``):
+        ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note)``."""
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
         if src.dtype not in _IN_DTYPES:
             raise DataError("the quantizer boundary reads integer or float pixels, got dtype %s" % src.dtype)
         n, c, h, w = self.output_shape(src.shape)
+        note = "%s %s%s" % (self.layout, str(self.dtype).replace("torch.", ""),
+                            "" if self.channel_order is None else ", channel order %s" % self.channel_order)
+        fn = self._kernel_fn(view, src) if self._kernel is not None else None
+        if fn is not None:
+            # A numpy input is read through its own strides (negative ones included, so flips need
+            # no channel-order rewrite); a torch input through its element strides.
+            strides = [st // view.itemsize for st in view.strides] if isinstance(view, np.ndarray) else list(src.stride())
+            out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
+            rows, row = h, w
+            if self.layout == "NCHW" and strides[2] == w * strides[3]:
+                rows, row = 1, h * w  # source rows follow each other like the output's: one long row
+            geom = (ctypes.c_int64 * 14)(0, n, c, 0, rows, row, *(strides + out_strides))
+            index = list(self.channel_order if self.channel_order is not None else range(c))
+            mean_rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
+            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), mean_rows, False, note
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
-        flat, fresh = self._pool.take(n * c * h * w, self._np_dtype)
-        out = flat.view(n, c, h, w) if self.layout == "NCHW" else flat.view(n, h, w, c).permute(0, 3, 1, 2)
-        if use_numpy:
-            self._fill_numpy(view, out.numpy(), self.channel_order)
-        else:
-            self._fill_torch(src, out, order)
-        if shares_memory(out, view):
-            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
-                                "please report it")
-        if ledger is not None:
-            nbytes = out.numel() * out.element_size()
-            ledger.record("quantizer_boundary", view, out, batch=batch_index, bytes_allocated=nbytes,
-                          bytes_fresh=nbytes if fresh else 0,
-                          note="%s buffer, %s %s%s" % ("fresh" if fresh else "recycled owned", self.layout,
-                                                       str(self.dtype).replace("torch.", ""),
-                                                       "" if order is None else ", channel order %s" % order))
-        return out
+        return (n, c, h, w), None, None, order, None, use_numpy, note
+
+    def _rows_ptr(self, w: int) -> int:
+        """The address of mean then std each repeated ``w`` times (2*w*c values, kept alive here):
+        the kernel's one-loop row for a channels_last output read in the identity order."""
+        rows = self._rows.get(w)
+        if rows is None:
+            rows = self._rows[w] = np.concatenate([np.tile(self._mean_np, w), np.tile(self._std_np, w)])
+        return rows.ctypes.data
 
     def _tiles(self, shape: Tuple[int, int, int, int]) -> Iterator[Tuple[slice, slice]]:
         """(samples, rows) tiles of about ``block_bytes`` of output each."""
@@ -193,6 +260,11 @@ class QuantizerBoundary:
         for i in range(n):
             for r in range(0, h, rows):
                 yield slice(i, i + 1), slice(r, r + rows)
+
+    def _kernel_fn(self, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor) -> Any:
+        """The compiled function for this input dtype, or None (float16/bfloat16: the torch pass)."""
+        name = _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
+        return None if name is None else self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64")
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
         # Per tile: cast-copy (copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...)

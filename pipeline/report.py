@@ -15,15 +15,26 @@ from . import __version__, fileio
 REPORT_FILES = ("report.json", "report.md", "status.json")
 
 
+# module name -> distribution name, for the versions of packages the run did not import
+_DISTRIBUTIONS = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"),
+                  ("pydantic", "pydantic"), ("yaml", "PyYAML"), ("sklearn", "scikit-learn"))
+
+
 def versions() -> Dict[str, Optional[str]]:
-    """Versions of the tools the run used (None where a package is absent)."""
-    import importlib
+    """Versions of the tools the run used (None where a package is absent): ``__version__`` of the
+    modules already imported, the installed distribution's version of the others (importing
+    scikit-learn or onnx only to read a version would cost a second)."""
+    from importlib import metadata
 
     out = {"python": platform.python_version(), "pipeline": __version__}  # type: Dict[str, Optional[str]]
-    for name in ("torch", "numpy", "onnx", "onnxruntime", "pydantic", "yaml", "sklearn"):
+    for name, dist in _DISTRIBUTIONS:
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = getattr(module, "__version__", "unknown")
+            continue
         try:
-            out[name] = getattr(importlib.import_module(name), "__version__", "unknown")
-        except ImportError:
+            out[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
             out[name] = None
     nndct = sys.modules.get("pytorch_nndct")
     out["pytorch_nndct"] = getattr(nndct, "__version__", "imported") if nndct else None
@@ -53,7 +64,6 @@ def build_report(run: Any) -> Dict[str, Any]:
             steps[name[:-5]] = fileio.read_json(run.path("steps", name))
     test = steps.get("test", {})
     quant_ledger = steps.get("calib", {}).get("ledger") or test.get("ledger") or {}
-    ledger_rows = steps.get("calib", {}).get("ledger_rows") or test.get("ledger_rows") or []
     cfg = run.cfg
     status_path = run.path("status.json")
     status = fileio.read_json(status_path) if os.path.isfile(status_path) else {"state": "unknown"}
@@ -66,7 +76,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "quant_accuracy": test.get("quant_accuracy"),
         "accuracy_drop": test.get("accuracy_drop"),
         "eval_images": test.get("eval_images"),
-        "ledger": dict(quant_ledger, rows=ledger_rows),
+        "ledger": quant_ledger,
         "sensitivity": test.get("sensitivity"),
         "plots": {k: os.path.relpath(v, run.work_dir) for k, v in (test.get("plots") or {}).items()},
         "onnx_agreement": steps.get("export", {}).get("agreement"),
@@ -75,7 +85,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
         "compile_argv": steps.get("compile", {}).get("argv"),
         "source": steps.get("source"),
-        "steps": {k: {kk: vv for kk, vv in v.items() if kk not in ("ledger_rows",)} for k, v in steps.items()},
+        "steps": steps,
         "artifacts": artifacts(run.work_dir),
         "versions": versions(),
     }
@@ -185,15 +195,13 @@ def render_markdown(r: Dict[str, Any]) -> str:
     led = r["ledger"]
     lines += ["## Memory ledger", "",
               "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
-    if led.get("rows"):
-        lines += ["Per stage over the %s calibration batches (every row is in report.json):" % led.get("batches"), "",
-                  "| stage | batches | shares storage with its input | bytes allocated (total) |", "|---|---|---|---|"]
-        for stage in _ordered_unique(row.get("stage") for row in led["rows"]):
-            rows = [row for row in led["rows"] if row.get("stage") == stage]
-            shared = {bool(row.get("shares_storage")) for row in rows}
-            lines.append("| %s | %d | %s | %d |" % (stage, len(rows), "yes" if shared == {True} else
-                                                   "no" if shared == {False} else "some batches",
-                                                   sum(int(row.get("bytes_allocated") or 0) for row in rows)))
+    if led.get("stages"):
+        lines += ["Per stage over the %s calibration batches (the counters are in report.json):" % led.get("batches"),
+                  "", "| stage | batches | shares storage with its input | bytes allocated (total) |",
+                  "|---|---|---|---|"]
+        for c in led["stages"]:
+            lines.append("| %s | %d | %s | %d |" % (c["stage"], c["batches"], "yes" if not c["copies"] else
+                                                   "no" if not c["views"] else "some batches", c["bytes_allocated"]))
         lines.append("")
     if r.get("onnx_agreement"):
         lines += ["## ONNX Runtime vs simulation", "",

@@ -360,13 +360,12 @@ def step_calib(run: Run) -> Dict[str, Any]:
     return run.save_step("calib", dict({"batches": summary["batches"], "seconds": seconds,
                                         "files": sorted(summary["files"] + [fp_path]),
                                         "input_stats": input_stats, "warnings": warnings,
-                                        "ledger": ledger.summary(),
-                                        "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
+                                        "ledger": ledger.summary()}, **_ranks(run, ledger)))
 
 
 def _ranks(run: Run, ledger: Any) -> Dict[str, Any]:
     """Under torch.distributed: ``{"distributed": {"world_size", "ledger_by_rank"}}`` (each rank's
-    boundary ledger summary; ``ledger`` and ``ledger_rows`` are rank 0's). A collective."""
+    boundary ledger summary; ``ledger`` is rank 0's). A collective."""
     if run.comm is None:
         return {}
     return {"distributed": {"world_size": run.comm.world, "ledger_by_rank": run.comm.gather(ledger.summary())}}
@@ -409,7 +408,7 @@ def step_test(run: Run) -> Dict[str, Any]:
                                          "eval_seconds": eval_seconds,
                                          "max_accuracy_drop": run.cfg.quantizer.max_accuracy_drop,
                                          "sensitivity": sensitivity, "plots": plot_files,
-                                         "ledger": ledger.summary(), "ledger_rows": ledger.rows}, **_ranks(run, ledger)))
+                                         "ledger": ledger.summary()}, **_ranks(run, ledger)))
     if drop > run.cfg.quantizer.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
@@ -463,7 +462,7 @@ def step_export(run: Run) -> Dict[str, Any]:
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
     return run.save_step("export", {"files": files, "example_input": np_example,
                                     "example_shape": list(example.shape), "agreement": agreement, "warnings": warnings,
-                                    "ledger": ledger.summary(), "ledger_rows": ledger.rows})
+                                    "ledger": ledger.summary()})
 
 
 def _verify_onnx(run: Run, handle: Any, files: Dict[str, str]) -> Tuple[Dict[str, Any], List[str]]:

@@ -11,7 +11,7 @@ not C-ordered and ``clone()`` always copies. The helpers here make those facts c
   into positive ones and reported as flipped axes), read-only and memory-mapped arrays included.
 - ``fingerprint_array``: sha256 of an array's bytes in logical order, to prove
   the caller's data unchanged (public case P08).
-- ``Ledger``: per batch and per stage, whether storage is shared, bytes allocated, data pointers.
+- ``Ledger``: per stage, counters over the batches (views, copies, bytes allocated and fresh); run-level rows.
 """
 import hashlib
 import json
@@ -70,8 +70,8 @@ def _storage_id(s: Any) -> int:
     return int(cdata if cdata is not None else s._storage._cdata)
 
 
-def _extent(t: torch.Tensor) -> Tuple[int, int]:
-    """[first, last] byte address touched by ``t`` (non-negative strides)."""
+def byte_extent(t: torch.Tensor) -> Tuple[int, int]:
+    """[first, last] byte address ``t`` can reach (non-negative strides; a torch tensor)."""
     span = sum((n - 1) * s for n, s in zip(t.shape, t.stride()) if n > 0)
     lo = t.data_ptr()
     return lo, lo + span * t.element_size() + t.element_size() - 1
@@ -84,7 +84,7 @@ def is_view_of(view: torch.Tensor, base: torch.Tensor) -> bool:
         return False
     if view.numel() == 0:
         return True
-    lo, hi = _extent(view)
+    lo, hi = byte_extent(view)
     start = storage_ptr(base)
     return start <= lo and hi < start + storage_nbytes(base)
 
@@ -173,80 +173,106 @@ def fingerprint_array(array: ArrayLike) -> str:
 
 
 class Ledger:
-    """Memory ledger: one row per batch and stage (and per boundary), plain JSON.
+    """Memory ledger: per stage, counters over the batches; run-level rows (the compile boundary) in full.
 
-    Row keys:
-        batch (int, or None for run-level rows such as the compile boundary), stage_index (int or
-        None), stage (str), shares_storage (bool: the output lies on its input's storage),
-        bytes_allocated (int: bytes of owned memory the output needed, 0 for a view), bytes_fresh
-        (int: of those, bytes newly taken from the allocator; a recycled boundary buffer gives 0),
-        data_ptr_in / data_ptr_out (int addresses of the first elements), deferred (bool: a stage
-        carried out inside the quantizer boundary's pass), note (str).
+    A stage's counters (``stages()``, also in ``summary()["stages"]``): stage (str), stage_index
+    (int or None), batches (batches counted), views (of those, outputs on their input's storage),
+    copies (outputs on new storage), bytes_allocated (total bytes of owned memory the outputs
+    needed, 0 for views), bytes_fresh (of those, bytes newly taken from the allocator; a recycled
+    boundary buffer gives 0), recycled (outputs written into a recycled owned buffer), deferred
+    (bool: carried out inside the quantizer boundary's pass), first_batch / last_batch, note (str).
+
+    Run-level row keys (``run_level``): batch (None), stage_index, stage, shares_storage, bytes_allocated,
+    bytes_fresh, data_ptr_in / data_ptr_out (int addresses of the first elements), deferred, note.
     """
 
     def __init__(self) -> None:
-        self.rows = []  # type: List[Dict[str, Any]]
+        self._stages = {}  # type: Dict[Tuple[Optional[int], str], Dict[str, Any]]
+        self._per_batch = {}  # type: Dict[int, List[int]]  # batch -> [copies, bytes allocated]
+        self.run_level = []  # type: List[Dict[str, Any]]
 
     def record(self, stage: str, inp: ArrayLike, out: ArrayLike, batch: Optional[int] = None,
                stage_index: Optional[int] = None, bytes_allocated: Optional[int] = None,
-               bytes_fresh: Optional[int] = None, deferred: bool = False, note: str = "") -> Dict[str, Any]:
-        """Append and return a row for ``inp -> out``. ``bytes_allocated`` defaults to 0 when ``out``
-        shares ``inp``'s memory, else to the size of ``out``'s storage; ``bytes_fresh`` defaults to
-        ``bytes_allocated``."""
+               bytes_fresh: Optional[int] = None, deferred: bool = False, note: str = "") -> None:
+        """Count ``inp -> out``. ``bytes_allocated`` defaults to 0 when ``out`` shares ``inp``'s
+        memory, else to the size of ``out``'s storage; ``bytes_fresh`` defaults to ``bytes_allocated``."""
         shared = shares_memory(out, inp)
         if bytes_allocated is None:
             bytes_allocated = 0 if shared else (
                 storage_nbytes(out) if isinstance(out, torch.Tensor) else int(out.nbytes))
-        return self.add(stage, shared, bytes_allocated, data_ptr(inp), data_ptr(out), batch=batch,
-                        stage_index=stage_index, bytes_fresh=bytes_fresh, deferred=deferred, note=note)
+        self.add(stage, shared, bytes_allocated, data_ptr(inp), data_ptr(out), batch=batch, stage_index=stage_index,
+                 bytes_fresh=bytes_fresh, deferred=deferred, note=note)
 
     def add(self, stage: str, shares_storage: bool, bytes_allocated: int, data_ptr_in: Optional[int],
             data_ptr_out: Optional[int], batch: Optional[int] = None, stage_index: Optional[int] = None,
-            bytes_fresh: Optional[int] = None, deferred: bool = False, note: str = "") -> Dict[str, Any]:
-        """Append and return a row given its fields (for boundaries that are not one tensor in, one out)."""
-        row = {
-            "batch": batch, "stage_index": stage_index, "stage": stage, "shares_storage": bool(shares_storage),
-            "bytes_allocated": int(bytes_allocated),
-            "bytes_fresh": int(bytes_allocated if bytes_fresh is None else bytes_fresh),
-            "data_ptr_in": data_ptr_in, "data_ptr_out": data_ptr_out, "deferred": bool(deferred), "note": note,
-        }
-        self.rows.append(row)
-        return row
+            bytes_fresh: Optional[int] = None, deferred: bool = False, note: str = "") -> None:
+        """Count one output given its facts (``batch`` None: a run-level row, kept in full)."""
+        fresh = bytes_allocated if bytes_fresh is None else bytes_fresh
+        if batch is None:
+            self.run_level.append({
+                "batch": None, "stage_index": stage_index, "stage": stage, "shares_storage": bool(shares_storage),
+                "bytes_allocated": int(bytes_allocated), "bytes_fresh": int(fresh), "data_ptr_in": data_ptr_in,
+                "data_ptr_out": data_ptr_out, "deferred": bool(deferred), "note": note})
+            return
+        key = (stage_index, stage)
+        c = self._stages.get(key)
+        if c is None:
+            c = self._stages[key] = {"stage": stage, "stage_index": stage_index, "batches": 0, "views": 0,
+                                     "copies": 0, "bytes_allocated": 0, "bytes_fresh": 0, "recycled": 0,
+                                     "deferred": bool(deferred), "first_batch": batch, "last_batch": batch,
+                                     "note": note}
+        c["batches"] += 1
+        c["last_batch"] = batch
+        c["bytes_allocated"] += bytes_allocated
+        c["bytes_fresh"] += fresh
+        per_batch = self._per_batch.get(batch)
+        if per_batch is None:
+            per_batch = self._per_batch[batch] = [0, 0]
+        per_batch[1] += bytes_allocated
+        if shares_storage:
+            c["views"] += 1
+        else:
+            c["copies"] += 1
+            per_batch[0] += 1
+            if bytes_allocated and not fresh:
+                c["recycled"] += 1
+
+    def stages(self) -> List[Dict[str, Any]]:
+        """Per-stage counters in the order the stages were first seen (copies of the internal dicts)."""
+        return [dict(c) for c in self._stages.values()]
 
     def summary(self) -> Dict[str, Any]:
         """Per-run totals (plain JSON).
 
-        Keys: ``batches`` (distinct batch indices), ``copies_per_batch`` (int: the most rows with new
+        Keys: ``batches`` (distinct batch indices), ``copies_per_batch`` (int: the most outputs on new
         storage any one batch needed; 1 means only the quantizer boundary copied), ``bytes_allocated_per_batch``
         (the most bytes any batch needed), ``bytes_allocated_total``, ``bytes_fresh_total``,
-        ``buffers_recycled`` (boundary rows that reused an owned buffer), ``copies_by_stage`` (stage ->
-        rows with new storage), ``run_level`` (rows with batch None, e.g. the compile boundary).
+        ``buffers_recycled`` (boundary outputs written into a recycled owned buffer), ``copies_by_stage``
+        (stage -> outputs on new storage), ``stages`` (the per-stage counters), ``run_level`` (rows
+        with batch None, e.g. the compile boundary).
         """
-        per_batch = {}  # type: Dict[int, List[Dict[str, Any]]]
-        run_level = []
-        for row in self.rows:
-            if row["batch"] is None:
-                run_level.append(row)
-            else:
-                per_batch.setdefault(row["batch"], []).append(row)
-        copies = [sum(1 for r in rows if not r["shares_storage"]) for rows in per_batch.values()]
-        allocated = [sum(r["bytes_allocated"] for r in rows) for rows in per_batch.values()]
+        stages = self.stages()
         by_stage = {}  # type: Dict[str, int]
-        for row in self.rows:
+        for c in stages:
+            if c["copies"]:
+                by_stage[c["stage"]] = by_stage.get(c["stage"], 0) + c["copies"]
+        for row in self.run_level:
             if not row["shares_storage"]:
                 by_stage[row["stage"]] = by_stage.get(row["stage"], 0) + 1
+        per_batch = list(self._per_batch.values())
         return {
             "batches": len(per_batch),
-            "copies_per_batch": max(copies) if copies else 0,
-            "bytes_allocated_per_batch": max(allocated) if allocated else 0,
-            "bytes_allocated_total": sum(r["bytes_allocated"] for r in self.rows),
-            "bytes_fresh_total": sum(r["bytes_fresh"] for r in self.rows),
-            "buffers_recycled": sum(1 for r in self.rows
-                                    if not r["shares_storage"] and r["bytes_allocated"] and not r["bytes_fresh"]),
+            "copies_per_batch": max(p[0] for p in per_batch) if per_batch else 0,
+            "bytes_allocated_per_batch": max(p[1] for p in per_batch) if per_batch else 0,
+            "bytes_allocated_total": sum(c["bytes_allocated"] for c in stages)
+            + sum(r["bytes_allocated"] for r in self.run_level),
+            "bytes_fresh_total": sum(c["bytes_fresh"] for c in stages) + sum(r["bytes_fresh"] for r in self.run_level),
+            "buffers_recycled": sum(c["recycled"] for c in stages),
             "copies_by_stage": by_stage,
-            "run_level": run_level,
+            "stages": stages,
+            "run_level": [dict(r) for r in self.run_level],
         }
 
     def to_json(self) -> str:
-        """``{"summary": ..., "rows": [...]}`` as a JSON string."""
-        return json.dumps({"summary": self.summary(), "rows": self.rows}, sort_keys=True)
+        """``summary()`` as a JSON string."""
+        return json.dumps(self.summary(), sort_keys=True)

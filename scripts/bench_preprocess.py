@@ -1,39 +1,50 @@
 #!/usr/bin/env python
-"""Benchmark the preprocessing path: a uint8 NHWC batch (default 64x224x224x3) to normalized float32 NCHW.
+"""Benchmark the quantizer boundary: a uint8 NHWC batch to normalized float32 NCHW, against the alternatives.
 
-``python scripts/bench_preprocess.py [--batch 64] [--size 224] [--repeats 9] [--threads N] [--json out.json]``
+``python scripts/bench_preprocess.py [--quick] [--batches 1,8,64,256] [--sizes 32,224] [--threads 1,2]
+[--rounds 5] [--json out.json]``
 
-In one run, with the medians of ``--repeats`` timed calls each (after one warm-up call), it times:
+For each thread count, batch and image size, in one process, methods are timed in interleaved rounds
+(every method once per round, in turn; a round's figure is the median of several calls) and the
+median over the rounds is printed with its ratio to the reference:
 
-- pipeline: the project's path, source -> ``layout`` stage (a view) -> ``QuantizerBoundary`` (one fused,
-  tiled pass into an owned, reused buffer), with the ledger on;
-- limit: a single contiguous uint8 -> float32 cast-copy of the same bytes into a fresh buffer
-  (``torch.empty`` + ``copy_``), no normalization;
-- per-image loop: torchvision's ToTensor (HWC->CHW ``contiguous``, ``.to(float).div(255)``) and
-  Normalize (``clone().sub_().div_()``) written out in torch, one image at a time, then ``torch.stack``;
-- op chain: ``x.permute(0, 3, 1, 2).float().div(255).sub(mean).div(std)`` on the whole batch;
+- cast (the reference): a contiguous uint8 -> float32 ``copy_`` of the same elements into a reused
+  buffer, no transpose and no normalization: what any pass must at least do;
+- limit: the physical limit, (bytes read + bytes written) / copy bandwidth, the bandwidth measured in
+  the same run as a float32 ``copy_`` between two reused buffers of the output's size;
+- boundary: ``QuantizerBoundary`` alone on the NCHW view of the batch (compiled pass, reused owned
+  buffer, ledger on); pipeline: the whole path, a batch from the source -> ``layout`` stage (a view,
+  contract checked) -> boundary, with the ledger on; pipeline-torch: the same with the boundary's
+  pure-torch pass;
+- expert torch: ``copy_`` from the permuted view into a reused buffer, then in-place ``sub_``/``div_``;
+- cv2 blob: OpenCV ``dnn.blobFromImagesWithParams`` (per-channel mean and 1/std; multiplies by the
+  reciprocal, so its values differ from the division in the last bit); cv2.split + numpy: per image,
+  ``cv2.split`` then ``np.subtract``/``np.divide`` per plane into a reused buffer (both need
+  ``opencv-python-headless``, an optional dependency of this script only; skipped without it);
+- per-image ToTensor: torchvision's ToTensor + Normalize written out in torch, one image at a time,
+  then ``torch.stack``.
 
-and prints each as a ratio to the limit (the pipeline's on a line ``pipeline: N.NNx``), the bytes the
-pipeline's ledger allocates per batch relative to the output batch (``allocated/output: N.NNx``), the
-fresh bytes each method takes from the allocators in steady state (torch profiler + tracemalloc),
-and the pipeline's effective bandwidth (input bytes read + output bytes written per second) as a
-fraction of a plain float32 copy measured in the same run. All outputs are checked against each other.
+Every method's output is checked against the float32 definition (bit-exact; cv2 blob and the
+per-image loop, which scale differently, within 1e-5). The load average before and after each thread
+count is printed with its table; on a shared machine, compare ratios, not absolute times. Goals
+(issue 13, 1 thread): the boundary within 1.2x of the cast at 8x224 and 64x224, within 8x at 1x32
+(per-call overhead), and the pipeline ahead of every alternative at 8 images or more.
 """
 import argparse
-import contextlib
+import itertools
 import json
 import os
 import statistics
 import sys
 import time
-import tracemalloc
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from pipeline.boundary import QuantizerBoundary  # noqa: E402
+from pipeline import native  # noqa: E402
+from pipeline.boundary import QuantizerBoundary, tile_bytes  # noqa: E402
 from pipeline.data.batching import iter_batches  # noqa: E402
 from pipeline.data.sources import open_source  # noqa: E402
 from pipeline.stages import build_stages  # noqa: E402
@@ -42,85 +53,59 @@ from pipeline.tensors import Ledger  # noqa: E402
 # ImageNet mean/std in 0..255 pixel units (torchvision's [0.485, 0.456, 0.406] / [0.229, 0.224, 0.225] x 255).
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
+CALL_BUDGET_S = 0.05  # per method and round: as many calls as fit (at least 1, at most --calls)
 
 
-def median_seconds(fn, repeats):
-    """Median wall time of ``fn()`` over ``repeats`` calls after one warm-up; each result is dropped
-    before the next call (so the pipeline may recycle its buffer, as it does in a run)."""
-    fn()
+def loadavg():
+    try:
+        with open("/proc/loadavg") as f:
+            return " ".join(f.read().split()[:3])
+    except OSError:
+        return "n/a"
+
+
+def time_calls(fn, calls):
+    """Median seconds of ``calls`` calls; each result is dropped before the next call."""
     times = []
-    for _ in range(repeats):
+    for _ in range(calls):
         start = time.perf_counter()
         fn()
         times.append(time.perf_counter() - start)
     return statistics.median(times)
 
 
-@contextlib.contextmanager
-def _quiet_stderr():
-    """Silence file descriptor 2 (the profiler's start/stop lines) for the duration."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with open(os.devnull, "w") as devnull:
-        os.dup2(devnull.fileno(), 2)
-        try:
-            yield
-        finally:
-            os.dup2(saved, 2)
-            os.close(saved)
-
-
-def fresh_bytes(fn):
-    """Bytes newly allocated by one steady-state call of ``fn``: torch's CPU allocator (profiler,
-    positive self memory of every op) plus numpy's (tracemalloc peak growth, measured in a separate
-    call because the profiler's own bookkeeping would show up in tracemalloc)."""
-    from torch.profiler import ProfilerActivity, profile
-    fn()
-    with _quiet_stderr():
-        with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
-            fn()
-    torch_bytes = sum(e.self_cpu_memory_usage for e in prof.events() if e.self_cpu_memory_usage > 0)
-    tracemalloc.start()
-    base = tracemalloc.get_traced_memory()[0]
-    fn()
-    numpy_bytes = tracemalloc.get_traced_memory()[1] - base
-    tracemalloc.stop()
-    return torch_bytes + numpy_bytes
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--batch", type=int, default=64)
-    ap.add_argument("--size", type=int, default=224)
-    ap.add_argument("--repeats", type=int, default=9)
-    ap.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's choice)")
-    ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
-    args = ap.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    n, s = args.batch, args.size
-    images = np.random.default_rng(0).integers(0, 256, size=(n, s, s, 3), dtype=np.uint8)
+def methods_for(n, s):
+    """name -> zero-argument function producing the (N, 3, s, s) float32 batch, and the images."""
+    # the pipeline walks a source of several batches, as a run does (the first is the one checked)
+    repeats = max(2, min(16, (64 << 20) // (n * s * s * 3)))
+    stock = np.random.default_rng(n * 1000 + s).integers(0, 256, size=(n * repeats, s, s, 3), dtype=np.uint8)
+    images = stock[:n]
     images_t = torch.from_numpy(images)
-    out_bytes = n * 3 * s * s * 4
-
-    source = open_source({"type": "array", "images": images, "layout": "NHWC"}, ".")
+    source = open_source({"type": "array", "images": stock, "layout": "NHWC"}, ".")
     compose = build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}], source=source)
-    boundary = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order)
     ledger = Ledger()
-    counter = [0]
+    counter = itertools.count()
 
-    def pipeline():
-        view, _ = next(iter_batches(source, slice(0, n), n))
-        counter[0] += 1
-        return boundary(compose(view, ledger, counter[0]), ledger, counter[0])
+    def pipeline_with(boundary):
+        state = {"batches": iter(())}
 
-    def limit():
-        out = torch.empty(images_t.shape, dtype=torch.float32)
-        out.copy_(images_t)
-        return out
+        def run():
+            view = next(state["batches"], None)
+            if view is None:  # the source is done: start again, as the next epoch would
+                state["batches"] = (v for v, _ in iter_batches(source, slice(0, n * repeats), n))
+                view = next(state["batches"])
+            i = next(counter)
+            return boundary(compose(view, ledger, i), ledger, i)
+        return run
 
-    mean01 = torch.tensor(MEAN).view(3, 1, 1) / 255
-    std01 = torch.tensor(STD).view(3, 1, 1) / 255
+    cast_out = torch.empty(images_t.shape, dtype=torch.float32)
+    expert_out = torch.empty(n, 3, s, s)
+    mean_t, std_t = torch.tensor(MEAN).view(1, 3, 1, 1), torch.tensor(STD).view(1, 3, 1, 1)
+    mean01, std01 = mean_t[0] / 255, std_t[0] / 255
+
+    def expert():
+        expert_out.copy_(images_t.permute(0, 3, 1, 2))
+        return expert_out.sub_(mean_t).div_(std_t)
 
     def per_image():
         outs = []
@@ -130,60 +115,141 @@ def main(argv=None):
             outs.append(t.clone().sub_(mean01).div_(std01))  # Normalize (inplace=False)
         return torch.stack(outs)
 
-    def op_chain():
-        return images_t.permute(0, 3, 1, 2).float().div(255).sub(mean01[None]).div(std01[None])
+    boundary = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order)
+    view = compose(next(iter_batches(source, slice(0, n), n))[0])
+    boundary_ledger, numbers = Ledger(), itertools.count()
+    fns = {"cast": lambda: cast_out.copy_(images_t),
+           "boundary": lambda: boundary(view, boundary_ledger, next(numbers)),
+           "pipeline": pipeline_with(boundary),
+           "pipeline-torch": pipeline_with(QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order,
+                                                             kernel="torch")),
+           "expert torch": expert}
+    try:
+        import cv2
+    except ImportError:
+        cv2 = None
+    if cv2 is not None:
+        params = cv2.dnn.Image2BlobParams(scalefactor=tuple(1.0 / v for v in STD), size=(s, s), mean=tuple(MEAN),
+                                          swapRB=False, ddepth=cv2.CV_32F)
+        split_out = np.empty((n, 3, s, s), np.float32)
+        mean32, std32 = np.float32(MEAN), np.float32(STD)
 
-    src_f = torch.rand(n, 3, s, s)
-    dst_f = torch.empty_like(src_f)
+        def cv2_split():
+            for i in range(n):
+                for c, plane in enumerate(cv2.split(images[i])):
+                    np.subtract(plane, mean32[c], out=split_out[i, c], dtype=np.float32)
+                    np.divide(split_out[i, c], std32[c], out=split_out[i, c])
+            return split_out
 
-    def f32_copy():
-        dst_f.copy_(src_f)
+        fns["cv2 blob"] = lambda: cv2.dnn.blobFromImagesWithParams(images, params)
+        fns["cv2.split+numpy"] = cv2_split
+    fns["per-image ToTensor"] = per_image
+    return fns, images, ledger
 
-    reference = pipeline()
-    diffs = {name: float((fn() - reference).abs().max()) for name, fn in
-             (("per_image", per_image), ("op_chain", op_chain))}
-    if not all(d < 1e-4 for d in diffs.values()) or not torch.equal(limit().permute(0, 3, 1, 2), images_t.permute(
-            0, 3, 1, 2).float()):
-        raise SystemExit("outputs disagree: max abs differences to the pipeline %s" % diffs)
-    del reference
 
-    t = {name: median_seconds(fn, args.repeats) for name, fn in
-         (("pipeline", pipeline), ("limit", limit), ("per_image", per_image), ("op_chain", op_chain),
-          ("f32_copy", f32_copy))}
-    fresh = {name: fresh_bytes(fn) for name, fn in
-             (("pipeline", pipeline), ("limit", limit), ("per_image", per_image), ("op_chain", op_chain))}
+def check(fns, images):
+    ref = fns["boundary"]().clone()
+    want = (images.transpose(0, 3, 1, 2).astype(np.float32) - np.float32(MEAN)[:, None, None]) \
+        / np.float32(STD)[:, None, None]
+    if not np.array_equal(ref.numpy(), want):
+        raise SystemExit("the boundary's output differs from the float32 definition")
+    for name, fn in fns.items():
+        if name == "cast":
+            continue  # the pipelines' first call gives the first batch of their source: ``images``
+        got = fn()
+        got = got.numpy() if isinstance(got, torch.Tensor) else np.asarray(got)
+        ok = np.allclose(got, want, rtol=0, atol=1e-5) if name in ("cv2 blob", "per-image ToTensor") \
+            else np.array_equal(got, want)
+        if not ok:
+            raise SystemExit("%s disagrees with the definition: max abs diff %g" % (name, np.abs(got - want).max()))
+
+
+def copy_bandwidth(nbytes, rounds):
+    """Bytes per second of a float32 copy_ (read + write) between reused buffers of ``nbytes``."""
+    a = torch.rand(max(1, nbytes // 4))
+    b = torch.empty_like(a)
+    b.copy_(a)
+    t = statistics.median(time_calls(lambda: b.copy_(a), max(3, min(200, int(0.02 / max(1e-7, nbytes / 20e9)))))
+                          for _ in range(rounds))
+    return 2 * a.numel() * 4 / t
+
+
+def bench_one(n, s, rounds, max_calls):
+    fns, images, ledger = methods_for(n, s)
+    check(fns, images)
+    calls = {}
+    for name, fn in fns.items():  # warm-up, and how many calls fit the budget
+        start = time.perf_counter()
+        fn()
+        calls[name] = max(1, min(max_calls, int(CALL_BUDGET_S / max(1e-7, time.perf_counter() - start))))
+    per_round = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            per_round[name].append(time_calls(fn, calls[name]))
+    t = {name: statistics.median(v) for name, v in per_round.items()}
+    out_bytes = n * 3 * s * s * 4
+    t["limit"] = (images.nbytes + out_bytes) / copy_bandwidth(out_bytes, rounds)
     summary = ledger.summary()
-    in_bytes = images.nbytes
-    bw_pipeline = (in_bytes + out_bytes) / t["pipeline"]
-    bw_copy = 2 * src_f.numel() * 4 / t["f32_copy"]
-    allocated = summary["bytes_allocated_per_batch"] / out_bytes
+    return t, summary
 
-    print("batch %dx%dx%dx3 uint8 NHWC -> float32 NCHW normalized; torch %s, %d threads, median of %d"
-          % (n, s, s, torch.__version__, torch.get_num_threads(), args.repeats))
-    print("limit (fresh contiguous cast-copy): %.2f ms" % (1e3 * t["limit"]))
-    print("pipeline: %.2fx  (%.2f ms)" % (t["pipeline"] / t["limit"], 1e3 * t["pipeline"]))
-    for key, text in (("per_image", "per-image ToTensor/Normalize loop + stack"),
-                      ("op_chain", "op chain permute().float().div().sub().div()")):
-        print("%s: %.2fx  (%.2f ms)" % (text, t[key] / t["limit"], 1e3 * t[key]))
-    print("allocated/output: %.2fx  (ledger: %d bytes per batch, copies_per_batch %d, %d of %d boundary buffers "
-          "recycled)"
-          % (allocated, summary["bytes_allocated_per_batch"], summary["copies_per_batch"],
-             summary["buffers_recycled"], summary["batches"]))
-    print("fresh allocations per batch / output (torch profiler + tracemalloc, steady state): " + ", ".join(
-        "%s %.2fx" % (k, v / out_bytes) for k, v in fresh.items()))
-    print("effective bandwidth: pipeline %.1f GB/s = %.2f of a plain float32 copy (%.1f GB/s)"
-          % (bw_pipeline / 1e9, bw_pipeline / bw_copy, bw_copy / 1e9))
-    goals = [("pipeline within 1.25x of the limit", t["pipeline"] <= 1.25 * t["limit"]),
-             ("pipeline below the limit", t["pipeline"] < t["limit"]),
-             ("allocated/output within 1.05x", allocated <= 1.05)]
-    for text, ok in goals:
-        print("goal %s: %s" % (text, "met" if ok else "NOT met"))
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--batches", default="1,8,64,256")
+    ap.add_argument("--sizes", default="32,224")
+    ap.add_argument("--threads", default="1,2")
+    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median is printed)")
+    ap.add_argument("--calls", type=int, default=50, help="most calls per method and round")
+    ap.add_argument("--quick", action="store_true", help="1 thread; 1x32, 8x224, 64x224; 3 rounds")
+    ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
+    args = ap.parse_args(argv)
+    cases = [(int(b), int(s)) for s in args.sizes.split(",") for b in args.batches.split(",")]
+    threads = [int(t) for t in args.threads.split(",")]
+    if args.quick:
+        cases, threads, args.rounds = [(1, 32), (8, 224), (64, 224)], [1], 3
+    status = native.kernel_status()
+    print("torch %s, %d cores, tile %d KiB; boundary kernel: %s" % (
+        torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
+        "compiled (%s)" % os.path.basename(status["path"]) if status["compiled"] else "pure torch: %s" % status["reason"]))
+    results, missed = [], []
+    for nthreads in threads:
+        torch.set_num_threads(nthreads)
+        before = loadavg()
+        rows = []
+        for n, s in cases:
+            t, summary = bench_one(n, s, args.rounds, args.calls)
+            rows.append((n, s, t, summary))
+            results.append({"threads": nthreads, "batch": n, "size": s, "seconds": t,
+                            "ratios_to_cast": {k: v / t["cast"] for k, v in t.items()},
+                            "copies_per_batch": summary["copies_per_batch"],
+                            "allocated_over_output": summary["bytes_allocated_per_batch"] / (n * 3 * s * s * 4)})
+        names = [k for k in rows[0][2] if k != "cast"]
+        print("\n%d thread(s); load average %s before, %s after; median of %d interleaved rounds; "
+              "ratio to the reused-buffer cast (cast time in ms)" % (nthreads, before, loadavg(), args.rounds))
+        print("| batch | cast ms | " + " | ".join(names) + " |")
+        print("|---|---|" + "---|" * len(names))
+        for n, s, t, summary in rows:
+            print("| %dx%d | %.3f | " % (n, s, 1e3 * t["cast"]) + " | ".join("%.2fx" % (t[k] / t["cast"]) for k in names)
+                  + " |")
+            if summary["copies_per_batch"] != 1 or summary["bytes_allocated_per_batch"] != n * 3 * s * s * 4:
+                missed.append("ledger at %dx%d: %s" % (n, s, summary))
+            if nthreads != 1:
+                continue
+            ratio = t["boundary"] / t["cast"]
+            goal = {(8, 224): 1.2, (64, 224): 1.2, (1, 32): 8.0}.get((n, s))
+            if goal is not None:
+                print("goal: boundary within %.1fx of the cast at %dx%d: %.2fx %s"
+                      % (goal, n, s, ratio, "met" if ratio <= goal else "MISSED"))
+            if n >= 8:
+                behind = [k for k in names if k not in ("boundary", "pipeline", "pipeline-torch", "limit")
+                          and t[k] <= t["pipeline"]]
+                print("goal: pipeline ahead of every alternative at %dx%d: %s"
+                      % (n, s, "met" if not behind else "MISSED (behind %s)" % ", ".join(behind)))
+    if missed:
+        raise SystemExit("the ledger did not show one owned copy per batch: %s" % missed)
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({"seconds": t, "ratios": {k: v / t["limit"] for k, v in t.items()},
-                       "allocated_over_output": allocated, "fresh_bytes": fresh,
-                       "bandwidth_fraction_of_f32_copy": bw_pipeline / bw_copy, "ledger": summary,
-                       "torch": torch.__version__, "threads": torch.get_num_threads()}, f, indent=1, default=str)
+            json.dump({"torch": torch.__version__, "kernel": status, "results": results}, f, indent=1)
     return 0
 
 

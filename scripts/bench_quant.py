@@ -10,6 +10,12 @@ Two ratios per model, each printed with its goal and whether it was met:
   excluded) vs the same float inference, the per-forward measure of the real quantizer's figure
   (18x float per calibration forward for a ResNet-18 at batch 8, 224x224, 2 threads).
 
+- ``memory`` (``--memory``): the peak resident memory a ResNet-18 calibration forward adds, over
+  the float forward's, on one batch of ``--memory-batch`` images (default 32) at ``--size``, each
+  measured in a fresh process (Linux: the peak is reset through ``/proc/self/clear_refs`` after
+  set-up and read from ``VmHWM``). Goal: at most 2.0x. The calibration loop that keeps every
+  activation until the batch ends (the loop before issue 13) is measured too, for comparison.
+
 Runs are timed in alternation after a warm-up, and the fastest run of each is compared (the
 machine may be shared; the fastest run is the least disturbed): the verdict ("met" / "MISSED")
 is taken on that ratio. The median of the per-round ratios is printed too, to show the spread.
@@ -27,7 +33,7 @@ Weights are random (``pipeline.models.zoo``); BatchNorm statistics are randomize
 folding and CLE have work to do. Nothing is downloaded.
 
 Usage: ``python scripts/bench_quant.py [--models digits,resnet18] [--batch 8] [--batches 4]
-[--size 224] [--repeats 9] [--threads N] [--baseline DIR]``
+[--size 224] [--repeats 9] [--threads N] [--baseline DIR] [--memory] [--memory-batch 32]``
 """
 import argparse
 import importlib
@@ -49,6 +55,8 @@ from pipeline.quantizers.sim.session import SimSession  # noqa: E402
 
 FORWARD_GOAL = 1.3
 CALIB_GOAL = 3.0
+MEMORY_GOAL = 2.0
+MEMORY_KINDS = ("float", "calib", "calib-keep-everything")
 BASELINE_PACKAGE = "pipeline_baseline"
 
 
@@ -185,6 +193,54 @@ def bench(name: str, model: torch.nn.Module, shape: List[int], batches: int, rep
 MODELS = ("digits", "resnet18")
 
 
+def _status_kib(field: str) -> int:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    raise SystemExit("no %s in /proc/self/status: --memory needs Linux" % field)
+
+
+def measure_peak(kind: str, batch: int, size: int) -> None:
+    """In this (fresh) process: set up, reset the peak, run one ``kind`` forward, print the bytes
+    the peak grew by (``VmHWM`` minus the resident size at the reset)."""
+    from pipeline.quantizers.sim import calib
+    model = _randomize_bn(resnet18(num_classes=1000), 2)
+    x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        if kind == "float":
+            run = lambda: model(x)  # noqa: E731
+        else:
+            session = SimSession(model, x[:1], load_quant_config(None))
+            cal = calib.Calibrator(session.graph, session.plan, session.bitwidth, session.cfg.include_bias_corr)
+            if kind == "calib-keep-everything":
+                cal._release, cal._scratch = [[] for _ in cal._release], None
+            run = lambda: cal.step(x)  # noqa: E731
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")  # reset VmHWM to the current resident size
+        base = _status_kib("VmRSS")
+        run()
+        print("peak_bytes %d" % ((_status_kib("VmHWM") - base) * 1024))
+
+
+def bench_memory(batch: int, size: int, threads: int) -> Dict[str, float]:
+    """Peak memory of each kind in a fresh process; prints the ratios to the float forward."""
+    import subprocess
+    peaks = {}
+    for kind in MEMORY_KINDS:
+        argv = [sys.executable, os.path.abspath(__file__), "--measure-peak", kind, "--memory-batch", str(batch),
+                "--size", str(size), "--threads", str(threads or torch.get_num_threads())]
+        out = subprocess.run(argv, check=True, stdout=subprocess.PIPE, universal_newlines=True).stdout
+        peaks[kind] = float(out.split("peak_bytes")[-1].split()[0])
+    ratio = peaks["calib"] / peaks["float"]
+    print("resnet18  batch %dx3x%dx%d  memory: float forward peak %.0f MB, calibration forward %.0f MB -> %.2fx, %s "
+          "(keep-everything loop %.0f MB, %.2fx)" % (batch, size, size, peaks["float"] / 1e6, peaks["calib"] / 1e6,
+                                                     ratio, verdict(ratio, MEMORY_GOAL),
+                                                     peaks["calib-keep-everything"] / 1e6,
+                                                     peaks["calib-keep-everything"] / peaks["float"]))
+    return peaks
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--models", default=",".join(MODELS),
@@ -197,7 +253,15 @@ def main(argv: Optional[List[str]] = None) -> int:
     parser.add_argument("--threads", type=int, default=0, help="torch threads (default: torch's choice)")
     parser.add_argument("--baseline", default=None,
                         help="folder holding another copy of the pipeline package, timed side by side")
+    parser.add_argument("--memory", action="store_true", help="also the ResNet-18 peak memory ratio")
+    parser.add_argument("--memory-batch", type=int, default=32, help="images in the --memory batch (default 32)")
+    parser.add_argument("--measure-peak", choices=MEMORY_KINDS, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.measure_peak:
+        if args.threads:
+            torch.set_num_threads(args.threads)
+        measure_peak(args.measure_peak, args.memory_batch, args.size)
+        return 0
     models = [m for m in args.models.split(",") if m]
     unknown = sorted(set(models) - set(MODELS))
     if unknown:
@@ -213,6 +277,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "resnet18" in models:
         bench("resnet18", _randomize_bn(resnet18(num_classes=1000), 2), [args.batch, 3, args.size, args.size],
               args.batches, args.repeats, baseline)
+    if args.memory:
+        bench_memory(args.memory_batch, args.size, args.threads)
     return 0
 
 

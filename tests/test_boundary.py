@@ -123,13 +123,14 @@ def test_a_buffer_is_reused_only_when_nothing_handed_out_refers_to_it():
     del keep_numpy, second, third
     fifth = b(x, ledger, 4)  # nothing refers to the old buffers any more: one is recycled
     assert fifth.data_ptr() != fourth.data_ptr()
-    assert ledger.rows[-1]["bytes_fresh"] == 0 and "recycled" in ledger.rows[-1]["note"]
     assert np.array_equal(fifth.numpy(), _reference(x.numpy()))
     assert before.shape == (2, 2, 9, 10)
     s = ledger.summary()
     assert s["copies_per_batch"] == 1 and s["batches"] == 5 and s["buffers_recycled"] == 1
     assert s["bytes_allocated_per_batch"] == 3 * 3 * 9 * 10 * 4
-    assert all(not r["shares_storage"] for r in ledger.rows)
+    assert s["bytes_fresh_total"] == 4 * 3 * 3 * 9 * 10 * 4  # four fresh buffers, the fifth recycled
+    [row] = s["stages"]
+    assert row["stage"] == "quantizer_boundary" and row["batches"] == row["copies"] == 5 and row["views"] == 0
 
 
 def test_a_boundary_output_fed_back_in_is_never_overwritten():
@@ -178,7 +179,7 @@ def test_compile_example_is_batch_one_owned_contiguous_and_recorded():
     del batch
     b(torch.from_numpy(_images((4, 6, 6, 3), seed=5)).permute(0, 3, 1, 2))  # recycles the batch's buffer
     assert torch.equal(example, expected)  # the example kept its own memory
-    row = ledger.rows[0]
+    row = ledger.run_level[0]
     assert row["stage"] == "compile_boundary" and row["batch"] is None and row["bytes_allocated"] == 3 * 6 * 6 * 4
     assert ledger.summary()["batches"] == 0
     with pytest.raises(DataError, match="preprocessed float"):
@@ -189,7 +190,7 @@ def test_contiguous_parameters_copies_only_what_is_not_contiguous():
     model = torch.nn.Sequential(torch.nn.Conv2d(3, 4, 3), torch.nn.BatchNorm2d(4))
     ledger = Ledger()
     assert contiguous_parameters(model, ledger) is model
-    assert ledger.rows[-1]["shares_storage"] is True and ledger.rows[-1]["bytes_allocated"] == 0
+    assert ledger.run_level[-1]["shares_storage"] is True and ledger.run_level[-1]["bytes_allocated"] == 0
     w = model[0].weight
     model[0].weight = torch.nn.Parameter(w.detach().permute(0, 2, 3, 1).contiguous().permute(0, 3, 1, 2))
     model[1].register_buffer("running_mean", torch.arange(8.0)[::2])
@@ -200,6 +201,6 @@ def test_contiguous_parameters_copies_only_what_is_not_contiguous():
     assert torch.equal(fixed[0].weight, w) and torch.equal(fixed[1].running_mean, torch.arange(8.0)[::2])
     x = torch.randn(1, 3, 5, 5)
     assert torch.allclose(fixed.eval()(x), model.eval()(x), atol=1e-6)  # conv sums in another order
-    row = ledger.rows[-1]
+    row = ledger.run_level[-1]
     assert row["stage"] == "compile_boundary:parameters" and row["bytes_allocated"] == w.numel() * 4 + 4 * 4
     assert "0.weight" in row["note"] and "1.running_mean" in row["note"]

@@ -229,3 +229,30 @@ def test_a_source_says_its_channel_order_when_it_knows_it():
         open_source({"type": "array", "images": images, "color": "rgb"}, ".")
     with pytest.raises(ConfigError, match="L means 1 channel.*the images have 3"):
         open_source({"type": "array", "images": images, "color": "L"}, ".")
+
+
+def test_digits_are_read_as_scikit_learn_loads_them_without_importing_it():
+    import subprocess
+    import sys
+
+    from sklearn.datasets import load_digits
+
+    from pipeline.data.sources import _sklearn_digits
+    images, target = _sklearn_digits()
+    ref = load_digits()
+    assert images.dtype == ref.images.dtype and np.array_equal(images, ref.images)
+    assert target.dtype == np.int64 and np.array_equal(target, ref.target)
+    code = ("import sys\nfrom pipeline.data.sources import open_source\n"
+            "s = open_source({'type': 'digits'}, '.')\nprint(len(s), 'sklearn' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], check=True, stdout=subprocess.PIPE,
+                         universal_newlines=True).stdout
+    assert out.split() == ["1797", "False"]
+
+
+def test_report_versions_name_packages_the_run_did_not_import():
+    from importlib import metadata
+
+    from pipeline.report import versions
+    v = versions()
+    assert v["sklearn"] == metadata.version("scikit-learn") and v["yaml"] == metadata.version("PyYAML")
+    assert v["torch"] == torch.__version__

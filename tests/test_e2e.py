@@ -37,15 +37,15 @@ def test_main_job_ledger_one_copy_per_batch_and_every_stage_a_view(main_job):
     _, _, report = main_job
     ledger = report["ledger"]
     assert ledger["copies_per_batch"] == 1
-    stage_rows = [r for r in ledger["rows"] if r["stage"] != "quantizer_boundary"]
-    boundary_rows = [r for r in ledger["rows"] if r["stage"] == "quantizer_boundary"]
+    stage_rows = [r for r in ledger["stages"] if r["stage"] != "quantizer_boundary"]
+    [boundary] = [r for r in ledger["stages"] if r["stage"] == "quantizer_boundary"]
     assert {r["stage"] for r in stage_rows} == {"reshape", "layout", "center_crop"}
-    assert all(r["shares_storage"] and r["bytes_allocated"] == 0 for r in stage_rows)
-    assert len(boundary_rows) == ledger["batches"] == 6   # 179 calibration images in batches of 32
-    assert all(not r["shares_storage"] and r["bytes_allocated"] > 0 for r in boundary_rows)
+    assert ledger["batches"] == 6   # 179 calibration images in batches of 32
+    assert all(r["views"] == r["batches"] == 6 and r["copies"] == r["bytes_allocated"] == 0 for r in stage_rows)
+    assert boundary["copies"] == boundary["batches"] == 6 and boundary["views"] == 0
     # 32 images x 1 x 8 x 8 float32 = 8192 bytes; the split is 1078 train, 179 calib, 540 eval,
     # so the last calibration batch holds 179 - 5 * 32 = 19 images
-    assert [r["bytes_allocated"] for r in boundary_rows] == [8192] * 5 + [19 * 64 * 4]
+    assert boundary["bytes_allocated"] == 5 * 8192 + 19 * 64 * 4 and ledger["bytes_allocated_per_batch"] == 8192
 
 
 @pytest.mark.slow

@@ -48,7 +48,7 @@ def test_p01_numpy_bgr_to_rgb_flip_with_a_negative_stride():
     assert summary["batches"] == 2 and summary["copies_per_batch"] == 1
     assert summary["copies_by_stage"] == {"quantizer_boundary": 2}
     assert summary["bytes_allocated_per_batch"] == 2 * 3 * 32 * 32 * 4
-    assert "channel order [2, 1, 0]" in ledger.rows[-1]["note"]
+    assert "channel order [2, 1, 0]" in summary["stages"][-1]["note"]
 
 
 def test_p02_permuted_nhwc_batch_reaches_the_boundary_as_owned_c_contiguous_nchw():

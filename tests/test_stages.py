@@ -91,11 +91,12 @@ def test_stage_contract(name, memory):
     # a view of the input, no write, ledger says so
     assert is_view_of(out, x)
     assert x._version == version
-    assert ledger.rows[0]["shares_storage"] is True and ledger.rows[0]["bytes_allocated"] == 0
-    assert ledger.rows[0]["batch"] == 3 and ledger.rows[0]["stage"] == stage.name
+    row = ledger.stages()[0]
+    assert row["views"] == row["batches"] == 1 and row["copies"] == 0 and row["bytes_allocated"] == 0
+    assert row["first_batch"] == 3 and row["stage"] == stage.name and row["stage_index"] == 0
     want = expected(arr)
     if compose.runs_at_boundary[0]:
-        assert ledger.rows[0]["deferred"] is True
+        assert row["deferred"] is True
         assert out is x
         result = QuantizerBoundary([0.0] * want.shape[1], [1.0] * want.shape[1],
                                    channel_order=compose.boundary_channel_order)(out)
@@ -134,7 +135,8 @@ def test_a_stage_that_allocates_is_a_contract_violation_named_in_the_error():
     ledger = Ledger()
     with pytest.raises(StageError, match=r"stage 1 'rogue_copy': contract violation: .*allocated 384 bytes"):
         Compose([build_stage({"type": "crop", "top": 0, "left": 0, "height": 4, "width": 4}), Rogue()])(x, ledger)
-    assert ledger.rows[1]["shares_storage"] is False and ledger.rows[1]["bytes_allocated"] == 384
+    row = ledger.stages()[1]
+    assert row["copies"] == 1 and row["views"] == 0 and row["bytes_allocated"] == 384
 
 
 def test_in_place_writes_dtype_changes_and_shape_lies_are_contract_violations():
@@ -181,6 +183,56 @@ def test_in_place_writes_dtype_changes_and_shape_lies_are_contract_violations():
         Compose([Retype()])(x)
     with pytest.raises(StageError, match=r"'liar': contract violation: its output shape \(2, 3, 4, 4\) differs"):
         Compose([Liar()])(x)
+
+
+def test_a_stage_that_breaks_the_contract_only_on_a_later_batch_is_still_caught():
+    """The full check runs once per geometry; later batches are compared with what it proved."""
+    @dataclasses.dataclass(frozen=True)
+    class Sometimes(Stage):
+        name = "sometimes"
+        misbehave: tuple = ()
+
+        def output_shape(self, shape):
+            return shape[:2] + (shape[2] - 1,) + shape[3:]
+
+        def apply(self, x):
+            calls.append(1)
+            view = x[:, :, 1:]
+            if len(calls) not in self.misbehave:
+                return view
+            if self.misbehave[0] == "copy":
+                return view.clone()
+            if self.misbehave[0] == "write":
+                x.add_(0)
+                return view
+            if self.misbehave[0] == "shift":  # another view of the same batch, not the proven one
+                return x[:, :, :-1]
+            return view.contiguous().view(torch.int8) if self.misbehave[0] == "retype" else view
+
+    crop = build_stage({"type": "crop", "top": 0, "left": 1, "height": 4, "width": 3})
+    source = torch.zeros(6, 3, 5, 4, dtype=torch.uint8)
+    for kind, message in (("copy", r"stage 1 'sometimes': contract violation: .*does not share storage"),
+                          ("write", r"stage 1 'sometimes': contract violation: an in-place write"),
+                          ("retype", "stage 1 'sometimes': contract violation")):
+        calls = []
+        compose = Compose([crop, Sometimes(misbehave=(kind, 3))])
+        ledger = Ledger()
+        for b in range(2):  # batches of one geometry: the first proves it, the second uses the proof
+            out = compose(source[2 * b:2 * b + 2], ledger, b)
+            assert is_view_of(out, source) and out.shape == (2, 3, 3, 3)
+        with pytest.raises(StageError, match=message):
+            compose(source[4:6], ledger, 2)
+        assert len(compose._proven) == 1
+    calls = []
+    shifted = Compose([Sometimes(misbehave=("shift", 2))])
+    shifted(source[:2])
+    assert torch.equal(shifted(source[2:4]), source[2:4, :, :-1])  # a view elsewhere: checked again, allowed
+    ledger = Ledger()
+    compose = Compose([crop])
+    for b in range(3):
+        compose(source[2 * b:2 * b + 2], ledger, b)
+    [row] = ledger.stages()
+    assert row["views"] == row["batches"] == 3 and row["copies"] == 0
 
 
 def test_registry_errors_name_the_index_the_valid_names_and_the_closest_match():

@@ -88,20 +88,26 @@ def test_fingerprint_is_the_sha256_of_the_logical_bytes_whatever_the_strides(mon
         torch.ones(3, dtype=torch.bfloat16).view(torch.int16).numpy().tobytes()).hexdigest()
 
 
-def test_ledger_rows_and_summary():
+def test_ledger_counters_and_summary():
     ledger = Ledger()
     x = torch.zeros(2, 4, 4, 3, dtype=torch.uint8)
     for b in range(3):
         v = x.permute(0, 3, 1, 2)
         ledger.record("layout", x, v, batch=b, stage_index=0)
         out = torch.empty(2, 3, 4, 4)
-        ledger.record("quantizer_boundary", v, out, batch=b, bytes_fresh=0 if b else None)
-    ledger.record("compile_boundary", out, out[:1].clone())
-    rows = ledger.rows
-    assert rows[0] == {"batch": 0, "stage_index": 0, "stage": "layout", "shares_storage": True, "bytes_allocated": 0,
-                       "bytes_fresh": 0, "data_ptr_in": x.data_ptr(), "data_ptr_out": x.data_ptr(),
-                       "deferred": False, "note": ""}
-    assert rows[1]["shares_storage"] is False and rows[1]["bytes_allocated"] == 2 * 3 * 4 * 4 * 4
+        ledger.record("quantizer_boundary", v, out, batch=b, bytes_fresh=0 if b else None, note="NCHW float32")
+    example = out[:1].clone()
+    ledger.record("compile_boundary", out, example)
+    layout, boundary = ledger.stages()
+    assert layout == {"stage": "layout", "stage_index": 0, "batches": 3, "views": 3, "copies": 0,
+                      "bytes_allocated": 0, "bytes_fresh": 0, "recycled": 0, "deferred": False, "first_batch": 0,
+                      "last_batch": 2, "note": ""}
+    assert boundary["copies"] == 3 and boundary["views"] == 0 and boundary["bytes_allocated"] == 3 * 384
+    assert boundary["bytes_fresh"] == 384 and boundary["recycled"] == 2 and boundary["note"] == "NCHW float32"
+    assert ledger.run_level == [{"batch": None, "stage_index": None, "stage": "compile_boundary",
+                                 "shares_storage": False, "bytes_allocated": 3 * 4 * 4 * 4,
+                                 "bytes_fresh": 3 * 4 * 4 * 4, "data_ptr_in": out.data_ptr(),
+                                 "data_ptr_out": example.data_ptr(), "deferred": False, "note": ""}]
     s = ledger.summary()
     assert s["batches"] == 3 and s["copies_per_batch"] == 1
     assert s["bytes_allocated_per_batch"] == 384
@@ -110,7 +116,20 @@ def test_ledger_rows_and_summary():
     assert s["buffers_recycled"] == 2
     assert s["copies_by_stage"] == {"quantizer_boundary": 3, "compile_boundary": 1}
     assert [r["stage"] for r in s["run_level"]] == ["compile_boundary"]
-    assert json.loads(ledger.to_json()) == {"summary": s, "rows": rows}
+    assert s["stages"] == [layout, boundary]
+    assert json.loads(ledger.to_json()) == s
+
+
+def test_ledger_copies_per_batch_counts_every_copy_of_the_worst_batch():
+    ledger = Ledger()
+    x = torch.zeros(2, 3)
+    ledger.record("a", x, x[:1], batch=0, stage_index=0)
+    ledger.record("quantizer_boundary", x, torch.empty(2, 3), batch=0)
+    ledger.record("a", x, x.clone(), batch=1, stage_index=0)  # a copy where a view belongs
+    ledger.record("quantizer_boundary", x, torch.empty(2, 3), batch=1)
+    s = ledger.summary()
+    assert s["copies_per_batch"] == 2 and s["copies_by_stage"] == {"a": 1, "quantizer_boundary": 2}
+    assert s["stages"][0]["views"] == 1 and s["stages"][0]["copies"] == 1 and s["bytes_allocated_per_batch"] == 48
 
 
 def test_shares_memory_between_numpy_and_torch():

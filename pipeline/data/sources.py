@@ -21,6 +21,8 @@ order and ``Source.channel_order`` ([C-1, ..., 0]) tells ``build_stages(specs, s
 carry the reversal out at the quantizer boundary. A negative stride on any other axis is a DataError
 (torch views cannot flip, and a copy here would be a second copy per batch).
 """
+import gzip
+import importlib.util
 import os
 import struct
 import weakref
@@ -259,13 +261,30 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> Source:
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
+    pixels, target = _sklearn_digits()
+    order = np.random.default_rng(seed).permutation(len(target))
+    images = np.rint(pixels[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
+    images.flags.writeable = False
+    return Source("digits", images, target[order], "NHWC",
+                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L")
+
+
+def _sklearn_digits() -> Tuple[np.ndarray, np.ndarray]:
+    """``(images, target)`` as ``sklearn.datasets.load_digits()`` returns them (float64 (1797, 8, 8)
+    values 0..16, int64 labels), read from the ``datasets/data/digits.csv.gz`` scikit-learn ships the
+    way its ``load_gzip_compressed_csv_data`` reads it (``np.loadtxt``, comma-separated, the label
+    last), without importing scikit-learn (a second of import time); through ``load_digits`` when
+    the file is not where scikit-learn keeps it."""
+    spec = importlib.util.find_spec("sklearn")
+    folders = list(spec.submodule_search_locations or []) if spec is not None else []
+    path = os.path.join(folders[0], "datasets", "data", "digits.csv.gz") if folders else ""
+    if os.path.isfile(path):
+        with gzip.open(path, "rt", encoding="utf-8") as f:
+            data = np.loadtxt(f, delimiter=",")
+        return data[:, :-1].reshape(-1, 8, 8), data[:, -1].astype(np.int64)
     from sklearn.datasets import load_digits
     digits = load_digits()
-    order = np.random.default_rng(seed).permutation(len(digits.target))
-    images = np.rint(digits.images[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
-    images.flags.writeable = False
-    return Source("digits", images, digits.target[order], "NHWC",
-                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L")
+    return digits.images, digits.target.astype(np.int64)
 
 
 def open_npy(spec: Dict[str, Any], base_dir: str) -> Source:

@@ -11,6 +11,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from ..errors import StageError
+from ..specs import TENSOR_LAYOUTS
 from .base import Shape, Stage, check_int, check_ints, check_layout, normalize_dim
 
 
@@ -96,6 +97,10 @@ class Permute(Stage):
         return [self.dims.index(a) for a in range(ndim)]
 
 
+# (src, dst) -> the permute that moves src's axes into dst's order
+_LAYOUT_DIMS = {(src, dst): tuple(src.index(c) for c in dst) for src in TENSOR_LAYOUTS for dst in TENSOR_LAYOUTS}
+
+
 @dataclasses.dataclass(frozen=True)
 class Layout(Stage):
     """The named layout move ``src -> dst`` on a 4-D batch, as a permute view.
@@ -117,7 +122,7 @@ class Layout(Stage):
 
     @property
     def dims(self) -> Tuple[int, ...]:
-        return tuple(self.src.index(c) for c in self.dst)
+        return _LAYOUT_DIMS[(self.src, self.dst)]
 
     def output_shape(self, shape: Shape) -> Shape:
         if len(shape) != 4:

@@ -18,6 +18,10 @@ Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
 
 Tensors holding NaN or Inf are passed through unquantized and add nothing to the statistics,
 as in nndct. Nothing the caller owns is written.
+
+Memory: a batch keeps an activation only until the last node that reads it has run
+(``release_schedule``), and bias correction squares into one reused buffer (``Scratch``), so the
+peak stays near a float forward's; the values, and so every result, are unchanged.
 """
 import math
 from typing import Any, Dict, List, Optional
@@ -60,21 +64,35 @@ class ParamState:
 
 
 def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, deviation: float,
-                rate: float, stop: bool):
+                rate: float, stop: bool, scratch: Optional["Scratch"] = None):
     """nndct's bias-correction step rule (``pytorch_nndct/nn/modules/quant_noise.py``).
 
     ``eff = 1.25 * log10(mean(res_f**2) / mean(err**2))`` (float32 reductions, then Python float
     arithmetic as numpy 1.x does for 0-d arrays); smoothed ``efficiency`` and ``deviation``
     decide the rate (halved above 4.0) and when to stop.
 
+    With ``scratch``, the squares go into a reused buffer and, when ``output`` and ``res_f`` have
+    the same strides, the error is written over ``res_f`` (which the caller then gives up): the
+    same element-wise values in the same memory order, so the same float32 sums.
+
     Returns:
         ``(error, rate, stop, efficiency, deviation)`` with ``error = output - res_f`` (float32).
     """
-    error = torch.add(output, res_f, alpha=-1)
-    noise = error.pow(2).mean()
+    in_place = scratch is not None and output.stride() == res_f.stride() and output.dtype == res_f.dtype
+    signal = None
+    if in_place:
+        squares = scratch.like(res_f)
+        signal = torch.mul(res_f, res_f, out=squares).mean()  # x * x is what pow(2) computes
+        error = torch.sub(output, res_f, out=res_f)
+        noise = torch.mul(error, error, out=squares).mean()
+    else:
+        error = torch.add(output, res_f, alpha=-1)
+        noise = error.pow(2).mean()
     if not noise.item() > 0:
         return error, rate, True, efficiency, deviation
-    eff = 1.25 * float(res_f.pow(2).mean().div(noise).log10().item())
+    if signal is None:
+        signal = res_f.pow(2).mean()
+    eff = 1.25 * float(signal.div(noise).log10().item())
     dev = math.fabs(eff - efficiency)
     if not dev > 0:
         return error, rate, True, efficiency, deviation
@@ -85,6 +103,36 @@ def eval_qnoise(output: torch.Tensor, res_f: torch.Tensor, efficiency: float, de
     if efficiency > 4.3 or (deviation / efficiency) < 0.05 or math.fabs(dev - deviation / dev) < 0.05:
         stop = True
     return error, rate, stop, efficiency, deviation
+
+
+class Scratch:
+    """One reused float buffer for temporaries of any shape (grown to the largest request)."""
+
+    def __init__(self) -> None:
+        self._flat = None  # type: Optional[torch.Tensor]
+
+    def like(self, t: torch.Tensor) -> torch.Tensor:
+        """An uninitialized tensor with ``t``'s shape, strides and dtype: a view of the buffer
+        when ``t`` is contiguous, else a new ``empty_like`` (its memory order must match)."""
+        if not t.is_contiguous():
+            return torch.empty_like(t)
+        if self._flat is None or self._flat.numel() < t.numel() or self._flat.dtype != t.dtype:
+            self._flat = None  # free the old buffer before taking the new one
+            self._flat = torch.empty(t.numel(), dtype=t.dtype)
+        return self._flat[:t.numel()].view(t.shape)
+
+
+def release_schedule(graph: SimGraph) -> List[List[Any]]:
+    """For each step of ``graph.steps`` (in order), the fx nodes whose values no later step reads:
+    the calibration loop drops them after that step, so a batch holds only live values. A value
+    read by the graph's output, or by anything that is not a later step, is kept."""
+    index = {fx_node: i for i, (fx_node, _) in enumerate(graph.steps)}
+    free = [[] for _ in graph.steps]  # type: List[List[Any]]
+    for i, (fx_node, _) in enumerate(graph.steps):
+        users = list(fx_node.users)
+        if all(u in index for u in users):
+            free[max([index[u] for u in users] + [i])].append(fx_node)
+    return free
 
 
 class Calibrator:
@@ -110,6 +158,8 @@ class Calibrator:
         self.param_fp = {}  # type: Dict[str, int]
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
         self.batches = 0
+        self._release = release_schedule(graph)
+        self._scratch = Scratch()
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, *xs: torch.Tensor) -> Any:
@@ -127,9 +177,11 @@ class Calibrator:
                 if node.op == g.CONST:
                     env[node] = self._const(node)
             feed = dict(zip(inputs, xs))
-            for fx_node, node in self.graph.steps:
+            for (fx_node, node), done in zip(self.graph.steps, self._release):
                 if node is None:
                     env[fx_node] = run_step(self.graph, fx_node, env)
+                    for old in done:
+                        del env[old]
                     continue
                 if node.op == g.INPUT:
                     value, quantizable = feed[node], True
@@ -142,6 +194,9 @@ class Calibrator:
                 if node.op in g.BIAS_CORR_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
                 env[fx_node] = value
+                value = None
+                for old in done:  # values no later step reads: free them now
+                    del env[old]
         self.batches += 1
         return map_arg(self.graph.output_node.args[0], lambda n: env[n])
 
@@ -209,7 +264,8 @@ class Calibrator:
         state = self.params[node.name]
         res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
         error, rate, stop, efficiency, deviation = eval_qnoise(
-            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop)
+            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop, self._scratch)
+        del res_f  # with the scratch, its buffer now holds the error
         bias = state.bias
         if not stop and bias is not None:
             dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
