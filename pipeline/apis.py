@@ -57,7 +57,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import nn
 
-from .apis_inspector import Inspector, dump_xmodel  # the rest of the drop-in surface
+from .apis_inspector import Inspector, dump_xmodel, target_name  # the rest of the drop-in surface
 from .errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
@@ -154,37 +154,17 @@ def _device(device: Any) -> torch.device:
 
 
 def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
-    """Validate ``target`` against the registry (``pipeline.targets``) and warn.
-
-    The real quantizer refuses an unknown target name (``DPUAllocator`` in
-    ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit;
-    docs/targets.md#inspector) and takes a string starting with ``0x`` as a fingerprint; here a fingerprint must be one
-    of a registered target. The real one looks at the name only when hardware-aware mode is on
-    (no quant_config_file); here a misspelt target is refused in both cases. A valid target
-    warns: the sim does no hardware-aware quantization.
-
-    Returns:
-        ``target`` unchanged.
+    """Validate ``target`` (a name or a ``0x`` fingerprint, ``apis_inspector.target_name``) and warn;
+    returns it unchanged. The real quantizer refuses an unknown name ("... is invalid target name."
+    and exit, docs/targets.md#inspector) only in hardware-aware mode (no quant_config_file); here
+    always. A valid target warns: the sim does no hardware-aware quantization.
 
     Raises:
         ConfigError: not a str, an unknown name, or an unknown fingerprint.
     """
     if target is None:
         return None
-    from .targets import get_target, targets_by_fingerprint
-    if not isinstance(target, str):
-        raise ConfigError("target: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' (a str), "
-                          "got %s" % _describe(target))
-    if target.lower().startswith("0x"):
-        try:
-            known = targets_by_fingerprint(int(target, 16))
-        except ValueError:
-            known = []
-        if not known:
-            raise ConfigError("target: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
-                              "`python -m pipeline targets` lists names and fingerprints" % target)
-    else:
-        get_target(target)  # ConfigError naming the closest registered names
+    target_name(target, "target")
     if quant_config_file is not None:
         warnings.warn("target and quant_config_file are both given: hardware-aware mode is off "
                       "(as in the real quantizer)")

@@ -20,23 +20,31 @@ from .errors import BackendUnavailableError, ConfigError, PipelineError
 IMAGE_FORMATS = ("svg", "png")
 
 
-def _target_name(name_or_fingerprint: str) -> str:
-    """A registered DPU target name from a name or a ``0x`` fingerprint (as the real Inspector
-    takes them); ConfigError for anything else."""
+def target_name(value: Any, what: str) -> str:
+    """The registered DPU target name for a name or a ``0x`` fingerprint, as the real
+    ``torch_quantizer(target=...)`` and ``Inspector(...)`` take them (docs/targets.md#inspector).
+
+    Args:
+        value: the caller's argument. what: its name for the messages (``"target"``).
+
+    Raises:
+        ConfigError: not a str, an unknown name (the closest registered names are given), or a
+            fingerprint of no registered target.
+    """
     from .targets import get_target, targets_by_fingerprint
-    if not isinstance(name_or_fingerprint, str):
-        raise ConfigError("Inspector: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' or a '0x' "
-                          "fingerprint (a str), got %s" % type(name_or_fingerprint).__name__)
-    if name_or_fingerprint.lower().startswith("0x"):
+    if not isinstance(value, str):
+        raise ConfigError("%s: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' or a '0x' fingerprint "
+                          "(a str), got %s" % (what, type(value).__name__))
+    if value.lower().startswith("0x"):
         try:
-            known = targets_by_fingerprint(int(name_or_fingerprint, 16))
+            known = targets_by_fingerprint(int(value, 16))
         except ValueError:
             known = []
         if not known:
-            raise ConfigError("Inspector: %r is not the fingerprint of a known DPU target; `python -m pipeline "
-                              "targets` lists names and fingerprints" % name_or_fingerprint)
-        name_or_fingerprint = known[0][0]
-    return get_target(name_or_fingerprint).name  # ConfigError naming the closest names
+            raise ConfigError("%s: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
+                              "`python -m pipeline targets` lists names and fingerprints" % (what, value))
+        return known[0][0]
+    return get_target(value).name  # ConfigError naming the closest registered names
 
 
 class Inspector:
@@ -51,7 +59,7 @@ class Inspector:
     """
 
     def __init__(self, name_or_fingerprint: str) -> None:
-        self.target = _target_name(name_or_fingerprint)
+        self.target = target_name(name_or_fingerprint, "Inspector")
 
     def inspect(self, module: nn.Module, input_args: Any, device: Any = torch.device("cuda"),
                 output_dir: str = "quantize_result", verbose_level: int = 1,

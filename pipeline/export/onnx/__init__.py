@@ -19,7 +19,8 @@ Input contract (the lowered test-mode model of the ``sim`` quantizer):
 
 Layout: ``builder.py`` (recording, the Builder), ``flavours.py`` (one class per flavour: how a
 quantization point and a parameter are written), ``handlers.py`` (every other op, the same in both
-flavours, and the literal registries), ``export.py`` (the graph walk and the file).
+flavours, and the literal registries) with ``float_ops.py`` (the float operators, the unfused
+BatchNorm, chunk/split pieces), ``export.py`` (the graph walk and the file).
 
 Flavours (``FLAVOURS``):
 

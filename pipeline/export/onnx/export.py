@@ -11,7 +11,8 @@ from ...errors import ExportError
 from ...fileio import write_bytes
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record
 from .flavours import FLAVOUR_CLASSES, FLAVOURS
-from .handlers import FUNCTION_HANDLERS, METHOD_HANDLERS, MODULE_HANDLERS, handler_of, is_split, target_name
+from .float_ops import is_split
+from .handlers import FUNCTION_HANDLERS, METHOD_HANDLERS, MODULE_HANDLERS, handler_of, target_name
 
 # --------------------------------------------------------------------------- graph walk
 
