@@ -33,7 +33,7 @@ What differs, on purpose:
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
   ``quant_config_file`` a ``ConfigError``.
-- The simulation always runs on the CPU; only single-input models are supported.
+- The simulation always runs on the CPU.
 - Under ``torch.distributed`` (the script has called ``init_process_group``), calib-mode forwards
   on several ranks combine into one calibration, bit-identical to one process that runs rank
   ``r``'s ``k``-th batch as batch ``k * world + r`` (shard the batches round-robin:
@@ -42,6 +42,9 @@ What differs, on purpose:
   rank 0 only (the other ranks return the path it writes). The real quantizer has nothing like it.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
+- ``fast_finetune``/``load_ft_param`` raise ``BackendUnavailableError`` (not simulated yet);
+  ``Inspector`` runs the CPU inspection of ``pipeline.inspect``; ``dump_xmodel`` raises like
+  ``export_xmodel``.
 - ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
   the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
   forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
@@ -57,11 +60,12 @@ import io
 import logging
 import os
 import warnings
-from typing import Any, Dict, Optional
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 from torch import nn
 
+from .apis_inspector import Inspector, dump_xmodel, target_name  # the rest of the drop-in surface
 from .errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
@@ -101,8 +105,16 @@ def _describe(value: Any) -> str:
     return name
 
 
-def _check_input(value: Any, what: str) -> torch.Tensor:
-    """Return ``value`` if it is a float32 ``torch.Tensor`` of shape (N, C, H, W), else raise.
+LAYOUT_NAMES = {1: "(N,)", 2: "(N, F)", 3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
+
+
+def _layout(rank: int) -> str:
+    return LAYOUT_NAMES.get(rank, "of rank %d" % rank)
+
+
+def _check_input(value: Any, what: str, rank: Optional[int] = None) -> torch.Tensor:
+    """Return ``value`` if it is a float32 ``torch.Tensor`` (of ``rank`` dimensions when given),
+    else raise.
 
     The real quantizer takes tensors only; a numpy array, a tensor without the batch dimension
     or a float64 tensor fail deep inside it. Here they fail at once, with the fix in the message.
@@ -110,23 +122,27 @@ def _check_input(value: Any, what: str) -> torch.Tensor:
     Args:
         value: the candidate input (any object). Not modified; the same object is returned.
         what: the argument's name for the message (e.g. ``"input_args"``).
+        rank: the rank the model was traced with (that of ``input_args``), or None: any rank >= 1.
 
     Raises:
-        QuantizationError: not a tensor, not 4-D, or not float32; the message names what came in
-            and how to convert it.
+        QuantizationError: not a tensor, not of the rank, or not float32; the message names what
+            came in and how to convert it.
     """
+    expected = _layout(rank if rank is not None else 4)
     if not isinstance(value, torch.Tensor):
         numpy = type(value).__module__.split(".")[0] == "numpy"
         hint = _numpy_hint(value) if numpy else "pass a torch.Tensor"
-    elif value.dim() != 4:
-        hint = "add the batch dimension with x.unsqueeze(0)" if value.dim() == 3 else \
-            "reshape it to (N, C, H, W)"
+    elif (rank is not None and value.dim() != rank) or value.dim() == 0:
+        expected = _layout(rank) if rank is not None else "with a batch dimension"
+        hint = "add the batch dimension with x.unsqueeze(0)" if rank is not None and value.dim() == rank - 1 else \
+            "reshape it to %s, the shape of input_args" % expected
     elif value.dtype != torch.float32:
+        expected = _layout(value.dim())
         hint = "cast it with .float()"
     else:
         return value
-    raise QuantizationError("%s: expected a float32 torch.Tensor (N, C, H, W), got %s; %s"
-                            % (what, _describe(value), hint))
+    raise QuantizationError("%s: expected a float32 torch.Tensor %s, got %s; %s"
+                            % (what, expected, _describe(value), hint))
 
 
 def _numpy_hint(array: Any) -> str:
@@ -144,14 +160,15 @@ def _numpy_hint(array: Any) -> str:
     return "convert it with %s%s" % (fix, why)
 
 
-def _example(input_args: Any) -> torch.Tensor:
-    args = input_args if isinstance(input_args, (tuple, list)) else (input_args,)
-    if len(args) != 1:
-        raise QuantizationError("input_args: the sim quantizer supports models with one tensor input; "
-                                "got %d inputs (%s)" % (len(args), ", ".join(_describe(a) for a in args)))
-    # an owned copy: the example is traced and shape-propagated, and a model whose first op
-    # writes in place (ReLU(inplace=True) on the input) would otherwise rewrite the caller's tensor
-    return _check_input(args[0], "input_args").detach().cpu().clone()
+def _examples(input_args: Any) -> Tuple[torch.Tensor, ...]:
+    """``input_args`` (a tensor, or a tuple/list of one tensor per forward argument) as a tuple of
+    owned CPU copies: the examples are traced and shape-propagated, and a model whose first op
+    writes in place (ReLU(inplace=True) on an input) would otherwise rewrite the caller's tensors."""
+    args = tuple(input_args) if isinstance(input_args, (tuple, list)) else (input_args,)
+    if not args:
+        raise QuantizationError("input_args: expected one example tensor per input of forward(), got none")
+    return tuple(_check_input(a, "input_args" if len(args) == 1 else "input_args[%d]" % i).detach().cpu().clone()
+                 for i, a in enumerate(args))
 
 
 def _device(device: Any) -> torch.device:
@@ -165,37 +182,17 @@ def _device(device: Any) -> torch.device:
 
 
 def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
-    """Validate ``target`` against the registry (``pipeline.targets``) and warn.
-
-    The real quantizer refuses an unknown target name (``DPUAllocator`` in
-    ``nndct_shared/inspector/device_allocator.py``: "... is invalid target name." and exit;
-    docs/targets.md#inspector) and takes a string starting with ``0x`` as a fingerprint; here a fingerprint must be one
-    of a registered target. The real one looks at the name only when hardware-aware mode is on
-    (no quant_config_file); here a misspelt target is refused in both cases. A valid target
-    warns: the sim does no hardware-aware quantization.
-
-    Returns:
-        ``target`` unchanged.
+    """Validate ``target`` (a name or a ``0x`` fingerprint, ``apis_inspector.target_name``) and warn;
+    returns it unchanged. The real quantizer refuses an unknown name ("... is invalid target name."
+    and exit, docs/targets.md#inspector) only in hardware-aware mode (no quant_config_file); here
+    always. A valid target warns: the sim does no hardware-aware quantization.
 
     Raises:
         ConfigError: not a str, an unknown name, or an unknown fingerprint.
     """
     if target is None:
         return None
-    from .targets import get_target, targets_by_fingerprint
-    if not isinstance(target, str):
-        raise ConfigError("target: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' (a str), "
-                          "got %s" % _describe(target))
-    if target.lower().startswith("0x"):
-        try:
-            known = targets_by_fingerprint(int(target, 16))
-        except ValueError:
-            known = []
-        if not known:
-            raise ConfigError("target: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
-                              "`python -m pipeline targets` lists names and fingerprints" % target)
-    else:
-        get_target(target)  # ConfigError naming the closest registered names
+    target_name(target, "target")
     if quant_config_file is not None:
         warnings.warn("target and quant_config_file are both given: hardware-aware mode is off "
                       "(as in the real quantizer)")
@@ -214,28 +211,31 @@ class _CalibModel(nn.Module):
         super().__init__()
         self._quantizer = [quantizer]  # a list, so nn.Module does not register it
 
-    def forward(self, x: torch.Tensor) -> Any:
+    def forward(self, *xs: torch.Tensor) -> Any:
         q = self._quantizer[0]
         index = q._calibrator.batches + 1
-        _check_input(x, "quant_model input (calibration forward %d)" % index)
-        x = x.detach().cpu()
-        if x.shape[0] == 0:
-            warnings.warn("calibration forward %d: the batch is empty (shape %s): it adds nothing to the "
+        xs = q._check_inputs(xs, "quant_model input (calibration forward %d)" % index)
+        xs = tuple(x.detach().cpu() for x in xs)
+        samples = int(xs[0].shape[0]) if xs[0].dim() else 1
+        if samples == 0 or any(x.numel() == 0 for x in xs):
+            shapes = [tuple(x.shape) for x in xs]
+            warnings.warn("calibration forward %d: the batch is empty (%s): it adds nothing to the "
                           "fix_pos statistics; check the data loader (a last batch of 0 samples, an empty "
-                          "split or filter)" % (index, tuple(x.shape)))
+                          "split or filter)" % (index, "shape %s" % (shapes[0],) if len(xs) == 1 else "shapes %s" % shapes))
             q._empty_forwards += 1
-        elif bool(x.any()):
+        elif any(bool(x.any()) for x in xs):
             q._nonzero_forwards += 1
-        bad = x.numel() - int(torch.isfinite(x).sum())
+        total = sum(x.numel() for x in xs)
+        bad = total - sum(int(torch.isfinite(x).sum()) for x in xs)
         if bad:
             warnings.warn(
                 "calibration forward %d: the input holds %d non-finite values (NaN/Inf) of %d. As in "
                 "pytorch_nndct, a tensor holding NaN/Inf is passed through unquantized and adds "
                 "nothing to the fix_pos statistics, so this batch calibrates next to nothing (with "
                 "bias correction on it also ends the correction of every layer it reaches). Clean "
-                "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, x.numel()))
-        q._calibrator_samples += int(x.shape[0])
-        return q._calibrator.step(x)
+                "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, total))
+        q._calibrator_samples += samples
+        return q._calibrator.step(*xs)
 
 
 class TorchQuantizer:
@@ -265,11 +265,12 @@ class TorchQuantizer:
             module = copy.deepcopy(module)
             module.load_state_dict(load_state_dict_file(state_dict_file))
         self.config = load_quant_config(quant_config_file, bitwidth)
-        example = _example(input_args)
+        examples = _examples(input_args)
         os.makedirs(output_dir, exist_ok=True)
-        self._session = SimSession(module, example.clone(), self.config)  # its own copy: see _example
-        self._example = example
-        self._fingerprint = self._make_fingerprint(module, example, quant_config_file)
+        # the session's own copies (shape propagation runs the model on them): see _examples
+        self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
+        self._examples = examples
+        self._fingerprint = self._make_fingerprint(module, examples, quant_config_file)
         self._forwards = 0
         self._last_batch = None  # type: Optional[int]
         self._empty_forwards = 0  # calibration forwards on an empty batch
@@ -288,21 +289,38 @@ class TorchQuantizer:
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
 
-    def _make_fingerprint(self, module: nn.Module, example: torch.Tensor,
+    def _make_fingerprint(self, module: nn.Module, examples: Tuple[torch.Tensor, ...],
                           quant_config_file: Optional[str]) -> Dict[str, Any]:
-        """The runner's calibration fingerprint (``pipeline.quantizers.fingerprint``) of this quantizer."""
+        """The runner's calibration fingerprint (``pipeline.quantizers.fingerprint``) of this
+        quantizer; with several inputs, ``input_shape`` and ``input_dtype`` list each input's."""
         settings = QuantSettings(target=self.target, bitwidth=self._session.bitwidth,
                                  quant_config_file=quant_config_file, device="cpu")
         # no config file: config_hash names the API (the field is informative and not compared)
-        return make_fingerprint(module, example, settings, "pipeline.apis.torch_quantizer", "sim")
+        fp = make_fingerprint(module, examples[0], settings, "pipeline.apis.torch_quantizer", "sim")
+        if len(examples) > 1:
+            fp["input_shape"] = [[int(d) for d in e.shape[1:]] for e in examples]
+            fp["input_dtype"] = [str(e.dtype) for e in examples]
+        return fp
+
+    def _check_inputs(self, xs: Tuple[Any, ...], what: str) -> Tuple[torch.Tensor, ...]:
+        """``xs`` checked against the example inputs: as many, each float32 of the same rank."""
+        if len(xs) != len(self._examples):
+            raise QuantizationError("%s: the model takes %d input tensors (as input_args), got %d"
+                                    % (what, len(self._examples), len(xs)))
+        return tuple(_check_input(x, what if len(xs) == 1 else "%s %d" % (what, i), e.dim())
+                     for i, (x, e) in enumerate(zip(xs, self._examples)))
 
     def _check_forward(self, module: nn.Module, inputs: Any) -> None:
         if inputs:  # a keyword-only call is left to the model's forward
-            _check_input(inputs[0], "quant_model input")
+            self._check_inputs(tuple(inputs), "quant_model input")
 
     def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
         self._last_batch = int(inputs[0].shape[0]) if inputs else None
+
+    def _example1(self) -> Tuple[torch.Tensor, ...]:
+        """The batch-1 example inputs (first sample of each ``input_args`` tensor), contiguous copies."""
+        return tuple(e[:1].clone().contiguous() for e in self._examples)
 
     def _check_exportable(self, method: str) -> None:
         if self.quant_mode != "test":
@@ -319,11 +337,11 @@ class TorchQuantizer:
     def quant_model(self) -> nn.Module:
         """The quantized model to run forwards on.
 
-        calib: each forward calibrates on the batch (float32 NCHW, not modified) and returns the
+        calib: each forward calibrates on the batch (one float32 tensor per input, not modified) and returns the
         calibration output; a batch holding NaN/Inf warns (forward index and count) and is
         skipped by the statistics, as in nndct. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
-        Either raises QuantizationError on an input that is not a float32 (N, C, H, W)
-        torch.Tensor.
+        Either raises QuantizationError on inputs that are not float32 torch.Tensors of the
+        example inputs' number and ranks.
         """
         LOG.info("=>Get module with quantization.")
         return self._model
@@ -399,9 +417,34 @@ class TorchQuantizer:
                                     % opset_version)
         from .export import export_onnx
         path = os.path.join(output_dir, "%s_int.onnx" % self._session.graph.class_name)
-        return export_onnx(self._model, self._example[:1].contiguous(), path,
+        example1 = self._example1()
+        return export_onnx(self._model, example1[0] if len(example1) == 1 else example1, path,
                            "qdq" if native_onnx else "exact")
 
+
+    def fast_finetune(self, run_fn: Any, run_args: Any) -> None:
+        """Always raises: fast finetuning (AdaQuant, ``param.pth``) is not available in the
+        simulation yet.
+
+        Raises:
+            BackendUnavailableError: always; calibrate without it, or run the script with
+                pytorch_nndct in the Vitis AI image.
+        """
+        raise BackendUnavailableError(
+            "fast_finetune is not available in the simulation yet: it would change the parameters "
+            "(AdaQuant) in a way the sim does not reproduce. Calibrate without it here, or run this "
+            "script with pytorch_nndct in the Vitis AI docker image (`quantizer.backend: nndct`)")
+
+    def load_ft_param(self) -> None:
+        """Always raises: the simulation has no fast-finetuned parameters (see :meth:`fast_finetune`).
+
+        Raises:
+            BackendUnavailableError: always.
+        """
+        raise BackendUnavailableError(
+            "load_ft_param is not available in the simulation yet (fast_finetune is not simulated, so "
+            "there is no param.pth of it); leave the call out here, or run with pytorch_nndct in the "
+            "Vitis AI docker image")
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
                       dynamic_batch: bool = False) -> None:
@@ -461,16 +504,16 @@ class TorchQuantizer:
         # a hook-free GraphModule on the same submodules (a copy of the graph): the forward
         # counter stays the user's
         plain = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=gm.__class__.__name__).eval()
-        example1 = self._example[:1].clone()
+        example1 = self._example1()
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.x calls TorchScript deprecated; it is the format the real quantizer writes
             warnings.filterwarnings("ignore", message=r".*torch\.jit", category=DeprecationWarning)
             try:
-                script = torch.jit.trace(plain, (example1,), check_trace=False)
+                script = torch.jit.trace(plain, example1, check_trace=False)
             except Exception as e:  # the tracer raises RuntimeError, TypeError, ...
                 raise ExportError("export_torch_script: torch.jit.trace failed on the test-mode "
                                   "model: %s; nothing was written" % e) from e
-            expect, got = plain(example1), script(example1)
+            expect, got = plain(*example1), script(*example1)
             buf = io.BytesIO()
             torch.jit.save(script, buf)
         if not _bit_equal(expect, got):
@@ -506,8 +549,9 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         quant_mode: ``"calib"`` or ``"test"`` (1 or 2 accepted, deprecated); anything else warns
             and calibrates, as the real one does.
         module: float ``nn.Module`` (a DataParallel wrapper is stripped). Never modified.
-        input_args: example input (a tensor or a 1-tuple): a float32 NCHW torch.Tensor, the trace
-            shape. Not modified. Every ``quant_model`` input must be one too.
+        input_args: example input: a float32 torch.Tensor of any rank (the trace shape), or a
+            tuple/list with one per ``forward`` argument. Not modified. Every ``quant_model`` call
+            takes as many float32 tensors, each of its example's rank.
         state_dict_file: optional float weights, loaded into a copy of ``module``.
         output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
         bitwidth: bit width of every tensor without a config file (None means 8).
@@ -526,12 +570,12 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
 
     Raises:
         ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
-        model or config, no ``input_args`` or one that is not a float32 (N, C, H, W) tensor (a
-        numpy array, a 3-D tensor), or (test mode) missing/mismatching quant_info.json or
+        model or config, no ``input_args``, one that is not a float32 tensor (a numpy array), as
+        many tensors as ``forward`` takes, or (test mode) missing/mismatching quant_info.json or
         bias_corr.pth.
     """
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
                           device, quant_config_file, target, **ignored_known_kwargs)
 
 
-__all__ = ["torch_quantizer", "TorchQuantizer"]
+__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]

@@ -222,20 +222,27 @@ def test_export_torch_script_is_bit_exact_after_reload(tmp_path):
             assert torch.equal(_bits(script(batch)), _bits(expect))
 
 
+class _TwoInputs(nn.Module):
+    def forward(self, x, y):
+        return x + y
+
+
 def test_inputs_must_be_float32_nchw_tensors(tmp_path):
     x = small_batches(1)[0]
     expect = r"expected a float32 torch.Tensor \(N, C, H, W\), got "
     with pytest.raises(QuantizationError, match=expect + r"numpy.ndarray of shape \(4, 3, 8, 8\).*torch.from_numpy"):
         torch_quantizer("calib", small_net(), (x.numpy(),), output_dir=str(tmp_path), device="cpu")
-    with pytest.raises(QuantizationError, match=expect + r"a 3-D torch.float32 tensor.*unsqueeze\(0\)"):
-        torch_quantizer("calib", small_net(), x[0], output_dir=str(tmp_path), device="cpu")
-    with pytest.raises(QuantizationError, match=r"input_args: .*got 2 inputs"):
+    with pytest.raises(QuantizationError, match=r"input_args\[1\]: " + expect + "numpy.ndarray"):
+        torch_quantizer("calib", _TwoInputs(), (x, x.numpy()), output_dir=str(tmp_path), device="cpu")
+    with pytest.raises(QuantizationError, match=r"takes 1 inputs \(x\), got 2 example tensors"):
         torch_quantizer("calib", small_net(), (x, x), output_dir=str(tmp_path), device="cpu")
     q = torch_quantizer("calib", small_net(), (x,), output_dir=str(tmp_path), device="cpu")
     with pytest.raises(QuantizationError, match=r"calibration forward 1\): " + expect + "numpy.ndarray"):
         q.quant_model(x.numpy())
     with pytest.raises(QuantizationError, match=r"calibration forward 1\): " + expect + "a 3-D"):
         q.quant_model(x[0])
+    with pytest.raises(QuantizationError, match=r"calibration forward 1\): the model takes 1 input tensors"):
+        q.quant_model(x, x)
     assert q.export_quant_config() is None  # the refused forwards calibrated nothing
     calibrate_with_api(tmp_path)
     t = torch_quantizer("test", small_net(), (x,), output_dir=str(tmp_path), device="cpu")

@@ -75,16 +75,12 @@ def test_links_between_docs_resolve():
                 assert m.group(2) in anchors(target), "%s links to %s#%s" % (name, target, m.group(2))
 
 
-# Files issue 12 rewrites (graph capture, the op table, the ONNX exporter): their citations move with them.
-PENDING_REWRITE = {"pipeline/export/onnx_export.py", "pipeline/quantizers/sim/graph.py", "pipeline/quantizers/sim/ops.py"}
-
-
 def test_no_citation_points_outside_the_repository():
     """The old "facts N.N" citations named a document a user's clone does not have."""
     old = re.compile(r"vitis_ai_facts|\bfacts (?:section )?[0-9]+(?:\.[0-9]+)*\b")
     found = []
     for rel in cited_files():
-        if rel in PENDING_REWRITE or rel == "tests/test_docs.py":
+        if rel == "tests/test_docs.py":
             continue
         with open(os.path.join(REPO, rel), errors="replace") as f:
             found += ["%s:%d" % (rel, no) for no, line in enumerate(f, 1) if old.search(line)]

@@ -1,5 +1,6 @@
 """The sim backend: the SimBackend contract, the lowered test-mode graph, capture and plan rules,
 and the speed-ups that must keep its results."""
+import json
 import os
 
 import pytest
@@ -12,7 +13,7 @@ from pipeline.errors import ConfigError, QuantizationError
 from pipeline.quantizers import fixpoint
 from pipeline.quantizers.base import QuantSettings, get_backend
 from pipeline.quantizers.quant_config import load_quant_config
-from pipeline.quantizers.sim.graph import capture
+from pipeline.fx.capture import capture
 from pipeline.quantizers.sim.plan import QuantPlan, adjust_fix_pos
 
 from small_net import calibrate_with_api, small_batches, small_net
@@ -116,13 +117,43 @@ def test_backend_round_trip_equals_drop_in_api(tmp_path):
         backend.export(handle, batches[0], str(tmp_path / "out"), ["xmodel"])
 
 
-def test_unsupported_operator_is_named():
+def test_operator_without_dpu_mapping_is_a_float_operator(tmp_path):
+    """An op nndct has no DPU type for runs in float on its quantized input (no refusal); as the
+    model output it gets no fix position (golden_wide README, "Exhaustive probe")."""
     class Odd(nn.Module):
-        def forward(self, x):
-            return torch.sigmoid(x)
+        def __init__(self):
+            super().__init__()
+            self.conv = nn.Conv2d(3, 4, 1)
 
-    with pytest.raises(QuantizationError, match="sigmoid"):
-        capture(Odd(), torch.zeros(1, 3, 4, 4), load_quant_config(None))
+        def forward(self, x):
+            return torch.special.erf(self.conv(x))
+
+    graph = capture(Odd(), torch.zeros(1, 3, 4, 4), load_quant_config(None))
+    assert [n.name for n in graph.float_operators()] == ["aten_special_erf_2"]
+    x = small_batches(1)[0]
+    calibrate_with_api(tmp_path, Odd(), batches=[x])
+    info = json.load(open(str(tmp_path / "quant_info.json")))
+    assert list(info["output"]) == ["Odd::nndct_input_0", "Odd::nndct_conv2d_1"]
+    q = torch_quantizer("test", Odd(), (x,), output_dir=str(tmp_path), device="cpu")
+    conv_q = [n for n in q.quant_model.graph.nodes if n.meta.get("nndct_node") == "nndct_conv2d_1"][0]
+    assert conv_q.target is fixpoint.fake_quant
+    y = q.quant_model(x)
+    conv_value = _node_value(q.quant_model, conv_q, x)  # the conv's fake_quant output
+    assert torch.equal(y, torch.special.erf(conv_value))
+
+
+def _node_value(gm, node, x):
+    """The value of one node of a GraphModule on input x."""
+    values = {}
+
+    class Grab(torch.fx.Interpreter):
+        def run_node(self, n):
+            out = super().run_node(n)
+            values[n] = out
+            return out
+
+    Grab(gm).run(x)
+    return values[node]
 
 
 def test_shift_cut_and_shift_bias_adjustments():
@@ -195,14 +226,31 @@ class _ConvUsedTwice(nn.Module):
 
 
 @pytest.mark.parametrize("model,match", [
-    (_TwoInputs(), "exactly one input"),
-    (_LoneBN(), "BatchNorm2d without a Conv2d"),
+    (_TwoInputs(), r"forward\(\) of _TwoInputs takes 2 inputs \(x, y\), got 1 example tensors"),
     (_ConvUsedTwice(), "used by 1 nodes besides its BatchNorm"),
     (nn.Sequential(nn.Conv2d(3, 3, 3, padding=1, padding_mode="reflect")), "padding_mode"),
 ])
 def test_capture_rejects_what_it_cannot_simulate(model, match):
     with pytest.raises(QuantizationError, match=match):
         capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
+
+
+def test_batchnorm_without_conv_stays_a_converted_batch_norm_node():
+    """nndct keeps such a BatchNorm (QUANTIZER_TORCH_NOT_FUSED_BN) with weight = gamma/sqrt(var+eps),
+    bias = beta - mean*weight, mean 0, var 1, eps 0: the same float function."""
+    model = _LoneBN().eval()
+    with torch.no_grad():
+        model.bn.running_mean.copy_(torch.tensor([0.5, -1.0, 2.0]))
+        model.bn.running_var.copy_(torch.tensor([0.25, 4.0, 1.5]))
+        model.bn.weight.copy_(torch.tensor([1.5, 0.5, -2.0]))
+    graph = capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
+    bn = graph.module(graph.by_name["nndct_batch_norm_2"])
+    assert bn.eps == 0.0 and torch.equal(bn.running_mean, torch.zeros(3)) and torch.equal(bn.running_var, torch.ones(3))
+    scale = model.bn.weight / torch.sqrt(model.bn.running_var + model.bn.eps)
+    assert torch.equal(bn.weight, scale) and torch.equal(bn.bias, model.bn.bias - model.bn.running_mean * scale)
+    x = torch.randn(2, 3, 4, 4)
+    assert torch.allclose(graph.gm(x), model(x), atol=1e-6)
+    assert graph.by_name["nndct_batch_norm_2"].param_names == {"weights": "_LoneBN::bn.weight", "bias": "_LoneBN::bn.bias"}
 
 
 # -- speed-ups of the sim keep its results (scripts/bench_quant.py) -----------------------------

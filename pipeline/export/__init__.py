@@ -9,7 +9,7 @@
 
 onnx and onnxruntime are imported inside the functions, so importing this package is cheap.
 """
-from .onnx_export import FLAVOURS, OPSET, export_onnx
+from .onnx import FLAVOURS, OPSET, export_onnx
 from .verify import check_agreement, qdq_reference, qdq_warning, verify_onnx, verify_qdq
 
 __all__ = ["FLAVOURS", "OPSET", "export_onnx", "verify_onnx", "verify_qdq", "qdq_reference", "qdq_warning",

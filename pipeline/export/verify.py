@@ -85,7 +85,8 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
             ``output_fix_pos`` (int or None) sets the LSB of the output.
         onnx_path: a file written by :func:`pipeline.export.export_onnx`.
         inputs: float32 batch of any size N, same sample shape as the export's example (e.g.
-            NCHW). Not modified: the simulation runs on a copy.
+            NCHW), or a tuple of them (one per model input, in order). Not modified: the
+            simulation runs on copies.
         optimized: run with ONNX Runtime's default graph optimizations instead of none.
 
     Returns:
@@ -98,15 +99,20 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
     Raises:
         ExportError: ``inputs`` is not a float32 tensor; the outputs differ in count or shape.
     """
-    if not isinstance(inputs, torch.Tensor) or inputs.dtype != torch.float32:
-        raise ExportError("verification needs a float32 torch.Tensor batch, got %s"
-                          % getattr(inputs, "dtype", type(inputs).__name__))
-    x = inputs.detach().cpu().contiguous()
+    batch = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
+    for x in batch:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            raise ExportError("verification needs a float32 torch.Tensor batch (one per model input), got %s"
+                              % getattr(x, "dtype", type(x).__name__))
+    xs = [x.detach().cpu().contiguous() for x in batch]
     with torch.no_grad():
-        expected = [t.detach().cpu().numpy() for t in _as_list(gm(x.clone()))]
+        expected = [t.detach().cpu().numpy() for t in _as_list(gm(*[x.clone() for x in xs]))]
     session = _session(onnx_path, optimized)
     flavour = session.get_modelmeta().custom_metadata_map.get("flavour")
-    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})
+    names = [i.name for i in session.get_inputs()]
+    if len(names) != len(xs):
+        raise ExportError("the ONNX file takes %d inputs (%s), got %d tensors" % (len(names), ", ".join(names), len(xs)))
+    got = session.run(None, {name: x.numpy() for name, x in zip(names, xs)})
     if len(got) != len(expected) or any(g.shape != e.shape for g, e in zip(got, expected)):
         raise ExportError("ONNX outputs %s do not match the simulation's outputs %s in number or shape"
                           % ([g.shape for g in got], [e.shape for e in expected]))

@@ -134,13 +134,13 @@ class Inspection:
         }
 
 
-def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspection:
+def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
     """Assign every operation of ``model`` to the DPU of ``target`` or to the CPU, with reasons.
 
     Args:
         model: the float model; not modified (a deep copy is traced in eval mode).
-        example: an input batch, NCHW float32 as the model takes it (any batch size; shapes are
-            reported with it); not modified (the run uses a clone).
+        example: an input batch as the model takes it (a tensor, or a tuple with one tensor per
+            forward argument; any batch size; shapes are reported with it); not modified.
         target: a DPU target name of docs/targets.md#names-and-fingerprints, e.g. "DPUCZDX8G_ISA1_B4096" (see
             :data:`pipeline.targets.TARGETS`; it needs one with engine parameters).
 
@@ -157,7 +157,8 @@ def inspect_model(model: nn.Module, example: torch.Tensor, target: str) -> Inspe
     if hardware.engines is None:
         raise ConfigError("inspection has no engine parameters for {} (family {}); it can inspect for {}".format(
             target, hardware.family, ", ".join(n for n, t in TARGETS.items() if t.engines is not None)))
-    if not isinstance(example, torch.Tensor):
+    examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    if not examples or not all(isinstance(e, torch.Tensor) for e in examples):
         raise DataError("inspection needs an example input tensor (N, C, H, W) for the model; got "
                         "{}".format(type(example).__name__))
     traced = trace_model(model, example)

@@ -638,6 +638,39 @@ def unknown(node: OpNode, ctx: Context, what: Optional[str] = None) -> Verdict:
                     what or node.op, node.source))
 
 
+def float_operator(node: OpNode, ctx: Context) -> Verdict:
+    """An op the quantizer keeps as a float operator (``pipeline.fx.optable``, kind "float"; the
+    real quantizer's ``QUANTIZER_TORCH_FLOAT_OP``, or an element-wise op with a constant): the
+    CPU runs it in float on its quantized input."""
+    return _cpu("{} ({}) is a float operator of the quantizer: it runs in float on the CPU, on its "
+                "quantized input.".format(node.op, node.source))
+
+
+def resize(node: OpNode, ctx: Context) -> Verdict:
+    """Upsample / interpolate: nearest resizing is a DPU op of the quantizer (``nndct_resize``);
+    other modes are not modelled here."""
+    if node.attrs.get("mode") != "nearest":
+        return unknown(node, ctx, "a {} resize".format(node.attrs.get("mode")))
+    return Verdict(DPU)
+
+
+def piece(node: OpNode, ctx: Context) -> Verdict:
+    """chunk / split and the pieces taken from them: channel slices of the producer's map, where
+    the producer runs."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return _cpu("The input of {} is not on DPU.".format(node.op))
+    return Verdict(DPU)
+
+
+def pad(node: OpNode, ctx: Context) -> Verdict:
+    """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return _cpu("The input of pad is not on DPU.")
+    return Verdict(DPU)
+
+
 OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
     "conv2d": conv2d,
     "depthwise_conv2d": depthwise_conv2d,
@@ -654,9 +687,18 @@ OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
     "concat": concat,
     "reshape": reshape, "view": reshape, "flatten": reshape,
     "permute": permute, "transpose": permute,
+    "pad": pad, "resize": resize,
+    "chunk": piece, "split": piece, "getitem": piece,
 }
 
 
 def decide(node: OpNode, ctx: Context) -> Verdict:
-    """The verdict for ``node``: its op-type rule, or :func:`unknown`."""
-    return OP_RULES.get(node.op, unknown)(node, ctx)
+    """The verdict for ``node``: its op-type rule, or :func:`unknown` (the quantizer runs such ops
+    as float operators); an op whose rule could put it on the DPU but which the quantizer keeps
+    as a float operator (``mean``) goes to the CPU."""
+    rule = OP_RULES.get(node.op)
+    if rule is None:
+        return unknown(node, ctx)
+    if node.float_operator and rule not in (cpu_activation, softmax):
+        return float_operator(node, ctx)
+    return rule(node, ctx)

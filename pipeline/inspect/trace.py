@@ -1,17 +1,18 @@
-"""Trace a float model with torch.fx and describe each tensor operation in DPU terms.
+"""Describe each tensor operation of a float model in DPU terms, on the one graph capture.
 
-The model is deep-copied and put in eval mode, traced with ``torch.fx.symbolic_trace`` and run
-once on a clone of the example input (``ShapeProp``) to record every output shape. Each call that
-produces a tensor becomes an :class:`OpNode` with a canonical op type (the quantizer's names where
-they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense, batch_norm, relu, relu6, ...) and
-the attributes the rules need. Nodes the quantizer drops before deployment (Dropout, Identity,
+The model is captured by ``pipeline.fx.capture.capture(..., rewrite=False)`` (the same torch.fx
+trace and op table the simulation and the exporter use, without the quantizer's rewrites) and
+its GraphModule run once on a clone of the example input (``ShapeProp``) to record every output
+shape. Each call that produces a tensor becomes an :class:`OpNode` with a canonical op type (the
+quantizer's names where they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense,
+batch_norm, relu, relu6, ...), the attributes the rules need, and the capture's op type and
+float-operator flag. Nodes the quantizer drops before deployment (Dropout, Identity,
 ``contiguous``) are removed and their consumers re-linked to their input; calls that produce no
 tensor (``x.size(0)``) are not nodes.
 
 Nothing of the caller's model or example is changed: both are copied first.
 """
 
-import copy
 import operator
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -22,7 +23,8 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
-from pipeline.errors import PipelineError
+from pipeline.errors import PipelineError, QuantizationError
+from pipeline.fx.capture import capture
 
 
 @dataclass
@@ -44,6 +46,9 @@ class OpNode:
         contiguous: whether the output tensor was C-contiguous on the example run.
         maybe_noncontiguous: whether the output may be non-contiguous whatever the input shape
             (made by permute, transpose, expand, slicing, ...), or was on the example run.
+        quantizer_op: the op type of the one graph capture (``pipeline.fx.optable``, e.g.
+            ``nndct_conv2d``, ``aten::mean``), None where the capture has no node.
+        float_operator: the quantizer runs it in float on the CPU (``SimNode.float_operator``).
     """
 
     name: str
@@ -54,6 +59,8 @@ class OpNode:
     attrs: Dict[str, Any] = field(default_factory=dict)
     contiguous: bool = True
     maybe_noncontiguous: bool = False
+    quantizer_op: Optional[str] = None
+    float_operator: bool = False
 
 
 @dataclass
@@ -69,7 +76,7 @@ class TracedModel:
 # Module classes, most specific first (nn.ReLU6 is a subclass of nn.Hardtanh).
 _MODULE_OPS = (
     (nn.Conv2d, "conv2d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.Linear, "dense"),
-    (nn.BatchNorm2d, "batch_norm"), (nn.ReLU6, "relu6"), (nn.ReLU, "relu"),
+    (nn.BatchNorm2d, "batch_norm"), (nn.BatchNorm1d, "batch_norm"), (nn.Upsample, "resize"), (nn.ReLU6, "relu6"), (nn.ReLU, "relu"),
     (nn.LeakyReLU, "leaky_relu"), (nn.PReLU, "prelu"), (nn.Hardsigmoid, "hsigmoid"),
     (nn.Hardswish, "hswish"), (nn.Sigmoid, "sigmoid"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"),
     (nn.GELU, "gelu"), (nn.Softmax, "softmax"), (nn.MaxPool2d, "max_pool2d"),
@@ -86,7 +93,8 @@ _FUNCTION_OPS = {
     F.hardswish: "hswish", torch.sigmoid: "sigmoid", F.silu: "silu", torch.tanh: "tanh",
     F.gelu: "gelu", torch.softmax: "softmax", F.softmax: "softmax", F.max_pool2d: "max_pool2d",
     F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
-    F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem",
+    F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem", F.interpolate: "resize",
+    torch.chunk: "chunk", torch.split: "split",
 }
 
 _METHOD_OPS = {
@@ -150,6 +158,8 @@ def _module_attrs(op: str, module: nn.Module) -> Dict[str, Any]:
         return {"output_size": module.output_size}
     if op == "flatten":
         return {"start_dim": module.start_dim, "end_dim": module.end_dim}
+    if op == "resize":
+        return {"mode": module.mode}
     return {}
 
 
@@ -192,6 +202,8 @@ def _function_attrs(op: str, node: torch.fx.Node) -> Dict[str, Any]:
         dim = _arg(node, 1, "dim")
         dims = list(dim) if isinstance(dim, (tuple, list)) else ([dim] if dim is not None else [])
         return {"dim": [int(d) for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))}
+    if op == "resize":
+        return {"mode": _arg(node, 3, "mode", "nearest")}
     if op in ("add", "mul"):
         operands = [_arg(node, 0, "input"), _arg(node, 1, "other")]
         return {"tensor_operands": sum(isinstance(o, torch.fx.Node) for o in operands)}
@@ -261,13 +273,13 @@ class _NodeFailure(Exception):
         self.error = error
 
 
-def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
+def trace_model(model: nn.Module, example: Any) -> TracedModel:
     """Trace ``model`` with torch.fx and run it once on ``example`` to record shapes.
 
     Args:
         model: the float model (NCHW input). Not modified: a deep copy is traced in eval mode.
-        example: one input batch, NCHW float (any batch size; shapes are reported with it).
-            Not modified: the run uses a clone.
+        example: one input batch (a tensor, or a tuple with one tensor per forward argument;
+            any batch size; shapes are reported with it). Not modified: the run uses a clone.
 
     Returns:
         The :class:`TracedModel`.
@@ -276,17 +288,20 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
         PipelineError: torch.fx cannot trace the model (data-dependent control flow), or the
             float model fails on the example; the message names the node and what to change.
     """
-    work = copy.deepcopy(model).eval()
+    examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     try:
-        graph_module = torch.fx.symbolic_trace(work)
-    except Exception as error:
+        # the one graph capture, without the quantizer's rewrites (BatchNorm, Dropout kept)
+        graph = capture(model, examples, None, rewrite=False)
+    except QuantizationError as error:
         raise PipelineError(
             "torch.fx could not trace {}: {}. Inspection (like the real quantizer, which traces "
             "with torch.jit.trace) needs a forward() without data-dependent control flow: keep "
             "pre- and post-processing outside the model".format(type(model).__name__, error)) from error
+    graph_module = graph.gm
+    sim_nodes = {fx.name: sim for fx, sim in graph.steps if sim is not None}
     try:
         with torch.no_grad():
-            _ShapeRecorder(graph_module).propagate(example.detach().clone())
+            _ShapeRecorder(graph_module).propagate(*[e.detach().clone() for e in examples])
     except _NodeFailure as failure:
         node = failure.node
         advice = ""
@@ -294,7 +309,7 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
             advice = (" 'view' needs a tensor whose strides fit the new shape; its input may be "
                       "non-contiguous (after permute/transpose): use .reshape() or .flatten()")
         raise PipelineError("the float model fails on the example input (shape {}) at node {!r} "
-                            "({}): {}.{}".format(tuple(example.shape), node.name, node.format_node(),
+                            "({}): {}.{}".format(", ".join(str(tuple(e.shape)) for e in examples), node.name, node.format_node(),
                                                  failure.error, advice)) from failure.error
     modules = dict(graph_module.named_modules())
     inputs: List[OpNode] = []
@@ -331,6 +346,9 @@ def trace_model(model: nn.Module, example: torch.Tensor) -> TracedModel:
         maybe_nc[fx_node.name] = made_nc
         if made_nc:
             origin_nc[fx_node.name] = fx_node.name
+        sim = sim_nodes.get(fx_node.name)
         nodes.append(OpNode(fx_node.name, op, source, [alias.get(n, n) for n in known],
-                            tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc))
+                            tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc,
+                            sim.op if sim is not None else None,
+                            sim is not None and sim.float_operator))
     return TracedModel(type(model).__name__, inputs, nodes, outputs)

@@ -31,19 +31,23 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fixpoint
-from . import graph as g
-from .graph import SimGraph, SimNode
-from .ops import float_reference, param_forward, run_node
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
+from .ops import float_reference, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
 
 
-def check_batch(x: Any) -> None:
-    """Raise QuantizationError unless ``x`` is a float32 tensor (a calibration batch)."""
-    if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
-        raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
-                                ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
+def check_batch(xs: Any, n_inputs: int) -> None:
+    """Raise QuantizationError unless ``xs`` holds ``n_inputs`` float32 tensors (one calibration
+    batch: one tensor per model input)."""
+    if len(xs) != n_inputs:
+        raise QuantizationError("calibration batch: the model takes %d inputs, got %d tensors" % (n_inputs, len(xs)))
+    for x in xs:
+        if not isinstance(x, torch.Tensor) or x.dtype != torch.float32:
+            raise QuantizationError("calibration batch: expected a float32 tensor, got %s; cast it with "
+                                    ".float()" % (x.dtype if isinstance(x, torch.Tensor) else type(x).__name__))
 
 
 class ParamState:
@@ -119,15 +123,15 @@ class Scratch:
 
 
 def release_schedule(graph: SimGraph) -> List[List[Any]]:
-    """For each node (graph order), the fx nodes whose values no later node reads: the
-    calibration loop drops them after that node, so a batch holds only live activations. A
-    value read by the graph's output, or by anything that is not a later node, is kept."""
-    index = {n.fx_node: i for i, n in enumerate(graph.nodes)}
-    free = [[] for _ in graph.nodes]  # type: List[List[Any]]
-    for i, n in enumerate(graph.nodes):
-        users = list(n.fx_node.users)
+    """For each step of ``graph.steps`` (in order), the fx nodes whose values no later step reads:
+    the calibration loop drops them after that step, so a batch holds only live values. A value
+    read by the graph's output, or by anything that is not a later step, is kept."""
+    index = {fx_node: i for i, (fx_node, _) in enumerate(graph.steps)}
+    free = [[] for _ in graph.steps]  # type: List[List[Any]]
+    for i, (fx_node, _) in enumerate(graph.steps):
+        users = list(fx_node.users)
         if all(u in index for u in users):
-            free[max([index[u] for u in users] + [i])].append(n.fx_node)
+            free[max([index[u] for u in users] + [i])].append(fx_node)
     return free
 
 
@@ -154,37 +158,54 @@ class Calibrator:
         self.param_fp = {}  # type: Dict[str, int]
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
         self.batches = 0
-        self._output = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
         self._release = release_schedule(graph)
         self._scratch = Scratch()
 
     # -- one batch ---------------------------------------------------------------------------
-    def step(self, x: torch.Tensor) -> Any:
-        """Run one calibration batch (float32 NCHW, not modified); returns the model output.
+    def step(self, *xs: torch.Tensor) -> Any:
+        """Run one calibration batch (one float32 tensor per model input, not modified); returns
+        the model output.
 
         Raises:
-            QuantizationError: the batch is not a float32 tensor.
+            QuantizationError: not one float32 tensor per model input, or a node fails (named).
         """
-        check_batch(x)
+        inputs = self.graph.inputs
+        check_batch(xs, len(inputs))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
-            for node, done in zip(self.graph.nodes, self._release):
+            for node in self.graph.nodes:
+                if node.op == g.CONST:
+                    env[node] = self._const(node)
+            feed = dict(zip(inputs, xs))
+            for (fx_node, node), done in zip(self.graph.steps, self._release):
+                if node is None:
+                    env[fx_node] = run_step(self.graph, fx_node, env)
+                    for old in done:
+                        del env[old]
+                    continue
                 if node.op == g.INPUT:
-                    value, quantizable = x, True
+                    value, quantizable = feed[node], True
                 elif node.op in g.PARAM_TYPES:
                     value, quantizable = self._param_node(node, env), True
                 else:
                     value, quantizable = run_node(self.graph, node, env)
                 if quantizable and node.name in self.quantized:
                     value = self._activation(node, value)
-                if node.op in g.PARAM_TYPES and self.bias_correction:
+                if node.op in g.BIAS_CORR_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
-                env[node.fx_node] = value
+                env[fx_node] = value
                 value = None
-                for fx_node in done:  # activations no later node reads: free them now
-                    del env[fx_node]
+                for old in done:  # values no later step reads: free them now
+                    del env[old]
         self.batches += 1
-        return map_arg(self._output.args[0], lambda n: env[n])
+        return map_arg(self.graph.output_node.args[0], lambda n: env[n])
+
+    def _const(self, node: SimNode) -> Any:
+        """A constant's value as the quantized graph uses it: quantized at its own fix_pos when it
+        has an output entry (a float constant feeding a quantizable op), else the number."""
+        if node.name not in self.quantized or node.shape_value:
+            return node.value
+        return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
     def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
         fp = self._batch_fix_pos(node, t)
@@ -280,7 +301,7 @@ class Calibrator:
         """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_f - b_final`` (None without bias)."""
         corr = {}  # type: Dict[str, Optional[torch.Tensor]]
         for node in self.graph.nodes:
-            if node.op not in g.PARAM_TYPES:
+            if node.op not in g.BIAS_CORR_TYPES:
                 continue
             state = self.params[node.name]
             if state.bias is None or state.bias_float is None:

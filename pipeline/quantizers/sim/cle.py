@@ -26,8 +26,8 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 import torch
 
-from . import graph as g
-from .graph import SimGraph, SimNode
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
 
 CLE_TYPES = g.CONV_TYPES
 ACT_TYPES = (g.RELU,)

@@ -30,10 +30,11 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch.fx.node import map_arg
 
+from ...fx import optable as g
+from ...fx.capture import SimGraph
 from .. import fixpoint
-from . import graph as g
 from .calib import Calibrator, check_batch
-from .ops import param_forward, run_node
+from .ops import param_forward, run_node, run_step
 
 
 class DistributedCalibrator(Calibrator):
@@ -49,30 +50,31 @@ class DistributedCalibrator(Calibrator):
         QuantizationError: as Calibrator.step.
     """
 
-    def __init__(self, graph: g.SimGraph, plan: Any, bitwidth: int, bias_correction: bool, comm: Any,
+    def __init__(self, graph: SimGraph, plan: Any, bitwidth: int, bias_correction: bool, comm: Any,
                  max_fix_pos: int = fixpoint.MAX_FIX_POS_8BIT) -> None:
         super().__init__(graph, plan, bitwidth, bias_correction, max_fix_pos)
         self.comm = comm
         self.rounds = 0
         self._finished = False
 
-    def step(self, x: torch.Tensor) -> Any:
-        """Run this rank's next batch (float32 NCHW, not modified) as one round; returns its output.
+    def step(self, *xs: torch.Tensor) -> Any:
+        """Run this rank's next batch (one float32 tensor per model input, not modified) as one
+        round; returns its output.
 
         Raises:
-            QuantizationError: the batch is not a float32 tensor (before any collective).
+            QuantizationError: not one float32 tensor per model input (before any collective).
         """
         if self._finished:
             raise RuntimeError("DistributedCalibrator.step after finish()")
-        check_batch(x)
-        return self._round(x)[1]
+        check_batch(xs, len(self.graph.inputs))
+        return self._round(xs)[1]
 
     def finish(self) -> None:
         """Take part in rounds without a batch until no rank has one left (a collective)."""
         while not self._finished:
             self._finished = not self._round(None)[0]
 
-    def _round(self, x: Optional[torch.Tensor]):
+    def _round(self, xs: Optional[tuple]):
         """One round; returns (whether any rank had a batch, this rank's output or None).
 
         Every rank makes the same collectives in the same order: which ones depends only on the
@@ -80,34 +82,52 @@ class DistributedCalibrator(Calibrator):
         """
         comm = self.comm
         comm.context = "calibration round %d" % (self.rounds + 1)
-        present = comm.gather_ints(None if x is None else 1)
+        present = comm.gather_ints(None if xs is None else 1)
         active = [r for r, p in enumerate(present) if p is not None]
         if not active:
             return False, None
-        mine = x is not None
+        mine = xs is not None
+        feed = dict(zip(self.graph.inputs, xs or ()))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:
+                if node.op == g.CONST:  # the same fix_pos in every batch: no collective needed
+                    env[node] = self._const_round(node, len(active))
+            for fx_node, node in self.graph.steps:
+                if node is None:
+                    env[fx_node] = run_step(self.graph, fx_node, env) if mine else None
+                    continue
                 comm.context = "calibration round %d, node %s" % (self.rounds + 1, node.name)
                 value, quantizable = None, mine
                 if node.op in g.PARAM_TYPES:
                     state = self._param_state(node)
-                    if self.bias_correction and state.bias is not None and not state.stop:
-                        env[node.fx_node] = self._chain(node, env, active)
+                    if self.bias_correction and node.op in g.BIAS_CORR_TYPES and state.bias is not None \
+                            and not state.stop:
+                        env[fx_node] = self._chain(node, env, active)
                         continue
                     if mine:
-                        value = param_forward(self.graph, node, env[node.fx_node.all_input_nodes[0]],
+                        value = param_forward(self.graph, node, env[fx_node.all_input_nodes[0]],
                                               state.weight, state.bias)
                 elif node.op == g.INPUT:
-                    value = x
+                    value = feed.get(node)
                 elif mine:
                     value, quantizable = run_node(self.graph, node, env)
                 if node.name in self.quantized:  # a collective on every rank, quantizable or not
                     value = self._gathered_activation(node, value, quantizable, active)
-                env[node.fx_node] = value
+                env[fx_node] = value
         self.batches += len(active)
         self.rounds += 1
-        return True, (map_arg(self._output.args[0], lambda n: env[n]) if mine else None)
+        return True, (map_arg(self.graph.output_node.args[0], lambda n: env[n]) if mine else None)
+
+    def _const_round(self, node: Any, batches: int) -> Any:
+        """A constant in a round of ``batches`` batches: its history grows as in one process."""
+        if node.name not in self.quantized or node.shape_value:
+            return node.value
+        t = torch.tensor(float(node.value), dtype=torch.float32)
+        fp = self._batch_fix_pos(node, t)
+        hist = self.history[node.name]
+        hist.extend([fp] * batches)
+        return float(fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up"))
 
     def _gathered_activation(self, node: Any, t: Any, mine: bool, active: List[int]) -> Any:
         """Gather this node's per-batch fix_pos, extend the history in batch order, fake-quantize

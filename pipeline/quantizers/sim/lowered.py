@@ -3,14 +3,16 @@
 Contract (other code, e.g. the ONNX exporter in ``pipeline/export``, walks this graph node by
 node and relies on every point below):
 
-1. Inputs: one ``placeholder`` per model input (float32 NCHW). The graph never writes its inputs.
+1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). The
+   graph never writes its inputs. Outputs: what the model returns (a tensor or a tuple).
 2. The ONLY custom ``call_function`` is
    ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
    ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
    (Re-tracing the GraphModule keeps it as one node with
    ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``.)
-3. ``torch.nn.Conv2d``, ``torch.nn.Linear`` and ``torch.nn.ConvTranspose2d`` appear as
+3. ``torch.nn.Conv2d``, ``torch.nn.Linear``, ``torch.nn.ConvTranspose2d`` and an unfused
+   ``torch.nn.BatchNorm1d``/``BatchNorm2d`` (mean 0, var 1, eps 0: ``x * weight + bias``) appear as
    ``call_module`` nodes on standard modules whose ``weight`` and ``bias`` are ALREADY quantized:
    float32 values exactly ``q * 2**-p`` with q in the code range (std_round, BN folded, CLE and
    bias correction applied). Each such module carries int attributes ``weight_fix_pos``,
@@ -23,8 +25,13 @@ node and relies on every point below):
    ``torch.cat``, ``torch.flatten``, ``torch.clamp``, ``torch.reshape``, ``torch.permute``,
    ``torch.relu``, ``F.relu``, ``F.relu6``, ``F.leaky_relu``, ``F.max_pool2d``,
    ``F.avg_pool2d``, ``F.adaptive_avg_pool2d``, ``F.interpolate``; ``call_method``
-   ``reshape``/``view``/``flatten``/``permute``/``contiguous``/``size``/``relu``/``add``/``mul``.
-   Constants are Python floats.
+   ``reshape``/``view``/``flatten``/``permute``/``contiguous``/``size``/``relu``/``add``/``mul``;
+   and the model's own calls for float operators (``nn.Sigmoid``, ``nn.Tanh``, ``nn.GELU``,
+   ``nn.SiLU``, ``nn.Softmax``, ``torch.mean``/``Tensor.mean``, ``F.pad``, ``torch.clamp``,
+   ``operator.sub``/``truediv``, any other torch call), shape arithmetic (``getattr(x, "shape")``,
+   ``operator.getitem``, ``operator.floordiv``, ``size``) and ``chunk``/``split`` with the
+   ``getitem`` of each piece. Constants are Python numbers; a float constant with its own fix
+   position holds its quantized value.
 5. Hardswish is lowered per docs/arithmetic.md#hardsigmoid-and-hardswish to ``a = torch.add(x, 3.0)``,
    ``b = torch.clamp(a, 0.0, 6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
    ``torch.mul(x, d)``; Hardsigmoid to the first three. The average-pool correction factor is a
@@ -49,9 +56,9 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fixpoint
-from . import graph as g
-from .graph import SimGraph, SimNode
-from .ops import (HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
+from .ops import (getattr_path, HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
                   adaptive_scale, avgpool_kernel)
 from .plan import QuantPlan
 
@@ -66,7 +73,7 @@ def _quantized_module(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitw
     bfp = None
     if m.bias is not None:
         bias = m.bias.detach()
-        if bias_corr is not None:
+        if bias_corr is not None and node.op in g.BIAS_CORR_TYPES:
             corr = bias_corr.get(graph.full_name(node))
             if corr is None or corr.numel() != bias.numel():
                 raise QuantizationError(
@@ -128,8 +135,17 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         root.add_module(name, m)
         return name
 
+    consts = {}  # type: Dict[SimNode, Any]
     for node in graph.nodes:
-        fx_node = node.fx_node
+        if node.op == g.CONST:  # as the quantized graph uses it: quantized when it has an entry
+            consts[node] = node.value
+            if node.name in out_fp and not node.shape_value:
+                consts[node] = float(fixpoint.fake_quant(torch.tensor(float(node.value), dtype=torch.float32),
+                                                         out_fp[node.name], bitwidth, "half_up"))
+    for fx_node, node in graph.steps:
+        if node is None:
+            env[fx_node] = _copy_helper(graph, fx_node, new, root, lookup)
+            continue
         quantize = node.name in out_fp
         if node.op == g.INPUT:
             value = new.placeholder(fx_node.target)
@@ -149,6 +165,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
                 value = new.call_function(torch.mul, (x, d))
         else:
             value = _copy_node(graph, node, new, root, lookup)
+            if node.const_args:
+                value.args = tuple(consts[node.const_args[i]] if i in node.const_args else a
+                                   for i, a in enumerate(value.args))
             if node.op == g.AVG_POOL:
                 scale = fixpoint.avgpool_dpu_scale(*avgpool_kernel(graph, node))
                 value = _mul_const(new, value, scale)
@@ -163,8 +182,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             value = new.call_function(fixpoint.fake_quant, (value, out_fp[node.name], bitwidth, "half_up"))
         value.meta["nndct_node"] = node.name
         env[fx_node] = value
-    out_node = [n for n in graph.gm.graph.nodes if n.op == "output"][0]
-    new.output(map_arg(out_node.args[0], lookup))
+    new.output(map_arg(graph.output_node.args[0], lookup))
     gm = torch.fx.GraphModule(root, new, class_name=graph.class_name)
     gm.quant_info = copy.deepcopy(info)
     quantized_outputs = [out_fp[n.name] for n in graph.outputs if n.name in out_fp]
@@ -175,6 +193,23 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
 
 def _mul_const(new: torch.fx.Graph, value: torch.fx.Node, scale: float) -> torch.fx.Node:
     return value if scale == 1.0 else new.call_function(torch.mul, (value, float(scale)))
+
+
+def _copy_helper(graph: SimGraph, fx_node: torch.fx.Node, new: torch.fx.Graph, root: nn.Module,
+                 lookup) -> torch.fx.Node:
+    """A helper step (``x.shape``, a chunk's tuple, a get_attr) copied as is; a get_attr's tensor
+    is copied into the lowered module under a flat name."""
+    if fx_node.op == "get_attr":
+        name = "attr_" + fx_node.target.replace(".", "_")
+        value = getattr_path(graph.gm, fx_node.target)
+        if isinstance(value, nn.Parameter):
+            root.register_parameter(name, nn.Parameter(value.detach().clone(), requires_grad=False))
+        elif isinstance(value, torch.Tensor):
+            root.register_buffer(name, value.detach().clone())
+        else:
+            setattr(root, name, copy.deepcopy(value))
+        return new.get_attr(name)
+    return new.node_copy(fx_node, lookup)
 
 
 def _copy_node(graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Module, lookup) -> torch.fx.Node:

@@ -1,6 +1,7 @@
 """Float semantics of the nodes as the real quantizer's modules compute them (shared by calib and test).
 
-``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations (facts 2.6):
+``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations
+(docs/arithmetic.md#leakyrelu-slope, #hardsigmoid-and-hardswish, #average-pool-correction):
 
 - LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
   ``leaky_relu_approximate``).
@@ -12,7 +13,13 @@
   with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
   ``hardswish.py``).
 
-Every other node runs its own torch operator. In-place activations run out of place here, so the
+Every other node runs its own torch operator, on the values the quantized graph gives it: a float
+operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
+softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
+``f(x_q)`` in float32 exactly as torch does, and is quantized afterwards only where it has an
+output entry (docs/arithmetic.md#float-operators). A Python-number operand of
+arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own fix_pos when it
+has one: 1.3 -> 1.296875 at fix_pos 6). In-place activations run out of place here, so the
 caller's tensors are never written.
 """
 import operator
@@ -25,8 +32,8 @@ from torch import nn
 from torch.fx.node import map_arg
 
 from .. import fixpoint
-from . import graph as g
-from .graph import SimGraph, SimNode
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode, node_error
 
 LEAKY_SLOPE = 0.1015625  # 26 / 256
 HARD_SIGMOID_SCALE = 2731.0 / 16384.0
@@ -67,28 +74,54 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     return fixpoint.avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
-def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[torch.fx.Node, Any],
-           module: Optional[nn.Module] = None) -> Any:
+def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[Any, Any],
+           module: Optional[nn.Module] = None, consts: Optional[Dict[int, Any]] = None) -> Any:
     """Run one fx node with its arguments looked up in ``env``; in-place activations out of place.
 
     ``module``: the submodule a call_module node runs, when the caller has it (else looked up).
+    ``consts``: positional argument index -> value replacing that (Python number) argument: the
+    constant as the quantized graph uses it.
+
+    Raises:
+        QuantizationError: the node fails; the message names it (and, for a ``view`` of a
+            non-contiguous tensor, says that the float model fails there too and to use reshape).
     """
     args = map_arg(fx_node.args, env.__getitem__)
+    if consts:
+        args = tuple(consts[i] if i in consts else a for i, a in enumerate(args))
     kwargs = dict(map_arg(fx_node.kwargs, env.__getitem__))
-    if fx_node.op == "call_module":
-        m = module if module is not None else gm.get_submodule(fx_node.target)
-        if isinstance(m, (nn.ReLU, nn.Hardtanh)) and getattr(m, "inplace", False):
-            return F.relu(args[0]) if isinstance(m, nn.ReLU) else F.hardtanh(args[0], m.min_val, m.max_val)
-        return m(*args, **kwargs)
-    if fx_node.op == "call_function":
-        if "inplace" in kwargs:
-            kwargs["inplace"] = False
-        # nndct runs ``x += y`` as torch.add (out of place)
-        target = OUT_OF_PLACE.get(fx_node.target, fx_node.target)
-        return target(*args, **kwargs)
-    if fx_node.op == "call_method":
-        return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
+    try:
+        if fx_node.op == "call_module":
+            m = module if module is not None else gm.get_submodule(fx_node.target)
+            if isinstance(m, (nn.ReLU, nn.Hardtanh)) and getattr(m, "inplace", False):
+                return F.relu(args[0]) if isinstance(m, nn.ReLU) else F.hardtanh(args[0], m.min_val, m.max_val)
+            return m(*args, **kwargs)
+        if fx_node.op == "call_function":
+            if "inplace" in kwargs:
+                kwargs["inplace"] = False
+            # nndct runs ``x += y`` as torch.add (out of place)
+            target = OUT_OF_PLACE.get(fx_node.target, fx_node.target)
+            return target(*args, **kwargs)
+        if fx_node.op == "call_method":
+            return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
+        if fx_node.op == "get_attr":
+            return getattr_path(gm, fx_node.target)
+    except RuntimeError as e:
+        raise node_error(fx_node, e) from e
     raise ValueError("run_fx: unexpected fx node %s (%s)" % (fx_node.name, fx_node.op))
+
+
+def getattr_path(root: nn.Module, path: str) -> Any:
+    """The attribute ``a.b.c`` of ``root`` (a get_attr node's target)."""
+    value = root
+    for part in path.split("."):
+        value = getattr(value, part)
+    return value
+
+
+def run_step(graph: SimGraph, fx_node: torch.fx.Node, env: Dict[Any, Any]) -> Any:
+    """A helper step of the graph (``x.shape``, a chunk's tuple, a get_attr): the fx node as is."""
+    return run_fx(graph.gm, fx_node, env)
 
 
 def tiled_max_pool(m: nn.MaxPool2d, x: Any) -> Optional[torch.Tensor]:
@@ -160,7 +193,8 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         out = tiled_max_pool(graph.module(node), env[fx_node.all_input_nodes[0]])
         if out is not None:
             return out, True
-    out = run_fx(graph.gm, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None)
+    consts = {i: env[c] for i, c in node.const_args.items()} if node.const_args else None
+    out = run_fx(graph.gm, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None, consts)
     if op == g.AVG_POOL:
         kh, kw = avgpool_kernel(graph, node)
         return out * fixpoint.avgpool_dpu_scale(kh, kw), True
@@ -179,6 +213,8 @@ def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch
     m = graph.module(node)
     if node.op == g.DENSE:
         return F.linear(x, weight, bias)
+    if node.op == g.BATCH_NORM:  # converted parameters: mean 0, var 1, eps 0 (capture)
+        return F.batch_norm(x, m.running_mean, m.running_var, weight, bias, False, 0.0, m.eps)
     if node.op in (g.CONV2D, g.DEPTHWISE_CONV2D):
         return F.conv2d(x, weight, bias, m.stride, m.padding, m.dilation, m.groups)
     return F.conv_transpose2d(x, weight, bias, m.stride, m.padding, m.output_padding, m.groups, m.dilation)

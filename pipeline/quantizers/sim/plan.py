@@ -23,17 +23,9 @@ Re-implements, for the DPU path with the default strategy:
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from . import graph as g
-from .graph import SimGraph, SimNode
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
 
-# Ops whose single-child parent absorbs them into its group (commander.py, SoftFuse*).
-GROUP_UP_TYPES = (g.RELU, g.LEAKY_RELU, g.RELU6, g.FLATTEN, g.CONTIGUOUS, g.PERMUTE)
-# Ops that never carry their own fix_pos (NndctGraphHolder.MULTIPLE_OUTPUTS_OPS subset).
-LAYOUT_TYPES = (g.FLATTEN, g.RESHAPE, g.CONTIGUOUS, g.PERMUTE)
-# NndctGraphHolder.QUANTIZABLE_OPS restricted to the supported operators.
-QUANTIZABLE_TYPES = (g.AVG_POOL, g.ADAPTIVEAVGPOOL2D, g.CONVTRANSPOSE2D, g.CONV2D, g.CONCAT,
-                     g.DEPTHWISE_CONV2D, g.DENSE, g.ADD, g.MULTIPLY, g.MAX_POOL, g.RESIZE, g.INPUT,
-                     g.HSWISH, g.HSIGMOID, g.DEPTHWISE_CONVTRANSPOSE2D)
 POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
 
 
@@ -55,8 +47,9 @@ class QuantPlan:
         self._create_config()
 
     def quantizable(self, node: SimNode) -> bool:
-        """True for node types the real quantizer quantizes (QUANTIZABLE_OPS)."""
-        return node.op in QUANTIZABLE_TYPES
+        """True for node types the real quantizer quantizes (QUANTIZABLE_OPS; the op table's
+        ``quantizable``), shape arithmetic excepted."""
+        return g.spec(node.op).quantizable and not node.shape_value
 
     def quant_output(self, node: SimNode) -> SimNode:
         """The node whose output carries ``node``'s fix position (``quant_output`` in nndct)."""
@@ -66,12 +59,12 @@ class QuantPlan:
         if len(end.users) == 1 and end.users[0].op == g.CONCAT and not end.is_output:
             return end.users[0]
         idx = -1
-        while end.op in LAYOUT_TYPES:
+        while g.spec(end.op).layout:
             idx -= 1
             if -idx > len(group):
                 break
             end = by_name[group[idx]]
-        while end.op in LAYOUT_TYPES and end.inputs:
+        while g.spec(end.op).layout and end.inputs:
             end = end.inputs[0]
         return end
 
@@ -89,7 +82,7 @@ class QuantPlan:
                 continue
             for parent in node.inputs:
                 end = self.quant_output(parent)
-                if end.op != g.SHAPE:
+                if not end.shape_value:
                     outputs.setdefault(end.name, None)
         self.output_order = list(outputs)
 
@@ -112,7 +105,7 @@ def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
         for n in graph.nodes:
             if groups[n.name][0] != n.name:
                 continue
-            if n.op in GROUP_UP_TYPES and len(n.inputs) == 1:
+            if g.spec(n.op).group_up and len(n.inputs) == 1:
                 parent = n.inputs[0]
                 if len(parent.users) == 1 and not parent.is_output:
                     glue(groups[parent.name][0], n.name)
@@ -199,7 +192,7 @@ def adjust_fix_pos(plan: QuantPlan, param_fp: Dict[str, int], output_fp: Dict[st
                 fi, fo = get_out(node.inputs[0]), get_out(node)
                 if fi is not None and fo is not None and fi + 7 < fo:
                     set_out(node, fi + 7)
-        if node.op in g.PARAM_TYPES:
+        if node.op in g.BIAS_CORR_TYPES:  # conv and dense (shift_cut / shift_bias)
             _shift_cut_bias(plan, node, param_fp, get_out, set_out, note)
     return notes
 

@@ -14,7 +14,7 @@ How a quantized point finds its float twin:
   ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
 - The float model is traced again here (``torch.fx.symbolic_trace`` of a deep copy); fx names its
   nodes deterministically (module path, function name), so the sim's fx node and the float node
-  share a name. The sim's rewrites erase nodes (``graph.capture``: a BatchNorm folded into the conv
+  share a name. The sim's rewrites erase nodes (``pipeline.fx.capture``: a BatchNorm folded into the conv
   before it, Dropout, Identity); when a float node's only user is such an erased node, the float
   twin moves on to it. So ``nndct_conv2d_1`` (conv1 with bn1 folded) is compared with the float
   ``bn1`` output, and the quantized end of a conv+BN+ReLU group (``nndct_relu_2``) with the float
@@ -248,7 +248,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
     quantized with the handle's weight fix_pos. Settings with another CLE switch fail here."""
     from .. import fixpoint
-    from .graph import PARAM_TYPES
+    from ...fx.optable import PARAM_TYPES
 
     graph = session.graph
     unknown = sorted(set(n.meta["nndct_node"] for n in handle.graph.nodes if "nndct_node" in n.meta)

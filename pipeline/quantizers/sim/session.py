@@ -1,7 +1,7 @@
 """One sim quantization session: capture + rewrites, calibration export, test-mode model.
 
 The order of the rewrites is nndct's (``QuantOptimizer.__call__`` in
-``nndct_shared/optimization/optimizer.py``): module swaps and BN folding (``graph.capture``),
+``nndct_shared/optimization/optimizer.py``): module swaps and BN folding (``pipeline.fx.capture``),
 then CLE (``cle.equalize``) when ``include_cle`` is on; quantization points come last
 (``plan.QuantPlan``). Calibration and test mode both rebuild this from the float model, so a
 test-mode model made in the same process as the calibration equals the two-process result.
@@ -16,7 +16,7 @@ from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
 from .cle import ClePair, equalize
-from .graph import SimGraph, capture
+from ...fx.capture import SimGraph, capture
 from .lowered import build_lowered
 from .plan import QuantPlan
 
@@ -58,7 +58,7 @@ class SimSession:
         (``cle.ClePair``); bitwidth: the bit width; ``cfg``: the config.
 
     Raises:
-        QuantizationError: unsupported model or config (see ``graph.capture``, check_supported).
+        QuantizationError: unsupported model or config (see ``pipeline.fx.capture``, check_supported).
     """
 
     def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig) -> None:
@@ -115,4 +115,5 @@ class SimSession:
         """
         info = qi.read_quant_info(out_dir)
         corr = qi.read_bias_corr(out_dir) if self.cfg.include_bias_corr else None
+        self.graph.example_shapes  # the float model on the example: a failing node is named here
         return build_lowered(self.graph, self.plan, info, self.bitwidth, corr)

@@ -1,0 +1,199 @@
+"""The ONNX graph builder: records what each fx node produces, then collects ONNX nodes and
+initializers for one graph (names derived from fx node names). Flavour-independent: quantization
+points and parameters are written by the flavour (``flavours.py``)."""
+from typing import Any, Dict, List, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.fx
+
+OPSET = 13
+IR_VERSION = 7
+PRODUCER_NAME = "vitis-pipeline"
+INPUT_NAME = "input"
+BATCH_DIM = "N"
+ROUNDING_METHODS = ("half_up", "std_round")
+FAKE_QUANT_MODULE = "pipeline.quantizers.fixpoint"
+FAKE_QUANT_NAME = "fake_quant"
+
+
+def is_fake_quant(target: Any) -> bool:
+    """True for ``pipeline.quantizers.fixpoint.fake_quant`` (matched by name: the exporter does
+    not import the quantizer)."""
+    return (getattr(target, "__module__", None) == FAKE_QUANT_MODULE
+            and getattr(target, "__name__", None) == FAKE_QUANT_NAME)
+
+
+class Unsupported(Exception):
+    """One node cannot be written; the message says why. Collected, never shown alone."""
+
+
+# --------------------------------------------------------------------------- recording
+
+
+def _is_static(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, float, str, torch.dtype)):
+        return True
+    if isinstance(value, (tuple, list)):  # torch.Size is a tuple
+        return all(_is_static(v) for v in value)
+    return False
+
+
+def _describe(value: Any) -> Tuple[Any, ...]:
+    if isinstance(value, torch.Tensor):
+        return ("tensor", tuple(value.shape), value.dtype)
+    if _is_static(value):
+        return ("value", value)
+    return ("other", type(value).__name__)
+
+
+class _Recorder(torch.fx.Interpreter):
+    """Runs the graph and keeps, per node, what it produced: a tensor's shape and dtype, or a value."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.meta = {}  # type: Dict[str, Tuple[Any, ...]]
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        result = super().run_node(n)
+        self.meta[n.name] = _describe(result)
+        return result
+
+
+def record(gm: torch.fx.GraphModule, xs: Sequence[torch.Tensor]) -> Dict[str, Tuple[Any, ...]]:
+    recorder = _Recorder(gm)
+    with torch.no_grad():
+        recorder.run(*xs)
+    return recorder.meta
+
+
+# --------------------------------------------------------------------------- builder
+
+
+def arg(node: torch.fx.Node, index: int, name: str, default: Any = Unsupported) -> Any:
+    """Argument ``name`` of a call, given by position ``index`` or by keyword."""
+    if len(node.args) > index:
+        return node.args[index]
+    if name in node.kwargs:
+        return node.kwargs[name]
+    if default is Unsupported:
+        raise Unsupported("argument %r is missing" % name)
+    return default
+
+
+def pair(value: Any) -> Tuple[int, int]:
+    if isinstance(value, (tuple, list)):
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
+def pow2(p: int) -> float:
+    if not -126 <= p <= 126:
+        raise Unsupported("fix_pos %d is outside float32's exponent range [-126, 126]" % p)
+    return 2.0 ** p
+
+
+class Builder:
+    """Collects ONNX nodes and initializers for one graph; names are derived from fx node names."""
+
+    def __init__(self, gm: torch.fx.GraphModule, flavour: Any,
+                 meta1: Dict[str, Tuple[Any, ...]], meta2: Dict[str, Tuple[Any, ...]]) -> None:
+        self.gm = gm
+        self.flavour = flavour
+        self.meta1 = meta1
+        self.meta2 = meta2
+        self.nodes = []  # type: List[Any]
+        self.initializers = {}  # type: Dict[str, Any]
+        self.names = {}  # type: Dict[str, str]
+        self.input_names = {}  # type: Dict[str, str]
+        self.failed = set()  # type: set
+        self.fix_table = {"activations": {}, "params": {}}  # type: Dict[str, Dict[str, Any]]
+
+    # -- emission helpers
+    def op(self, op_type: str, inputs: Sequence[str], name: str, **attrs: Any) -> str:
+        from onnx import helper
+        self.nodes.append(helper.make_node(op_type, list(inputs), [name], name=name, **attrs))
+        return name
+
+    def init(self, name: str, array: np.ndarray) -> str:
+        from onnx import numpy_helper
+        if name not in self.initializers:
+            self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(array), name)
+        return name
+
+    def scalar(self, name: str, value: float) -> str:
+        return self.init(name, np.array(value, dtype=np.float32))
+
+    def ints(self, name: str, values: Sequence[int]) -> str:
+        return self.init(name, np.array(list(values), dtype=np.int64))
+
+    # -- reading the recorded graph
+    def shape(self, arg: Any) -> Tuple[int, ...]:
+        if not isinstance(arg, torch.fx.Node) or self.meta1[arg.name][0] != "tensor":
+            raise Unsupported("expected a tensor operand, got %r" % (arg,))
+        return self.meta1[arg.name][1]
+
+    def batch_dims(self, arg: torch.fx.Node) -> List[int]:
+        """Dimensions of a node's tensor whose size follows the batch size."""
+        s1, s2 = self.meta1[arg.name][1], self.meta2[arg.name][1]
+        return [i for i, (a, b) in enumerate(zip(s1, s2)) if a != b]
+
+    def tensor(self, arg: Any) -> str:
+        if isinstance(arg, torch.fx.Node) and arg.name in self.failed:
+            return arg.name
+        self.shape(arg)
+        return self.names[arg.name]
+
+    def static(self, arg: Any) -> Any:
+        """A Python constant argument; a node yielding a value counts if the batch size does not change it."""
+        if isinstance(arg, (tuple, list)):
+            return type(arg)(self.static(a) for a in arg)
+        if not isinstance(arg, torch.fx.Node):
+            return arg
+        m1, m2 = self.meta1[arg.name], self.meta2[arg.name]
+        if m1[0] != "value":
+            raise Unsupported("argument %s must be a constant, it is a %s" % (arg.name, m1[0]))
+        if m1 != m2:
+            raise Unsupported("argument %s depends on the batch size; only reshape-like ops may "
+                               "use it" % arg.name)
+        return m1[1]
+
+    def operand(self, arg: Any, name: str) -> str:
+        """A tensor operand, or a Python number turned into a float32 scalar initializer."""
+        if isinstance(arg, torch.fx.Node):
+            return self.tensor(arg)
+        value = self.static(arg)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise Unsupported("operand %r is neither a tensor nor a number" % (value,))
+        return self.scalar(name, float(value))
+
+    # -- quantization points and parameters
+    def quantize(self, x: str, name: str, fix_pos: int, bitwidth: int, method: str) -> str:
+        """A fake_quant point, as the flavour writes it."""
+        return self.flavour.quantize(self, x, name, fix_pos, bitwidth, method)
+
+    def param(self, target: str, kind: str, value: torch.Tensor, fix_pos: Any, bitwidth: Any,
+              transpose: bool = False) -> str:
+        """A quantized weight or bias, checked on its grid, written as the flavour writes parameters."""
+        for label, v in (("%s_fix_pos" % kind, fix_pos), ("bitwidth", bitwidth)):
+            if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
+                raise Unsupported("module %s: attribute %s must be an int, got %r" % (target, label, v))
+        fix_pos, bitwidth = int(fix_pos), int(bitwidth)
+        t = value.detach().cpu()
+        if transpose:
+            t = t.t()
+        t = t.contiguous()
+        if t.dtype != torch.float32:
+            raise Unsupported("module %s: %s is %s, expected float32" % (target, kind, t.dtype))
+        codes = t.double() * pow2(fix_pos)
+        lo, hi = -(2 ** (bitwidth - 1)), 2 ** (bitwidth - 1) - 1
+        if not bool(torch.isfinite(codes).all()) or bool((codes != codes.round()).any()):
+            raise Unsupported("module %s: %s is not on its 2^-%d grid (not quantized with "
+                               "%s_fix_pos=%d)" % (target, kind, fix_pos, kind, fix_pos))
+        if codes.numel() and (float(codes.min()) < lo or float(codes.max()) > hi):
+            raise Unsupported("module %s: %s codes span [%d, %d], outside the %d-bit range"
+                               % (target, kind, codes.min(), codes.max(), bitwidth))
+        entry = self.fix_table["params"].setdefault(target, {"bitwidth": bitwidth})
+        entry["%s_fix_pos" % kind] = fix_pos
+        name = "%s.%s%s" % (target, kind, ".T" if transpose else "")
+        return self.flavour.parameter(self, name, t, codes, fix_pos, bitwidth)

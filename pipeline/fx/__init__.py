@@ -1,0 +1,1 @@
+"""One graph capture (``capture``) and one op table (``optable``) for the simulation, inspect and export."""

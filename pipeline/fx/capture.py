@@ -1,0 +1,455 @@
+"""The one graph capture: torch.fx trace, nndct-style rewrites and nndct node names.
+
+The simulation, its test-mode model and the ONNX exporter key on this capture and on the op
+table (``pipeline/fx/optable.py``). The real quantizer parses the model with ``torch.jit.trace``
+into an nndct graph, rewrites it (``nndct_shared/optimization/optimizer.py``: fold Conv+BN, drop
+dropout, CLE, LeakyReLU slope) and names every node ``<type>_<index>`` in topological order
+(``assign_node_topological_name`` in ``nndct_shared/nndct_graph/base_graph.py``), e.g.
+``nndct_conv2d_1``. ``quant_info.json`` keys are these names with a ``<ModelClass>::`` prefix.
+
+Here the model is traced with ``torch.fx`` (torch 1.13 and 2.x) on a deep copy (the caller's
+model is never touched), and the fx graph is rewritten the same way (steps 1-3: ``rewrites.py``):
+
+1. Module swaps before tracing (``pytorch_nndct/qproc/utils.py`` ``parse_module``): every
+   ``nn.ReLU6`` becomes ``nn.ReLU`` when CLE is on (option ``relu6_replace='relu'``) or when
+   ``convert_relu6_to_relu`` is set; ``nn.SiLU`` becomes ``nn.Hardswish`` with
+   ``convert_silu_to_hswish``.
+2. Dropout and Identity nodes are removed (nndct removes dropout; jit traces never see Identity).
+3. A BatchNorm2d whose input is a Conv2d/ConvTranspose2d is folded into it (``fuse_conv_bn.py``),
+   in float32 as nndct's numpy code does it: ``s = gamma / sqrt(var + eps)``, ``W' = W * s``
+   per output channel, ``b' = b * s + (beta - mean * s)``. Any other BatchNorm (BatchNorm1d
+   after a Linear, ...) stays a ``nndct_batch_norm`` node whose parameters nndct converts to
+   ``weight = s``, ``bias = beta - mean * s`` with mean 0, var 1, eps 0 (golden_wide README).
+4. Nodes and names as nndct makes them (golden_wide README, "nndct node names"): a Python
+   number operand of ``+ - * / //`` is an ``nndct_const`` node, numbered before every other
+   node; ``x.shape[i]``/``x.size(i)`` are ``nndct_shape`` nodes (``x.shape`` itself is none);
+   each piece of ``chunk``/``split`` is an ``nndct_strided_slice`` (the last preceded by an
+   ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
+   of type ``aten::<name>``, named ``aten_<name>_<index>``.
+
+Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
+``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
+refused.
+"""
+import copy
+import hashlib
+import json
+import operator
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+from torch import nn
+from torch.fx.passes.shape_prop import ShapeProp
+
+from ..errors import QuantizationError
+from ..quantizers.quant_config import QuantConfig
+from . import optable as t
+from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
+                      DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, INPUT, METHOD_OPS,
+                      MODULE_OPS, PARAM_TYPES, RELU6, RETURN, SHAPE, SPLIT_FUNCTIONS, SPLIT_METHODS,
+                      STRIDED_SLICE)
+from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules
+
+class SimNode:
+    """One nndct node of the captured graph.
+
+    Attributes:
+        name: nndct node name without the class prefix, e.g. ``"nndct_conv2d_1"``.
+        op: nndct op type, e.g. ``"nndct_conv2d"`` (a row of ``optable``; ``aten::<name>`` for a
+            float operator nndct has no type for).
+        fx_node: the node of ``SimGraph.gm`` that computes it; None for an ``nndct_const`` and
+            for the ``nndct_shape`` nndct adds before the last piece of a chunk/split.
+        inputs: producer SimNodes in argument order (nndct ``in_nodes``).
+        users: consumer SimNodes in graph order (nndct ``out_nodes``; the return is not a SimNode).
+        module_path: submodule path in ``SimGraph.gm`` for module calls, else None.
+        param_names: for conv/dense/batch_norm: ``{"weights": "<Class>::<path>.weight", "bias":
+            ...}`` (bias only when the module has one).
+        is_output: True when the node feeds the graph's return.
+        value: for ``nndct_const``: the Python number (an int one counts as shape arithmetic
+            only when every user is).
+        const_args: positional argument index -> the ``nndct_const`` node standing for that
+            Python number (arithmetic nodes).
+        shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
+    """
+
+    def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
+        self.name = name
+        self.op = op
+        self.fx_node = fx_node
+        self.inputs = []  # type: List[SimNode]
+        self.users = []  # type: List[SimNode]
+        self.module_path = fx_node.target if fx_node is not None and fx_node.op == "call_module" else None
+        self.param_names = {}  # type: Dict[str, str]
+        self.is_output = False
+        self.value = None  # type: Any
+        self.const_args = {}  # type: Dict[int, SimNode]
+        self.shape_value = False
+
+    @property
+    def float_operator(self) -> bool:
+        """True when the node runs in float on the CPU: a float operator of the op table, or
+        element-wise arithmetic with a constant operand (no DPU engine takes a constant)."""
+        if self.shape_value or self.fx_node is None:
+            return False
+        return t.is_float_operator(self.op) or (self.op in (t.ADD, t.MULTIPLY) and any(
+            i.op == CONST for i in self.inputs))
+
+    def __repr__(self) -> str:
+        return "SimNode(%s)" % self.name
+
+
+class SimGraph:
+    """The captured, rewritten float graph plus its nndct view.
+
+    Attributes:
+        class_name: the model's class name (``quant_info.json`` prefix).
+        gm: ``torch.fx.GraphModule`` computing the rewritten float model (BN folded, ReLU6
+            swapped when CLE is on, dropout removed); owns deep copies of the caller's modules.
+        nodes: SimNodes in nndct's order (constants, then inputs, then the rest, topologically).
+        inputs: the ``nndct_input`` nodes in argument order.
+        steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
+            order; None marks a helper step that is no nndct node (``x.shape``, a chunk's tuple,
+            a ``get_attr``): it is run as the fx node says.
+        outputs: the SimNodes whose values the model returns, in return order.
+        example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
+            first use (test mode needs them; calibration does not).
+    """
+
+    def __init__(self, class_name: str, gm: torch.fx.GraphModule, nodes: List[SimNode],
+                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode],
+                 example: Tuple[torch.Tensor, ...]) -> None:
+        self.class_name = class_name
+        self.gm = gm
+        self.nodes = nodes
+        self.inputs = [n for n in nodes if n.op == INPUT]
+        self.steps = steps
+        self.outputs = outputs
+        self.by_name = {n.name: n for n in nodes}
+        self.output_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+        self._example = example
+        self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
+        self._modules = {}  # type: Dict[str, nn.Module]
+
+    @property
+    def example_shapes(self) -> Dict[torch.fx.Node, Any]:
+        if self._shapes is None:
+            self._shapes = _example_shapes(self, self._example)
+        return self._shapes
+
+    def full_name(self, node: SimNode) -> str:
+        """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
+        return "%s::%s" % (self.class_name, node.name)
+
+    def module(self, node: SimNode) -> nn.Module:
+        """The submodule a call_module node runs (looked up once per node; the rewrites that
+        replace submodules all run in ``capture``, before this is first called)."""
+        m = self._modules.get(node.module_path)
+        if m is None:
+            m = self._modules[node.module_path] = self.gm.get_submodule(node.module_path)
+        return m
+
+    def float_operators(self) -> List[SimNode]:
+        """The nodes that run in float on the CPU, in order (``SimNode.float_operator``)."""
+        return [n for n in self.nodes if n.float_operator]
+
+    def graph_md5(self) -> str:
+        """md5 of the graph description nndct checks in test mode (``Graph.get_md5``).
+
+        The description lists, per node in topological order (the return node last), its op type
+        and the op types of its input and output nodes, dumped with ``json.dumps(indent=2)``.
+        """
+        entries = []
+        for n in self.nodes:
+            outs = [u.op for u in n.users] + ([RETURN] if n.is_output else [])
+            entries.append({"op": n.op, "input_ops": [i.op for i in n.inputs], "output_ops": outs})
+        entries.append({"op": RETURN, "input_ops": [n.op for n in self.outputs], "output_ops": []})
+        text = json.dumps({"nodes": entries}, indent=2, separators=(",", ": "))
+        return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def _trace(model: nn.Module) -> torch.fx.Graph:
+    # torch.fx.symbolic_trace without its GraphModule: the module is built once, after the
+    # rewrites (one code generation instead of two)
+    try:
+        return torch.fx.Tracer().trace(model)
+    except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
+        raise QuantizationError(
+            "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
+            "%s: %s. Make forward() free of data-dependent Python control flow (the real "
+            "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
+
+
+def _conv_op(m: nn.Module, strict: bool = True) -> str:
+    if strict and m.padding_mode != "zeros":
+        raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
+                                "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
+                                "explicit pad" % m.padding_mode)
+    if isinstance(m, nn.Conv2d):
+        cin = m.in_channels
+        depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
+        return DEPTHWISE_CONV2D if depthwise else CONV2D
+    # nndct op_dispatcher: transposed conv is depthwise when weight (in, out/g) has out/g == 1
+    # and groups == in_channels
+    depthwise = m.weight.shape[1] == 1 and m.groups == m.weight.shape[0] and m.groups != 1
+    return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
+
+
+def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node, strict: bool = True) -> str:
+    """The op type of one fx node: a row of the op table, or ``aten::<name>`` (float operator).
+    ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
+    if node.op == "call_module":
+        m = gm.get_submodule(node.target)
+        if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
+            return _conv_op(m, strict)
+        if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
+            return RELU6
+        if type(m) in MODULE_OPS:
+            return MODULE_OPS[type(m)]
+        if isinstance(m, REMOVED_MODULES):
+            return t.IDENTITY
+        return "aten::%s" % type(m).__name__.lower()
+    if node.op == "call_function":
+        if node.target in FUNCTION_OPS:
+            return FUNCTION_OPS[node.target]
+        if node.target in REMOVED_FUNCTIONS:
+            return t.IDENTITY
+        return "aten::%s" % getattr(node.target, "__name__", "op").strip("_")
+    if node.target in METHOD_OPS:  # call_method
+        return METHOD_OPS[node.target]
+    return "aten::%s" % str(node.target).strip("_")
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _is_shape_tuple(node: torch.fx.Node) -> bool:
+    """``x.shape`` or ``x.size()``: a torch.Size, no nndct node of its own."""
+    if node.op == "call_function" and node.target is getattr:
+        return node.args[1] == "shape"
+    return node.op == "call_method" and node.target == "size" and len(node.args) == 1 and not node.kwargs
+
+
+def _split_pieces(node: torch.fx.Node) -> Optional[int]:
+    """Number of pieces of a chunk/split node (a split by size without the traced shape: as many
+    as the pieces taken), or None when the node is no chunk/split."""
+    if not ((node.op == "call_function" and node.target in SPLIT_FUNCTIONS)
+            or (node.op == "call_method" and node.target in SPLIT_METHODS)):
+        return None
+    second = node.args[1] if len(node.args) > 1 else node.kwargs.get(
+        "chunks", node.kwargs.get("split_size_or_sections", node.kwargs.get("split_size")))
+    if isinstance(second, (list, tuple)):
+        return len(second)
+    if (node.target == "chunk" or node.target is torch.chunk) and isinstance(second, int):
+        return second
+    taken = [u.args[1] for u in node.users if u.op == "call_function" and u.target is operator.getitem
+             and isinstance(u.args[1], int)]
+    return 1 + max(taken) if taken else 1
+
+
+class _NamedShapeProp(ShapeProp):
+    """ShapeProp whose failures name the node (``node_error``)."""
+
+    def run_node(self, n: torch.fx.Node) -> Any:
+        try:
+            return super().run_node(n)
+        except RuntimeError as e:
+            cause = e  # torch 2.x ShapeProp wraps the operator's error
+            while cause.__cause__ is not None:
+                cause = cause.__cause__
+            raise node_error(n, cause) from e
+
+
+def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
+    """A QuantizationError naming the model operation that raised ``e`` (a ``view`` of a
+    non-contiguous tensor gets the fix: the float model fails there too)."""
+    what = fx_node.target if isinstance(fx_node.target, str) else getattr(fx_node.target, "__name__", fx_node.target)
+    msg = "node %r (%s %s) failed: %s" % (fx_node.name, fx_node.op, what, e)
+    if "view size is not compatible" in str(e):
+        msg += (". The float model fails here too (plain PyTorch refuses .view() on a non-contiguous "
+                "tensor, e.g. after permute/transpose, and so does the real quantizer when it runs "
+                "the float model): use .reshape(...) instead of .view(...) in the model's forward")
+    return QuantizationError(msg)
+
+
+def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dict[torch.fx.Node, Any]:
+    with torch.no_grad():
+        _NamedShapeProp(graph.gm).propagate(*example)
+    shapes = {}
+    for node in graph.gm.graph.nodes:
+        meta = node.meta.get("tensor_meta")
+        shapes[node] = tuple(meta.shape) if hasattr(meta, "shape") else None
+    return shapes
+
+
+class _Builder:
+    """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
+
+    def __init__(self, gm: torch.fx.GraphModule, class_name: str, strict: bool = True) -> None:
+        self.gm = gm
+        self.strict = strict
+        self.class_name = class_name
+        self.by_fx = {}  # type: Dict[torch.fx.Node, SimNode]
+        self.helper_src = {}  # type: Dict[torch.fx.Node, List[SimNode]]
+        self.pieces = {}  # type: Dict[torch.fx.Node, int]
+        self.shape_tuples = set()  # type: set
+        self.consts = []  # type: List[SimNode]
+        self.nodes = []  # type: List[SimNode]
+        self.steps = []  # type: List[Tuple[torch.fx.Node, Optional[SimNode]]]
+        self.called = {}  # type: Dict[str, int]
+
+    def resolve(self, fx_node: torch.fx.Node) -> List[SimNode]:
+        if fx_node in self.by_fx:
+            return [self.by_fx[fx_node]]
+        return list(self.helper_src.get(fx_node, []))
+
+    def resolve_all(self, fx_nodes) -> List[SimNode]:
+        out = []  # type: List[SimNode]
+        for n in fx_nodes:
+            for s in self.resolve(n):
+                if s not in out:
+                    out.append(s)
+        return out
+
+    def helper(self, fx_node: torch.fx.Node, sources: List[SimNode]) -> None:
+        self.helper_src[fx_node] = sources
+        self.steps.append((fx_node, None))
+
+    def add(self, fx_node: Optional[torch.fx.Node], op: str, inputs: List[SimNode]) -> SimNode:
+        node = SimNode("", op, fx_node)
+        node.inputs = inputs
+        node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs))
+        self.nodes.append(node)
+        if fx_node is not None:
+            self.by_fx[fx_node] = node
+            self.steps.append((fx_node, node))
+        return node
+
+    def const(self, value: Any) -> SimNode:
+        node = SimNode("", CONST, None)
+        node.value = value
+        node.shape_value = isinstance(value, int)
+        self.consts.append(node)
+        return node
+
+    def visit(self, fx_node: torch.fx.Node) -> None:
+        if fx_node.op == "placeholder":
+            self.add(fx_node, INPUT, [])
+        elif fx_node.op == "get_attr":
+            self.helper(fx_node, [])
+        elif _is_shape_tuple(fx_node):
+            self.shape_tuples.add(fx_node)
+            self.helper(fx_node, self.resolve(fx_node.args[0]))
+        elif fx_node.op == "call_function" and fx_node.target is getattr:
+            self.helper(fx_node, self.resolve(fx_node.args[0]))
+        elif _split_pieces(fx_node) is not None:
+            self.pieces[fx_node] = _split_pieces(fx_node)
+            self.helper(fx_node, self.resolve(fx_node.args[0]))
+        elif fx_node.op == "call_function" and fx_node.target is operator.getitem \
+                and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.helper_src:
+            self.getitem(fx_node)
+        else:
+            self.operator(fx_node)
+
+    def getitem(self, fx_node: torch.fx.Node) -> None:
+        base = fx_node.args[0]
+        sources = self.helper_src[base]
+        if base in self.shape_tuples:
+            self.add(fx_node, SHAPE, sources)
+        elif base in self.pieces:
+            inputs = list(sources)
+            if fx_node.args[1] == self.pieces[base] - 1 and self.pieces[base] > 1:
+                inputs.append(self.add(None, SHAPE, list(sources)))  # the end index of the last piece
+            self.add(fx_node, STRIDED_SLICE, inputs)
+        else:
+            self.helper(fx_node, sources)
+
+    def operator(self, fx_node: torch.fx.Node) -> None:
+        op = _classify(self.gm, fx_node, self.strict)
+        if op == STRIDED_SLICE and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.by_fx \
+                and self.by_fx[fx_node.args[0]].op not in t.OPS:
+            op = t.TUPLE_INDEX  # an output of a float operator returning several (values, indices)
+        if op in ARITHMETIC_TYPES:
+            inputs, consts = [], {}  # type: List[SimNode], Dict[int, SimNode]
+            for i, a in enumerate(fx_node.args):
+                if _is_number(a):
+                    consts[i] = self.const(a)
+                    inputs.append(consts[i])
+                elif isinstance(a, torch.fx.Node):
+                    inputs.extend(s for s in self.resolve(a) if s not in inputs)
+            kw = [v for v in fx_node.kwargs.values() if isinstance(v, torch.fx.Node)]
+            inputs.extend(s for s in self.resolve_all(kw) if s not in inputs)
+            node = self.add(fx_node, op, inputs)
+            node.const_args = consts
+        else:
+            node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
+        if op in PARAM_TYPES:
+            self.called[fx_node.target] = self.called.get(fx_node.target, 0) + 1
+            if self.called[fx_node.target] > 1 and self.strict:
+                raise QuantizationError("module %r is called more than once; the sim quantizer "
+                                        "needs one module per conv/linear/batch-norm use" % fx_node.target)
+            m = self.gm.get_submodule(fx_node.target)
+            node.param_names["weights"] = "%s::%s.weight" % (self.class_name, fx_node.target)
+            if m.bias is not None:
+                node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
+
+
+def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True) -> SimGraph:
+    """Deep-copy, rewrite and trace ``model``; name every node as nndct does.
+
+    Args:
+        model: the float model (any device; the copy is moved to the CPU and put in eval mode).
+            Never modified.
+        example: the example input: a float32 tensor of any rank, or a tuple/list of them (one
+            per ``forward`` argument, in order); not modified.
+        cfg: resolved quantization config (CLE and the convert_* switches decide module swaps);
+            None with ``rewrite=False``.
+        rewrite: False keeps the model as written (no module swaps, Dropout/Identity kept as
+            ``identity`` nodes, BatchNorm unfolded): the view ``inspect`` reports on.
+
+    Returns:
+        SimGraph.
+
+    Raises:
+        QuantizationError: the model cannot be traced, ``example`` does not match ``forward``'s
+            arguments, or a conv/linear module is called twice.
+    """
+    examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
+    work = copy.deepcopy(model).cpu().eval()
+    for p in work.parameters():
+        p.requires_grad_(False)
+    if rewrite:
+        swap_modules(work, cfg)
+    fx_graph = _trace(work)
+    placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
+    if len(placeholders) != len(examples):
+        raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "
+                                "pass one tensor per input, in order, as a tuple"
+                                % (type(model).__name__, len(placeholders),
+                                   ", ".join(str(p.target) for p in placeholders), len(examples)))
+    if rewrite:
+        remove_passthrough(work, fx_graph)
+        fold_bn(work, fx_graph)
+    fx_graph.lint()
+    # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
+    gm = torch.fx.GraphModule(work, fx_graph, class_name=type(work).__name__)
+
+    builder = _Builder(gm, type(model).__name__, rewrite)
+    outputs = []  # type: List[SimNode]
+    for fx_node in gm.graph.nodes:
+        if fx_node.op == "output":
+            outputs = builder.resolve_all(fx_node.all_input_nodes)
+        else:
+            builder.visit(fx_node)
+    nodes = builder.consts + builder.nodes
+    for index, node in enumerate(nodes):
+        node.name = "%s_%d" % (node.op.replace("::", "_"), index)  # aten::mean -> aten_mean_22
+        for i in node.inputs:
+            i.users.append(node)
+    for n in outputs:
+        n.is_output = True
+    for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
+        c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
+    return SimGraph(builder.class_name, gm, nodes, builder.steps, outputs,
+                    tuple(e.detach().cpu() for e in examples))

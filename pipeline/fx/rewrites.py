@@ -1,0 +1,125 @@
+"""The quantizer's rewrites of the traced float graph, before nodes are named (``capture``):
+module swaps (``pytorch_nndct/qproc/utils.py`` ``parse_module``), Dropout/Identity removal, and
+Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset conversion
+(``fuse_conv_bn.py``; golden_wide README for the unfused BatchNorm1d). All in float32, in
+nndct's order of operations. They change capture's own deep copy of the model only."""
+from typing import Optional, Tuple
+
+import torch
+import torch.fx
+from torch import nn
+
+from ..errors import QuantizationError
+from ..quantizers.quant_config import QuantConfig
+
+REMOVED_MODULES = (nn.Dropout, nn.Dropout2d, nn.Dropout1d, nn.Identity) if hasattr(nn, "Dropout1d") \
+    else (nn.Dropout, nn.Dropout2d, nn.Identity)
+REMOVED_FUNCTIONS = (torch.nn.functional.dropout, torch.nn.functional.dropout2d)
+
+
+
+def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
+    parent_path, _, leaf = path.rpartition(".")
+    parent = root.get_submodule(parent_path) if parent_path else root
+    setattr(parent, leaf, module)
+
+
+def swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
+    swaps = []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.ReLU6) and (cfg.include_cle or cfg.convert_relu6_to_relu):
+            swaps.append((name, nn.ReLU(m.inplace)))
+        elif isinstance(m, nn.SiLU) and cfg.convert_silu_to_hswish:
+            swaps.append((name, nn.Hardswish()))
+    for name, new in swaps:
+        if not name:
+            raise QuantizationError("the model itself is a single %s; wrap it in a module with a "
+                                    "forward to quantize it" % type(new).__name__)
+        _set_submodule(model, name, new)
+
+
+def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
+    for node in list(graph.nodes):
+        drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \
+            or (node.op == "call_function" and node.target in REMOVED_FUNCTIONS)
+        if drop:
+            node.replace_all_uses_with(node.args[0])
+            graph.erase_node(node)
+
+
+def bn_scale_offset(bn: nn.Module) -> Tuple[torch.Tensor, torch.Tensor]:
+    """``(s, beta - mean * s)`` with ``s = gamma / sqrt(var + eps)``, float32 (eval statistics;
+    ``affine=False`` counts as gamma 1, beta 0), nndct's order of operations."""
+    mean = bn.running_mean.detach().float()
+    var = bn.running_var.detach().float()
+    gamma = bn.weight.detach().float() if bn.weight is not None else torch.ones_like(mean)
+    beta = bn.bias.detach().float() if bn.bias is not None else torch.zeros_like(mean)
+    scale = gamma / torch.sqrt(var + bn.eps)
+    return scale, beta - mean * scale
+
+
+def fold_bn_params(weight: torch.Tensor, bias: Optional[torch.Tensor], bn: nn.BatchNorm2d,
+                   out_dim: int):
+    """Fold BatchNorm statistics into conv parameters (float32, nndct's order of operations).
+
+    Args:
+        weight: conv weight; ``out_dim`` is its output-channel dimension (0 for Conv2d, 1 for
+            ConvTranspose2d).
+        bias: conv bias or None.
+        bn: the BatchNorm2d (eval statistics; ``affine=False`` counts as gamma 1, beta 0).
+
+    Returns:
+        ``(weight, bias)`` new float32 tensors (copies).
+    """
+    scale, offset = bn_scale_offset(bn)
+    shape = [1] * weight.dim()
+    w = weight.detach().float()
+    if out_dim == 1 and w.shape[1] != scale.numel():  # grouped transposed conv: (in, out/g, kh, kw)
+        groups = scale.numel() // w.shape[1]
+        w = w.reshape(groups, w.shape[0] // groups, *w.shape[1:])
+        shape = [groups, 1, w.shape[2]] + [1] * (w.dim() - 3)
+        new_w = (w * scale.reshape(shape)).reshape(weight.shape)
+    else:
+        shape[out_dim] = scale.numel()
+        new_w = w * scale.reshape(shape)
+    new_b = offset.clone() if bias is None else bias.detach().float() * scale + offset
+    return new_w, new_b
+
+
+def _converted_bn(bn: nn.Module) -> nn.Module:
+    """A copy of ``bn`` as nndct runs an unfused BatchNorm: weight = s, bias = offset, mean 0,
+    var 1, eps 0 (``bn_scale_offset``)."""
+    scale, offset = bn_scale_offset(bn)
+    new = type(bn)(scale.numel(), eps=0.0)
+    new.weight = nn.Parameter(scale, requires_grad=False)
+    new.bias = nn.Parameter(offset, requires_grad=False)
+    new.running_mean.zero_()
+    new.running_var.fill_(1.0)
+    return new.eval()
+
+
+def fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
+    for node in list(graph.nodes):
+        if node.op != "call_module" or not isinstance(root.get_submodule(node.target),
+                                                      nn.modules.batchnorm._BatchNorm):
+            continue
+        bn = root.get_submodule(node.target)
+        src = node.args[0]
+        conv = root.get_submodule(src.target) if isinstance(src, torch.fx.Node) and src.op == "call_module" else None
+        if not isinstance(bn, nn.BatchNorm2d) or not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)):
+            # nndct keeps it as a batch_norm node (QUANTIZER_TORCH_NOT_FUSED_BN)
+            _set_submodule(root, node.target, _converted_bn(bn))
+            continue
+        if len(src.users) != 1:
+            raise QuantizationError(
+                "node %r: the output of conv %r is used by %d nodes besides its BatchNorm; the real "
+                "quantizer would fold the BatchNorm into the conv and change what the other users "
+                "see. Use the conv output only through the BatchNorm." % (node.name, src.target, len(src.users) - 1))
+        out_dim = 1 if isinstance(conv, nn.ConvTranspose2d) else 0
+        w, b = fold_bn_params(conv.weight, conv.bias, bn, out_dim)
+        # root is capture's own deep copy, so its conv is folded in place (every node calling
+        # this module names the same target path, so none could still see the unfolded conv)
+        conv.weight = nn.Parameter(w, requires_grad=False)
+        conv.bias = nn.Parameter(b, requires_grad=False)
+        node.replace_all_uses_with(src)
+        graph.erase_node(node)

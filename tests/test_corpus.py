@@ -1,0 +1,103 @@
+"""The model corpus (tests/corpus_models.py) through a real quantize script's steps: drop-in
+calibration and test mode in two separate processes, inspect, and the exact ONNX flavour against
+the simulation in ONNX Runtime.
+
+The two phases run once each for the whole corpus (two child processes), as users run a Vitis AI
+quantize script: calibration, then test mode in a fresh process.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+
+from pipeline.fx.capture import capture
+from pipeline.inspect import inspect_model
+from pipeline.quantizers import quant_info as qi
+from pipeline.quantizers.quant_config import load_quant_config
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import corpus_models as corpus  # noqa: E402
+
+NAMES = list(corpus.CORPUS)
+N_OUTPUTS = {"yolo_tiny": 2}
+# CPU nodes of the inspection that are no float operator of the quantizer: what the DPU of
+# corpus.TARGET cannot do (hardware, not the operator kind), node -> op
+HARDWARE_CPU = {
+    # x * hsigmoid(...) of squeeze-excite broadcasts (N, C, 1, 1) over (N, C, H, W)
+    "mobilenet_v3_small": {"mul": "mul", "mul_1": "mul", "mul_2": "mul"},
+    # the channel shuffle's transpose moves data; the views and pieces after it follow it
+    "shufflenet_v2": dict([("transpose%s" % s, "transpose") for s in ("", "_1", "_2", "_3")]
+                          + [("view%s" % s, "view") for s in ("", "_1", "_2", "_3", "_4", "_5", "_6", "_7")]
+                          + [("chunk", "chunk"), ("chunk_1", "chunk")]
+                          + [("getitem_%d" % i, "getitem") for i in (4, 5, 14, 15)]),
+    # a ReLU after an unfused (pre-activation) BatchNorm has nothing to fuse into
+    "densenet_block": {"relu": "relu", "relu_2": "relu", "relu_4": "relu", "transition_1": "relu"},
+    "mlp": {"net_2": "relu"},
+}
+
+
+@pytest.fixture(scope="module")
+def phases(tmp_path_factory):
+    out = str(tmp_path_factory.mktemp("corpus"))
+    script = os.path.join(HERE, "corpus_models.py")
+    for which in ("calib", "test"):
+        proc = subprocess.run([sys.executable, script, which, out], stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, universal_newlines=True)
+        assert proc.returncode == 0, proc.stdout[-3000:]
+    return out
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_corpus_calib_and_test_in_separate_processes(name, phases):
+    folder = os.path.join(phases, name)
+    info = qi.read_quant_info(folder)
+    assert info["param"] and info["output"] and info["bias_corrected"]
+    outputs = [np.load(os.path.join(folder, "y_%d.npy" % j)) for j in range(N_OUTPUTS.get(name, 1))]
+    model = corpus.make_model(name)
+    with torch.no_grad():
+        ref = model(*corpus.make_inputs(name, 4, 3))
+    ref = ref if isinstance(ref, tuple) else (ref,)
+    assert [o.shape for o in outputs] == [tuple(r.shape) for r in ref]
+    for o, r in zip(outputs, ref):
+        assert np.isfinite(o).all()
+        # quantized, not float: the outputs differ from the float model, but not by much
+        assert not np.array_equal(o, r.numpy())
+        scale = float(r.abs().max())
+        assert float(np.abs(o - r.numpy()).max()) < 0.5 * scale + 0.1
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_corpus_exact_onnx_equals_the_simulation(name, phases):
+    ort = pytest.importorskip("onnxruntime")
+    folder = os.path.join(phases, name)
+    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
+    assert len(path) == 1
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
+                                   providers=["CPUExecutionProvider"])
+    inputs = corpus.make_inputs(name, 4, 3)
+    got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+    assert len(got) == N_OUTPUTS.get(name, 1)
+    for j, g in enumerate(got):
+        expected = np.load(os.path.join(folder, "y_%d.npy" % j))
+        assert np.array_equal(g.view(np.int32), expected.view(np.int32)), j
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_corpus_inspect_cpu_nodes_are_the_float_operators(name):
+    """inspect puts every float operator of the simulation on the CPU, and nothing else except
+    what the target's hardware cannot run (HARDWARE_CPU); no op is unknown to it."""
+    model = corpus.make_model(name)
+    example = corpus.make_inputs(name, 1, 1)
+    inspection = inspect_model(model, tuple(example) if len(example) > 1 else example[0], corpus.TARGET)
+    graph = capture(model, tuple(example), load_quant_config(None))
+    float_ops = {n.fx_node.name for n in graph.float_operators()}
+    cpu = {n.name: n for n in inspection.nodes if n.device == "CPU"}
+    assert float_ops <= set(cpu)
+    assert {k: cpu[k].op for k in set(cpu) - float_ops} == HARDWARE_CPU.get(name, {})
+    assert not [n.name for n in inspection.nodes if any("operator table" in r for r in n.reasons)]

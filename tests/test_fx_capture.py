@@ -1,0 +1,102 @@
+"""The one graph capture (pipeline/fx/capture.py) and the op table (pipeline/fx/optable.py)."""
+import json
+
+import torch
+from torch import nn
+
+from pipeline.apis import torch_quantizer
+from pipeline.fx import optable
+from pipeline.fx.capture import capture
+from pipeline.quantizers.quant_config import load_quant_config
+
+
+def test_every_mapped_op_has_a_row_in_the_op_table():
+    mapped = set(optable.MODULE_OPS.values()) | set(optable.FUNCTION_OPS.values()) | set(optable.METHOD_OPS.values())
+    assert mapped <= set(optable.OPS)
+    floats = sorted(op for op in optable.OPS if optable.is_float_operator(op))
+    assert floats == sorted([optable.SIGMOID, optable.TANH, optable.SILU, optable.MEAN, optable.CLAMP,
+                             optable.GELU, optable.SOFTMAX, optable.SUB, optable.DIV])
+    assert optable.is_float_operator("aten::erf") and not optable.spec("aten::erf").quantizable
+
+
+class _Shapes(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        a, b = x.chunk(2, dim=1)
+        n, c, h, w = x.shape
+        y = torch.cat([a, b], 1).view(n, 2, c // 2, h, w).transpose(1, 2).reshape(n, c, h, w)
+        return self.conv(y) * 0.5 - 1.0
+
+
+def test_constants_first_shape_nodes_and_chunk_pieces_named_as_nndct_does():
+    graph = capture(_Shapes(), torch.zeros(1, 4, 3, 3), load_quant_config(None))
+    assert [n.name for n in graph.nodes] == [
+        "nndct_const_0", "nndct_const_1", "nndct_const_2", "nndct_input_3",
+        "nndct_strided_slice_4", "nndct_shape_5", "nndct_strided_slice_6",
+        "nndct_shape_7", "nndct_shape_8", "nndct_shape_9", "nndct_shape_10", "nndct_concat_11",
+        "nndct_floor_divide_12", "nndct_reshape_13", "nndct_transpose_14", "nndct_reshape_15",
+        "nndct_conv2d_16", "nndct_elemwise_mul_17", "nndct_elementwise_sub_18"]
+    by = graph.by_name
+    assert [n.value for n in graph.nodes[:3]] == [2, 0.5, 1.0]  # the int of c // 2, then the floats
+    assert by["nndct_const_0"].shape_value and by["nndct_floor_divide_12"].shape_value
+    assert [i.name for i in by["nndct_strided_slice_6"].inputs] == ["nndct_input_3", "nndct_shape_5"]
+    # arithmetic with a constant runs in float on the CPU; the shape arithmetic does not count
+    assert [n.name for n in graph.float_operators()] == ["nndct_elemwise_mul_17", "nndct_elementwise_sub_18"]
+
+
+class _TupleOps(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 1)
+        self.b = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        values, _ = torch.sort(self.a(x), dim=1)
+        gy, _ = torch.meshgrid(torch.arange(x.shape[2]), torch.arange(x.shape[3]), indexing="ij")
+        return self.b(values) + gy.float(), x.numel()
+
+
+def test_ops_returning_several_outputs_and_shape_tensors_are_simulated(tmp_path):
+    """torch.sort (a float operator with two outputs): the values it gives the next conv get the
+    fix position; meshgrid of traced sizes is shape arithmetic, never quantized."""
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))
+    q = torch_quantizer("calib", _TupleOps(), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x)
+    q.export_quant_config()
+    info = json.load(open(str(tmp_path / "quant_info.json")))
+    assert list(info["output"]) == ["_TupleOps::nndct_input_0", "_TupleOps::nndct_conv2d_1",
+                                    "_TupleOps::nndct_conv2d_12", "_TupleOps::nndct_elemwise_add_14",
+                                    "_TupleOps::nndct_tuple_index_3"]
+    t = torch_quantizer("test", _TupleOps(), (x,), output_dir=str(tmp_path), device="cpu")
+    y, numel = t.quant_model(x)
+    assert numel == x.numel() and y.shape == (2, 4, 4, 4)
+    fp = info["output"]["_TupleOps::nndct_elemwise_add_14"][0][1]
+    assert torch.equal(torch.round(y * 2.0 ** fp), y * 2.0 ** fp)  # on the add's grid
+
+
+class _HandSwish(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 1)
+        self.b = nn.Conv2d(4, 4, 1)
+
+    def forward(self, x):
+        x = self.a(x)
+        return self.b(x * torch.nn.functional.relu6(x + 3) / 6)
+
+
+def test_int_operands_of_tensor_arithmetic_are_quantized_constants(tmp_path):
+    """``x + 3`` and ``/ 6`` (Python ints): constants with their own fix positions, as the float
+    constants of the real quantizer's golden_wide data; the test-mode graph uses their values."""
+    x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
+    q = torch_quantizer("calib", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x)
+    q.export_quant_config()
+    info = json.load(open(str(tmp_path / "quant_info.json")))["output"]
+    assert info["_HandSwish::nndct_const_0"] == [[8, 5]] and info["_HandSwish::nndct_const_1"] == [[8, 4]]
+    t = torch_quantizer("test", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    consts = [a for n in t.quant_model.graph.nodes if n.op == "call_function" for a in n.args if isinstance(a, float)]
+    assert 3.0 in consts and 6.0 in consts
