@@ -27,8 +27,8 @@ What differs, on purpose:
   it silently, and the statistics here skip it the same way.
 - ``export_quant_config`` also writes ``calib_fingerprint.json`` and commits the files as one unit
   (``calib_manifest.json``, ``pipeline.quantizers.calib_commit``); test mode refuses an
-  interrupted or mixed calibration and one made for another input shape, target, model, weights or
-  quant_config_file, naming the field, as the pipeline's test step does. A folder written by the
+  interrupted or mixed calibration and one made for another input shape, target, model or
+  quant_config_file, naming the field, as the pipeline's test step does; other weights warn. A folder written by the
   real quantizer (no manifest) is used as it is.
 - Errors raise instead of ending the process: a missing ``quant_info.json`` or
   ``bias_corr.pth`` in test mode is a ``QuantizationError`` (nndct calls ``exit(2)``), a bad
@@ -283,9 +283,12 @@ class TorchQuantizer:
         else:
             # an interrupted or mixed calibration, or one made for another input shape, target,
             # model or quant_config_file, is refused, naming the field (as the runner does)
-            check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False,
-                            redo="run torch_quantizer('calib', ...) and export_quant_config() again")
+            redo = "run torch_quantizer('calib', ...) and export_quant_config() again"
+            check_committed(output_dir, require=False, redo=redo)  # not interrupted, not mixed
             self._model = self._session.load_test(output_dir)
+            # then what it was made for: other weights warn (the real quantizer tests any weights)
+            check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False, redo=redo,
+                            warn_only=("weights_hash",))
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
 

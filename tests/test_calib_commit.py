@@ -87,3 +87,16 @@ def test_a_folder_of_the_real_quantizer_without_manifest_is_still_used(tmp_path)
     assert torch.equal(_test_out(tmp_path, x), expect)
     with pytest.raises(QuantizationError, match="has no calib_manifest.json"):
         check_committed(str(tmp_path), require=True)
+
+
+def test_other_weights_warn_naming_the_field(tmp_path):
+    _calibrate(tmp_path)
+    x = _batches(1)[0]
+    with pytest.warns(UserWarning, match="was made for other weights_hash"):
+        _test_out_model(tmp_path, x, _model(seed=1))
+
+
+def _test_out_model(out_dir, x, model):
+    q = torch_quantizer("test", model, (x,), output_dir=str(out_dir), device="cpu")
+    with torch.no_grad():
+        return q.quant_model(x)

@@ -19,6 +19,7 @@ of two calibrations), and then compares the calibration fingerprint
 """
 import datetime
 import os
+import warnings
 from typing import Any, Dict, Iterable, List, Optional
 
 from ..errors import QuantizationError
@@ -64,7 +65,8 @@ def read_manifest(out_dir: str) -> Optional[Dict[str, Any]]:
 
 
 def check_committed(out_dir: str, expected: Optional[Dict[str, Any]] = None, ignore: Iterable[str] = (),
-                    require: bool = True, redo: str = "run the calibration again") -> bool:
+                    require: bool = True, redo: str = "run the calibration again",
+                    warn_only: Iterable[str] = ()) -> bool:
     """Refuse an interrupted or mixed calibration in ``out_dir`` and one made for something else.
 
     Args:
@@ -76,6 +78,8 @@ def check_committed(out_dir: str, expected: Optional[Dict[str, Any]] = None, ign
         require: refuse a folder without a manifest (the runner); otherwise such a folder (the real
             quantizer's output) is accepted and False is returned.
         redo: what to do, for the messages (e.g. "run the calib step again").
+        warn_only: fingerprint fields whose difference warns (UserWarning naming them) instead of
+            refusing: the drop-in API's ``weights_hash``, as the real quantizer tests any weights.
 
     Returns:
         True for a committed calibration of this package, False for a folder without a manifest.
@@ -109,5 +113,9 @@ def check_committed(out_dir: str, expected: Optional[Dict[str, Any]] = None, ign
     if expected is not None and FINGERPRINT_FILE in (manifest.get("files") or {}):
         stored = read_fingerprint(out_dir)
         skip = set(ignore) | (set(stored) - set(expected))
-        check_fingerprint(out_dir, expected, ignore=skip, redo=redo)
+        soft = sorted(k for k in set(warn_only) - skip if stored.get(k) != expected.get(k))
+        if soft:
+            warnings.warn("the calibration in %s was made for other %s (the fix positions and bias corrections "
+                          "describe those); %s for these" % (out_dir, ", ".join(soft), redo))
+        check_fingerprint(out_dir, expected, ignore=skip | set(warn_only), redo=redo)
     return True
