@@ -20,7 +20,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .config import DEFAULT_STEPS, STEPS
+from .steps import DEFAULT_STEPS, NAMES as STEPS
 from .errors import ConfigError, PipelineError
 
 COMMANDS = ("run", "inspect", "status", "targets", "check-env", "schema")
@@ -96,10 +96,11 @@ def _run(args: argparse.Namespace) -> int:
 
 def _inspect(args: argparse.Namespace) -> int:
     from .config import load_config
-    from .runner import Run, step_inspect
-    result = step_inspect(Run(load_config(_config_path(args), args.overrides)))
-    print("reports: %s" % ", ".join(sorted(result["files"].values())))
-    print(result["summary"])
+    from .steps import execute
+    from .steps.context import Run
+    result = execute(Run(load_config(_config_path(args), args.overrides)), "inspect")
+    print("reports: %s" % ", ".join(sorted(result.files.values())))
+    print(result.summary)
     return 0
 
 

@@ -23,10 +23,6 @@ from .yamlsafe import MAX_BYTES, YAMLBoundError, load_bounded
 SOURCE_PATH_KEYS = ("path", "labels", "root")
 INPUT_PATHS = (("model", "weights"), ("quantizer", "quant_config_file"), ("compile", "arch_json"))
 
-EXPORT_FORMATS = ("onnx_exact", "onnx_qdq", "xmodel", "torchscript")
-
-STEPS = ["train", "inspect", "calib", "test", "export", "compile", "deploy"]
-DEFAULT_STEPS = ["train", "calib", "test", "export", "compile", "deploy"]
 
 
 class _Strict(BaseModel):
@@ -143,9 +139,11 @@ class ExportSection(_Strict):
     @field_validator("formats")
     @classmethod
     def _check_formats(cls, v: Optional[List[str]]) -> Optional[List[str]]:
-        bad = [f for f in v or [] if f not in EXPORT_FORMATS]
+        from .quantizers.base import all_formats
+        allowed = all_formats()
+        bad = [f for f in v or [] if f not in allowed]
         if bad:
-            raise ValueError("unknown formats %s; allowed: %s" % (bad, list(EXPORT_FORMATS)))
+            raise ValueError("unknown formats %s; allowed: %s" % (bad, allowed))
         return v
 
     @field_validator("verify_max_lsb")
@@ -370,14 +368,14 @@ def _check_semantics(loaded: LoadedConfig) -> None:
             problems.append("%s: file %s does not exist" % (dotted, p))
     from .targets import arch_json_path, get_target
     from .models.loading import resolve_factory
-    from .quantizers.base import BACKEND_FORMATS, DEFAULT_FORMATS
-    backend = cfg.quantizer.backend
+    from .quantizers.base import backend_class
+    backend = backend_class(cfg.quantizer.backend)
     if cfg.export.formats is None:
-        cfg.export.formats = list(DEFAULT_FORMATS[backend])
-    wrong = [f for f in cfg.export.formats if f not in BACKEND_FORMATS[backend]]
+        cfg.export.formats = list(backend.default_formats)
+    wrong = [f for f in cfg.export.formats if f not in backend.formats]
     if wrong:
         problems.append("export.formats: the %s backend cannot write %s; it writes %s"
-                        % (backend, wrong, ", ".join(BACKEND_FORMATS[backend])))
+                        % (backend.name, wrong, ", ".join(backend.formats)))
     try:
         get_target(cfg.compile.target)
         if cfg.compile.board is not None and cfg.compile.arch_json is None:

@@ -65,31 +65,32 @@ def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, A
 
 
 def build_report(run: Any) -> Dict[str, Any]:
-    """Collect the step results of ``run`` (a ``pipeline.runner.Run``) into one dict."""
+    """Collect the step results of ``run`` (a ``pipeline.steps.context.Run``) into one dict."""
     steps = {}
     for name in sorted(os.listdir(run.path("steps"))) if os.path.isdir(run.path("steps")) else []:
         if name.endswith(".json"):
             steps[name[:-5]] = fileio.read_json(run.path("steps", name))
-    test = steps.get("test", {})
-    quant_ledger = steps.get("calib", {}).get("ledger") or test.get("ledger") or {}
-    cfg = run.cfg
-    from .runner import STEP_OUTPUTS
     from .runstatus import read_status
+    from .steps import BY_NAME, load_results
+    results = load_results(run)  # typed: pipeline.steps.<step>.<Step>Result
+    test, calib, export = results.get("test"), results.get("calib"), results.get("export")
+    quant_ledger = (calib.ledger if calib else None) or (test.ledger if test else None) or {}
+    cfg = run.cfg
     status = read_status(run.work_dir)
-    incomplete = [folder for step, folder in STEP_OUTPUTS.items() if step not in steps]
+    incomplete = [step.writes for name, step in BY_NAME.items() if name not in steps]
     report = {
         "status": status,
         "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
                 "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
                 "target": cfg.compile.target},
-        "float_accuracy": test.get("float_accuracy"),
-        "quant_accuracy": test.get("quant_accuracy"),
-        "accuracy_drop": test.get("accuracy_drop"),
-        "eval_images": test.get("eval_images"),
+        "float_accuracy": test.float_accuracy if test else None,
+        "quant_accuracy": test.quant_accuracy if test else None,
+        "accuracy_drop": test.accuracy_drop if test else None,
+        "eval_images": test.eval_images if test else None,
         "ledger": quant_ledger,
-        "sensitivity": test.get("sensitivity"),
-        "plots": {k: os.path.relpath(v, run.work_dir) for k, v in (test.get("plots") or {}).items()},
-        "onnx_agreement": steps.get("export", {}).get("agreement"),
+        "sensitivity": test.sensitivity if test else None,
+        "plots": {k: os.path.relpath(v, run.work_dir) for k, v in ((test.plots if test else None) or {}).items()},
+        "onnx_agreement": export.agreement if export else None,
         "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
         "quantizer_changes": quantizer_changes(steps),
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,

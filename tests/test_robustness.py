@@ -292,8 +292,8 @@ def test_steps_out_of_order_say_which_step_to_run_first(tmp_path):
 
 def test_a_second_run_into_a_busy_work_dir_is_refused(tmp_path):
     cfg, _ = make_case(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.runner import _lock_work_dir; "
-                               "h = _lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.rundir import lock_work_dir; "
+                               "h = lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
                                str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
         assert holder.stdout.readline().strip() == "locked"

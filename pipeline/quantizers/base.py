@@ -15,7 +15,7 @@ Every batch a backend receives is an owned, contiguous float32 NCHW tensor made 
 boundary; backends never modify the caller's model (they work on a deep copy).
 """
 import importlib
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type
 
 import torch
 
@@ -27,17 +27,6 @@ BACKENDS = {
     "sim": "pipeline.quantizers.sim.backend:SimBackend",
     "nndct": "pipeline.quantizers.nndct:NndctBackend",
 }
-
-# Export formats each backend writes, and the default when a config names none.
-BACKEND_FORMATS = {
-    "sim": ("onnx_exact", "onnx_qdq"),
-    "nndct": ("xmodel", "onnx_qdq", "torchscript"),
-}
-DEFAULT_FORMATS = {
-    "sim": ("onnx_exact", "onnx_qdq"),
-    "nndct": ("xmodel",),
-}
-
 
 class QuantSettings:
     """The quantizer arguments a config maps onto, named as in ``torch_quantizer``
@@ -61,9 +50,36 @@ class QuantSettings:
 
 
 class QuantizerBackend:
-    """Base class of quantizer backends. Subclasses implement every method below."""
+    """Base class of quantizer backends. Subclasses implement every method below and declare:
+
+    - ``formats``: export format -> the file name suffix after the model class name (plus what the
+      backend needs to write it), e.g. ``{"xmodel": ("export_xmodel", "_int.xmodel")}``;
+    - ``default_formats``: what ``export.formats`` becomes when a config names none;
+    - ``separate_processes``: calib, test and export must each run in their own process when one
+      invocation runs more than one of them (docs/quantizer.md#calib-and-test-in-separate-processes);
+    - ``distributed``: calib and test can split their batches over torchrun's ranks;
+    - ``simulates``: the test handle is the simulation's lowered model (the sensitivity reuses it).
+
+    The runner and config validation read these and never name a backend.
+    """
 
     name = "base"
+    formats = {}  # type: Dict[str, Any]
+    default_formats = ()  # type: Tuple[str, ...]
+    separate_processes = False
+    distributed = False
+    simulates = False
+
+    @classmethod
+    def artifact_name(cls, fmt: str, model_name: str) -> str:
+        """The file ``export`` writes for ``fmt`` from a model of class ``model_name``, e.g. ``Net_int.xmodel``."""
+        return model_name + cls.formats[fmt][-1]
+
+    def verify(self, handle: Any, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
+               max_lsb: Dict[str, int]) -> Tuple[Dict[str, Any], List[str]]:
+        """Check the exported ``files`` against the test handle on ``inputs()`` (the eval batches, float32
+        NCHW); returns ``({format: report}, warnings)``. Default: nothing to verify."""
+        return {}, []
 
     @classmethod
     def is_available(cls) -> bool:
@@ -90,9 +106,32 @@ class QuantizerBackend:
         raise NotImplementedError
 
 
-def get_backend(name: str) -> QuantizerBackend:
-    """Instantiate the backend registered under ``name``; raises ConfigError listing the valid names."""
+def backend_class(name: str) -> Type[QuantizerBackend]:
+    """The backend class registered under ``name``; raises ConfigError listing the valid names."""
     if name not in BACKENDS:
         raise ConfigError("quantizer.backend: expected one of %s, got %r" % (sorted(BACKENDS), name))
     module_name, class_name = BACKENDS[name].split(":")
-    return getattr(importlib.import_module(module_name), class_name)()
+    return getattr(importlib.import_module(module_name), class_name)
+
+
+def get_backend(name: str) -> QuantizerBackend:
+    """Instantiate the backend registered under ``name``; raises ConfigError listing the valid names."""
+    return backend_class(name)()
+
+
+def artifact_name(fmt: str, model_name: str) -> str:
+    """The file a backend that writes ``fmt`` names it (the first registered one), e.g. the xmodel the
+    compile step expects when none was exported. Raises KeyError when no backend writes ``fmt``."""
+    for name in BACKENDS:
+        cls = backend_class(name)
+        if fmt in cls.formats:
+            return cls.artifact_name(fmt, model_name)
+    raise KeyError(fmt)
+
+
+def all_formats() -> List[str]:
+    """Every export format some backend writes, in registry order."""
+    out = []  # type: List[str]
+    for name in BACKENDS:
+        out.extend(f for f in backend_class(name).formats if f not in out)
+    return out

@@ -212,6 +212,9 @@ class NndctBackend(QuantizerBackend):
     """The real Vitis AI quantizer behind the backend contract of ``base.py`` (see the module docstring)."""
 
     name = "nndct"
+    formats = EXPORT_FORMATS
+    default_formats = ("xmodel",)
+    separate_processes = True  # docs/quantizer.md#calib-and-test-in-separate-processes
 
     @classmethod
     def is_available(cls) -> bool:

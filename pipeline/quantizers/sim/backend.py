@@ -12,12 +12,12 @@ The caller's model and batches are never modified; everything runs on the CPU.
 import itertools
 import os
 import warnings
-from typing import Any, Dict, Iterable, List
+from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
 
 from ...errors import ConfigError, QuantizationError
-from ..base import BACKEND_FORMATS, QuantizerBackend, QuantSettings
+from ..base import QuantizerBackend, QuantSettings
 from ..quant_config import load_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE, SIM_VERSION
 from .session import SimSession
@@ -64,6 +64,10 @@ class SimBackend(QuantizerBackend):
     """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; docs/arithmetic.md)."""
 
     name = "sim"
+    formats = EXPORT_FORMATS
+    default_formats = ("onnx_exact", "onnx_qdq")
+    distributed = True
+    simulates = True
 
     @classmethod
     def is_available(cls) -> bool:
@@ -139,7 +143,7 @@ class SimBackend(QuantizerBackend):
         unknown = [f for f in formats if f not in EXPORT_FORMATS]
         if unknown:
             raise ConfigError("export.formats: the sim backend writes %s, got %s"
-                              % (list(BACKEND_FORMATS["sim"]), unknown))
+                              % (list(EXPORT_FORMATS), unknown))
         from ...export import export_onnx
         example1 = example1.detach().cpu()[:1].clone().contiguous()
         name = handle.__class__.__name__
@@ -148,3 +152,39 @@ class SimBackend(QuantizerBackend):
             flavour, suffix = EXPORT_FORMATS[fmt]
             written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
         return written
+
+    def verify(self, handle: torch.fx.GraphModule, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
+               max_lsb: Dict[str, int]) -> Tuple[Dict[str, Any], List[str]]:
+        """ONNX Runtime vs the simulation on ``inputs()``, per ONNX flavour (pipeline.export.verify).
+
+        onnx_exact is compared with the simulation; onnx_qdq is checked bit for bit against the
+        half-to-even simulation, then compared with the simulation under ONNX Runtime's default
+        optimizations (reported, warned about past 1 LSB). A flavour past ``max_lsb[fmt]`` raises
+        ExportError and its file is kept as ``<file>.rejected``. Returns the reports and the warnings.
+        """
+        import logging
+
+        from ...errors import ExportError
+        from ...export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
+        log = logging.getLogger("pipeline")
+        onnx_files = sorted((fmt, path) for fmt, path in files.items() if fmt.startswith("onnx"))
+        if not onnx_files:
+            return {}, []
+        batch = inputs()
+        out, warnings = {}, []  # type: Dict[str, Any], List[str]
+        for fmt, path in onnx_files:
+            try:
+                verify = verify_qdq if fmt == "onnx_qdq" else verify_onnx
+                report = out[fmt] = verify(handle, path, batch)
+                log.info("export: %s vs simulation: max abs diff %g, %d of %d elements differ (max %s LSB)", fmt,
+                         report["max_abs_diff"], report["mismatches"], report["elements"], report["max_diff_lsb"])
+                if fmt in max_lsb:
+                    check_agreement(report, max_lsb[fmt])
+            except ExportError as exc:  # keep the evidence, but not under the final name
+                os.replace(path, path + ".rejected")
+                raise ExportError("%s; the file was kept as %s.rejected" % (exc, path))
+            warning = qdq_warning(report) if fmt == "onnx_qdq" else None
+            if warning:
+                log.warning("export: %s", warning)
+                warnings.append(warning)
+        return out, warnings

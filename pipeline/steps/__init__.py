@@ -1,0 +1,55 @@
+"""The pipeline's steps, one module each, in pipeline order (``ORDER``).
+
+Each module declares ``STEP`` (``pipeline.steps.base.Step``: its name, what it requires, what it
+writes, whether it runs in its own process or over the ranks) and ``run(ctx) -> <Step>Result``.
+This list is the one place the step graph is written: ``--steps`` names, the run folder's
+invalidation (``derived``) and the driver read it. To add a step: a module here, and its ``STEP`` in ``ORDER``.
+"""
+from typing import Any, Dict, Tuple
+
+from . import calib, compile, deploy, export, inspect, test, train
+from .base import Step
+
+ORDER = (train.STEP, inspect.STEP, calib.STEP, test.STEP, export.STEP, compile.STEP, deploy.STEP)  # type: Tuple[Step, ...]
+BY_NAME = {s.name: s for s in ORDER}  # type: Dict[str, Step]
+NAMES = [s.name for s in ORDER]
+DEFAULT_STEPS = [s for s in NAMES if s != "inspect"]
+
+
+def derived(name: str) -> Tuple[str, ...]:
+    """The steps whose results derive from ``name``'s (through ``requires`` and ``after``), in pipeline order."""
+    out = set()  # type: set
+    changed = True
+    while changed:
+        changed = False
+        for s in ORDER:
+            if s.name not in out and any(d == name or d in out for d in s.requires + s.after):
+                out.add(s.name)
+                changed = True
+    return tuple(s.name for s in ORDER if s.name in out)
+
+
+def execute(ctx: Any, name: str) -> Any:
+    """Run step ``name`` on ``ctx`` (``pipeline.steps.context.Run``): check its required results, run it,
+    save steps/<name>.json, then its verdict (``Step.check``). Returns the typed result."""
+    step = BY_NAME[name]
+    for dep in step.requires:
+        ctx.require(dep, name)
+    result = step.run(ctx)
+    ctx.save_step(name, result.to_json())
+    if step.check is not None:
+        step.check(ctx, result)
+    return result
+
+
+def load_results(ctx: Any) -> Dict[str, Any]:
+    """The saved results of every step in the run folder, typed (``<Step>Result.from_json``)."""
+    out = {}
+    for s in ORDER:
+        data = ctx.load_step(s.name)
+        if data is not None:
+            out[s.name] = s.result.from_json(data)
+    return out
+
+
+__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "execute", "load_results", "Step"]

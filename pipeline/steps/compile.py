@@ -1,0 +1,52 @@
+"""compile: compile the exported xmodel with vai_c_xir, or write the exact command and a plan when
+vai_c_xir or the xmodel is absent."""
+import logging
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, List, Optional
+
+from .base import Step, StepResult, omitted_when_none
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass
+class CompileResult(StepResult):
+    """steps/compile.json: the compiled files (None when only a plan was written), the vai_c_xir argv,
+    the target; ``reason`` and ``plan`` when a plan was written instead."""
+    compiled: Optional[Dict[str, Any]] = None
+    argv: List[str] = field(default_factory=list)
+    target: str = ""
+    reason: Optional[str] = omitted_when_none()
+    plan: Optional[Dict[str, str]] = omitted_when_none()
+
+
+def run(ctx: Any) -> CompileResult:
+    from ..compilers import plan, vai_c
+    from ..quantizers.base import artifact_name
+    from ..targets import get_target
+    c = ctx.cfg.compile
+    target = get_target(c.target)
+    arch = ctx.arch_json()
+    export = ctx.require("export", "compile")
+    xmodel = (export.get("files") or {}).get("xmodel")
+    net = c.net_name or ctx.cfg.run.name
+    out_dir = ctx.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)
+    # without an exported xmodel, the file the backend that writes xmodels writes inside the image
+    expected = ctx.path("export", artifact_name("xmodel", type(ctx.float_model(need_weights=False)).__name__))
+    argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
+    if xmodel and vai_c.is_available():
+        compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
+        return CompileResult(compiled=compiled, argv=argv, target=target.name)
+    reason = ("vai_c_xir is not on this machine: compiling needs the Vitis AI image" if not vai_c.is_available()
+              else "no xmodel was exported (the %s backend writes %s; export an xmodel with a backend that writes "
+                   "one inside the Vitis AI image)" % (ctx.cfg.quantizer.backend, ", ".join(ctx.cfg.export.formats)))
+    config = ctx.loaded.path
+    if not os.path.relpath(config).startswith(".."):
+        config = os.path.relpath(config)  # as the user passes it from the repository root
+    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config)
+    log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
+    return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files)
+
+
+STEP = Step("compile", run, writes="compile", requires=("export",), result=CompileResult)

@@ -1,0 +1,43 @@
+"""deploy: assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, manifest).
+
+Reads, when present, the export step's example shape and the test step's accuracy (not required).
+"""
+from dataclasses import dataclass, field
+from typing import Any, Dict, Optional
+
+from .base import Step, StepResult
+
+
+@dataclass
+class DeployResult(StepResult):
+    """steps/deploy.json: the bundle's manifest."""
+    manifest: Dict[str, Any] = field(default_factory=dict)
+
+
+def run(ctx: Any) -> DeployResult:
+    from ..deploy import build_bundle
+    from ..quantizers.quant_info import read_quant_info
+    comp = ctx.require("compile", "deploy")
+    qi = read_quant_info(ctx.quant_dir)
+    p = ctx.cfg.preprocess
+    example_shape = (ctx.load_step("export") or {}).get("example_shape")
+    preprocess = {"mean": p.mean, "std": p.std, "channel_order": ctx.compose.boundary_channel_order,
+                  "source_color": ctx.source.color, "layout": p.layout, "source_layout": ctx.source.layout,
+                  "input_fix_pos": input_fix_pos(qi), "input_shape": example_shape}
+    labels = ctx.source.labels  # the test step measures top-1 against them: a classifier
+    classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
+                      "accuracy": (ctx.load_step("test") or {}).get("quant_accuracy")}
+    manifest = build_bundle(ctx.work_dir, ctx.path("deploy"), comp.get("compiled"), preprocess,
+                            ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification)
+    return DeployResult(manifest=manifest)
+
+
+def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
+    """The model input's fix_pos: the ``<Model>::nndct_input_0`` output entry of quant_info.json."""
+    for name, entry in sorted(quant_info.get("output", {}).items()):
+        if name.endswith("::nndct_input_0"):
+            return int(entry[0][1])
+    return None
+
+
+STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), result=DeployResult)

@@ -1,0 +1,28 @@
+"""inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
+import logging
+from dataclasses import dataclass, field
+from typing import Any, Dict, List
+
+from .base import Step, StepResult
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass
+class InspectResult(StepResult):
+    """steps/inspect.json: the one-line summary, the report files, each node's quantizer change."""
+    summary: str = ""
+    files: Dict[str, str] = field(default_factory=dict)
+    changes: List[str] = field(default_factory=list)
+
+
+def run(ctx: Any) -> InspectResult:
+    from ..inspect import inspect_model, write_reports
+    inspection = inspect_model(ctx.float_model(need_weights=False), ctx.example(), ctx.cfg.compile.target)
+    paths = write_reports(inspection, ctx.path("inspect"))
+    log.info("inspect: %s", inspection.summary_line())
+    changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
+    return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)
+
+
+STEP = Step("inspect", run, writes="inspect", result=InspectResult)

@@ -1,0 +1,70 @@
+"""train: train a zoo model on the train split and save its state_dict to model/float.pt."""
+import logging
+from dataclasses import dataclass
+from typing import Any, Optional
+
+from .base import Step, StepResult, omitted_when_none
+
+log = logging.getLogger("pipeline")
+
+
+@dataclass
+class TrainResult(StepResult):
+    """steps/train.json: ``skipped`` and ``weights`` when model.weights is set; else the training metrics."""
+    skipped: Optional[str] = omitted_when_none()
+    epochs: Optional[int] = omitted_when_none()
+    final_loss: Optional[float] = omitted_when_none()
+    seconds: Optional[float] = omitted_when_none()
+    train_accuracy: Optional[float] = omitted_when_none()
+    train_images: Optional[int] = omitted_when_none()
+    weights: Optional[str] = None
+
+
+def run(ctx: Any) -> TrainResult:
+    import torch
+
+    from .. import fileio
+    from ..models.loading import build_model
+    from ..train import accuracy, train_model
+    from .context import progress
+    m = ctx.cfg.model
+    if m.weights is not None:
+        log.info("train: model.weights is set (%s); nothing to train", m.weights)
+        return TrainResult(skipped="model.weights is set", weights=ctx.weights_path)
+    torch.manual_seed(ctx.cfg.run.seed)
+    model = build_model(m.zoo, m.factory, m.kwargs)
+    ctx.check_labels(model.eval(), ctx.example(), "train")
+    ledger = ctx.new_ledger()
+    xs, ys = [], []  # the train split is not empty and has labels: preflight and check_labels
+    for x, y in ctx.batches("train", ledger=ledger):
+        xs.append(x)
+        ys.append(y)
+    x_all, y_all = torch.cat(xs), torch.cat(ys)
+    gen = torch.Generator().manual_seed(ctx.cfg.run.seed)
+    bs = m.train.batch_size
+
+    def epoch_batches():
+        order = torch.randperm(len(y_all), generator=gen)
+        for i in range(0, len(order), bs):
+            idx = order[i:i + bs]
+            yield x_all[idx], y_all[idx]
+
+    bar = progress(None, "train", total=m.train.epochs, unit="epoch")
+
+    def on_epoch(epoch: int, loss: float) -> None:
+        bar.update(1)
+        bar.set_postfix(loss="%.4f" % loss)
+        log.debug("epoch %d loss %.4f", epoch, loss)
+
+    metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
+                          ctx.cfg.run.seed, progress=on_epoch)
+    bar.close()
+    train_acc, n = accuracy(model, [(x_all, y_all)])
+    fileio.write_torch(ctx.weights_path, model.state_dict())
+    log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
+             metrics["seconds"], train_acc)
+    return TrainResult(epochs=metrics["epochs"], final_loss=metrics["final_loss"], seconds=metrics["seconds"],
+                       train_accuracy=train_acc, train_images=n, weights=ctx.weights_path)
+
+
+STEP = Step("train", run, writes="model", result=TrainResult)
