@@ -49,7 +49,7 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
                       DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, INPUT, METHOD_OPS,
                       MODULE_OPS, PARAM_TYPES, RELU6, RETURN, SHAPE, SPLIT_FUNCTIONS, SPLIT_METHODS,
                       STRIDED_SLICE)
-from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules
+from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules, swaps_keep_graph
 
 class SimNode:
     """One nndct node of the captured graph.
@@ -395,7 +395,8 @@ class _Builder:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
 
 
-def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True) -> SimGraph:
+def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True,
+            traced: Any = None) -> SimGraph:
     """Deep-copy, rewrite and trace ``model``; name every node as nndct does.
 
     Args:
@@ -407,6 +408,9 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             None with ``rewrite=False``.
         rewrite: False keeps the model as written (no module swaps, Dropout/Identity kept as
             ``identity`` nodes, BatchNorm unfolded): the view ``inspect`` reports on.
+        traced: a ``pipeline.fx.float_trace.FloatTrace`` of ``model`` to start from instead of
+            tracing it again; used when every module swap keeps the graph (a torch.nn leaf swapped
+            for a leaf, as ReLU6 -> ReLU), else the swapped copy is traced as without it.
 
     Returns:
         SimGraph.
@@ -416,12 +420,18 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             arguments, or a conv/linear module is called twice.
     """
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
-    work = copy.deepcopy(model).cpu().eval()
-    for p in work.parameters():
-        p.requires_grad_(False)
-    if rewrite:
-        swap_modules(work, cfg)
-    fx_graph = _trace(work)
+    if traced is not None and traced.graph is not None and (not rewrite or swaps_keep_graph(traced.module, cfg)):
+        work = copy.deepcopy(traced.module)
+        if rewrite:
+            swap_modules(work, cfg)
+        fx_graph = traced.graph_copy()
+    else:
+        work = copy.deepcopy(model).cpu().eval()
+        for p in work.parameters():
+            p.requires_grad_(False)
+        if rewrite:
+            swap_modules(work, cfg)
+        fx_graph = _trace(work)
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
         raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "

@@ -3,7 +3,7 @@ module swaps (``pytorch_nndct/qproc/utils.py`` ``parse_module``), Dropout/Identi
 Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset conversion
 (``fuse_conv_bn.py``; golden_wide README for the unfused BatchNorm1d). All in float32, in
 nndct's order of operations. They change capture's own deep copy of the model only."""
-from typing import Optional, Tuple
+from typing import List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -24,14 +24,25 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     setattr(parent, leaf, module)
 
 
-def swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
+def _swaps(model: nn.Module, cfg: QuantConfig) -> List[Tuple[str, nn.Module, nn.Module]]:
     swaps = []
     for name, m in model.named_modules():
         if isinstance(m, nn.ReLU6) and (cfg.include_cle or cfg.convert_relu6_to_relu):
-            swaps.append((name, nn.ReLU(m.inplace)))
+            swaps.append((name, m, nn.ReLU(m.inplace)))
         elif isinstance(m, nn.SiLU) and cfg.convert_silu_to_hswish:
-            swaps.append((name, nn.Hardswish()))
-    for name, new in swaps:
+            swaps.append((name, m, nn.Hardswish()))
+    return swaps
+
+
+def swaps_keep_graph(model: nn.Module, cfg: QuantConfig) -> bool:
+    """True when ``swap_modules`` would leave the fx trace of ``model`` as it is: every swapped module
+    is a torch.fx leaf (a torch.nn module, not a subclass defined elsewhere), as its replacement is."""
+    tracer = torch.fx.Tracer()
+    return all(tracer.is_leaf_module(old, name) for name, old, _ in _swaps(model, cfg))
+
+
+def swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
+    for name, _, new in _swaps(model, cfg):
         if not name:
             raise QuantizationError("the model itself is a single %s; wrap it in a module with a "
                                     "forward to quantize it" % type(new).__name__)

@@ -88,15 +88,17 @@ class QuantizerBackend:
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor,
                   batches: Iterable[torch.Tensor], out_dir: str,
-                  settings: QuantSettings) -> Dict[str, Any]:
+                  settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
         """Calibrate on ``batches`` (float32 NCHW) and write ``quant_info.json`` into ``out_dir``.
+        ``traced``: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model``, for a backend that
+        traces with torch.fx (None: it traces itself).
 
         Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written).
         """
         raise NotImplementedError
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
-                  settings: QuantSettings) -> Any:
+                  settings: QuantSettings, traced: Any = None) -> Any:
         """Return a test-mode handle; ``handle(batch)`` gives the quantized outputs (float32)."""
         raise NotImplementedError
 

@@ -51,13 +51,19 @@ def _target_name(target: Any) -> str:
     return "%s.%s" % (getattr(target, "__module__", "?"), getattr(target, "__qualname__", repr(target)))
 
 
-def _fx_graph_lines(model: torch.nn.Module) -> List[str]:
-    """One line per node of the torch.fx graph: op, target, arguments and, for modules, their repr."""
+def _fx_graph_lines(model: torch.nn.Module, traced: Any = None) -> List[str]:
+    """One line per node of the torch.fx graph: op, target, arguments and, for modules, their repr.
+    ``traced``: a ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (the same lines, no new trace)."""
     import torch.fx
-    graph_module = torch.fx.symbolic_trace(model)
-    modules = dict(graph_module.named_modules())
+    if traced is not None:
+        if traced.graph is None:
+            raise traced.error
+        graph, modules = traced.graph, dict(traced.module.named_modules())
+    else:
+        graph_module = torch.fx.symbolic_trace(model)
+        graph, modules = graph_module.graph, dict(graph_module.named_modules())
     lines = []
-    for node in graph_module.graph.nodes:
+    for node in graph.nodes:
         line = "%s %s %s %s %r" % (node.op, node.name, _target_name(node.target), node.args, node.kwargs)
         if node.op == "call_module":
             sub = modules[node.target]
@@ -72,15 +78,16 @@ def _parameter_lines(model: torch.nn.Module) -> List[str]:
     return lines
 
 
-def graph_hash(model: torch.nn.Module) -> Dict[str, str]:
+def graph_hash(model: torch.nn.Module, traced: Any = None) -> Dict[str, str]:
     """Hash of the model's structure: ``{"graph_hash": sha256 hex, "graph_hash_method": "fx"|"parameters"}``.
 
     ``fx``: a ``torch.fx.symbolic_trace`` of the model (nodes, call targets, arguments, module hyper
     parameters). When fx cannot trace the model (data-dependent control flow), ``parameters``: module
     names and hyper parameters plus state_dict names, shapes and dtypes. The model is not modified.
+    ``traced``: the step's ``FloatTrace`` of ``model`` (an eval-mode model), used instead of a new trace.
     """
     try:
-        lines, method = _fx_graph_lines(model), "fx"
+        lines, method = _fx_graph_lines(model, traced), "fx"
     except Exception:  # fx raises many kinds of errors on untraceable code; fall back by design
         lines, method = _parameter_lines(model), "parameters"
     digest = hashlib.sha256("\n".join(lines).encode("utf-8")).hexdigest()
@@ -98,7 +105,7 @@ def weights_hash(model: torch.nn.Module) -> str:
 
 
 def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: Any,
-                     config_hash: str, backend: str) -> Dict[str, Any]:
+                     config_hash: str, backend: str, traced: Any = None) -> Dict[str, Any]:
     """Build the fingerprint dict of a calibration (all values JSON-serialisable).
 
     Args:
@@ -108,6 +115,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
         settings: a ``QuantSettings`` (target, bitwidth, quant_config_file, device).
         config_hash: hash of the config sections that shape the calibration (``LoadedConfig.calib_hash``).
         backend: ``"sim"`` or ``"nndct"``.
+        traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
 
     Returns fields: backend, quantizer_version, torch_version, target, bitwidth,
     quant_config_file_sha256, input_shape (list, no batch dimension), input_dtype, config_hash,
@@ -125,7 +133,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
         "input_dtype": str(example.dtype),
         "config_hash": config_hash,
     }
-    fp.update(graph_hash(model))
+    fp.update(graph_hash(model, traced))
     fp["weights_hash"] = weights_hash(model)
     return fp
 

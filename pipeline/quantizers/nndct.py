@@ -245,7 +245,7 @@ class NndctBackend(QuantizerBackend):
         return quantizer, quant_model, _model_device(quant_model, device)
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                  out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+                  out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
         """Run the real calibration and move its files into ``out_dir``.
 
         Args:
@@ -292,7 +292,7 @@ class NndctBackend(QuantizerBackend):
         return {"batches": count, "files": files, "quant_info": info, "quantizer_version": quantizer_version()}
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
-                  settings: QuantSettings) -> NndctTestHandle:
+                  settings: QuantSettings, traced: Any = None) -> NndctTestHandle:
         """Create the test-mode quantizer from ``out_dir`` (``quant_info.json``, ``bias_corr.pth``).
 
         The quantizer traces ``example[:1]``: a batch-1 trace is what ``export_xmodel`` needs

@@ -41,7 +41,7 @@ def run(ctx: Any) -> CalibResult:
     if ctx.is_main:
         calib_commit.begin(ctx.quant_dir)  # from here the folder holds no committed calibration until commit
     start = time.perf_counter()
-    summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings())
+    summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     seconds = time.perf_counter() - start
     if ctx.comm is not None:
         stats.merge_ordered(ctx.comm)

@@ -43,6 +43,7 @@ class Run(RunDir):
     def __init__(self, loaded: LoadedConfig, source: Any = None) -> None:
         super().__init__(loaded)
         self._source = source
+        self._trace = None  # type: Any  # (model, FloatTrace): the step's one fx trace of its float model
         self._compose = None
         self._boundary = None
         self._splits = None  # type: Optional[Dict[str, slice]]
@@ -203,12 +204,21 @@ class Run(RunDir):
         from ..quantizers.base import get_backend
         return get_backend(self.cfg.quantizer.backend)
 
+    def trace(self, model: torch.nn.Module) -> Any:
+        """The one ``torch.fx`` trace of ``model`` (``pipeline.fx.float_trace.FloatTrace``), made on the
+        first call for this model object and handed to the fingerprint, the backend and the sensitivity."""
+        if self._trace is None or self._trace[0] is not model:
+            from ..fx.float_trace import FloatTrace
+            self._trace = (model, FloatTrace.of(model))
+        return self._trace[1]
+
     def fingerprint(self, model: torch.nn.Module, example: torch.Tensor) -> Dict[str, Any]:
         """The calibration fingerprint of this config (pipeline.quantizers.fingerprint), plus the
         DPU target the run compiles for and the ``config.*`` settings that shape a calibration
         (FINGERPRINT_INFORMATIVE fields are recorded but do not invalidate a calibration)."""
         from ..quantizers.fingerprint import make_fingerprint
-        fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend)
+        fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend,
+                              traced=self.trace(model))
         fp["compile_target"] = self.cfg.compile.target
         # the settings themselves, so that a mismatch names the key that changed, not only the hash
         fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())

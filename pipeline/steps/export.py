@@ -29,11 +29,11 @@ def run(ctx: Any) -> ExportResult:
     from .context import FINGERPRINT_INFORMATIVE, progress
     ledger = ctx.new_ledger()
     model, example = ctx.float_model(), ctx.example(ledger=ledger)
+    model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                     redo="run the calib step again")
-    model = contiguous_parameters(model, ledger=ledger)
     backend = ctx.backend()
-    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings())
+    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     files = {}
     for fmt in progress(list(ctx.cfg.export.formats), "export", unit="format"):
         files.update(backend.export(handle, example, ctx.path("export"), [fmt]))

@@ -41,7 +41,7 @@ def run(ctx: Any) -> TestResult:
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                     redo="run the calib step again")
     backend = ctx.backend()
-    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings())
+    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     ledger = ctx.new_ledger()
     limit = ctx.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
@@ -106,10 +106,10 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     from ..quantizers.sim.backend import SimBackend
     from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
     if handle is None:
-        handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings())
+        handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     rows = layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
                              (x for x, _ in ctx.batches("eval", limit=limit)), ctx.settings(),
-                             comm=ctx.comm if ctx.sharded else None, example=example)
+                             comm=ctx.comm if ctx.sharded else None, example=example, traced=ctx.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
         files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),

@@ -12,6 +12,7 @@ The caller's model and batches are never modified; everything runs on the CPU.
 import itertools
 import os
 import warnings
+import weakref
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
@@ -29,20 +30,34 @@ EXPORT_FORMATS = {
 }
 
 
-def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings) -> SimSession:
+# test handle -> the session that built it, so that the sensitivity of the same model and settings
+# reuses its capture (session_of)
+_SESSIONS = weakref.WeakKeyDictionary()  # type: weakref.WeakKeyDictionary
+
+
+def session_of(handle: Any) -> Any:
+    """The ``SimSession`` that ``SimBackend.load_test`` built ``handle`` with, or None."""
+    try:
+        return _SESSIONS.get(handle)
+    except TypeError:  # not weakly referenceable: not a sim handle
+        return None
+
+
+def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,
+             traced: Any = None) -> SimSession:
     if str(settings.device).startswith("cuda"):
         warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
     cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
     # the session's own copy: shape propagation runs the float model on it, and a model whose first
     # op writes in place would otherwise change the caller's example
-    return SimSession(model, example.detach().cpu().clone(), cfg)
+    return SimSession(model, example.detach().cpu().clone(), cfg, traced)
 
 
 def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                           out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+                           out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
     """SimBackend.calibrate on one rank of a torch.distributed run: ``batches`` is this rank's shard
     (``pipeline.distributed``); the result is one process's on every rank; rank 0 alone writes."""
-    session = _session(model, example, settings)
+    session = _session(model, example, settings, traced)
     calibrator = session.calibrator(comm)
     for batch in batches:
         calibrator.step(batch)
@@ -75,7 +90,7 @@ class SimBackend(QuantizerBackend):
         return True
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                  out_dir: str, settings: QuantSettings) -> Dict[str, Any]:
+                  out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
         """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
 
         Args:
@@ -85,6 +100,7 @@ class SimBackend(QuantizerBackend):
                 quantizer); not modified.
             out_dir: output folder (created).
             settings: QuantSettings (quant_config_file, bitwidth; target recorded only).
+            traced: the step's ``FloatTrace`` of ``model`` (``pipeline.fx.float_trace``), or None.
 
         Returns:
             ``{"batches": int, "files": [paths], "quant_info": dict, "quantizer_version": str,
@@ -98,13 +114,13 @@ class SimBackend(QuantizerBackend):
         from ...distributed import current
         comm = current()
         if comm is not None:
-            return _calibrate_distributed(comm, model, example, batches, out_dir, settings)
+            return _calibrate_distributed(comm, model, example, batches, out_dir, settings, traced)
         iterator = iter(batches)
         first = next(iterator, None)
         if first is None:
             raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data "
                                     "source and the calibration batch limit); nothing was written")
-        session = _session(model, example, settings)
+        session = _session(model, example, settings, traced)
         calibrator = session.calibrator()
         for batch in itertools.chain([first], iterator):
             calibrator.step(batch)
@@ -115,7 +131,7 @@ class SimBackend(QuantizerBackend):
                 "adjustments": notes}
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
-                  settings: QuantSettings) -> torch.fx.GraphModule:
+                  settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
         """The lowered test-mode model (``sim/lowered.py`` contract) from ``out_dir``'s files.
 
         ``handle(batch)`` takes float32 NCHW of any batch size and returns float32 outputs on the
@@ -125,7 +141,10 @@ class SimBackend(QuantizerBackend):
             QuantizationError: ``quant_info.json`` (or, with bias correction, ``bias_corr.pth``)
                 missing or made for another model.
         """
-        return _session(model, example, settings).load_test(out_dir)
+        session = _session(model, example, settings, traced)
+        handle = session.load_test(out_dir)
+        _SESSIONS[handle] = session
+        return handle
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:

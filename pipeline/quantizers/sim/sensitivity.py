@@ -12,7 +12,7 @@ How a quantized point finds its float twin:
 - A :class:`~pipeline.quantizers.sim.session.SimSession` built from the same float model and
   settings as the handle names the same nodes (``session.graph.by_name``); each ``SimNode`` keeps
   ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
-- The float model is traced again here (``torch.fx.symbolic_trace`` of a deep copy); fx names its
+- The float model's own trace (the step's ``FloatTrace``, else ``torch.fx.symbolic_trace`` of a deep copy); fx names its
   nodes deterministically (module path, function name), so the sim's fx node and the float node
   share a name. The sim's rewrites erase nodes (``pipeline.fx.capture``: a BatchNorm folded into the conv
   before it, Dropout, Identity); when a float node's only user is such an erased node, the float
@@ -65,7 +65,7 @@ FLOAT_KEYS = ("sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph
 
 def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                       batches: Iterable[torch.Tensor], settings: Any, comm: Any = None,
-                      example: Optional[torch.Tensor] = None) -> List[Dict[str, Any]]:
+                      example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
     """SQNR, cosine similarity and value ranges of every quantized point of ``handle`` vs float.
 
     Args:
@@ -85,6 +85,9 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             shard, each batch's sums are kept and every rank's are added in global batch order
             at the end, so the table is one process's, bit for bit (a collective).
         example: float32 NCHW example input, used when this rank's shard is empty (with ``comm``).
+        traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``float_model``: its graph is run
+            as the float side (no new trace). The session that built ``handle``
+            (``backend.session_of``) is reused when its config is ``settings``'.
 
     Returns:
         One dict per quantized point, in graph order (the model input first), keys ``ROW_KEYS``:
@@ -134,8 +137,12 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     if first is not None:
         _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
         example = first[:1].detach().cpu()
-    session = SimSession(float_model, example, load_quant_config(settings.quant_config_file, settings.bitwidth))
-    float_gm = _trace_float(float_model)
+    from .backend import session_of
+    cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
+    session = session_of(handle)
+    if session is None or vars(session.cfg) != vars(cfg):
+        session = SimSession(float_model, example, cfg, traced)
+    float_gm = _trace_float(float_model, traced)
     points = _match_points(float_gm, handle, quant_info, session)
     scales = _cle_scales(session)
     accs = [_Accumulator(p, scales.get(p.name), keep_batches=comm is not None) for p in points]
@@ -188,7 +195,9 @@ def _describe(v: Any) -> str:
     return type(v).__name__
 
 
-def _trace_float(float_model: nn.Module) -> torch.fx.GraphModule:
+def _trace_float(float_model: nn.Module, traced: Any = None) -> torch.fx.GraphModule:
+    if traced is not None and traced.graph is not None:  # the step's trace: its copy runs, never changes
+        return torch.fx.GraphModule(traced.module, traced.graph_copy())
     work = copy.deepcopy(float_model).cpu().eval()
     try:
         return torch.fx.symbolic_trace(work)

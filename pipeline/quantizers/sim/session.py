@@ -52,6 +52,7 @@ class SimSession:
         model: float ``nn.Module``; deep-copied, never modified.
         example: float32 NCHW example input (trace shape); not modified.
         cfg: resolved QuantConfig.
+        traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
 
     Attributes:
         graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales
@@ -61,10 +62,10 @@ class SimSession:
         QuantizationError: unsupported model or config (see ``pipeline.fx.capture``, check_supported).
     """
 
-    def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig) -> None:
+    def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig, traced: Any = None) -> None:
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
-        self.graph = capture(model, example, cfg)  # type: SimGraph
+        self.graph = capture(model, example, cfg, traced=traced)  # type: SimGraph
         self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[ClePair]
         self.plan = QuantPlan(self.graph)
 

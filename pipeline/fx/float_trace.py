@@ -1,0 +1,52 @@
+"""One ``torch.fx`` trace of the float model, shared by everything a step does with it.
+
+The calibration fingerprint (``quantizers.fingerprint.graph_hash``), the simulation's capture
+(``fx.capture.capture``) and the per-layer sensitivity (``quantizers.sim.sensitivity``) each used
+to trace the float model themselves; a step now traces it once (``FloatTrace.of``) and hands the
+trace to each of them. Each consumer that rewrites the graph works on its own copy
+(``copy.deepcopy`` of a ``torch.fx.Graph`` copies its nodes, names included; it does not trace).
+"""
+import copy
+from typing import Optional
+
+import torch
+import torch.fx
+from torch import nn
+
+
+class FloatTrace:
+    """``torch.fx.Tracer().trace`` of an eval-mode CPU deep copy of a float model.
+
+    Attributes:
+        module: the deep copy (eval mode, parameters without grad); the graph's call targets name
+            its submodules. Read it; deep-copy it before changing it.
+        graph: the traced ``torch.fx.Graph``; deep-copy it before changing it.
+        error: the exception fx raised when the model cannot be traced (``graph`` is None then).
+        model_class: the float model's class name.
+    """
+
+    def __init__(self, module: nn.Module, graph: Optional[torch.fx.Graph], error: Optional[Exception],
+                 model_class: str) -> None:
+        self.module = module
+        self.graph = graph
+        self.error = error
+        self.model_class = model_class
+
+    @classmethod
+    def of(cls, model: nn.Module) -> "FloatTrace":
+        """Trace a deep copy of ``model`` (never modified) once; a model fx cannot trace gives a
+        FloatTrace whose ``error`` says why (the consumers raise or fall back as they did)."""
+        work = copy.deepcopy(model).cpu().eval()
+        for p in work.parameters():
+            p.requires_grad_(False)
+        try:
+            graph, error = torch.fx.Tracer().trace(work), None  # type: Optional[torch.fx.Graph], Optional[Exception]
+        except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
+            graph, error = None, e
+        return cls(work, graph, error, type(model).__name__)
+
+    def graph_copy(self) -> torch.fx.Graph:
+        """A copy of the graph to rewrite (same node names); raises the trace's error when there is none."""
+        if self.graph is None:
+            raise self.error  # type: ignore
+        return copy.deepcopy(self.graph)
