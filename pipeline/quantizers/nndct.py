@@ -251,6 +251,7 @@ class NndctBackend(QuantizerBackend):
         Args:
             model: float model (not modified); example: an input batch (float32 NCHW) for the trace;
             batches: calibration batches (float32 NCHW, owned by the pipeline; not modified).
+            traced: unused (the real quantizer parses the model with torch.jit.trace).
 
         Returns:
             ``{"batches": int, "files": [paths written], "quant_info": dict, "quantizer_version": str}``.

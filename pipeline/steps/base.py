@@ -41,9 +41,6 @@ class StepResult:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    def __getitem__(self, key: str) -> Any:  # read like the saved dict
-        return self.to_json()[key]
-
 
 @dataclass(frozen=True)
 class Step:
