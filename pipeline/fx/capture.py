@@ -40,7 +40,6 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.fx
 from torch import nn
-from torch.fx.passes.shape_prop import ShapeProp
 
 from ..errors import QuantizationError
 from ..quantizers.quant_config import QuantConfig
@@ -248,17 +247,22 @@ def _split_pieces(node: torch.fx.Node) -> Optional[int]:
     return 1 + max(taken) if taken else 1
 
 
-class _NamedShapeProp(ShapeProp):
-    """ShapeProp whose failures name the node (``node_error``)."""
+class _ShapeRecorder(torch.fx.Interpreter):
+    """Runs the graph once and records each node's output shape (a tuple for a tensor, None for
+    anything else); failures name the node (``node_error``). A plain Interpreter, not torch's
+    ``ShapeProp``: that one imports ``torch.fx.experimental.symbolic_shapes`` (sympy), about 0.4 s."""
+
+    def __init__(self, gm: torch.fx.GraphModule) -> None:
+        super().__init__(gm)
+        self.shapes = {}  # type: Dict[torch.fx.Node, Any]
 
     def run_node(self, n: torch.fx.Node) -> Any:
         try:
-            return super().run_node(n)
-        except RuntimeError as e:
-            cause = e  # torch 2.x ShapeProp wraps the operator's error
-            while cause.__cause__ is not None:
-                cause = cause.__cause__
-            raise node_error(n, cause) from e
+            result = super().run_node(n)
+        except Exception as e:  # any error of the model's own code, as torch 2's ShapeProp did
+            raise node_error(n, e) from e
+        self.shapes[n] = tuple(result.shape) if isinstance(result, torch.Tensor) else None
+        return result
 
 
 def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
@@ -274,13 +278,10 @@ def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
 
 
 def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dict[torch.fx.Node, Any]:
+    recorder = _ShapeRecorder(graph.gm)
     with torch.no_grad():
-        _NamedShapeProp(graph.gm).propagate(*example)
-    shapes = {}
-    for node in graph.gm.graph.nodes:
-        meta = node.meta.get("tensor_meta")
-        shapes[node] = tuple(meta.shape) if hasattr(meta, "shape") else None
-    return shapes
+        recorder.run(*example)
+    return {node: recorder.shapes.get(node) for node in graph.gm.graph.nodes}
 
 
 class _Builder:
