@@ -100,3 +100,27 @@ def test_int_operands_of_tensor_arithmetic_are_quantized_constants(tmp_path):
     t = torch_quantizer("test", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
     consts = [a for n in t.quant_model.graph.nodes if n.op == "call_function" for a in n.args if isinstance(a, float)]
     assert 3.0 in consts and 6.0 in consts
+
+
+def test_example_shapes_match_torch_shape_prop_and_need_no_symbolic_shapes_import():
+    # the shapes come from a plain fx Interpreter: the same as torch's ShapeProp (a tuple per tensor
+    # output, None for ints, torch.Size and the chunk tuple), without its sympy import
+    import subprocess
+    import sys
+
+    from torch.fx.passes.shape_prop import ShapeProp
+    graph = capture(_Shapes(), torch.zeros(2, 4, 3, 3), load_quant_config(None))
+    shapes = graph.example_shapes
+    ShapeProp(graph.gm).propagate(torch.zeros(2, 4, 3, 3))
+    expected = {n: (tuple(n.meta["tensor_meta"].shape) if hasattr(n.meta.get("tensor_meta"), "shape") else None)
+                for n in graph.gm.graph.nodes}
+    assert shapes == expected
+    assert shapes[graph.output_node] == (2, 4, 3, 3) and None in shapes.values()
+    code = ("import sys, torch\nfrom pipeline.fx.capture import capture\n"
+            "from pipeline.quantizers.quant_config import load_quant_config\n"
+            "g = capture(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU()), torch.zeros(1, 1, 5, 5),"
+            " load_quant_config(None))\n"
+            "assert g.example_shapes[g.output_node] == (1, 2, 3, 3)\n"
+            "print('torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "False"
