@@ -50,12 +50,13 @@ def test_inspector_refuses_unknown_targets_and_formats(tmp_path):
 def test_dump_xmodel_fast_finetune_and_load_ft_param_say_they_are_not_available(tmp_path):
     with pytest.raises(BackendUnavailableError, match="dump_xmodel: the sim quantizer cannot write an xmodel.*xir"):
         dump_xmodel(str(tmp_path))
-    q = torch_quantizer("calib", _TwoIn(), _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
+    model = _TwoIn()
+    q = torch_quantizer("calib", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
     with pytest.raises(BackendUnavailableError, match="fast_finetune is not available in the simulation yet"):
         q.fast_finetune(lambda: None, ())
     q.quant_model(*_inputs(4))
     q.export_quant_config()
-    t = torch_quantizer("test", _TwoIn(), _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
+    t = torch_quantizer("test", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
     with pytest.raises(BackendUnavailableError, match="load_ft_param is not available in the simulation yet"):
         t.load_ft_param()
     y = t.quant_model(*_inputs(4))

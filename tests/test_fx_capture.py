@@ -63,14 +63,15 @@ def test_ops_returning_several_outputs_and_shape_tensors_are_simulated(tmp_path)
     """torch.sort (a float operator with two outputs): the values it gives the next conv get the
     fix position; meshgrid of traced sizes is shape arithmetic, never quantized."""
     x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(0))
-    q = torch_quantizer("calib", _TupleOps(), (x,), output_dir=str(tmp_path), device="cpu")
+    model = _TupleOps()
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")
     q.quant_model(x)
     q.export_quant_config()
     info = json.load(open(str(tmp_path / "quant_info.json")))
     assert list(info["output"]) == ["_TupleOps::nndct_input_0", "_TupleOps::nndct_conv2d_1",
                                     "_TupleOps::nndct_conv2d_12", "_TupleOps::nndct_elemwise_add_14",
                                     "_TupleOps::nndct_tuple_index_3"]
-    t = torch_quantizer("test", _TupleOps(), (x,), output_dir=str(tmp_path), device="cpu")
+    t = torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu")
     y, numel = t.quant_model(x)
     assert numel == x.numel() and y.shape == (2, 4, 4, 4)
     fp = info["output"]["_TupleOps::nndct_elemwise_add_14"][0][1]
@@ -92,12 +93,13 @@ def test_int_operands_of_tensor_arithmetic_are_quantized_constants(tmp_path):
     """``x + 3`` and ``/ 6`` (Python ints): constants with their own fix positions, as the float
     constants of the real quantizer's golden_wide data; the test-mode graph uses their values."""
     x = torch.randn(2, 3, 4, 4, generator=torch.Generator().manual_seed(1))
-    q = torch_quantizer("calib", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    model = _HandSwish()
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")
     q.quant_model(x)
     q.export_quant_config()
     info = json.load(open(str(tmp_path / "quant_info.json")))["output"]
     assert info["_HandSwish::nndct_const_0"] == [[8, 5]] and info["_HandSwish::nndct_const_1"] == [[8, 4]]
-    t = torch_quantizer("test", _HandSwish(), (x,), output_dir=str(tmp_path), device="cpu")
+    t = torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu")
     consts = [a for n in t.quant_model.graph.nodes if n.op == "call_function" for a in n.args if isinstance(a, float)]
     assert 3.0 in consts and 6.0 in consts
 

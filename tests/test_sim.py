@@ -131,10 +131,11 @@ def test_operator_without_dpu_mapping_is_a_float_operator(tmp_path):
     graph = capture(Odd(), torch.zeros(1, 3, 4, 4), load_quant_config(None))
     assert [n.name for n in graph.float_operators()] == ["aten_special_erf_2"]
     x = small_batches(1)[0]
-    calibrate_with_api(tmp_path, Odd(), batches=[x])
+    model = Odd()
+    calibrate_with_api(tmp_path, model, batches=[x])
     info = json.load(open(str(tmp_path / "quant_info.json")))
     assert list(info["output"]) == ["Odd::nndct_input_0", "Odd::nndct_conv2d_1"]
-    q = torch_quantizer("test", Odd(), (x,), output_dir=str(tmp_path), device="cpu")
+    q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu")
     conv_q = [n for n in q.quant_model.graph.nodes if n.meta.get("nndct_node") == "nndct_conv2d_1"][0]
     assert conv_q.target is fixpoint.fake_quant
     y = q.quant_model(x)

@@ -260,10 +260,11 @@ def test_float_operator_outputs_are_exact_in_onnx(act, tmp_path):
     pytest.importorskip("onnxruntime")
     from pipeline.export import verify_onnx, verify_qdq
     x = torch.randn(8, 3, 12, 12, generator=torch.Generator().manual_seed(0)) * 2
-    q = torch_quantizer("calib", _FloatOut(act), (x,), output_dir=str(tmp_path), device="cpu")
+    model = _FloatOut(act)
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")
     q.quant_model(x)
     q.export_quant_config()
-    t = torch_quantizer("test", _FloatOut(act), (x,), output_dir=str(tmp_path), device="cpu")
+    t = torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu")
     t.quant_model(x)
     exact = t.export_onnx_model(str(tmp_path / "exact"), native_onnx=False)
     assert verify_onnx(t.quant_model, exact, x)["mismatches"] == 0
