@@ -12,7 +12,6 @@ The caller's model and batches are never modified; everything runs on the CPU.
 import itertools
 import os
 import warnings
-import weakref
 from typing import Any, Callable, Dict, Iterable, List, Tuple
 
 import torch
@@ -28,19 +27,6 @@ EXPORT_FORMATS = {
     "onnx_exact": ("exact", "_int_exact.onnx"),
     "onnx_qdq": ("qdq", "_int.onnx"),
 }
-
-
-# test handle -> the session that built it, so that the sensitivity of the same model and settings
-# reuses its capture (session_of)
-_SESSIONS = weakref.WeakKeyDictionary()  # type: weakref.WeakKeyDictionary
-
-
-def session_of(handle: Any) -> Any:
-    """The ``SimSession`` that ``SimBackend.load_test`` built ``handle`` with, or None."""
-    try:
-        return _SESSIONS.get(handle)
-    except TypeError:  # not weakly referenceable: not a sim handle
-        return None
 
 
 def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,
@@ -143,7 +129,7 @@ class SimBackend(QuantizerBackend):
         """
         session = _session(model, example, settings, traced)
         handle = session.load_test(out_dir)
-        _SESSIONS[handle] = session
+        handle.sim_session = session  # the sensitivity of the same model and settings reuses its capture
         return handle
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,

@@ -87,7 +87,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
         example: float32 NCHW example input, used when this rank's shard is empty (with ``comm``).
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``float_model``: its graph is run
             as the float side (no new trace). The session that built ``handle``
-            (``backend.session_of``) is reused when its config is ``settings``'.
+            (its ``sim_session`` attribute) is reused when its config is ``settings``'.
 
     Returns:
         One dict per quantized point, in graph order (the model input first), keys ``ROW_KEYS``:
@@ -137,9 +137,8 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     if first is not None:
         _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
         example = first[:1].detach().cpu()
-    from .backend import session_of
     cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
-    session = session_of(handle)
+    session = getattr(handle, "sim_session", None)
     if session is None or vars(session.cfg) != vars(cfg):
         session = SimSession(float_model, example, cfg, traced)
     float_gm = _trace_float(float_model, traced)
