@@ -4,6 +4,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import randomize_bn
 from pipeline.models.zoo import digits_cnn, mobilenet_v2, resnet18
 from pipeline.quantizers import fixpoint
 from pipeline.quantizers.quant_config import load_quant_config
@@ -21,18 +22,6 @@ class KeepEverything(calib.Calibrator):
         self._scratch = None
 
 
-def _randomized(model, seed):
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            c = m.num_features
-            m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-            m.running_var.copy_(0.5 + torch.rand(c, generator=g))
-            m.weight.data.copy_(0.5 + torch.rand(c, generator=g))
-            m.bias.data.copy_(0.1 * torch.randn(c, generator=g))
-    return model.eval()
-
-
 @pytest.mark.parametrize("name, model, shape", [
     ("digits", lambda: digits_cnn(), (16, 1, 8, 8)),
     ("resnet18", lambda: resnet18(num_classes=10), (2, 3, 32, 32)),
@@ -40,7 +29,7 @@ def _randomized(model, seed):
 ])
 def test_bounded_memory_calibration_gives_identical_results(name, model, shape):
     torch.manual_seed(0)
-    net = _randomized(model(), 1)
+    net = randomize_bn(model(), 1)
     g = torch.Generator().manual_seed(2)
     data = [torch.randn(*shape, generator=g) * 2 for _ in range(3)]
     session = SimSession(net, data[0], load_quant_config(None))
@@ -64,7 +53,7 @@ def test_bounded_memory_calibration_gives_identical_results(name, model, shape):
 
 
 def test_activations_are_released_after_their_last_reader_only():
-    net = _randomized(resnet18(num_classes=10), 3)
+    net = randomize_bn(resnet18(num_classes=10), 3)
     session = SimSession(net, torch.randn(1, 3, 32, 32), load_quant_config(None))
     nodes = session.graph.nodes
     index = {n.fx_node: i for i, n in enumerate(nodes)}

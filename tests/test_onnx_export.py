@@ -28,6 +28,7 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import pipeline.quantizers.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
+from conftest import randomize_bn  # noqa: E402
 from pipeline.errors import ExportError  # noqa: E402
 from pipeline.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
 
@@ -751,13 +752,8 @@ def _zoo_case(name, tmp_path):
 
     torch.manual_seed(7)
     shape = {"digits_cnn": (4, 1, 8, 8)}.get(name, (4, 3, 32, 32))
-    model = ZOO[name](num_classes=10, in_channels=shape[1]).eval()
-    g = torch.Generator().manual_seed(8)
-    for m in model.modules():
-        if isinstance(m, nn.BatchNorm2d):
-            m.running_mean.copy_(0.2 * torch.randn(m.num_features, generator=g))
-            m.running_var.copy_(0.5 + torch.rand(m.num_features, generator=g))
-    x = torch.randn((12,) + shape[1:], generator=g)
+    model = randomize_bn(ZOO[name](num_classes=10, in_channels=shape[1]), 8)
+    x = torch.randn((12,) + shape[1:], generator=torch.Generator().manual_seed(9))
     session = SimSession(model, x[:1].clone(), load_quant_config(None))
     calibrator = session.calibrator()
     for batch in x.split(4):
