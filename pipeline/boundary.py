@@ -11,7 +11,8 @@ reordering).
 
 Speed: the pass runs in compiled code (``pipeline/native.py`` builds ``boundary_kernel.c`` at first
 use and caches it): one read of the source and one write of the output per element, the NHWC -> NCHW
-transpose included, row by row (a source row stays in L1 while every channel is read from it), one
+transpose included, row by row (a source row stays in L1 while every channel is read from it; uint8
+RGB rows are split into float32 planes with AVX512-VBMI byte permutes when the CPU has them), one
 call per batch. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
 input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
 output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still

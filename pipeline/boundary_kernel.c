@@ -67,12 +67,13 @@ VP_VBMI static int64_t vp_rgb_vbmi(const uint8_t *s, float *d0, float *d1, float
     }
     return w;
 }
+int vp_vbmi_active(void) { return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw"); }
 static int64_t vp_rgb_u8_f32(const uint8_t *s, float *d0, float *d1, float *d2, int64_t w, float m0, float m1,
                              float m2, float sd0, float sd1, float sd2) {
-    if (!__builtin_cpu_supports("avx512vbmi") || !__builtin_cpu_supports("avx512bw")) return 0;
-    return vp_rgb_vbmi(s, d0, d1, d2, w, m0, m1, m2, sd0, sd1, sd2);
+    return vp_vbmi_active() ? vp_rgb_vbmi(s, d0, d1, d2, w, m0, m1, m2, sd0, sd1, sd2) : 0;
 }
 #else
+int vp_vbmi_active(void) { return 0; }
 #define vp_rgb_u8_f32(...) 0
 #endif
 #define VP_RGB_NONE(...) 0
@@ -167,4 +168,4 @@ VP_DEFINE(vp_f32_f64, float, double, VP_RGB_NONE)
 VP_DEFINE(vp_f64_f64, double, double, VP_RGB_NONE)
 
 /* ABI check for the loader: bump when a signature changes. */
-int vp_abi_version(void) { return 2; }
+int vp_abi_version(void) { return 3; }

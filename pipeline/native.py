@@ -1,6 +1,6 @@
 """The compiled quantizer-boundary kernel: built once per machine from ``boundary_kernel.c``, loaded with ctypes.
 
-Why this route: the kernel is 60 lines of C99 with no dependency (no torch or Python headers), so it
+Why this route: the kernel is 180 lines of C99 with no dependency (no torch or Python headers), so it
 builds in about a second with the system C compiler, the same way on Python 3.8 / torch 1.13 (the
 Vitis AI image) and Python 3.11 / torch 2.x; ctypes (standard library) releases the GIL during the
 call and costs microseconds to load. ``torch.utils.cpp_extension`` would compile torch's headers
@@ -31,7 +31,7 @@ SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boundary_kern
 FLAGS = ("-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared")
 DISABLE_ENV = "VITIS_PIPELINE_NO_KERNEL"
 CACHE_ENV = "VITIS_PIPELINE_CACHE"
-ABI_VERSION = 2
+ABI_VERSION = 3
 BUILD_TIMEOUT_S = 120
 # (input dtype name, output dtype name) -> exported symbol
 SYMBOLS = {(i, o): "vp_%s_%s" % (i, o) for i in ("u8", "i8", "i16", "i32", "i64", "f32", "f64") for o in ("f32", "f64")}
@@ -87,7 +87,8 @@ class Kernel:
     """The loaded library: ``fn(in_name, out_name)`` -> the ctypes function, or None when that pair
     is not compiled (float16/bfloat16 inputs). Arguments of every function: source pointer, int64
     geometry[14] (see ``boundary_kernel.c``), int64 order[c], mean[c], std[c], mean and std rows
-    (or NULL), destination pointer."""
+    (or NULL), destination pointer. ``vbmi``: True when uint8 RGB -> float32 rows run the AVX512-VBMI
+    byte-permute loop (this CPU has it and the build includes it), False for the C loop."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -100,6 +101,7 @@ class Kernel:
             fn.argtypes = [ctypes.c_void_p] * 7
             fn.restype = None
             self._fns[key] = fn
+        self.vbmi = bool(lib.vp_vbmi_active())
         self._lib = lib
 
     def fn(self, in_name: str, out_name: str) -> Any:

@@ -210,7 +210,8 @@ def main(argv=None):
     status = native.kernel_status()
     print("torch %s, %d cores, tile %d KiB; boundary kernel: %s" % (
         torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
-        "compiled (%s)" % os.path.basename(status["path"]) if status["compiled"] else "pure torch: %s" % status["reason"]))
+        "compiled (%s%s)" % (os.path.basename(status["path"]), ", AVX512-VBMI RGB rows" if native.boundary_kernel().vbmi
+                             else "") if status["compiled"] else "pure torch: %s" % status["reason"]))
     results, missed = [], []
     for nthreads in threads:
         torch.set_num_threads(nthreads)

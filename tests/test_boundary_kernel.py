@@ -188,3 +188,62 @@ def test_tile_size_comes_from_the_cache_size(monkeypatch):
     monkeypatch.setattr(cpu.os, "listdir", lambda path: [])
     monkeypatch.setattr(cpu.os, "sysconf", lambda name: -1)
     assert cpu.l2_bytes() == cpu._DEFAULT_L2_BYTES  # a machine that does not say
+
+
+def _cpu_flags():
+    try:
+        with open("/proc/cpuinfo") as f:
+            return next((line.split(":", 1)[1].split() for line in f if line.startswith("flags")), [])
+    except OSError:
+        return []
+
+
+def test_uint8_rgb_rows_take_the_vbmi_loop_on_cpus_that_have_it():
+    kernel = _kernel_or_skip()
+    flags = _cpu_flags()
+    if not flags or "x86_64" not in os.uname().machine:
+        pytest.skip("no x86 /proc/cpuinfo flags here")
+    assert kernel.vbmi == ("avx512vbmi" in flags and "avx512bw" in flags)
+
+
+def _rgb_cases():
+    """uint8 NHWC batches as NCHW views, widths around the 16-pixel step and the 22-pixel plain-load
+    bound, whole rows and cropped rows, RGB/BGR/rotated orders, torch and flipped numpy inputs."""
+    rng = np.random.default_rng(11)
+    for w in (1, 5, 15, 16, 17, 21, 22, 23, 31, 32, 37, 48, 64, 70):
+        nhwc = rng.integers(0, 256, (2, 3, w, 3), dtype=np.uint8)
+        yield "w=%d" % w, torch.from_numpy(nhwc).permute(0, 3, 1, 2)
+        yield "w=%d cropped" % w, torch.from_numpy(nhwc).permute(0, 3, 1, 2)[:, :, 1:, : max(1, w - 1)]
+        yield "w=%d numpy bgr" % w, nhwc[..., ::-1].transpose(0, 3, 1, 2)
+
+
+@pytest.mark.parametrize("variant", ["portable", "clang"])
+def test_other_builds_give_the_same_bits(variant, fresh_native, monkeypatch):
+    """The build without intrinsics (-DVP_PORTABLE: GCC's vectorized C loop) and a clang build give
+    the same bits as the process's build (the VBMI loop on CPUs that have it) and the definition."""
+    default = native.boundary_kernel()
+    if default is None:
+        pytest.skip("compiled boundary kernel unavailable here: %s" % native.kernel_status()["reason"])
+    wants = []
+    for order in (None, [2, 1, 0], [1, 2, 0]):
+        b = QuantizerBoundary(MEAN3, STD3, channel_order=order)
+        wants += [(name, x, order, b(x).clone()) for name, x in _rgb_cases()]
+    native.reset()
+    if variant == "portable":
+        monkeypatch.setattr(native, "FLAGS", native.FLAGS + ("-DVP_PORTABLE",))
+    else:
+        clang = native.shutil.which("clang") or native.shutil.which("clang-14")
+        if clang is None:
+            pytest.skip("no clang here")
+        monkeypatch.setenv("CC", clang)
+    other = native.boundary_kernel()
+    assert other is not None and other.path != default.path, native.kernel_status()["reason"]
+    if variant == "portable":
+        assert not other.vbmi
+    boundaries = {}
+    for name, x, order, want in wants:
+        b = boundaries.setdefault(str(order), QuantizerBoundary(MEAN3, STD3, channel_order=order))
+        assert b._kernel is other
+        got = b(x)
+        assert torch.equal(got, want), "%s order=%s" % (name, order)
+        assert np.array_equal(got.numpy(), _reference(np.asarray(x), MEAN3, STD3, order, torch.float32)), name
