@@ -59,6 +59,17 @@ _NP_KERNEL_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(
 KERNELS = ("auto", "torch")
 
 
+def _aligned_empty(shape: Tuple[int, ...], np_dtype: Any) -> np.ndarray:
+    """An uninitialised C-contiguous array starting on a 64-byte boundary (a cache line): numpy's own
+    large arrays start 16 bytes into a page, so each 64-byte vector store would straddle two lines
+    (measured: the 8x224 uint8 pass about 3% slower)."""
+    dtype = np.dtype(np_dtype)
+    nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    raw = np.empty(nbytes + 64, np.uint8)
+    start = -raw.ctypes.data % 64
+    return raw[start:start + nbytes].view(dtype).reshape(shape)
+
+
 class _BufferPool:
     """Owned output buffers, reused only when no handed-out tensor refers to them any more.
 
@@ -76,7 +87,7 @@ class _BufferPool:
             if buf.shape == shape and buf.dtype == np_dtype and (ref is None or ref() is None):
                 self._entries.append(self._entries.pop(i))  # most recently used last
                 return self._hand_out(entry), False
-        entry = [np.empty(shape, np_dtype), None]
+        entry = [_aligned_empty(shape, np_dtype), None]
         self._entries.append(entry)
         if len(self._entries) > self.capacity:
             self._entries.pop(0)  # forget the least recently used; whoever holds it keeps it
