@@ -118,11 +118,11 @@ def methods_for(n, s):
 
     boundary = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order)
     view = compose(next(iter_batches(source, slice(0, n), n))[0])
-    boundary_ledger, numbers = Ledger(), itertools.count()
+    boundary_ledger, divide_ledger, numbers = Ledger(), Ledger(), itertools.count()
     divide = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order, division_free=False)
     fns = {"cast": lambda: cast_out.copy_(images_t),
            "boundary": lambda: boundary(view, boundary_ledger, next(numbers)),
-           "boundary-div": lambda: divide(view),
+           "boundary-div": lambda: divide(view, divide_ledger, next(numbers)),
            "pipeline": pipeline_with(boundary),
            "pipeline-torch": pipeline_with(QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order,
                                                              kernel="torch")),
