@@ -43,9 +43,26 @@
 #else
 #define VP_FMA
 #endif
+#if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
+#include <cpuid.h>
+/* 1: AVX2 and FMA usable, 2: AVX512-F/BW/VBMI usable too; read once with cpuid and xgetbv (the OS must
+ * save the registers) rather than __builtin_cpu_supports, whose feature names vary by compiler version */
+static int vp_cpu(void) {
+    static int features = -1;
+    unsigned a, b, c, d, xcr0, xcr0_hi;
+    if (features >= 0) return features;
+    features = 0;
+    if (!__get_cpuid(1, &a, &b, &c, &d) || !(c & (1u << 27)) || !(c & (1u << 12))) return 0; /* OSXSAVE, FMA */
+    __asm__("xgetbv" : "=a"(xcr0), "=d"(xcr0_hi) : "c"(0));
+    if ((xcr0 & 6) != 6 || !__get_cpuid_count(7, 0, &a, &b, &c, &d) || !(b & (1u << 5))) return 0; /* AVX2 */
+    features = 1;
+    if ((xcr0 & 0xE0) == 0xE0 && (b & (1u << 16)) && (b & (1u << 30)) && (c & (1u << 1))) features = 3;
+    return features;
+}
+#endif
 int vp_fast_fma(void) {
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__)
-    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+    return vp_cpu() & 1;
 #elif defined(__FP_FAST_FMAF) && defined(__FP_FAST_FMA)
     return 1;
 #else
@@ -113,9 +130,7 @@ VP_VBMI static int64_t vp_rgb_vbmi(const uint8_t *s, float *d0, float *d1, float
     }
     return w;
 }
-int vp_vbmi_active(void) {
-    return __builtin_cpu_supports("avx512vbmi") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("fma");
-}
+int vp_vbmi_active(void) { return (vp_cpu() & 2) != 0; }
 static int64_t vp_rgb_u8_f32(const uint8_t *s, float *d0, float *d1, float *d2, int64_t w, const float *m,
                              const float *sd, const float *r, int fast) {
     return vp_vbmi_active() ? vp_rgb_vbmi(s, d0, d1, d2, w, m, sd, r, fast) : 0;
