@@ -14,8 +14,8 @@ use and caches it): one read of the source and one write of the output per eleme
 transpose included, row by row (a source row stays in L1 while every channel is read from it; uint8
 RGB rows are split into float32 planes with AVX512-VBMI byte permutes when the CPU has them), one
 call per batch; for uint8, int8 and int16 inputs without a division once a probe proved the
-division-free arithmetic gives the same bits (``arithmetic``). Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
-input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
+division-free arithmetic gives the same bits (``arithmetic``). Without a compiler (or with
+``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16 input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
 output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still
 in cache. Both write into buffers the boundary owns and reuses, which avoids the page faults of a
 fresh allocation. The checks and the kernel's arguments are worked out once per input geometry
@@ -119,8 +119,9 @@ class QuantizerBoundary:
         division_free: let the compiled pass replace the division by a multiply and an FMA-based
             correction for uint8, int8 and int16 inputs, once a probe proved it exact for this
             boundary (see ``arithmetic``). False: always the IEEE division. Same bits either way.
-            Measured on a Zen 4 CPU (fast divider): the same speed for NCHW float32 output, 10-30%
-            slower for channels_last and float64 output, where the loop is compute-bound.
+            Measured on a Zen 4 CPU, whose divider is faster than the multiply and two FMAs: the same
+            speed for NCHW float32 output (within 3%), up to 10% slower for float64 output and 12-30%
+            slower for channels_last output (`scripts/bench_preprocess.py`, boundary-div column).
 
     Raises:
         ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
@@ -331,16 +332,18 @@ class QuantizerBoundary:
         c_in = max(self.channel_order) + 1 if self.channel_order is not None else self.channels
         planes = np.ascontiguousarray(np.broadcast_to(values, (1, c_in, 1, values.size)))
         pixels = np.ascontiguousarray(planes.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # NHWC memory
-        index = self.channel_order if self.channel_order is not None else list(range(self.channels))
         want = _division_reference(values, self._mean_np, self._std_np)
         bits = np.uint32 if self._np_dtype == np.float32 else np.uint64
         fn = self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64", True)
+        cached_rows = set(self._rows)
         for probe in (planes, pixels):
             shape = (1, self.channels, 1, values.size)
             out = np.empty(shape if self.layout == "NCHW" else (1, 1, values.size, self.channels), self._np_dtype)
             geom, order, mean_rows = self._kernel_args(shape, [st // probe.itemsize for st in probe.strides])
             fn(probe.ctypes.data, geom, order, self._mean_ptr, self._std_ptr, self._recip_ptr, mean_rows,
                out.ctypes.data)
+            for w in set(self._rows) - cached_rows:  # the probe's own rows (65536 pixels for int16)
+                del self._rows[w]
             got = out if self.layout == "NCHW" else out.transpose(0, 3, 1, 2)
             if not np.array_equal(got[0, :, 0].view(bits), want.view(bits)):
                 bad = int(np.count_nonzero(got[0, :, 0].view(bits) != want.view(bits)))
