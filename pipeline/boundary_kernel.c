@@ -91,7 +91,8 @@ VP_INLINE double vp_qd(double a, double sd, double r, int fast) {
 /* uint8 RGB -> float32 planes with AVX512-VBMI, 16 pixels per step: one 48-byte load, then per channel
  * one byte permute (vpermb) that moves every third byte into the low byte of a zeroed 32-bit lane, and
  * the same convert, subtract and divide (or division-free correction) as the C loop: the same bits.
- * GCC's vectorized stride-3 loop needs about ten shuffles per 16 pixels; this needs three. The loads
+ * GCC's vectorized stride-3 loop goes through 16-bit lanes and several shuffles per vector: 1.8x a
+ * plain cast's time at 8x224x224x3 on Zen 4, against 1.0-1.1x for this one (C timing). The loads
  * are plain 64-byte loads while they stay inside the row (masked loads defeat the hardware prefetcher
  * on Zen 4: 1.4x slower from DRAM), and the last pixels use masked loads and stores: nothing outside
  * the row is read or written. Returns the pixels done (w, or 0 when the CPU lacks AVX512-VBMI: the C
