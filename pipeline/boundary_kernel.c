@@ -115,19 +115,21 @@ VP_VBMI static int64_t vp_rgb_vbmi(const uint8_t *s, float *d0, float *d1, float
     const __m512 vs0 = _mm512_set1_ps(sd[0]), vs1 = _mm512_set1_ps(sd[1]), vs2 = _mm512_set1_ps(sd[2]);
     const __m512 vr0 = _mm512_set1_ps(r[0]), vr1 = _mm512_set1_ps(r[1]), vr2 = _mm512_set1_ps(r[2]);
     int64_t x, k;
-    for (x = 0; x < w; x += 16) {
+    for (x = 0; x + 22 <= w; x += 16) { /* a 64-byte load that stays inside the row; plain stores */
+        __m512i v = _mm512_loadu_si512(s + 3 * x);
+        _mm512_storeu_ps(d0 + x, vp_plane16(v, i0, vm0, vs0, vr0, fast));
+        _mm512_storeu_ps(d1 + x, vp_plane16(v, i1, vm1, vs1, vr1, fast));
+        _mm512_storeu_ps(d2 + x, vp_plane16(v, i2, vm2, vs2, vr2, fast));
+    }
+    for (; x < w; x += 16) { /* the last 1 to 21 pixels: masked loads and stores */
+        __mmask16 last;
+        __m512i v;
         k = w - x < 16 ? w - x : 16;
-        __m512i v = x + 22 <= w ? _mm512_loadu_si512(s + 3 * x)
-                                : _mm512_maskz_loadu_epi8(~0ULL >> (64 - 3 * k), s + 3 * x);
-        __m512 q0 = vp_plane16(v, i0, vm0, vs0, vr0, fast), q1 = vp_plane16(v, i1, vm1, vs1, vr1, fast);
-        __m512 q2 = vp_plane16(v, i2, vm2, vs2, vr2, fast);
-        if (k == 16) { /* unmasked stores: masked ones are slower on some CPUs (Zen 4) */
-            _mm512_storeu_ps(d0 + x, q0), _mm512_storeu_ps(d1 + x, q1), _mm512_storeu_ps(d2 + x, q2);
-        } else {
-            __mmask16 last = (__mmask16)(0xFFFFu >> (16 - k));
-            _mm512_mask_storeu_ps(d0 + x, last, q0), _mm512_mask_storeu_ps(d1 + x, last, q1);
-            _mm512_mask_storeu_ps(d2 + x, last, q2);
-        }
+        last = (__mmask16)(0xFFFFu >> (16 - k));
+        v = _mm512_maskz_loadu_epi8(~0ULL >> (64 - 3 * k), s + 3 * x);
+        _mm512_mask_storeu_ps(d0 + x, last, vp_plane16(v, i0, vm0, vs0, vr0, fast));
+        _mm512_mask_storeu_ps(d1 + x, last, vp_plane16(v, i1, vm1, vs1, vr1, fast));
+        _mm512_mask_storeu_ps(d2 + x, last, vp_plane16(v, i2, vm2, vs2, vr2, fast));
     }
     return w;
 }
