@@ -13,13 +13,16 @@ import torch
 import torch.fx
 from torch import nn
 
+from .work_copy import work_copy
+
 
 class FloatTrace:
-    """``torch.fx.Tracer().trace`` of an eval-mode CPU deep copy of a float model.
+    """``torch.fx.Tracer().trace`` of an eval-mode CPU copy of a float model (``pipeline.fx.work_copy``).
 
     Attributes:
-        module: the deep copy (eval mode, parameters without grad); the graph's call targets name
-            its submodules. Read it; deep-copy it before changing it.
+        module: the copy (eval mode, parameters without grad, their storage shared with the float
+            model's); the graph's call targets name its submodules. Read it; copy it
+            (``work_copy``) before changing it, and never write its tensors in place.
         graph: the traced ``torch.fx.Graph``; deep-copy it before changing it.
         error: the exception fx raised when the model cannot be traced (``graph`` is None then).
         model_class: the float model's class name.
@@ -34,11 +37,9 @@ class FloatTrace:
 
     @classmethod
     def of(cls, model: nn.Module) -> "FloatTrace":
-        """Trace a deep copy of ``model`` (never modified) once; a model fx cannot trace gives a
+        """Trace a copy of ``model`` (never modified) once; a model fx cannot trace gives a
         FloatTrace whose ``error`` says why (the consumers raise or fall back as they did)."""
-        work = copy.deepcopy(model).cpu().eval()
-        for p in work.parameters():
-            p.requires_grad_(False)
+        work = work_copy(model)
         try:
             graph, error = torch.fx.Tracer().trace(work), None  # type: Optional[torch.fx.Graph], Optional[Exception]
         except Exception as e:  # fx raises many types (TraceError, TypeError, ...)

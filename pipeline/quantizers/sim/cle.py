@@ -88,7 +88,7 @@ class ClePair(NamedTuple):
 
 
 def equalize(graph: SimGraph) -> List[ClePair]:
-    """Apply CLE to the conv modules of ``graph.gm`` in place; returns the scaled pairs, in order."""
+    """Apply CLE to the conv modules of ``graph.root`` (new weight tensors, assigned); returns the scaled pairs, in order."""
     done = []
     for group in collect_groups(graph):
         for c0, c1 in zip(group[:-1], group[1:]):
