@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 from ...errors import QuantizationError
+from ...fileio import write_files
 from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
@@ -92,7 +93,8 @@ class SimSession:
         return info, notes
 
     def export_quant_config(self, calibrator: Calibrator, out_dir: str) -> List[str]:
-        """Write ``quant_info.json`` (and ``bias_corr.pth`` with bias correction) into ``out_dir``.
+        """Write ``quant_info.json`` (and, first, ``bias_corr.pth`` with bias correction) into ``out_dir``
+        (created), each atomically (``pipeline.fileio.write_files``).
 
         Nothing is written when the calibration is incomplete (QuantizationError first).
 
@@ -100,12 +102,11 @@ class SimSession:
             The paths written.
         """
         info, _ = self.quant_info(calibrator)
-        os.makedirs(out_dir, exist_ok=True)
-        files = []
+        items = []  # type: List[Tuple[str, bytes]]
         if self.cfg.include_bias_corr:
-            files.append(qi.write_bias_corr(out_dir, calibrator.bias_corrections()))
-        files.append(qi.write_quant_info(out_dir, info))
-        return files
+            items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
+        items.append((os.path.join(out_dir, qi.QUANT_INFO_FILE), qi.quant_info_bytes(info)))
+        return write_files(items)  # each atomic, fsynced together, renamed in this order
 
     def load_test(self, out_dir: str) -> torch.fx.GraphModule:
         """The lowered test-mode model from ``out_dir``'s files (sim- or nndct-made).
