@@ -1,7 +1,9 @@
 """capture's working copy (``pipeline.fx.work_copy``): weights shared with the caller's model, never
-written, and the calibration it gives byte-identical to the one on a full deep copy."""
+written, and the calibration it gives byte-identical to the one on a full deep copy; its trace
+(``fx_trace``) is torch.fx's."""
 import copy
 import hashlib
+import math
 import os
 
 import pytest
@@ -9,6 +11,7 @@ import torch
 from torch import nn
 
 from pipeline.fx import capture as capture_mod
+from pipeline.fx.float_trace import FloatTrace, fx_trace
 from pipeline.fx.work_copy import work_copy
 from pipeline.models.zoo import digits_cnn
 from pipeline.quantizers.quant_config import load_quant_config
@@ -117,3 +120,29 @@ def test_work_copy_shares_weights_in_new_objects_and_keeps_ties_and_attributes()
     with torch.no_grad():
         x = torch.randn(4, 2, 6, 6)
         assert torch.equal(work_copy(model)(x), _deepcopy_work(model)(x))
+
+
+class MathNet(nn.Module):
+    """Passes a traced value (a shape) to ``math``: torch.fx records ``math.sqrt`` as a call."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(2, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(x) * math.sqrt(x.shape[1]) + math.pi
+
+
+@pytest.mark.parametrize("make", [MathNet, ListNet, digits_cnn])
+def test_the_trace_is_torch_fx_s_with_or_without_math_calls(make):
+    torch.manual_seed(0)
+    model = make().eval()
+    expected = str(torch.fx.Tracer().trace(_deepcopy_work(model)))
+    root, graph = fx_trace(lambda: work_copy(model))
+    assert str(graph) == expected
+    assert ("math.sqrt" in expected) == (make is MathNet)
+    assert str(FloatTrace.of(model).graph) == expected
+    assert not hasattr(model, "_tensor_constant0")  # ListNet's tensor attribute went onto the copy
+    graph = capture_mod.capture(model, torch.randn(2, 2, 6, 6) if make is not digits_cnn else torch.randn(2, 1, 8, 8),
+                                load_quant_config(None))
+    assert any(n.target is math.sqrt for n in graph.fx_graph.nodes) == (make is MathNet)

@@ -35,7 +35,7 @@ refused.
 import hashlib
 import json
 import operator
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -48,6 +48,7 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
                       DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, INPUT, METHOD_OPS,
                       MODULE_OPS, PARAM_TYPES, RELU6, RETURN, SHAPE, SPLIT_FUNCTIONS, SPLIT_METHODS,
                       STRIDED_SLICE)
+from .float_trace import fx_trace
 from .work_copy import work_copy
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules, swaps_keep_graph
 
@@ -182,11 +183,12 @@ class SimGraph:
         return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
-def _trace(model: nn.Module) -> torch.fx.Graph:
-    # torch.fx.symbolic_trace without its GraphModule: the module is built once, after the
-    # rewrites (one code generation instead of two)
+def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Module, torch.fx.Graph]:
+    # torch.fx.symbolic_trace without its GraphModule (built on first use, after the rewrites)
     try:
-        return torch.fx.Tracer().trace(model)
+        return fx_trace(make_root)
+    except QuantizationError:
+        raise
     except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
@@ -442,10 +444,12 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             swap_modules(work, cfg)
         fx_graph = traced.graph_copy()
     else:
-        work = work_copy(model)
-        if rewrite:
-            swap_modules(work, cfg)
-        fx_graph = _trace(work)
+        def make_root() -> nn.Module:
+            work = work_copy(model)
+            if rewrite:
+                swap_modules(work, cfg)
+            return work
+        work, fx_graph = _trace(make_root, model)
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
         raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "

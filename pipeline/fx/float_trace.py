@@ -7,7 +7,7 @@ trace to each of them. Each consumer that rewrites the graph works on its own co
 (``copy.deepcopy`` of a ``torch.fx.Graph`` copies its nodes, names included; it does not trace).
 """
 import copy
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.fx
@@ -39,11 +39,11 @@ class FloatTrace:
     def of(cls, model: nn.Module) -> "FloatTrace":
         """Trace a copy of ``model`` (never modified) once; a model fx cannot trace gives a
         FloatTrace whose ``error`` says why (the consumers raise or fall back as they did)."""
-        work = work_copy(model)
+        error = None  # type: Optional[Exception]
         try:
-            graph, error = torch.fx.Tracer().trace(work), None  # type: Optional[torch.fx.Graph], Optional[Exception]
+            work, graph = fx_trace(lambda: work_copy(model))  # type: nn.Module, Optional[torch.fx.Graph]
         except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
-            graph, error = None, e
+            work, graph, error = work_copy(model), None, e
         return cls(work, graph, error, type(model).__name__)
 
     def graph_copy(self) -> torch.fx.Graph:
@@ -51,3 +51,26 @@ class FloatTrace:
         if self.graph is None:
             raise self.error  # type: ignore
         return copy.deepcopy(self.graph)
+
+
+def fx_trace(make_root: Callable[[], nn.Module]) -> Tuple[nn.Module, torch.fx.Graph]:
+    """``torch.fx.Tracer().trace`` of the module ``make_root()`` returns; ``(module, graph)``.
+
+    torch.fx's tracer patches every function of the ``math`` module for each trace, so that
+    ``math.sqrt`` of a traced value is recorded as a call: a fifth of the trace of a small model.
+    Most models never pass a traced value to ``math``, and for them the trace without those
+    patches is the same graph (a math function of plain numbers runs as it is in both). One that
+    does makes the unpatched trace raise (a traced value is no number: TypeError); it is then
+    traced again as torch.fx does, on a new ``make_root()`` (the failed trace may have added
+    attributes to the first).
+
+    Raises:
+        whatever ``torch.fx.Tracer().trace`` raises for the model (an untraceable model).
+    """
+    root = make_root()
+    try:
+        return root, torch.fx.Tracer(autowrap_modules=()).trace(root)
+    except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
+        pass
+    root = make_root()
+    return root, torch.fx.Tracer().trace(root)
