@@ -252,9 +252,9 @@ class TorchQuantizer:
             self._check_calibration_data()
         if comm is not None and not comm.is_main:
             return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
-        self._session.quant_info(self._calibrator)  # raises before anything is written
+        info, _ = self._session.quant_info(self._calibrator)  # raises before anything is written
         calib_commit.begin(self.output_dir)  # the files below are one unit: see calib_commit
-        files = self._session.export_quant_config(self._calibrator, self.output_dir)
+        files = self._session.export_quant_config(self._calibrator, self.output_dir, info)
         fp_path = write_fingerprint(self.output_dir, self._fingerprint)
         calib_commit.commit(self.output_dir, files + [fp_path])
         return files[-1]

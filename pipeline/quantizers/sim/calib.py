@@ -110,16 +110,21 @@ class Scratch:
 
     def __init__(self) -> None:
         self._flat = None  # type: Optional[torch.Tensor]
+        self._views = {}  # type: Dict[torch.Size, torch.Tensor]   # shape -> view of _flat
 
     def like(self, t: torch.Tensor) -> torch.Tensor:
         """An uninitialized tensor with ``t``'s shape, strides and dtype: a view of the buffer
-        when ``t`` is contiguous, else a new ``empty_like`` (its memory order must match)."""
+        when ``t`` is contiguous (the same view object for the same shape), else a new
+        ``empty_like`` (its memory order must match)."""
         if not t.is_contiguous():
             return torch.empty_like(t)
         if self._flat is None or self._flat.numel() < t.numel() or self._flat.dtype != t.dtype:
-            self._flat = None  # free the old buffer before taking the new one
-            self._flat = torch.empty(t.numel(), dtype=t.dtype)
-        return self._flat[:t.numel()].view(t.shape)
+            self._flat = self._views = None  # free the old buffer before taking the new one
+            self._flat, self._views = torch.empty(t.numel(), dtype=t.dtype), {}
+        view = self._views.get(t.shape)
+        if view is None:
+            view = self._views[t.shape] = self._flat[:t.numel()].view(t.shape)
+        return view
 
 
 def release_schedule(graph: SimGraph) -> List[List[Any]]:
@@ -160,6 +165,7 @@ class Calibrator:
         self.batches = 0
         self._release = release_schedule(graph)
         self._scratch = Scratch()
+        self._consts = [n for n in graph.nodes if n.op == g.CONST]
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, *xs: torch.Tensor) -> Any:
@@ -173,9 +179,8 @@ class Calibrator:
         check_batch(xs, len(inputs))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
-            for node in self.graph.nodes:
-                if node.op == g.CONST:
-                    env[node] = self._const(node)
+            for node in self._consts:
+                env[node] = self._const(node)
             feed = dict(zip(inputs, xs))
             for (fx_node, node), done in zip(self.graph.steps, self._release):
                 if node is None:

@@ -92,16 +92,19 @@ class SimSession:
                                   self.cfg.include_bias_corr, self.graph.graph_md5())
         return info, notes
 
-    def export_quant_config(self, calibrator: Calibrator, out_dir: str) -> List[str]:
+    def export_quant_config(self, calibrator: Calibrator, out_dir: str, info: Any = None) -> List[str]:
         """Write ``quant_info.json`` (and, first, ``bias_corr.pth`` with bias correction) into ``out_dir``
         (created), each atomically (``pipeline.fileio.write_files``).
 
         Nothing is written when the calibration is incomplete (QuantizationError first).
+        ``info``: this calibration's ``quant_info(calibrator)[0]`` when the caller has it (not
+        computed again).
 
         Returns:
             The paths written.
         """
-        info, _ = self.quant_info(calibrator)
+        if info is None:
+            info, _ = self.quant_info(calibrator)
         items = []  # type: List[Tuple[str, bytes]]
         if self.cfg.include_bias_corr:
             items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
