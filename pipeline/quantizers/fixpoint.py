@@ -174,6 +174,30 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     return _fake_quant_into(x, None, fix_pos, bitwidth, method)
 
 
+def fake_quant_(x: torch.Tensor, fix_pos: int, bitwidth: int) -> torch.Tensor:
+    """``fake_quant(x, fix_pos, bitwidth, "half_up")`` written over ``x``; returns ``x``.
+
+    The same operations on every element as :func:`fake_quant`, so the same values, without a
+    new tensor: for calibration values no one else reads (``calib.Calibrator``).
+
+    Args:
+        x: contiguous float32 tensor, overwritten.
+        fix_pos: int fix position p.
+        bitwidth: int bit width b, at most 23.
+
+    Raises:
+        ValueError: ``x`` not contiguous float32, or ``bitwidth`` above 23.
+    """
+    if not (x.is_contiguous() and x.dtype == torch.float32) or bitwidth > 23:
+        raise ValueError("fake_quant_: expected a contiguous float32 tensor and a bit width <= 23, got %s, %s and %d; "
+                         "use fake_quant" % (x.dtype, "contiguous" if x.is_contiguous() else "strided", bitwidth))
+    flat = x.view(-1)
+    for i in range(0, max(flat.numel(), 1), _FAKE_QUANT_TILE):  # tiles as fake_quant's: in cache
+        tile = flat[i:i + _FAKE_QUANT_TILE]
+        _fake_quant_into(tile, tile, fix_pos, bitwidth, "half_up")
+    return x
+
+
 def _fake_quant_into(x: torch.Tensor, out: Optional[torch.Tensor], fix_pos: int, bitwidth: int,
                      method: str) -> torch.Tensor:
     lo = -(1 << (bitwidth - 1))

@@ -20,8 +20,10 @@ Tensors holding NaN or Inf are passed through unquantized and add nothing to the
 as in nndct. Nothing the caller owns is written.
 
 Memory: a batch keeps an activation only until the last node that reads it has run
-(``release_schedule``), and bias correction squares into one reused buffer (``Scratch``), so the
-peak stays near a float forward's; the values, and so every result, are unchanged.
+(``release_schedule``), bias correction squares into one reused buffer (``Scratch``), and a value
+the calibration itself just made (a conv output, a ReLU's, a pool's) is quantized in place, as is
+a ReLU over such a value that nothing else reads (``in_place_plan``), so the peak stays near a
+float forward's and fewer new pages are touched; the values, and so every result, are unchanged.
 """
 import math
 from typing import Any, Dict, List, Optional
@@ -37,6 +39,10 @@ from .ops import float_reference, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
+
+# Node types whose calibration value is a new tensor that nothing else holds (``param_forward`` and
+# ``run_node`` allocate it): once computed, the calibration may overwrite it in place.
+FRESH_OUTPUT_TYPES = g.PARAM_TYPES + (g.RELU, g.LEAKY_RELU, g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
 
 
 def check_batch(xs: Any, n_inputs: int) -> None:
@@ -140,6 +146,25 @@ def release_schedule(graph: SimGraph) -> List[List[Any]]:
     return free
 
 
+def in_place_plan(graph: SimGraph):
+    """Which calibration values may be overwritten in place, as ``(fresh, relu_in_place)``.
+
+    ``fresh``: the fx nodes of ``FRESH_OUTPUT_TYPES`` nodes, whose value is a new tensor (its
+    quantization may overwrite it). ``relu_in_place``: ReLU fx node -> its input's fx node, for a
+    ReLU whose input is such a value that no other node reads (the ReLU may overwrite it, and its
+    result is then fresh too). ReLU in place and out of place give the same values.
+    """
+    fresh = set(n.fx_node for n in graph.nodes if n.op in FRESH_OUTPUT_TYPES and n.fx_node is not None)
+    relu_in_place = {}  # type: Dict[Any, Any]
+    for fx_node, node in graph.steps:
+        if node is None or node.op != g.RELU or len(fx_node.all_input_nodes) != 1:
+            continue
+        src = fx_node.all_input_nodes[0]
+        if src in fresh and len(src.users) == 1:
+            relu_in_place[fx_node] = src
+    return fresh | set(relu_in_place), relu_in_place
+
+
 class Calibrator:
     """Runs calibration batches through a SimGraph and collects fix positions.
 
@@ -166,6 +191,7 @@ class Calibrator:
         self._release = release_schedule(graph)
         self._scratch = Scratch()
         self._consts = [n for n in graph.nodes if n.op == g.CONST]
+        self._fresh, self._relu_in_place = in_place_plan(graph)
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, *xs: torch.Tensor) -> Any:
@@ -192,10 +218,12 @@ class Calibrator:
                     value, quantizable = feed[node], True
                 elif node.op in g.PARAM_TYPES:
                     value, quantizable = self._param_node(node, env), True
+                elif fx_node in self._relu_in_place:  # over its input, which only it reads
+                    value, quantizable = torch.relu_(env[self._relu_in_place[fx_node]]), True
                 else:
                     value, quantizable = run_node(self.graph, node, env)
                 if quantizable and node.name in self.quantized:
-                    value = self._activation(node, value)
+                    value = self._activation(node, value, fx_node in self._fresh)
                 if node.op in g.BIAS_CORR_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
                 env[fx_node] = value
@@ -212,12 +240,17 @@ class Calibrator:
             return node.value
         return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
-    def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
+    def _activation(self, node: SimNode, t: torch.Tensor, owned: bool = False) -> torch.Tensor:
+        """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos
+        (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
+        tensor, which nothing else reads: quantized in place when it is contiguous float32."""
         fp = self._batch_fix_pos(node, t)
         if fp is None:
             return t
         hist = self.history[node.name]
         hist.append(fp)
+        if owned and t.dtype == torch.float32 and t.is_contiguous() and self.bitwidth <= 23:
+            return fixpoint.fake_quant_(t, fixpoint.modal_fix_pos(hist), self.bitwidth)
         return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
 
     def _batch_fix_pos(self, node: SimNode, t: Any) -> Optional[int]:
