@@ -10,8 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-import threading
-from typing import Any, Dict, Iterator, List, Sequence, Tuple
+from typing import Any, Iterator, List, Sequence, Tuple
 
 from .errors import StorageError
 
@@ -67,14 +66,13 @@ def write_bytes(path: str, data: bytes, executable: bool = False) -> str:
 
 
 def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) -> List[str]:
-    """Write several files, each atomically as ``write_bytes`` does, their fsyncs overlapped.
+    """Write several files, each atomically as ``write_bytes`` does.
 
-    Each ``(path, data)`` is written under a temporary name in its final folder and fsynced, the
-    fsyncs of all files at once (all but the first in helper threads: a journaling file system
-    commits them together, where one after the other waits for one commit each); only when every
-    file is on disk are they renamed into place, in the given order. So each file has the
-    guarantees of ``write_bytes`` (never half-written under its final name, on disk before it
-    gets it), and the renames keep the order of consecutive ``write_bytes`` calls.
+    Each ``(path, data)`` is written through the descriptor ``mkstemp`` opened, under a temporary
+    name in its final folder, and fsynced; only when every file is on disk are they renamed into
+    place, in the given order. So each file has the guarantees of ``write_bytes`` (never
+    half-written under its final name, on disk before it gets it), and the renames keep the order
+    of consecutive ``write_bytes`` calls.
 
     Returns:
         The paths, in order.
@@ -85,24 +83,22 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
             with consecutive ``write_bytes`` calls).
     """
     mode = (0o777 if executable else 0o666) & ~_umask()
-    open_fds, temps = {}, []  # type: Dict[str, int], List[Tuple[str, str]]
+    fds, temps = [], []  # type: List[int], List[Tuple[str, str]]
     path = items[0][0] if items else ""
     try:
         for path, data in items:
             folder = os.path.dirname(os.path.abspath(path))
             os.makedirs(folder, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
-            open_fds[path] = fd
+            fds.append(fd)
             temps.append((tmp, path))
             view = memoryview(data)
             while view:
                 view = view[os.write(fd, view):]
             os.fchmod(fd, mode)  # mkstemp makes 0600; give the file the usual permissions
-        for path, exc in _fsync_all(open_fds).items():
-            raise exc
-        for path, fd in list(open_fds.items()):
-            del open_fds[path]
-            os.close(fd)
+            os.fsync(fd)
+        while fds:
+            os.close(fds.pop())
         for tmp, path in temps:
             os.replace(tmp, path)
     except OSError as exc:
@@ -115,34 +111,12 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
                            % (name, folder, exc.strerror or exc, name, "unchanged" if os.path.exists(path) else
                               "not there"))
     finally:
-        for fd in open_fds.values():
+        for fd in fds:
             os.close(fd)
         for tmp, _ in temps:
             if os.path.exists(tmp):
                 os.remove(tmp)
     return [p for p, _ in items]
-
-
-def _fsync_all(fds: Dict[str, int]) -> Dict[str, OSError]:
-    """fsync every file of ``{path: fd}`` at the same time; returns ``{path: error}`` of those that
-    failed, in the order of ``fds``."""
-    errors = {}  # type: Dict[str, OSError]
-
-    def sync(path: str, fd: int) -> None:
-        try:
-            os.fsync(fd)
-        except OSError as exc:
-            errors[path] = exc
-
-    items = list(fds.items())
-    helpers = [threading.Thread(target=sync, args=item) for item in items[1:]]
-    for t in helpers:
-        t.start()
-    if items:
-        sync(*items[0])
-    for t in helpers:
-        t.join()
-    return {p: errors[p] for p, _ in items if p in errors}
 
 
 def write_text(path: str, text: str, executable: bool = False) -> str:
