@@ -84,9 +84,18 @@ def _config_path(args: argparse.Namespace) -> str:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from .config import load_config
-    from .report import summary_lines
-    from .runner import run_steps
+    # The modules, classes and functions of torch's import (over a million objects) live until the
+    # process exits: import them with the cyclic collector paused (its full collections would walk
+    # them three times), then move them out of its reach, so that each collection during the run
+    # walks only the run's own objects (0.2-0.3 s of a digits run, more under load).
+    gc.disable()
+    try:
+        from .config import load_config
+        from .report import summary_lines
+        from .runner import run_steps
+    finally:
+        gc.freeze()
+        gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
     if report:  # under torchrun only rank 0 reports; -q hides the progress, not this summary

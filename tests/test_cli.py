@@ -73,3 +73,15 @@ def test_schema_is_json_schema_of_the_config():
     schema = json.loads(proc.stdout)
     assert schema["title"] == "Config"
     assert "calib_batches" in schema["$defs"]["DataSection"]["properties"]
+
+
+def test_run_leaves_the_cyclic_collector_enabled_after_its_paused_imports(tmp_path):
+    # `run` imports torch with the collector paused and freezes what the imports made; a run that
+    # fails (here: no such config) must still leave the collector running for the caller.
+    import gc
+
+    from pipeline.cli import main
+    assert gc.isenabled()
+    assert main(["run", str(tmp_path / "missing.yaml")]) != 0
+    assert gc.isenabled()
+    gc.unfreeze()
