@@ -80,7 +80,7 @@ class SimBackend(QuantizerBackend):
         """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
 
         Args:
-            model: float model; deep-copied, never modified.
+            model: float model; never modified (``pipeline.fx.work_copy``).
             example: float32 NCHW example input (trace shape); not modified.
             batches: float32 NCHW calibration batches (each is one calib-mode forward of the real
                 quantizer); not modified.

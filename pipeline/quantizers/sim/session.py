@@ -50,7 +50,7 @@ class SimSession:
     """The simulated quantizer for one float model.
 
     Args:
-        model: float ``nn.Module``; deep-copied, never modified.
+        model: float ``nn.Module``; never modified (capture works on ``pipeline.fx.work_copy``).
         example: float32 NCHW example input (trace shape); not modified.
         cfg: resolved QuantConfig.
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
