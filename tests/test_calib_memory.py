@@ -167,3 +167,19 @@ def test_relu_and_quantization_in_place_give_the_results_of_new_tensors():
     assert cal.fix_positions() == old.fix_positions()
     corr, corr_old = cal.bias_corrections(), old.bias_corrections()
     assert all(torch.equal(corr[k], corr_old[k]) for k in corr)
+
+
+def test_the_clamp_is_skipped_only_where_it_would_change_nothing():
+    g = torch.Generator().manual_seed(6)
+    for fix_pos in (-3, 0, 4, 7):
+        scale = 2.0 ** -fix_pos
+        for lo_v, hi_v in ((-128 * scale, 127 * scale), (0.0, 127 * scale), (-128 * scale, 0.0)):
+            x = torch.rand(5000, generator=g) * (hi_v - lo_v) + lo_v
+            x[:4] = torch.tensor([lo_v, hi_v, hi_v - scale / 2, lo_v + scale / 2])  # the edges and ties
+            min_max = (x.min().item(), x.max().item())
+            assert fixpoint.codes_in_range(min_max, fix_pos, 8)
+            y = x.clone()
+            fixpoint.fake_quant_(y, fix_pos, 8, clamp=False)
+            assert torch.equal(_bits(y), _bits(fixpoint.fake_quant(x, fix_pos, 8, "half_up"))), (fix_pos, lo_v, hi_v)
+        for beyond in ((-128.5 * scale, 0.0), (0.0, 127.25 * scale)):  # a code would leave the range
+            assert not fixpoint.codes_in_range(beyond, fix_pos, 8)

@@ -244,18 +244,25 @@ class Calibrator:
         """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos
         (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
         tensor, which nothing else reads: quantized in place when it is contiguous float32."""
-        fp = self._batch_fix_pos(node, t)
-        if fp is None:
+        found = self._fix_pos_and_range(node, t)
+        if found is None:
             return t
         hist = self.history[node.name]
-        hist.append(fp)
+        hist.append(found[0])
+        fix_pos = fixpoint.modal_fix_pos(hist)
         if owned and t.dtype == torch.float32 and t.is_contiguous() and self.bitwidth <= 23:
-            return fixpoint.fake_quant_(t, fixpoint.modal_fix_pos(hist), self.bitwidth)
-        return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+            return fixpoint.fake_quant_(t, fix_pos, self.bitwidth,
+                                        not fixpoint.codes_in_range(found[1], fix_pos, self.bitwidth))
+        return fixpoint.fake_quant(t, fix_pos, self.bitwidth, "half_up")
 
     def _batch_fix_pos(self, node: SimNode, t: Any) -> Optional[int]:
         """This batch's capped fix_pos of activation ``t``; None when it adds nothing to the history
         (not a float tensor, empty, or holding NaN/Inf)."""
+        found = self._fix_pos_and_range(node, t)
+        return None if found is None else found[0]
+
+    def _fix_pos_and_range(self, node: SimNode, t: Any):
+        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None."""
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         mn, mx = torch.aminmax(t)
@@ -264,7 +271,7 @@ class Calibrator:
             return None
         scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
-        return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos)
+        return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
     def _param_fix(self, name: str, t: torch.Tensor) -> torch.Tensor:
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, fixpoint.SCOPE_DEFAULT, "std_round")
