@@ -69,8 +69,9 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
     """Write several files, each atomically as ``write_bytes`` does.
 
     Each ``(path, data)`` is written through the descriptor ``mkstemp`` opened, under a temporary
-    name in its final folder, and fsynced; only when every file is on disk are they renamed into
-    place, in the given order. So each file has the guarantees of ``write_bytes`` (never
+    name in its final folder; then each is fsynced (after all the writes, so that one journal
+    commit can carry them all and the later fsyncs find little left to do); only when every file
+    is on disk are they renamed into place, in the given order. So each file has the guarantees of ``write_bytes`` (never
     half-written under its final name, on disk before it gets it), and the renames keep the order
     of consecutive ``write_bytes`` calls.
 
@@ -96,6 +97,7 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
             while view:
                 view = view[os.write(fd, view):]
             os.fchmod(fd, mode)  # mkstemp makes 0600; give the file the usual permissions
+        for fd, (_, path) in zip(fds, temps):  # after all the writes: a journal commit can take them together
             os.fsync(fd)
         while fds:
             os.close(fds.pop())
