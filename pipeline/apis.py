@@ -22,7 +22,8 @@ What differs, on purpose:
 
 - The caller's input tensors and model are NEVER changed: the real quantizer rounds its input in
   place and swaps ReLU6 for ReLU inside the caller's model (docs/quantizer.md#input-rounded-in-place, docs/quantizer.md#the-callers-model-is-rewritten); here the model is
-  deep-copied and every operation is out of place.
+  copied (its weights shared, never written: ``pipeline.fx.work_copy``) and every operation is out
+  of place.
 - A calibration batch holding NaN/Inf warns with the forward index and the count; nndct skips
   it silently, and the statistics here skip it the same way.
 - ``export_quant_config`` also writes ``calib_fingerprint.json`` and commits the files as one unit
@@ -252,9 +253,9 @@ class TorchQuantizer:
             self._check_calibration_data()
         if comm is not None and not comm.is_main:
             return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
-        self._session.quant_info(self._calibrator)  # raises before anything is written
+        info, _ = self._session.quant_info(self._calibrator)  # raises before anything is written
         calib_commit.begin(self.output_dir)  # the files below are one unit: see calib_commit
-        files = self._session.export_quant_config(self._calibrator, self.output_dir)
+        files = self._session.export_quant_config(self._calibrator, self.output_dir, info)
         fp_path = write_fingerprint(self.output_dir, self._fingerprint)
         calib_commit.commit(self.output_dir, files + [fp_path])
         return files[-1]

@@ -10,7 +10,7 @@ import hashlib
 import json
 import os
 import tempfile
-from typing import Any, Iterator
+from typing import Any, Iterator, List, Sequence, Tuple
 
 from .errors import StorageError
 
@@ -62,12 +62,63 @@ def _umask() -> int:
 def write_bytes(path: str, data: bytes, executable: bool = False) -> str:
     """Write ``data`` to ``path`` atomically; returns ``path``. ``executable`` adds the x bits
     (as allowed by the umask), for scripts."""
-    with atomic_path(path) as tmp:
-        with open(tmp, "wb") as f:
-            f.write(data)
-        if executable:
-            os.chmod(tmp, 0o777 & ~_umask())
-    return path
+    return write_files([(path, data)], executable)[0]
+
+
+def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) -> List[str]:
+    """Write several files, each atomically as ``write_bytes`` does.
+
+    Each ``(path, data)`` is written through the descriptor ``mkstemp`` opened, under a temporary
+    name in its final folder; then each is fsynced (after all the writes, so that one journal
+    commit can carry them all and the later fsyncs find little left to do); only when every file
+    is on disk are they renamed into place, in the given order. So each file has the guarantees of ``write_bytes`` (never
+    half-written under its final name, on disk before it gets it), and the renames keep the order
+    of consecutive ``write_bytes`` calls.
+
+    Returns:
+        The paths, in order.
+
+    Raises:
+        StorageError: a folder cannot take its file (see ``atomic_path``); no temporary file is
+            left, no file is renamed (when a rename itself fails, the earlier ones are done, as
+            with consecutive ``write_bytes`` calls).
+    """
+    mode = (0o777 if executable else 0o666) & ~_umask()
+    fds, temps = [], []  # type: List[int], List[Tuple[str, str]]
+    path = items[0][0] if items else ""
+    try:
+        for path, data in items:
+            folder = os.path.dirname(os.path.abspath(path))
+            os.makedirs(folder, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(prefix="." + os.path.basename(path) + ".", suffix=".tmp", dir=folder)
+            fds.append(fd)
+            temps.append((tmp, path))
+            view = memoryview(data)
+            while view:
+                view = view[os.write(fd, view):]
+            os.fchmod(fd, mode)  # mkstemp makes 0600; give the file the usual permissions
+        for fd, (_, path) in zip(fds, temps):  # after all the writes: a journal commit can take them together
+            os.fsync(fd)
+        while fds:
+            os.close(fds.pop())
+        for tmp, path in temps:
+            os.replace(tmp, path)
+    except OSError as exc:
+        if exc.errno not in STORAGE_ERRNOS:
+            raise
+        folder = os.path.dirname(os.path.abspath(path))
+        name = os.path.basename(path)
+        raise StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
+                           "choose a writable folder, then run again"
+                           % (name, folder, exc.strerror or exc, name, "unchanged" if os.path.exists(path) else
+                              "not there"))
+    finally:
+        for fd in fds:
+            os.close(fd)
+        for tmp, _ in temps:
+            if os.path.exists(tmp):
+                os.remove(tmp)
+    return [p for p, _ in items]
 
 
 def write_text(path: str, text: str, executable: bool = False) -> str:
@@ -87,12 +138,17 @@ def write_torch(path: str, obj: Any) -> str:
     archive after the file it writes to, so saving straight to a temporary file would put that
     random name into the bytes and two identical runs would differ.
     """
+    return write_bytes(path, torch_bytes(obj))
+
+
+def torch_bytes(obj: Any) -> bytes:
+    """``torch.save(obj)``'s bytes, stable for equal objects (see ``write_torch``)."""
     import io
 
     import torch
     buf = io.BytesIO()
     torch.save(obj, buf)
-    return write_bytes(path, buf.getvalue())
+    return buf.getvalue()
 
 
 def read_json(path: str) -> Any:

@@ -215,6 +215,7 @@ def measure_peak(kind: str, batch: int, size: int) -> None:
             cal = calib.Calibrator(session.graph, session.plan, session.bitwidth, session.cfg.include_bias_corr)
             if kind == "calib-keep-everything":
                 cal._release, cal._scratch = [[] for _ in cal._release], None
+                cal._fresh, cal._relu_in_place = set(), {}
             run = lambda: cal.step(x)  # noqa: E731
         with open("/proc/self/clear_refs", "w") as f:
             f.write("5")  # reset VmHWM to the current resident size

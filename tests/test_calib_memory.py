@@ -1,8 +1,11 @@
 """Calibration in bounded memory gives the same results: activations freed after their last use,
-bias-correction squares in one reused buffer, fake_quant in cache-sized tiles."""
+bias-correction squares in one reused buffer, fake_quant in cache-sized tiles, ReLU and the
+quantization of the calibration's own new values in place."""
 import numpy as np
 import pytest
 import torch
+import torch.nn.functional as F
+from torch import nn
 
 from conftest import randomize_bn
 from pipeline.models.zoo import digits_cnn, mobilenet_v2, resnet18
@@ -14,12 +17,14 @@ from pipeline.quantizers.sim.session import SimSession
 
 class KeepEverything(calib.Calibrator):
     """The calibration loop before the memory work: every activation kept until the batch ends,
-    bias correction with fresh temporaries (``eval_qnoise`` without a scratch buffer)."""
+    bias correction with fresh temporaries (``eval_qnoise`` without a scratch buffer), every
+    ReLU and quantization into a new tensor."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
         self._release = [[] for _ in self._release]
         self._scratch = None
+        self._fresh, self._relu_in_place = set(), {}
 
 
 @pytest.mark.parametrize("name, model, shape", [
@@ -101,3 +106,80 @@ def test_tiled_fake_quant_equals_the_single_pass_on_every_element(method):
     assert torch.equal(_bits(fixpoint.fake_quant(nhwc, 3, 8, method)),
                        _bits(fixpoint._fake_quant_into(nhwc, None, 3, 8, method)))
     assert np.isnan(fixpoint.fake_quant(x, 4, 8, method)[-1].item())
+
+
+@pytest.mark.parametrize("shape", [(5, 7, 3), (2 * fixpoint._FAKE_QUANT_TILE + 999,), (0,)])
+def test_fake_quant_in_place_equals_fake_quant_on_every_element(shape):
+    g = torch.Generator().manual_seed(5)
+    x = torch.randn(*shape, generator=g) * 40
+    specials = torch.tensor([0.5 - 2.0 ** -25, -0.5, 0.5, -0.0, 0.0, 1.5, -2.5, 1e30, -128.5, float("inf"), float("nan")])
+    n = min(x.numel(), specials.numel())
+    x.view(-1)[:n] = specials[:n] / 16
+    for bitwidth, fix_pos in ((8, 4), (8, -2), (16, 9)):
+        expected = fixpoint.fake_quant(x, fix_pos, bitwidth, "half_up")
+        y = x.clone()
+        assert fixpoint.fake_quant_(y, fix_pos, bitwidth) is y
+        assert torch.equal(_bits(y), _bits(expected)), (shape, bitwidth, fix_pos)
+    with pytest.raises(ValueError, match="contiguous float32"):
+        fixpoint.fake_quant_(x.double(), 4, 8)
+
+
+class ReluNet(nn.Module):
+    """ReLU in every form, some of whose inputs another node also reads (never written then), a
+    ReLU as an output, pools and a linear head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.relu1 = nn.ReLU(inplace=True)
+        self.conv2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv3 = nn.Conv2d(8, 8, 1)
+        self.conv4 = nn.Conv2d(8, 8, 3, padding=1)
+        self.conv5 = nn.Conv2d(8, 4, 1)
+        self.pool = nn.MaxPool2d(2)
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        a = self.relu1(self.conv1(x))  # module, inplace=True
+        b = self.conv2(a)
+        c = F.relu(b) + b  # b read twice: its ReLU must not write it
+        d = torch.relu(self.conv3(c))  # function
+        e = self.pool(self.conv4(d)).relu()  # method, after a pool
+        f = F.avg_pool2d(e, 2)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(f, 1), 1)).relu(), F.relu(self.conv5(a))
+
+
+def test_relu_and_quantization_in_place_give_the_results_of_new_tensors():
+    torch.manual_seed(0)
+    net = ReluNet().eval()
+    g = torch.Generator().manual_seed(3)
+    data = [torch.randn(4, 3, 8, 8, generator=g) * 2 for _ in range(3)]
+    session = SimSession(net, data[0], load_quant_config(None))
+    cal = session.calibrator()
+    srcs = sorted(str(src.target) for src in cal._relu_in_place.values())
+    assert srcs == ["conv1", "conv3", "conv5", "fc", "pool"]  # not conv2, whose output the add reads too
+    old = KeepEverything(session.graph, session.plan, session.bitwidth, session.cfg.include_bias_corr)
+    for x in data:
+        before = x.clone()
+        a, b = cal.step(x), old.step(x)
+        assert all(torch.equal(u, v) for u, v in zip(a, b))
+        assert torch.equal(x, before)  # the caller's batch is never written
+    assert cal.fix_positions() == old.fix_positions()
+    corr, corr_old = cal.bias_corrections(), old.bias_corrections()
+    assert all(torch.equal(corr[k], corr_old[k]) for k in corr)
+
+
+def test_the_clamp_is_skipped_only_where_it_would_change_nothing():
+    g = torch.Generator().manual_seed(6)
+    for fix_pos in (-3, 0, 4, 7):
+        scale = 2.0 ** -fix_pos
+        for lo_v, hi_v in ((-128 * scale, 127 * scale), (0.0, 127 * scale), (-128 * scale, 0.0)):
+            x = torch.rand(5000, generator=g) * (hi_v - lo_v) + lo_v
+            x[:4] = torch.tensor([lo_v, hi_v, hi_v - scale / 2, lo_v + scale / 2])  # the edges and ties
+            min_max = (x.min().item(), x.max().item())
+            assert fixpoint.codes_in_range(min_max, fix_pos, 8)
+            y = x.clone()
+            fixpoint.fake_quant_(y, fix_pos, 8, clamp=False)
+            assert torch.equal(_bits(y), _bits(fixpoint.fake_quant(x, fix_pos, 8, "half_up"))), (fix_pos, lo_v, hi_v)
+        for beyond in ((-128.5 * scale, 0.0), (0.0, 127.25 * scale)):  # a code would leave the range
+            assert not fixpoint.codes_in_range(beyond, fix_pos, 8)

@@ -7,7 +7,8 @@ dropout, CLE, LeakyReLU slope) and names every node ``<type>_<index>`` in topolo
 (``assign_node_topological_name`` in ``nndct_shared/nndct_graph/base_graph.py``), e.g.
 ``nndct_conv2d_1``. ``quant_info.json`` keys are these names with a ``<ModelClass>::`` prefix.
 
-Here the model is traced with ``torch.fx`` (torch 1.13 and 2.x) on a deep copy (the caller's
+Here the model is traced with ``torch.fx`` (torch 1.13 and 2.x) on a working copy whose weights
+share storage with the caller's and are never written in place (``work_copy``: the caller's
 model is never touched), and the fx graph is rewritten the same way (steps 1-3: ``rewrites.py``):
 
 1. Module swaps before tracing (``pytorch_nndct/qproc/utils.py`` ``parse_module``): every
@@ -31,11 +32,10 @@ Known differences from nndct's jit-based parser: other uses of Python numbers (e
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.
 """
-import copy
 import hashlib
 import json
 import operator
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -48,6 +48,8 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
                       DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, INPUT, METHOD_OPS,
                       MODULE_OPS, PARAM_TYPES, RELU6, RETURN, SHAPE, SPLIT_FUNCTIONS, SPLIT_METHODS,
                       STRIDED_SLICE)
+from .float_trace import fx_trace
+from .work_copy import work_copy
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules, swaps_keep_graph
 
 class SimNode:
@@ -103,8 +105,13 @@ class SimGraph:
 
     Attributes:
         class_name: the model's class name (``quant_info.json`` prefix).
-        gm: ``torch.fx.GraphModule`` computing the rewritten float model (BN folded, ReLU6
-            swapped when CLE is on, dropout removed); owns deep copies of the caller's modules.
+        root: the module whose submodule and attribute paths the graph's nodes name: capture's
+            working copy of the caller's model (``pipeline.fx.work_copy``), rewritten (BN folded,
+            ReLU6 swapped when CLE is on); calibration looks modules up here.
+        fx_graph: the rewritten ``torch.fx.Graph`` (dropout removed, BN folded).
+        gm: ``torch.fx.GraphModule(root, fx_graph)`` computing the rewritten float model, built on
+            first use (its code generation costs as much as a calibration batch of a small model,
+            and calibration never runs it); its graph is ``fx_graph``, its modules ``root``'s.
         nodes: SimNodes in nndct's order (constants, then inputs, then the rest, topologically).
         inputs: the ``nndct_input`` nodes in argument order.
         steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
@@ -115,20 +122,29 @@ class SimGraph:
             first use (test mode needs them; calibration does not).
     """
 
-    def __init__(self, class_name: str, gm: torch.fx.GraphModule, nodes: List[SimNode],
+    def __init__(self, class_name: str, root: nn.Module, fx_graph: torch.fx.Graph, nodes: List[SimNode],
                  steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode],
                  example: Tuple[torch.Tensor, ...]) -> None:
         self.class_name = class_name
-        self.gm = gm
+        self.root = root
+        self.fx_graph = fx_graph
+        self._gm = None  # type: Optional[torch.fx.GraphModule]
         self.nodes = nodes
         self.inputs = [n for n in nodes if n.op == INPUT]
         self.steps = steps
         self.outputs = outputs
         self.by_name = {n.name: n for n in nodes}
-        self.output_node = [n for n in gm.graph.nodes if n.op == "output"][0]
+        self.output_node = [n for n in fx_graph.nodes if n.op == "output"][0]
         self._example = example
         self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
         self._modules = {}  # type: Dict[str, nn.Module]
+
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        if self._gm is None:
+            # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
+            self._gm = torch.fx.GraphModule(self.root, self.fx_graph, class_name=type(self.root).__name__)
+        return self._gm
 
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
@@ -145,7 +161,7 @@ class SimGraph:
         replace submodules all run in ``capture``, before this is first called)."""
         m = self._modules.get(node.module_path)
         if m is None:
-            m = self._modules[node.module_path] = self.gm.get_submodule(node.module_path)
+            m = self._modules[node.module_path] = self.root.get_submodule(node.module_path)
         return m
 
     def float_operators(self) -> List[SimNode]:
@@ -167,11 +183,12 @@ class SimGraph:
         return hashlib.md5(text.encode("utf-8")).hexdigest()
 
 
-def _trace(model: nn.Module) -> torch.fx.Graph:
-    # torch.fx.symbolic_trace without its GraphModule: the module is built once, after the
-    # rewrites (one code generation instead of two)
+def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Module, torch.fx.Graph]:
+    # torch.fx.symbolic_trace without its GraphModule (built on first use, after the rewrites)
     try:
-        return torch.fx.Tracer().trace(model)
+        return fx_trace(make_root)
+    except QuantizationError:
+        raise
     except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
@@ -194,11 +211,11 @@ def _conv_op(m: nn.Module, strict: bool = True) -> str:
     return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
 
 
-def _classify(gm: torch.fx.GraphModule, node: torch.fx.Node, strict: bool = True) -> str:
-    """The op type of one fx node: a row of the op table, or ``aten::<name>`` (float operator).
+def _classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
+    """The op type of one fx node (its call targets named in ``root``): a row of the op table, or ``aten::<name>`` (float operator).
     ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
     if node.op == "call_module":
-        m = gm.get_submodule(node.target)
+        m = root.get_submodule(node.target)
         if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
             return _conv_op(m, strict)
         if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
@@ -281,14 +298,14 @@ def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dic
     recorder = _ShapeRecorder(graph.gm)
     with torch.no_grad():
         recorder.run(*example)
-    return {node: recorder.shapes.get(node) for node in graph.gm.graph.nodes}
+    return {node: recorder.shapes.get(node) for node in graph.fx_graph.nodes}
 
 
 class _Builder:
     """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
 
-    def __init__(self, gm: torch.fx.GraphModule, class_name: str, strict: bool = True) -> None:
-        self.gm = gm
+    def __init__(self, root: nn.Module, class_name: str, strict: bool = True) -> None:
+        self.root = root
         self.strict = strict
         self.class_name = class_name
         self.by_fx = {}  # type: Dict[torch.fx.Node, SimNode]
@@ -367,7 +384,7 @@ class _Builder:
             self.helper(fx_node, sources)
 
     def operator(self, fx_node: torch.fx.Node) -> None:
-        op = _classify(self.gm, fx_node, self.strict)
+        op = _classify(self.root, fx_node, self.strict)
         if op == STRIDED_SLICE and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.by_fx \
                 and self.by_fx[fx_node.args[0]].op not in t.OPS:
             op = t.TUPLE_INDEX  # an output of a float operator returning several (values, indices)
@@ -390,7 +407,7 @@ class _Builder:
             if self.called[fx_node.target] > 1 and self.strict:
                 raise QuantizationError("module %r is called more than once; the sim quantizer "
                                         "needs one module per conv/linear/batch-norm use" % fx_node.target)
-            m = self.gm.get_submodule(fx_node.target)
+            m = self.root.get_submodule(fx_node.target)
             node.param_names["weights"] = "%s::%s.weight" % (self.class_name, fx_node.target)
             if m.bias is not None:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
@@ -398,7 +415,7 @@ class _Builder:
 
 def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True,
             traced: Any = None) -> SimGraph:
-    """Deep-copy, rewrite and trace ``model``; name every node as nndct does.
+    """Copy (``work_copy``), rewrite and trace ``model``; name every node as nndct does.
 
     Args:
         model: the float model (any device; the copy is moved to the CPU and put in eval mode).
@@ -422,17 +439,17 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
     """
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     if traced is not None and traced.graph is not None and (not rewrite or swaps_keep_graph(traced.module, cfg)):
-        work = copy.deepcopy(traced.module)
+        work = work_copy(traced.module)
         if rewrite:
             swap_modules(work, cfg)
         fx_graph = traced.graph_copy()
     else:
-        work = copy.deepcopy(model).cpu().eval()
-        for p in work.parameters():
-            p.requires_grad_(False)
-        if rewrite:
-            swap_modules(work, cfg)
-        fx_graph = _trace(work)
+        def make_root() -> nn.Module:
+            work = work_copy(model)
+            if rewrite:
+                swap_modules(work, cfg)
+            return work
+        work, fx_graph = _trace(make_root, model)
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
         raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "
@@ -443,12 +460,9 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)
     fx_graph.lint()
-    # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
-    gm = torch.fx.GraphModule(work, fx_graph, class_name=type(work).__name__)
-
-    builder = _Builder(gm, type(model).__name__, rewrite)
+    builder = _Builder(work, type(model).__name__, rewrite)
     outputs = []  # type: List[SimNode]
-    for fx_node in gm.graph.nodes:
+    for fx_node in fx_graph.nodes:
         if fx_node.op == "output":
             outputs = builder.resolve_all(fx_node.all_input_nodes)
         else:
@@ -462,5 +476,5 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
         n.is_output = True
     for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
         c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
-    return SimGraph(builder.class_name, gm, nodes, builder.steps, outputs,
+    return SimGraph(builder.class_name, work, fx_graph, nodes, builder.steps, outputs,
                     tuple(e.detach().cpu() for e in examples))

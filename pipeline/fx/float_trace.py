@@ -7,19 +7,22 @@ trace to each of them. Each consumer that rewrites the graph works on its own co
 (``copy.deepcopy`` of a ``torch.fx.Graph`` copies its nodes, names included; it does not trace).
 """
 import copy
-from typing import Optional
+from typing import Callable, Optional, Tuple
 
 import torch
 import torch.fx
 from torch import nn
 
+from .work_copy import work_copy
+
 
 class FloatTrace:
-    """``torch.fx.Tracer().trace`` of an eval-mode CPU deep copy of a float model.
+    """``torch.fx.Tracer().trace`` of an eval-mode CPU copy of a float model (``pipeline.fx.work_copy``).
 
     Attributes:
-        module: the deep copy (eval mode, parameters without grad); the graph's call targets name
-            its submodules. Read it; deep-copy it before changing it.
+        module: the copy (eval mode, parameters without grad, their storage shared with the float
+            model's); the graph's call targets name its submodules. Read it; copy it
+            (``work_copy``) before changing it, and never write its tensors in place.
         graph: the traced ``torch.fx.Graph``; deep-copy it before changing it.
         error: the exception fx raised when the model cannot be traced (``graph`` is None then).
         model_class: the float model's class name.
@@ -34,15 +37,13 @@ class FloatTrace:
 
     @classmethod
     def of(cls, model: nn.Module) -> "FloatTrace":
-        """Trace a deep copy of ``model`` (never modified) once; a model fx cannot trace gives a
+        """Trace a copy of ``model`` (never modified) once; a model fx cannot trace gives a
         FloatTrace whose ``error`` says why (the consumers raise or fall back as they did)."""
-        work = copy.deepcopy(model).cpu().eval()
-        for p in work.parameters():
-            p.requires_grad_(False)
+        error = None  # type: Optional[Exception]
         try:
-            graph, error = torch.fx.Tracer().trace(work), None  # type: Optional[torch.fx.Graph], Optional[Exception]
+            work, graph = fx_trace(lambda: work_copy(model))  # type: nn.Module, Optional[torch.fx.Graph]
         except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
-            graph, error = None, e
+            work, graph, error = work_copy(model), None, e
         return cls(work, graph, error, type(model).__name__)
 
     def graph_copy(self) -> torch.fx.Graph:
@@ -50,3 +51,26 @@ class FloatTrace:
         if self.graph is None:
             raise self.error  # type: ignore
         return copy.deepcopy(self.graph)
+
+
+def fx_trace(make_root: Callable[[], nn.Module]) -> Tuple[nn.Module, torch.fx.Graph]:
+    """``torch.fx.Tracer().trace`` of the module ``make_root()`` returns; ``(module, graph)``.
+
+    torch.fx's tracer patches every function of the ``math`` module for each trace, so that
+    ``math.sqrt`` of a traced value is recorded as a call: a fifth of the trace of a small model.
+    Most models never pass a traced value to ``math``, and for them the trace without those
+    patches is the same graph (a math function of plain numbers runs as it is in both). One that
+    does makes the unpatched trace raise (a traced value is no number: TypeError); it is then
+    traced again as torch.fx does, on a new ``make_root()`` (the failed trace may have added
+    attributes to the first).
+
+    Raises:
+        whatever ``torch.fx.Tracer().trace`` raises for the model (an untraceable model).
+    """
+    root = make_root()
+    try:
+        return root, torch.fx.Tracer(autowrap_modules=()).trace(root)
+    except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
+        pass
+    root = make_root()
+    return root, torch.fx.Tracer().trace(root)

@@ -12,7 +12,7 @@ The runner drives every backend the same way, one step per process if the user w
    from a batch-1 example (public case P04) and return ``{format: path}``.
 
 Every batch a backend receives is an owned, contiguous float32 NCHW tensor made by the quantizer
-boundary; backends never modify the caller's model (they work on a deep copy).
+boundary; backends never modify the caller's model (they work on a copy).
 """
 import importlib
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type

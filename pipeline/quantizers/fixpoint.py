@@ -174,13 +174,50 @@ def fake_quant(x: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> tor
     return _fake_quant_into(x, None, fix_pos, bitwidth, method)
 
 
+def fake_quant_(x: torch.Tensor, fix_pos: int, bitwidth: int, clamp: bool = True) -> torch.Tensor:
+    """``fake_quant(x, fix_pos, bitwidth, "half_up")`` written over ``x``; returns ``x``.
+
+    The same operations on every element as :func:`fake_quant`, so the same values, without a
+    new tensor: for calibration values no one else reads (``calib.Calibrator``).
+
+    Args:
+        x: contiguous float32 tensor, overwritten.
+        fix_pos: int fix position p.
+        bitwidth: int bit width b, at most 23.
+        clamp: False when every code is known to be in range (``codes_in_range``): the clamp,
+            which would change nothing, is skipped.
+
+    Raises:
+        ValueError: ``x`` not contiguous float32, or ``bitwidth`` above 23.
+    """
+    if not (x.is_contiguous() and x.dtype == torch.float32) or bitwidth > 23:
+        raise ValueError("fake_quant_: expected a contiguous float32 tensor and a bit width <= 23, got %s, %s and %d; "
+                         "use fake_quant" % (x.dtype, "contiguous" if x.is_contiguous() else "strided", bitwidth))
+    flat = x.view(-1)
+    for i in range(0, max(flat.numel(), 1), _FAKE_QUANT_TILE):  # tiles as fake_quant's: in cache
+        tile = flat[i:i + _FAKE_QUANT_TILE]
+        _fake_quant_into(tile, tile, fix_pos, bitwidth, "half_up", clamp)
+    return x
+
+
+def codes_in_range(min_max: Tuple[float, float], fix_pos: int, bitwidth: int) -> bool:
+    """True when every half_up code of a tensor whose extremes are ``min_max`` lies in the code
+    range at ``fix_pos``: ``lo <= min * 2**p`` and ``max * 2**p <= hi`` (exact products), and
+    ``floor((v - 2**-25) + 0.5)`` is monotonic in ``v`` and maps ``lo`` and ``hi`` to themselves."""
+    lo = -(1 << (bitwidth - 1))
+    hi = (1 << (bitwidth - 1)) - 1
+    amp = _scale(fix_pos)
+    return lo <= min_max[0] * amp and min_max[1] * amp <= hi
+
+
 def _fake_quant_into(x: torch.Tensor, out: Optional[torch.Tensor], fix_pos: int, bitwidth: int,
-                     method: str) -> torch.Tensor:
+                     method: str, clamp: bool = True) -> torch.Tensor:
     lo = -(1 << (bitwidth - 1))
     hi = (1 << (bitwidth - 1)) - 1
     out = torch.mul(x, _scale(fix_pos), out=out) if out is not None else torch.mul(x, _scale(fix_pos))
     if method == "half_up":
-        return out.sub_(_HALF_UP_NUDGE).add_(0.5).floor_().clamp_(lo, hi).mul_(_scale(-fix_pos))
+        out.sub_(_HALF_UP_NUDGE).add_(0.5).floor_()
+        return (out.clamp_(lo, hi) if clamp else out).mul_(_scale(-fix_pos))
     # std_round: half_up of |v| with the sign put back; + 0.0 turns -0.0 into +0.0
     out.abs_().sub_(_HALF_UP_NUDGE).add_(0.5).floor_().copysign_(x)
     return out.clamp_(lo, hi).mul_(_scale(-fix_pos)).add_(0.0)

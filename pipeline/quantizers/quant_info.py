@@ -24,7 +24,7 @@ from typing import Any, Dict, List, Optional
 import torch
 
 from ..errors import QuantizationError
-from ..fileio import atomic_path, write_torch
+from ..fileio import torch_bytes, write_bytes
 from ..safeload import explain_load_failure, safe_torch_load
 
 QUANT_INFO_FILE = "quant_info.json"
@@ -96,14 +96,20 @@ def write_quant_info(out_dir: str, info: Dict[str, Any]) -> str:
     Raises:
         QuantizationError: ``info`` lacks one of the top-level keys.
     """
+    path = os.path.join(out_dir, QUANT_INFO_FILE)
+    return write_bytes(path, quant_info_bytes(info))
+
+
+def quant_info_bytes(info: Dict[str, Any]) -> bytes:
+    """The bytes of ``quant_info.json`` for ``info`` (nndct's layout, UTF-8, no trailing newline).
+
+    Raises:
+        QuantizationError: ``info`` lacks one of the top-level keys.
+    """
     missing = [k for k in TOP_LEVEL_KEYS if k not in info]
     if missing:
         raise QuantizationError("quant_info: expected keys %s, missing %s" % (list(TOP_LEVEL_KEYS), missing))
-    path = os.path.join(out_dir, QUANT_INFO_FILE)
-    with atomic_path(path) as tmp:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(to_jsonstr({k: info[k] for k in TOP_LEVEL_KEYS}))
-    return path
+    return to_jsonstr({k: info[k] for k in TOP_LEVEL_KEYS}).encode("utf-8")
 
 
 def read_quant_info(out_dir: str) -> Dict[str, Any]:
@@ -146,9 +152,14 @@ def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> st
         corr: node name -> 1-D float32 tensor (the correction subtracted from the bias), or None
             for a conv/linear without bias (nndct keeps such entries as None).
     """
-    path = os.path.join(out_dir, BIAS_CORR_FILE)
+    return write_bytes(os.path.join(out_dir, BIAS_CORR_FILE), bias_corr_bytes(corr))
+
+
+def bias_corr_bytes(corr: Dict[str, Optional[torch.Tensor]]) -> bytes:
+    """The bytes of ``bias_corr.pth`` for ``corr`` (see ``write_bias_corr``): a ``torch.save`` of
+    node name -> Python list of floats, stable (equal tables give equal bytes)."""
     payload = {k: None if v is None else v.detach().cpu().numpy().tolist() for k, v in corr.items()}
-    return write_torch(path, payload)  # stable bytes: equal tables give equal files
+    return torch_bytes(payload)
 
 
 def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:

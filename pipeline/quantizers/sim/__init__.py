@@ -2,7 +2,7 @@
 
 It reproduces the real quantizer's numbers bit for bit (tests/test_sim_golden.py):
 
-- ``pipeline.fx.capture`` (shared with inspect and the exporter): torch.fx capture of a deep copy,
+- ``pipeline.fx.capture`` (shared with inspect and the exporter): torch.fx capture of a working copy (``pipeline.fx.work_copy``),
   nndct rewrites (ReLU6 -> ReLU with CLE, dropout removal, Conv+BN folding) and nndct node names
   (``nndct_conv2d_1``, ...), graph md5; ``pipeline.fx.optable``: the op table;
 - ``plan``: where the quantization points are and the export-time fix_pos adjustments;

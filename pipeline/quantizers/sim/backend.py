@@ -53,7 +53,7 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
                                 "source and the calibration batch limit); nothing was written" % comm.world)
     info, notes = session.quant_info(calibrator)
     if comm.is_main:
-        files = session.export_quant_config(calibrator, out_dir)
+        files = session.export_quant_config(calibrator, out_dir, info)
     else:
         names = ([BIAS_CORR_FILE] if session.cfg.include_bias_corr else []) + [QUANT_INFO_FILE]
         files = [os.path.join(out_dir, f) for f in names]  # what rank 0 writes
@@ -80,7 +80,7 @@ class SimBackend(QuantizerBackend):
         """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
 
         Args:
-            model: float model; deep-copied, never modified.
+            model: float model; never modified (``pipeline.fx.work_copy``).
             example: float32 NCHW example input (trace shape); not modified.
             batches: float32 NCHW calibration batches (each is one calib-mode forward of the real
                 quantizer); not modified.
@@ -111,7 +111,7 @@ class SimBackend(QuantizerBackend):
         for batch in itertools.chain([first], iterator):
             calibrator.step(batch)
         info, notes = session.quant_info(calibrator)
-        files = session.export_quant_config(calibrator, out_dir)
+        files = session.export_quant_config(calibrator, out_dir, info)
         return {"batches": calibrator.batches, "files": files, "quant_info": info,
                 "quantizer_version": SIM_VERSION, "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs],
                 "adjustments": notes}

@@ -20,8 +20,10 @@ Tensors holding NaN or Inf are passed through unquantized and add nothing to the
 as in nndct. Nothing the caller owns is written.
 
 Memory: a batch keeps an activation only until the last node that reads it has run
-(``release_schedule``), and bias correction squares into one reused buffer (``Scratch``), so the
-peak stays near a float forward's; the values, and so every result, are unchanged.
+(``release_schedule``), bias correction squares into one reused buffer (``Scratch``), and a value
+the calibration itself just made (a conv output, a ReLU's, a pool's) is quantized in place, as is
+a ReLU over such a value that nothing else reads (``in_place_plan``), so the peak stays near a
+float forward's and fewer new pages are touched; the values, and so every result, are unchanged.
 """
 import math
 from typing import Any, Dict, List, Optional
@@ -37,6 +39,10 @@ from .ops import float_reference, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
+
+# Node types whose calibration value is a new tensor that nothing else holds (``param_forward`` and
+# ``run_node`` allocate it): once computed, the calibration may overwrite it in place.
+FRESH_OUTPUT_TYPES = g.PARAM_TYPES + (g.RELU, g.LEAKY_RELU, g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
 
 
 def check_batch(xs: Any, n_inputs: int) -> None:
@@ -110,16 +116,21 @@ class Scratch:
 
     def __init__(self) -> None:
         self._flat = None  # type: Optional[torch.Tensor]
+        self._views = {}  # type: Dict[torch.Size, torch.Tensor]   # shape -> view of _flat
 
     def like(self, t: torch.Tensor) -> torch.Tensor:
         """An uninitialized tensor with ``t``'s shape, strides and dtype: a view of the buffer
-        when ``t`` is contiguous, else a new ``empty_like`` (its memory order must match)."""
+        when ``t`` is contiguous (the same view object for the same shape), else a new
+        ``empty_like`` (its memory order must match)."""
         if not t.is_contiguous():
             return torch.empty_like(t)
         if self._flat is None or self._flat.numel() < t.numel() or self._flat.dtype != t.dtype:
-            self._flat = None  # free the old buffer before taking the new one
-            self._flat = torch.empty(t.numel(), dtype=t.dtype)
-        return self._flat[:t.numel()].view(t.shape)
+            self._flat = self._views = None  # free the old buffer before taking the new one
+            self._flat, self._views = torch.empty(t.numel(), dtype=t.dtype), {}
+        view = self._views.get(t.shape)
+        if view is None:
+            view = self._views[t.shape] = self._flat[:t.numel()].view(t.shape)
+        return view
 
 
 def release_schedule(graph: SimGraph) -> List[List[Any]]:
@@ -133,6 +144,25 @@ def release_schedule(graph: SimGraph) -> List[List[Any]]:
         if all(u in index for u in users):
             free[max([index[u] for u in users] + [i])].append(fx_node)
     return free
+
+
+def in_place_plan(graph: SimGraph):
+    """Which calibration values may be overwritten in place, as ``(fresh, relu_in_place)``.
+
+    ``fresh``: the fx nodes of ``FRESH_OUTPUT_TYPES`` nodes, whose value is a new tensor (its
+    quantization may overwrite it). ``relu_in_place``: ReLU fx node -> its input's fx node, for a
+    ReLU whose input is such a value that no other node reads (the ReLU may overwrite it, and its
+    result is then fresh too). ReLU in place and out of place give the same values.
+    """
+    fresh = set(n.fx_node for n in graph.nodes if n.op in FRESH_OUTPUT_TYPES and n.fx_node is not None)
+    relu_in_place = {}  # type: Dict[Any, Any]
+    for fx_node, node in graph.steps:
+        if node is None or node.op != g.RELU or len(fx_node.all_input_nodes) != 1:
+            continue
+        src = fx_node.all_input_nodes[0]
+        if src in fresh and len(src.users) == 1:
+            relu_in_place[fx_node] = src
+    return fresh | set(relu_in_place), relu_in_place
 
 
 class Calibrator:
@@ -160,6 +190,8 @@ class Calibrator:
         self.batches = 0
         self._release = release_schedule(graph)
         self._scratch = Scratch()
+        self._consts = [n for n in graph.nodes if n.op == g.CONST]
+        self._fresh, self._relu_in_place = in_place_plan(graph)
 
     # -- one batch ---------------------------------------------------------------------------
     def step(self, *xs: torch.Tensor) -> Any:
@@ -173,9 +205,8 @@ class Calibrator:
         check_batch(xs, len(inputs))
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
-            for node in self.graph.nodes:
-                if node.op == g.CONST:
-                    env[node] = self._const(node)
+            for node in self._consts:
+                env[node] = self._const(node)
             feed = dict(zip(inputs, xs))
             for (fx_node, node), done in zip(self.graph.steps, self._release):
                 if node is None:
@@ -187,10 +218,12 @@ class Calibrator:
                     value, quantizable = feed[node], True
                 elif node.op in g.PARAM_TYPES:
                     value, quantizable = self._param_node(node, env), True
+                elif fx_node in self._relu_in_place:  # over its input, which only it reads
+                    value, quantizable = torch.relu_(env[self._relu_in_place[fx_node]]), True
                 else:
                     value, quantizable = run_node(self.graph, node, env)
                 if quantizable and node.name in self.quantized:
-                    value = self._activation(node, value)
+                    value = self._activation(node, value, fx_node in self._fresh)
                 if node.op in g.BIAS_CORR_TYPES and self.bias_correction:
                     self._correct_bias(node, env, value)
                 env[fx_node] = value
@@ -207,17 +240,29 @@ class Calibrator:
             return node.value
         return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
-    def _activation(self, node: SimNode, t: torch.Tensor) -> torch.Tensor:
-        fp = self._batch_fix_pos(node, t)
-        if fp is None:
+    def _activation(self, node: SimNode, t: torch.Tensor, owned: bool = False) -> torch.Tensor:
+        """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos
+        (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
+        tensor, which nothing else reads: quantized in place when it is contiguous float32."""
+        found = self._fix_pos_and_range(node, t)
+        if found is None:
             return t
         hist = self.history[node.name]
-        hist.append(fp)
-        return fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+        hist.append(found[0])
+        fix_pos = fixpoint.modal_fix_pos(hist)
+        if owned and t.dtype == torch.float32 and t.is_contiguous() and self.bitwidth <= 23:
+            return fixpoint.fake_quant_(t, fix_pos, self.bitwidth,
+                                        not fixpoint.codes_in_range(found[1], fix_pos, self.bitwidth))
+        return fixpoint.fake_quant(t, fix_pos, self.bitwidth, "half_up")
 
     def _batch_fix_pos(self, node: SimNode, t: Any) -> Optional[int]:
         """This batch's capped fix_pos of activation ``t``; None when it adds nothing to the history
         (not a float tensor, empty, or holding NaN/Inf)."""
+        found = self._fix_pos_and_range(node, t)
+        return None if found is None else found[0]
+
+    def _fix_pos_and_range(self, node: SimNode, t: Any):
+        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None."""
         if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         mn, mx = torch.aminmax(t)
@@ -226,7 +271,7 @@ class Calibrator:
             return None
         scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
-        return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos)
+        return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
     def _param_fix(self, name: str, t: torch.Tensor) -> torch.Tensor:
         fp = fixpoint.diffs_fix_pos(t, self.bitwidth, fixpoint.SCOPE_DEFAULT, "std_round")

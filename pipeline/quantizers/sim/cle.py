@@ -88,7 +88,7 @@ class ClePair(NamedTuple):
 
 
 def equalize(graph: SimGraph) -> List[ClePair]:
-    """Apply CLE to the conv modules of ``graph.gm`` in place; returns the scaled pairs, in order."""
+    """Apply CLE to the conv modules of ``graph.root`` (new weight tensors, assigned); returns the scaled pairs, in order."""
     done = []
     for group in collect_groups(graph):
         for c0, c1 in zip(group[:-1], group[1:]):
@@ -110,12 +110,13 @@ def _rows(node: SimNode, m: torch.nn.Module, w: np.ndarray) -> Optional[np.ndarr
 
 
 def _input_ranges(node: SimNode, m: torch.nn.Module, w: np.ndarray) -> Optional[np.ndarray]:
-    """max |weight| per input channel of c1, or None if unsupported."""
+    """max |weight| per input channel of c1, or None if unsupported. (A maximum is exact in any
+    order: reduced over the output channels first, a contiguous pass, then over the kernel.)"""
     if node.op in (g.CONV2D, g.DEPTHWISE_CONV2D):
-        v = np.abs(w.reshape(m.groups, w.shape[0] // m.groups, *w.shape[1:]))
-        return v.max(axis=(1, 3, 4)).reshape(-1)
+        v = np.abs(w.reshape(m.groups, w.shape[0] // m.groups, *w.shape[1:])).max(axis=1)  # (groups, in/g, kh, kw)
+        return v.reshape(v.shape[0] * v.shape[1], -1).max(axis=1)
     if node.op == g.CONVTRANSPOSE2D and m.groups == 1:
-        return np.abs(w).max(axis=(1, 2, 3))
+        return np.abs(w).reshape(w.shape[0], -1).max(axis=1)
     return None
 
 

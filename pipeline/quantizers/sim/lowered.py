@@ -201,7 +201,7 @@ def _copy_helper(graph: SimGraph, fx_node: torch.fx.Node, new: torch.fx.Graph, r
     is copied into the lowered module under a flat name."""
     if fx_node.op == "get_attr":
         name = "attr_" + fx_node.target.replace(".", "_")
-        value = getattr_path(graph.gm, fx_node.target)
+        value = getattr_path(graph.root, fx_node.target)
         if isinstance(value, nn.Parameter):
             root.register_parameter(name, nn.Parameter(value.detach().clone(), requires_grad=False))
         elif isinstance(value, torch.Tensor):

@@ -74,11 +74,12 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     return fixpoint.avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
-def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[Any, Any],
+def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],
            module: Optional[nn.Module] = None, consts: Optional[Dict[int, Any]] = None) -> Any:
     """Run one fx node with its arguments looked up in ``env``; in-place activations out of place.
 
-    ``module``: the submodule a call_module node runs, when the caller has it (else looked up).
+    ``root``: the module the node's targets are named in (``SimGraph.root``). ``module``: the submodule
+    a call_module node runs, when the caller has it (else looked up in ``root``).
     ``consts``: positional argument index -> value replacing that (Python number) argument: the
     constant as the quantized graph uses it.
 
@@ -92,7 +93,7 @@ def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[Any, Any]
     kwargs = dict(map_arg(fx_node.kwargs, env.__getitem__))
     try:
         if fx_node.op == "call_module":
-            m = module if module is not None else gm.get_submodule(fx_node.target)
+            m = module if module is not None else root.get_submodule(fx_node.target)
             if isinstance(m, (nn.ReLU, nn.Hardtanh)) and getattr(m, "inplace", False):
                 return F.relu(args[0]) if isinstance(m, nn.ReLU) else F.hardtanh(args[0], m.min_val, m.max_val)
             return m(*args, **kwargs)
@@ -105,7 +106,7 @@ def run_fx(gm: torch.fx.GraphModule, fx_node: torch.fx.Node, env: Dict[Any, Any]
         if fx_node.op == "call_method":
             return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
         if fx_node.op == "get_attr":
-            return getattr_path(gm, fx_node.target)
+            return getattr_path(root, fx_node.target)
     except RuntimeError as e:
         raise node_error(fx_node, e) from e
     raise ValueError("run_fx: unexpected fx node %s (%s)" % (fx_node.name, fx_node.op))
@@ -121,7 +122,7 @@ def getattr_path(root: nn.Module, path: str) -> Any:
 
 def run_step(graph: SimGraph, fx_node: torch.fx.Node, env: Dict[Any, Any]) -> Any:
     """A helper step of the graph (``x.shape``, a chunk's tuple, a get_attr): the fx node as is."""
-    return run_fx(graph.gm, fx_node, env)
+    return run_fx(graph.root, fx_node, env)
 
 
 def tiled_max_pool(m: nn.MaxPool2d, x: Any) -> Optional[torch.Tensor]:
@@ -194,7 +195,7 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         if out is not None:
             return out, True
     consts = {i: env[c] for i, c in node.const_args.items()} if node.const_args else None
-    out = run_fx(graph.gm, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None, consts)
+    out = run_fx(graph.root, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None, consts)
     if op == g.AVG_POOL:
         kh, kw = avgpool_kernel(graph, node)
         return out * fixpoint.avgpool_dpu_scale(kh, kw), True

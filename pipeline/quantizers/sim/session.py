@@ -12,6 +12,7 @@ from typing import Any, Dict, List, Tuple
 import torch
 
 from ...errors import QuantizationError
+from ...fileio import write_files
 from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
@@ -49,7 +50,7 @@ class SimSession:
     """The simulated quantizer for one float model.
 
     Args:
-        model: float ``nn.Module``; deep-copied, never modified.
+        model: float ``nn.Module``; never modified (capture works on ``pipeline.fx.work_copy``).
         example: float32 NCHW example input (trace shape); not modified.
         cfg: resolved QuantConfig.
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
@@ -91,21 +92,24 @@ class SimSession:
                                   self.cfg.include_bias_corr, self.graph.graph_md5())
         return info, notes
 
-    def export_quant_config(self, calibrator: Calibrator, out_dir: str) -> List[str]:
-        """Write ``quant_info.json`` (and ``bias_corr.pth`` with bias correction) into ``out_dir``.
+    def export_quant_config(self, calibrator: Calibrator, out_dir: str, info: Any = None) -> List[str]:
+        """Write ``quant_info.json`` (and, first, ``bias_corr.pth`` with bias correction) into ``out_dir``
+        (created), each atomically (``pipeline.fileio.write_files``).
 
         Nothing is written when the calibration is incomplete (QuantizationError first).
+        ``info``: this calibration's ``quant_info(calibrator)[0]`` when the caller has it (not
+        computed again).
 
         Returns:
             The paths written.
         """
-        info, _ = self.quant_info(calibrator)
-        os.makedirs(out_dir, exist_ok=True)
-        files = []
+        if info is None:
+            info, _ = self.quant_info(calibrator)
+        items = []  # type: List[Tuple[str, bytes]]
         if self.cfg.include_bias_corr:
-            files.append(qi.write_bias_corr(out_dir, calibrator.bias_corrections()))
-        files.append(qi.write_quant_info(out_dir, info))
-        return files
+            items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
+        items.append((os.path.join(out_dir, qi.QUANT_INFO_FILE), qi.quant_info_bytes(info)))
+        return write_files(items)  # each atomic, fsynced together, renamed in this order
 
     def load_test(self, out_dir: str) -> torch.fx.GraphModule:
         """The lowered test-mode model from ``out_dir``'s files (sim- or nndct-made).
