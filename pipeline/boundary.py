@@ -13,9 +13,8 @@ Speed: the pass runs in compiled code (``pipeline/native.py`` builds ``boundary_
 use and caches it): one read of the source and one write of the output per element, the NHWC -> NCHW
 transpose included, row by row (a source row stays in L1 while every channel is read from it; uint8
 RGB rows are split into float32 planes with AVX512-VBMI byte permutes when the CPU has them), one
-call per batch; for uint8, int8 and int16 inputs without a division once a probe proved the
-division-free arithmetic gives the same bits (``arithmetic``). Without a compiler (or with
-``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16 input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
+call per batch. Without a compiler (or with ``VITIS_PIPELINE_NO_KERNEL=1``, or for float16/bfloat16
+input) the same arithmetic runs as torch ops, the same bits, in tiles of about half the L2 cache of
 output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still
 in cache. Both write into buffers the boundary owns and reuses, which avoids the page faults of a
 fresh allocation. The checks and the kernel's arguments are worked out once per input geometry
@@ -32,7 +31,6 @@ exporter is contiguous. Both are recorded in the ledger as run-level rows (``bat
 """
 import copy
 import ctypes
-import logging
 import weakref
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple, Union
 
@@ -45,7 +43,6 @@ from .errors import ConfigError, DataError, PipelineError
 from .specs import MEMORY_LAYOUTS, check_mean_std
 from .tensors import Ledger, as_torch_view, storage_ptr
 
-LOG = logging.getLogger(__name__)
 BLOCK_BYTES = tile_bytes()
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
 _IN_DTYPES = (torch.uint8, torch.int8, torch.int16, torch.int32, torch.int64, torch.float16, torch.bfloat16,
@@ -116,12 +113,6 @@ class QuantizerBoundary:
         pool_size: how many owned buffers to keep for reuse.
         kernel: ``"auto"``: the compiled pass when it could be built here (``pipeline.native``), else
             the torch pass (the reason logged once); ``"torch"``: always the torch pass. Same bits.
-        division_free: let the compiled pass replace the division by a multiply and an FMA-based
-            correction for uint8, int8 and int16 inputs, once a probe proved it exact for this
-            boundary (see ``arithmetic``). False: always the IEEE division. Same bits either way.
-            Measured on a Zen 4 CPU, whose divider is faster than the multiply and two FMAs: the same
-            speed for NCHW float32 output (within 3%), up to 10% slower for float64 output and 12-30%
-            slower for channels_last output (`scripts/bench_preprocess.py`, boundary-div column).
 
     Raises:
         ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
@@ -133,7 +124,7 @@ class QuantizerBoundary:
 
     def __init__(self, mean: Sequence[float], std: Sequence[float], channel_order: Optional[Sequence[int]] = None,
                  layout: str = "NCHW", dtype: torch.dtype = torch.float32, block_bytes: int = BLOCK_BYTES,
-                 pool_size: int = 4, kernel: str = "auto", division_free: bool = True) -> None:
+                 pool_size: int = 4, kernel: str = "auto") -> None:
         mean, std = check_mean_std(mean, std)
         if layout not in MEMORY_LAYOUTS:
             raise ConfigError("preprocess.layout: expected one of %s, got %r" % (", ".join(MEMORY_LAYOUTS), layout))
@@ -160,11 +151,7 @@ class QuantizerBoundary:
         self.compiled = self._kernel is not None
         self._mean_np = self._mean.numpy().reshape(-1).copy()
         self._std_np = self._std.numpy().reshape(-1).copy()
-        self._recip_np = np.divide(np.ones_like(self._std_np), self._std_np)  # RN(1 / std), IEEE
         self._mean_ptr, self._std_ptr = self._mean_np.ctypes.data, self._std_np.ctypes.data
-        self._recip_ptr = self._recip_np.ctypes.data
-        self.division_free = bool(division_free)
-        self._proven = {}  # type: Dict[str, bool]
         self._rows = {}  # type: Dict[int, np.ndarray]
         self._plans = {}  # type: Dict[Any, Tuple[Any, ...]]
 
@@ -215,7 +202,7 @@ class QuantizerBoundary:
             if len(self._plans) >= 16:
                 self._plans.clear()
             self._plans[key] = plan
-        (n, c, h, w), fn, recip, geom, order, mean_rows, use_numpy, note = plan
+        (n, c, h, w), fn, geom, order, mean_rows, use_numpy, note = plan
         pieces = None  # type: Optional[List[Tuple[int, int, int]]]
         if rows is not None:  # (source row, output row, count) runs of the rows to gather
             pieces = _row_runs(rows, n)
@@ -229,13 +216,13 @@ class QuantizerBoundary:
         if fn is not None:
             ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
             if pieces is None:
-                fn(ptr, geom, order, self._mean_ptr, self._std_ptr, recip, mean_rows, out.data_ptr())
+                fn(ptr, geom, order, self._mean_ptr, self._std_ptr, mean_rows, out.data_ptr())
             else:  # one call per run: the source and output pointers moved to its first sample
                 g, in_size, out_size = list(geom), view.itemsize if np_in else view.element_size(), out.element_size()
                 for start, dst, count in pieces:
                     g[1] = count
                     fn(ptr + start * g[6] * in_size, (ctypes.c_int64 * 14)(*g), order, self._mean_ptr, self._std_ptr,
-                       recip, mean_rows, out.data_ptr() + dst * g[10] * out_size)
+                       mean_rows, out.data_ptr() + dst * g[10] * out_size)
         elif use_numpy:
             for start, dst, count in pieces or [(0, 0, n)]:
                 self._fill_numpy(view[start:start + count], out.numpy()[dst:dst + count], self.channel_order)
@@ -254,8 +241,7 @@ class QuantizerBoundary:
 
     def _plan(self, view: Union[torch.Tensor, np.ndarray]) -> Tuple[Any, ...]:
         """Checks and the pass's arguments for one input geometry (cached by ``__call__``):
-        ``((n, c, h, w), compiled function or None, reciprocals or None, geometry, order, rows, use_numpy,
-        ledger note)``."""
+        ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note)``."""
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
@@ -264,102 +250,31 @@ class QuantizerBoundary:
         n, c, h, w = self.output_shape(src.shape)
         note = "%s %s%s" % (self.layout, str(self.dtype).replace("torch.", ""),
                             "" if self.channel_order is None else ", channel order %s" % self.channel_order)
-        name = self._kernel_name(view, src) if self._kernel is not None else None
-        if name is not None:
-            nodiv = self._division_free_proven(name)
-            fn = self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64", nodiv)
+        fn = self._kernel_fn(view, src) if self._kernel is not None else None
+        if fn is not None:
             # A numpy input is read through its own strides (negative ones included, so flips need
             # no channel-order rewrite); a torch input through its element strides.
             strides = [st // view.itemsize for st in view.strides] if isinstance(view, np.ndarray) else list(src.stride())
-            geom, order, mean_rows = self._kernel_args((n, c, h, w), strides)
-            return ((n, c, h, w), fn, self._recip_ptr if nodiv else None, geom, order, mean_rows, False,
-                    note + (", division-free" if nodiv else ""))
+            out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
+            rows, row = h, w
+            if self.layout == "NCHW" and strides[2] == w * strides[3]:
+                rows, row = 1, h * w  # source rows follow each other like the output's: one long row
+            geom = (ctypes.c_int64 * 14)(0, n, c, 0, rows, row, *(strides + out_strides))
+            index = list(self.channel_order if self.channel_order is not None else range(c))
+            mean_rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
+            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), mean_rows, False, note
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
-        return (n, c, h, w), None, None, None, order, None, use_numpy, note
-
-    def _kernel_args(self, shape: Tuple[int, int, int, int], strides: List[int]) -> Tuple[Any, Any, Optional[int]]:
-        """The compiled pass's geometry, channel order and rows pointer for an input of NCHW ``shape``
-        with element ``strides``."""
-        n, c, h, w = shape
-        out_strides = [c * h * w, h * w, w, 1] if self.layout == "NCHW" else [h * w * c, 1, w * c, c]
-        rows, row = h, w
-        if self.layout == "NCHW" and strides[2] == w * strides[3]:
-            rows, row = 1, h * w  # source rows follow each other like the output's: one long row
-        geom = (ctypes.c_int64 * 14)(0, n, c, 0, rows, row, *(list(strides) + out_strides))
-        index = list(self.channel_order if self.channel_order is not None else range(c))
-        mean_rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
-        return geom, (ctypes.c_int64 * c)(*index), mean_rows
-
-    def arithmetic(self, dtype: Union[torch.dtype, Any]) -> str:
-        """How a batch of input ``dtype`` (torch or numpy) is normalized: ``"division-free"`` (the
-        compiled pass with the FMA-corrected multiply, proven exact for this boundary), ``"division"``
-        (the compiled pass with the IEEE division) or ``"torch"`` (the pure-torch pass). Runs the
-        probe on first use."""
-        if self._kernel is None:
-            return "torch"
-        name = _NP_KERNEL_TYPES.get(np.dtype(dtype)) if not isinstance(dtype, torch.dtype) else _KERNEL_TYPES.get(dtype)
-        if name is None:
-            return "torch"
-        return "division-free" if self._division_free_proven(name) else "division"
-
-    def _division_free_proven(self, name: str) -> bool:
-        """Whether the compiled division-free pass gives the division's bits for input type ``name``.
-
-        The multiply-and-correct step (``boundary_kernel.c``, ``vp_qf``) is correctly rounded by
-        theorem (Markstein 1990; Muller et al., Handbook of Floating-Point Arithmetic) only away from
-        overflow and underflow, so it is used only for integer inputs of at most 16 bits, whose
-        every value can be tried: the compiled function itself runs, in that mode, on a probe
-        holding every representable value in every input channel, read both as planes and as
-        interleaved pixels (the code paths real batches take), and its output must equal numpy's
-        per-operation IEEE ``(float(x) - mean) / std`` bit for bit for every output channel. Proven
-        once per boundary (mean, std, channel order, layout, output dtype) and input type; any
-        mismatch keeps the division. Not for float inputs (inf and NaN turn into NaN) or 32/64-bit
-        integers (too many values to probe)."""
-        proven = self._proven.get(name)
-        if proven is None:
-            proven = (self.division_free and self._kernel is not None and self._kernel.fast_fma
-                      and name in native.NODIV_INPUTS and self._probe(name))
-            self._proven[name] = proven
-        return proven
-
-    def _probe(self, name: str) -> bool:
-        np_in = {"u8": np.uint8, "i8": np.int8, "i16": np.int16}[name]
-        info = np.iinfo(np_in)
-        values = np.arange(info.min, info.max + 1, dtype=np.int64).astype(np_in)
-        c_in = max(self.channel_order) + 1 if self.channel_order is not None else self.channels
-        planes = np.ascontiguousarray(np.broadcast_to(values, (1, c_in, 1, values.size)))
-        pixels = np.ascontiguousarray(planes.transpose(0, 2, 3, 1)).transpose(0, 3, 1, 2)  # NHWC memory
-        want = _division_reference(values, self._mean_np, self._std_np)
-        bits = np.uint32 if self._np_dtype == np.float32 else np.uint64
-        fn = self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64", True)
-        cached_rows = set(self._rows)
-        for probe in (planes, pixels):
-            shape = (1, self.channels, 1, values.size)
-            out = np.empty(shape if self.layout == "NCHW" else (1, 1, values.size, self.channels), self._np_dtype)
-            geom, order, mean_rows = self._kernel_args(shape, [st // probe.itemsize for st in probe.strides])
-            fn(probe.ctypes.data, geom, order, self._mean_ptr, self._std_ptr, self._recip_ptr, mean_rows,
-               out.ctypes.data)
-            for w in set(self._rows) - cached_rows:  # the probe's own rows (65536 pixels for int16)
-                del self._rows[w]
-            got = out if self.layout == "NCHW" else out.transpose(0, 3, 1, 2)
-            if not np.array_equal(got[0, :, 0].view(bits), want.view(bits)):
-                bad = int(np.count_nonzero(got[0, :, 0].view(bits) != want.view(bits)))
-                LOG.info("quantizer boundary: the division-free pass differs from the division on %d of %d "
-                         "%s values (mean %s, std %s); keeping the division", bad, want.size, np.dtype(np_in),
-                         self.mean, self.std)
-                return False
-        return True
+        return (n, c, h, w), None, None, order, None, use_numpy, note
 
     def _rows_ptr(self, w: int) -> int:
-        """The address of mean, std, then 1/std each repeated ``w`` times (3*w*c values, kept alive here):
+        """The address of mean then std each repeated ``w`` times (2*w*c values, kept alive here):
         the kernel's one-loop row for a channels_last output read in the identity order."""
         rows = self._rows.get(w)
         if rows is None:
-            rows = self._rows[w] = np.concatenate([np.tile(self._mean_np, w), np.tile(self._std_np, w),
-                                                   np.tile(self._recip_np, w)])
+            rows = self._rows[w] = np.concatenate([np.tile(self._mean_np, w), np.tile(self._std_np, w)])
         return rows.ctypes.data
 
     def _tiles(self, shape: Tuple[int, int, int, int]) -> Iterator[Tuple[slice, slice]]:
@@ -377,10 +292,10 @@ class QuantizerBoundary:
             for r in range(0, h, rows):
                 yield slice(i, i + 1), slice(r, r + rows)
 
-    @staticmethod
-    def _kernel_name(view: Union[torch.Tensor, np.ndarray], src: torch.Tensor) -> Optional[str]:
-        """The compiled kernel's name for this input dtype, or None (float16/bfloat16: the torch pass)."""
-        return _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
+    def _kernel_fn(self, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor) -> Any:
+        """The compiled function for this input dtype, or None (float16/bfloat16: the torch pass)."""
+        name = _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
+        return None if name is None else self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64")
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
         # Per tile: cast-copy (copy_ casts inside its loop; a mixed-dtype torch.sub(src, mean, out=...)
@@ -415,13 +330,6 @@ class QuantizerBoundary:
                 d = out[samples, o, rows]
                 np.subtract(src[samples, i, rows], mean[o], out=d, dtype=self._np_dtype)
                 np.divide(d, std[o], out=d)
-
-
-def _division_reference(values: np.ndarray, mean: np.ndarray, std: np.ndarray) -> np.ndarray:
-    """``(float(values) - mean[c]) / std[c]`` for every channel, ``(C, len(values))``, one IEEE
-    operation at a time in the dtype of ``mean`` (numpy): the bits the division gives."""
-    x = values.astype(mean.dtype)[None, :]
-    return (x - mean[:, None]) / std[:, None]
 
 
 def _row_runs(rows: Sequence[int], n: int) -> List[Tuple[int, int, int]]:

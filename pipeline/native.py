@@ -27,17 +27,14 @@ from typing import Any, Dict, Optional
 
 LOG = logging.getLogger(__name__)
 SOURCE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "boundary_kernel.c")
-# No -ffast-math and no FMA contraction: the same IEEE cast, subtract and divide as torch (the
-# division-free variants' multiply-adds are explicit fma calls).
+# No -ffast-math and no FMA contraction: the same IEEE cast, subtract and divide as torch.
 FLAGS = ("-O3", "-std=c99", "-ffp-contract=off", "-fno-fast-math", "-fPIC", "-shared")
 DISABLE_ENV = "VITIS_PIPELINE_NO_KERNEL"
 CACHE_ENV = "VITIS_PIPELINE_CACHE"
-ABI_VERSION = 3
+ABI_VERSION = 4
 BUILD_TIMEOUT_S = 120
 # (input dtype name, output dtype name) -> exported symbol
 SYMBOLS = {(i, o): "vp_%s_%s" % (i, o) for i in ("u8", "i8", "i16", "i32", "i64", "f32", "f64") for o in ("f32", "f64")}
-# the division-free variants: integer inputs of at most 16 bits (every value can be probed)
-NODIV_INPUTS = ("u8", "i8", "i16")
 
 _state = {"loaded": False, "kernel": None, "reason": None}  # type: Dict[str, Any]
 
@@ -78,7 +75,7 @@ def build(compiler: str, target: str) -> None:
     fd, tmp = tempfile.mkstemp(prefix=".build-", suffix=".so", dir=folder)
     os.close(fd)
     try:
-        subprocess.run([compiler] + list(FLAGS) + ["-o", tmp, SOURCE, "-lm"], check=True, stdout=subprocess.PIPE,
+        subprocess.run([compiler] + list(FLAGS) + ["-o", tmp, SOURCE], check=True, stdout=subprocess.PIPE,
                        stderr=subprocess.PIPE, timeout=BUILD_TIMEOUT_S)
         os.replace(tmp, target)
     finally:
@@ -87,14 +84,11 @@ def build(compiler: str, target: str) -> None:
 
 
 class Kernel:
-    """The loaded library: ``fn(in_name, out_name, nodiv=False)`` -> the ctypes function, or None when
-    that pair is not compiled (float16/bfloat16 inputs; ``nodiv`` for inputs other than ``NODIV_INPUTS``).
-    Arguments of every function: source pointer, int64 geometry[14] (see ``boundary_kernel.c``), int64
-    order[c], mean[c], std[c], reciprocals 1/std[c] (read by the ``nodiv`` variants only, else NULL),
-    mean, std and reciprocal rows (or NULL), destination pointer. ``fast_fma``: True when this CPU has
-    the hardware FMA the ``nodiv`` variants are compiled for (call them only then). ``vbmi``: True when
-    uint8 RGB -> float32 rows run the AVX512-VBMI byte-permute loop (this CPU has it and the build
-    includes it), False for the C loop."""
+    """The loaded library: ``fn(in_name, out_name)`` -> the ctypes function, or None when that pair is
+    not compiled (float16/bfloat16 inputs). Arguments of every function: source pointer, int64
+    geometry[14] (see ``boundary_kernel.c``), int64 order[c], mean[c], std[c], mean and std rows (or
+    NULL), destination pointer. ``vbmi``: True when uint8 RGB -> float32 rows run the AVX512-VBMI
+    byte-permute loop (this CPU has it and the build includes it), False for the C loop."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -102,18 +96,16 @@ class Kernel:
         if lib.vp_abi_version() != ABI_VERSION:
             raise OSError("%s has ABI version %d, expected %d" % (path, lib.vp_abi_version(), ABI_VERSION))
         self._fns = {}
-        for (i, o), symbol in SYMBOLS.items():
-            for nodiv in (False, True) if i in NODIV_INPUTS else (False,):
-                fn = getattr(lib, symbol + "_nodiv" if nodiv else symbol)
-                fn.argtypes = [ctypes.c_void_p] * 8
-                fn.restype = None
-                self._fns[(i, o, nodiv)] = fn
-        self.fast_fma = bool(lib.vp_fast_fma())
+        for key, symbol in SYMBOLS.items():
+            fn = getattr(lib, symbol)
+            fn.argtypes = [ctypes.c_void_p] * 7
+            fn.restype = None
+            self._fns[key] = fn
         self.vbmi = bool(lib.vp_vbmi_active())
         self._lib = lib
 
-    def fn(self, in_name: str, out_name: str, nodiv: bool = False) -> Any:
-        return self._fns.get((in_name, out_name, nodiv))
+    def fn(self, in_name: str, out_name: str) -> Any:
+        return self._fns.get((in_name, out_name))
 
 
 def _load() -> Kernel:

@@ -13,10 +13,9 @@ median over the rounds is printed with its ratio to the reference:
 - limit: the physical limit, (bytes read + bytes written) / copy bandwidth, the bandwidth measured in
   the same run as a float32 ``copy_`` between two reused buffers of the output's size;
 - boundary: ``QuantizerBoundary`` alone on the NCHW view of the batch (compiled pass, reused owned
-  buffer, ledger on; the division-free arithmetic when its probe proved it exact, printed in the
-  header); boundary-div: the same with ``division_free=False`` (the IEEE division); pipeline: the
-  whole path, a batch from the source -> ``layout`` stage (a view, contract checked) -> boundary,
-  with the ledger on; pipeline-torch: the same with the boundary's pure-torch pass;
+  buffer, ledger on); pipeline: the whole path, a batch from the source -> ``layout`` stage (a view,
+  contract checked) -> boundary, with the ledger on; pipeline-torch: the same with the boundary's
+  pure-torch pass;
 - expert torch: ``copy_`` from the permuted view into a reused buffer, then in-place ``sub_``/``div_``;
 - cv2 blob: OpenCV ``dnn.blobFromImagesWithParams`` (per-channel mean and 1/std; multiplies by the
   reciprocal, so its values differ from the division in the last bit); cv2.split + numpy: per image,
@@ -118,11 +117,9 @@ def methods_for(n, s):
 
     boundary = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order)
     view = compose(next(iter_batches(source, slice(0, n), n))[0])
-    boundary_ledger, divide_ledger, numbers = Ledger(), Ledger(), itertools.count()
-    divide = QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order, division_free=False)
+    boundary_ledger, numbers = Ledger(), itertools.count()
     fns = {"cast": lambda: cast_out.copy_(images_t),
            "boundary": lambda: boundary(view, boundary_ledger, next(numbers)),
-           "boundary-div": lambda: divide(view, divide_ledger, next(numbers)),
            "pipeline": pipeline_with(boundary),
            "pipeline-torch": pipeline_with(QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order,
                                                              kernel="torch")),
@@ -211,9 +208,8 @@ def main(argv=None):
     if args.quick:
         cases, threads, args.rounds = [(1, 32), (8, 224), (64, 224)], [1], 3
     status = native.kernel_status()
-    arithmetic = QuantizerBoundary(MEAN, STD).arithmetic(torch.uint8)
-    print("torch %s, %d cores, tile %d KiB; uint8 ImageNet arithmetic: %s; boundary kernel: %s" % (
-        torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10, arithmetic,
+    print("torch %s, %d cores, tile %d KiB; boundary kernel: %s" % (
+        torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
         "compiled (%s%s)" % (os.path.basename(status["path"]), ", AVX512-VBMI RGB rows" if native.boundary_kernel().vbmi
                              else "") if status["compiled"] else "pure torch: %s" % status["reason"]))
     results, missed = [], []
@@ -246,8 +242,7 @@ def main(argv=None):
                 print("goal: boundary within %.1fx of the cast at %dx%d: %.2fx %s"
                       % (goal, n, s, ratio, "met" if ratio <= goal else "MISSED"))
             if n >= 8:
-                behind = [k for k in names
-                          if k not in ("boundary", "boundary-div", "pipeline", "pipeline-torch", "limit")
+                behind = [k for k in names if k not in ("boundary", "pipeline", "pipeline-torch", "limit")
                           and t[k] <= t["pipeline"]]
                 print("goal: pipeline ahead of every alternative at %dx%d: %s"
                       % (n, s, "met" if not behind else "MISSED (behind %s)" % ", ".join(behind)))
