@@ -41,7 +41,7 @@ from . import native
 from .cpu import tile_bytes
 from .errors import ConfigError, DataError, PipelineError
 from .specs import MEMORY_LAYOUTS, check_mean_std
-from .tensors import Ledger, as_torch_view, storage_ptr
+from .tensors import Ledger, as_torch_view
 
 BLOCK_BYTES = tile_bytes()
 _OUT_DTYPES = {torch.float32: np.float32, torch.float64: np.float64}
@@ -70,7 +70,8 @@ def _aligned_empty(shape: Tuple[int, ...], np_dtype: Any) -> np.ndarray:
 class _BufferPool:
     """Owned output buffers, reused only when no handed-out tensor refers to them any more.
 
-    Each entry is ``[numpy buffer, weakref to the numpy view the last handed-out tensor holds]``.
+    Each entry is ``[(shape, numpy dtype), numpy buffer, weakref to the numpy view the last handed-out
+    tensor holds, or None]``.
     """
 
     def __init__(self, capacity: int) -> None:
@@ -78,23 +79,25 @@ class _BufferPool:
         self._entries = []  # type: List[List[Any]]
 
     def take(self, shape: Tuple[int, ...], np_dtype: Any) -> Tuple[torch.Tensor, bool]:
-        """A C-contiguous torch tensor of ``shape`` on an owned buffer, and whether it is fresh."""
-        for i, entry in enumerate(self._entries):
-            buf, ref = entry
-            if buf.shape == shape and buf.dtype == np_dtype and (ref is None or ref() is None):
-                self._entries.append(self._entries.pop(i))  # most recently used last
-                return self._hand_out(entry), False
-        entry = [_aligned_empty(shape, np_dtype), None]
-        self._entries.append(entry)
-        if len(self._entries) > self.capacity:
-            self._entries.pop(0)  # forget the least recently used; whoever holds it keeps it
-        return self._hand_out(entry), True
-
-    @staticmethod
-    def _hand_out(entry: List[Any]) -> torch.Tensor:
-        holder = entry[0].view()  # a new array object: only the torch storage will refer to it
-        entry[1] = weakref.ref(holder)
-        return torch.from_numpy(holder)
+        """A C-contiguous torch tensor of ``shape`` (a tuple of ints) and ``np_dtype`` (a numpy scalar
+        type) on an owned buffer, and whether the buffer is fresh."""
+        key = (shape, np_dtype)
+        entries = self._entries
+        fresh = True
+        for i, entry in enumerate(entries):
+            if entry[0] == key and (entry[2] is None or entry[2]() is None):
+                if i != len(entries) - 1:
+                    entries.append(entries.pop(i))  # most recently used last
+                fresh = False
+                break
+        else:
+            entry = [key, _aligned_empty(shape, np_dtype), None]
+            entries.append(entry)
+            if len(entries) > self.capacity:
+                entries.pop(0)  # forget the least recently used; whoever holds it keeps it
+        holder = entry[1].view()  # a new array object: only the torch storage will refer to it
+        entry[2] = weakref.ref(holder)
+        return torch.from_numpy(holder), fresh
 
 
 class QuantizerBoundary:
@@ -144,6 +147,7 @@ class QuantizerBoundary:
         self.layout, self.dtype, self.block_bytes = layout, dtype, int(block_bytes)
         self.channels = len(mean)
         self._np_dtype = _OUT_DTYPES[dtype]
+        self._nchw = layout == "NCHW"
         self._mean = torch.tensor(mean, dtype=dtype).view(1, -1, 1, 1)
         self._std = torch.tensor(std, dtype=dtype).view(1, -1, 1, 1)
         self._pool = _BufferPool(pool_size)
@@ -194,35 +198,38 @@ class QuantizerBoundary:
             DataError: wrong rank, channel count, dtype or device.
         """
         np_in = isinstance(view, np.ndarray)
-        key = (np_in, view.dtype, view.shape, view.strides if np_in else view.stride(),
-               None if np_in else view.device)
+        # (a tensor off the CPU gets no plan: _plan raises)
+        key = (True, view.dtype, view.shape, view.strides) if np_in else (False, view.dtype, view.shape,
+                                                                          view.stride(), view.is_cpu)
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(view)
             if len(self._plans) >= 16:
                 self._plans.clear()
             self._plans[key] = plan
-        (n, c, h, w), fn, geom, order, mean_rows, use_numpy, note = plan
+        (n, c, h, w), fn, geom, order, mean_rows, use_numpy, note, lo, hi, sample_bytes = plan
         pieces = None  # type: Optional[List[Tuple[int, int, int]]]
         if rows is not None:  # (source row, output row, count) runs of the rows to gather
             pieces = _row_runs(rows, n)
             n = sum(count for _, _, count in pieces)
             note += ", %d rows gathered" % n
-        if self.layout == "NCHW":
+        if self._nchw:
             out, fresh = self._pool.take((n, c, h, w), self._np_dtype)
+            out_ptr = out.data_ptr()
         else:
             out, fresh = self._pool.take((n, h, w, c), self._np_dtype)
+            out_ptr = out.data_ptr()
             out = out.permute(0, 3, 1, 2)
+        ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
         if fn is not None:
-            ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
             if pieces is None:
-                fn(ptr, geom, order, self._mean_ptr, self._std_ptr, mean_rows, out.data_ptr())
+                fn(ptr, geom, order, self._mean_ptr, self._std_ptr, mean_rows, out_ptr)
             else:  # one call per run: the source and output pointers moved to its first sample
                 g, in_size, out_size = list(geom), view.itemsize if np_in else view.element_size(), out.element_size()
                 for start, dst, count in pieces:
                     g[1] = count
                     fn(ptr + start * g[6] * in_size, (ctypes.c_int64 * 14)(*g), order, self._mean_ptr, self._std_ptr,
-                       mean_rows, out.data_ptr() + dst * g[10] * out_size)
+                       mean_rows, out_ptr + dst * g[10] * out_size)
         elif use_numpy:
             for start, dst, count in pieces or [(0, 0, n)]:
                 self._fill_numpy(view[start:start + count], out.numpy()[dst:dst + count], self.channel_order)
@@ -230,18 +237,22 @@ class QuantizerBoundary:
             src = as_torch_view(view)[0]
             for start, dst, count in pieces or [(0, 0, n)]:
                 self._fill_torch(src[start:start + count], out[dst:dst + count], order)
-        if (np.may_share_memory(view, out.numpy()) if np_in else storage_ptr(view) == out.data_ptr()):
+        nbytes = n * sample_bytes
+        # The bytes the input's elements span, [ptr + lo, ptr + hi), against the output buffer's (the
+        # bounds test of np.may_share_memory, for numpy and torch inputs alike).
+        if ptr + lo < out_ptr + nbytes and out_ptr < ptr + hi:
             raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
                                 "please report it")
         if ledger is not None:
-            nbytes = out.numel() * out.element_size()
             ledger.add("quantizer_boundary", False, nbytes, None, None, batch=batch_index,
                        bytes_fresh=nbytes if fresh else 0, note=note)
         return out
 
     def _plan(self, view: Union[torch.Tensor, np.ndarray]) -> Tuple[Any, ...]:
         """Checks and the pass's arguments for one input geometry (cached by ``__call__``):
-        ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note)``."""
+        ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note,
+        lo, hi, output bytes per sample)``, the input's elements spanning bytes ``[lo, hi)`` from its
+        data pointer."""
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
@@ -250,6 +261,8 @@ class QuantizerBoundary:
         n, c, h, w = self.output_shape(src.shape)
         note = "%s %s%s" % (self.layout, str(self.dtype).replace("torch.", ""),
                             "" if self.channel_order is None else ", channel order %s" % self.channel_order)
+        lo, hi = _byte_extent(view)
+        sample_bytes = c * h * w * np.dtype(self._np_dtype).itemsize
         fn = self._kernel_fn(view, src) if self._kernel is not None else None
         if fn is not None:
             # A numpy input is read through its own strides (negative ones included, so flips need
@@ -262,12 +275,12 @@ class QuantizerBoundary:
             geom = (ctypes.c_int64 * 14)(0, n, c, 0, rows, row, *(strides + out_strides))
             index = list(self.channel_order if self.channel_order is not None else range(c))
             mean_rows = self._rows_ptr(w) if self.layout != "NCHW" and index == list(range(c)) else None
-            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), mean_rows, False, note
+            return (n, c, h, w), fn, geom, (ctypes.c_int64 * c)(*index), mean_rows, False, note, lo, hi, sample_bytes
         order = self.channel_order
         use_numpy = bool(set(flips) - {1})
         if 1 in flips and not use_numpy:  # a channel flip in numpy: read channel C-1-l for logical channel l
             order = [src.shape[1] - 1 - l for l in (order if order is not None else range(c))]
-        return (n, c, h, w), None, None, order, None, use_numpy, note
+        return (n, c, h, w), None, None, order, None, use_numpy, note, lo, hi, sample_bytes
 
     def _rows_ptr(self, w: int) -> int:
         """The address of mean then std each repeated ``w`` times (2*w*c values, kept alive here):
@@ -330,6 +343,21 @@ class QuantizerBoundary:
                 d = out[samples, o, rows]
                 np.subtract(src[samples, i, rows], mean[o], out=d, dtype=self._np_dtype)
                 np.divide(d, std[o], out=d)
+
+
+def _byte_extent(view: Union[torch.Tensor, np.ndarray]) -> Tuple[int, int]:
+    """``(lo, hi)``: the bytes ``view``'s elements occupy are ``[data pointer + lo, data pointer + hi)``
+    (strides may be negative or zero; numpy's ``byte_bounds`` rule; ``(0, 0)`` when it has none)."""
+    if isinstance(view, np.ndarray):
+        strides, itemsize = list(view.strides), view.itemsize
+    else:
+        itemsize = view.element_size()
+        strides = [st * itemsize for st in view.stride()]
+    if 0 in view.shape:
+        return 0, 0
+    lo = sum(st * (k - 1) for st, k in zip(strides, view.shape) if st < 0)
+    hi = sum(st * (k - 1) for st, k in zip(strides, view.shape) if st > 0) + itemsize
+    return lo, hi
 
 
 def _row_runs(rows: Sequence[int], n: int) -> List[Tuple[int, int, int]]:

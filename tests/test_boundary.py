@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipeline.boundary import QuantizerBoundary, compile_example, contiguous_parameters
-from pipeline.errors import ConfigError, DataError
+from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.tensors import Ledger, shares_memory
 
 MEAN = [123.675, 116.28, 103.53]
@@ -140,6 +140,32 @@ def test_a_boundary_output_fed_back_in_is_never_overwritten():
     assert torch.equal(x, torch.full((1, 3, 2, 2), 0.5)) and torch.equal(y, torch.full((1, 3, 2, 2), 0.25))
 
 
+@pytest.mark.parametrize("kernel", ["auto", "torch"])
+def test_an_output_on_the_inputs_memory_is_refused(kernel, monkeypatch):
+    """A pool that hands out memory the input's elements occupy (a broken contract: the boundary
+    would write into the caller's data) raises, for torch and numpy inputs, on the same bytes or
+    overlapping part of them; an output right before or after the input's bytes is accepted."""
+    shape, size = (1, 3, 4, 5), 60
+    base = torch.arange(3 * size, dtype=torch.float32)
+    placed = {}
+    cases = [(0, True), (size, False), (-size, False)]
+    if QuantizerBoundary(MEAN, STD, kernel=kernel).compiled:  # (torch's copy_ refuses a partial overlap itself)
+        cases += [(size // 2, True), (1 - size, True)]
+    for start, clash in cases:
+        b = QuantizerBoundary(MEAN, STD, kernel=kernel)
+        x = base[size:2 * size].view(shape)
+        out = base[size + start:2 * size + start].view(shape)
+        monkeypatch.setattr(b._pool, "take", lambda shape, np_dtype, out=out: (out, False))
+        for view in (x, x.numpy(), x.numpy()[:, ::-1]):
+            if clash:
+                with pytest.raises(PipelineError, match="shares memory with its input"):
+                    b(view)
+            else:
+                placed[start] = b(view)
+            base[size:2 * size] = torch.arange(size, 2 * size, dtype=torch.float32)  # the input again
+    assert set(placed) == {size, -size}
+
+
 @pytest.mark.parametrize("kwargs, message", [
     ({"mean": [1, 2], "std": [1, 2, 3]}, "mean has 2 values but std has 3"),
     ({"mean": [1, 2, 3], "std": [1, 0, 3]}, r"std: every value must be > 0"),
@@ -165,6 +191,9 @@ def test_bad_batches_say_what_to_do():
     with pytest.raises(DataError, match="integer or float"):
         b(torch.zeros(1, 3, 2, 2, dtype=torch.bool))
     assert b.output_shape((5, 3, 7, 8)) == (5, 3, 7, 8)
+    b(torch.zeros(1, 3, 2, 2))  # a plan for this geometry on the CPU, not for another device's tensor
+    with pytest.raises(DataError, match="runs on the CPU"):
+        b(torch.zeros(1, 3, 2, 2, device="meta"))
 
 
 def test_compile_example_is_batch_one_owned_contiguous_and_recorded():
