@@ -84,7 +84,11 @@ class _BufferPool:
         key = (shape, np_dtype)
         entries = self._entries
         fresh = True
-        for i, entry in enumerate(entries):
+        # the most recently used free buffer first: it is the one most likely still in cache. (Taking
+        # the least recently used one made a caller that drops each batch cycle through every free
+        # buffer of the pool, a working set several times the batch's.)
+        for i in range(len(entries) - 1, -1, -1):
+            entry = entries[i]
             if entry[0] == key and (entry[2] is None or entry[2]() is None):
                 if i != len(entries) - 1:
                     entries.append(entries.pop(i))  # most recently used last

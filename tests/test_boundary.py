@@ -103,6 +103,24 @@ def test_large_samples_are_tiled_by_rows_with_the_same_result():
     assert torch.equal(cl_tiled, QuantizerBoundary(MEAN, STD, channel_order=[1, 2, 0])(x))
 
 
+def test_a_caller_that_drops_each_batch_gets_the_most_recently_used_buffer_every_time():
+    # Two buffers exist (two outputs were alive at once); afterwards a caller that drops each output
+    # before the next call must keep getting the one it just released (still in cache), not cycle
+    # through every free buffer of the pool.
+    b = QuantizerBoundary(MEAN, STD)
+    x = torch.from_numpy(_images()).permute(0, 3, 1, 2)
+    first, second = b(x), b(x)
+    addresses = {first.data_ptr(), second.data_ptr()}
+    assert len(addresses) == 2
+    del first, second
+    seen = []
+    for _ in range(4):
+        out = b(x)
+        seen.append(out.data_ptr())
+        del out
+    assert len(set(seen)) == 1 and seen[0] in addresses
+
+
 def test_a_buffer_is_reused_only_when_nothing_handed_out_refers_to_it():
     b = QuantizerBoundary(MEAN, STD)
     x = torch.from_numpy(_images()).permute(0, 3, 1, 2)
