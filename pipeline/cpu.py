@@ -1,5 +1,6 @@
 """What the CPU says about its caches: the tile size of the passes that walk large tensors in pieces
-(the quantizer boundary's torch pass, ``fixpoint.fake_quant``)."""
+(the quantizer boundary's torch pass, ``fixpoint.fake_quant``); and how busy it is (``load_average``,
+printed by the benchmark scripts next to their figures)."""
 import os
 
 _DEFAULT_L2_BYTES = 1 << 20  # when the machine does not say (not Linux)
@@ -36,3 +37,12 @@ def tile_bytes() -> int:
     between the element-wise ops run on it. Measured on 2 cores with 1 MiB L2 each (the boundary's
     torch pass): half and all of L2 within 10%, 3-5x faster than one pass over the batch."""
     return max(_MIN_TILE_BYTES, l2_bytes() // 2)
+
+
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages as ``"0.52 0.63 0.85"`` (``os.getloadavg``, the
+    numbers of /proc/loadavg), or ``"n/a"`` where the OS does not give them."""
+    try:
+        return " ".join("%.2f" % v for v in os.getloadavg())
+    except (OSError, AttributeError):
+        return "n/a"

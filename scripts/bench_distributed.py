@@ -36,6 +36,8 @@ import numpy as np
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 
+from pipeline.cpu import load_average  # noqa: E402
+
 CONFIG = """
 run: {name: bench, seed: 0, num_threads: %(threads)d}
 data:
@@ -52,14 +54,6 @@ model: {zoo: resnet18, kwargs: {num_classes: 10}, weights: %(weights)s}
 quantizer: {backend: sim, max_accuracy_drop: 1.0}
 compile: {target: DPUCZDX8G_ISA1_B4096}
 """
-
-
-def loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def _env(threads: int) -> Dict[str, str]:
@@ -98,7 +92,7 @@ def bench_eval(tmp: str, n: int, size: int, batch: int, repeats: int, threads: i
     rates = {1: [], 2: []}  # type: Dict[int, List[float]]
     acc = {}  # type: Dict[int, Any]
     print("eval: ResNet-18, %d eval images of %dx%d, batch %d, %d thread(s) per process; load before: %s"
-          % (int(n * 0.875), size, size, batch, threads, loadavg()))
+          % (int(n * 0.875), size, size, batch, threads, load_average()))
     for r in range(repeats):
         for ranks in (1, 2):
             _pipeline([config, "--steps", "test", "--set", "run.work_dir=" + work], ranks, threads)
@@ -106,14 +100,14 @@ def bench_eval(tmp: str, n: int, size: int, batch: int, repeats: int, threads: i
                 t = json.load(f)
             rates[ranks].append(t["eval_images"] / t["eval_seconds"])
             acc[ranks] = (t["float_accuracy"], t["quant_accuracy"], t["sensitivity"])
-            print("  round %d, %d process(es): %.1f images/s (load %s)" % (r + 1, ranks, rates[ranks][-1], loadavg()))
+            print("  round %d, %d process(es): %.1f images/s (load %s)" % (r + 1, ranks, rates[ranks][-1], load_average()))
     same = acc[1] == acc[2]
     print("eval throughput, best: 1 process %.1f images/s, 2 processes %.1f images/s -> %.2fx" % (
         max(rates[1]), max(rates[2]), max(rates[2]) / max(rates[1])))
     print("eval throughput, median: 1 process %.1f images/s, 2 processes %.1f images/s -> %.2fx" % (
         statistics.median(rates[1]), statistics.median(rates[2]),
         statistics.median(rates[2]) / statistics.median(rates[1])))
-    print("accuracies and sensitivity table identical for 1 and 2 processes: %s; load after: %s" % (same, loadavg()))
+    print("accuracies and sensitivity table identical for 1 and 2 processes: %s; load after: %s" % (same, load_average()))
 
 
 def make_folder(root: str, n: int, size: int = 64, classes: int = 10) -> str:
@@ -165,14 +159,14 @@ def bench_stream(tmp: str, small: int, large: int) -> None:
     print("stream: generating %d and %d 64x64 PNG images under %s ..." % (small, large, tmp))
     folders = {small: make_folder(os.path.join(tmp, "folder_%d" % small), small),
                large: make_folder(os.path.join(tmp, "folder_%d" % large), large)}
-    print("stream: peak resident memory (ru_maxrss), each in a fresh process; load before: %s" % loadavg())
+    print("stream: peak resident memory (ru_maxrss), each in a fresh process; load before: %s" % load_average())
     results = {}
     for mode in ("stream", "memory"):
         for n in (small, large):
             r = results[(mode, n)] = _measure(folders[n], mode)
             assert r["images"] == n, r
             print("  %-6s %6d images: main %7.1f MiB, workers %7.1f MiB, %.1f s (load %s)" % (
-                mode, n, r["main_kb"] / 1024.0, r["workers_kb"] / 1024.0, r["seconds"], loadavg()))
+                mode, n, r["main_kb"] / 1024.0, r["workers_kb"] / 1024.0, r["seconds"], load_average()))
     for mode in ("stream", "memory"):
         a, b = results[(mode, small)], results[(mode, large)]
         print("%s: %d vs %d images: main process %.2fx, workers %s" % (
@@ -195,7 +189,7 @@ def main() -> int:
     args = p.parse_args()
     tmp = args.tmp or tempfile.mkdtemp(prefix="bench_distributed_")
     os.makedirs(tmp, exist_ok=True)
-    print("cpus: %d; load: %s" % (os.cpu_count() or 0, loadavg()))
+    print("cpus: %d; load: %s" % (os.cpu_count() or 0, load_average()))
     if not args.skip_eval:
         bench_eval(tmp, args.images, args.size, args.batch, args.repeats, args.threads)
     if not args.skip_stream:

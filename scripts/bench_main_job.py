@@ -29,15 +29,11 @@ import time
 from typing import List, Optional
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+from pipeline.cpu import load_average  # noqa: E402
+
 GOAL_S = 3.5
-
-
-def loadavg() -> str:
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "unknown"
 
 
 def wall(argv: List[str]) -> float:
@@ -69,7 +65,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if args.baseline:
         commands["baseline"] = lambda: job(os.path.abspath(args.baseline), args.config, os.path.join(tmp, "base"))
     times = {name: [] for name in commands}  # type: dict
-    print("%s, %d cores; load average before: %s" % (sys.executable, os.cpu_count() or 0, loadavg()))
+    print("%s, %d cores; load average before: %s" % (sys.executable, os.cpu_count() or 0, load_average()))
     try:
         for r in range(args.rounds + 1):
             for name, command in commands.items():
@@ -86,7 +82,7 @@ def main(argv: Optional[List[str]] = None) -> int:
     if "baseline" in times:
         print("job / baseline: %.2fx" % statistics.median(j / b for j, b in zip(times["job"], times["baseline"])))
     print("goal: the main job within %.1f s: %.2f s %s; load average after: %s"
-          % (GOAL_S, med["job"], "met" if med["job"] <= GOAL_S else "MISSED", loadavg()))
+          % (GOAL_S, med["job"], "met" if med["job"] <= GOAL_S else "MISSED", load_average()))
     return 0
 
 

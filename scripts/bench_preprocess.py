@@ -45,6 +45,7 @@ import torch  # noqa: E402
 
 from pipeline import native  # noqa: E402
 from pipeline.boundary import QuantizerBoundary, tile_bytes  # noqa: E402
+from pipeline.cpu import load_average  # noqa: E402
 from pipeline.data.batching import iter_batches  # noqa: E402
 from pipeline.data.sources import open_source  # noqa: E402
 from pipeline.stages import build_stages  # noqa: E402
@@ -54,14 +55,6 @@ from pipeline.tensors import Ledger  # noqa: E402
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
 CALL_BUDGET_S = 0.05  # per method and round: as many calls as fit (at least 1, at most --calls)
-
-
-def loadavg():
-    try:
-        with open("/proc/loadavg") as f:
-            return " ".join(f.read().split()[:3])
-    except OSError:
-        return "n/a"
 
 
 def time_calls(fn, calls):
@@ -215,7 +208,7 @@ def main(argv=None):
     results, missed = [], []
     for nthreads in threads:
         torch.set_num_threads(nthreads)
-        before = loadavg()
+        before = load_average()
         rows = []
         for n, s in cases:
             t, summary = bench_one(n, s, args.rounds, args.calls)
@@ -226,7 +219,7 @@ def main(argv=None):
                             "allocated_over_output": summary["bytes_allocated_per_batch"] / (n * 3 * s * s * 4)})
         names = [k for k in rows[0][2] if k != "cast"]
         print("\n%d thread(s); load average %s before, %s after; median of %d interleaved rounds; "
-              "ratio to the reused-buffer cast (cast time in ms)" % (nthreads, before, loadavg(), args.rounds))
+              "ratio to the reused-buffer cast (cast time in ms)" % (nthreads, before, load_average(), args.rounds))
         print("| batch | cast ms | " + " | ".join(names) + " |")
         print("|---|---|" + "---|" * len(names))
         for n, s, t, summary in rows:
