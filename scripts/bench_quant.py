@@ -49,7 +49,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.models.zoo import digits_cnn, resnet18  # noqa: E402
+from pipeline.models.zoo import digits_cnn, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.session import SimSession  # noqa: E402
 
@@ -58,18 +58,6 @@ CALIB_GOAL = 3.0
 MEMORY_GOAL = 2.0
 MEMORY_KINDS = ("float", "calib", "calib-keep-everything")
 BASELINE_PACKAGE = "pipeline_baseline"
-
-
-def _randomize_bn(model: torch.nn.Module, seed: int) -> torch.nn.Module:
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            c = m.num_features
-            m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-            m.running_var.copy_(0.5 + torch.rand(c, generator=g))
-            m.weight.data.copy_(0.5 + torch.rand(c, generator=g))
-            m.bias.data.copy_(0.1 * torch.randn(c, generator=g))
-    return model.eval()
 
 
 def _seconds(fn: Callable[[], object]) -> float:
@@ -205,7 +193,7 @@ def measure_peak(kind: str, batch: int, size: int) -> None:
     """In this (fresh) process: set up, reset the peak, run one ``kind`` forward, print the bytes
     the peak grew by (``VmHWM`` minus the resident size at the reset)."""
     from pipeline.quantizers.sim import calib
-    model = _randomize_bn(resnet18(num_classes=1000), 2)
+    model = randomize_bn(resnet18(num_classes=1000), 2)
     x = torch.randn(batch, 3, size, size, generator=torch.Generator().manual_seed(0))
     with torch.no_grad():
         if kind == "float":
@@ -273,10 +261,10 @@ def main(argv: Optional[List[str]] = None) -> int:
     torch.manual_seed(0)
     print("torch %s, %d threads" % (torch.__version__, torch.get_num_threads()))
     if "digits" in models:
-        bench("digits", _randomize_bn(digits_cnn(), 1), [args.batch * 8, 1, 8, 8], args.batches,
+        bench("digits", randomize_bn(digits_cnn(), 1), [args.batch * 8, 1, 8, 8], args.batches,
               args.repeats * 3, baseline)
     if "resnet18" in models:
-        bench("resnet18", _randomize_bn(resnet18(num_classes=1000), 2), [args.batch, 3, args.size, args.size],
+        bench("resnet18", randomize_bn(resnet18(num_classes=1000), 2), [args.batch, 3, args.size, args.size],
               args.batches, args.repeats, baseline)
     if args.memory:
         bench_memory(args.memory_batch, args.size, args.threads)

@@ -70,17 +70,3 @@ def make_case(tmp_path, images=None, labels=None, **sections):
     cfg.write_text(yaml.safe_dump(raw))
     return str(cfg), str(tmp_path / "images.npy")
 
-
-def randomize_bn(model, seed):
-    """Give every BatchNorm2d of ``model`` non-trivial statistics and affine parameters (seeded), in
-    place; returns the model in eval mode. Random-init zoo models otherwise fold to identity BNs."""
-    import torch
-    g = torch.Generator().manual_seed(seed)
-    for m in model.modules():
-        if isinstance(m, torch.nn.BatchNorm2d):
-            c = m.num_features
-            m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
-            m.running_var.copy_(0.5 + torch.rand(c, generator=g))
-            m.weight.data.copy_(0.5 + torch.rand(c, generator=g))
-            m.bias.data.copy_(0.1 * torch.randn(c, generator=g))
-    return model.eval()

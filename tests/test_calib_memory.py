@@ -7,8 +7,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from conftest import randomize_bn
-from pipeline.models.zoo import digits_cnn, mobilenet_v2, resnet18
+from pipeline.models.zoo import digits_cnn, mobilenet_v2, randomize_bn, resnet18
 from pipeline.quantizers import fixpoint
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.quantizers.sim import calib

@@ -28,9 +28,9 @@ onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
 import pipeline.quantizers.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
-from conftest import randomize_bn  # noqa: E402
 from pipeline.errors import ExportError  # noqa: E402
 from pipeline.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
+from pipeline.models.zoo import randomize_bn  # noqa: E402
 
 
 def fq(x, p, bits=8, method="half_up"):

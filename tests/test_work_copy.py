@@ -13,11 +13,9 @@ from torch import nn
 from pipeline.fx import capture as capture_mod
 from pipeline.fx.float_trace import FloatTrace, fx_trace
 from pipeline.fx.work_copy import work_copy
-from pipeline.models.zoo import digits_cnn
+from pipeline.models.zoo import digits_cnn, randomize_bn
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.quantizers.sim.session import SimSession
-
-from conftest import randomize_bn
 
 
 class ListNet(nn.Module):

@@ -166,3 +166,20 @@ ZOO = {
     "resnet18": resnet18,
     "mobilenet_v2": mobilenet_v2,
 }  # type: Dict[str, Callable[..., nn.Module]]
+
+
+def randomize_bn(model: nn.Module, seed: int) -> nn.Module:
+    """Give every ``BatchNorm2d`` of ``model`` non-trivial statistics and affine parameters, in place,
+    from a generator seeded with ``seed``: running mean 0.1*randn, running var 0.5+rand, weight
+    0.5+rand, bias 0.1*randn. A freshly initialised zoo model otherwise folds to identity BNs, which
+    hides what BN folding does; the tests and ``scripts/bench_quant.py`` use it. Returns ``model``
+    in eval mode."""
+    g = torch.Generator().manual_seed(seed)
+    for m in model.modules():
+        if isinstance(m, nn.BatchNorm2d):
+            c = m.num_features
+            m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+            m.running_var.copy_(0.5 + torch.rand(c, generator=g))
+            m.weight.data.copy_(0.5 + torch.rand(c, generator=g))
+            m.bias.data.copy_(0.1 * torch.randn(c, generator=g))
+    return model.eval()
