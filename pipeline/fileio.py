@@ -44,13 +44,19 @@ def atomic_path(path: str) -> Iterator[str]:
     except OSError as exc:
         if exc.errno not in STORAGE_ERRNOS:
             raise
-        raise StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
-                           "choose a writable folder, then run again"
-                           % (os.path.basename(path), folder, exc.strerror or exc, os.path.basename(path),
-                              "unchanged" if os.path.exists(path) else "not there"))
+        raise _storage_error(path, exc)
     finally:
         if tmp is not None and os.path.exists(tmp):
             os.remove(tmp)
+
+
+def _storage_error(path: str, exc: OSError) -> StorageError:
+    """The one-line StorageError for a file the folder of ``path`` could not take (``exc``)."""
+    name = os.path.basename(path)
+    return StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
+                        "choose a writable folder, then run again"
+                        % (name, os.path.dirname(os.path.abspath(path)), exc.strerror or exc, name,
+                           "unchanged" if os.path.exists(path) else "not there"))
 
 
 def _umask() -> int:
@@ -106,12 +112,7 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
     except OSError as exc:
         if exc.errno not in STORAGE_ERRNOS:
             raise
-        folder = os.path.dirname(os.path.abspath(path))
-        name = os.path.basename(path)
-        raise StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
-                           "choose a writable folder, then run again"
-                           % (name, folder, exc.strerror or exc, name, "unchanged" if os.path.exists(path) else
-                              "not there"))
+        raise _storage_error(path, exc)
     finally:
         for fd in fds:
             os.close(fd)
