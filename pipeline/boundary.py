@@ -217,12 +217,9 @@ class QuantizerBoundary:
             pieces = _row_runs(rows, n)
             n = sum(count for _, _, count in pieces)
             note += ", %d rows gathered" % n
-        if self._nchw:
-            out, fresh = self._pool.take((n, c, h, w), self._np_dtype)
-            out_ptr = out.data_ptr()
-        else:
-            out, fresh = self._pool.take((n, h, w, c), self._np_dtype)
-            out_ptr = out.data_ptr()
+        out, fresh = self._pool.take((n, c, h, w) if self._nchw else (n, h, w, c), self._np_dtype)
+        out_ptr = out.data_ptr()  # a permute below keeps it
+        if not self._nchw:
             out = out.permute(0, 3, 1, 2)
         ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
         if fn is not None:
