@@ -2,11 +2,12 @@
 """Benchmark the quantizer boundary: a uint8 NHWC batch to normalized float32 NCHW, against the alternatives.
 
 ``python scripts/bench_preprocess.py [--quick] [--batches 1,8,64,256] [--sizes 32,224] [--threads 1,2]
-[--rounds 5] [--json out.json]``
+[--rounds 9] [--json out.json]``
 
 For each thread count, batch and image size, in one process, methods are timed in interleaved rounds
-(every method once per round, in turn; a round's figure is the median of several calls) and the
-median over the rounds is printed with its ratio to the reference:
+(every method once per round, in an order shuffled anew each round with a fixed seed, because a
+method's time depends on which method ran just before it; a round's figure is the median of several
+calls) and the median over the rounds is printed with its ratio to the reference:
 
 - cast (the reference): a contiguous uint8 -> float32 ``copy_`` of the same elements into a reused
   buffer, no transpose and no normalization: what any pass must at least do;
@@ -34,6 +35,7 @@ import argparse
 import itertools
 import json
 import os
+import random
 import statistics
 import sys
 import time
@@ -176,8 +178,16 @@ def bench_one(n, s, rounds, max_calls):
         fn()
         calls[name] = max(1, min(max_calls, int(CALL_BUDGET_S / max(1e-7, time.perf_counter() - start))))
     per_round = {name: [] for name in fns}
+    # Every round runs the methods in a new order (seeded: the same orders on every run). Each method
+    # leaves the machine in a state that changes the next one's time: in a fixed order, the method
+    # that followed "expert torch" ran 1.0x the cast and the same call elsewhere in the round 1.25-1.3x,
+    # even with the caches flushed and warm-up calls before each block (8x224, 1 thread). Shuffled,
+    # every method meets every predecessor, and the medians agree run to run.
+    order = list(fns.items())
+    shuffle = random.Random(n * 1000 + s).shuffle
     for _ in range(rounds):
-        for name, fn in fns.items():
+        shuffle(order)
+        for name, fn in order:
             per_round[name].append(time_calls(fn, calls[name]))
     t = {name: statistics.median(v) for name, v in per_round.items()}
     out_bytes = n * 3 * s * s * 4
@@ -191,15 +201,18 @@ def main(argv=None):
     ap.add_argument("--batches", default="1,8,64,256")
     ap.add_argument("--sizes", default="32,224")
     ap.add_argument("--threads", default="1,2")
-    ap.add_argument("--rounds", type=int, default=5, help="interleaved rounds (the median is printed)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="interleaved rounds, each in a new order (the median is printed); default 9, --quick 7")
     ap.add_argument("--calls", type=int, default=50, help="most calls per method and round")
-    ap.add_argument("--quick", action="store_true", help="1 thread; 1x32, 8x224, 64x224; 3 rounds")
+    ap.add_argument("--quick", action="store_true", help="1 thread; 1x32, 8x224, 64x224")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args(argv)
     cases = [(int(b), int(s)) for s in args.sizes.split(",") for b in args.batches.split(",")]
     threads = [int(t) for t in args.threads.split(",")]
     if args.quick:
-        cases, threads, args.rounds = [(1, 32), (8, 224), (64, 224)], [1], 3
+        cases, threads = [(1, 32), (8, 224), (64, 224)], [1]
+    if args.rounds is None:
+        args.rounds = 7 if args.quick else 9
     status = native.kernel_status()
     print("torch %s, %d cores, tile %d KiB; boundary kernel: %s" % (
         torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
