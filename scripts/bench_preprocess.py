@@ -21,7 +21,7 @@ calls) and the median over the rounds is printed with its ratio to the reference
 - cv2 blob: OpenCV ``dnn.blobFromImagesWithParams`` (per-channel mean and 1/std; multiplies by the
   reciprocal, so its values differ from the division in the last bit); cv2.split + numpy: per image,
   ``cv2.split`` then ``np.subtract``/``np.divide`` per plane into a reused buffer (both need
-  ``opencv-python-headless``, an optional dependency of this script only; skipped without it);
+  ``opencv-python-headless``, which the ``dev`` extra installs; skipped without it);
 - per-image ToTensor: torchvision's ToTensor + Normalize written out in torch, one image at a time,
   then ``torch.stack``.
 
