@@ -55,7 +55,12 @@ int vp_vbmi_active(void) {
  * while they stay inside the row (masked loads defeat the hardware prefetcher on Zen 4: 1.4x slower
  * from DRAM), and the last pixels use masked loads and stores: nothing outside the row is read or
  * written. Returns the pixels done (w, or 0 when the CPU lacks AVX512-VBMI: the C loop runs). Build
- * with -DVP_PORTABLE to leave it out (the tests compare both builds). */
+ * with -DVP_PORTABLE to leave it out (the tests compare both builds). Tried on Zen 4 and left out:
+ * prefetchw of the three output rows 0.5-2 KiB ahead (0.93x instead of 1.05x of the cast when the
+ * output stays in L3 between calls, but 1.05-1.14x instead of 0.93-0.95x from DRAM and 1.5x slower
+ * when the source is read from DRAM, as in a run); non-temporal stores (2x at 8x224); the planes
+ * written one after another per 512-4096-pixel chunk (5-10% slower at 8x224 and from a cold cache,
+ * 8% faster at 64x224 in a tight loop); rep movsb from an L1 scratch row (1.5-2x). */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(VP_PORTABLE)
 #include <immintrin.h>
 #define VP_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
