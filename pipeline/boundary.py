@@ -18,7 +18,7 @@ input) the same arithmetic runs as torch ops, the same bits, in tiles of about h
 output (read from the machine, ``tile_bytes()``), so that the subtract and divide run on data still
 in cache. Both write into buffers the boundary owns and reuses, which avoids the page faults of a
 fresh allocation. The checks and the kernel's arguments are worked out once per input geometry
-(dtype, shape, strides). A buffer is reused only when
+(dtype, shape, strides; for a tensor also device, layout and negative bit). A buffer is reused only when
 nothing handed out still refers to it: the pool keeps a weak reference to the numpy array object
 whose memory each handed-out tensor's storage holds alive (``torch.from_numpy`` keeps a reference to
 that array until the storage dies), so any tensor, view or ``.numpy()`` array derived from an output
@@ -53,6 +53,10 @@ _KERNEL_TYPES = {torch.uint8: "u8", torch.int8: "i8", torch.int16: "i16", torch.
 _NP_KERNEL_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(np.int16): "i16",
                     np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
                     np.dtype(np.float64): "f64"}
+_NP_IN_DTYPES = frozenset(list(_NP_KERNEL_TYPES) + [np.dtype(np.float16)])  # numpy has no bfloat16
+_IN_DTYPE_NAMES = "uint8, int8, int16, int32, int64, float16, bfloat16, float32 or float64"
+# a refused dtype -> the accepted one that holds its values exactly (uint64: those below 2**63)
+_EXACT_CASTS = {"uint16": "int32", "uint32": "int64", "uint64": "int64", "bool": "uint8"}
 KERNELS = ("auto", "torch")
 
 
@@ -164,11 +168,17 @@ class QuantizerBoundary:
         self._plans = {}  # type: Dict[Any, Tuple[Any, ...]]
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
-        """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit."""
+        """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit (not
+        4-D, an empty dimension, a channel count mean/std or channel_order do not fit)."""
         shape = tuple(int(n) for n in shape)
-        if len(shape) != 4 or shape[0] < 1:
+        if len(shape) != 4:
             raise DataError("the quantizer boundary expects a non-empty 4-D NCHW batch, got shape %s; add a "
                             "{type: layout, src: NHWC, dst: NCHW} stage for NHWC sources" % (shape,))
+        if min(shape) < 1:
+            empty = ", ".join("%s=0" % axis for axis, k in zip("NCHW", shape) if k < 1)
+            raise DataError("the quantizer boundary expects a non-empty NCHW batch, every dimension >= 1, got shape "
+                            "%s (%s); skip empty batches, and check that crop/resize stages leave at least one "
+                            "pixel and the source has channels" % (shape, empty))
         c_in = shape[1]
         if self.channel_order is None and c_in != self.channels:
             raise DataError("the batch has %d channels on axis 1 (shape %s) but mean/std give %d; an NHWC batch "
@@ -184,8 +194,11 @@ class QuantizerBoundary:
         """Write ``(view - mean) / std`` (channels gathered by ``channel_order``) into an owned buffer.
 
         Args:
-            view: NCHW batch, a CPU torch tensor or numpy array with any strides (negative,
-                zero, read-only, memory-mapped), of an integer or float dtype. Never written.
+            view: NCHW batch, a CPU strided torch tensor or numpy array with any strides (negative,
+                zero, read-only, memory-mapped), of dtype uint8, int8, int16, int32, int64, float16,
+                bfloat16 (torch only), float32 or float64, every dimension >= 1. Never written. A tensor
+                with the negative bit (``x.conj().imag``) is read through the torch pass (the kernel
+                reads raw memory); a tensor that requires grad is read as data (no graph).
             ledger: when given, one row ``quantizer_boundary`` (bytes allocated, fresh or recycled).
             batch_index: the batch number recorded in the ledger.
             rows: None (every sample of ``view``), or the sample indices to gather, in output order:
@@ -196,15 +209,26 @@ class QuantizerBoundary:
         Returns:
             A new tensor ``(N, C, H, W)`` of ``dtype``, contiguous in ``layout``, owned by the caller
             from now on (never the input's storage; the pool reuses it only after every reference
-            to it is gone).
+            to it is gone); a plain tensor from every pass: ``requires_grad`` False, no autograd graph.
 
         Raises:
-            DataError: wrong rank, channel count, dtype or device.
+            DataError: not a numpy array or torch tensor; a sparse or other non-strided tensor (says
+                ``.to_dense()``); a tensor off the CPU; a dtype outside the list above (uint16/32/64,
+                bool, ...: says which cast keeps the values); not 4-D, an empty dimension, a channel
+                count mean/std or channel_order do not fit; ``rows`` not a 1-D sequence of integers
+                (a boolean mask: says ``np.flatnonzero``), empty, or out of range.
+            PipelineError: the pooled output buffer overlaps the input's bytes (a bug); raised before
+                anything is written, so the input is unchanged.
         """
         np_in = isinstance(view, np.ndarray)
-        # (a tensor off the CPU gets no plan: _plan raises)
-        key = (True, view.dtype, view.shape, view.strides) if np_in else (False, view.dtype, view.shape,
-                                                                          view.stride(), view.is_cpu)
+        if np_in:
+            key = (True, view.dtype, view.shape, view.strides)  # type: Tuple[Any, ...]
+        else:  # (a tensor off the CPU, not strided or with the negative bit gets its own plan or none: _plan)
+            try:
+                key = (False, view.dtype, view.shape, view.stride(), view.is_cpu, view.layout, view.is_neg())
+            except (AttributeError, TypeError, RuntimeError):  # not a tensor, or a layout without strides
+                self._plan(view)  # raises the DataError that says which
+                raise
         plan = self._plans.get(key)
         if plan is None:
             plan = self._plan(view)
@@ -219,9 +243,15 @@ class QuantizerBoundary:
             note += ", %d rows gathered" % n
         out, fresh = self._pool.take((n, c, h, w) if self._nchw else (n, h, w, c), self._np_dtype)
         out_ptr = out.data_ptr()  # a permute below keeps it
+        ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
+        nbytes = n * sample_bytes
+        # Before anything is written: the bytes the input's elements span, [ptr + lo, ptr + hi), against
+        # the output buffer's (the bounds test of np.may_share_memory, for numpy and torch inputs alike).
+        if ptr + lo < out_ptr + nbytes and out_ptr < ptr + hi:
+            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
+                                "please report it")
         if not self._nchw:
             out = out.permute(0, 3, 1, 2)
-        ptr = view.__array_interface__["data"][0] if np_in else view.data_ptr()
         if fn is not None:
             if pieces is None:
                 fn(ptr, geom, order, self._mean_ptr, self._std_ptr, mean_rows, out_ptr)
@@ -235,15 +265,10 @@ class QuantizerBoundary:
             for start, dst, count in pieces or [(0, 0, n)]:
                 self._fill_numpy(view[start:start + count], out.numpy()[dst:dst + count], self.channel_order)
         else:
-            src = as_torch_view(view)[0]
+            # detached: copy_ from an input that requires grad would attach the output to its graph
+            src = as_torch_view(view)[0].detach()
             for start, dst, count in pieces or [(0, 0, n)]:
                 self._fill_torch(src[start:start + count], out[dst:dst + count], order)
-        nbytes = n * sample_bytes
-        # The bytes the input's elements span, [ptr + lo, ptr + hi), against the output buffer's (the
-        # bounds test of np.may_share_memory, for numpy and torch inputs alike).
-        if ptr + lo < out_ptr + nbytes and out_ptr < ptr + hi:
-            raise PipelineError("the quantizer boundary's output shares memory with its input; this is a bug, "
-                                "please report it")
         if ledger is not None:
             ledger.add("quantizer_boundary", False, nbytes, None, None, batch=batch_index,
                        bytes_fresh=nbytes if fresh else 0, note=note)
@@ -254,11 +279,20 @@ class QuantizerBoundary:
         ``((n, c, h, w), compiled function or None, geometry, order, rows, use_numpy, ledger note,
         lo, hi, output bytes per sample)``, the input's elements spanning bytes ``[lo, hi)`` from its
         data pointer."""
+        if isinstance(view, np.ndarray):
+            if view.dtype not in _NP_IN_DTYPES:
+                raise _dtype_error(view.dtype, True)
+        elif not isinstance(view, torch.Tensor):
+            raise DataError("the quantizer boundary expects a numpy array or torch tensor (an NCHW batch), got %s; "
+                            "convert it first, e.g. np.asarray(x, dtype=np.float32)" % type(view).__name__)
+        elif view.layout != torch.strided:
+            raise DataError("the quantizer boundary reads dense (strided) tensors, got a tensor with layout %s; call "
+                            ".to_dense() on it first" % view.layout)
         src, flips = as_torch_view(view)
         if src.device.type != "cpu":
             raise DataError("the quantizer boundary runs on the CPU; got a tensor on %s (call .cpu())" % src.device)
         if src.dtype not in _IN_DTYPES:
-            raise DataError("the quantizer boundary reads integer or float pixels, got dtype %s" % src.dtype)
+            raise _dtype_error(src.dtype, False)
         n, c, h, w = self.output_shape(src.shape)
         note = "%s %s%s" % (self.layout, str(self.dtype).replace("torch.", ""),
                             "" if self.channel_order is None else ", channel order %s" % self.channel_order)
@@ -307,8 +341,14 @@ class QuantizerBoundary:
                 yield slice(i, i + 1), slice(r, r + rows)
 
     def _kernel_fn(self, view: Union[torch.Tensor, np.ndarray], src: torch.Tensor) -> Any:
-        """The compiled function for this input dtype, or None (float16/bfloat16: the torch pass)."""
-        name = _NP_KERNEL_TYPES.get(view.dtype) if isinstance(view, np.ndarray) else _KERNEL_TYPES.get(src.dtype)
+        """The compiled function for this input, or None: float16/bfloat16, and a tensor with the
+        negative bit (``x.conj().imag``: its memory holds the values negated; the kernel reads raw
+        memory, the torch pass's ``copy_`` resolves the bit). (The conjugate bit exists only on complex
+        tensors, which the boundary refuses.)"""
+        if isinstance(view, np.ndarray):
+            name = _NP_KERNEL_TYPES.get(view.dtype)
+        else:
+            name = None if src.is_neg() else _KERNEL_TYPES.get(src.dtype)
         return None if name is None else self._kernel.fn(name, "f32" if self.dtype == torch.float32 else "f64")
 
     def _fill_torch(self, src: torch.Tensor, out: torch.Tensor, order: Optional[List[int]]) -> None:
@@ -348,14 +388,12 @@ class QuantizerBoundary:
 
 def _byte_extent(view: Union[torch.Tensor, np.ndarray]) -> Tuple[int, int]:
     """``(lo, hi)``: the bytes ``view``'s elements occupy are ``[data pointer + lo, data pointer + hi)``
-    (strides may be negative or zero; numpy's ``byte_bounds`` rule; ``(0, 0)`` when it has none)."""
+    (strides may be negative or zero; numpy's ``byte_bounds`` rule; ``view`` has at least one element)."""
     if isinstance(view, np.ndarray):
         strides, itemsize = list(view.strides), view.itemsize
     else:
         itemsize = view.element_size()
         strides = [st * itemsize for st in view.stride()]
-    if 0 in view.shape:
-        return 0, 0
     lo = sum(st * (k - 1) for st, k in zip(strides, view.shape) if st < 0)
     hi = sum(st * (k - 1) for st, k in zip(strides, view.shape) if st > 0) + itemsize
     return lo, hi
@@ -363,15 +401,44 @@ def _byte_extent(view: Union[torch.Tensor, np.ndarray]) -> Tuple[int, int]:
 
 def _row_runs(rows: Sequence[int], n: int) -> List[Tuple[int, int, int]]:
     """``rows`` as runs of consecutive source rows: ``[(source start, output start, length), ...]``.
-    DataError for an empty selection or an index outside ``range(n)``."""
-    idx = np.asarray(rows, dtype=np.int64).reshape(-1)
+
+    ``rows``: a 1-D sequence of integer indices, a numpy array of an integer dtype or a list/tuple/range
+    of Python ints. DataError for anything else (a boolean mask, floats, strings, nested lists), for an
+    empty selection and for an index outside ``range(n)``."""
+    try:
+        idx = rows if isinstance(rows, np.ndarray) else np.asarray(rows)
+    except (ValueError, TypeError):  # nested lists of different lengths
+        idx = np.asarray(rows, dtype=object)
+    has_bool = idx.dtype == np.bool_ or (idx.ndim == 1 and not isinstance(rows, np.ndarray)
+                                         and any(isinstance(r, (bool, np.bool_)) for r in rows))
+    if (idx.ndim != 1 or idx.dtype.kind not in "iu" or has_bool) and not (idx.ndim == 1 and idx.size == 0):
+        got = "%s of shape %s, dtype %s" % (type(rows).__name__, idx.shape, "bool" if has_bool else idx.dtype)
+        raise DataError("the quantizer boundary's rows= takes a 1-D sequence of integer sample indices (a numpy "
+                        "integer array or Python ints), got a %s; %s" % (
+                            got, "for a boolean mask pass np.flatnonzero(mask)" if has_bool else
+                            "pass integer indices (np.asarray(rows, dtype=np.int64) once they are whole numbers)"))
     if idx.size == 0 or int(idx.min()) < 0 or int(idx.max()) >= n:
         raise DataError("the quantizer boundary gathers rows 0..%d of the view, got %s"
                         % (n - 1, "no rows" if idx.size == 0 else "rows %d..%d" % (idx.min(), idx.max())))
+    idx = idx.astype(np.int64, copy=False)
     breaks = np.flatnonzero(np.diff(idx) != 1) + 1
     starts = np.concatenate(([0], breaks))
     ends = np.concatenate((breaks, [idx.size]))
     return [(int(idx[a]), int(a), int(b - a)) for a, b in zip(starts, ends)]
+
+
+def _dtype_error(dtype: Any, numpy_input: bool) -> DataError:
+    """The DataError for an input dtype the boundary does not read: the accepted ones, and a cast
+    that keeps the values (exactly, for the unsigned and bool dtypes)."""
+    name = str(dtype).replace("torch.", "")
+    cast = ("a.astype(np.%s)" if numpy_input else "t.to(torch.%s)") % _EXACT_CASTS.get(name, "float32")
+    if name in _EXACT_CASTS:
+        todo = "%s keeps every %s value exactly%s" % (cast, name, " below 2**63" if name == "uint64" else "")
+    else:
+        todo = "e.g. %s" % cast
+    return DataError("the quantizer boundary reads integer or float pixels of dtype %s; got a %s of dtype %s. "
+                     "Convert it first: %s" % (_IN_DTYPE_NAMES, "numpy array" if numpy_input else "torch tensor",
+                                               name, todo))
 
 
 def compile_example(batch: torch.Tensor, ledger: Optional[Ledger] = None) -> torch.Tensor:
