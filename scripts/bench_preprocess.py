@@ -4,10 +4,16 @@
 ``python scripts/bench_preprocess.py [--quick] [--batches 1,8,64,256] [--sizes 32,224] [--threads 1,2]
 [--rounds 9] [--json out.json]``
 
-For each thread count, batch and image size, in one process, methods are timed in interleaved rounds
-(every method once per round, in an order shuffled anew each round with a fixed seed, because a
-method's time depends on which method ran just before it; a round's figure is the median of several
-calls) and the median over the rounds is printed with its ratio to the reference:
+For each thread count, batch and image size, in one process, each method is timed against the
+reference in an A/B alternation of its own: ``--rounds`` rounds of a block of reference calls then a
+block of the method's calls (a block's figure is the median of its calls, each result dropped
+before the next call; the calls per block are set from settled calls, after the first uses have paid
+their page faults). The ratio printed is the median of the method's blocks over the median of the
+reference blocks beside them, so that both are measured under the same conditions with no third
+method in between. Why: with every method in one rotation, a method's time depended on which method
+ran just before it (8x224, 1 thread: the same kernel call took 1.0x the cast right after "expert
+torch" and 1.25-1.3x elsewhere in the round, caches flushed or not), and the cast's own time changed
+by 20% with the OpenCV methods in the rotation. The methods:
 
 - cast (the reference): a contiguous uint8 -> float32 ``copy_`` of the same elements into a reused
   buffer, no transpose and no normalization: what any pass must at least do;
@@ -18,8 +24,9 @@ calls) and the median over the rounds is printed with its ratio to the reference
   contract checked) -> boundary, with the ledger on; pipeline-torch: the same with the boundary's
   pure-torch pass;
 - expert torch: ``copy_`` from the permuted view into a reused buffer, then in-place ``sub_``/``div_``;
-- cv2 blob: OpenCV ``dnn.blobFromImagesWithParams`` (per-channel mean and 1/std; multiplies by the
-  reciprocal, so its values differ from the division in the last bit); cv2.split + numpy: per image,
+- cv2 blob: OpenCV ``dnn.blobFromImagesWithParams`` into a reused blob (per-channel mean and 1/std;
+  multiplies by the reciprocal, so its values differ from the division in the last bit; OpenCV's
+  threads set to the table's thread count); cv2.split + numpy: per image,
   ``cv2.split`` then ``np.subtract``/``np.divide`` per plane into a reused buffer (both need
   ``opencv-python-headless``, which the ``dev`` extra installs; skipped without it);
 - per-image ToTensor: torchvision's ToTensor + Normalize written out in torch, one image at a time,
@@ -35,7 +42,6 @@ import argparse
 import itertools
 import json
 import os
-import random
 import statistics
 import sys
 import time
@@ -127,6 +133,7 @@ def methods_for(n, s):
         params = cv2.dnn.Image2BlobParams(scalefactor=tuple(1.0 / v for v in STD), size=(s, s), mean=tuple(MEAN),
                                           swapRB=False, ddepth=cv2.CV_32F)
         split_out = np.empty((n, 3, s, s), np.float32)
+        blob = np.empty((n, 3, s, s), np.float32)
         mean32, std32 = np.float32(MEAN), np.float32(STD)
 
         def cv2_split():
@@ -136,7 +143,7 @@ def methods_for(n, s):
                     np.divide(split_out[i, c], std32[c], out=split_out[i, c])
             return split_out
 
-        fns["cv2 blob"] = lambda: cv2.dnn.blobFromImagesWithParams(images, params)
+        fns["cv2 blob"] = lambda: cv2.dnn.blobFromImagesWithParams(images, blob, params)
         fns["cv2.split+numpy"] = cv2_split
     fns["per-image ToTensor"] = per_image
     return fns, images, ledger
@@ -169,31 +176,38 @@ def copy_bandwidth(nbytes, rounds):
     return 2 * a.numel() * 4 / t
 
 
+def settled_calls(fn, max_calls):
+    """How many calls of ``fn`` fit ``CALL_BUDGET_S`` (1 to ``max_calls``), timed after two first
+    calls (a fresh buffer's page faults, plans, pool buffers)."""
+    fn()
+    fn()
+    return max(1, min(max_calls, int(CALL_BUDGET_S / max(1e-7, time_calls(fn, 3)))))
+
+
 def bench_one(n, s, rounds, max_calls):
+    """``(seconds, ratios, ledger summary)``: each method's median seconds per call and its ratio to
+    the cast blocks of its own A/B alternation; ``seconds["cast"]`` is the median of every cast
+    block; ``limit`` (the physical limit) is over that median."""
     fns, images, ledger = methods_for(n, s)
     check(fns, images)
-    calls = {}
-    for name, fn in fns.items():  # warm-up, and how many calls fit the budget
-        start = time.perf_counter()
-        fn()
-        calls[name] = max(1, min(max_calls, int(CALL_BUDGET_S / max(1e-7, time.perf_counter() - start))))
-    per_round = {name: [] for name in fns}
-    # Every round runs the methods in a new order (seeded: the same orders on every run). Each method
-    # leaves the machine in a state that changes the next one's time: in a fixed order, the method
-    # that followed "expert torch" ran 1.0x the cast and the same call elsewhere in the round 1.25-1.3x,
-    # even with the caches flushed and warm-up calls before each block (8x224, 1 thread). Shuffled,
-    # every method meets every predecessor, and the medians agree run to run.
-    order = list(fns.items())
-    shuffle = random.Random(n * 1000 + s).shuffle
-    for _ in range(rounds):
-        shuffle(order)
-        for name, fn in order:
-            per_round[name].append(time_calls(fn, calls[name]))
-    t = {name: statistics.median(v) for name, v in per_round.items()}
+    calls = {name: settled_calls(fn, max_calls) for name, fn in fns.items()}
+    cast = fns["cast"]
+    t, ratios, cast_blocks = {}, {}, []
+    for name, fn in fns.items():
+        if name == "cast":
+            continue
+        ref, own = [], []
+        for _ in range(rounds):
+            ref.append(time_calls(cast, calls["cast"]))
+            own.append(time_calls(fn, calls[name]))
+        t[name] = statistics.median(own)
+        ratios[name] = t[name] / statistics.median(ref)
+        cast_blocks += ref
+    t["cast"] = statistics.median(cast_blocks)
     out_bytes = n * 3 * s * s * 4
     t["limit"] = (images.nbytes + out_bytes) / copy_bandwidth(out_bytes, rounds)
-    summary = ledger.summary()
-    return t, summary
+    ratios["limit"] = t["limit"] / t["cast"]
+    return t, ratios, ledger.summary()
 
 
 def main(argv=None):
@@ -202,8 +216,8 @@ def main(argv=None):
     ap.add_argument("--sizes", default="32,224")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="interleaved rounds, each in a new order (the median is printed); default 9, --quick 7")
-    ap.add_argument("--calls", type=int, default=50, help="most calls per method and round")
+                    help="A/B rounds of each method against the cast (medians printed); default 9, --quick 7")
+    ap.add_argument("--calls", type=int, default=50, help="most calls per block")
     ap.add_argument("--quick", action="store_true", help="1 thread; 1x32, 8x224, 64x224")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
     args = ap.parse_args(argv)
@@ -218,38 +232,43 @@ def main(argv=None):
         torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
         "compiled (%s%s)" % (os.path.basename(status["path"]), ", AVX512-VBMI RGB rows" if native.boundary_kernel().vbmi
                              else "") if status["compiled"] else "pure torch: %s" % status["reason"]))
+    try:
+        import cv2
+    except ImportError:
+        cv2 = None
     results, missed = [], []
     for nthreads in threads:
         torch.set_num_threads(nthreads)
+        if cv2 is not None:
+            cv2.setNumThreads(nthreads)
         before = load_average()
         rows = []
         for n, s in cases:
-            t, summary = bench_one(n, s, args.rounds, args.calls)
-            rows.append((n, s, t, summary))
-            results.append({"threads": nthreads, "batch": n, "size": s, "seconds": t,
-                            "ratios_to_cast": {k: v / t["cast"] for k, v in t.items()},
+            t, ratios, summary = bench_one(n, s, args.rounds, args.calls)
+            rows.append((n, s, t, ratios, summary))
+            results.append({"threads": nthreads, "batch": n, "size": s, "seconds": t, "ratios_to_cast": ratios,
                             "copies_per_batch": summary["copies_per_batch"],
                             "allocated_over_output": summary["bytes_allocated_per_batch"] / (n * 3 * s * s * 4)})
-        names = [k for k in rows[0][2] if k != "cast"]
-        print("\n%d thread(s); load average %s before, %s after; median of %d interleaved rounds; "
-              "ratio to the reused-buffer cast (cast time in ms)" % (nthreads, before, load_average(), args.rounds))
+        names = list(rows[0][3])
+        print("\n%d thread(s); load average %s before, %s after; each method in %d A/B rounds against the "
+              "reused-buffer cast: ratio of the medians (cast ms: median of all cast blocks)"
+              % (nthreads, before, load_average(), args.rounds))
         print("| batch | cast ms | " + " | ".join(names) + " |")
         print("|---|---|" + "---|" * len(names))
-        for n, s, t, summary in rows:
-            print("| %dx%d | %.3f | " % (n, s, 1e3 * t["cast"]) + " | ".join("%.2fx" % (t[k] / t["cast"]) for k in names)
-                  + " |")
+        for n, s, t, ratios, summary in rows:
+            print("| %dx%d | %.3f | " % (n, s, 1e3 * t["cast"]) + " | ".join("%.2fx" % ratios[k] for k in names) + " |")
             if summary["copies_per_batch"] != 1 or summary["bytes_allocated_per_batch"] != n * 3 * s * s * 4:
                 missed.append("ledger at %dx%d: %s" % (n, s, summary))
             if nthreads != 1:
                 continue
-            ratio = t["boundary"] / t["cast"]
+            ratio = ratios["boundary"]
             goal = {(8, 224): 1.2, (64, 224): 1.2, (1, 32): 8.0}.get((n, s))
             if goal is not None:
                 print("goal: boundary within %.1fx of the cast at %dx%d: %.2fx %s"
                       % (goal, n, s, ratio, "met" if ratio <= goal else "MISSED"))
             if n >= 8:
                 behind = [k for k in names if k not in ("boundary", "pipeline", "pipeline-torch", "limit")
-                          and t[k] <= t["pipeline"]]
+                          and ratios[k] <= ratios["pipeline"]]
                 print("goal: pipeline ahead of every alternative at %dx%d: %s"
                       % (n, s, "met" if not behind else "MISSED (behind %s)" % ", ".join(behind)))
     if missed:

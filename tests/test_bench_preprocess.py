@@ -40,6 +40,8 @@ def test_the_benchmark_runs_checks_and_prints_every_alternative(tmp_path):
     results = json.loads(out.read_text())["results"]
     assert [(r["batch"], r["size"]) for r in results] == [(1, 32), (8, 32)]
     assert all(r["copies_per_batch"] == 1 and r["allocated_over_output"] == 1 for r in results)
+    assert all(sorted(r["ratios_to_cast"]) == sorted(names) and min(r["ratios_to_cast"].values()) > 0
+               for r in results)
 
 
 def test_a_method_that_disagrees_with_the_definition_stops_the_benchmark():
