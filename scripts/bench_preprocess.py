@@ -5,10 +5,10 @@
 [--rounds 9] [--json out.json]``
 
 For each thread count, batch and image size, in one process, each method is timed against the
-reference in an A/B alternation of its own: ``--rounds`` rounds of a block of reference calls then a
-block of the method's calls (a block's figure is the median of its calls, each result dropped
-before the next call; the calls per block are set from settled calls, after the first uses have paid
-their page faults). The ratio printed is the median of the method's blocks over the median of the
+reference in an A/B alternation of its own: rounds of a block of reference calls then a block of
+the method's calls, at least ``--rounds`` rounds and more while the alternation fits 0.4 s (at most
+60). A block's figure is the median of its calls, each result dropped before the next call; the
+calls per block are set from settled calls, after the first uses have paid their page faults. The ratio printed is the median of the method's blocks over the median of the
 reference blocks beside them, so that both are measured under the same conditions with no third
 method in between. Why: with every method in one rotation, a method's time depended on which method
 ran just before it (8x224, 1 thread: the same kernel call took 1.0x the cast right after "expert
@@ -69,7 +69,9 @@ from pipeline.tensors import Ledger  # noqa: E402
 # ImageNet mean/std in 0..255 pixel units (torchvision's [0.485, 0.456, 0.406] / [0.229, 0.224, 0.225] x 255).
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
-CALL_BUDGET_S = 0.05  # per method and round: as many calls as fit (at least 1, at most --calls)
+CALL_BUDGET_S = 0.05  # per block: as many calls as fit (at least 1, at most --calls)
+AB_BUDGET_S = 0.4  # per method's A/B alternation: more rounds than --rounds while they fit (at most MAX_ROUNDS)
+MAX_ROUNDS = 60
 
 
 def time_calls(fn, calls):
@@ -174,16 +176,18 @@ def check(fns, images):
 
 
 def settled_calls(fn, max_calls):
-    """How many calls of ``fn`` fit ``CALL_BUDGET_S`` (1 to ``max_calls``), timed after two first
-    calls (a fresh buffer's page faults, plans, pool buffers)."""
+    """``(calls, seconds per call)``: how many calls of ``fn`` fit ``CALL_BUDGET_S`` (1 to
+    ``max_calls``), timed after two first calls (a fresh buffer's page faults, plans, pool buffers)."""
     fn()
     fn()
-    return max(1, min(max_calls, int(CALL_BUDGET_S / max(1e-7, time_calls(fn, 3)))))
+    per_call = max(1e-7, time_calls(fn, 3))
+    return max(1, min(max_calls, int(CALL_BUDGET_S / per_call))), per_call
 
 
 def bench_one(n, s, rounds, max_calls):
-    """``(seconds, ratios, boundary's per-round ratios, ledger summary)``: each method's median
-    seconds per call and its ratio to the cast blocks of its own A/B alternation;
+    """``(seconds, ratios, boundary's per-round ratios, rounds, ledger summary)``: each method's median
+    seconds per call and its ratio to the cast blocks of its own A/B alternation (``rounds[name]``
+    rounds: at least ``rounds``, more while they fit ``AB_BUDGET_S``, at most ``MAX_ROUNDS``);
     ``seconds["cast"]`` is the cast's median in the boundary's alternation; ``limit`` is the time
     (bytes read + written) / the bandwidth of a float32 copy timed in its own alternation."""
     fns, images, ledger = methods_for(n, s)
@@ -192,14 +196,17 @@ def bench_one(n, s, rounds, max_calls):
     a = torch.rand(out_bytes // 4)
     b = torch.empty_like(a)
     fns["limit"] = lambda: b.copy_(a)  # scaled below: it moves 2 * out_bytes
-    calls = {name: settled_calls(fn, max_calls) for name, fn in fns.items()}
+    settled = {name: settled_calls(fn, max_calls) for name, fn in fns.items()}
+    calls = {name: k for name, (k, _) in settled.items()}
+    block = {name: k * per_call for name, (k, per_call) in settled.items()}
     cast = fns["cast"]
-    t, ratios, rounds_ratios = {}, {}, []
+    t, ratios, rounds_ratios, done = {}, {}, [], {}
     for name, fn in fns.items():
         if name == "cast":
             continue
         ref, own = [], []
-        for _ in range(rounds):
+        done[name] = max(rounds, min(MAX_ROUNDS, int(AB_BUDGET_S / (block["cast"] + block[name]))))
+        for _ in range(done[name]):
             ref.append(time_calls(cast, calls["cast"]))
             own.append(time_calls(fn, calls[name]))
         scale = (images.nbytes + out_bytes) / (2.0 * out_bytes) if name == "limit" else 1.0
@@ -208,7 +215,7 @@ def bench_one(n, s, rounds, max_calls):
         if name == "boundary":
             t["cast"] = statistics.median(ref)
             rounds_ratios = sorted(o / r for o, r in zip(own, ref))
-    return t, ratios, rounds_ratios, ledger.summary()
+    return t, ratios, rounds_ratios, done, ledger.summary()
 
 
 def main(argv=None):
@@ -217,7 +224,8 @@ def main(argv=None):
     ap.add_argument("--sizes", default="32,224")
     ap.add_argument("--threads", default="1,2")
     ap.add_argument("--rounds", type=int, default=None,
-                    help="A/B rounds of each method against the cast (medians printed); default 9, --quick 7")
+                    help="the fewest A/B rounds of each method against the cast (more while they fit %.1f s, "
+                         "at most %d); default 9, --quick 7" % (AB_BUDGET_S, MAX_ROUNDS))
     ap.add_argument("--calls", type=int, default=50, help="most calls per block")
     ap.add_argument("--quick", action="store_true", help="1 thread; 1x32, 8x224, 64x224")
     ap.add_argument("--json", default=None, help="also write the numbers to this JSON file")
@@ -245,16 +253,16 @@ def main(argv=None):
         before = load_average()
         rows = []
         for n, s in cases:
-            t, ratios, spread, summary = bench_one(n, s, args.rounds, args.calls)
+            t, ratios, spread, done, summary = bench_one(n, s, args.rounds, args.calls)
             rows.append((n, s, t, ratios, spread, summary))
             results.append({"threads": nthreads, "batch": n, "size": s, "seconds": t, "ratios_to_cast": ratios,
-                            "boundary_round_ratios": spread,
+                            "boundary_round_ratios": spread, "rounds": done,
                             "copies_per_batch": summary["copies_per_batch"],
                             "allocated_over_output": summary["bytes_allocated_per_batch"] / (n * 3 * s * s * 4)})
         names = list(rows[0][3])
-        print("\n%d thread(s); load average %s before, %s after; each method in %d A/B rounds against the "
-              "reused-buffer cast: ratio of the medians (cast ms: its median beside the boundary)"
-              % (nthreads, before, load_average(), args.rounds))
+        print("\n%d thread(s); load average %s before, %s after; each method in %d to %d A/B rounds (as many as "
+              "fit %.1f s) against the reused-buffer cast: ratio of the medians (cast ms: its median beside the "
+              "boundary)" % (nthreads, before, load_average(), args.rounds, MAX_ROUNDS, AB_BUDGET_S))
         print("| batch | cast ms | " + " | ".join(names) + " |")
         print("|---|---|" + "---|" * len(names))
         for n, s, t, ratios, spread, summary in rows:
