@@ -8,15 +8,18 @@ For each thread count, batch and image size, in one process, each method is time
 reference in an A/B alternation of its own: rounds of a block of reference calls then a block of
 the method's calls, at least ``--rounds`` rounds and more while the alternation fits 0.4 s (at most
 60). A block's figure is the median of its calls, each result dropped before the next call; the
-calls per block are set from settled calls, after the first uses have paid their page faults. The ratio printed is the median of the method's blocks over the median of the
-reference blocks beside them, so that both are measured under the same conditions with no third
-method in between. Why: with every method in one rotation, a method's time depended on which method
-ran just before it (8x224, 1 thread: the same kernel call took 1.0x the cast right after "expert
-torch" and 1.25-1.3x elsewhere in the round, caches flushed or not), and the cast's own time changed
-by 20% with the OpenCV methods in the rotation. The cast still runs up to 17% faster beside some
-methods (the per-image loop, cv2.split): their ratios, if anything, overstate their time. "cast ms"
-is the cast's median in the boundary's alternation (the boundary goals' denominator), and the goal
-lines give the spread of the per-round ratios (a round: one cast block, then one boundary block).
+calls per block are set from settled calls, after the first uses have paid their page faults. The
+ratio printed is the median of the method's blocks over the median of the reference blocks beside
+them: both measured under the same conditions, no third method in between.
+
+Why not one rotation of all methods: a method's time depended on the method that ran just before
+it (8x224, 1 thread: the same kernel call took 1.0x the cast right after "expert torch" and
+1.25-1.3x elsewhere in the round, caches flushed or not), and the cast's own time changed by 20%
+with the OpenCV methods in the rotation. Beside some methods (the per-image loop, cv2.split) the
+cast still runs up to 17% faster, so their ratios, if anything, overstate their time. "cast ms" is
+the cast's median beside the boundary (the boundary goals' denominator); the goal lines give the
+spread of the boundary's per-round ratios (a round: one cast block, then one boundary block).
+
 The methods:
 
 - cast (the reference): a contiguous uint8 -> float32 ``copy_`` of the same elements into a reused
