@@ -54,7 +54,8 @@ _NP_KERNEL_TYPES = {np.dtype(np.uint8): "u8", np.dtype(np.int8): "i8", np.dtype(
                     np.dtype(np.int32): "i32", np.dtype(np.int64): "i64", np.dtype(np.float32): "f32",
                     np.dtype(np.float64): "f64"}
 _NP_IN_DTYPES = frozenset(list(_NP_KERNEL_TYPES) + [np.dtype(np.float16)])  # numpy has no bfloat16
-_IN_DTYPE_NAMES = "uint8, int8, int16, int32, int64, float16, bfloat16, float32 or float64"
+_DTYPE_NAMES = [str(d).replace("torch.", "") for d in _IN_DTYPES]
+_IN_DTYPE_NAMES = ", ".join(_DTYPE_NAMES[:-1]) + " or " + _DTYPE_NAMES[-1]  # for the errors
 # a refused dtype -> the accepted one that holds its values exactly (uint64: those below 2**63)
 _EXACT_CASTS = {"uint16": "int32", "uint32": "int64", "uint64": "int64", "bool": "uint8"}
 KERNELS = ("auto", "torch")
