@@ -69,6 +69,11 @@ from pipeline.data.sources import open_source  # noqa: E402
 from pipeline.stages import build_stages  # noqa: E402
 from pipeline.tensors import Ledger  # noqa: E402
 
+try:  # optional here: the OpenCV alternatives (the dev extra installs opencv-python-headless)
+    import cv2
+except ImportError:
+    cv2 = None
+
 # ImageNet mean/std in 0..255 pixel units (torchvision's [0.485, 0.456, 0.406] / [0.229, 0.224, 0.225] x 255).
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]
@@ -137,10 +142,6 @@ def methods_for(n, s):
            "pipeline-torch": pipeline_with(QuantizerBoundary(MEAN, STD, channel_order=compose.boundary_channel_order,
                                                              kernel="torch")),
            "expert torch": expert}
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
     if cv2 is not None:
         params = cv2.dnn.Image2BlobParams(scalefactor=tuple(1.0 / v for v in STD), size=(s, s), mean=tuple(MEAN),
                                           swapRB=False, ddepth=cv2.CV_32F)
@@ -244,10 +245,6 @@ def main(argv=None):
         torch.__version__, os.cpu_count() or 0, tile_bytes() >> 10,
         "compiled (%s%s)" % (os.path.basename(status["path"]), ", AVX512-VBMI RGB rows" if native.boundary_kernel().vbmi
                              else "") if status["compiled"] else "pure torch: %s" % status["reason"]))
-    try:
-        import cv2
-    except ImportError:
-        cv2 = None
     results, missed = [], []
     for nthreads in threads:
         torch.set_num_threads(nthreads)
