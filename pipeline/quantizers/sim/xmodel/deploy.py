@@ -1,0 +1,200 @@
+"""The deploy-graph rewrites the real quantizer runs before it writes an xmodel, in its order.
+
+Restates ``_deploy_optimize`` (``pytorch_nndct/qproc/utils.py``) and the ``DevGraphOptimizer``
+passes it calls (``nndct_shared/compile/deploy_optimizer.py``, Vitis-AI 3.5; docs/xmodel.md#deploy-graph),
+for the op types the simulation captures:
+
+1. drop ``contiguous``;
+2. normalise attributes: full-rank ``begin``/``end``/``strides`` and masks for slices, a
+   transpose becomes a permute with its full order, negative axes made positive;
+3. NCHW -> NHWC (``layout.layout_transform``), then every recorded tensor permuted to its node's
+   new layout (``update_node_data``);
+4. pads: ``F.pad`` widths in XIR's per-dimension order, then folded into the conv/pool they feed
+   when symmetric, zero-valued and constant (``fuse_pad``);
+5. flatten, squeeze/unsqueeze and data-preserving permutes become reshapes to their output shape;
+   a ``[0, 3, 1, 2]`` permute feeding a reshape feeding a linear layer is folded into the linear
+   layer's weights; consecutive reshapes merge;
+6. a constant operand of add/sub/mul/div is broadcast to the other operand's shape;
+7. an adaptive average pool whose input divides by its output becomes an average pool.
+"""
+from collections import deque
+from typing import List
+
+import numpy as np
+
+from ....fx import optable as t
+from .devgraph import Graph, Node
+from .layout import INT_MAX, PERMUTE, layout_transform
+
+POOL_OR_CONV = (t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.MAX_POOL, t.AVG_POOL)
+BINARY = (t.ADD, t.SUB, t.MULTIPLY, t.DIV)
+
+
+def optimize(graph: Graph) -> None:
+    """Run the passes above on ``graph``, in place."""
+    for node in [n for n in graph.nodes if n.type == t.CONTIGUOUS]:
+        graph.remove_node(node)
+    _update_attrs(graph)
+    layout_transform(graph)
+    _update_data(graph)
+    _normalize_pads(graph)
+    _fuse_pads(graph)
+    _reshape_like_to_reshape(graph)
+    _merge_permute_into_linear(graph)
+    _merge_reshapes(graph)
+    _broadcast_consts(graph)
+    _adaptive_to_avgpool(graph)
+
+
+def _update_attrs(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.type == t.STRIDED_SLICE:
+            rank = node.in_tensors[0].ndim
+            begin, last, strides = [0] * rank, [INT_MAX] * rank, [1] * rank
+            end = node.attrs["end"]
+            for i, pos in enumerate(node.attrs["dims"]):
+                begin[pos] = node.attrs["begin"][i]
+                if end[i] < last[pos]:
+                    last[pos] = end[i]
+                strides[pos] = node.attrs["strides"][i]
+            node.attrs["begin_mask"] = sum(1 << d for d, v in enumerate(begin) if v == 0)
+            # nndct numbers this mask by the slice's own dims list, not by tensor dimension
+            node.attrs["end_mask"] = sum(1 << d for d, v in enumerate(end) if v >= INT_MAX)
+            node.attrs.update(begin=begin, end=last, strides=strides)
+        elif node.type == t.TRANSPOSE:
+            order = list(range(node.in_tensors[0].ndim))
+            a, b = node.attrs["dims"]
+            order[a], order[b] = order[b], order[a]
+            node.attrs = {"order": order}
+            node.type = PERMUTE
+        elif node.type in (t.CONCAT, t.SOFTMAX) and node.attrs["axis"] < 0:
+            node.attrs["axis"] += node.in_tensors[0].ndim
+
+
+def _update_data(graph: Graph) -> None:
+    for node in graph.nodes:
+        for tensor in node.out_tensors:
+            if tensor.data is not None and node.transpose_out_order:
+                tensor.from_ndarray(np.transpose(tensor.data, node.transpose_out_order))
+    for node in graph.nodes:
+        if node.type == PERMUTE and node.in_tensors[0].data is not None:
+            node.out.from_ndarray(np.transpose(node.in_tensors[0].data, node.attrs["order"]))
+
+
+def _normalize_pads(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.type != t.PAD:
+            continue
+        rank = node.in_tensors[0].ndim
+        pads = list(node.attrs["pad_with"]) + [0] * (2 * rank - len(node.attrs["pad_with"]))
+        pads = pads[::-1]
+        for i in range(rank):
+            pads[2 * i], pads[2 * i + 1] = pads[2 * i + 1], pads[2 * i]
+        if node.transpose_out_order:
+            order = node.transpose_out_order
+            pads = [p for axis in order for p in (pads[2 * axis], pads[2 * axis + 1])]
+        node.attrs["pad_with"] = pads
+        node.attrs["constant_values"] = [float(node.attrs["constant_values"])] * len(pads)
+
+
+def _fuse_pads(graph: Graph) -> None:
+    for node in [n for n in graph.nodes if n.type == t.PAD]:
+        pads = node.attrs["pad_with"]
+        children = graph.children(node)
+        if (node.attrs["mode"] != "CONSTANT" or len(pads) != 8 or node.attrs["constant_values"][0] != 0
+                or any(pads[2 * i] != pads[2 * i + 1] for i in range(4))
+                or any(c.type not in POOL_OR_CONV for c in children)):
+            continue
+        for child in children:
+            pad = child.attrs["pad"]
+            child.attrs["pad"] = [pad[0] + pads[4], pad[1] + pads[5], pad[2] + pads[2], pad[3] + pads[3]]
+        graph.remove_node(node)
+
+
+def _moves_memory(node: Node) -> bool:
+    """A permute that changes the order of the non-unit dimensions (``_mem_layout_changed``)."""
+    queue = deque(i for i, d in enumerate(node.in_tensors[0].shape) if d > 1)
+    for dim_size, dim in zip(node.out.shape, node.attrs["order"]):
+        if dim_size > 1 and dim != queue.popleft():
+            return True
+    return False
+
+
+def _reshape_like_to_reshape(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.type == t.FLATTEN or (node.type == PERMUTE and not _moves_memory(node)):
+            node.type = t.RESHAPE
+            node.attrs = {"shape": list(node.out.shape)}
+
+
+def _chains(graph: Graph, types: List[str]) -> List[List[Node]]:
+    """Paths parent -> child whose node types are ``types``, in node order (the cases of nndct's
+    pattern search that these passes meet)."""
+    found = [[n] for n in graph.nodes if n.type == types[0]]
+    for wanted in types[1:]:
+        found = [path + [c] for path in found for c in graph.children(path[-1]) if c.type == wanted]
+    return found
+
+
+def _merge_permute_into_linear(graph: Graph) -> None:
+    for permute, reshape, dense in _chains(graph, [PERMUTE, t.RESHAPE, t.DENSE]):
+        if permute.merged or len(permute.out_nodes) > 1 or len(reshape.out_nodes) > 1:
+            continue
+        if list(permute.attrs["order"]) != [0, 3, 1, 2]:
+            continue
+        shape = reshape.out.shape
+        if shape[-2] != permute.out.shape[0] or any(d > 1 for d in shape[:-2]):
+            continue
+        weights = dense.params["weights"]
+        n, c, h, w = permute.out.shape
+        # the linear layer's input order becomes (h, w, c) instead of (c, h, w)
+        weights.data = np.ascontiguousarray(
+            weights.data.reshape(weights.data.shape[0], c, h, w).transpose(0, 2, 3, 1)).reshape(weights.shape)
+        permute.merged = True
+        graph.remove_node(permute)
+
+
+def _merge_reshapes(graph: Graph) -> None:
+    while True:
+        chains = _chains(graph, [t.RESHAPE, t.RESHAPE])
+        if not chains:
+            return
+        seen = set()  # type: set
+        for first, second in chains:
+            if first.name in seen or second.name in seen:
+                continue
+            seen.update((first.name, second.name))
+            for use in list(first.out.uses):
+                if use.user.type == t.RESHAPE:
+                    use.user.replace_input_at(use.offset, first.in_tensors[0])
+        dead = [n for n in graph.nodes if n.type == t.RESHAPE and not n.out.uses]
+        if not dead:
+            return
+        for node in dead:
+            node.destroy()
+
+
+def _broadcast_consts(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.type not in BINARY:
+            continue
+        first, other = node.in_tensors
+        if other.node is not None and other.node.type == t.CONST and np.shape(other.data) != np.shape(first.data):
+            data = np.ones(first.shape, dtype=first.data.dtype) * other.data
+            other.from_ndarray(np.asarray(data))
+            other.node.transpose_out_order = None
+            other.node.attrs["data"] = other.data
+
+
+def _adaptive_to_avgpool(graph: Graph) -> None:
+    for node in graph.nodes:
+        if node.type != t.ADAPTIVEAVGPOOL2D:
+            continue
+        size_in, size_out = node.in_tensors[0].shape[1:3], node.out.shape[1:3]
+        if any(i % o for i, o in zip(size_in, size_out)):
+            continue
+        stride = [size_in[i] // size_out[i] for i in range(2)]
+        kernel = [size_in[i] - (size_out[i] - 1) * stride[i] for i in range(2)]
+        node.type = t.AVG_POOL
+        node.attrs = {"kernel": [kernel[1], kernel[0]], "stride": [stride[1], stride[0]], "count_include_pad": True,
+                      "pad_mode": 0, "pad": [0, 0, 0, 0], "global": list(size_out) == [1, 1]}

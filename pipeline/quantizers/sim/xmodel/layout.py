@@ -1,0 +1,281 @@
+"""NCHW -> NHWC on the deploy graph, as the real quantizer's exporter does it.
+
+Restates ``DevGraphOptimizer.layout_tranform`` (``nndct_shared/compile/deploy_optimizer.py``,
+Vitis-AI 3.5; docs/xmodel.md#layout): the ops whose XIR form is NHWC ("implicit" ops: convs, pools,
+resize, batch norm) get the orders ``[0, 2, 3, 1]`` (swim, NCHW -> NHWC) on their output and input;
+the orders spread up through their producers and down through their consumers while those are
+rank-preserving, not transposes, not float operators of their own type, and, for a reshape, do not
+move data when permuted; where the spreading stops, a ``transpose`` node is inserted:
+``<parent>_swim_transpose_<k>`` (to NHWC), ``<parent>_sink_transpose_<k>`` (back to NCHW), or
+``<node>_neighbor_transpose_<k>`` where an op mixes transformed and untransformed inputs. Chains of
+transposes are then merged, and identities dropped.
+"""
+from collections import OrderedDict, deque
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from ....fx import optable as t
+from .devgraph import RETURN, Graph, Node
+
+PERMUTE = t.PERMUTE
+INT_MAX = 2147483647  # nndct's NNDCT_CONSTANT.INT_MAX: an open slice end
+
+IMPLICIT_OPS = (t.CONV2D, t.DEPTHWISE_CONV2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.CONVTRANSPOSE2D, t.MAX_POOL,
+                t.AVG_POOL, t.ADAPTIVEAVGPOOL2D, t.RESIZE, t.BATCH_NORM)
+SOURCE_OPS = (t.INPUT, t.CONST)
+
+
+def swim_order(ndim: int) -> tuple:
+    """The permutation NCHW -> NHWC for a rank (``_find_swim_order``)."""
+    return {2: (0, 1), 3: (0, 2, 1), 4: (0, 2, 3, 1), 5: (0, 3, 4, 2, 1)}[ndim]
+
+
+def sink_order(ndim: int) -> tuple:
+    """The permutation NHWC -> NCHW for a rank (``_find_sink_order``)."""
+    return {2: (0, 1), 3: (0, 2, 1), 4: (0, 3, 1, 2), 5: (0, 4, 3, 1, 2)}[ndim]
+
+
+def is_custom(node: Node) -> bool:
+    """A float operator nndct has no op type for (``aten::<name>``, a ``CustomOp``)."""
+    return node.type.startswith("aten::")
+
+
+def _dim_transparent(node: Node) -> bool:
+    a, b = node.in_tensors[0].ndim, node.out.ndim
+    return bool(a) and bool(b) and a == b
+
+
+def _special_layout(node: Node) -> bool:
+    return bool(node.out.ndim) and node.out.ndim >= 3
+
+
+def _keeps_memory(node: Node, order: Sequence[int]) -> bool:
+    """For a reshape: reshaping then permuting equals permuting then reshaping (nndct tests it on
+    random data; distinct values decide it exactly)."""
+    if node.type != t.RESHAPE:
+        return True
+    n = int(np.prod(node.in_tensors[0].shape))
+    data = np.arange(n).reshape(node.in_tensors[0].shape)
+    a = data.reshape(node.out.shape).transpose(order).flatten()
+    b = data.transpose(order).reshape(node.out.shape).flatten()
+    return bool(np.array_equal(a, b))
+
+
+def _passes_layout(node: Node, order: Sequence[int]) -> bool:
+    return (_dim_transparent(node) and node.type != PERMUTE and not is_custom(node)
+            and _keeps_memory(node, order))
+
+
+# attribute rewrites for ops that carry an axis (``attr_transform.py``)
+def _shape_attr(node: Node, order: Sequence[int]) -> None:
+    shape = node.attrs["shape"]
+    node.attrs["shape"] = [shape[d] for d in order]
+
+
+def _axis_attr(node: Node, order: Sequence[int]) -> None:
+    node.attrs["axis"] = list(order).index(node.attrs["axis"])
+
+
+def _slice_attr(node: Node, order: Sequence[int]) -> None:
+    order = list(order)
+    for key in ("begin", "end", "strides"):
+        old = node.attrs[key]
+        new = [1 if key == "strides" else None] * len(old)
+        for dim, value in enumerate(old):
+            new[order.index(dim)] = value
+        node.attrs[key] = new
+    node.attrs["begin_mask"] = sum(1 << d for d, v in enumerate(node.attrs["begin"]) if v == 0)
+    node.attrs["end_mask"] = sum(1 << d for d, v in enumerate(node.attrs["end"])
+                                 if isinstance(v, int) and v >= INT_MAX)
+
+
+SPECIAL_ATTRS = {t.RESHAPE: _shape_attr, t.CONCAT: _axis_attr, t.STRIDED_SLICE: _slice_attr,
+                 t.SHAPE: _axis_attr, t.SOFTMAX: _axis_attr}  # type: Dict[str, Callable[[Node, Sequence[int]], None]]
+
+
+def _permute(graph: Graph, name: str, order: Sequence[int], parent: Node, child: Node) -> Node:
+    node = Node(name, PERMUTE, {"order": list(order)})
+    graph.insert_between(node, parent, child)
+    return node
+
+
+def layout_transform(graph: Graph) -> None:
+    """Assign NHWC orders and insert/merge transposes, in place (``layout_tranform``)."""
+    inserted = []  # type: List[Node]
+    implicit = [n for n in graph.nodes if n.type in IMPLICIT_OPS]
+    swim = OrderedDict()  # type: Dict[tuple, List[Node]]
+    sink = OrderedDict()  # type: Dict[tuple, List[Node]]
+    swim_in = {}  # type: Dict[str, tuple]
+    for node in implicit:
+        swim.setdefault(swim_order(node.out.ndim), []).append(node)
+        swim_in[node.name] = swim_order(node.in_tensors[0].ndim)
+        sink.setdefault(sink_order(node.out.ndim), []).append(node)
+
+    # upwards: producers take the NHWC order while they can
+    between = OrderedDict()  # type: Dict[tuple, list]
+    visited = []  # type: List[Node]
+    for order, nodes in swim.items():
+        for start in nodes:
+            queue = deque([start])
+            visited.append(start)
+            start.transpose_out_order = order
+            start.transpose_in_order = swim_in[start.name]
+            while queue:
+                node = queue.popleft()
+                for pn in graph.parents(node):
+                    if pn in visited:
+                        continue
+                    if not _special_layout(pn) or pn.type in IMPLICIT_OPS:
+                        continue
+                    if pn.type in SOURCE_OPS or _passes_layout(pn, node.transpose_in_order):
+                        pn.transpose_out_order = node.transpose_in_order
+                        pn.transpose_in_order = pn.transpose_out_order
+                        if pn.type in SPECIAL_ATTRS:
+                            SPECIAL_ATTRS[pn.type](pn, pn.transpose_out_order)
+                        queue.append(pn)
+                        visited.append(pn)
+                    else:
+                        between.setdefault(order, []).append((pn, node))
+    index = 0
+    for order, pairs in between.items():
+        for pn, cn in pairs:
+            inserted.append(_permute(graph, "%s_swim_transpose_%d" % (pn.name, index), order, pn, cn))
+            index += 1
+
+    # downwards: consumers of NHWC nodes follow while they can
+    for node in graph.nodes:
+        if node.transpose_out_order:
+            group = sink.setdefault(sink_order(len(node.transpose_out_order)), [])
+            if node not in group:
+                group.append(node)
+    between = OrderedDict()
+    visited = []
+    for order, nodes in sink.items():
+        for start in nodes:
+            if start in visited:
+                continue
+            queue = deque([start])
+            visited.append(start)
+            while queue:
+                node = queue.popleft()
+                for cn in graph.children(node):
+                    if cn in visited:
+                        continue
+                    if cn.type in IMPLICIT_OPS or cn.type == RETURN:
+                        continue
+                    if cn.type == t.SHAPE:
+                        visited.append(cn)
+                        if node.transpose_out_order:
+                            SPECIAL_ATTRS[cn.type](cn, node.transpose_out_order)
+                            continue
+                    elif cn.transpose_out_order:
+                        queue.append(cn)
+                        visited.append(cn)
+                    elif _passes_layout(cn, node.transpose_out_order):
+                        cn.transpose_in_order = node.transpose_out_order
+                        cn.transpose_out_order = cn.transpose_in_order
+                        queue.append(cn)
+                        visited.append(cn)
+                        if cn.type in SPECIAL_ATTRS:
+                            SPECIAL_ATTRS[cn.type](cn, cn.transpose_out_order)
+                    else:
+                        between.setdefault(order, []).append((node, cn))
+    index = 0
+    for order, pairs in between.items():
+        for pn, cn in pairs:
+            inserted.append(_permute(graph, "%s_sink_transpose_%d" % (pn.name, index), order, pn, cn))
+            index += 1
+
+    # ops fed by both layouts: their untransformed inputs get a transpose
+    neighbors = OrderedDict()  # type: Dict[Node, tuple]
+    for node in graph.nodes:
+        if len(node.in_nodes) <= 1 or not node.out_nodes:
+            continue
+        orders = [pn.transpose_out_order for pn in graph.parents(node)]
+        if all(o is None for o in orders) or all(o is not None for o in orders):
+            continue
+        neighbors[node] = [o for o in orders if o is not None][0]
+    for node, order in neighbors.items():
+        index = 0
+        for pn in graph.parents(node):
+            if (pn.transpose_out_order is None and pn.out.ndim and node.out.ndim
+                    and pn.out.ndim == node.out.ndim):
+                inserted.append(_permute(graph, "%s_neighbor_transpose_%d" % (node.name, index), order, pn, node))
+                index += 1
+    _merge_transposes(graph, inserted)
+
+
+def _merge_transposes(graph: Graph, inserted: List[Node]) -> None:
+    """Fold chains of transposes into one, drop identities, share equal siblings (the end of
+    ``layout_tranform``: ``merge_father_and_child_iteration`` and ``merge_brothers``)."""
+    to_remove = list(inserted)
+    reserved = []  # type: List[Node]
+
+    def merge_group(group: List[Node]) -> None:
+        order = []  # type: List[int]
+        keep = None  # type: Optional[Node]
+        for trans in group:
+            prev = keep
+            if trans not in to_remove:
+                keep = trans
+            if prev is not None and keep is not prev and prev not in to_remove:
+                to_remove.append(prev)
+            if not order:
+                order = list(trans.attrs["order"])
+            else:
+                step = trans.attrs["order"]
+                order = [order[step[i]] for i in range(len(order))]
+        if keep is None:
+            keep = group[-1]
+        keep.attrs["order"] = order
+        reserved.append(keep)
+        group.clear()
+
+    group = []  # type: List[Node]
+    visited = []  # type: List[Node]
+    for source in [n for n in graph.nodes if not n.in_tensors]:
+        stack = [source]
+        while stack:
+            node = stack.pop()
+            visited.append(node)
+            if node.type == PERMUTE:
+                children = graph.children(node)
+                if node.out_nodes and all(c.type == PERMUTE for c in children):
+                    group.append(node)
+                    if len(node.out_nodes) > 1:
+                        merge_group(group)
+                else:
+                    group.append(node)
+                    merge_group(group)
+            stack.extend(reversed([c for c in graph.children(node) if c not in visited]))
+
+    to_remove = [n for n in to_remove if n not in reserved]
+    for node in reserved:
+        if list(node.attrs["order"]) == list(range(len(node.attrs["order"]))):
+            to_remove.append(node)
+    for node in to_remove:
+        graph.remove_node(node)
+    _merge_brothers(graph, reserved, to_remove)
+
+
+def _merge_brothers(graph: Graph, reserved: List[Node], removed: List[Node]) -> None:
+    doomed = []  # type: List[Node]
+    for node in graph.nodes:
+        children = graph.children(node)
+        if len(node.out_nodes) > 1 and all(c.type == PERMUTE for c in children):
+            orders = [c.attrs["order"] for c in children]
+            if any(o != orders[0] for o in orders):
+                continue
+            keep = None
+            for c in children:
+                if c not in removed:
+                    keep = c
+            if keep is None:
+                keep = children[0]
+            for c in children:
+                if c is not keep and c in reserved:
+                    doomed.append(c)
+                    c.out.replace_uses_with(keep.out)
+    for node in doomed:
+        node.destroy()

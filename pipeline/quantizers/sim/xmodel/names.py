@@ -1,0 +1,325 @@
+"""The real quantizer's node names (``<Class>::<scope>/<trace value>``), which the xmodel's op names are made of.
+
+quant_info.json keys nndct nodes by their topological names (``nndct_conv2d_1``), but the xmodel
+keeps the names nndct's parser gave them from a ``torch.jit`` trace of the model
+(``pytorch_nndct/parse/trace_helper.py``, ``parser.py``, ``utils/jit_utils.py``; docs/xmodel.md#names):
+the module scope of the traced op (``ConvNet/Conv2d[conv1]``) and the debug name of its output
+value. torch's tracer names a value after the Python variable that holds it when it is next used
+(``ret`` inside ``Tensor.__torch_function__``), else by its number in the trace graph (``458``).
+Those names are a property of the trace, so this module traces the model the way nndct does:
+
+- the model (after nndct's module swaps, before BN folding) wrapped in a module that takes the
+  flattened inputs (nndct's ``FlattenInOutModelForTrace``), its inputs a ``torch.Tensor`` subclass
+  whose ``__torch_function__`` runs pooling, ``mean``, ``chunk`` and ``split`` through nndct's own
+  replacements (``parse/override_torch_function.py``), forward hooks that record module scopes;
+- ``torch.jit._get_trace_graph``, then the alias nodes those replacements leave removed and
+  nndct's graph passes (inlining, constant propagation, dead code, peephole) run, without
+  renumbering (nndct discards the canonicalized graph);
+- each nndct node of the simulation's graph is matched, in execution order, to the traced op that
+  computes it; a chain of ``aten::slice`` is one strided slice named after its first slice, and a
+  number operand of add/sub/mul/div is a constant node named after its traced value.
+
+The numbers depend on the torch version (as they do for the real quantizer): the names equal the
+real quantizer's under the same torch.
+"""
+import math
+import re
+from typing import Any, Dict, List, Optional, Sequence, Tuple
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from ....errors import ExportError
+from ....fx import optable as t
+from ....fx.capture import SimGraph, SimNode
+
+WRAPPER = "FlattenInOutModelForTrace"
+
+# nndct op type -> torch.jit kinds (without "aten::") that produce it
+KINDS = {
+    t.CONV2D: ("_convolution",), t.DEPTHWISE_CONV2D: ("_convolution",), t.CONVTRANSPOSE2D: ("_convolution",),
+    t.DEPTHWISE_CONVTRANSPOSE2D: ("_convolution",), t.DENSE: ("linear", "addmm", "matmul"),
+    t.BATCH_NORM: ("batch_norm",), t.RELU: ("relu",), t.RELU6: ("hardtanh", "relu6"), t.LEAKY_RELU: ("leaky_relu",),
+    t.MAX_POOL: ("max_pool2d",), t.AVG_POOL: ("avg_pool2d",), t.ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",),
+    t.FLATTEN: ("flatten",), t.RESHAPE: ("view", "reshape"), t.CONTIGUOUS: ("contiguous",), t.PERMUTE: ("permute",),
+    t.TRANSPOSE: ("transpose",), t.STRIDED_SLICE: ("slice",),
+    t.RESIZE: ("upsample_nearest2d", "upsample_bilinear2d"), t.HSWISH: ("hardswish",),
+    t.HSIGMOID: ("hardsigmoid",), t.ADD: ("add",), t.SUB: ("sub", "rsub"), t.MULTIPLY: ("mul",), t.DIV: ("div",),
+    t.CONCAT: ("cat",), t.PAD: ("pad", "constant_pad_nd"), t.SIGMOID: ("sigmoid",), t.TANH: ("tanh",),
+    t.GELU: ("gelu",), t.SOFTMAX: ("softmax",), t.CLAMP: ("clamp",), t.SILU: ("silu",), t.MEAN: ("mean",),
+}  # type: Dict[str, Tuple[str, ...]]
+
+
+# ------------------------------------------------------------------------------ nndct's trace
+_REPLACED = {}  # type: Dict[Any, Any]
+
+
+def _replaces(*functions: Any):
+    def register(fn):
+        for f in functions:
+            _REPLACED[f] = fn
+        return fn
+    return register
+
+
+class _TraceTensor(torch.Tensor):
+    """Routes the functions nndct replaces while tracing through their replacements."""
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in _REPLACED:
+            return _REPLACED[func](*args, **(kwargs or {}))
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
+def _as_plain(x: torch.Tensor) -> torch.Tensor:
+    return x.as_subclass(torch.Tensor)
+
+
+@_replaces(F.max_pool2d)
+def _max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
+    out = F.max_pool2d(_as_plain(input), kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    return out.as_subclass(_TraceTensor)
+
+
+@_replaces(F.avg_pool2d)
+def _avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
+                divisor_override=None):
+    out = F.avg_pool2d(_as_plain(input), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
+    return out.as_subclass(_TraceTensor)
+
+
+# The replacements below read shapes the way nndct's do: under tracing every ``x.shape`` and the
+# arithmetic on it are traced values, and their count decides the numbers later values get.
+def _window(input: torch.Tensor) -> List[int]:
+    return [int(input.shape[-2]), int(input.shape[-1])]
+
+
+@_replaces(F.adaptive_avg_pool2d)
+def _adaptive_avg_pool2d(input, output_size):
+    if output_size == 1:
+        _window(input)  # nndct checks here whether to split a big pool (off by default)
+    return F.adaptive_avg_pool2d(_as_plain(input), output_size).as_subclass(_TraceTensor)
+
+
+@_replaces(F.adaptive_max_pool2d)
+def _adaptive_max_pool2d(input, output_size, return_indices=False):
+    if output_size == 1:
+        _window(input)
+    return F.adaptive_max_pool2d(_as_plain(input), output_size, return_indices).as_subclass(_TraceTensor)
+
+
+@_replaces(torch.mean, torch.Tensor.mean)
+def _mean(input, dim, keepdim=False, *, dtype=None, out=None):
+    if isinstance(dim, (list, tuple)) and len(dim) == 2:
+        dim = [d + input.dim() if d < 0 else d for d in dim]
+        if (input.dim() == 3 and tuple(dim) == (1, 2)) or (input.dim() == 4 and tuple(dim) == (2, 3)):
+            _window(input)
+    return torch.mean(_as_plain(input), dim, keepdim=keepdim, dtype=dtype, out=out).as_subclass(_TraceTensor)
+
+
+def _pieces(tensor: torch.Tensor, dim: int, count: int, start_of: Any, size: Any) -> tuple:
+    """Piece k of ``count`` along ``dim``: every dimension sliced, ``dim`` from ``start_of(k)`` to
+    the next piece's start (the last piece to the dimension's size, read from the shape again)."""
+    pieces = []
+    for k in range(count):
+        index = [slice(None, None) for _ in tensor.shape]
+        start = start_of(k)
+        end = tensor.shape[dim] if k == count - 1 else start_of(k + 1)
+        index[dim] = slice(start, end)
+        pieces.append(tensor[index])
+    return tuple(pieces)
+
+
+@_replaces(torch.chunk, torch.Tensor.chunk)
+def _chunk(input, chunks, dim=0):
+    step = math.ceil(input.shape[dim] / chunks)
+    if step != 0:
+        chunks = math.ceil(input.shape[dim] / step)
+    return _pieces(input, dim, chunks, lambda k: k * step, None)
+
+
+@_replaces(torch.split, torch.Tensor.split)
+def _split(tensor, split_size_or_sections, dim=0):
+    sizes = split_size_or_sections
+    if isinstance(sizes, (list, tuple)):
+        total = 0
+        for s in sizes:
+            total = total + s
+        assert total == tensor.shape[dim]
+        starts = [0]
+        for s in sizes:
+            starts.append(starts[-1] + s)
+        return _pieces(tensor, dim, len(sizes), lambda k: starts[k], None)
+    groups = math.ceil(tensor.shape[dim] / sizes)
+    if groups == 0:
+        groups = 1
+    return _pieces(tensor, dim, groups, lambda k: k * sizes, None)
+
+
+class _Wrapper(nn.Module):
+    """nndct's FlattenInOutModelForTrace: the model as an attribute ``nndct_st_<Class>_ed``, called
+    with the flattened inputs, its output flattened to a tuple."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        self.module_name = "nndct_st_" + inner._get_name() + "_ed"
+        setattr(self, self.module_name, inner)
+
+    def _get_name(self) -> str:
+        return WRAPPER
+
+    def forward(self, *flatten_input):
+        output = getattr(self, self.module_name)(*flatten_input)
+        return tuple(output) if isinstance(output, (tuple, list)) else (output,)
+
+
+def _scope_name(parents: List[nn.Module], module: nn.Module) -> str:
+    """``Class[path]`` as nndct's trace hooks name a module inside its caller (ModuleList items as
+    ``ModuleList[i]``)."""
+    if not parents:
+        return module._get_name()
+
+    def walk(m: nn.Module, prefix: str, out: Dict[str, nn.Module]) -> None:
+        out[prefix] = m
+        children = [("ModuleList[%d" % i if not prefix else "%s]/ModuleList[%d" % (prefix, i), c)
+                    for i, c in enumerate(m)] if isinstance(m, nn.ModuleList) else \
+            [(n if not prefix else "%s]/%s[%s" % (prefix, c._get_name(), n), c) for n, c in m.named_children()]
+        for name, child in children:
+            walk(child, name, out)
+
+    found = {}  # type: Dict[str, nn.Module]
+    walk(parents[-1], "", found)
+    for name, child in found.items():
+        if child is module and name:
+            return "%s[%s]" % (module._get_name(), name)
+    return module._get_name()
+
+
+def trace_graph(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Any:
+    """The ``torch._C.Graph`` nndct's parser works on for ``model`` (see the module docstring)."""
+    from torch.jit import _trace as jit_trace
+    wrapper = _Wrapper(model).eval()
+    stack = []  # type: List[nn.Module]
+    hooks = []
+
+    def pre(module: nn.Module, _inputs: Any) -> None:
+        jit_trace._trace_module_map[module] = _scope_name(stack, module)
+        stack.append(module)
+
+    def post(module: nn.Module, _inputs: Any, _outputs: Any) -> None:
+        stack.pop()
+
+    saved = jit_trace._trace_module_map
+    jit_trace._trace_module_map = {}
+    try:
+        for m in wrapper.modules():
+            hooks.append(m.register_forward_pre_hook(pre))
+            hooks.append(m.register_forward_hook(post))
+        with torch.no_grad():
+            inputs = tuple(x.as_subclass(_TraceTensor) for x in examples)
+            graph, _ = jit_trace._get_trace_graph(wrapper, inputs)
+    finally:
+        for h in hooks:
+            h.remove()
+        jit_trace._trace_module_map = saved
+    for node in graph.findAllNodes("aten::alias"):
+        node.output().replaceAllUsesWith(node.inputsAt(0))
+        node.destroy()
+    _optimize(graph)
+    return graph
+
+
+def _optimize(graph: Any) -> None:
+    from torch.onnx.utils import _split_tensor_list_constants
+    C = torch._C
+    C._jit_pass_inline(graph)
+    C._jit_pass_inline_fork_wait(graph)
+    C._jit_pass_lower_all_tuples(graph)
+    C._jit_pass_constant_propagation(graph)
+    _split_tensor_list_constants(graph, graph)
+    C._jit_pass_dce(graph)
+    C._jit_pass_canonicalize_graph_fuser_ops(graph)
+    C._jit_pass_peephole(graph, True)
+    C._jit_pass_fuse_addmm(graph)
+
+
+# ------------------------------------------------------------------------------ matching
+class _Op:
+    """One traced op: kind (``conv2d`` for ``aten::_convolution``...), nndct name, input value names."""
+
+    def __init__(self, kind: str, name: str, inputs: List[str]) -> None:
+        self.kind = kind
+        self.name = name
+        self.inputs = inputs
+
+
+_WRAPPER_SCOPE = re.compile(r"%s/(.*?)\[nndct_st_[\w_]+_ed\]" % WRAPPER)
+
+
+def _node_name(node: Any) -> str:
+    scope = _WRAPPER_SCOPE.sub(lambda m: m.group(1), node.scopeName())
+    if scope.startswith("__"):
+        scope = scope.split("/")[-1]
+    out = node.outputsAt(0).debugName()
+    return "%s/%s" % (scope, out) if scope else out
+
+
+def traced_ops(graph: Any) -> List[_Op]:
+    """The traced ops in order, a slice chain folded into its first slice."""
+    ops = []  # type: List[_Op]
+    slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
+    for node in graph.nodes():
+        kind = node.kind()
+        if not kind.startswith("aten::") or node.outputsSize() != 1:
+            continue
+        kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
+        inputs = [v.debugName() for v in node.inputs()]
+        name = _node_name(node)
+        if kind == "slice":
+            source = inputs[0]
+            if source in slice_names:  # the next slice of a chain: the chain keeps its first name
+                chain = slice_names.pop(source)
+                slice_names[node.outputsAt(0).debugName()] = chain
+                ops[-1].inputs.append(node.outputsAt(0).debugName())
+                continue
+            slice_names[node.outputsAt(0).debugName()] = name
+        ops.append(_Op(kind, name, inputs))
+    return ops
+
+
+def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[str, str]:
+    """nndct's full name (``<Class>::<scope>/<value>``) of every node of ``graph`` but shape arithmetic.
+
+    Args:
+        graph: the simulation's capture of ``model``.
+        model: the float model after nndct's module swaps (``pipeline.fx.rewrites.swap_modules``),
+            BatchNorms not folded; not modified.
+        examples: one example tensor per model input.
+
+    Raises:
+        ExportError: a node of the simulation has no traced op of its type at its place.
+    """
+    prefix = graph.class_name + "::"
+    ops = traced_ops(trace_graph(model, examples))
+    names = {}  # type: Dict[str, str]
+    for i, node in enumerate(graph.inputs):
+        names[node.name] = prefix + "input_%d" % i
+    position = 0
+    for node in graph.nodes:
+        if node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
+            continue
+        kinds = KINDS.get(node.op, (node.op.split("::")[-1],))
+        while position < len(ops) and ops[position].kind not in kinds:
+            position += 1
+        if position == len(ops):
+            raise ExportError("xmodel: no traced %s op for node %s (%s) of the simulation"
+                              % ("/".join(kinds), node.name, node.op))
+        op = ops[position]
+        names[node.name] = prefix + op.name
+        for index, const in node.const_args.items():
+            if len(op.inputs) > 1:
+                names[const.name] = prefix + op.inputs[1]
+        position += 1
+    return names
