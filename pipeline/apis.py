@@ -44,11 +44,13 @@ What differs, on purpose:
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
 - ``fast_finetune``/``load_ft_param`` raise ``BackendUnavailableError`` (not simulated yet);
-  ``Inspector`` runs the CPU inspection of ``pipeline.inspect``; ``dump_xmodel`` raises like
-  ``export_xmodel``.
-- ``export_xmodel`` raises ``BackendUnavailableError``: an xmodel is built by pytorch_nndct with
-  the ``xir`` package, which exists only in the Vitis AI image. Its preconditions (test mode, a
-  forward first, batch size 1), which the real quantizer only logs, are checked first and raise.
+  ``Inspector`` runs the CPU inspection of ``pipeline.inspect``.
+- ``export_xmodel``/``dump_xmodel`` write ``<Model>_int.xmodel`` without pytorch_nndct or ``xir``
+  (``pipeline.quantizers.sim.xmodel``): the file the real quantizer writes, checked and run against
+  the simulation before it is written. The real quantizer records shapes on the FIRST test-mode
+  forward and, when that was not batch 1, logs "Batch size must be 1" and writes a wrong-batch
+  file; here that raises and nothing is written. Calib mode and no forward raise too (the real
+  one logs them).
 - ``export_torch_script`` traces the lowered test-mode model (plain aten operators, no
   ``torch.ops.vai``), so the file loads with ``torch.jit.load`` alone.
 - ``export_onnx_model`` and ``export_torch_script`` raise instead of logging when called in calib
@@ -67,7 +69,7 @@ import torch
 from torch import nn
 
 from .apis_checks import _check_input, _check_target, _device, _examples, _mode
-from .apis_inspector import Inspector, dump_xmodel  # noqa: F401  (the rest of the drop-in surface)
+from .apis_inspector import Inspector  # noqa: F401  (the rest of the drop-in surface)
 from .errors import BackendUnavailableError, ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
@@ -154,8 +156,10 @@ class TorchQuantizer:
         self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
         self._examples = examples
         self._fingerprint = self._make_fingerprint(module, examples, quant_config_file)
+        self._module = module
         self._forwards = 0
-        self._last_batch = None  # type: Optional[int]
+        self._first_inputs = None  # type: Optional[Tuple[torch.Tensor, ...]]  # the first test-mode forward's
+        self._first_batch = None  # type: Optional[int]
         self._empty_forwards = 0  # calibration forwards on an empty batch
         self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
         self._calibrator_samples = 0  # samples over all calibration forwards
@@ -201,8 +205,12 @@ class TorchQuantizer:
             self._check_inputs(tuple(inputs), "quant_model input")
 
     def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._forwards == 0 and inputs:  # the real quantizer records shapes on this forward only
+            self._first_inputs = tuple(x.detach()[:1].clone() if x.dim() else x.detach().clone() for x in inputs)
+            self._first_batch = int(inputs[0].shape[0]) if inputs[0].dim() else 1
         self._forwards += 1
-        self._last_batch = int(inputs[0].shape[0]) if inputs else None
+        global _CURRENT
+        _CURRENT = self  # dump_xmodel() exports the quantizer that ran last, as nndct's global one
 
     def _example1(self) -> Tuple[torch.Tensor, ...]:
         """The batch-1 example inputs (first sample of each ``input_args`` tensor), contiguous copies."""
@@ -333,37 +341,42 @@ class TorchQuantizer:
             "Vitis AI docker image")
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
-                      dynamic_batch: bool = False) -> None:
-        """Always raises: the sim quantizer cannot write ``<Model>_int.xmodel`` (docs/quantizer.md#methods-and-exports).
+                      dynamic_batch: bool = False) -> str:
+        """Test mode: write ``<output_dir>/<Model>_int.xmodel``, the file ``vai_c_xir`` compiles.
 
-        The real quantizer's preconditions are checked first, so a script learns of those here
-        rather than inside the Vitis AI image: test mode, at least one forward of
-        ``quant_model``, and a last forward of batch size 1 (the real one logs "Batch size must
-        be 1 when exporting xmodel." and goes on; ``qproc/base.py`` ``dump_xmodel``). The
-        arguments are the real ones; none of them changes the outcome.
+        The real quantizer's file for the same model and calibration (``pipeline.quantizers.sim.xmodel``,
+        docs/xmodel.md): the shapes are those of the FIRST test-mode forward, which must be batch 1
+        (``qproc/base.py`` ``dump_xmodel``; later forwards do not matter). The file is read back,
+        checked and run by the interpreter against this simulation on that batch-1 input before
+        it is written (atomically). ``deploy_check`` dumps (the real quantizer's per-layer data for
+        checking on the board) are not written: a warning says so. ``dynamic_batch`` is ignored, as
+        the real quantizer ignores it for xmodels.
+
+        Returns:
+            The file's path (the real quantizer returns None).
 
         Raises:
-            QuantizationError: calib mode, or no test-mode forward yet.
-            ExportError: the last forward's batch size is not 1.
-            BackendUnavailableError: otherwise: an xmodel needs pytorch_nndct and ``xir``, found
-                only in the Vitis AI image; the message says what to use instead.
+            QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only logs
+                these and writes nothing).
+            ExportError: the first test-mode forward was not batch 1 (the real one would log "Batch
+                size must be 1" and write a batch-N file; nothing is written here), a node the xmodel
+                cannot carry (named), or a file that fails its own check.
         """
         self._check_exportable("export_xmodel")
-        if self._last_batch != 1:
+        if self._first_batch != 1:
             raise ExportError(
-                "export_xmodel: the last forward of quant_model had batch size %s; an xmodel is "
-                "exported from a batch-1 forward (the real quantizer logs 'Batch size must be 1 "
-                "when exporting xmodel.'): run quant_model(x[:1]) right before exporting"
-                % ("unknown" if self._last_batch is None else self._last_batch))
-        name = self._session.graph.class_name
-        raise BackendUnavailableError(
-            "export_xmodel: the sim quantizer cannot write %s_int.xmodel. An xmodel is built by "
-            "pytorch_nndct with the xir package, which exists only in the Vitis AI docker image: "
-            "run there with `quantizer.backend: nndct` in the pipeline config (scripts/docker_run.sh "
-            "starts the image), or use pytorch_nndct.apis.torch_quantizer there. Here, "
-            "export_onnx_model(native_onnx=False) writes %s_int.onnx in the bit-exact flavour "
-            "(the pipeline's onnx_exact export, %s_int_exact.onnx) and export_torch_script() writes "
-            "%s_int.pt, both bit-identical to this simulation" % (name, name, name, name))
+                "export_xmodel: the first forward of quant_model in test mode had batch size %d; the real "
+                "quantizer records the xmodel's shapes on that first forward and would write a batch-%d file "
+                "(it logs 'Batch size must be 1 when exporting xmodel.'). Create the test-mode quantizer again "
+                "and run quant_model(x[:1]) as its first forward, then evaluate; nothing was written"
+                % (self._first_batch, self._first_batch))
+        if deploy_check:
+            warnings.warn("export_xmodel: deploy_check=True: the per-layer check data the real quantizer dumps "
+                          "is not written by the simulation; the xmodel is")
+        from .quantizers.sim.xmodel import write_xmodel
+        report = write_xmodel(self._session, self._model, self._first_inputs, output_dir)
+        LOG.info("=>Successfully convert '%s' to xmodel.(%s)", self._session.graph.class_name, report["path"])
+        return report["path"]
 
     def export_torch_script(self, output_dir: str = "quantize_result",
                             verbose: bool = False) -> torch.jit.ScriptModule:
@@ -452,7 +465,7 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
 
     Returns:
         TorchQuantizer with ``quant_model``, ``export_quant_config()``, ``export_onnx_model()``,
-        ``export_torch_script()`` and ``export_xmodel()`` (which raises BackendUnavailableError).
+        ``export_torch_script()`` and ``export_xmodel()``.
 
     Raises:
         ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
@@ -463,5 +476,21 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
     return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
                           device, quant_config_file, target, **ignored_known_kwargs)
 
+
+def dump_xmodel(output_dir: str = "quantize_result", deploy_check: bool = False, app_deploy: str = "CV") -> str:
+    """``pytorch_nndct.apis.dump_xmodel``: the xmodel of the quantizer that ran a test-mode forward last
+    (the real one uses its process-global quantizer); see :meth:`TorchQuantizer.export_xmodel`.
+
+    Raises:
+        QuantizationError: no test-mode quantizer has run a forward in this process.
+        ExportError: as ``export_xmodel``.
+    """
+    if _CURRENT is None:
+        raise QuantizationError("dump_xmodel: no quantizer has run a forward of its quant_model in test mode in "
+                                "this process; create torch_quantizer('test', ...) and run quant_model(x[:1]) first")
+    return _CURRENT.export_xmodel(output_dir, deploy_check)
+
+
+_CURRENT = None  # type: Optional[TorchQuantizer]
 
 __all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]

@@ -1,5 +1,4 @@
-"""Drop-in ``Inspector`` and ``dump_xmodel`` of ``pytorch_nndct.apis`` (Vitis AI 3.5), for
-``from pipeline.apis import Inspector, dump_xmodel``.
+"""Drop-in ``Inspector`` of ``pytorch_nndct.apis`` (Vitis AI 3.5), for ``from pipeline.apis import Inspector``.
 
 ``Inspector(target).inspect(model, (x,), device=..., output_dir=..., image_format=...)`` runs the
 CPU inspection of :mod:`pipeline.inspect` (the real Inspector needs ``xir``/``xcompiler`` from the
@@ -15,7 +14,7 @@ import torch
 from torch import nn
 
 from . import fileio
-from .errors import BackendUnavailableError, ConfigError, PipelineError
+from .errors import ConfigError, PipelineError
 
 IMAGE_FORMATS = ("svg", "png")
 
@@ -114,18 +113,3 @@ class Inspector:
                 raise PipelineError("graphviz 'dot -T%s %s' failed with exit status %d: %s" % (
                     image_format, paths["gv"], result.returncode, result.stderr.decode(errors="replace")[-2000:]))
         paths[image_format] = target
-
-
-def dump_xmodel(output_dir: str = "quantize_result", deploy_check: bool = False, lstm_app: bool = False) -> None:
-    """Always raises: the module-level ``dump_xmodel`` (deprecated in pytorch_nndct) writes an
-    xmodel with ``xir``, which exists only in the Vitis AI image.
-
-    Raises:
-        BackendUnavailableError: always; the message says what to use instead.
-    """
-    raise BackendUnavailableError(
-        "dump_xmodel: the sim quantizer cannot write an xmodel. An xmodel is built by pytorch_nndct with the "
-        "xir package, which exists only in the Vitis AI docker image: run there with `quantizer.backend: "
-        "nndct` in the pipeline config (scripts/docker_run.sh starts the image). Here, in test mode, "
-        "quantizer.export_onnx_model(native_onnx=False) writes the bit-exact ONNX model and "
-        "quantizer.export_torch_script() a TorchScript, both equal to the simulation")

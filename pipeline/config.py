@@ -129,7 +129,7 @@ class QuantizerSection(_Strict):
 
 class ExportSection(_Strict):
     """What the export step writes."""
-    formats: Optional[List[str]] = Field(None, description="Default: onnx_exact, onnx_qdq for sim; xmodel for nndct.")
+    formats: Optional[List[str]] = Field(None, description="Default: onnx_exact, onnx_qdq, xmodel for sim; xmodel for nndct.")
     verify_max_lsb: Dict[str, int] = Field(
         default_factory=lambda: {"onnx_exact": 0},
         description="Fail the export when a flavour differs from the simulation by more LSB than this. "

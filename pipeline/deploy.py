@@ -10,9 +10,11 @@ Layout (``out_dir``)::
         preprocess.json      the board-side preprocessing spec (mean, scale, channel order, layout, fix_pos)
         SHA256SUMS           ``sha256sum -c SHA256SUMS`` checks the folder on the board
         compile_plan.md, compile.sh   instead of the xmodel when it could not be compiled here
+        <Model>_int.xmodel   with them, the quantized model the plan compiles (when one was exported)
 
-A bundle made without the Vitis AI image never contains an xmodel: it carries the compile plan and
-says so in the manifest.
+A bundle made without the Vitis AI image never contains a compiled xmodel: it carries the compile
+plan and the quantized ``<Model>_int.xmodel`` (its sha256 in SHA256SUMS and the manifest), and says
+so in the manifest.
 
 Board-side input arithmetic (docs/deploy.md#input-arithmetic): the Vitis AI Library computes
 ``(pixel - mean[c]) * scale[c] * 2^fix_pos``; the pipeline normalizes ``(x - mean) / std`` with mean
@@ -157,7 +159,8 @@ def _compiled_path(compiled: Union[None, str, Dict[str, Any]]) -> Optional[str]:
 
 def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, Dict[str, Any]],
                  preprocess: Dict[str, Any], model_name: str, plan_dir: Optional[str] = None,
-                 classification: Optional[Dict[str, Any]] = None) -> Dict[str, Any]:
+                 classification: Optional[Dict[str, Any]] = None,
+                 quantized_xmodel: Optional[str] = None) -> Dict[str, Any]:
     """Assemble the deploy bundle in ``out_dir`` and return its manifest (also written to manifest.json).
 
     Args:
@@ -170,6 +173,9 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         model_name: the network name: the model folder, xmodel and prototxt are named after it.
         plan_dir: where ``compile_plan.md`` and ``compile.sh`` are (default ``<run_dir>/compile``).
         classification: the task for the prototxt (see ``model_prototxt``), or None.
+        quantized_xmodel: the exported ``<Model>_int.xmodel``; when the model was not compiled, the
+            bundle carries it (with its sha256, in SHA256SUMS and the manifest) next to the plan,
+            so the image can compile it with ``compile.sh`` alone.
 
     Returns:
         the manifest: ``model_name``, ``compiled`` (bool), ``status`` (one sentence), ``model_dir``,
@@ -212,8 +218,15 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         else:
             for p in plans:
                 shutil.copy2(p, os.path.join(model_dir, os.path.basename(p)))
-            status = ("not compiled: compiling needs the Vitis AI image; %s/compile_plan.md says how, and there "
-                      "is no xmodel in this bundle" % model_name)
+            if quantized_xmodel is not None and os.path.isfile(quantized_xmodel):
+                shutil.copyfile(quantized_xmodel, os.path.join(model_dir, os.path.basename(quantized_xmodel)))
+                status = ("not compiled: compiling needs the Vitis AI image; %s/%s is the quantized model and "
+                          "%s/compile_plan.md says how to compile it there"
+                          % (model_name, os.path.basename(quantized_xmodel), model_name))
+            else:
+                quantized_xmodel = None
+                status = ("not compiled: compiling needs the Vitis AI image; %s/compile_plan.md says how, and there "
+                          "is no xmodel in this bundle" % model_name)
         _write_text(os.path.join(model_dir, model_name + ".prototxt"), model_prototxt(model_name, spec, classification))
         _write_text(os.path.join(model_dir, PREPROCESS), json.dumps(spec, indent=2, sort_keys=True) + "\n")
         names = sorted(os.listdir(model_dir))
@@ -229,6 +242,9 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
             "status": status,
             "model_dir": model_name,
             "source_xmodel": xmodel,
+            "quantized_xmodel": None if xmodel is not None or quantized_xmodel is None else {
+                "path": model_name + "/" + os.path.basename(quantized_xmodel),
+                "sha256": sha256_file(os.path.join(model_dir, os.path.basename(quantized_xmodel)))},
             "run_dir": os.path.abspath(run_dir),
             "files": files,
             "preprocess": spec,

@@ -18,7 +18,7 @@ from .errors import ConfigError
 
 IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
 # distribution name for the metadata lookup -> name shown
-PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"))
+PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"), ("protobuf", "protobuf"))
 # modules that exist only in the Vitis AI image (docs/targets.md#inspector, docs/environment.md#the-vitis-ai-35-image)
 IMAGE_MODULES = ("xir", "xcompiler", "target_factory")
 
@@ -98,6 +98,9 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
                                     nndct_ok, nndct_why),
         "export onnx (sim)": _step("onnx + onnxruntime (bit-exact and QDQ ONNX, verified against the simulation)",
                                    onnx_ok, "onnx or onnxruntime is not installed (pip install onnx onnxruntime)"),
+        "export xmodel (sim)": _step("the pipeline's XIR writer (protobuf; no xir package), checked and run against "
+                                     "the simulation", packages.get("protobuf") is not None,
+                                     "protobuf is not installed (pip install protobuf)"),
         "export xmodel (nndct)": _step("pytorch_nndct export_xmodel() with the xir package",
                                        nndct_ok and modules["xir"],
                                        nndct_why if not nndct_ok else "the xir package is not installed: %s" % IMAGE_HINT),

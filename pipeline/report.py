@@ -90,7 +90,9 @@ def build_report(run: Any) -> Dict[str, Any]:
         "ledger": quant_ledger,
         "sensitivity": test.sensitivity if test else None,
         "plots": {k: os.path.relpath(v, run.work_dir) for k, v in ((test.plots if test else None) or {}).items()},
-        "onnx_agreement": export.agreement if export else None,
+        "onnx_agreement": {k: v for k, v in export.agreement.items() if k.startswith("onnx")} or None
+        if export else None,
+        "xmodel": xmodel_summary(export.agreement.get("xmodel"), run.work_dir) if export else None,
         "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
         "quantizer_changes": quantizer_changes(steps),
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
@@ -227,6 +229,15 @@ def render_markdown(r: Dict[str, Any]) -> str:
         lines += ["", "The simulation and `onnx_exact` reproduce the DPU's numbers. `onnx_qdq` rounds ties half to "
                   "even (ONNX QuantizeLinear) where the DPU rounds half_up; it was checked bit for bit against the "
                   "simulation with that one change, and its difference from the DPU's numbers is shown above.", ""]
+    if r.get("xmodel"):
+        x = r["xmodel"]
+        lines += ["## xmodel", "",
+                  "`%s`: %d ops (%d fix), %d bytes; read back and checked (topological order, arguments, attributes, "
+                  "shapes): %s; run by the interpreter on the batch-1 example: %d of %d output elements differ from "
+                  "the simulation." % (x["path"], x["ops"], x["fix_ops"], x["bytes"], x["check"], x["mismatches"],
+                                       x["elements"]),
+                  "", "`vai_c_xir` compiles this file (the compile plan names it); it is the file the real quantizer's "
+                  "`export_xmodel()` writes for this model and calibration.", ""]
     if r.get("compile"):
         c = r["compile"]
         lines += ["## Compile", ""]
@@ -262,6 +273,17 @@ def render_markdown(r: Dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def xmodel_summary(report: Any, work_dir: str) -> Any:
+    """The export's xmodel report for report.json: path (relative to the run folder), ops, fix ops,
+    bytes, check, and the interpreter's comparison with the simulation; None without an xmodel."""
+    if not report or "path" not in report:
+        return None
+    run = report.get("interpreter", {})
+    return {"path": os.path.relpath(report["path"], work_dir), "ops": report["ops"], "fix_ops": report["fix_ops"],
+            "bytes": report["bytes"], "check": report["check"], "elements": run.get("elements", 0),
+            "mismatches": run.get("mismatches", 0)}
+
+
 def remove_report(work_dir: str) -> None:
     """Delete report.json and report.md (before files they list are removed; a new report follows)."""
     for name in ("report.json", "report.md"):
@@ -290,6 +312,10 @@ def summary_lines(r: Dict[str, Any]) -> List[str]:
         out.append("%s vs simulation in ONNX Runtime: max abs diff %g, %d of %d elements differ%s"
                    % (fmt, a["max_abs_diff"], a["mismatches"], a["elements"],
                       " (bit-exact with the simulation rounding half to even)" if "reference_mismatches" in a else ""))
+    x = r.get("xmodel")
+    if x:
+        out.append("xmodel %s written and verified: %d ops, checked; the interpreter reproduces the simulation "
+                   "(%d of %d elements differ)" % (x["path"], x["ops"], x["mismatches"], x["elements"]))
     c = r.get("compile")
     if c:
         out.append("compiled: %s" % c["compiled"] if c.get("compiled") else

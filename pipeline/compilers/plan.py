@@ -1,12 +1,14 @@
 """The compile plan: what to run, and where, when ``vai_c_xir`` did not run here.
 
-Outside the Vitis AI image there is neither the quantized ``<ModelClass>_int.xmodel`` (only the
-``nndct`` backend writes it, with pytorch_nndct's ``export_xmodel()``, which needs the ``xir`` package:
-docs/quantizer.md#methods-and-exports) nor the compiler (docs/compiler.md#usage). Instead of a compiled
-model the compile folder gets ``compile.sh`` (the exact command, quoted with ``shlex``) and
-``compile_plan.md`` (why it did not run here, which xmodel the command reads and whether it exists, and
-the commands that produce it and compile it inside the image). The deploy bundle carries copies of both
-files (pipeline.deploy), so the paths outside the compile folder are written absolute.
+The quantized ``<ModelClass>_int.xmodel`` is written on any machine by the ``sim`` backend
+(``pipeline.quantizers.sim.xmodel``: the real quantizer's file, without pytorch_nndct or ``xir``;
+docs/xmodel.md), or inside the Vitis AI image by the ``nndct`` backend (pytorch_nndct's
+``export_xmodel()``: docs/quantizer.md#methods-and-exports). The compiler exists only in the image
+(docs/compiler.md#usage). Instead of a compiled model the compile folder gets ``compile.sh`` (the
+exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run here, which xmodel
+the command reads and whether it exists, and the commands that compile it inside the image). The
+deploy bundle carries copies of both files (pipeline.deploy), so the paths outside the compile
+folder are written absolute.
 """
 import os
 import shlex
@@ -129,27 +131,40 @@ def _xmodel_lines(argv: List[str]) -> List[str]:
         line = "- Quantized model the compiler reads: **`%s`** (`%s`)." % (
             name, os.path.abspath(argv[argv.index(flag) + 1]))
     if _xmodel_exists(argv):
-        return [line + " It is there: only the compile step is left."]
-    return [line + " **It does not exist yet.** Only the `nndct` backend writes it, with pytorch_nndct's "
-            "`export_xmodel()` (test mode, batch 1), and that runs only inside the Vitis AI image, which has the "
-            "`xir` package. The `sim` backend writes ONNX files, which vai_c_xir does not read."]
+        return [line + " It is there: only the compile step is left, and it needs nothing but the image's "
+                "`vai_c_xir` (the quantization is not run again)."]
+    return [line + " **It does not exist yet.** Add `xmodel` to `export.formats` and run the export step on any "
+            "machine (the `sim` backend writes the real quantizer's file, checked against the simulation), or "
+            "export it with the `nndct` backend (pytorch_nndct's `export_xmodel()`) inside the Vitis AI image."]
 
 
 def _image_commands(config: str, target: str, model_file: str, exported: bool) -> List[str]:
-    """The commands to run inside the image: export the xmodel with the nndct backend (unless it is
-    ``exported`` already), then compile."""
+    """The commands to run inside the image: compile the exported xmodel (re-using the run folder:
+    nothing is quantized again), or, when there is none, export it with the nndct backend first."""
+    if exported:
+        run = "python -m pipeline run %s" % config
+        return [
+            "## Inside the Vitis AI image: compile",
+            "",
+            "```sh",
+            "# compile %s for %s (the vai_c_xir command of compile.sh) and rebuild the deploy bundle" % (model_file,
+                                                                                                        target),
+            "%s --steps compile,deploy" % run,
+            "```",
+            "",
+            "Add any other `--set` this run was started with (the same run folder is used: calib, test and export "
+            "are not run again). From the host, `scripts/docker_run.sh %s --steps compile,deploy` runs it in the "
+            "image, with this repository mounted at /workspace (the config and the run folder must lie inside "
+            "it)." % config,
+        ]
     run = "python -m pipeline run %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
-    export = [] if exported else [
-        "# 1. calibrate, test and export %s with the nndct backend (the real quantizer)" % model_file,
-        "%s --steps calib,test,export" % run,
-    ]
     return [
-        "## Inside the Vitis AI image: %s" % ("compile" if exported else "export the xmodel, then compile"),
+        "## Inside the Vitis AI image: export the xmodel with the real quantizer, then compile",
         "",
         "```sh",
-    ] + export + [
-        "# %scompile it for %s (the vai_c_xir command of compile.sh) and rebuild the deploy bundle"
-        % ("" if exported else "2. ", target),
+        "# 1. calibrate, test and export %s with the nndct backend (the real quantizer)" % model_file,
+        "%s --steps calib,test,export" % run,
+        "# 2. compile it for %s (the vai_c_xir command of compile.sh) and rebuild the deploy bundle" % target,
         "%s --steps compile,deploy" % run,
         "```",
         "",
@@ -172,7 +187,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             are written absolute, or kept as they are under ``/opt/vitis_ai`` (inside the image).
             ``compile.sh`` says which is which. The ``-x`` file name should be the real
             ``<ModelClass>_int.xmodel`` (``expected_xmodel``); the plan says whether it exists and,
-            when it does not, how to produce it with the nndct backend in the image.
+            when it does not, how to produce it (the sim backend's export, or the nndct backend in
+            the image).
         target: the configured DPU target name (its fingerprints are written into the plan).
         reason: one sentence saying why the compiler did not run here.
         config_path: the run's config as the user would pass it to ``python -m pipeline run``

@@ -191,6 +191,11 @@ class NndctTestHandle:
 
     ``handle(batch)`` runs one forward on an owned copy of ``batch`` (float32 NCHW, any batch size)
     and returns the quantized model's output (a tensor on the CPU, float32). ``forwards`` counts them.
+
+    The quantizer records tensor shapes on its FIRST test-mode forward only, and ``export_xmodel``
+    writes those shapes (batch 16 after an eval batch of 16, with an error logged; docs/xmodel.md#batch-1).
+    So the handle's first forward is always a batch-1 one: before a first batch of another size it
+    runs the batch's first sample alone (its output is dropped; test mode keeps no other state).
     """
 
     def __init__(self, quantizer: Any, quant_model: torch.nn.Module, device: torch.device) -> None:
@@ -202,6 +207,9 @@ class NndctTestHandle:
 
     def __call__(self, batch: torch.Tensor) -> Any:
         with _quantizer_call("test forward", QuantizationError), torch.no_grad():
+            if self.forwards == 0 and (batch.dim() == 0 or int(batch.shape[0]) != 1):
+                self.quant_model(_owned(batch[:1], self.device))  # the shapes export_xmodel writes
+                self.forwards += 1
             out = self.quant_model(_owned(batch, self.device))
         self.forwards += 1
         self.last_batch_size = int(batch.shape[0])

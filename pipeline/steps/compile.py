@@ -29,7 +29,7 @@ def run(ctx: Any) -> CompileResult:
     target = get_target(c.target)
     arch = ctx.arch_json()
     export = ctx.require("export", "compile")
-    xmodel = (export.get("files") or {}).get("xmodel")
+    xmodel = quantized_xmodel(ctx, export)
     net = c.net_name or ctx.cfg.run.name
     out_dir = ctx.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)
     # without an exported xmodel, the file the backend that writes xmodels writes inside the image
@@ -47,6 +47,19 @@ def run(ctx: Any) -> CompileResult:
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files)
+
+
+def quantized_xmodel(ctx: Any, export: Dict[str, Any]) -> Optional[str]:
+    """The exported ``<Model>_int.xmodel`` in THIS run folder, or None when none was exported.
+
+    Looked up by file name under ``<run folder>/export``, not by the path the export step recorded:
+    the folder may be read at another path (inside the Vitis AI image, where the repository is
+    mounted at /workspace, ``scripts/docker_run.sh ... --steps compile,deploy``)."""
+    recorded = (export.get("files") or {}).get("xmodel")
+    if not recorded:
+        return None
+    path = ctx.path("export", os.path.basename(recorded))
+    return path if os.path.isfile(path) else None
 
 
 STEP = Step("compile", run, writes="compile", requires=("export",), result=CompileResult)

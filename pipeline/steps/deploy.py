@@ -27,8 +27,10 @@ def run(ctx: Any) -> DeployResult:
     labels = ctx.source.labels  # the test step measures top-1 against them: a classifier
     classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
                       "accuracy": (ctx.load_step("test") or {}).get("quant_accuracy")}
+    from .compile import quantized_xmodel
     manifest = build_bundle(ctx.work_dir, ctx.path("deploy"), comp.get("compiled"), preprocess,
-                            ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification)
+                            ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
+                            quantized_xmodel=quantized_xmodel(ctx, ctx.load_step("export") or {}))
     return DeployResult(manifest=manifest)
 
 

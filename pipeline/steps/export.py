@@ -35,7 +35,9 @@ def run(ctx: Any) -> ExportResult:
     backend = ctx.backend()
     handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     files = {}
-    for fmt in progress(list(ctx.cfg.export.formats), "export", unit="format"):
+    # in the backend's order (the sim writes ONNX first: a model the xmodel cannot carry keeps those)
+    formats = sorted(ctx.cfg.export.formats, key=list(backend.formats).index)
+    for fmt in progress(formats, "export", unit="format"):
         files.update(backend.export(handle, example, ctx.path("export"), [fmt]))
 
     def inputs() -> torch.Tensor:

@@ -22,10 +22,12 @@ from ..quant_config import load_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE, SIM_VERSION
 from .session import SimSession
 
-# export format -> (pipeline.export flavour, file name suffix after the model class name)
+# export format -> (writer: an ONNX flavour of pipeline.export, or "xmodel"; file name suffix
+# after the model class name). The xmodel comes last: a model it cannot carry keeps its ONNX files.
 EXPORT_FORMATS = {
     "onnx_exact": ("exact", "_int_exact.onnx"),
     "onnx_qdq": ("qdq", "_int.onnx"),
+    "xmodel": ("xmodel", "_int.xmodel"),
 }
 
 
@@ -66,7 +68,7 @@ class SimBackend(QuantizerBackend):
 
     name = "sim"
     formats = EXPORT_FORMATS
-    default_formats = ("onnx_exact", "onnx_qdq")
+    default_formats = ("onnx_exact", "onnx_qdq", "xmodel")
     distributed = True
     simulates = True
 
@@ -135,7 +137,10 @@ class SimBackend(QuantizerBackend):
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:
         """Write ``handle`` as ONNX: ``onnx_exact`` -> ``<Model>_int_exact.onnx`` (bit-exact with the
-        simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear).
+        simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear); and as
+        ``xmodel`` -> ``<Model>_int.xmodel``, the real quantizer's file for ``vai_c_xir``
+        (``pipeline.quantizers.sim.xmodel``: checked and run against the simulation before it is
+        written; the report is kept for ``verify``).
 
         A batch larger than 1 is cut to its first sample (a contiguous copy): the DPU export
         needs batch 1 (public case P04, docs/quantizer.md#export-needs-batch-1).
@@ -143,7 +148,8 @@ class SimBackend(QuantizerBackend):
         Returns ``{format: path}``.
 
         Raises:
-            ConfigError: an unknown format. ExportError: the exporter's errors.
+            ConfigError: an unknown format. ExportError: the exporters' errors, e.g. a node the
+            xmodel cannot carry (named).
         """
         unknown = [f for f in formats if f not in EXPORT_FORMATS]
         if unknown:
@@ -155,7 +161,12 @@ class SimBackend(QuantizerBackend):
         written = {}
         for fmt in formats:
             flavour, suffix = EXPORT_FORMATS[fmt]
-            written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
+            if flavour == "xmodel":
+                from .xmodel import write_xmodel
+                handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir)
+                written[fmt] = handle.xmodel_report["path"]
+            else:
+                written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
         return written
 
     def verify(self, handle: torch.fx.GraphModule, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
@@ -165,18 +176,22 @@ class SimBackend(QuantizerBackend):
         onnx_exact is compared with the simulation; onnx_qdq is checked bit for bit against the
         half-to-even simulation, then compared with the simulation under ONNX Runtime's default
         optimizations (reported, warned about past 1 LSB). A flavour past ``max_lsb[fmt]`` raises
-        ExportError and its file is kept as ``<file>.rejected``. Returns the reports and the warnings.
+        ExportError and its file is kept as ``<file>.rejected``. The xmodel's report is the one
+        ``export`` made (read back, checked, run against the simulation on the batch-1 example).
+        Returns the reports and the warnings.
         """
         import logging
 
         from ...errors import ExportError
         from ...export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
         log = logging.getLogger("pipeline")
+        out, warnings = {}, []  # type: Dict[str, Any], List[str]
+        if "xmodel" in files:  # checked and run when it was written (export): the report says so
+            out["xmodel"] = getattr(handle, "xmodel_report", {})
         onnx_files = sorted((fmt, path) for fmt, path in files.items() if fmt.startswith("onnx"))
         if not onnx_files:
-            return {}, []
+            return out, warnings
         batch = inputs()
-        out, warnings = {}, []  # type: Dict[str, Any], List[str]
         for fmt, path in onnx_files:
             try:
                 verify = verify_qdq if fmt == "onnx_qdq" else verify_onnx

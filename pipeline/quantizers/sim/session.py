@@ -56,6 +56,7 @@ class SimSession:
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
 
     Attributes:
+        model: the float model (the caller's; read, never modified).
         graph, plan: the SimGraph and QuantPlan; ``cle_pairs``: the pairs CLE scaled, with their scales
         (``cle.ClePair``); bitwidth: the bit width; ``cfg``: the config.
 
@@ -64,6 +65,7 @@ class SimSession:
     """
 
     def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig, traced: Any = None) -> None:
+        self.model = model  # read only: the xmodel writer traces a copy of it for nndct's node names
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
         self.graph = capture(model, example, cfg, traced=traced)  # type: SimGraph

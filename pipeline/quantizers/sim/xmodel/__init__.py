@@ -1,0 +1,64 @@
+"""The simulation's quantized model as an XIR ``.xmodel``, the file ``vai_c_xir`` compiles.
+
+The real quantizer's ``export_xmodel()`` needs pytorch_nndct and libxir, found only in the Vitis AI
+image. This package writes the same file from the simulation, with the ``protobuf`` package alone
+(docs/xmodel.md): the same ops in the same order with the same names, attributes, constants and
+fix positions as the real quantizer writes for the same model and calibration (the golden files in
+tests/data/golden_xmodel are reproduced as parsed messages).
+
+- ``schema``: XIR's serialized graph (``serial_v2``) as protobuf descriptors;
+- ``opdefs``/``shapes``: libxir's op definitions and shape inference; ``xgraph``: a graph built the
+  way libxir builds one (defaults, kinds, topological order);
+- ``names``: the real quantizer's node names, from a ``torch.jit`` trace as nndct makes it;
+- ``lower``/``devgraph``/``deploy``/``layout``: nndct's deploy graph and its rewrites (NHWC,
+  transposes, pad folding, reshapes); ``convert``: the ops nndct creates per node;
+- ``writer``: the whole export; ``reader``: parse and check a file; ``interp``: run a file.
+
+:func:`write_xmodel` writes a file and proves it: read back, checked, and run by the interpreter
+on the batch-1 example against the simulation, bit for bit.
+"""
+import os
+from typing import Any, Dict, Sequence
+
+import torch
+
+from ....errors import ExportError
+from ....fileio import write_bytes
+from .writer import build_xgraph
+
+SUFFIX = "_int.xmodel"
+
+
+def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
+                 out_dir: str) -> Dict[str, Any]:
+    """Write ``<out_dir>/<Model>_int.xmodel`` for the sim's test-mode model, verified.
+
+    Args:
+        session: the ``SimSession`` that built ``lowered``.
+        lowered: the sim's test-mode model (quantized parameters, ``quant_info``).
+        examples: one batch-1 float32 tensor per model input, as the first test-mode forward had them.
+        out_dir: the folder (created).
+
+    Returns:
+        ``{"path", "bytes", "ops", "op_types", "fix_ops", "check": "ok", "interpreter": {...}}``;
+        the interpreter report gives the elements compared and how many differ (0).
+
+    Raises:
+        lower.XmodelUnsupported: a node the xmodel cannot carry (named); nothing is written.
+        ExportError: the file does not pass its own check or its interpretation differs from the
+            simulation; nothing is written under the final name.
+    """
+    from . import interp, reader
+    graph = build_xgraph(session, lowered, examples)
+    data = graph.serialize()
+    checked = reader.check(reader.read_xmodel(data))
+    report = reader.describe(reader.read_xmodel(data))
+    compared = interp.compare(checked, session, lowered, examples)
+    if compared["mismatches"]:
+        raise ExportError("xmodel: running the written graph gives %d of %d output elements that differ from the "
+                          "simulation (max abs diff %g); nothing was written"
+                          % (compared["mismatches"], compared["elements"], compared["max_abs_diff"]))
+    path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
+    write_bytes(path, data)
+    report.update(path=path, bytes=len(data), check="ok", interpreter=compared)
+    return report

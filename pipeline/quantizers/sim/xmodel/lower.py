@@ -16,7 +16,6 @@ Shape arithmetic (``x.size(0)``, ``//``) is evaluated on the example and folded 
 that use it, as nndct's constant folding does. An op the xmodel cannot carry raises
 :class:`XmodelUnsupported` naming the node.
 """
-import operator
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np

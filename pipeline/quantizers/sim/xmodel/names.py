@@ -24,7 +24,7 @@ real quantizer's under the same torch.
 """
 import math
 import re
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -32,7 +32,7 @@ from torch import nn
 
 from ....errors import ExportError
 from ....fx import optable as t
-from ....fx.capture import SimGraph, SimNode
+from ....fx.capture import SimGraph
 
 WRAPPER = "FlattenInOutModelForTrace"
 

@@ -210,29 +210,33 @@ def _repeated(fd: Any) -> bool:
     return bool(flag) if flag is not None else fd.label == _T.LABEL_REPEATED
 
 
+def _canonical(m: Any, skip: Tuple[str, ...] = ()) -> Any:
+    out = []  # type: List[Tuple[str, Any]]
+    for fd in m.DESCRIPTOR.fields:
+        if fd.name in skip:
+            continue
+        value = getattr(m, fd.name)
+        if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
+            value = [(k, _canonical(v) if hasattr(v, "DESCRIPTOR") else v) for k, v in sorted(value.items())]
+        elif _repeated(fd):
+            value = [_canonical(v) if hasattr(v, "DESCRIPTOR") else v for v in value]
+        elif fd.containing_oneof is not None and m.WhichOneof(fd.containing_oneof.name) != fd.name:
+            continue
+        elif fd.message_type is not None:
+            if fd.containing_oneof is None and not m.HasField(fd.name):
+                continue
+            value = _canonical(value)
+        out.append((fd.name, value))
+    return tuple(out)
+
+
 def canonical(msg: Any) -> Any:
     """A comparable form of a Graph message: nested tuples and lists with every map sorted by key and
     ``op_defs`` left out. Two files hold the same graph when their canonical forms are equal
     (libxir writes protobuf maps in no fixed order, so the bytes of two equal graphs may differ)."""
-    def conv(m: Any, skip: Tuple[str, ...] = ()) -> Any:
-        out = []  # type: List[Tuple[str, Any]]
-        for fd in m.DESCRIPTOR.fields:
-            if fd.name in skip:
-                continue
-            value = getattr(m, fd.name)
-            if fd.message_type is not None and fd.message_type.GetOptions().map_entry:
-                items = sorted(value.items())
-                value = [(k, conv(v) if hasattr(v, "DESCRIPTOR") else v) for k, v in items]
-            elif _repeated(fd):
-                value = [conv(v) if hasattr(v, "DESCRIPTOR") else v for v in value]
-            elif fd.message_type is not None:
-                if fd.containing_oneof is not None and m.WhichOneof(fd.containing_oneof.name) != fd.name:
-                    continue
-                if fd.containing_oneof is None and not m.HasField(fd.name):
-                    continue
-                value = conv(value)
-            elif fd.containing_oneof is not None and m.WhichOneof(fd.containing_oneof.name) != fd.name:
-                continue
-            out.append((fd.name, value))
-        return tuple(out)
-    return conv(msg, skip=("op_defs",))
+    return _canonical(msg, skip=("op_defs",))
+
+
+def canonical_op(op: Any) -> Any:
+    """The comparable form of one ``OPNode`` (maps sorted), to say which ops of two graphs differ."""
+    return _canonical(op)

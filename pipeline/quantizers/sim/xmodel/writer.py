@@ -8,7 +8,6 @@ deploy graph's node names and creates the XIR ops (``convert``), then libxir ser
 from typing import Any, Dict, Sequence, Tuple
 
 import torch
-from torch import nn
 
 from ....fx import optable as t
 from ....fx.capture import SimGraph, SimNode
@@ -63,15 +62,14 @@ def _surviving_parent(node: SimNode, dev: Graph, names: Dict[str, str]) -> Any:
     return None
 
 
-def build_xgraph(session: Any, lowered: torch.fx.GraphModule, model: nn.Module,
-                 examples: Sequence[torch.Tensor]) -> XGraph:
+def build_xgraph(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> XGraph:
     """The XIR graph the real quantizer exports for the same model and calibration.
 
     Args:
-        session: the ``SimSession`` the test-mode model was built by (capture and config).
+        session: the ``SimSession`` the test-mode model was built by (the float model, its capture
+            and config); nothing in it is modified.
         lowered: the sim's test-mode model (``SimSession.load_test``): quantized parameters and
             ``quant_info``.
-        model: the float model the calibration was made for; not modified.
         examples: one batch-1 float32 NCHW tensor per model input (the first test-mode forward's).
 
     Raises:
@@ -79,7 +77,7 @@ def build_xgraph(session: Any, lowered: torch.fx.GraphModule, model: nn.Module,
         ExportError / xgraph.XGraphError: the graph cannot be built as XIR defines its ops.
     """
     graph = session.graph  # type: SimGraph
-    swapped = work_copy(model)
+    swapped = work_copy(session.model)
     swap_modules(swapped, session.cfg)
     examples = tuple(e.detach().cpu().float() for e in examples)
     names = node_names(graph, swapped, examples)
