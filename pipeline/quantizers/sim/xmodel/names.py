@@ -73,41 +73,44 @@ class _TraceTensor(torch.Tensor):
         return super().__torch_function__(func, types, args, kwargs or {})
 
 
-def _as_plain(x: torch.Tensor) -> torch.Tensor:
-    return x.as_subclass(torch.Tensor)
-
-
+# The replacements mirror nndct's (parse/override_torch_function.py) operation by operation and frame
+# by frame, which is what the trace's names depend on: every traced op (a shape read, an alias made by
+# ``as_subclass``) creates values whose count numbers the later ones, and torch names a value after a
+# variable that holds it in the frame ABOVE the one running the op that uses it. So each op runs in the
+# replacement's own frame (no helper functions) and the locals keep nndct's names (``input``,
+# ``normal_data``). nndct's check for splitting a big pool reads the window size and is off by default.
 @_replaces(F.max_pool2d)
 def _max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode=False, return_indices=False):
-    out = F.max_pool2d(_as_plain(input), kernel_size, stride, padding, dilation, ceil_mode, return_indices)
-    return out.as_subclass(_TraceTensor)
+    normal_data = input.as_subclass(torch.Tensor)
+    normal_data = F.max_pool2d(normal_data, kernel_size, stride, padding, dilation, ceil_mode, return_indices)
+    return normal_data.as_subclass(_TraceTensor)
 
 
 @_replaces(F.avg_pool2d)
 def _avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
                 divisor_override=None):
-    out = F.avg_pool2d(_as_plain(input), kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override)
-    return out.as_subclass(_TraceTensor)
-
-
-# The replacements below read shapes the way nndct's do: under tracing every ``x.shape`` and the
-# arithmetic on it are traced values, and their count decides the numbers later values get.
-def _window(input: torch.Tensor) -> List[int]:
-    return [int(input.shape[-2]), int(input.shape[-1])]
+    normal_data = input.as_subclass(torch.Tensor)
+    normal_data = F.avg_pool2d(normal_data, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                               divisor_override)
+    return normal_data.as_subclass(_TraceTensor)
 
 
 @_replaces(F.adaptive_avg_pool2d)
 def _adaptive_avg_pool2d(input, output_size):
     if output_size == 1:
-        _window(input)  # nndct checks here whether to split a big pool (off by default)
-    return F.adaptive_avg_pool2d(_as_plain(input), output_size).as_subclass(_TraceTensor)
+        kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841 (nndct's big-pool check)
+    normal_data = input.as_subclass(torch.Tensor)
+    normal_data = F.adaptive_avg_pool2d(normal_data, output_size)
+    return normal_data.as_subclass(_TraceTensor)
 
 
 @_replaces(F.adaptive_max_pool2d)
 def _adaptive_max_pool2d(input, output_size, return_indices=False):
     if output_size == 1:
-        _window(input)
-    return F.adaptive_max_pool2d(_as_plain(input), output_size, return_indices).as_subclass(_TraceTensor)
+        kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841
+    normal_data = input.as_subclass(torch.Tensor)
+    normal_data = F.adaptive_max_pool2d(normal_data, output_size, return_indices)
+    return normal_data.as_subclass(_TraceTensor)
 
 
 @_replaces(torch.mean, torch.Tensor.mean)
@@ -115,47 +118,53 @@ def _mean(input, dim, keepdim=False, *, dtype=None, out=None):
     if isinstance(dim, (list, tuple)) and len(dim) == 2:
         dim = [d + input.dim() if d < 0 else d for d in dim]
         if (input.dim() == 3 and tuple(dim) == (1, 2)) or (input.dim() == 4 and tuple(dim) == (2, 3)):
-            _window(input)
-    return torch.mean(_as_plain(input), dim, keepdim=keepdim, dtype=dtype, out=out).as_subclass(_TraceTensor)
-
-
-def _pieces(tensor: torch.Tensor, dim: int, count: int, start_of: Any, size: Any) -> tuple:
-    """Piece k of ``count`` along ``dim``: every dimension sliced, ``dim`` from ``start_of(k)`` to
-    the next piece's start (the last piece to the dimension's size, read from the shape again)."""
-    pieces = []
-    for k in range(count):
-        index = [slice(None, None) for _ in tensor.shape]
-        start = start_of(k)
-        end = tensor.shape[dim] if k == count - 1 else start_of(k + 1)
-        index[dim] = slice(start, end)
-        pieces.append(tensor[index])
-    return tuple(pieces)
+            kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841
+    normal_data = input.as_subclass(torch.Tensor)
+    normal_data = torch.mean(normal_data, dim, keepdim=keepdim, dtype=dtype, out=out)
+    return normal_data.as_subclass(_TraceTensor)
 
 
 @_replaces(torch.chunk, torch.Tensor.chunk)
 def _chunk(input, chunks, dim=0):
-    step = math.ceil(input.shape[dim] / chunks)
-    if step != 0:
-        chunks = math.ceil(input.shape[dim] / step)
-    return _pieces(input, dim, chunks, lambda k: k * step, None)
+    split_size = math.ceil(input.shape[dim] / chunks)
+    if split_size != 0:
+        chunks = math.ceil(input.shape[dim] / split_size)
+    pieces = []
+    for k in range(chunks):
+        index = [slice(None, None) for _ in input.shape]
+        start = k * split_size
+        end = input.shape[dim] if k == chunks - 1 else (k + 1) * split_size
+        index[dim] = slice(start, end)
+        pieces.append(input[index])
+    return tuple(pieces)
 
 
 @_replaces(torch.split, torch.Tensor.split)
 def _split(tensor, split_size_or_sections, dim=0):
-    sizes = split_size_or_sections
-    if isinstance(sizes, (list, tuple)):
+    pieces = []
+    if isinstance(split_size_or_sections, (list, tuple)):
         total = 0
-        for s in sizes:
-            total = total + s
+        for size in split_size_or_sections:
+            total = total + size
         assert total == tensor.shape[dim]
-        starts = [0]
-        for s in sizes:
-            starts.append(starts[-1] + s)
-        return _pieces(tensor, dim, len(sizes), lambda k: starts[k], None)
-    groups = math.ceil(tensor.shape[dim] / sizes)
+        end = 0
+        for size in split_size_or_sections:
+            index = [slice(None, None) for _ in tensor.shape]
+            start = end
+            end = start + size
+            index[dim] = slice(start, end)
+            pieces.append(tensor[index])
+        return tuple(pieces)
+    groups = math.ceil(tensor.shape[dim] / split_size_or_sections)
     if groups == 0:
         groups = 1
-    return _pieces(tensor, dim, groups, lambda k: k * sizes, None)
+    for k in range(groups):
+        index = [slice(None, None) for _ in tensor.shape]
+        start = k * split_size_or_sections
+        end = tensor.shape[dim] if k == groups - 1 else (k + 1) * split_size_or_sections
+        index[dim] = slice(start, end)
+        pieces.append(tensor[index])
+    return tuple(pieces)
 
 
 class _Wrapper(nn.Module):
