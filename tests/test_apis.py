@@ -7,8 +7,9 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.apis import torch_quantizer
+from pipeline.apis import dump_xmodel, torch_quantizer
 from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
+from pipeline.quantizers.sim.xmodel import reader
 from pipeline.safeload import safe_torch_load
 
 from small_net import calibrate_with_api, small_batches, small_net
@@ -177,7 +178,7 @@ def test_export_onnx_model(tmp_path):
     assert path == os.path.join(str(tmp_path), "SmallNet_int.onnx") and os.path.isfile(path)
 
 
-def test_export_xmodel_checks_like_nndct_then_says_where_xmodels_come_from(tmp_path):
+def test_export_xmodel_follows_the_first_forward_batch_rule_and_writes_the_file(tmp_path):
     calib, _ = calibrate_with_api(tmp_path)
     with pytest.raises(QuantizationError, match="needs test mode"):
         calib.export_xmodel(output_dir=str(tmp_path), deploy_check=False, dynamic_batch=False)
@@ -185,13 +186,23 @@ def test_export_xmodel_checks_like_nndct_then_says_where_xmodels_come_from(tmp_p
     q = torch_quantizer("test", small_net(), (x,), output_dir=str(tmp_path), device="cpu")
     with pytest.raises(QuantizationError, match="at least one forward"):
         q.export_xmodel(output_dir=str(tmp_path))
+    q.quant_model(x)  # batch 4 first: the real quantizer would write a batch-4 xmodel
+    q.quant_model(x[:1])  # a later batch-1 forward does not change that
+    with pytest.raises(ExportError, match="first forward of quant_model in test mode had batch size 4.*nothing"):
+        q.export_xmodel(output_dir=str(tmp_path / "x4"), deploy_check=False, dynamic_batch=False)
+    assert not os.path.exists(str(tmp_path / "x4"))
+    q = torch_quantizer("test", small_net(), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x[1:2])  # batch 1 first, then anything
     q.quant_model(x)
-    with pytest.raises(ExportError, match="batch size 4"):
-        q.export_xmodel(output_dir=str(tmp_path), deploy_check=False, dynamic_batch=False)
-    q.quant_model(x[:1])
-    with pytest.raises(BackendUnavailableError, match=r"xir.*Vitis AI docker image.*backend: nndct"):
-        q.export_xmodel(output_dir=str(tmp_path))
-    assert not [f for f in os.listdir(str(tmp_path)) if f.endswith(".xmodel")]
+    path = q.export_xmodel(output_dir=str(tmp_path / "x1"))
+    assert path == str(tmp_path / "x1" / "SmallNet_int.xmodel") and os.listdir(str(tmp_path / "x1")) == ["SmallNet_int.xmodel"]
+    graph = reader.check(reader.read_xmodel(path))
+    data = [op for op in graph.ops if op.type == "data"]
+    assert [op.shape for op in data] == [[1, 8, 8, 3]]  # batch 1, NHWC
+    with pytest.warns(UserWarning, match="deploy_check"):
+        dump_xmodel(str(tmp_path / "dump"), deploy_check=True)  # the quantizer that ran last
+    with open(path, "rb") as a, open(str(tmp_path / "dump" / "SmallNet_int.xmodel"), "rb") as b:
+        assert a.read() == b.read()
 
 
 def _bits(t):

@@ -24,7 +24,7 @@ import torch
 
 from ....errors import ExportError
 from ....fileio import write_bytes
-from .writer import build_xgraph
+from .writer import build
 
 SUFFIX = "_int.xmodel"
 
@@ -40,24 +40,27 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
         out_dir: the folder (created).
 
     Returns:
-        ``{"path", "bytes", "ops", "op_types", "fix_ops", "check": "ok", "interpreter": {...}}``;
-        the interpreter report gives the elements compared and how many differ (0).
+        ``{"path", "bytes", "ops", "op_types", "fix_ops", "inputs", "outputs", "check": "ok",
+        "interpreter": {...}}``; the interpreter report (``interp.compare``) gives the output elements
+        compared and how many differ (0), and the intermediate ops compared with their simulation node.
 
     Raises:
         lower.XmodelUnsupported: a node the xmodel cannot carry (named); nothing is written.
-        ExportError: the file does not pass its own check or its interpretation differs from the
-            simulation; nothing is written under the final name.
+        ExportError: the file does not pass its own check, or running it differs from the simulation
+            (an output or an intermediate op); nothing is written under the final name.
     """
     from . import interp, reader
-    graph = build_xgraph(session, lowered, examples)
+    graph, names = build(session, lowered, examples)
     data = graph.serialize()
-    checked = reader.check(reader.read_xmodel(data))
-    report = reader.describe(reader.read_xmodel(data))
-    compared = interp.compare(checked, session, lowered, examples)
-    if compared["mismatches"]:
-        raise ExportError("xmodel: running the written graph gives %d of %d output elements that differ from the "
-                          "simulation (max abs diff %g); nothing was written"
-                          % (compared["mismatches"], compared["elements"], compared["max_abs_diff"]))
+    message = reader.read_xmodel(data)
+    checked = reader.check(message)
+    report = reader.describe(message)
+    compared = interp.compare(checked, session, lowered, examples, names)
+    if compared["mismatches"] or compared["nodes_differing"]:
+        raise ExportError("xmodel: running the written graph differs from the simulation: %d of %d output elements "
+                          "(max abs diff %g), ops %s; nothing was written"
+                          % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
+                             ", ".join(compared["nodes_differing"][:5]) or "none"))
     path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
     write_bytes(path, data)
     report.update(path=path, bytes=len(data), check="ok", interpreter=compared)

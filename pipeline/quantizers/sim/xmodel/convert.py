@@ -130,6 +130,12 @@ def _slice(w: _Writer, node: Node) -> None:
                {"input": w.data_inputs(node)})
 
 
+def _pad(w: _Writer, node: Node) -> None:
+    a = node.attrs  # a pad the deploy graph could not fold into its consumer (deploy._fuse_pads)
+    w.fixed_op(node.name, "pad", {"paddings": a["pad_with"], "mode": a["mode"],
+                                  "constant_values": a["constant_values"]}, {"input": w.data_inputs(node)})
+
+
 def _maxpool(w: _Writer, node: Node) -> None:
     a = node.attrs
     w.fixed_op(node.name, "maxpool2d", {"kernel": a["kernel"], "stride": a["stride"], "pad": a["pad"],
@@ -236,6 +242,7 @@ CREATORS = {
     PERMUTE: _simple("transpose", ("order",)),
     t.STRIDED_SLICE: _slice,
     t.RESIZE: _resize,
+    t.PAD: _pad,
     t.HSIGMOID: _hsigmoid,
     t.HSWISH: _hswish,
     t.ADD: _binary("add"),

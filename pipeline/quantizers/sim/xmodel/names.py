@@ -24,6 +24,7 @@ real quantizer's under the same torch.
 """
 import math
 import re
+import warnings
 from typing import Any, Dict, List, Tuple
 
 import torch
@@ -135,7 +136,7 @@ def _chunk(input, chunks, dim=0):
         start = k * split_size
         end = input.shape[dim] if k == chunks - 1 else (k + 1) * split_size
         index[dim] = slice(start, end)
-        pieces.append(input[index])
+        pieces.append(input[tuple(index)])
     return tuple(pieces)
 
 
@@ -153,7 +154,7 @@ def _split(tensor, split_size_or_sections, dim=0):
             start = end
             end = start + size
             index[dim] = slice(start, end)
-            pieces.append(tensor[index])
+            pieces.append(tensor[tuple(index)])
         return tuple(pieces)
     groups = math.ceil(tensor.shape[dim] / split_size_or_sections)
     if groups == 0:
@@ -163,7 +164,7 @@ def _split(tensor, split_size_or_sections, dim=0):
         start = k * split_size_or_sections
         end = tensor.shape[dim] if k == groups - 1 else (k + 1) * split_size_or_sections
         index[dim] = slice(start, end)
-        pieces.append(tensor[index])
+        pieces.append(tensor[tuple(index)])
     return tuple(pieces)
 
 
@@ -226,7 +227,8 @@ def trace_graph(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Any:
         for m in wrapper.modules():
             hooks.append(m.register_forward_pre_hook(pre))
             hooks.append(m.register_forward_hook(post))
-        with torch.no_grad():
+        with torch.no_grad(), warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # the tracer's warnings concern reuse of the trace, which is not reused
             inputs = tuple(x.as_subclass(_TraceTensor) for x in examples)
             graph, _ = jit_trace._get_trace_graph(wrapper, inputs)
     finally:

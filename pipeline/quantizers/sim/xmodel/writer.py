@@ -63,7 +63,14 @@ def _surviving_parent(node: SimNode, dev: Graph, names: Dict[str, str]) -> Any:
 
 
 def build_xgraph(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> XGraph:
-    """The XIR graph the real quantizer exports for the same model and calibration.
+    """The XIR graph alone; see :func:`build`."""
+    return build(session, lowered, examples)[0]
+
+
+def build(session: Any, lowered: torch.fx.GraphModule,
+          examples: Sequence[torch.Tensor]) -> Tuple[XGraph, Dict[str, str]]:
+    """The XIR graph the real quantizer exports for the same model and calibration, and the nndct
+    name of each simulation node (``names.node_names``) it was built with.
 
     Args:
         session: the ``SimSession`` the test-mode model was built by (the float model, its capture
@@ -84,4 +91,4 @@ def build_xgraph(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
     dev = deploy_graph(graph, lowered, names, examples)
     deploy.optimize(dev)
     params, outputs = _fix_tables(session, dev, lowered.quant_info, names)
-    return convert.write(dev, params, outputs)
+    return convert.write(dev, params, outputs), names
