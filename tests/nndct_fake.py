@@ -115,7 +115,8 @@ class torch_quantizer:
         CALLS.append(("export_xmodel", {"output_dir": output_dir, "batch_sizes": list(self.batch_sizes)}))
         if BEHAVIOUR.get("no_xir"):
             raise Exception("please install xir package")
-        if BEHAVIOUR.get("batch_error"):
+        # the real quantizer records shapes on the FIRST test-mode forward and checks those
+        if BEHAVIOUR.get("batch_error") or (self.batch_sizes and self.batch_sizes[0] != 1):
             _error("XMODEL_BATCHSIZE", "Batch size must be 1 when exporting xmodel.")
         self._write(output_dir, "_int.xmodel")
 

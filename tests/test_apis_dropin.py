@@ -1,6 +1,7 @@
 """The rest of the drop-in surface: ``from pipeline.apis import torch_quantizer, dump_xmodel,
-Inspector`` (the imports of real Vitis AI quantize scripts), and the calls the simulation cannot
-do (fast finetuning, xmodels) failing with a clear BackendUnavailableError."""
+Inspector`` (the imports of real Vitis AI quantize scripts): fast finetuning, which the simulation
+cannot do yet, fails with a clear BackendUnavailableError; ``dump_xmodel`` writes the xmodel of the
+quantizer that ran last, as the real one does."""
 import json
 import os
 
@@ -9,7 +10,8 @@ import torch
 from torch import nn
 
 from pipeline.apis import Inspector, dump_xmodel, torch_quantizer
-from pipeline.errors import BackendUnavailableError, ConfigError
+from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
+from pipeline.quantizers.sim.xmodel import reader
 
 
 class _TwoIn(nn.Module):
@@ -47,8 +49,10 @@ def test_inspector_refuses_unknown_targets_and_formats(tmp_path):
         Inspector("DPUCZDX8G_ISA1_B4096").inspect(_TwoIn(), _inputs(), output_dir=str(tmp_path), image_format="jpg")
 
 
-def test_dump_xmodel_fast_finetune_and_load_ft_param_say_they_are_not_available(tmp_path):
-    with pytest.raises(BackendUnavailableError, match="dump_xmodel: the sim quantizer cannot write an xmodel.*xir"):
+def test_fast_finetune_and_load_ft_param_say_they_are_not_available_and_dump_xmodel_writes(tmp_path):
+    import pipeline.apis
+    pipeline.apis._CURRENT = None  # as in a new process
+    with pytest.raises(QuantizationError, match="dump_xmodel: no quantizer has run a forward.*test mode"):
         dump_xmodel(str(tmp_path))
     model = _TwoIn()
     q = torch_quantizer("calib", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
@@ -61,6 +65,14 @@ def test_dump_xmodel_fast_finetune_and_load_ft_param_say_they_are_not_available(
         t.load_ft_param()
     y = t.quant_model(*_inputs(4))
     assert y.shape == (4, 4, 8, 8)
+    with pytest.raises(ExportError, match="first forward of quant_model in test mode had batch size 4"):
+        dump_xmodel(str(tmp_path / "x"))  # the two-input model's first test forward was batch 4
+    t = torch_quantizer("test", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
+    t.quant_model(*_inputs(1))
+    assert dump_xmodel(str(tmp_path / "x")) == str(tmp_path / "x" / "_TwoIn_int.xmodel")
+    data = [op for op in reader.check(reader.read_xmodel(str(tmp_path / "x" / "_TwoIn_int.xmodel"))).ops
+            if op.type == "data"]
+    assert sorted(op.name for op in data) == ["_TwoIn__input_0", "_TwoIn__input_1"]
 
 
 @pytest.mark.parametrize("image_format", ["svg", "png"])

@@ -12,7 +12,6 @@ from torch import nn
 
 import pipeline
 from pipeline.apis import torch_quantizer
-from pipeline.errors import BackendUnavailableError
 from pipeline.inspect import inspect_model
 
 
@@ -95,16 +94,15 @@ def test_the_drop_in_api_and_the_inspector_never_change_caller_data(tmp_path, ac
         q = torch_quantizer("test", model, (example,), output_dir=out, device="cpu")
         guard.check("torch_quantizer('test')")
         with torch.no_grad():
+            q.quant_model(example[:1])  # batch 1 first: the xmodel's shapes
             for b in batches:
                 q.quant_model(b)
-            q.quant_model(example[:1])
         guard.check("test quant_model")
         q.export_onnx_model(output_dir=out)
         guard.check("export_onnx_model")
         q.export_torch_script(output_dir=out)
         guard.check("export_torch_script")
-        with pytest.raises(BackendUnavailableError):
-            q.export_xmodel(output_dir=out)
+        q.export_xmodel(output_dir=out)
         guard.check("export_xmodel")
         inspect_model(model, example, "DPUCZDX8G_ISA1_B4096")
         guard.check("inspect_model")

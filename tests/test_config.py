@@ -140,7 +140,8 @@ def test_unknown_compile_target_is_rejected_with_closest_match(tmp_path):
 
 def test_export_formats_default_per_backend_and_are_checked(tmp_path):
     p = write(tmp_path, BASE)
-    assert load_config(p).cfg.export.formats == ["onnx_exact", "onnx_qdq"]
+    assert load_config(p).cfg.export.formats == ["onnx_exact", "onnx_qdq", "xmodel"]
     assert load_config(p, ["quantizer.backend=nndct"]).cfg.export.formats == ["xmodel"]
-    with pytest.raises(ConfigError, match=r"export.formats: the sim backend cannot write \['xmodel'\]"):
-        load_config(p, ["export.formats=[xmodel]"])
+    assert load_config(p, ["export.formats=[xmodel]"]).cfg.export.formats == ["xmodel"]
+    with pytest.raises(ConfigError, match=r"export.formats: the sim backend cannot write \['torchscript'\]"):
+        load_config(p, ["export.formats=[torchscript]"])

@@ -189,7 +189,9 @@ def test_test_mode_traces_batch_1_and_evaluates_any_batch(fake, tmp_path):
     assert torch.equal(x, x_before)
     expected = torch.nn.ReLU()(model.fc(torch.floor(x * 64 + 0.5).flatten(1) / 64))
     assert torch.allclose(y, expected)
-    assert handle.forwards == 1 and handle.last_batch_size == 2
+    # the first forward of the quantizer is a batch-1 one (its shapes are what export_xmodel writes)
+    assert handle.forwards == 2 and handle.last_batch_size == 2
+    assert handle.quant_model.owner.batch_sizes == [1, 2]
 
 
 def test_calib_and_test_refuse_to_share_a_process(fake, tmp_path):
@@ -216,7 +218,8 @@ def test_export_runs_a_batch_1_forward_then_writes_each_format(fake, tmp_path):
                      "torchscript": os.path.join(dest, "Net_int.pt")}
     assert sorted(os.listdir(dest)) == ["Net_int.onnx", "Net_int.pt", "Net_int.xmodel"]
     xmodel_call = [c for c in fake().CALLS if c[0] == "export_xmodel"][0][1]
-    assert xmodel_call["batch_sizes"] == [8, 1], "one batch-1 forward right before export"
+    # batch 1 first (the shapes the xmodel gets), the eval batch, one batch-1 forward right before export
+    assert xmodel_call["batch_sizes"] == [1, 8, 1]
 
 
 def test_p04_export_with_batch_4_stops_before_the_quantizer(fake, tmp_path):

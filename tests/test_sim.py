@@ -111,10 +111,15 @@ def test_backend_round_trip_equals_drop_in_api(tmp_path):
     x = small_batches(1, seed=5)[0]
     api = torch_quantizer("test", small_net(), (x,), output_dir=str(tmp_path / "a"), device="cpu").quant_model
     assert torch.equal(handle(x), api(x))
-    files = backend.export(handle, batches[0], str(tmp_path / "out"), ["onnx_exact", "onnx_qdq"])
-    assert sorted(os.path.basename(p) for p in files.values()) == ["SmallNet_int.onnx", "SmallNet_int_exact.onnx"]
+    files = backend.export(handle, batches[0], str(tmp_path / "out"), ["onnx_exact", "onnx_qdq", "xmodel"])
+    assert sorted(os.path.basename(p) for p in files.values()) == ["SmallNet_int.onnx", "SmallNet_int.xmodel",
+                                                                   "SmallNet_int_exact.onnx"]
+    report = handle.xmodel_report
+    assert report["check"] == "ok" and report["interpreter"]["mismatches"] == 0 and report["interpreter"]["elements"]
+    agreement, _ = backend.verify(handle, {"xmodel": files["xmodel"]}, lambda: batches[0], {})
+    assert agreement == {"xmodel": report}
     with pytest.raises(ConfigError, match="onnx_qdq"):
-        backend.export(handle, batches[0], str(tmp_path / "out"), ["xmodel"])
+        backend.export(handle, batches[0], str(tmp_path / "out"), ["torchscript"])
 
 
 def test_operator_without_dpu_mapping_is_a_float_operator(tmp_path):

@@ -49,6 +49,9 @@ class InspectedNode:
         attrs: op attributes (kernel_size, stride, pad as [left, right, top, bottom], ...).
         fused_into: the node it is fused or folded into, if any.
         changes: the subset of ``notes`` that the quantizer makes or offers to make to the model.
+        xmodel_op: the op the quantized xmodel holds for this node (docs/xmodel.md#names), e.g.
+            ``Net__Net_SiLU_act__ret_5``; None for a node that becomes none (a folded BatchNorm, a
+            dropout, a pad folded into its conv) or when the names could not be traced.
     """
 
     name: str
@@ -63,6 +66,7 @@ class InspectedNode:
     attrs: Dict[str, Any] = field(default_factory=dict)
     fused_into: Optional[str] = None
     changes: List[str] = field(default_factory=list)
+    xmodel_op: Optional[str] = None
 
     @property
     def xir_shape(self) -> Optional[Tuple[int, ...]]:
@@ -129,7 +133,7 @@ class Inspection:
                 "shape": list(n.shape) if n.shape else None,
                 "xir_shape": list(n.xir_shape) if n.xir_shape else None,
                 "inputs": list(n.inputs), "outputs": list(n.outputs),
-                "attrs": n.attrs, "fused_into": n.fused_into,
+                "attrs": n.attrs, "fused_into": n.fused_into, "xmodel_op": n.xmodel_op,
             } for n in self.nodes],
         }
 
@@ -170,6 +174,7 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
     context = Context(hardware, by_name, consumers, {})
     for node in traced.nodes:
         context.verdicts[node.name] = decide(node, context)
+    xmodel_ops = _xmodel_ops(model, examples)
     nodes = []
     for node in traced.nodes:
         verdict = context.verdicts[node.name]
@@ -177,9 +182,20 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
         nodes.append(InspectedNode(node.name, node.op, verdict.device, verdict.reasons,
                                    verdict.changes + verdict.notes, node.shape, node.inputs,
                                    outputs, node.source, node.attrs, verdict.fused_into,
-                                   verdict.changes))
+                                   verdict.changes, xmodel_ops.get(node.name)))
     return Inspection(hardware, traced.model_name, [(n.name, n.shape) for n in traced.inputs],
                       traced.outputs, nodes)
+
+
+def _xmodel_ops(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[str, str]:
+    """fx node name -> its op in the quantized xmodel (default quantizer config); empty when the
+    model cannot be traced the way the real quantizer traces it (inspection does not need it)."""
+    from pipeline.errors import PipelineError as Failure
+    from pipeline.quantizers.sim.xmodel.names import xmodel_op_names
+    try:
+        return xmodel_op_names(model, tuple(e.detach().cpu().float().clone() for e in examples))
+    except (Failure, RuntimeError, TypeError, ValueError):  # torch.jit raises RuntimeError and others
+        return {}
 
 
 def write_reports(inspection: Inspection, out_dir: str) -> Dict[str, str]:

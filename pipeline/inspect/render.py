@@ -19,6 +19,7 @@ _HEADER = """\
 # target info: the DPU target and its engine parameters.
 # inspection summary: the operators assigned to the CPU, the changes the quantizer makes or offers.
 # node name / input nodes / output nodes / op type / source: the node, its neighbours, what the model called.
+# xmodel op: the op the quantized <Model>_int.xmodel holds for the node (the name vai_c_xir reports).
 # outputs shape: XIR layout (NHWC for 4-D feature maps); PyTorch's NCHW shape follows.
 # assigned device: DPU or CPU.
 # hardware constraints: why the operation is not on the DPU.
@@ -79,8 +80,8 @@ def render_text(inspection: "Inspection") -> str:
     cpu = [n for n in inspection.nodes if n.device == "CPU"]
     if cpu:
         out.append("The operators assigned to the CPU are as follows:")
-        out += _table([["node name", "op type", "hardware constraints"]]
-                      + [[n.name, n.op, " ".join(n.reasons)] for n in cpu])
+        out += _table([["node name", "op type", "xmodel op", "hardware constraints"]]
+                      + [[n.name, n.op, n.xmodel_op or "-", " ".join(n.reasons)] for n in cpu])
     else:
         out.append("All the operators are assigned to the DPU.")
     changed = [n for n in inspection.nodes if n.changes]
@@ -95,6 +96,8 @@ def render_text(inspection: "Inspection") -> str:
         out += [_RULE, "node name: {}".format(node.name),
                 "input nodes: {}".format(node.inputs), "output nodes: {}".format(node.outputs),
                 "op type: {}".format(node.op), "source: {}".format(node.source)]
+        if node.xmodel_op:
+            out.append("xmodel op: {}".format(node.xmodel_op))
         if node.shape is not None:
             out.append("outputs shape: {} (PyTorch {})".format(list(node.xir_shape), list(node.shape)))
         if node.attrs:

@@ -68,7 +68,7 @@ def _unsupported(node: SimNode, why: str) -> XmodelUnsupported:
 
 
 class _Lowering:
-    def __init__(self, graph: SimGraph, lowered: torch.fx.GraphModule, names: Dict[str, str],
+    def __init__(self, graph: SimGraph, lowered: Optional[torch.fx.GraphModule], names: Dict[str, str],
                  values: Dict[torch.fx.Node, Any]) -> None:
         self.graph = graph
         self.lowered = lowered
@@ -77,7 +77,8 @@ class _Lowering:
         self.dev = Graph(graph.class_name)
         self.by_sim = {}  # type: Dict[str, Node]
         prefix = graph.class_name + "::"
-        self.out_fp = {k[len(prefix):]: v[0] for k, v in lowered.quant_info["output"].items() if k.startswith(prefix)}
+        info = lowered.quant_info["output"] if lowered is not None else {}
+        self.out_fp = {k[len(prefix):]: v[0] for k, v in info.items() if k.startswith(prefix)}
 
     # ---------------------------------------------------------------- argument access
     def value(self, arg: Any) -> Any:
@@ -144,7 +145,7 @@ class _Lowering:
     def add_params(self, node: SimNode, dev: Node) -> None:
         if node.op not in t.PARAM_TYPES:
             return
-        m = self.lowered.get_submodule(node.name)
+        m = self.lowered.get_submodule(node.name) if self.lowered is not None else self.graph.module(node)
         weight = m.weight.detach().float().numpy()
         if node.op in (t.CONV2D, t.CONVTRANSPOSE2D):
             if node.op == t.CONVTRANSPOSE2D:
@@ -334,14 +335,15 @@ def record_values(graph: SimGraph, examples: Sequence[torch.Tensor]) -> Dict[tor
     return values
 
 
-def deploy_graph(graph: SimGraph, lowered: torch.fx.GraphModule, names: Dict[str, str],
+def deploy_graph(graph: SimGraph, lowered: Optional[torch.fx.GraphModule], names: Dict[str, str],
                  examples: Sequence[torch.Tensor]) -> Graph:
     """The deploy graph (before ``deploy.optimize``) of a lowered test-mode model.
 
     Args:
         graph: the capture the lowered model was built from (``lowered.sim_session.graph``).
         lowered: the lowered test-mode model (``pipeline.quantizers.sim.lowered``): quantized
-            parameters and ``quant_info``.
+            parameters and ``quant_info``; None for the float parameters (the graph's structure
+            alone, as ``names.xmodel_op_names`` needs it).
         names: nndct full names (``names.node_names``).
         examples: one batch-1 float32 tensor per model input.
 

@@ -229,7 +229,7 @@ def trace_graph(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Any:
             hooks.append(m.register_forward_hook(post))
         with torch.no_grad(), warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the tracer's warnings concern reuse of the trace, which is not reused
-            inputs = tuple(x.as_subclass(_TraceTensor) for x in examples)
+            inputs = tuple(x.clone().as_subclass(_TraceTensor) for x in examples)  # the model may write them
             graph, _ = jit_trace._get_trace_graph(wrapper, inputs)
     finally:
         for h in hooks:
@@ -334,3 +334,35 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
                 names[const.name] = prefix + op.inputs[1]
         position += 1
     return names
+
+
+def xmodel_op_names(model: nn.Module, examples: Tuple[torch.Tensor, ...], cfg: Any = None) -> Dict[str, str]:
+    """torch.fx node name (of the float model's trace) -> the xmodel op the real quantizer writes for
+    it (without its ``_fix``), for every node that becomes one (the deploy graph's rewrites run, on the
+    float parameters: a pad folded into its conv or a reshape merged into the next becomes none);
+    what ``inspect`` reports per node.
+
+    Args:
+        model: the float model; not modified. examples: one tensor per model input.
+        cfg: the QuantConfig whose module swaps apply (ReLU6 -> ReLU with CLE changes names); None
+            for the real quantizer's defaults.
+
+    Raises:
+        QuantizationError / ExportError: the model cannot be captured or traced.
+    """
+    from ....fx.capture import capture
+    from ....fx.rewrites import swap_modules
+    from ....fx.work_copy import work_copy
+    from ...quant_config import load_quant_config
+    from .xgraph import formal_name
+    cfg = cfg if cfg is not None else load_quant_config(None, None)
+    graph = capture(model, examples, cfg)
+    swapped = work_copy(model)
+    swap_modules(swapped, cfg)
+    from .deploy import optimize
+    from .lower import deploy_graph
+    names = node_names(graph, swapped, examples)
+    dev = deploy_graph(graph, None, names, examples)
+    optimize(dev)
+    return {n.fx_node.name: formal_name(names[n.name]) for n in graph.nodes
+            if n.fx_node is not None and names.get(n.name) in dev and n.op not in (t.INPUT, t.CONST)}

@@ -86,7 +86,7 @@ def build(session: Any, lowered: torch.fx.GraphModule,
     graph = session.graph  # type: SimGraph
     swapped = work_copy(session.model)
     swap_modules(swapped, session.cfg)
-    examples = tuple(e.detach().cpu().float() for e in examples)
+    examples = tuple(e.detach().cpu().float().clone() for e in examples)  # a model may write its input in place
     names = node_names(graph, swapped, examples)
     dev = deploy_graph(graph, lowered, names, examples)
     deploy.optimize(dev)
