@@ -204,18 +204,28 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     out = rel[rel.index("-o") + 1] if "-o" in rel else "."
     mkdir = "" if out == "." else "mkdir -p %s\n" % shlex.quote(out)
     fingerprint = targets.hex_fingerprint(entry.fingerprint)
+    xmodel_name, xmodel_class = expected_xmodel(argv)
+    x_flag = "-x" if "-x" in rel[:-1] else "--xmodel" if "--xmodel" in rel[:-1] else None
+    if x_flag is not None and xmodel_class is not None:
+        # the deploy bundle carries the quantized xmodel next to its copy of this script
+        x_at = rel.index(x_flag) + 1
+        pick = ("xmodel=%s\nif [ -f %s ]; then xmodel=%s; fi  # the copy in the deploy bundle\n"
+                % (shlex.quote(rel[x_at]), shlex.quote(xmodel_name), shlex.quote(xmodel_name)))
+        run_line = " ".join(shlex.quote(a) if i != x_at else '"$xmodel"' for i, a in enumerate(rel))
+    else:
+        pick, run_line = "", command
     script = ("#!/bin/sh\n"
               "# vai_c_xir command for DPU target %s (fingerprint %s), written by the pipeline.\n"
               "# Run it inside the Vitis AI image (conda env vitis-ai-pytorch); compile_plan.md says how.\n"
               "%s"
               "set -eu\n"
               "cd \"$(dirname \"$0\")\"\n"
-              "%s"
-              "%s\n" % (target, fingerprint, "".join("# %s: %s\n" % n for n in _path_notes(rel)), mkdir, command))
+              "%s%s"
+              "%s\n" % (target, fingerprint, "".join("# %s: %s\n" % n for n in _path_notes(rel)), mkdir, pick,
+                         run_line))
     script_path = os.path.join(run_dir, SCRIPT_NAME)
     write_text(script_path, script, executable=True)
-    name, model_class = expected_xmodel(argv)
-    model_file = name if model_class else PLACEHOLDER_XMODEL
+    model_file = xmodel_name if xmodel_class else PLACEHOLDER_XMODEL
     config = shlex.quote(config_path) if config_path else "CONFIG.yaml"
     plan = "\n".join([
         "# Compile plan",
