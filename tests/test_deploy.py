@@ -185,6 +185,28 @@ def test_uncompiled_bundle_carries_the_plan_and_no_xmodel(run, tmp_path):
     assert "2^fix_pos" in (out / "net" / "net.prototxt").read_text()
 
 
+def test_uncompiled_bundle_carries_the_quantized_xmodel_with_its_sha256(run, tmp_path):
+    import hashlib
+    quantized = run / "export" / "Net_int.xmodel"
+    quantized.parent.mkdir(exist_ok=True)
+    quantized.write_bytes(b"the quantized graph")
+    out = tmp_path / "deploy"
+    m = deploy.build_bundle(str(run), str(out), None, _preprocess(input_fix_pos=None, input_shape=None), "net",
+                            quantized_xmodel=str(quantized))
+    assert (out / "net" / "Net_int.xmodel").read_bytes() == b"the quantized graph"
+    digest = hashlib.sha256(b"the quantized graph").hexdigest()
+    assert m["quantized_xmodel"] == {"path": "net/Net_int.xmodel", "sha256": digest}
+    assert "%s  Net_int.xmodel" % digest in (out / "net" / "SHA256SUMS").read_text().splitlines()
+    assert {"path": "net/Net_int.xmodel", "sha256": digest, "bytes": 19} in m["files"]
+    assert m["compiled"] is False and "net/Net_int.xmodel is the quantized model" in m["status"]
+    assert "net/compile.sh" in _all_files(str(out))
+    # compiled: the compiled model goes in, the quantized one does not
+    compiled = run / "net.xmodel"
+    compiled.write_bytes(b"compiled")
+    m = deploy.build_bundle(str(run), str(out), str(compiled), _preprocess(), "net", quantized_xmodel=str(quantized))
+    assert m["quantized_xmodel"] is None and not (out / "net" / "Net_int.xmodel").exists()
+
+
 def test_no_xmodel_and_no_plan_is_an_error(tmp_path):
     out = tmp_path / "deploy"
     with pytest.raises(CompileError, match="no compiled xmodel and no compile plan"):

@@ -62,9 +62,14 @@ def test_main_job_onnx_agreement_and_artifacts(main_job):
         assert ("onnx_qdq differs from the simulation" in f.read()) == bool(warned)
     paths = {a["path"]: a for a in report["artifacts"]}
     for expected in ["model/float.pt", "quantize_result/quant_info.json", "quantize_result/calib_fingerprint.json",
-                     "export/DigitsCNN_int_exact.onnx", "export/DigitsCNN_int.onnx", "compile/compile.sh",
-                     "deploy/manifest.json"]:
+                     "export/DigitsCNN_int_exact.onnx", "export/DigitsCNN_int.onnx", "export/DigitsCNN_int.xmodel",
+                     "compile/compile.sh", "deploy/manifest.json", "deploy/digits_sim_zcu102/DigitsCNN_int.xmodel"]:
         assert expected in paths, expected
+    # the xmodel: written, read back and checked, run against the simulation bit for bit
+    x = report["xmodel"]
+    assert x["path"] == "export/DigitsCNN_int.xmodel" and x["check"] == "ok"
+    assert x["elements"] == 10 and x["mismatches"] == 0 and x["ops"] > 0 and x["fix_ops"] > 0
+    assert paths["deploy/digits_sim_zcu102/DigitsCNN_int.xmodel"]["sha256"] == paths["export/DigitsCNN_int.xmodel"]["sha256"]
     import hashlib
     with open(os.path.join(work, "quantize_result/quant_info.json"), "rb") as f:
         assert paths["quantize_result/quant_info.json"]["sha256"] == hashlib.sha256(f.read()).hexdigest()
@@ -90,6 +95,10 @@ def test_main_job_compile_plan_says_the_image_is_needed(main_job):
     with open(os.path.join(work, "compile", "compile.sh")) as f:
         script = f.read()
     assert "vai_c_xir" in script and "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json" in script
+    assert "xmodel=%s" % os.path.join(os.path.abspath(work), "export", "DigitsCNN_int.xmodel") in script
+    assert "xmodel export/DigitsCNN_int.xmodel written and verified" in proc.stdout
+    with open(os.path.join(work, "compile", "compile_plan.md")) as f:
+        assert "It is there: only the compile step is left" in f.read()
 
 
 @pytest.mark.slow

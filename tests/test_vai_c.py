@@ -2,6 +2,7 @@
 import json
 import os
 import shlex
+import shutil
 import stat
 import subprocess
 import sys
@@ -186,7 +187,11 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     assert files == {"plan": os.path.join(run, "compile_plan.md"), "script": os.path.join(run, "compile.sh")}
     script = open(os.path.join(run, "compile.sh")).read()
     expected = "vai_c_xir -x quantize_result/MLP_int.xmodel -a %s -o compiled -n mlp" % arch
-    assert expected in script.splitlines()
+    lines = script.splitlines()
+    # the script compiles the xmodel next to it when there is one (the deploy bundle's copy)
+    assert lines[-3:] == ["xmodel=quantize_result/MLP_int.xmodel",
+                          "if [ -f MLP_int.xmodel ]; then xmodel=MLP_int.xmodel; fi  # the copy in the deploy bundle",
+                          'vai_c_xir -x "$xmodel" -a %s -o compiled -n mlp' % arch]
     assert os.stat(os.path.join(run, "compile.sh")).st_mode & stat.S_IXUSR
     text = open(path).read()
     assert "The compiler did not run here.** vai_c_xir is not on PATH." in text
@@ -208,8 +213,36 @@ def test_compile_plan_into_the_compiler_output_folder(tmp_path):
     argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/a/arch.json", run, "m")
     plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")
     lines = open(os.path.join(run, "compile.sh")).read().splitlines()
-    assert lines[-1] == "vai_c_xir -x %s -a /opt/a/arch.json -o . -n m" % shlex.quote(str(tmp_path / "export" / "M_int.xmodel"))
+    assert lines[-3] == "xmodel=%s" % shlex.quote(str(tmp_path / "export" / "M_int.xmodel"))
+    assert lines[-1] == 'vai_c_xir -x "$xmodel" -a /opt/a/arch.json -o . -n m'
     assert not [line for line in lines if line.startswith("mkdir")]
+
+
+@pytest.mark.parametrize("bundled", [False, True])
+def test_compile_script_compiles_the_exported_xmodel_or_the_bundles_copy(tmp_path, bundled):
+    """compile.sh run as the image runs it (a stand-in vai_c_xir on PATH records its argv): the exported
+    xmodel, or, in a deploy bundle that carries one next to the script, that copy."""
+    export = tmp_path / "run" / "export"
+    export.mkdir(parents=True)
+    (export / "M_int.xmodel").write_bytes(b"exported")
+    run = str(tmp_path / "run" / "compile")
+    plan.write_compile_plan(run, vai_c.build_argv(str(export / "M_int.xmodel"), "/opt/a/arch.json", run, "m"),
+                            "DPUCZDX8G_ISA1_B4096", "r")
+    folder = run
+    if bundled:  # the deploy step copies compile.sh next to the quantized xmodel
+        folder = str(tmp_path / "bundle")
+        os.makedirs(folder)
+        shutil.copy2(os.path.join(run, "compile.sh"), folder)
+        with open(os.path.join(folder, "M_int.xmodel"), "wb") as f:
+            f.write(b"bundled")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "vai_c_xir"
+    fake.write_text('#!/bin/sh\ncat "$2" > "%s"\n' % (tmp_path / "compiled_from"))
+    fake.chmod(0o755)
+    env = dict(os.environ, PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
+    subprocess.run(["sh", os.path.join(folder, "compile.sh")], env=env, check=True)
+    assert (tmp_path / "compiled_from").read_bytes() == (b"bundled" if bundled else b"exported")
 
 
 def test_docker_command_mounts_every_folder_the_command_reads(tmp_path):
