@@ -148,3 +148,48 @@ def test_calib_and_test_in_one_process_are_refused(tmp_path):
     result = _run(tmp_path, "calib+test", out)
     assert result["load_test"]["error"] == "QuantizationError"
     assert "separate processes" in result["load_test"]["message"]
+
+
+SIM_XMODEL = r'''
+import os, sys
+import numpy as np, torch
+from pipeline.apis import torch_quantizer
+sys.path.insert(0, sys.argv[3])
+from driver_model import MLP
+GOLDEN, out = sys.argv[1], sys.argv[2]
+model = MLP()
+model.load_state_dict(torch.load(os.path.join(GOLDEN, "float_state_dict.pt")))
+model.eval()
+load = lambda name: torch.from_numpy(np.load(os.path.join(GOLDEN, name)))
+calib, evals = load("calib_inputs.npy"), load("eval_inputs.npy")
+q = torch_quantizer("test", model, (calib[0:4].clone(),), output_dir=out, device=torch.device("cpu"))
+with torch.no_grad():
+    q.quant_model(evals[:1].clone())
+    q.quant_model(evals.clone())
+q.export_xmodel(os.path.join(out, "sim_xmodel"))
+'''
+
+
+def test_the_sims_xmodel_equals_the_real_quantizers_for_its_calibration(tmp_path):
+    """The real quantizer calibrates and exports its xmodel; the simulation, in test mode on that same
+    folder (no manifest: a folder of the real quantizer is used as it is), writes the same graph."""
+    if importlib.util.find_spec("xir") is None:
+        pytest.skip("needs the xir package (the real quantizer's export_xmodel)")
+    from pipeline.quantizers.sim.xmodel import schema
+    out = tmp_path / "quantize_result"
+    _run(tmp_path, "calib", out)
+    test = _run(tmp_path, "test", out)
+    real = test["export_xmodel"]["xmodel"]
+    model_src = DRIVER[DRIVER.index("class MLP"):DRIVER.index("model = MLP()")]
+    (tmp_path / "driver_model.py").write_text("import torch\n" + model_src)
+    (tmp_path / "sim_xmodel.py").write_text(SIM_XMODEL)
+    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    proc = subprocess.run([sys.executable, str(tmp_path / "sim_xmodel.py"), GOLDEN, str(out), str(tmp_path)], env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
+    assert proc.returncode == 0, proc.stdout[-4000:]
+    with open(real, "rb") as f:
+        a = schema.parse_graph(f.read())
+    with open(str(out / "sim_xmodel" / "MLP_int.xmodel"), "rb") as f:
+        b = schema.parse_graph(f.read())
+    assert len(a.op_defs) > 0 and len(b.op_defs) == 0  # libxir embeds its op catalogue; the sim leaves it out
+    assert schema.canonical(a) == schema.canonical(b)
