@@ -7,7 +7,7 @@ randomized), then these are timed in alternation, ``--repeats`` rounds, on the s
 - ``xmodel write``: ``writer.build`` (nndct's trace for the names, the deploy graph, the XIR ops)
   and the serialization: what it costs to produce the file;
 - ``xmodel verify``: reading the bytes back, ``reader.check`` (every op against the op definitions,
-  shapes recomputed) and ``interp.compare`` (the file run against the simulation, outputs and
+  shapes recomputed) and ``verify.compare`` (the file run against the simulation, outputs and
   every intermediate op);
 - ``xmodel total``: both, as the export step runs them (``write_xmodel`` without the file write);
 - ``onnx_exact``: ``export_onnx`` of the bit-exact flavour plus ``verify_onnx`` on the same example
@@ -37,7 +37,7 @@ from pipeline.export import export_onnx, verify_onnx  # noqa: E402
 from pipeline.models.zoo import digits_cnn, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.session import SimSession  # noqa: E402
-from pipeline.quantizers.sim.xmodel import interp, reader, writer  # noqa: E402
+from pipeline.quantizers.sim.xmodel import reader, verify, writer  # noqa: E402
 
 
 def _model(name: str, size: int) -> Tuple[torch.nn.Module, Tuple[int, ...]]:
@@ -66,21 +66,21 @@ def _timers(session, lowered, example, folder: str) -> Dict[str, Callable[[], No
         graph, names = writer.build(session, lowered, (example,))
         built["bytes"], built["names"] = graph.serialize(), names
 
-    def verify() -> None:
+    def check_and_run() -> None:
         checked = reader.check(reader.read_xmodel(built["bytes"]))
-        report = interp.compare(checked, session, lowered, (example,), built["names"])
+        report = verify.compare(checked, session, lowered, (example,), built["names"])
         assert report["mismatches"] == 0 and not report["nodes_differing"], report
 
     def total() -> None:
         write()
-        verify()
+        check_and_run()
 
     def onnx() -> None:
         export_onnx(lowered, example, path, "exact")
         assert verify_onnx(lowered, path, example)["mismatches"] == 0
 
     write()  # the verification reads what the first write made
-    return {"xmodel write": write, "xmodel verify": verify, "xmodel total": total, "onnx_exact": onnx}
+    return {"xmodel write": write, "xmodel verify": check_and_run, "xmodel total": total, "onnx_exact": onnx}
 
 
 def _time(fns: Dict[str, Callable[[], None]], repeats: int) -> Dict[str, List[float]]:

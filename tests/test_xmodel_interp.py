@@ -19,7 +19,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.apis import torch_quantizer
-from pipeline.quantizers.sim.xmodel import interp, reader
+from pipeline.quantizers.sim.xmodel import interp, reader, verify
 from pipeline.quantizers.sim.xmodel.writer import build_xgraph
 from pipeline.quantizers.sim.xmodel.xgraph import XGraph, formal_name
 
@@ -90,17 +90,17 @@ class Sim:
         self.quantizer = _quantizer("test", set_, model, config, folder)
         self.session, self.lowered = self.quantizer._session, self.quantizer.quant_model
         self.inputs = [t[:1].clone() for t in _arrays(set_, model, "eval_inputs")]  # the file's batch-1 input
-        self.outputs, self.values = interp.record(self.lowered, self.inputs)
+        self.outputs, self.values = verify.record(self.lowered, self.inputs)
         self._names = None
 
     @property
     def names(self):
         if self._names is None:
-            self._names = interp.sim_names(self.session, self.inputs)
+            self._names = verify.sim_names(self.session, self.inputs)
         return self._names
 
     def float_ops(self, graph):
-        return interp.float_ops_from_sim(graph, self.session, self.lowered, self.inputs, self.names, self.values)
+        return verify.float_ops_from_sim(graph, self.session, self.lowered, self.inputs, self.names, self.values)
 
 
 @pytest.fixture(scope="module")
@@ -146,7 +146,7 @@ def _assert_intermediates_equal(graph, results, sim):
         if op is None:
             continue  # a node the deploy graph folded away (a pad, a contiguous)
         producer = op.inputs["input"][0] if op.type == "fix" else op
-        if producer.type in interp.LAYOUT_ONLY:
+        if producer.type in verify.LAYOUT_ONLY:
             continue
         # a fix the simulation does not have at this node (a Hardswish quantized with its group's fix
         # position, applied again by its consumer): the value before the fix is the node's
@@ -182,7 +182,7 @@ def test_xmodel_interp_golden_file_intermediates_equal_sim(case, sims):
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_xmodel_interp_compare_golden_file(case, sims):
     sim = sims[case]
-    report = interp.compare(_golden_graph(case), sim.session, sim.lowered, sim.inputs, sim.names)
+    report = verify.compare(_golden_graph(case), sim.session, sim.lowered, sim.inputs, sim.names)
     assert report["mismatches"] == 0 and report["max_abs_diff"] == 0.0
     assert report["nodes_differing"] == [] and report["nodes_compared"] > 0
     assert report["elements"] == sum(y.numel() for y in sim.outputs)
@@ -239,7 +239,7 @@ def test_xmodel_interp_detect_outputs_in_model_order(sims):
 def test_xmodel_interp_writer_graph_equals_sim(case, sims):
     sim = sims[case]
     graph = build_xgraph(sim.session, sim.lowered, sim.inputs)
-    report = interp.compare(graph, sim.session, sim.lowered, sim.inputs, sim.names)
+    report = verify.compare(graph, sim.session, sim.lowered, sim.inputs, sim.names)
     assert report["mismatches"] == 0 and report["elements"] == sum(y.numel() for y in sim.outputs)
     assert report["nodes_differing"] == [] and report["nodes_compared"] > 0
     assert _assert_intermediates_equal(graph, interp.run(graph, sim.inputs, sim.float_ops(graph)), sim) > 0
@@ -255,7 +255,7 @@ def test_xmodel_interp_compare_sees_a_changed_weight(sims):
     data = weight.data()
     data.reshape(-1)[0] += 2.0 ** -4
     weight.attrs["data"] = ("bytes", data.astype("<f4").tobytes())
-    report = interp.compare(graph, sim.session, sim.lowered, sim.inputs, sim.names)
+    report = verify.compare(graph, sim.session, sim.lowered, sim.inputs, sim.names)
     assert report["mismatches"] > 0 and report["max_abs_diff"] > 0
     assert report["nodes_differing"] == ["ResBlockNet__ResBlockNet_Conv2d_head__ret_fix"]
 
@@ -297,12 +297,12 @@ def test_xmodel_interp_writer_graph_of_assorted_ops(tmp_path):
     graph = build_xgraph(t._session, t.quant_model, x)
     types = {op.type for op in graph.ops}
     assert {"depthwise-conv2d", "transposed-conv2d", "transposed-depthwise-conv2d", "hard-sigmoid"} <= types
-    report = interp.compare(graph, t._session, t.quant_model, x)
+    report = verify.compare(graph, t._session, t.quant_model, x)
     assert report["mismatches"] == 0 and report["elements"] == 5
     assert report["nodes_differing"] == [] and report["nodes_compared"] >= 8
     sim = type("S", (), {})()
-    sim.outputs, sim.values = interp.record(t.quant_model, x)
-    sim.names = interp.sim_names(t._session, x)
+    sim.outputs, sim.values = verify.record(t.quant_model, x)
+    sim.names = verify.sim_names(t._session, x)
     results = interp.run(graph, x)
     assert _assert_intermediates_equal(graph, results, sim) >= 8
 

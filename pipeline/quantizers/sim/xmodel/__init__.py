@@ -12,7 +12,8 @@ tests/data/golden_xmodel are reproduced as parsed messages).
 - ``names``: the real quantizer's node names, from a ``torch.jit`` trace as nndct makes it;
 - ``lower``/``devgraph``/``deploy``/``layout``: nndct's deploy graph and its rewrites (NHWC,
   transposes, pad folding, reshapes); ``convert``: the ops nndct creates per node;
-- ``writer``: the whole export; ``reader``: parse and check a file; ``interp``: run a file.
+- ``writer``: the whole export; ``reader``: parse and check a file; ``interp``: run a file;
+  ``verify``: a file against the simulation.
 
 :func:`write_xmodel` writes a file and proves it: read back, checked, and run by the interpreter
 on the batch-1 example against the simulation, bit for bit.
@@ -41,7 +42,7 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
 
     Returns:
         ``{"path", "bytes", "ops", "op_types", "fix_ops", "inputs", "outputs", "check": "ok",
-        "interpreter": {...}}``; the interpreter report (``interp.compare``) gives the output elements
+        "interpreter": {...}}``; the interpreter report (``verify.compare``) gives the output elements
         compared and how many differ (0), and the intermediate ops compared with their simulation node.
 
     Raises:
@@ -49,13 +50,13 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
         ExportError: the file does not pass its own check, or running it differs from the simulation
             (an output or an intermediate op); nothing is written under the final name.
     """
-    from . import interp, reader
+    from . import reader, verify
     graph, names = build(session, lowered, examples)
     data = graph.serialize()
     message = reader.read_xmodel(data)
     checked = reader.check(message)
     report = reader.describe(message)
-    compared = interp.compare(checked, session, lowered, examples, names)
+    compared = verify.compare(checked, session, lowered, examples, names)
     if compared["mismatches"] or compared["nodes_differing"]:
         raise ExportError("xmodel: running the written graph differs from the simulation: %d of %d output elements "
                           "(max abs diff %g), ops %s; nothing was written"

@@ -99,7 +99,7 @@ def _avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, cou
 @_replaces(F.adaptive_avg_pool2d)
 def _adaptive_avg_pool2d(input, output_size):
     if output_size == 1:
-        kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841 (nndct's big-pool check)
+        [int(input.shape[-2]), int(input.shape[-1])]  # nndct reads the window for its big-pool check
     normal_data = input.as_subclass(torch.Tensor)
     normal_data = F.adaptive_avg_pool2d(normal_data, output_size)
     return normal_data.as_subclass(_TraceTensor)
@@ -108,7 +108,7 @@ def _adaptive_avg_pool2d(input, output_size):
 @_replaces(F.adaptive_max_pool2d)
 def _adaptive_max_pool2d(input, output_size, return_indices=False):
     if output_size == 1:
-        kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841
+        [int(input.shape[-2]), int(input.shape[-1])]  # the same check
     normal_data = input.as_subclass(torch.Tensor)
     normal_data = F.adaptive_max_pool2d(normal_data, output_size, return_indices)
     return normal_data.as_subclass(_TraceTensor)
@@ -119,7 +119,7 @@ def _mean(input, dim, keepdim=False, *, dtype=None, out=None):
     if isinstance(dim, (list, tuple)) and len(dim) == 2:
         dim = [d + input.dim() if d < 0 else d for d in dim]
         if (input.dim() == 3 and tuple(dim) == (1, 2)) or (input.dim() == 4 and tuple(dim) == (2, 3)):
-            kernel_size = [int(input.shape[-2]), int(input.shape[-1])]  # noqa: F841
+            [int(input.shape[-2]), int(input.shape[-1])]  # the same check
     normal_data = input.as_subclass(torch.Tensor)
     normal_data = torch.mean(normal_data, dim, keepdim=keepdim, dtype=dtype, out=out)
     return normal_data.as_subclass(_TraceTensor)

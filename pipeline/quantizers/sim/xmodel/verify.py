@@ -1,0 +1,197 @@
+"""The interpreter against the simulation: the proof every written xmodel gets (docs/xmodel.md#verification).
+
+:func:`compare` runs an XIR graph (``interp.run``) on the batch-1 example and compares, bit for bit,
+its outputs and every intermediate op that stands for a node of the simulation with the simulation's
+test-mode model on the same input. The file carries no parameters for custom float operators (a
+clamp's bounds): :func:`float_ops_from_sim` takes their functions from the simulation's own calls.
+"""
+from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
+
+import torch
+import torch.fx
+
+from ... import fixpoint
+from .interp import FloatOp, InterpreterError, _by_shape, _error, is_custom, run, to_model_layout
+from .xgraph import XGraph, XOp, formal_name
+
+
+def _as_list(y: Any) -> List[torch.Tensor]:
+    return list(y) if isinstance(y, (tuple, list)) else [y]
+
+
+def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor],
+                                                                                  Dict[torch.fx.Node, Any]]:
+    """Run the simulation's test-mode model on ``examples`` (no grad): its outputs (a list) and
+    every fx node's value."""
+    values = {}  # type: Dict[torch.fx.Node, Any]
+
+    class _Recorder(torch.fx.Interpreter):
+        def run_node(self, n: torch.fx.Node) -> Any:
+            values[n] = super().run_node(n)
+            return values[n]
+
+    with torch.no_grad():
+        out = _Recorder(lowered).run(*examples)
+    return _as_list(out), values
+
+
+def sim_names(session: Any, examples: Sequence[torch.Tensor]) -> Dict[str, str]:
+    """The nndct names of the simulation's nodes, as ``writer.build_xgraph`` computes them (a trace
+    of the swapped float model)."""
+    from ....fx.rewrites import swap_modules
+    from ....fx.work_copy import work_copy
+    from .names import node_names
+    swapped = work_copy(session.model)
+    swap_modules(swapped, session.cfg)
+    return node_names(session.graph, swapped, tuple(e.detach().cpu().float() for e in examples))
+
+
+def _float_op_node(lowered: torch.fx.GraphModule, sim_node: str) -> Optional[torch.fx.Node]:
+    for n in lowered.graph.nodes:
+        if n.meta.get("nndct_node") == sim_node:
+            while n.op == "call_function" and n.target is fixpoint.fake_quant:
+                n = n.args[0]
+            return n
+    return None
+
+
+def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dict[torch.fx.Node, Any],
+              op: XOp) -> FloatOp:
+    from ..ops import run_fx
+    data = [n for n in fx_node.all_input_nodes if n.op != "get_attr" and isinstance(values.get(n), torch.Tensor)]
+    fixed = {n: values.get(n) for n in fx_node.all_input_nodes}
+
+    def call(xs: List[torch.Tensor]) -> torch.Tensor:
+        if len(xs) != len(data):
+            raise _error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
+                         % (fx_node.name, len(data), len(xs)))
+        env = dict(fixed)
+        env.update(zip(data, xs))
+        return run_fx(lowered, fx_node, env)
+    return call
+
+
+def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModule,
+                       examples: Sequence[torch.Tensor], names: Optional[Dict[str, str]] = None,
+                       values: Optional[Dict[torch.fx.Node, Any]] = None) -> Dict[str, FloatOp]:
+    """``float_ops`` for every custom op of ``graph``: the simulation's own torch call for it.
+
+    The custom op named ``formal_name(names[node])`` runs the lowered model's fx node of that
+    simulation node (before its ``fake_quant``), its tensor arguments replaced by the op's inputs
+    and its other arguments (shape arithmetic) taken from the recorded run on ``examples``.
+
+    Args:
+        graph: the XGraph (writer's or rebuilt); session, lowered: the simulation (``SimSession`` and
+            its test-mode model); examples: the batch-1 inputs (NCHW, one per model input).
+        names: sim node name -> nndct name (:func:`sim_names`; computed when None).
+        values: fx node -> value of a recorded run (:func:`record`; recorded when None).
+
+    Raises:
+        InterpreterError: a custom op whose simulation node cannot be found (named).
+    """
+    custom = [op for op in graph.ops if is_custom(op.type)]
+    if not custom:
+        return {}
+    names = sim_names(session, examples) if names is None else names
+    if values is None:
+        values = record(lowered, examples)[1]
+    by_op = {formal_name(nndct): sim for sim, nndct in names.items()}
+    table = {}  # type: Dict[str, FloatOp]
+    for op in custom:
+        fx_node = _float_op_node(lowered, by_op[op.name]) if op.name in by_op else None
+        if fx_node is None:
+            raise _error(op, "no node of the simulation computes it")
+        table[op.name] = _sim_call(lowered, fx_node, values, op)
+    return table
+
+
+LAYOUT_ONLY = frozenset(("data", "const", "stack", "reshape", "flatten", "squeeze", "transpose"))
+
+
+def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Dict[str, str],
+                   values: Dict[torch.fx.Node, Any]) -> Tuple[int, List[str]]:
+    """Every op standing for a simulation node (its ``_fix`` op when it has one) against the node's
+    recorded value: ``(ops compared, names of those that differ)``. An op counts as equal when its
+    value, in the file's layout or the model's (:func:`to_model_layout`), or the value before its
+    fix (a fix the simulation applies only at the consumer: a Hardswish quantized with its group's
+    fix position) has the node's dims and bits. Ops that only lay data out (reshape, transpose, ...:
+    the file may flatten NHWC where the model flattened NCHW) and nodes the deploy graph folded
+    away (a pad, a contiguous) are not compared."""
+    compared, differing = 0, []  # type: int, List[str]
+    for fx_node, value in values.items():
+        node = fx_node.meta.get("nndct_node")
+        if node is None or node not in names or not isinstance(value, torch.Tensor):
+            continue
+        base = formal_name(names[node])
+        op = graph.get_op(base + "_fix") or graph.get_op(base)
+        if op is None:
+            continue
+        producer = op.inputs["input"][0] if op.type == "fix" else op
+        if producer.type in LAYOUT_ONLY:
+            continue
+        mines = [results[op.name]] + ([results[producer.name]] if producer is not op else [])
+        candidates = [c for m in mines for c in (m, to_model_layout(m)) if list(c.shape) == list(value.shape)]
+        compared += 1
+        if not any(_bits_differ(c, value) == 0 for c in candidates):
+            differing.append(op.name)
+    return compared, differing
+
+
+def _bits_differ(a: torch.Tensor, b: torch.Tensor) -> int:
+    a, b = a.detach().float().contiguous(), b.detach().float().contiguous()
+    return int((a.view(torch.int32) != b.view(torch.int32)).sum())
+
+
+def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
+            names: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
+    """Run ``graph`` on the batch-1 ``examples`` and compare its outputs with the simulation's, bit by bit.
+
+    Each model output (``session.graph.outputs``, in the model's order) is matched to the op of the
+    same nndct name (its ``_fix`` op when it has one); outputs that cannot be matched by name are
+    matched by shape (:func:`model_outputs`). Custom ops run the simulation's own calls
+    (:func:`float_ops_from_sim`). Every other op that stands for a simulation node is compared with
+    the node's value too (see :func:`_compare_nodes`): a wrong intermediate can hide behind outputs
+    that happen to agree after quantization.
+
+    Args:
+        graph: the XGraph to check; session, lowered: the simulation; examples: one batch-1 float32
+            NCHW tensor per model input. names: as :func:`float_ops_from_sim` (computed when None).
+
+    Returns:
+        ``{"outputs": [{"op", "shape", "elements", "mismatches"}], "elements": total,
+        "mismatches": output elements whose float32 bits differ, "max_abs_diff": float,
+        "nodes_compared": ops compared with their simulation node, "nodes_differing": [op names]}``.
+
+    Raises:
+        InterpreterError: the graph cannot be run (named op) or its outputs do not fit the model's.
+    """
+    examples = [e.detach().cpu().float() for e in examples]
+    sim_out, values = record(lowered, examples)
+    names = sim_names(session, examples) if names is None else names
+    results = run(graph, examples, float_ops_from_sim(graph, session, lowered, examples, names, values))
+    matched = []  # type: List[Tuple[str, torch.Tensor]]
+    sim_nodes = list(getattr(session.graph, "outputs", []))
+    if len(sim_nodes) == len(sim_out):
+        for node in sim_nodes:
+            base = formal_name(names.get(node.name, ""))
+            op = graph.get_op(base + "_fix") or graph.get_op(base) if base else None
+            if op is None:
+                matched = []
+                break
+            matched.append((op.name, to_model_layout(results[op.name])))
+    if not matched:
+        matched = _by_shape(graph, results, [list(y.shape) for y in sim_out])
+    compared, differing = _compare_nodes(graph, results, names, values)
+    report = {"outputs": [], "elements": 0, "mismatches": 0, "max_abs_diff": 0.0, "nodes_compared": compared,
+              "nodes_differing": differing}  # type: Dict[str, Any]
+    for (name, mine), sim in zip(matched, sim_out):
+        if list(mine.shape) != list(sim.shape):
+            raise InterpreterError("xmodel interpreter: output %r has dims %s, the simulation's %s"
+                                   % (name, list(mine.shape), list(sim.shape)))
+        bad = _bits_differ(mine, sim)
+        diff = float((mine.double() - sim.double()).abs().max()) if mine.numel() else 0.0
+        report["outputs"].append({"op": name, "shape": list(sim.shape), "elements": sim.numel(), "mismatches": bad})
+        report["elements"] += sim.numel()
+        report["mismatches"] += bad
+        report["max_abs_diff"] = max(report["max_abs_diff"], diff)
+    return report
