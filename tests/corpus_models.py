@@ -4,9 +4,10 @@ of a real quantize script, each meant for its own process.
 
 ``python tests/corpus_models.py calib|test OUT_DIR`` runs one phase for every model:
 ``calib`` = ``torch_quantizer('calib', ...)``, 2 forwards of 4, ``export_quant_config()``;
-``test`` = a fresh ``torch_quantizer('test', ...)``, one forward of the 4 eval samples (outputs
-saved as ``OUT_DIR/<model>/y_<j>.npy``) and ``export_onnx_model(native_onnx=False)`` (the exact
-flavour). The architectures follow the papers' block structure (ResNet-50 bottlenecks 3-4-6-3,
+``test`` = a fresh ``torch_quantizer('test', ...)``, one forward of the first eval sample alone (the
+xmodel's shapes), one of the 4 eval samples (outputs saved as ``OUT_DIR/<model>/y_<j>.npy``),
+``export_onnx_model(native_onnx=False)`` (the exact flavour) and ``export_xmodel`` (which runs the file
+against the simulation before writing it). The architectures follow the papers' block structure (ResNet-50 bottlenecks 3-4-6-3,
 MobileNetV2 inverted residuals, MobileNetV3-small with Hardswish and squeeze-excite, ShuffleNetV2
 units, SqueezeNet fire modules, a DenseNet block, EfficientNet-lite MBConv blocks, a UNet, a
 YOLO-style two-output detector, an MLP on (N, F), a two-input net).
@@ -340,10 +341,12 @@ def phase(which, out_root, names=None):
                     q.quant_model(*make_inputs(name, 4, seed))
                 q.export_quant_config()
                 continue
+            q.quant_model(*[x[:1] for x in make_inputs(name, 4, 3)])  # batch 1 first: the xmodel's shapes
             y = q.quant_model(*make_inputs(name, 4, 3))
             for j, t in enumerate(y if isinstance(y, tuple) else (y,)):
                 np.save(os.path.join(out, "y_%d.npy" % j), t.numpy())
             q.export_onnx_model(out, native_onnx=False)
+        q.export_xmodel(os.path.join(out, "xmodel"))  # checked and run against the simulation, or it raises
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """The model corpus (tests/corpus_models.py) through a real quantize script's steps: drop-in
-calibration and test mode in two separate processes, inspect, and the exact ONNX flavour against
-the simulation in ONNX Runtime.
+calibration and test mode in two separate processes, inspect, the exact ONNX flavour against
+the simulation in ONNX Runtime, and the xmodel run by the interpreter against the simulation.
 
 The two phases run once each for the whole corpus (two child processes), as users run a Vitis AI
 quantize script: calibration, then test mode in a fresh process.
@@ -86,6 +86,24 @@ def test_corpus_exact_onnx_equals_the_simulation(name, phases):
     for j, g in enumerate(got):
         expected = np.load(os.path.join(folder, "y_%d.npy" % j))
         assert np.array_equal(g.view(np.int32), expected.view(np.int32)), j
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_corpus_xmodel_is_written_checked_and_reproduces_the_simulation(name, phases):
+    """export_xmodel in the test phase wrote the file only after running it against the simulation
+    (outputs and intermediate ops, bit for bit); here it is read back, checked again, and run on a
+    batch-1 input the export did not see."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.quantizers.sim.xmodel import reader, verify
+    folder = os.path.join(phases, name)
+    files = os.listdir(os.path.join(folder, "xmodel"))
+    assert len(files) == 1 and files[0].endswith("_int.xmodel")
+    graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))
+    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
+                        device=torch.device("cpu"))
+    report = verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
+    assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
+    assert report["nodes_compared"] > 0
 
 
 @pytest.mark.parametrize("name", NAMES)

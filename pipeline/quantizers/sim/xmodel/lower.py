@@ -61,7 +61,8 @@ class XmodelUnsupported(ExportError):
     """A node the xmodel format (or this writer) cannot carry; the message names it."""
 
 
-def _unsupported(node: SimNode, why: str) -> XmodelUnsupported:
+def unsupported(node: SimNode, why: str) -> XmodelUnsupported:
+    """The error for a node the xmodel cannot carry, naming it (nndct name, type, the model's call) and why."""
     target = node.fx_node.target if node.fx_node is not None else None
     what = target if isinstance(target, str) else getattr(target, "__name__", target)
     return XmodelUnsupported("xmodel: node %s (%s, %s) cannot be written: %s" % (node.name, node.op, what, why))
@@ -108,7 +109,7 @@ class _Lowering:
             if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
                 continue
             if node.op not in SUPPORTED and not node.op.startswith("aten::"):
-                raise _unsupported(node, "the xmodel writer has no XIR form for %s" % node.op)
+                raise unsupported(node, "the xmodel writer has no XIR form for %s" % node.op)
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
@@ -127,7 +128,7 @@ class _Lowering:
             # a number on the left: torch traces x + c, c * x and c - x (rsub) with the tensor first
             inputs = inputs[1:] + inputs[:1]
         if node.op == t.DIV and 0 in node.const_args:
-            raise _unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
+            raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
         return inputs
 
     def output(self, node: SimNode) -> np.ndarray:
@@ -139,7 +140,7 @@ class _Lowering:
             return value.reshape(()).numpy()
         v = self.values[node.fx_node]
         if not isinstance(v, torch.Tensor):
-            raise _unsupported(node, "its output is not one tensor (%s)" % type(v).__name__)
+            raise unsupported(node, "its output is not one tensor (%s)" % type(v).__name__)
         return v.detach().float().numpy()
 
     def add_params(self, node: SimNode, dev: Node) -> None:
@@ -171,7 +172,7 @@ class _Lowering:
         if op in t.CONV_TYPES:
             m = self.module(node)
             if isinstance(m.padding, str):
-                raise _unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
+                raise unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
             (kh, kw), (sh, sw), (dh, dw), (ph, pw) = (_pair(m.kernel_size), _pair(m.stride), _pair(m.dilation),
                                                       _pair(m.padding))
             return {"kernel": [kw, kh], "stride": [sw, sh], "dilation": [dw, dh], "pad_mode": 0,
@@ -225,7 +226,7 @@ class _Lowering:
         else:
             a = self.call_args(node)
         if a.get("divisor_override") is not None:
-            raise _unsupported(node, "divisor_override is not carried by the xmodel")
+            raise unsupported(node, "divisor_override is not carried by the xmodel")
         (kh, kw) = _pair(a["kernel_size"])
         (sh, sw) = _pair(a["stride"]) if a["stride"] not in (None, []) else (kh, kw)
         (ph, pw) = _pair(a["padding"])
@@ -248,7 +249,7 @@ class _Lowering:
         dims, begin, end, strides = [], [], [], []
         for dim, item in enumerate(index):
             if not isinstance(item, slice):
-                raise _unsupported(node, "indexing with %r (only slices are written)" % (item,))
+                raise unsupported(node, "indexing with %r (only slices are written)" % (item,))
             start, stop, step = (self.value(item.start), self.value(item.stop), self.value(item.step))
             dims.append(dim)
             begin.append(0 if start is None else int(start))
@@ -288,7 +289,7 @@ class _Lowering:
         a = {"size": m.size, "scale_factor": m.scale_factor, "mode": m.mode, "align_corners": m.align_corners} \
             if m is not None else self.call_args(node)
         if a["mode"] != "nearest":
-            raise _unsupported(node, "resize mode %r (the xmodel writer writes nearest)" % a["mode"])
+            raise unsupported(node, "resize mode %r (the xmodel writer writes nearest)" % a["mode"])
         scale = a["scale_factor"]
         if a["size"] is not None:
             size = list(_pair(a["size"]))
@@ -307,7 +308,7 @@ class _Lowering:
             a = self.call_args(node)
             pad, mode, value = list(a["pad"]), a["mode"], a["value"]
         if mode != "constant":
-            raise _unsupported(node, "pad mode %r (the xmodel writer folds constant pads)" % mode)
+            raise unsupported(node, "pad mode %r (the xmodel writer folds constant pads)" % mode)
         return {"pad_with": [int(p) for p in pad], "mode": "CONSTANT", "constant_values": float(value or 0.0)}
 
 

@@ -31,7 +31,6 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ....errors import ExportError
 from ....fx import optable as t
 from ....fx.capture import SimGraph
 
@@ -310,7 +309,7 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         examples: one example tensor per model input.
 
     Raises:
-        ExportError: a node of the simulation has no traced op of its type at its place.
+        lower.XmodelUnsupported: a node of the simulation has no traced op of its type at its place (named).
     """
     prefix = graph.class_name + "::"
     ops = traced_ops(trace_graph(model, examples))
@@ -325,8 +324,10 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         while position < len(ops) and ops[position].kind not in kinds:
             position += 1
         if position == len(ops):
-            raise ExportError("xmodel: no traced %s op for node %s (%s) of the simulation"
-                              % ("/".join(kinds), node.name, node.op))
+            from .lower import unsupported
+            raise unsupported(node, "the real quantizer's trace of the model has no %s op at its place (torch "
+                                    "traces it as other ops, e.g. a number divided by a tensor as reciprocal and mul)"
+                              % "/".join(kinds))
         op = ops[position]
         names[node.name] = prefix + op.name
         for index, const in node.const_args.items():
