@@ -44,3 +44,36 @@ def test_an_op_the_xmodel_cannot_carry_is_named_after_the_onnx_files_are_written
     with open(str(tmp_path / "run" / "status.json")) as f:
         status = json.load(f)
     assert status["state"] == "failed" and status["step"] == "export"
+
+
+@pytest.mark.slow
+def test_a_run_folder_is_compiled_later_elsewhere_without_quantizing_again(tmp_path, monkeypatch):
+    """What ``scripts/docker_run.sh CONFIG --steps compile,deploy`` does in the image: the run folder
+    (here moved, as the image sees the repository at another path) is compiled from its exported
+    xmodel; calib, test and export are not run again; the bundle holds the compiled model."""
+    import shutil
+    import sys
+    from test_vai_c import B4096_ARCH, FAKE
+    config, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    pipeline.run(config, steps=["train", "calib", "export"])
+    moved = tmp_path / "mounted" / "run"
+    shutil.move(str(tmp_path / "run"), str(moved))
+    xmodel = moved / "export" / "DigitsCNN_int.xmodel"
+    before = {p: os.path.getmtime(str(moved / p)) for p in ("quantize_result/quant_info.json", "export/DigitsCNN_int.xmodel")}
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    (bindir / "vai_c_xir").write_text(FAKE.format(python=sys.executable))
+    (bindir / "vai_c_xir").chmod(0o755)
+    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ["PATH"])
+    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(tmp_path / "argv.json"))
+    (tmp_path / "arch.json").write_text(json.dumps(B4096_ARCH))
+    report = pipeline.run(config, steps=["compile", "deploy"],
+                          overrides=["run.work_dir=" + str(moved), "compile.arch_json=" + str(tmp_path / "arch.json")])
+    with open(str(tmp_path / "argv.json")) as f:
+        argv = json.load(f)
+    assert argv[argv.index("-x") + 1] == str(xmodel)  # the moved folder's file, not the recorded path
+    assert report["compile"]["compiled"]
+    assert {p: os.path.getmtime(str(moved / p)) for p in before} == before  # nothing quantized again
+    with open(str(moved / "deploy" / "manifest.json")) as f:
+        manifest = json.load(f)
+    assert manifest["compiled"] is True and manifest["quantized_xmodel"] is None
