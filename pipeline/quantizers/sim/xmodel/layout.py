@@ -100,6 +100,25 @@ def _permute(graph: Graph, name: str, order: Sequence[int], parent: Node, child:
     return node
 
 
+def _adopt(node: Node, order: tuple) -> None:
+    """``node`` takes ``order`` on its input and output; an op with an axis attribute rewrites it."""
+    node.transpose_in_order = order
+    node.transpose_out_order = order
+    if node.type in SPECIAL_ATTRS:
+        SPECIAL_ATTRS[node.type](node, order)
+
+
+def _insert_transposes(graph: Graph, between: Dict[tuple, list], kind: str) -> List[Node]:
+    """A transpose ``<parent>_<kind>_transpose_<k>`` on each edge (parent, child) of ``between``,
+    numbered in order over all of them."""
+    inserted = []  # type: List[Node]
+    for order, pairs in between.items():
+        for pn, cn in pairs:
+            name = "%s_%s_transpose_%d" % (pn.name, kind, len(inserted))
+            inserted.append(_permute(graph, name, order, pn, cn))
+    return inserted
+
+
 def layout_transform(graph: Graph) -> None:
     """Assign NHWC orders and insert/merge transposes, in place (``layout_tranform``)."""
     inserted = []  # type: List[Node]
@@ -129,19 +148,12 @@ def layout_transform(graph: Graph) -> None:
                     if not _special_layout(pn) or pn.type in IMPLICIT_OPS:
                         continue
                     if pn.type in SOURCE_OPS or _passes_layout(pn, node.transpose_in_order):
-                        pn.transpose_out_order = node.transpose_in_order
-                        pn.transpose_in_order = pn.transpose_out_order
-                        if pn.type in SPECIAL_ATTRS:
-                            SPECIAL_ATTRS[pn.type](pn, pn.transpose_out_order)
+                        _adopt(pn, node.transpose_in_order)
                         queue.append(pn)
                         visited.append(pn)
                     else:
                         between.setdefault(order, []).append((pn, node))
-    index = 0
-    for order, pairs in between.items():
-        for pn, cn in pairs:
-            inserted.append(_permute(graph, "%s_swim_transpose_%d" % (pn.name, index), order, pn, cn))
-            index += 1
+    inserted += _insert_transposes(graph, between, "swim")
 
     # downwards: consumers of NHWC nodes follow while they can
     for node in graph.nodes:
@@ -173,19 +185,12 @@ def layout_transform(graph: Graph) -> None:
                         queue.append(cn)
                         visited.append(cn)
                     elif _passes_layout(cn, node.transpose_out_order):
-                        cn.transpose_in_order = node.transpose_out_order
-                        cn.transpose_out_order = cn.transpose_in_order
+                        _adopt(cn, node.transpose_out_order)
                         queue.append(cn)
                         visited.append(cn)
-                        if cn.type in SPECIAL_ATTRS:
-                            SPECIAL_ATTRS[cn.type](cn, cn.transpose_out_order)
                     else:
                         between.setdefault(order, []).append((node, cn))
-    index = 0
-    for order, pairs in between.items():
-        for pn, cn in pairs:
-            inserted.append(_permute(graph, "%s_sink_transpose_%d" % (pn.name, index), order, pn, cn))
-            index += 1
+    inserted += _insert_transposes(graph, between, "sink")
 
     # ops fed by both layouts: their untransformed inputs get a transpose
     neighbors = OrderedDict()  # type: Dict[Node, tuple]
