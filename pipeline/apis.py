@@ -156,7 +156,6 @@ class TorchQuantizer:
         self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
         self._examples = examples
         self._fingerprint = self._make_fingerprint(module, examples, quant_config_file)
-        self._module = module
         self._forwards = 0
         self._first_inputs = None  # type: Optional[Tuple[torch.Tensor, ...]]  # the first test-mode forward's
         self._first_batch = None  # type: Optional[int]

@@ -398,6 +398,10 @@ class _Builder:
                     inputs.extend(s for s in self.resolve(a) if s not in inputs)
             kw = [v for v in fx_node.kwargs.values() if isinstance(v, torch.fx.Node)]
             inputs.extend(s for s in self.resolve_all(kw) if s not in inputs)
+            if 0 in consts and op in (t.ADD, t.MULTIPLY, t.SUB) and len(inputs) == 2:
+                # c + x, c * x, c - x: torch traces add(x, c), mul(x, c), rsub(x, c): the tensor first
+                inputs = inputs[1:] + inputs[:1]
+                op = t.RSUB if op == t.SUB else op
             node = self.add(fx_node, op, inputs)
             node.const_args = consts
         else:

@@ -60,6 +60,7 @@ HSWISH = "nndct_hswish"
 HSIGMOID = "nndct_hsigmoid"
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
+RSUB = "nndct_rsub"  # a number minus a tensor: torch traces ``c - x`` as ``rsub(x, c)``
 MULTIPLY = "nndct_elemwise_mul"
 DIV = "nndct_elemwise_div"
 FLOOR_DIVIDE = "nndct_floor_divide"
@@ -120,6 +121,7 @@ OPS = {
     GELU: _FLOAT_Q,
     SOFTMAX: _FLOAT_Q,
     SUB: _FLOAT_Q,
+    RSUB: _FLOAT_Q,
     DIV: _FLOAT_Q,
 }
 GENERIC_FLOAT = _FLOAT  # any aten::<name> node

@@ -190,11 +190,10 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
 def _xmodel_ops(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[str, str]:
     """fx node name -> its op in the quantized xmodel (default quantizer config); empty when the
     model cannot be traced the way the real quantizer traces it (inspection does not need it)."""
-    from pipeline.errors import PipelineError as Failure
     from pipeline.quantizers.sim.xmodel.names import xmodel_op_names
     try:
         return xmodel_op_names(model, tuple(e.detach().cpu().float().clone() for e in examples))
-    except (Failure, RuntimeError, TypeError, ValueError):  # torch.jit raises RuntimeError and others
+    except (PipelineError, RuntimeError, TypeError, ValueError):  # torch.jit raises RuntimeError and others
         return {}
 
 

@@ -119,7 +119,12 @@ def _simple(type_: str, keys: Tuple[str, ...] = ()) -> Callable[[_Writer, Node],
 
 
 def _binary(type_: str) -> Callable[[_Writer, Node], None]:
-    return _simple(type_)
+    def create(w: _Writer, node: Node) -> None:
+        inputs = w.data_inputs(node)
+        if node.type == t.RSUB:  # nndct's convert_rsub_to_sub: rsub(x, c) is written as sub(c, x)
+            inputs = inputs[::-1]
+        w.fixed_op(node.name, type_, None, {"input": inputs})
+    return create
 
 
 def _slice(w: _Writer, node: Node) -> None:
@@ -247,6 +252,7 @@ CREATORS = {
     t.HSWISH: _hswish,
     t.ADD: _binary("add"),
     t.SUB: _binary("sub"),
+    t.RSUB: _binary("sub"),
     t.MULTIPLY: _binary("mul"),
     t.DIV: _binary("div"),
 }  # type: Dict[str, Callable[[_Writer, Node], None]]

@@ -27,7 +27,7 @@ from .devgraph import Graph, Node
 from .layout import INT_MAX, PERMUTE, layout_transform
 
 POOL_OR_CONV = (t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.MAX_POOL, t.AVG_POOL)
-BINARY = (t.ADD, t.SUB, t.MULTIPLY, t.DIV)
+BINARY = (t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV)
 
 
 def optimize(graph: Graph) -> None:

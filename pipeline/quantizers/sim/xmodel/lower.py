@@ -53,7 +53,7 @@ _SIGNATURES = {
 SUPPORTED = {t.INPUT, t.CONST, t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D,
              t.DENSE, t.BATCH_NORM, t.RELU, t.RELU6, t.LEAKY_RELU, t.MAX_POOL, t.AVG_POOL, t.ADAPTIVEAVGPOOL2D,
              t.FLATTEN, t.RESHAPE, t.CONTIGUOUS, t.PERMUTE, t.TRANSPOSE, t.STRIDED_SLICE, t.RESIZE, t.HSWISH,
-             t.HSIGMOID, t.ADD, t.SUB, t.MULTIPLY, t.DIV, t.CONCAT, t.PAD, t.SIGMOID, t.TANH, t.GELU, t.SOFTMAX,
+             t.HSIGMOID, t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV, t.CONCAT, t.PAD, t.SIGMOID, t.TANH, t.GELU, t.SOFTMAX,
              t.CLAMP}
 
 
@@ -124,9 +124,6 @@ class _Lowering:
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
         inputs = [i for i in node.inputs if not (i.op == t.SHAPE or i.shape_value)]
-        if node.op in (t.ADD, t.MULTIPLY, t.SUB) and 0 in node.const_args:
-            # a number on the left: torch traces x + c, c * x and c - x (rsub) with the tensor first
-            inputs = inputs[1:] + inputs[:1]
         if node.op == t.DIV and 0 in node.const_args:
             raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
         return inputs

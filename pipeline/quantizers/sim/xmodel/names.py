@@ -45,7 +45,7 @@ KINDS = {
     t.FLATTEN: ("flatten",), t.RESHAPE: ("view", "reshape"), t.CONTIGUOUS: ("contiguous",), t.PERMUTE: ("permute",),
     t.TRANSPOSE: ("transpose",), t.STRIDED_SLICE: ("slice",),
     t.RESIZE: ("upsample_nearest2d", "upsample_bilinear2d"), t.HSWISH: ("hardswish",),
-    t.HSIGMOID: ("hardsigmoid",), t.ADD: ("add",), t.SUB: ("sub", "rsub"), t.MULTIPLY: ("mul",), t.DIV: ("div",),
+    t.HSIGMOID: ("hardsigmoid",), t.ADD: ("add",), t.SUB: ("sub",), t.RSUB: ("rsub",), t.MULTIPLY: ("mul",), t.DIV: ("div",),
     t.CONCAT: ("cat",), t.PAD: ("pad", "constant_pad_nd"), t.SIGMOID: ("sigmoid",), t.TANH: ("tanh",),
     t.GELU: ("gelu",), t.SOFTMAX: ("softmax",), t.CLAMP: ("clamp",), t.SILU: ("silu",), t.MEAN: ("mean",),
 }  # type: Dict[str, Tuple[str, ...]]
