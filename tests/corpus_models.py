@@ -12,6 +12,7 @@ MobileNetV2 inverted residuals, MobileNetV3-small with Hardswish and squeeze-exc
 units, SqueezeNet fire modules, a DenseNet block, EfficientNet-lite MBConv blocks, a UNet, a
 YOLO-style two-output detector, an MLP on (N, F), a two-input net).
 """
+import hashlib
 import os
 import sys
 
@@ -326,6 +327,21 @@ def make_inputs(name, n, seed):
     """One float32 batch of ``n`` per model input (a list)."""
     g = torch.Generator().manual_seed(seed)
     return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
+
+
+def seeded_sha256(name):
+    """sha256 of what the seeds make for ``name``: the weights (state_dict in key order, float32
+    bytes) and the calibration and test batches. A stored reference (tests/data/corpus_real) holds
+    only for the data it was made from; this tells a change of torch's random streams apart from
+    a change of the quantizer."""
+    h = hashlib.sha256()
+    for key, value in make_model(name).state_dict().items():
+        h.update(key.encode())
+        h.update(value.detach().float().contiguous().numpy().tobytes())
+    for seed in (1, 2, 3):
+        for x in make_inputs(name, 4, seed):
+            h.update(x.numpy().tobytes())
+    return h.hexdigest()
 
 
 def phase(which, out_root, names=None):

@@ -21,6 +21,9 @@ from pipeline.quantizers.quant_config import load_quant_config
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus_models as corpus  # noqa: E402
+from xmodel_compare import assert_same_xmodel  # noqa: E402
+
+REAL = os.path.join(HERE, "data", "corpus_real")
 
 NAMES = list(corpus.CORPUS)
 N_OUTPUTS = {"yolo_tiny": 2}
@@ -104,6 +107,26 @@ def test_corpus_xmodel_is_written_checked_and_reproduces_the_simulation(name, ph
     report = verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
     assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
     assert report["nodes_compared"] > 0
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_corpus_equals_the_real_quantizer(name, phases):
+    """The real quantizer (pytorch_nndct 3.5) ran the same two phases on the same seeded models and
+    data (tests/data/README.md): quant_info.json, the test-mode outputs (bit for bit) and the xmodel
+    must be the ones it wrote."""
+    real = os.path.join(REAL, name)
+    with open(os.path.join(real, "seeded.sha256")) as f:
+        assert corpus.seeded_sha256(name) == f.read().strip(), \
+            "the seeds no longer make the weights and data the reference was made from (torch's random streams changed?)"
+    folder = os.path.join(phases, name)
+    mine, theirs = qi.read_quant_info(folder), qi.read_quant_info(real)
+    for key in ("param", "output", "input"):
+        assert mine[key] == theirs[key], key
+    for j in range(N_OUTPUTS.get(name, 1)):
+        got, want = np.load(os.path.join(folder, "y_%d.npy" % j)), np.load(os.path.join(real, "y_%d.npy" % j))
+        assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32)), j
+    xmodel = [f for f in os.listdir(real) if f.endswith("_int.xmodel")][0]
+    assert_same_xmodel(os.path.join(folder, "xmodel", xmodel), os.path.join(real, xmodel))
 
 
 @pytest.mark.parametrize("name", NAMES)
