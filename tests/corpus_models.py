@@ -290,6 +290,62 @@ class TwoInputNet(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
 
 
+class OpsNet(nn.Module):
+    """Operators the families above do not use: max pool with ceil_mode, average pool without
+    the padding in its count, dilated and non-square convs, a ZeroPad2d the conv absorbs,
+    interpolate to a size, cat of a tensor with a scaled copy, a channel slice."""
+    def __init__(self, classes=5):
+        super().__init__()
+        self.c1 = cbr(3, 8)
+        self.pool = nn.MaxPool2d(3, 2, ceil_mode=True)
+        self.c2 = nn.Conv2d(8, 8, (3, 1), stride=(1, 2), padding=(1, 0))
+        self.avg = nn.AvgPool2d(2, 2, count_include_pad=False)
+        self.c3 = nn.Conv2d(8, 8, 3, padding=2, dilation=2)
+        self.pad = nn.ZeroPad2d((1, 1, 1, 1))
+        self.c4 = nn.Conv2d(8, 8, 3)
+        self.fc = nn.Linear(8 * 4 * 4, classes)
+
+    def forward(self, x):
+        x = self.avg(F.relu(self.c2(self.pool(self.c1(x)))))
+        x = F.relu6(self.c3(x)) + x
+        x = F.interpolate(self.c4(self.pad(x)), size=(4, 4), mode="nearest")
+        y = torch.cat([x, x * 0.5], 1)[:, :8]
+        return self.fc(y.reshape(y.size(0), -1))
+
+
+class PadArithNet(nn.Module):
+    """Asymmetric F.pad (an XIR pad op), leaky ReLU, x * sigmoid(x), and number operands on either
+    side of a tensor (c - x, c * x, c + x, x - c, x / c) on two branches: nndct numbers those
+    constants in the order of its depth-first walk, per operator kind, not in program order."""
+    def __init__(self, classes=4):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3)
+        self.c2 = nn.Conv2d(8, 8, 3)
+        self.c3 = nn.Conv2d(8, 8, 1)
+        self.c5 = nn.Conv2d(8, 8, 1)
+        self.c4 = nn.Conv2d(8, classes, 1)
+
+    def forward(self, x):
+        x = F.leaky_relu(F.relu(self.c1(F.pad(x, (2, 0, 1, 1)))), 0.1)
+        x = self.c2(F.pad(torch.sigmoid(x) * x, (1, 1, 1, 1), value=0.0))
+        p = 2.0 * self.c3(1.5 - x)
+        q = self.c5(x) + 0.75
+        return self.c4((p - 0.25 + q * 1.5) / 4.0).mean(dim=(2, 3))
+
+
+class UpConvNet(nn.Module):
+    """The two exact-doubling ConvTranspose2d of decoder heads: kernel 4 stride 2 padding 1, and
+    kernel 2 stride 2."""
+    def __init__(self):
+        super().__init__()
+        self.c = cbr(3, 8)
+        self.up = nn.ConvTranspose2d(8, 6, 4, stride=2, padding=1)
+        self.up2 = nn.ConvTranspose2d(6, 6, 2, stride=2)
+        self.head = nn.Conv2d(6, 4, 1)
+
+    def forward(self, x):
+        return self.head(F.relu(self.up2(F.relu(self.up(self.c(x))))))
+
 # name -> (class, input shapes without the batch dimension)
 CORPUS = {
     "resnet50": (ResNet50, [(3, 32, 32)]),
@@ -303,6 +359,9 @@ CORPUS = {
     "yolo_tiny": (YoloTiny, [(3, 32, 32)]),
     "mlp": (MLP, [(24,)]),
     "two_input": (TwoInputNet, [(3, 16, 16), (1, 16, 16)]),
+    "ops": (OpsNet, [(3, 16, 16)]),
+    "pad_arith": (PadArithNet, [(3, 10, 10)]),
+    "upconv": (UpConvNet, [(3, 8, 8)]),
 }
 TARGET = "DPUCZDX8G_ISA1_B4096"
 

@@ -417,6 +417,45 @@ class _Builder:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
 
 
+# the jit kinds whose number operand nndct's parser turns into a const node first (OptPass.
+# transform_const_scalar_to_const_tensor: add, sub, mul, div, rsub; remainder has no sim op)
+_CONST_PASS_TYPES = (t.ADD, t.SUB, t.MULTIPLY, t.DIV, t.RSUB)
+
+
+def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNode]:
+    """The consts in nndct's numbering order. nndct's parser finds the arithmetic nodes with a
+    depth-first walk (pre-order, from the nodes without inputs, a node's users in graph order),
+    collects them per jit kind (the kinds in the order the walk first meets them), and makes the
+    number operand of each (the second jit input: ``x + c``, ``c + x``, ``x - c``, ``c - x``
+    = ``rsub(x, c)``, ``x * c``, ``x / c``) a const node, in that order, ahead of every node
+    (Vitis-AI ``pytorch_nndct/parse/trace_helper.py`` and ``opt_pass.py``,
+    ``nndct_graph/graph_searcher.py``). Other consts (``//``, ...) follow in program order."""
+    users = {id(n): [] for n in nodes}  # type: Dict[int, List[SimNode]]
+    for n in nodes:
+        for i in n.inputs:
+            if i.op != CONST and n not in users[id(i)]:
+                users[id(i)].append(n)
+    groups = {}  # type: Dict[str, List[SimNode]]
+    seen = set()  # type: set
+    for root in [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op in _CONST_PASS_TYPES:
+                groups.setdefault(node.op, []).append(node)
+            stack.extend(reversed([u for u in users[id(node)] if id(u) not in seen]))
+    ordered = []  # type: List[SimNode]
+    for members in groups.values():
+        for n in members:
+            first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
+            if first in n.const_args:
+                ordered.append(n.const_args[first])
+    return ordered + [c for c in consts if c not in ordered]
+
+
 def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite: bool = True,
             traced: Any = None) -> SimGraph:
     """Copy (``work_copy``), rewrite and trace ``model``; name every node as nndct does.
@@ -471,7 +510,7 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
             outputs = builder.resolve_all(fx_node.all_input_nodes)
         else:
             builder.visit(fx_node)
-    nodes = builder.consts + builder.nodes
+    nodes = _nndct_const_order(builder.consts, builder.nodes) + builder.nodes
     for index, node in enumerate(nodes):
         node.name = "%s_%d" % (node.op.replace("::", "_"), index)  # aten::mean -> aten_mean_22
         for i in node.inputs:

@@ -460,8 +460,8 @@ def decide(node: OpNode, ctx: Context) -> Verdict:
     as float operators); an op whose rule could put it on the DPU but which the quantizer keeps
     as a float operator (``mean``) goes to the CPU."""
     rule = OP_RULES.get(node.op)
-    if rule is None:
-        return unknown(node, ctx)
     if node.float_operator and rule not in (cpu_activation, softmax):
         return float_operator(node, ctx)
+    if rule is None:
+        return unknown(node, ctx)
     return rule(node, ctx)

@@ -80,7 +80,7 @@ _MODULE_OPS = (
     (nn.LeakyReLU, "leaky_relu"), (nn.PReLU, "prelu"), (nn.Hardsigmoid, "hsigmoid"),
     (nn.Hardswish, "hswish"), (nn.Sigmoid, "sigmoid"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"),
     (nn.GELU, "gelu"), (nn.Softmax, "softmax"), (nn.MaxPool2d, "max_pool2d"),
-    (nn.AvgPool2d, "avg_pool2d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"),
+    (nn.AvgPool2d, "avg_pool2d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"), (nn.ZeroPad2d, "pad"),
     (nn.Flatten, "flatten"), (nn.Dropout, "identity"), (nn.Dropout2d, "identity"),
     (nn.AlphaDropout, "identity"), (nn.Identity, "identity"),
 )

@@ -158,10 +158,11 @@ def is_split(node: Any) -> bool:
 
 
 def getitem(b: Builder, node: torch.fx.Node, mod: None) -> str:
-    """One piece of a chunk/split (Slice along its dim, bounds from the traced sizes)."""
+    """One piece of a chunk/split (Slice along its dim, bounds from the traced sizes), or a
+    tensor indexed by slices (``x[:, :8]``, see ``_slice``)."""
     base, index = node.args
     if not is_split(base):
-        raise Unsupported("indexing a tensor (only the pieces of chunk/split)")
+        return _slice(b, node, base, index)
     x = base.args[0]
     size = b.shape(x)
     dim = int(b.static(arg(base, 2, "dim", 0))) % len(size)
@@ -179,3 +180,32 @@ def getitem(b: Builder, node: torch.fx.Node, mod: None) -> str:
         raise Unsupported("splitting the batch dimension")
     return b.op("Slice", [b.tensor(x), b.ints(node.name + "/starts", [start]), b.ints(node.name + "/ends", [end]),
                           b.ints(node.name + "/axes", [dim])], node.name)
+
+
+def _slice(b: Builder, node: torch.fx.Node, x: Any, index: Any) -> str:
+    """``x[s0, s1, ...]`` with constant, positive-step slices (dims from the left) as one Slice;
+    integers, None, Ellipsis, tensors and a slice of the batch dimension are refused."""
+    index = b.static(index)
+    index = index if isinstance(index, tuple) else (index,)
+    if not all(isinstance(i, slice) for i in index):
+        raise Unsupported("indexing a tensor by %s (only slices: x[:, a:b])" % (index,))
+    size = b.shape(x)
+    starts, ends, axes, steps = [], [], [], []
+    for dim, piece in enumerate(index):
+        if not all(v is None or isinstance(v, int) for v in (piece.start, piece.stop, piece.step)):
+            raise Unsupported("a slice bound is not a constant: %s" % (piece,))
+        start, stop, step = piece.indices(size[dim])
+        if step <= 0:
+            raise Unsupported("slice step %d (only positive steps)" % step)
+        if (start, stop, step) == (0, size[dim], 1):
+            continue
+        if dim in b.batch_dims(x):
+            raise Unsupported("slicing the batch dimension")
+        starts.append(start)
+        ends.append(stop)
+        axes.append(dim)
+        steps.append(step)
+    if not axes:  # x[:] and the like
+        return b.op("Identity", [b.tensor(x)], node.name)
+    return b.op("Slice", [b.tensor(x), b.ints(node.name + "/starts", starts), b.ints(node.name + "/ends", ends),
+                          b.ints(node.name + "/axes", axes), b.ints(node.name + "/steps", steps)], node.name)

@@ -111,8 +111,10 @@ def _functional(names: Sequence[str], defaults: Dict[str, Any]) -> Callable[...,
     return wrap
 
 
-def _pool_geometry(b: Builder, node: torch.fx.Node, mod: Any) -> Dict[str, Any]:
-    """kernel/stride/pads/dilations of a 2-D pool; refuses ceil_mode when it changes the output."""
+def _pool_geometry(b: Builder, node: torch.fx.Node, mod: Any, ceil_as_padding: bool = False) -> Dict[str, Any]:
+    """kernel/stride/pads/dilations of a 2-D pool. Where ceil_mode adds a last, partial window,
+    ``ceil_as_padding`` (max pool) pads the bottom/right ends by what that window lacks (ONNX's
+    MaxPool never picks a padded value, as torch's never looks past the input); otherwise refused."""
     _one_input(node, mod)
     kernel = pair(mod.kernel_size)
     stride = pair(mod.stride or mod.kernel_size)  # torch: stride None (or []) means the kernel
@@ -121,19 +123,21 @@ def _pool_geometry(b: Builder, node: torch.fx.Node, mod: Any) -> Dict[str, Any]:
     shape_in, shape_out = b.shape(node.args[0]), b.shape(node)
     if len(shape_in) != 4:
         raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape_in))
-    floor_out = tuple((shape_in[2 + i] + 2 * pad[i] - dil[i] * (kernel[i] - 1) - 1) // stride[i] + 1
-                      for i in range(2))
-    if tuple(shape_out[2:]) != floor_out:
-        raise Unsupported("output %s differs from the floor-mode output %s (ceil_mode)"
-                           % (tuple(shape_out), floor_out))
-    return {"kernel_shape": list(kernel), "strides": list(stride), "pads": list(pad) * 2,
+    # the input extent the output's windows span, beyond the input and its padding
+    extra = [(shape_out[2 + i] - 1) * stride[i] + dil[i] * (kernel[i] - 1) + 1 - (shape_in[2 + i] + 2 * pad[i])
+             for i in range(2)]
+    if any(e > 0 for e in extra) and not ceil_as_padding:
+        raise Unsupported("output %s has a partial last window (ceil_mode); only max pool writes it"
+                          % (tuple(shape_out),))
+    ends = [pad[i] + max(extra[i], 0) for i in range(2)]
+    return {"kernel_shape": list(kernel), "strides": list(stride), "pads": list(pad) + ends,
             "dilations": list(dil)}
 
 
 def _maxpool(b: Builder, node: torch.fx.Node, mod: nn.MaxPool2d) -> str:
     if mod.return_indices:
         raise Unsupported("return_indices=True")
-    return b.op("MaxPool", [b.tensor(node.args[0])], node.name, **_pool_geometry(b, node, mod))
+    return b.op("MaxPool", [b.tensor(node.args[0])], node.name, **_pool_geometry(b, node, mod, True))
 
 
 def _window_sum(b: Builder, node: torch.fx.Node, kernel: Sequence[int], stride: Sequence[int],

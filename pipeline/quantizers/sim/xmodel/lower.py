@@ -170,6 +170,12 @@ class _Lowering:
             m = self.module(node)
             if isinstance(m.padding, str):
                 raise unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
+            if any(_pair(getattr(m, "output_padding", 0))):
+                # nndct writes transposed-conv2d without it: the op's output would lack the last row/column
+                raise unsupported(node, "output_padding=%s: the xmodel's transposed conv has no output padding (the "
+                                        "real quantizer drops it and the compiled output is one row/column short); "
+                                        "use kernel_size = 2 * stride with padding = stride // 2 (e.g. 4, 2, 1) for "
+                                        "an exact doubling" % (tuple(_pair(m.output_padding)),))
             (kh, kw), (sh, sw), (dh, dw), (ph, pw) = (_pair(m.kernel_size), _pair(m.stride), _pair(m.dilation),
                                                       _pair(m.padding))
             return {"kernel": [kw, kh], "stride": [sw, sh], "dilation": [dw, dh], "pad_mode": 0,
@@ -218,12 +224,15 @@ class _Lowering:
     def pool_attrs(self, node: SimNode) -> Dict[str, Any]:
         m = self.module(node)
         if m is not None:
-            a = {k: getattr(m, k, None) for k in ("kernel_size", "stride", "padding", "ceil_mode", "count_include_pad",
-                                                  "divisor_override")}
+            a = {k: getattr(m, k, None) for k in ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                                  "count_include_pad", "divisor_override")}
         else:
             a = self.call_args(node)
         if a.get("divisor_override") is not None:
             raise unsupported(node, "divisor_override is not carried by the xmodel")
+        if any(d != 1 for d in _pair(a.get("dilation") or 1)):
+            raise unsupported(node, "dilation=%s: the xmodel's pool has no dilation (nndct writes the pool without it); "
+                                    "use dilation 1" % (tuple(_pair(a["dilation"])),))
         (kh, kw) = _pair(a["kernel_size"])
         (sh, sw) = _pair(a["stride"]) if a["stride"] not in (None, []) else (kh, kw)
         (ph, pw) = _pair(a["padding"])
