@@ -215,7 +215,10 @@ class TorchQuantizer:
         """The batch-1 example inputs (first sample of each ``input_args`` tensor), contiguous copies."""
         return tuple(e[:1].clone().contiguous() for e in self._examples)
 
-    def _check_exportable(self, method: str) -> None:
+    def _check_exportable(self, method: str, output_dir: Any) -> None:
+        if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir):
+            raise ExportError("%s: output_dir must be a folder path (a str), got %r; nothing was written"
+                              % (method, output_dir))
         if self.quant_mode != "test":
             raise QuantizationError(
                 "%s needs test mode: this quantizer was created in calib mode. Call "
@@ -304,7 +307,7 @@ class TorchQuantizer:
                 these and returns None; here they raise, like the other exports).
             ExportError: the exporter cannot write the model (see ``pipeline.export``).
         """
-        self._check_exportable("export_onnx_model")
+        self._check_exportable("export_onnx_model", output_dir)
         if opset_version not in (None, 13):
             raise QuantizationError("export_onnx_model: the exporter writes opset 13, got opset_version=%r"
                                     % opset_version)
@@ -357,11 +360,18 @@ class TorchQuantizer:
         Raises:
             QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only logs
                 these and writes nothing).
-            ExportError: the first test-mode forward was not batch 1 (the real one would log "Batch
-                size must be 1" and write a batch-N file; nothing is written here), a node the xmodel
-                cannot carry (named), or a file that fails its own check.
+            ExportError: ``output_dir`` is not a path; the first test-mode forward was not batch 1 (the
+                real one would log "Batch size must be 1" and write a batch-N file; nothing is written
+                here) or passed its inputs by keyword; a node the xmodel cannot carry (named), or a
+                file that fails its own check.
+            StorageError: ``output_dir`` (or a folder above it) is a file, or cannot take the file.
         """
-        self._check_exportable("export_xmodel")
+        self._check_exportable("export_xmodel", output_dir)
+        if self._first_inputs is None:
+            raise ExportError(
+                "export_xmodel: the first forward of quant_model in test mode passed its inputs by keyword, so "
+                "their shapes were not recorded; create the test-mode quantizer again and run "
+                "quant_model(x[:1]) (inputs by position) as its first forward; nothing was written")
         if self._first_batch != 1:
             raise ExportError(
                 "export_xmodel: the first forward of quant_model in test mode had batch size %d; the real "
@@ -397,7 +407,7 @@ class TorchQuantizer:
                 logs these and returns None).
             ExportError: the trace does not reproduce the simulation on the example.
         """
-        self._check_exportable("export_torch_script")
+        self._check_exportable("export_torch_script", output_dir)
         gm = self._model
         # a hook-free GraphModule on the same submodules (a copy of the graph): the forward
         # counter stays the user's

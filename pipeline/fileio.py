@@ -16,7 +16,8 @@ from .errors import StorageError
 
 # errno values that mean "this folder cannot take the file": disk full, quota, file size limit,
 # read-only file system, no permission. Other OSErrors are bugs and propagate as they are.
-STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO)
+STORAGE_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS, errno.EACCES, errno.EPERM, errno.EIO,
+                  errno.EEXIST, errno.ENOTDIR)  # the last two: the folder (or one above it) is a file
 
 
 @contextlib.contextmanager
@@ -53,9 +54,13 @@ def atomic_path(path: str) -> Iterator[str]:
 def _storage_error(path: str, exc: OSError) -> StorageError:
     """The one-line StorageError for a file the folder of ``path`` could not take (``exc``)."""
     name = os.path.basename(path)
+    folder = os.path.dirname(os.path.abspath(path))
+    if exc.errno in (errno.EEXIST, errno.ENOTDIR):
+        return StorageError("cannot write %s in %s: that folder, or one above it, is a file; nothing was written. "
+                            "Choose a folder path, then run again" % (name, folder))
     return StorageError("cannot write %s in %s: %s; nothing was left half-written (%s is %s). Free space or "
                         "choose a writable folder, then run again"
-                        % (name, os.path.dirname(os.path.abspath(path)), exc.strerror or exc, name,
+                        % (name, folder, exc.strerror or exc, name,
                            "unchanged" if os.path.exists(path) else "not there"))
 
 

@@ -49,8 +49,9 @@ def run(ctx: Any) -> CalibResult:
     warnings = list(input_stats["warnings"])
     if ctx.cfg.quantizer.bitwidth != 8:
         warnings.append("quantizer.bitwidth is %d: the DPU targets run 8-bit (int8) models, so this calibration is a "
-                        "simulation experiment; the xmodel export and compile need bitwidth 8"
-                        % ctx.cfg.quantizer.bitwidth)
+                        "simulation experiment; an xmodel exported from it carries %d-bit fix ops (as the real "
+                        "quantizer writes them), which the DPU compiler is not meant to take"
+                        % (ctx.cfg.quantizer.bitwidth, ctx.cfg.quantizer.bitwidth))
     for warning in warnings:
         log.warning("calib: %s", warning)
     fingerprint = ctx.fingerprint(model, example)

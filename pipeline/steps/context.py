@@ -243,6 +243,11 @@ class Run(RunDir):
                             % by)
         with torch.no_grad():
             outputs = model(example.clone())
+        if not isinstance(outputs, torch.Tensor):
+            raise DataError("%s: the model returns %s, not one tensor of class scores (N, classes); training and the "
+                            "accuracy test need one. Run only calib, export, compile, deploy for this model (give "
+                            "model.weights), or wrap it so that forward returns the scores"
+                            % (by, type(outputs).__name__))
         classes = int(outputs.shape[1]) if outputs.dim() == 2 else None
         top = int(np.max(labels))
         if classes is not None and (top >= classes or int(np.min(labels)) < 0):

@@ -47,21 +47,31 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
 
     Raises:
         lower.XmodelUnsupported: a node the xmodel cannot carry (named); nothing is written.
-        ExportError: the file does not pass its own check, or running it differs from the simulation
+        ExportError: an op breaks XIR's definitions, the model's outputs are not a tensor or a flat
+            tuple/list of tensors, the file does not pass its own check, or running it differs from the simulation
             (an output or an intermediate op); nothing is written under the final name.
     """
     from . import reader, verify
-    graph, names = build(session, lowered, examples)
+    from .xgraph import XGraphError
+    try:
+        graph, names = build(session, lowered, examples)
+    except XGraphError as e:
+        raise ExportError("xmodel: an op the writer built breaks XIR's op definitions (%s): a case the writer does "
+                          "not cover; nothing was written. The ONNX exports do not depend on it: drop xmodel from "
+                          "export.formats to go on, and report the model" % e) from None
     data = graph.serialize()
     message = reader.read_xmodel(data)
     checked = reader.check(message)
     report = reader.describe(message)
     compared = verify.compare(checked, session, lowered, examples, names)
     if compared["mismatches"] or compared["nodes_differing"]:
+        ops = ["%s (%s)" % (name, checked.get_op(name).type) for name in compared["nodes_differing"][:5]]
         raise ExportError("xmodel: running the written graph differs from the simulation: %d of %d output elements "
-                          "(max abs diff %g), ops %s; nothing was written"
+                          "(max abs diff %g), first ops that differ: %s; nothing was written. This is a case the "
+                          "writer gets wrong; the ONNX exports do not depend on it: drop xmodel from export.formats "
+                          "to go on, and report the model"
                           % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
-                             ", ".join(compared["nodes_differing"][:5]) or "none"))
+                             ", ".join(ops) or "none (only the outputs)"))
     path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
     write_bytes(path, data)
     report.update(path=path, bytes=len(data), check="ok", interpreter=compared)

@@ -541,38 +541,49 @@ def to_model_layout(x: torch.Tensor) -> torch.Tensor:
     return x.permute(TO_NCHW) if x.dim() == 4 else x
 
 
+def fit_layout(x: torch.Tensor, shape: Sequence[int]) -> Optional[torch.Tensor]:
+    """``x`` read in the layout that gives the model's ``shape``: a 4-D value as NCHW from NHWC
+    (:func:`to_model_layout`, nndct's usual end) or as it is (a file that ends in a transpose back
+    to NCHW, or in an op that keeps torch's layout); None when neither reading fits."""
+    for value in (to_model_layout(x), x):
+        if list(value.shape) == list(shape):
+            return value
+    return None
+
+
 def _by_shape(graph: XGraph, results: Mapping[str, torch.Tensor],
               shapes: Sequence[Sequence[int]]) -> List[Tuple[str, torch.Tensor]]:
+    """(op name, value as it is in the file) of the output fitting each shape (:func:`fit_layout`)."""
     names = outputs(graph)
-    values = [to_model_layout(results[name]) for name in names]
-    free = list(range(len(values)))
+    free = list(range(len(names)))
     ordered = []  # type: List[Tuple[str, torch.Tensor]]
     for shape in shapes:
-        match = next((i for i in free if list(values[i].shape) == list(shape)), None)
+        match = next((i for i in free if fit_layout(results[names[i]], shape) is not None), None)
         if match is None:
             raise InterpreterError("xmodel interpreter: no output of dims %s among %s"
-                                   % (list(shape), [list(values[i].shape) for i in free]))
+                                   % (list(shape), [list(results[names[i]].shape) for i in free]))
         free.remove(match)
-        ordered.append((names[match], values[match]))
+        ordered.append((names[match], results[names[match]]))
     return ordered
 
 
 def model_outputs(graph: XGraph, results: Mapping[str, torch.Tensor],
                   shapes: Optional[Sequence[Sequence[int]]] = None) -> List[torch.Tensor]:
-    """The graph's outputs (:func:`outputs`) in the model's layout (:func:`to_model_layout`).
+    """The graph's outputs (:func:`outputs`) in the model's layout.
 
     Args:
         graph, results: the graph and what :func:`run` returned for it.
         shapes: the model's output shapes, in the model's order. Given, each is matched to the first
-            not yet matched output of that shape (the file lists outputs in its own order: Detect's
-            second head comes first), and the outputs come back in the model's order.
+            not yet matched output that fits it (:func:`fit_layout`; the file lists outputs in its own
+            order: Detect's second head comes first), and the outputs come back in the model's order.
+            Not given, every 4-D output is taken as NHWC (:func:`to_model_layout`).
 
     Raises:
-        InterpreterError: ``shapes`` has a shape no remaining output has.
+        InterpreterError: ``shapes`` has a shape no remaining output fits.
     """
     if shapes is None:
         return [to_model_layout(results[name]) for name in outputs(graph)]
-    return [value for _, value in _by_shape(graph, results, shapes)]
+    return [fit_layout(value, shape) for (_, value), shape in zip(_by_shape(graph, results, shapes), shapes)]
 
 
 # --------------------------------------------------------------------------------------- the simulation

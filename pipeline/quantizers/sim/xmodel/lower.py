@@ -61,6 +61,9 @@ class XmodelUnsupported(ExportError):
     """A node the xmodel format (or this writer) cannot carry; the message names it."""
 
 
+_OPERAND_TYPES = (t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV, t.CONCAT)
+
+
 def unsupported(node: SimNode, why: str) -> XmodelUnsupported:
     """The error for a node the xmodel cannot carry, naming it (nndct name, type, the model's call) and why."""
     target = node.fx_node.target if node.fx_node is not None else None
@@ -126,7 +129,22 @@ class _Lowering:
         inputs = [i for i in node.inputs if not (i.op == t.SHAPE or i.shape_value)]
         if node.op == t.DIV and 0 in node.const_args:
             raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
+        if node.op in _OPERAND_TYPES:
+            self.check_operands(node)
         return inputs
+
+    def check_operands(self, node: SimNode) -> None:
+        """The operands of arithmetic and cat: each tensor once, none a parameter or buffer (the
+        capture keeps one input per distinct producer)."""
+        args = node.fx_node.args
+        tensors = list(args[0]) if node.op == t.CONCAT and args and isinstance(args[0], (list, tuple)) else list(args)
+        tensors = [a for a in tensors if isinstance(a, torch.fx.Node)]
+        if any(a.op == "get_attr" for a in tensors):
+            raise unsupported(node, "a parameter or buffer of the model is an operand (the writer has no const for "
+                                    "it yet); fold it into a conv/linear, or use a Python number")
+        if len(set(tensors)) != len(tensors):
+            raise unsupported(node, "the same tensor is an operand twice (y + y, y * y, torch.cat([y, y])), which the "
+                                    "writer does not carry yet; for y + y write 2 * y")
 
     def output(self, node: SimNode) -> np.ndarray:
         if node.op == t.CONST:
@@ -170,6 +188,9 @@ class _Lowering:
             m = self.module(node)
             if isinstance(m.padding, str):
                 raise unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
+            if node.op == t.CONVTRANSPOSE2D and m.groups != 1:
+                raise unsupported(node, "groups=%d: a grouped transposed conv is not written yet (depthwise, groups = "
+                                        "in_channels = out_channels, is)" % m.groups)
             if any(_pair(getattr(m, "output_padding", 0))):
                 # nndct writes transposed-conv2d without it: the op's output would lack the last row/column
                 raise unsupported(node, "output_padding=%s: the xmodel's transposed conv has no output padding (the "
@@ -315,6 +336,9 @@ class _Lowering:
             pad, mode, value = list(a["pad"]), a["mode"], a["value"]
         if mode != "constant":
             raise unsupported(node, "pad mode %r (the xmodel writer folds constant pads)" % mode)
+        if any(int(p) < 0 for p in pad):
+            raise unsupported(node, "negative padding %s (a crop): the DPU pads, it does not crop; slice the tensor "
+                                    "instead (x[:, :, a:b, c:d])" % (list(pad),))
         return {"pad_with": [int(p) for p in pad], "mode": "CONSTANT", "constant_values": float(value or 0.0)}
 
 

@@ -325,9 +325,12 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             position += 1
         if position == len(ops):
             from .lower import unsupported
-            raise unsupported(node, "the real quantizer's trace of the model has no %s op at its place (torch "
-                                    "traces it as other ops, e.g. a number divided by a tensor as reciprocal and mul)"
-                              % "/".join(kinds))
+            raise unsupported(node, "torch.jit traces this call as ops other than %s (as it does for padding='same' "
+                                    "convs, reflection pads, a number divided by a tensor), and the writer takes the "
+                                    "xmodel's op names from that trace, as the real quantizer does; this form is not "
+                                    "written yet. The ONNX exports do not depend on it: drop xmodel from "
+                                    "export.formats to go on, or write the call in a form the table in docs/xmodel.md "
+                                    "lists" % "/".join(kinds))
         op = ops[position]
         names[node.name] = prefix + op.name
         for index, const in node.const_args.items():

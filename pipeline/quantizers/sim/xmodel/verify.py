@@ -10,8 +10,9 @@ from typing import Any, Dict, List, Mapping, Optional, Sequence, Tuple
 import torch
 import torch.fx
 
+from ....errors import ExportError
 from ... import fixpoint
-from .interp import FloatOp, InterpreterError, _by_shape, _error, is_custom, run, to_model_layout
+from .interp import FloatOp, InterpreterError, _by_shape, _error, fit_layout, is_custom, run, to_model_layout
 from .xgraph import XGraph, XOp, formal_name
 
 
@@ -31,8 +32,13 @@ def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> T
             return values[n]
 
     with torch.no_grad():
-        out = _Recorder(lowered).run(*examples)
-    return _as_list(out), values
+        out = _as_list(_Recorder(lowered).run(*examples))
+    if not all(isinstance(y, torch.Tensor) for y in out):
+        kinds = sorted({"a dict" if isinstance(y, dict) else "a nested tuple/list" if isinstance(y, (tuple, list))
+                        else type(y).__name__ for y in out if not isinstance(y, torch.Tensor)})
+        raise ExportError("xmodel: the model returns %s; the xmodel carries a tensor or a flat tuple/list of tensors "
+                          "(return the tensors themselves, e.g. a tuple instead of a dict)" % ", ".join(kinds))
+    return out, values
 
 
 def sim_names(session: Any, examples: Sequence[torch.Tensor]) -> Dict[str, str]:
@@ -142,6 +148,17 @@ def _bits_differ(a: torch.Tensor, b: torch.Tensor) -> int:
     return int((a.view(torch.int32) != b.view(torch.int32)).sum())
 
 
+def _as_model_output(value: torch.Tensor, sim: torch.Tensor) -> torch.Tensor:
+    """An output of the file in the model's layout (``interp.fit_layout``); where both readings of
+    a 4-D output fit (C = H = W), the bit-equal one, NHWC first. A value that fits neither comes
+    back as NHWC read as NCHW, for the dims error to show."""
+    value_nchw = to_model_layout(value)
+    if value.dim() == 4 and list(value.shape) == list(value_nchw.shape) == list(sim.shape):
+        return value if _bits_differ(value_nchw, sim) and not _bits_differ(value, sim) else value_nchw
+    fitted = fit_layout(value, sim.shape)
+    return fitted if fitted is not None else value_nchw
+
+
 def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
             names: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Run ``graph`` on the batch-1 ``examples`` and compare its outputs with the simulation's, bit by bit.
@@ -178,9 +195,10 @@ def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples
             if op is None:
                 matched = []
                 break
-            matched.append((op.name, to_model_layout(results[op.name])))
+            matched.append((op.name, results[op.name]))
     if not matched:
         matched = _by_shape(graph, results, [list(y.shape) for y in sim_out])
+    matched = [(name, _as_model_output(value, sim)) for (name, value), sim in zip(matched, sim_out)]
     compared, differing = _compare_nodes(graph, results, names, values)
     report = {"outputs": [], "elements": 0, "mismatches": 0, "max_abs_diff": 0.0, "nodes_compared": compared,
               "nodes_differing": differing}  # type: Dict[str, Any]
