@@ -11,17 +11,7 @@ from torch import nn
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, StorageError
 from pipeline.quantizers.sim.xmodel import reader, verify
-
-
-class Lambda(nn.Module):
-    def __init__(self, fn, **modules):
-        super().__init__()
-        self.fn = fn
-        for name, module in modules.items():
-            setattr(self, name, module)
-
-    def forward(self, x):
-        return self.fn(self, x)
+from test_inspect import Lambda
 
 
 def conv(cin=3, cout=8, k=3, **kw):
