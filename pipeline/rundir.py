@@ -2,6 +2,7 @@
 
 Layout (``work_dir``)::
 
+    .pipeline-run               the mark: this folder was created (or found empty) by the pipeline
     config.resolved.yaml        the validated config, input paths made absolute
     model/float.pt              train: the float state_dict (or the configured model.weights)
     quantize_result/            calib: quant_info.json (+ bias_corr.pth), calib_fingerprint.json
@@ -9,6 +10,7 @@ Layout (``work_dir``)::
     compile/                    compile: compiled xmodel and log, or compile.sh + compile_plan.md
     deploy/                     deploy: the deploy bundle and its manifest
     steps/<step>.json           each step's results (pipeline.steps: one dataclass per step)
+    steps/<step>.files.json     the files the step wrote in its folder (what invalidation removes)
     status.json                 running (pid, step) from the start; ok, failed or interrupted at the end
                                 (pipeline.runstatus: a killed run reads as interrupted)
     report.json, report.md      rewritten at each step's start and after every invocation from steps/*.json
@@ -16,11 +18,18 @@ Layout (``work_dir``)::
 What each step writes and which steps derive from it come from the step declarations
 (``pipeline.steps``): this module names no step but ``train`` (whose folder an outside
 model.weights keeps) and ``calib`` (whose folder is complete or absent).
+
+Ownership: the pipeline runs only in a folder it marked (``.pipeline-run``): a new or empty folder
+gets the mark, a non-empty folder without it is refused (a user's project folder named as the run
+folder), and a run folder made before the mark existed (``status.json`` and ``steps/``) is adopted.
+Invalidation removes only the files a step's record lists, then the folders that became empty:
+never a folder, nor a file a user put next to the results.
 """
+import json
 import logging
 import os
-import shutil
-from typing import Any, Dict, Optional
+import time
+from typing import Any, Dict, List, Optional, Tuple
 
 import yaml
 
@@ -29,6 +38,9 @@ from .errors import PipelineError
 from .runstatus import LOCK_ENV, LOCK_FILE
 
 log = logging.getLogger("pipeline")
+
+MARK_FILE = ".pipeline-run"
+Snapshot = Dict[str, Tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
 
 class RunDir:
@@ -84,29 +96,76 @@ class RunDir:
         raw.setdefault("run", {})["work_dir"] = self.work_dir
         return fileio.write_text(self.path("config.resolved.yaml"), yaml.safe_dump(raw, sort_keys=True))
 
+    def snapshot(self, step: str) -> Snapshot:
+        """The files in ``step``'s folder now, to tell later which ones the step wrote."""
+        from .steps import BY_NAME
+        return _files(self.work_dir, BY_NAME[step].writes)
+
+    def record_written(self, step: str, before: Snapshot) -> None:
+        """Add to ``steps/<step>.files.json`` the files of the step's folder that are new or were
+        rewritten since ``before`` (rank 0 only; also after a failed step, whose partial files the
+        next invalidation must find)."""
+        from .steps import BY_NAME
+        if not self.is_main:
+            return
+        now = _files(self.work_dir, BY_NAME[step].writes)
+        written = sorted(set(self._recorded(step)) | {p for p, key in now.items() if before.get(p) != key})
+        if written:
+            fileio.write_json(self._record_path(step), {"files": written})
+
     def invalidate(self, step: str) -> None:
         """Remove the results of ``step`` and of the steps derived from it (``pipeline.steps.derived``),
-        before ``step`` runs. The train step keeps model/ when model.weights names an outside file."""
+        before ``step`` runs: the files each step's record lists, the folders that became empty, and
+        the step's result. The train step keeps model/ when model.weights names an outside file."""
         from .steps import BY_NAME, derived
         own = () if step == "train" and self.cfg.model.weights is not None else (step,)
         stale = []
         for name in own + derived(step):
-            folder, result = self.path(BY_NAME[name].writes), self.path("steps", name + ".json")
-            if name != step and (os.path.exists(folder) or os.path.exists(result)):
+            result = self.path("steps", name + ".json")
+            if name != step and (self._recorded(name) or os.path.exists(result)):
                 stale.append(name)
-            if os.path.isdir(folder):
-                shutil.rmtree(folder)
+            self.remove_written(name)
             if os.path.exists(result):
                 os.remove(result)
         if stale:
             log.info("%s: removed the results of %s, which came from the previous %s", step, ", ".join(stale), step)
 
+    def remove_written(self, step: str) -> None:
+        """Delete the files ``step`` wrote (its record), then the folders under its folder that are
+        empty now, then the record. Files it has no record of stay, with a warning."""
+        from .steps import BY_NAME
+        folder = self.path(BY_NAME[step].writes)
+        for rel in self._recorded(step):
+            path = os.path.join(self.work_dir, rel)
+            if os.path.isfile(path) or os.path.islink(path):
+                os.remove(path)
+        for root, _, _ in sorted(os.walk(folder), key=lambda entry: -len(entry[0])):
+            if not os.listdir(root):
+                os.rmdir(root)
+        if os.path.exists(self._record_path(step)):
+            os.remove(self._record_path(step))
+        if os.path.isdir(folder):
+            log.warning("%s: left %s in %s: the pipeline has no record of writing it; remove it if it is stale",
+                        step, ", ".join(sorted(os.listdir(folder))[:5]), folder)
+
+    def _record_path(self, step: str) -> str:
+        return self.path("steps", step + ".files.json")
+
+    def _recorded(self, step: str) -> List[str]:
+        path = self._record_path(step)
+        if not os.path.isfile(path):
+            return []
+        files = fileio.read_json(path).get("files", [])
+        # only paths inside the run folder: the record is data, a hand-edited one must not reach outside
+        return [f for f in files if isinstance(f, str) and not os.path.isabs(f)
+                and os.path.normpath(f) == f and not f.startswith("..")]
+
     def drop_partial_calibration(self) -> None:
-        """Remove quantize_result/ after a failed or interrupted calib step: its files are written one by
-        one (each atomically), and under torchrun a rank can fail after rank 0 wrote quant_info.json but
-        before the fingerprint; a calibration is complete or absent."""
-        if os.path.isdir(self.quant_dir):
-            shutil.rmtree(self.quant_dir)
+        """Remove what a failed or interrupted calib step wrote in quantize_result/: its files are
+        written one by one (each atomically), and under torchrun a rank can fail after rank 0 wrote
+        quant_info.json but before the fingerprint; a calibration is complete or absent."""
+        if self._recorded("calib"):
+            self.remove_written("calib")
             log.info("calib: removed the incomplete %s", self.quant_dir)
 
     def remove_stale_temporaries(self) -> None:
@@ -118,16 +177,19 @@ class RunDir:
 
 
 def lock_work_dir(work_dir: str) -> Any:
-    """Create ``work_dir`` and take an exclusive lock on it (fcntl.flock on .pipeline.lock).
+    """Create ``work_dir``, take an exclusive lock on it (fcntl.flock on .pipeline.lock) and claim it
+    as a run folder (the module docstring, "Ownership").
 
     Raises:
-        PipelineError: the folder cannot be created or written, or another run holds the lock.
+        PipelineError: the folder cannot be created or written, another run holds the lock, or it
+            holds files the pipeline did not write (nothing in it is changed).
     """
     if os.environ.get(LOCK_ENV) == work_dir:
         return None  # a child process of the run that holds the lock
     import fcntl
     try:
         os.makedirs(work_dir, exist_ok=True)
+        made_lock = not os.path.exists(os.path.join(work_dir, LOCK_FILE))
         handle = open(os.path.join(work_dir, LOCK_FILE), "a+")
     except OSError as exc:
         raise PipelineError("run.work_dir %s cannot be used as the run folder (%s); choose a writable folder "
@@ -140,11 +202,49 @@ def lock_work_dir(work_dir: str) -> Any:
         handle.close()
         raise PipelineError("run.work_dir %s is in use by another run (%s); wait for it to finish or choose another "
                             "folder with --set run.work_dir=..." % (work_dir, holder or "pid unknown"))
+    try:
+        _claim(work_dir, made_lock)
+    except PipelineError:
+        handle.close()
+        raise
     handle.seek(0)
     handle.truncate()
     handle.write("pid %d" % os.getpid())
     handle.flush()
     return handle
+
+
+def _claim(work_dir: str, made_lock: bool) -> None:
+    """Mark ``work_dir`` as a run folder, or refuse a folder that holds files the pipeline did not
+    write (the lock file it just made is removed again then)."""
+    mark = os.path.join(work_dir, MARK_FILE)
+    if os.path.exists(mark):
+        return
+    others = sorted(n for n in os.listdir(work_dir) if n not in (LOCK_FILE, MARK_FILE))
+    legacy = os.path.isfile(os.path.join(work_dir, "status.json")) and os.path.isdir(os.path.join(work_dir, "steps"))
+    if others and not legacy:
+        if made_lock:
+            os.remove(os.path.join(work_dir, LOCK_FILE))
+        raise PipelineError(
+            "run.work_dir %s already holds files the pipeline did not write (%s%s): a run replaces and removes "
+            "model/, export/, quantize_result/, compile/, deploy/ and more in its folder. Name a new or empty "
+            "folder with --set run.work_dir=...; nothing was changed"
+            % (work_dir, ", ".join(others[:5]), ", ..." if len(others) > 5 else ""))
+    if legacy:
+        log.info("%s: a run folder from before the ownership mark; marked as the pipeline's", work_dir)
+    fileio.write_text(mark, json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                        "by": "pipeline (python -m pipeline run)"}) + "\n")
+
+
+def _files(work_dir: str, folder: str) -> Snapshot:
+    """Every file under ``work_dir/folder``: relative path -> (inode, size, mtime_ns)."""
+    out = {}  # type: Snapshot
+    for root, _, names in os.walk(os.path.join(work_dir, folder)):
+        for name in names:
+            path = os.path.join(root, name)
+            st = os.lstat(path)
+            out[os.path.relpath(path, work_dir)] = (st.st_ino, st.st_size, st.st_mtime_ns)
+    return out
 
 
 def unlock(handle: Any) -> None:

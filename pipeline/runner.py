@@ -108,12 +108,16 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                     write_report(run)  # the report on disk lists what exists now, should the step be killed
                 _sync(run, "the start of step %s" % step)
                 run.sharded = comm is not None and step_graph.BY_NAME[step].distributed
-                if separate and step_graph.BY_NAME[step].own_process:
-                    _run_in_child(run, step)
-                elif run.is_main or run.sharded:
-                    if comm is not None:
-                        comm.context = "step %s" % step
-                    step_graph.execute(run, step)
+                snapshot = run.snapshot(step) if run.is_main else {}
+                try:
+                    if separate and step_graph.BY_NAME[step].own_process:
+                        _run_in_child(run, step)
+                    elif run.is_main or run.sharded:
+                        if comm is not None:
+                            comm.context = "step %s" % step
+                        step_graph.execute(run, step)
+                finally:
+                    run.record_written(step, snapshot)  # what the next invalidation removes, also after a failure
                 run.sharded = False
                 _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             state, error = "ok", None

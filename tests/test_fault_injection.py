@@ -187,6 +187,7 @@ def test_a_dead_running_run_reads_as_interrupted_and_the_next_run_records_it(tmp
     config, _ = make_case(tmp_path)
     work = tmp_path / "run"
     work.mkdir()
+    (work / ".pipeline-run").write_text("{}")  # the mark the killed run left with its status
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     (work / "status.json").write_text(json.dumps({"state": "running", "pid": int(dead.stdout), "step": "calib",
                                                   "steps": ["calib"], "started": "2026-01-01T00:00:00+00:00",

@@ -14,7 +14,7 @@ import yaml
 from conftest import REPO, cli, digits_u8, make_case, sha
 
 import pipeline
-from pipeline.errors import ConfigError, DataError, FingerprintMismatchError, QuantizationError
+from pipeline.errors import ConfigError, DataError, FingerprintMismatchError, PipelineError, QuantizationError
 
 
 # ---------------------------------------------------------------------------- data
@@ -387,3 +387,52 @@ def test_a_source_without_labels_cannot_be_trained_or_tested(tmp_path):
     with pytest.raises(DataError, match="test: the source has no labels"):   # calib needs none
         pipeline.run(cfg, steps=["calib", "test"], images=images[:300], overrides=weights)
     assert (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
+
+
+# ---- ownership: the run folder holds what the pipeline wrote, and it removes only that -----------
+
+def test_a_user_folder_named_as_the_run_folder_is_refused_and_left_unchanged(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    project = tmp_path / "project"
+    (project / "model").mkdir(parents=True)
+    (project / "model" / "mine.pt").write_text("the user's weights")
+    (project / "export").mkdir()
+    (project / "notes.txt").write_text("keep")
+    before = sorted(str(p.relative_to(project)) for p in project.rglob("*"))
+    with pytest.raises(PipelineError, match="already holds files the pipeline did not write"):
+        pipeline.run(cfg, steps=["train"], overrides=["run.work_dir=" + str(project)])
+    assert sorted(str(p.relative_to(project)) for p in project.rglob("*")) == before  # no lock, no mark
+    assert (project / "model" / "mine.pt").read_text() == "the user's weights"
+
+
+def test_an_empty_folder_is_claimed_and_a_file_put_next_to_the_results_survives_a_rerun(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    work = tmp_path / "run"
+    work.mkdir()
+    pipeline.run(cfg, steps=["train"])
+    assert (work / ".pipeline-run").is_file()
+    with open(str(work / "steps" / "train.files.json")) as f:
+        assert json.load(f) == {"files": [os.path.join("model", "float.pt")]}
+    (work / "model" / "notes.txt").write_text("mine")
+    pipeline.run(cfg, steps=["train"])  # invalidation removes float.pt (recorded), not notes.txt
+    assert (work / "model" / "notes.txt").read_text() == "mine" and (work / "model" / "float.pt").is_file()
+
+
+def test_a_hand_edited_record_cannot_remove_files_outside_the_run_folder(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    pipeline.run(cfg, steps=["train"])
+    outside = tmp_path / "precious.txt"
+    outside.write_text("keep")
+    record = tmp_path / "run" / "steps" / "train.files.json"
+    record.write_text(json.dumps({"files": ["../precious.txt", str(outside), "model/float.pt"]}))
+    pipeline.run(cfg, steps=["train"])
+    assert outside.read_text() == "keep"
+
+
+def test_a_run_folder_from_before_the_mark_is_adopted(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    pipeline.run(cfg, steps=["train"])
+    work = tmp_path / "run"
+    os.remove(str(work / ".pipeline-run"))  # as an earlier version left it: status.json and steps/
+    pipeline.run(cfg, steps=["train"])
+    assert (work / ".pipeline-run").is_file()
