@@ -98,7 +98,9 @@ def _run(args: argparse.Namespace) -> int:
         gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    if report:  # under torchrun only rank 0 reports; -q hides the progress, not this summary
+    from .runstatus import LOCK_ENV
+    child = os.environ.get(LOCK_ENV) == loaded.work_dir  # a step the run started in its own process: it reports
+    if report and not child:  # under torchrun only rank 0 reports; -q hides the progress, not this summary
         print("\n".join(summary_lines(report)))
     return 0
 

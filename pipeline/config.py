@@ -42,11 +42,15 @@ class RunSection(_Strict):
                                        "others (collectives, the train step on rank 0) before it fails.")
 
 
+SPLIT_PARTS = ("train", "calib", "eval")  # the order the source is cut in
+
+
 class DataSection(_Strict):
     """The source and how it is split and batched."""
     source: Dict[str, Any] = Field(description="Source spec: {type: digits} | {type: npy, path, labels} | ...")
     split: Dict[str, float] = Field(default_factory=lambda: {"train": 0.6, "calib": 0.1, "eval": 0.3},
-                                    description="Fractions of the source for train, calib and eval.")
+                                    description="Fractions of the source for train, calib and eval, cut in that "
+                                                "order whatever the order of the keys.")
     split_order: str = Field("shuffled", pattern="^(shuffled|contiguous)$",
                              description="shuffled: seeded with run.seed and stratified by label when there are "
                                          "labels, whatever the file's order (the boundary gathers each batch's "
@@ -67,12 +71,14 @@ class DataSection(_Strict):
     @field_validator("split")
     @classmethod
     def _check_split(cls, v: Dict[str, float]) -> Dict[str, float]:
-        unknown = sorted(set(v) - {"train", "calib", "eval"})
+        unknown = sorted(set(v) - set(SPLIT_PARTS))
         if unknown:
             raise ValueError("unknown split names %s; allowed: train, calib, eval" % unknown)
         if any(f < 0 for f in v.values()) or sum(v.values()) > 1.0 + 1e-9:
             raise ValueError("fractions must be >= 0 and sum to at most 1, got %s" % v)
-        return v
+        # the parts are cut in this order whatever the order of the keys (a config written back with
+        # sorted keys, as config.resolved.yaml is, must give every process the same rows)
+        return {name: v[name] for name in SPLIT_PARTS if name in v}
 
 
 class PreprocessSection(_Strict):

@@ -23,6 +23,7 @@ from .runstatus import LOCK_ENV, RunStatus
 from .steps.context import Run
 
 log = logging.getLogger("pipeline")
+ROWS_ENV = "PIPELINE_ROWS_SHA256"  # the run's split rows, checked by each child process it starts
 
 
 def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dict[str, Any]:
@@ -79,6 +80,11 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
     run = Run(loaded, source)
     run.comm = comm
     run.preflight(ordered)
+    expected = os.environ.get(ROWS_ENV) if os.environ.get(LOCK_ENV) == run.work_dir else None
+    if expected and run.rows_sha256() != expected:
+        raise PipelineError("this child process of the run would cut the source into other train/calib/eval rows than "
+                            "the run that started it (rows sha256 %s, the run's %s); its config or source differs from "
+                            "the run's: this is a bug, please report it" % (run.rows_sha256()[:12], expected[:12]))
     lock = lock_work_dir(run.work_dir) if run.is_main else None
     try:
         # status.json says "running" from here on; rank 0 alone writes it
@@ -164,7 +170,8 @@ def _source_fingerprint(run: Run) -> str:
 def _run_in_child(run: Run, step: str) -> None:
     argv = [sys.executable, "-m", "pipeline", "run", "--config", run.path("config.resolved.yaml"), "--steps", step]
     log.info("running %s in its own process: %s", step, " ".join(argv))
-    proc = subprocess.run(argv, env=dict(os.environ, **{LOCK_ENV: run.work_dir}))  # it runs under our lock
+    env = dict(os.environ, **{LOCK_ENV: run.work_dir, ROWS_ENV: run.rows_sha256()})  # it runs under our lock
+    proc = subprocess.run(argv, env=env)
     if proc.returncode != 0:
         raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"
                             % (step, proc.returncode))

@@ -436,3 +436,40 @@ def test_a_run_folder_from_before_the_mark_is_adopted(tmp_path):
     os.remove(str(work / ".pipeline-run"))  # as an earlier version left it: status.json and steps/
     pipeline.run(cfg, steps=["train"])
     assert (work / ".pipeline-run").is_file()
+
+
+# ---- the split: the same rows in every process, whatever the order of the keys -------------------
+
+def _rows(cfg_path, overrides=()):
+    from pipeline.config import load_config
+    from pipeline.steps.context import Run
+    run = Run(load_config(str(cfg_path), list(overrides)), None)
+    return {part: np.asarray(rows).tolist() for part, rows in run.splits.items()}, run.rows_sha256()
+
+
+def test_the_split_does_not_depend_on_the_order_of_its_keys_nor_on_the_resolved_config(tmp_path):
+    cfg, _ = make_case(tmp_path)
+    with open(cfg) as f:
+        raw = yaml.safe_load(f)
+    raw["data"]["split"] = {"train": 0.6, "calib": 0.1, "eval": 0.3}
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    raw["data"]["split"] = {"eval": 0.3, "calib": 0.1, "train": 0.6}
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(raw, sort_keys=False))
+    rows_a, sha_a = _rows(tmp_path / "a.yaml")
+    rows_b, sha_b = _rows(tmp_path / "b.yaml")
+    assert rows_a == rows_b and sha_a == sha_b
+    assert [len(rows_a[p]) for p in ("train", "calib", "eval")] == [240, 40, 120]  # 400 rows cut train first
+    # what a child process of the run reads: config.resolved.yaml, written with sorted keys
+    pipeline.run(str(tmp_path / "a.yaml"), steps=["train"])
+    rows_c, sha_c = _rows(tmp_path / "run" / "config.resolved.yaml")
+    assert rows_c == rows_a and sha_c == sha_a
+
+
+def test_a_child_process_that_would_cut_other_rows_refuses_to_run(tmp_path, monkeypatch):
+    from pipeline.runner import ROWS_ENV
+    from pipeline.runstatus import LOCK_ENV
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    monkeypatch.setenv(LOCK_ENV, str(tmp_path / "run"))
+    monkeypatch.setenv(ROWS_ENV, "0" * 64)
+    with pytest.raises(PipelineError, match="other train/calib/eval rows than the run that started it"):
+        pipeline.run(cfg, steps=["train"])

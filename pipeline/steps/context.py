@@ -2,10 +2,11 @@
 builds lazily from the config (source -> stages -> quantizer boundary, the float model, the
 fingerprint). One ``Run`` per invocation; a step reads only files, so it can run in its own process.
 """
+import hashlib
 import logging
 import os
 import sys
-from typing import Any, Dict, Iterator, List, Optional, Tuple
+from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -83,6 +84,19 @@ class Run(RunDir):
             self._splits = split(n, d.split) if d.split_order == "contiguous" else \
                 split_rows(n, d.split, self.cfg.run.seed, self.source.labels)
         return self._splits
+
+    def rows_sha256(self, parts: Sequence[str] = ("train", "calib", "eval")) -> str:
+        """sha256 of the rows of ``parts`` (names and row indices): the same in every process of a run,
+        or the processes would train, calibrate and evaluate on other rows."""
+        h = hashlib.sha256()
+        for part in parts:
+            rows = self.splits.get(part)
+            if rows is None:
+                continue
+            index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else np.asarray(rows)
+            h.update(part.encode())
+            h.update(index.astype("<i8").tobytes())
+        return h.hexdigest()
 
     def split_size(self, part: str) -> int:
         rows = self.splits[part]
@@ -220,6 +234,7 @@ class Run(RunDir):
         fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend,
                               traced=self.trace(model))
         fp["compile_target"] = self.cfg.compile.target
+        fp["calib_rows_sha256"] = self.rows_sha256(("calib",))
         # the settings themselves, so that a mismatch names the key that changed, not only the hash
         fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())
         return fp
