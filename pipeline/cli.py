@@ -136,7 +136,12 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "inspect":
             return _inspect(args)
         if args.command == "status":
-            from .runstatus import read_status
+            from .runstatus import STATUS_FILE, read_status
+            if not os.path.isfile(os.path.join(args.work_dir, STATUS_FILE)):
+                what = "is not a folder" if not os.path.isdir(args.work_dir) else "holds no %s" % STATUS_FILE
+                print("error: %s %s: not a run folder (give the folder of run.work_dir, e.g. runs/<run.name>)"
+                      % (args.work_dir, what), file=sys.stderr)
+                return 2
             print(json.dumps(read_status(args.work_dir), indent=2, sort_keys=True))
         elif args.command == "targets":
             from .targets import format_targets

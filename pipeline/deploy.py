@@ -28,7 +28,7 @@ import tempfile
 from typing import Any, Dict, List, Optional, Union
 
 from .compilers import vai_c
-from .fileio import sha256_file
+from .fileio import process_umask, sha256_file
 from .errors import CompileError, ConfigError
 from .specs import check_mean_std
 
@@ -209,6 +209,7 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
     work = tempfile.mkdtemp(dir=parent, prefix="." + os.path.basename(out_dir) + "-")
+    os.chmod(work, 0o777 & ~process_umask())  # mkdtemp makes 0700; the bundle is copied to boards and shared
     try:
         model_dir = os.path.join(work, model_name)
         os.makedirs(model_dir)

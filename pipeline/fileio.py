@@ -40,7 +40,7 @@ def atomic_path(path: str) -> Iterator[str]:
         with open(tmp, "rb") as f:
             os.fsync(f.fileno())
         if not os.stat(tmp).st_mode & 0o100:  # mkstemp makes 0600; give the file the usual permissions
-            os.chmod(tmp, 0o666 & ~_umask())
+            os.chmod(tmp, 0o666 & ~process_umask())
         os.replace(tmp, path)
     except OSError as exc:
         if exc.errno not in STORAGE_ERRNOS:
@@ -64,7 +64,8 @@ def _storage_error(path: str, exc: OSError) -> StorageError:
                            "unchanged" if os.path.exists(path) else "not there"))
 
 
-def _umask() -> int:
+def process_umask() -> int:
+    """The process's file mode creation mask (os.umask set and restored)."""
     mask = os.umask(0)
     os.umask(mask)
     return mask
@@ -94,7 +95,7 @@ def write_files(items: Sequence[Tuple[str, bytes]], executable: bool = False) ->
             left, no file is renamed (when a rename itself fails, the earlier ones are done, as
             with consecutive ``write_bytes`` calls).
     """
-    mode = (0o777 if executable else 0o666) & ~_umask()
+    mode = (0o777 if executable else 0o666) & ~process_umask()
     fds, temps = [], []  # type: List[int], List[Tuple[str, str]]
     path = items[0][0] if items else ""
     try:

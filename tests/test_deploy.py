@@ -183,6 +183,8 @@ def test_uncompiled_bundle_carries_the_plan_and_no_xmodel(run, tmp_path):
     assert m["compiled"] is False and "needs the Vitis AI image" in m["status"]
     assert (out / "net" / "compile.sh").read_text() == (run / "compile" / "compile.sh").read_text()
     assert "2^fix_pos" in (out / "net" / "net.prototxt").read_text()
+    from pipeline.fileio import process_umask
+    assert out.stat().st_mode & 0o777 == 0o777 & ~process_umask()  # not mkdtemp's 0700: boards and users read it
 
 
 def test_uncompiled_bundle_carries_the_quantized_xmodel_with_its_sha256(run, tmp_path):

@@ -20,9 +20,9 @@ def test_write_files_gives_the_bytes_and_modes_of_write_bytes(tmp_path):
         single = str(tmp_path / ("single_" + os.path.basename(path)))
         fileio.write_bytes(single, data)
         assert open(path, "rb").read() == data == open(single, "rb").read()
-        assert _mode(path) == _mode(single) == 0o666 & ~fileio._umask()
+        assert _mode(path) == _mode(single) == 0o666 & ~fileio.process_umask()
     fileio.write_files([(str(tmp_path / "run.sh"), b"#!/bin/sh\n")], executable=True)
-    assert _mode(tmp_path / "run.sh") == 0o777 & ~fileio._umask()
+    assert _mode(tmp_path / "run.sh") == 0o777 & ~fileio.process_umask()
     assert sorted(os.listdir(str(tmp_path))) == ["a", "run.sh", "single_one.pth", "single_two.json", "two.json"]
 
 

@@ -473,3 +473,9 @@ def test_a_child_process_that_would_cut_other_rows_refuses_to_run(tmp_path, monk
     monkeypatch.setenv(ROWS_ENV, "0" * 64)
     with pytest.raises(PipelineError, match="other train/calib/eval rows than the run that started it"):
         pipeline.run(cfg, steps=["train"])
+
+
+def test_status_of_a_mistyped_folder_is_an_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "pipeline", "status", str(tmp_path / "no_such_run")],
+                          stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
+    assert proc.returncode == 2 and "not a run folder" in proc.stderr
