@@ -11,7 +11,8 @@ counted when they are composed (the anchored node's count is already known), so 
 one addition per node of the document as written, and loading stops with ``yaml.YAMLError`` as
 soon as the expanded document would exceed ``MAX_EXPANDED_NODES`` nodes or ``MAX_DEPTH`` levels of
 nesting, or an alias refers to a node that contains it (a recursive structure). The file itself is
-refused above ``MAX_BYTES``. Ordinary anchors and merge keys (``<<: *defaults``) keep working.
+refused above ``MAX_BYTES``. Ordinary anchors and merge keys (``<<: *defaults``) keep working. A key
+written twice in one mapping is refused with both lines (PyYAML keeps the later value silently).
 """
 from typing import Any, Dict
 
@@ -68,6 +69,27 @@ class BoundedSafeLoader(yaml.SafeLoader):
                                  % (self.max_nodes, _where(node)))
         self._expanded[id(node)] = size
         return node
+
+
+    def construct_mapping(self, node: Any, deep: bool = False) -> Any:
+        """A mapping, refused when a key is written twice in it (YAML forbids it; PyYAML would keep the
+        later value without a word). Keys a merge (``<<: *defaults``) brings in may be overridden."""
+        if isinstance(node, yaml.MappingNode):
+            seen = {}  # type: Dict[Any, Any]
+            for key, _ in node.value:
+                if key.tag == "tag:yaml.org,2002:merge" or not isinstance(key, yaml.ScalarNode):
+                    continue
+                if (key.tag, key.value) in seen:
+                    raise YAMLBoundError("the key %r is written twice in one mapping, at %s and at %s; give it once "
+                                         "(the later value would silently win)"
+                                         % (key.value, _where_start(seen[(key.tag, key.value)]), _where_start(key)))
+                seen[(key.tag, key.value)] = key
+        return super().construct_mapping(node, deep)
+
+
+def _where_start(item: Any) -> str:
+    mark = item.start_mark
+    return "line %d, column %d" % (mark.line + 1, mark.column + 1)
 
 
 def _where(item: Any) -> str:

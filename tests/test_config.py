@@ -145,3 +145,10 @@ def test_export_formats_default_per_backend_and_are_checked(tmp_path):
     assert load_config(p, ["export.formats=[xmodel]"]).cfg.export.formats == ["xmodel"]
     with pytest.raises(ConfigError, match=r"export.formats: the sim backend cannot write \['torchscript'\]"):
         load_config(p, ["export.formats=[torchscript]"])
+
+
+def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
+    p = tmp_path / "c.yaml"
+    p.write_text("run:\n  name: x\nquantizer:\n  max_accuracy_drop: 1.0\n  max_accuracy_drop: 50\n")
+    with pytest.raises(ConfigError, match="'max_accuracy_drop' is written twice.*line 4.*line 5"):
+        load_config(str(p))
