@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Literal, Optional, Tuple
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from . import fileio
 from .errors import ConfigError
 from .specs import MEMORY_LAYOUTS, check_mean_std, closest_match
 from .yamlsafe import MAX_BYTES, YAMLBoundError, load_bounded
@@ -263,7 +264,7 @@ def read_yaml(path: str) -> Dict[str, Any]:
     expansion, nesting and size bounded); ConfigError for a missing file, bad YAML or a document past
     the bounds (an alias bomb), before anything walks the document."""
     if not os.path.isfile(path):
-        raise ConfigError("config file %s does not exist" % path)
+        raise ConfigError("config file %s %s" % (path, fileio.not_a_file(path)))
     if os.path.getsize(path) > MAX_BYTES:
         raise ConfigError("config file %s is %d bytes, more than the %d a config may have; is it the right file?"
                           % (path, os.path.getsize(path), MAX_BYTES))
@@ -371,7 +372,7 @@ def _check_semantics(loaded: LoadedConfig) -> None:
         dotted = "%s.%s" % (section, key)
         p = loaded.resolve(getattr(getattr(cfg, section), key))
         if p is not None and not os.path.isfile(p):
-            problems.append("%s: file %s does not exist" % (dotted, p))
+            problems.append("%s: %s %s" % (dotted, p, fileio.not_a_file(p)))
     from .targets import arch_json_path, get_target
     from .models.loading import resolve_factory
     from .quantizers.base import backend_class

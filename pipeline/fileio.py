@@ -64,6 +64,12 @@ def _storage_error(path: str, exc: OSError) -> StorageError:
                            "unchanged" if os.path.exists(path) else "not there"))
 
 
+def not_a_file(path: str) -> str:
+    """Why ``path`` cannot be read as a file, for an error message: "is a folder, not a file" or
+    "does not exist"."""
+    return "is a folder, not a file" if os.path.isdir(path) else "does not exist"
+
+
 def process_umask() -> int:
     """The process's file mode creation mask (os.umask set and restored)."""
     mask = os.umask(0)

@@ -152,3 +152,12 @@ def test_a_key_written_twice_is_refused_with_both_lines(tmp_path):
     p.write_text("run:\n  name: x\nquantizer:\n  max_accuracy_drop: 1.0\n  max_accuracy_drop: 50\n")
     with pytest.raises(ConfigError, match="'max_accuracy_drop' is written twice.*line 4.*line 5"):
         load_config(str(p))
+
+
+def test_a_folder_where_a_file_is_expected_is_named_so(tmp_path):
+    raw = dict(BASE, model={"zoo": "digits_cnn", "weights": "weights_dir"})
+    (tmp_path / "weights_dir").mkdir()
+    with pytest.raises(ConfigError, match="model.weights: .*weights_dir is a folder, not a file"):
+        load_config(write(tmp_path, raw))
+    with pytest.raises(ConfigError, match="config file .* is a folder, not a file"):
+        load_config(str(tmp_path))

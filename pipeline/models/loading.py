@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from ..errors import ConfigError, PipelineError
+from ..fileio import not_a_file
 from ..safeload import explain_load_failure, safe_torch_load
 from .zoo import ZOO
 
@@ -70,7 +71,7 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
             arbitrary code to load (refused; nothing executes).
     """
     if not os.path.isfile(path):
-        raise PipelineError("checkpoint %s does not exist; run the 'train' step or set model.weights" % path)
+        raise PipelineError("checkpoint %s %s; run the 'train' step or set model.weights" % (path, not_a_file(path)))
     try:
         state = safe_torch_load(path)
     except Exception as exc:  # UnpicklingError and friends

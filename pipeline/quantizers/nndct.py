@@ -51,6 +51,7 @@ import torch
 
 from ..errors import (BackendUnavailableError, ConfigError, ExportError, PipelineError,
                       QuantizationError)
+from ..fileio import not_a_file
 from .base import QuantizerBackend, QuantSettings
 
 NNDCT_LOGGER = "nndct_screen"
@@ -241,7 +242,7 @@ class NndctBackend(QuantizerBackend):
         torch_quantizer = _import_torch_quantizer()
         config_file = os.path.abspath(settings.quant_config_file) if settings.quant_config_file else None
         if config_file is not None and not os.path.isfile(config_file):
-            raise ConfigError("quantizer.quant_config_file: %s does not exist" % config_file)
+            raise ConfigError("quantizer.quant_config_file: %s %s" % (config_file, not_a_file(config_file)))
         device = torch.device(settings.device)
         module = copy.deepcopy(model).eval()  # CLE rewrites the module it is given (docs/quantizer.md#the-callers-model-is-rewritten)
         _MODES_CREATED.add(mode)

@@ -29,6 +29,7 @@ import warnings
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
+from ..fileio import not_a_file
 from ..specs import closest_match
 
 TOP_LEVEL_KEYS = ["convert_relu6_to_relu", "convert_silu_to_hswish", "include_cle",
@@ -297,8 +298,8 @@ def load_quant_config(path: Optional[str], bitwidth: Optional[int] = None) -> Qu
                 cfg.tensors[t]["bit_width"] = int(bitwidth)
         return cfg
     if not os.path.isfile(path):
-        raise ConfigError("quant_config_file %s does not exist; pass an existing JSON file or None "
-                          "for the defaults" % path)
+        raise ConfigError("quant_config_file %s %s; pass an existing JSON file or None "
+                          "for the defaults" % (path, not_a_file(path)))
     try:
         with open(path, "r", encoding="utf-8") as f:
             obj = json.load(f)

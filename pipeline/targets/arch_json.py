@@ -9,6 +9,7 @@ import os
 from typing import Optional, Tuple
 
 from ..errors import ConfigError
+from ..fileio import not_a_file
 from .registry import ARCH_ROOT, TARGETS, get_target, hex_fingerprint, targets_by_fingerprint
 
 
@@ -78,8 +79,8 @@ def read_arch_json(path: str, target: Optional[str] = None) -> Tuple[Optional[st
             and what to do); or it holds both, naming different DPUs.
     """
     if not os.path.isfile(path):
-        raise ConfigError("arch_json: file %s does not exist; inside the Vitis AI image the files are "
-                          "under %s (see `python -m pipeline targets`)" % (path, ARCH_ROOT))
+        raise ConfigError("arch_json: %s %s; inside the Vitis AI image the files are "
+                          "under %s (see `python -m pipeline targets`)" % (path, not_a_file(path), ARCH_ROOT))
     try:
         with open(path, "r") as f:
             data = json.load(f)
