@@ -35,8 +35,10 @@ class RunSection(_Strict):
     """Where the run folder is and how the run behaves."""
     name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name, used for the default work_dir.")
     work_dir: Optional[str] = Field(None, description="Run folder (default runs/<name>), relative to the current directory.")
-    seed: int = Field(0, description="Seed for training and any random choice.")
-    num_threads: Optional[int] = Field(None, ge=1, description="torch CPU threads (default: torch's choice). "
+    seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for training and any random choice "
+                      "(0 to 2**32 - 1, numpy's range).")
+    num_threads: Optional[int] = Field(None, ge=1, le=1024, description="torch CPU threads (default: torch's choice; "
+                                       "at most 1024, torch's thread pools crash far beyond the cores). "
                                        "1 is often fastest for small models on a busy machine.")
     verify_source_unchanged: bool = Field(True, description="Hash the caller's source before and after the run.")
     distributed_timeout_s: int = Field(1800, ge=1, description="Under torchrun: how long a rank waits for the "
@@ -102,8 +104,8 @@ class TrainSection(_Strict):
     """The train step (zoo models only)."""
     epochs: int = Field(20, ge=1)
     batch_size: int = Field(64, ge=1)
-    lr: float = Field(0.003, gt=0)
-    weight_decay: float = Field(0.0, ge=0)
+    lr: float = Field(0.003, gt=0, allow_inf_nan=False)
+    weight_decay: float = Field(0.0, ge=0, allow_inf_nan=False)
 
 
 class ModelSection(_Strict):

@@ -161,3 +161,16 @@ def test_a_folder_where_a_file_is_expected_is_named_so(tmp_path):
         load_config(write(tmp_path, raw))
     with pytest.raises(ConfigError, match="config file .* is a folder, not a file"):
         load_config(str(tmp_path))
+
+
+@pytest.mark.parametrize("override,expected", [
+    ("run.seed=-1", "run.seed: Input should be greater than or equal to 0"),
+    ("run.seed=4294967296", "run.seed: Input should be less than or equal to 4294967295"),
+    ("run.num_threads=100000", "run.num_threads: Input should be less than or equal to 1024"),
+    ("model.train.lr=.inf", "model.train.lr: Input should be a finite number"),
+    ("model.train.lr=.nan", "model.train.lr: Input should be a finite number"),
+    ("model.train.weight_decay=.inf", "model.train.weight_decay: Input should be a finite number"),
+])
+def test_numbers_outside_their_range_are_refused_by_name(tmp_path, override, expected):
+    with pytest.raises(ConfigError, match=expected):
+        load_config(write(tmp_path, BASE), [override])
