@@ -9,6 +9,7 @@ import time
 
 import numpy as np
 import pytest
+import torch
 import yaml
 
 from conftest import REPO, cli, digits_u8, make_case, sha
@@ -479,3 +480,18 @@ def test_status_of_a_mistyped_folder_is_an_error(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "pipeline", "status", str(tmp_path / "no_such_run")],
                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, universal_newlines=True)
     assert proc.returncode == 2 and "not a run folder" in proc.stderr
+
+
+def test_nan_weights_are_refused_at_load_naming_the_tensor(tmp_path):
+    from pipeline.models.loading import load_state_dict_file
+    state = {"fc.weight": torch.ones(2, 3), "fc.bias": torch.tensor([0.0, float("nan")])}
+    torch.save(state, str(tmp_path / "w.pt"))
+    with pytest.raises(PipelineError, match=r"NaN or Inf values in fc.bias \(1 of 2\)"):
+        load_state_dict_file(str(tmp_path / "w.pt"))
+
+
+def test_training_that_diverges_is_refused_and_saves_nothing(tmp_path):
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 2, "lr": 1e30}})
+    with pytest.raises(DataError, match="training diverged"):
+        pipeline.run(cfg, steps=["train"])
+    assert not (tmp_path / "run" / "model" / "float.pt").exists()

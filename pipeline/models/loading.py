@@ -67,8 +67,8 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
     (``pipeline.safeload.safe_torch_load``: code in the file never runs, on torch 1.13 too).
 
     Raises:
-        PipelineError: the file is missing, is not a dict of tensors, or is a pickle that needs
-            arbitrary code to load (refused; nothing executes).
+        PipelineError: the file is missing, is not a dict of tensors, holds NaN or Inf (the tensors
+            named), or is a pickle that needs arbitrary code to load (refused; nothing executes).
     """
     if not os.path.isfile(path):
         raise PipelineError("checkpoint %s %s; run the 'train' step or set model.weights" % (path, not_a_file(path)))
@@ -91,7 +91,19 @@ def load_state_dict_file(path: str) -> Dict[str, torch.Tensor]:
         raise PipelineError("checkpoint %s: expected a state_dict, i.e. a dict of parameter names to tensors, got "
                             "a %s%s.%s" % (path, type(state).__name__, " holding %s" % ", ".join(kinds) if kinds else "",
                                            hint))
+    bad = non_finite(state)
+    if bad:
+        raise PipelineError("checkpoint %s holds NaN or Inf values in %s; a quantizer cannot calibrate them. Train "
+                            "again (a lower learning rate, gradient clipping) or save weights from before the "
+                            "values broke" % (path, bad))
     return state
+
+
+def non_finite(state: Dict[str, torch.Tensor]) -> str:
+    """The tensors of ``state`` holding NaN or Inf (name and count, at most five), or "" when none."""
+    bad = ["%s (%d of %d)" % (name, int((~torch.isfinite(t)).sum()), t.numel()) for name, t in state.items()
+           if t.is_floating_point() and not bool(torch.isfinite(t).all())]
+    return ", ".join(bad[:5]) + (" and %d more" % (len(bad) - 5) if len(bad) > 5 else "")
 
 
 def load_weights(model: nn.Module, path: str) -> nn.Module:

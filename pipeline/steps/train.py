@@ -24,7 +24,8 @@ def run(ctx: Any) -> TrainResult:
     import torch
 
     from .. import fileio
-    from ..models.loading import build_model
+    from ..errors import DataError
+    from ..models.loading import build_model, non_finite
     from ..train import accuracy, train_model
     from .context import progress
     m = ctx.cfg.model
@@ -59,6 +60,10 @@ def run(ctx: Any) -> TrainResult:
     metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
                           ctx.cfg.run.seed, progress=on_epoch)
     bar.close()
+    bad = non_finite(model.state_dict())
+    if bad:
+        raise DataError("train: the weights became NaN or Inf (%s; last loss %s): training diverged. Lower "
+                        "model.train.lr (now %g); nothing was saved" % (bad, metrics["final_loss"], m.train.lr))
     train_acc, n = accuracy(model, [(x_all, y_all)])
     fileio.write_torch(ctx.weights_path, model.state_dict())
     log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
