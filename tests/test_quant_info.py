@@ -145,3 +145,18 @@ def test_file_bit_widths_win_over_argument(tmp_path):
     with pytest.warns(UserWarning, match="bitwidth=8"):
         cfg = load_quant_config(str(path), bitwidth=8)
     assert cfg.uniform_bitwidth() == 6
+
+
+@pytest.mark.parametrize("entry", [[[8, 99]], [[0, 3]], [[8, True]], [[True, 3]], [[32, 3]], [[8, -200]]])
+def test_read_rejects_values_no_quantizer_produces(tmp_path, entry):
+    info = qi.make_quant_info({"Net::w": 3}, {}, 8, False, "x")
+    info["param"]["Net::w"] = entry
+    (tmp_path / "quant_info.json").write_text(json.dumps(info))
+    with pytest.raises(QuantizationError, match="Net::w.*bit_width 2..16 and fix_pos -128..64"):
+        qi.read_quant_info(str(tmp_path))
+
+
+def test_read_rejects_a_file_that_is_not_an_object(tmp_path):
+    (tmp_path / "quant_info.json").write_text("[1, 2]")
+    with pytest.raises(QuantizationError, match="expected a JSON object"):
+        qi.read_quant_info(str(tmp_path))

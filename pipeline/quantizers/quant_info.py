@@ -116,7 +116,8 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
     """Read and check ``out_dir/quant_info.json`` (written by the real quantizer or by the sim).
 
     Returns the parsed dict. Every ``param``/``output``/``input`` entry is checked to be a
-    non-empty list of ``[bit_width, fix_pos]`` integer pairs.
+    non-empty list of ``[bit_width, fix_pos]`` integer pairs within what a quantizer produces
+    (``BIT_WIDTHS``, ``FIX_POS_RANGE``; booleans are not integers here).
 
     Raises:
         QuantizationError: the file is missing (run calibration first), is not JSON, or an entry
@@ -132,17 +133,34 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
             info = json.load(f)
     except ValueError as e:
         raise QuantizationError("%s is not valid JSON (%s); re-run calibration" % (path, e))
+    if not isinstance(info, dict):
+        raise QuantizationError("%s: expected a JSON object with param, output and input, got a %s; re-run "
+                                "calibration" % (path, type(info).__name__))
     for section in ("param", "output", "input"):
         entries = info.get(section)
         if not isinstance(entries, dict):
             raise QuantizationError("%s: expected an object under %r, got %r" % (path, section, entries))
         for name, value in entries.items():
-            if not (isinstance(value, list) and value and all(
-                    isinstance(e, list) and len(e) == 2 and all(isinstance(i, int) for i in e)
-                    for e in value)):
-                raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]], got %r"
-                                        % (path, section, name, value))
+            if not (isinstance(value, list) and value and all(_is_pair(e) for e in value)):
+                raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]] with bit_width %d..%d and "
+                                        "fix_pos %d..%d (what a quantizer produces), got %r; re-run calibration"
+                                        % (path, section, name, BIT_WIDTHS[0], BIT_WIDTHS[1], FIX_POS_RANGE[0],
+                                           FIX_POS_RANGE[1], str(value)[:80]))
     return info
+
+
+BIT_WIDTHS = (2, 16)  # the bit widths the quantizers take (quantizer.bitwidth)
+# fix positions a quantizer can produce: a float32 range (below 2**128) gives at least -128, the cap
+# (max_fix_position, 12 by default) at most 12; 64 leaves room for a raised cap
+FIX_POS_RANGE = (-128, 64)
+
+
+def _is_pair(entry: Any) -> bool:
+    """``[bit_width, fix_pos]``: two ints (not bools) within BIT_WIDTHS and FIX_POS_RANGE."""
+    if not (isinstance(entry, list) and len(entry) == 2
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in entry)):
+        return False
+    return BIT_WIDTHS[0] <= entry[0] <= BIT_WIDTHS[1] and FIX_POS_RANGE[0] <= entry[1] <= FIX_POS_RANGE[1]
 
 
 def write_bias_corr(out_dir: str, corr: Dict[str, Optional[torch.Tensor]]) -> str:
