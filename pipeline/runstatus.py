@@ -71,6 +71,8 @@ def read_status(work_dir: str) -> Dict[str, Any]:
         status = fileio.read_json(path)
     except ValueError:
         return {"state": "unknown", "error": "%s is not valid JSON" % path}
+    if not isinstance(status, dict):
+        return {"state": "unknown", "error": "%s holds a JSON %s, not an object" % (path, type(status).__name__)}
     if status.get("state") != "running":
         return status
     held = _lock_held(work_dir)

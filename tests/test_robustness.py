@@ -495,3 +495,13 @@ def test_training_that_diverges_is_refused_and_saves_nothing(tmp_path):
     with pytest.raises(DataError, match="training diverged"):
         pipeline.run(cfg, steps=["train"])
     assert not (tmp_path / "run" / "model" / "float.pt").exists()
+
+
+def test_a_status_json_that_is_not_an_object_reads_as_unknown_and_the_next_run_goes_on(tmp_path):
+    from pipeline.runstatus import read_status
+    cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
+    pipeline.run(cfg, steps=["train"])
+    (tmp_path / "run" / "status.json").write_text("[1, 2, 3]")
+    status = read_status(str(tmp_path / "run"))
+    assert status["state"] == "unknown" and "not an object" in status["error"]
+    assert pipeline.run(cfg, steps=["train"])["status"]["state"] == "ok"
