@@ -324,3 +324,24 @@ def test_pipeline_end_to_end_on_an_image_folder_leaves_the_files_unchanged(tmp_p
     assert report["source"]["unchanged"] is True
     src = open_source(dict(config["data"]["source"], root=str(data)), ".")
     assert report["source"]["sha256_after"] == fingerprint_array(src.images)
+
+
+# ----------------------------------------------------------------------------- hostile trees
+
+def test_a_fifo_named_like_an_image_is_not_decoded_and_a_link_loop_is_walked_once(tmp_path):
+    root = tmp_path / "imgs"
+    _save(root, "cat/a.png", _rgb(4, 4, 1))
+    _save(root, "dog/b.png", _rgb(4, 4, 2))
+    os.mkfifo(str(root / "cat" / "blocked.png"))  # opening it for reading would wait forever
+    os.symlink(str(root / "cat"), str(root / "cat" / "loop"))  # a link back up: a loop
+    src = _folder(root)
+    assert src.files == ["cat/a.png", "dog/b.png"]
+
+
+def test_a_link_from_one_class_folder_into_another_is_refused(tmp_path):
+    root = tmp_path / "imgs"
+    _save(root, "cat/a.png", _rgb(4, 4, 1))
+    _save(root, "dog/b.png", _rgb(4, 4, 2))
+    os.symlink(str(root / "dog"), str(root / "cat" / "more"))
+    with pytest.raises(DataError, match="reaches into the class folder .*dog"):
+        _folder(root)

@@ -179,8 +179,10 @@ def scan_folder(root: str, extensions: Sequence[str],
         ``limit_per_class`` (the first ones in that order) per class.
 
     Raises:
-        DataError: no class folders (naming what ``root`` holds instead), or a class folder without
-            a file of ``extensions`` (naming the folder and what it holds).
+        DataError: no class folders (naming what ``root`` holds instead), a class folder without
+            a file of ``extensions`` (naming the folder and what it holds), or one that reaches into
+            another class folder through a link. Only regular files count as images (a FIFO named like
+            one would block the decoder); a link back to a folder already walked (a loop) is skipped.
     """
     entries = sorted(os.listdir(root))
     classes = [e for e in entries if _visible(e) and os.path.isdir(os.path.join(root, e))]
@@ -191,14 +193,31 @@ def scan_folder(root: str, extensions: Sequence[str],
         raise DataError("image folder %s has no class folders; expected root/<class>/<image> with one sub-folder "
                         "per class (found %d entries, no visible sub-folders).%s" % (root, len(entries), hint))
     files = []  # type: List[Tuple[str, int]]
+    class_roots = {name: os.path.realpath(os.path.join(root, name)) for name in classes}
     for label, name in enumerate(classes):
         found = []
         others = 0
+        seen = set()  # type: set  # (st_dev, st_ino) of the folders walked: a link back up is a loop
         for folder, dirs, names in os.walk(os.path.join(root, name), followlinks=True):
-            dirs[:] = sorted(d for d in dirs if _visible(d))
+            st = os.stat(folder)
+            seen.add((st.st_dev, st.st_ino))
+            real = os.path.realpath(folder)
+            for other, other_real in class_roots.items():
+                if other != name and (real == other_real or real.startswith(other_real + os.sep)):
+                    raise DataError("class folder %s reaches into the class folder %s through %s (a link): its "
+                                    "images would count as both classes; remove the link"
+                                    % (os.path.join(root, name), os.path.join(root, other), folder))
+            kept = []
+            for d in sorted(d for d in dirs if _visible(d)):
+                dst = os.stat(os.path.join(folder, d))
+                if (dst.st_dev, dst.st_ino) not in seen:
+                    kept.append(d)
+            dirs[:] = kept
             for f in names:
-                if _visible(f) and os.path.splitext(f)[1].lower() in extensions:
-                    found.append(os.path.relpath(os.path.join(folder, f), root))
+                path = os.path.join(folder, f)
+                # regular files only: a FIFO or device named like an image would block the decoder
+                if _visible(f) and os.path.splitext(f)[1].lower() in extensions and os.path.isfile(path):
+                    found.append(os.path.relpath(path, root))
                 else:
                     others += 1
         if not found:
