@@ -256,3 +256,15 @@ def test_report_versions_name_packages_the_run_did_not_import():
     v = versions()
     assert v["sklearn"] == metadata.version("scikit-learn") and v["yaml"] == metadata.version("PyYAML")
     assert v["torch"] == torch.__version__
+
+
+def test_a_compressed_npz_member_declaring_more_than_it_holds_is_refused_before_allocation(tmp_path):
+    import io
+    import zipfile
+    from numpy.lib import format as npy_format
+    header = io.BytesIO()
+    npy_format.write_array_header_1_0(header, {"descr": "<f4", "fortran_order": False, "shape": (100000, 100000, 3)})
+    with zipfile.ZipFile(str(tmp_path / "bomb.npz"), "w", compression=zipfile.ZIP_DEFLATED) as z:
+        z.writestr("images.npy", header.getvalue() + b"\0" * 64)  # 120 GB declared, 64 bytes held
+    with pytest.raises(DataError, match=r"declares \(100000, 100000, 3\) float32 .* but the member holds"):
+        open_source({"type": "npz", "path": str(tmp_path / "bomb.npz"), "layout": "NHWC"}, ".")

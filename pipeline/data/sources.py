@@ -345,8 +345,15 @@ def _npz_member(path: str, key: str) -> np.ndarray:
     """Member ``key`` of the .npz at ``path`` read into memory, after its header is checked
     (``_npy_header``: no object arrays)."""
     with zipfile.ZipFile(path) as zf:
-        with zf.open(key + ".npy") as f:
-            _npy_header(f, "%s member %s.npy" % (path, key))
+        info = zf.getinfo(key + ".npy")
+        with zf.open(info) as f:
+            shape, _, dtype = _npy_header(f, "%s member %s.npy" % (path, key))
+            declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + f.tell()
+    # numpy allocates what the header declares before it reads: check it against what the member holds
+    if declared > info.file_size:
+        raise DataError("%s member %s.npy: its header declares %s %s (%d bytes) but the member holds %d bytes; the "
+                        "file is truncated or damaged: write it again with numpy.savez"
+                        % (path, key, tuple(shape), dtype, declared, info.file_size))
     try:
         with np.load(path, allow_pickle=False) as npz:
             return npz[key]
