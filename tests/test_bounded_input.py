@@ -124,7 +124,7 @@ def test_a_compressed_member_shorter_than_its_header_is_a_data_error(tmp_path):
     path = str(tmp_path / "short_c.npz")
     with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
         zf.writestr("images.npy", _npy_bytes(np.zeros((10, 8, 8, 1), np.uint8), header_shape=(20, 8, 8, 1)))
-    with pytest.raises(DataError, match="images.npy cannot be read"):
+    with pytest.raises(DataError, match=r"images.npy: its header declares \(20, 8, 8, 1\) uint8 .* holds 768 bytes"):
         open_source({"type": "npz", "path": path}, str(tmp_path))
 
 
