@@ -160,3 +160,10 @@ def test_read_rejects_a_file_that_is_not_an_object(tmp_path):
     (tmp_path / "quant_info.json").write_text("[1, 2]")
     with pytest.raises(QuantizationError, match="expected a JSON object"):
         qi.read_quant_info(str(tmp_path))
+
+
+@pytest.mark.parametrize("entry", [["a", 1.0], [True, 0.5], [float("nan")], "0.1", {"x": 1}])
+def test_read_bias_corr_rejects_entries_that_are_not_finite_numbers(tmp_path, entry):
+    torch.save({"Net::nndct_conv2d_1": [0.1, 0.2], "Net::nndct_conv2d_2": entry}, str(tmp_path / "bias_corr.pth"))
+    with pytest.raises(QuantizationError, match="'Net::nndct_conv2d_2' should be a list of finite numbers"):
+        qi.read_bias_corr(str(tmp_path))

@@ -187,7 +187,8 @@ def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:
 
     Raises:
         QuantizationError: the file is missing (bias correction is on, so calibration must have
-            written it), truncated, refused (it would run code) or does not hold a dict.
+            written it), truncated, refused (it would run code), does not hold a dict, or an entry is
+            not a list of finite numbers (or None).
     """
     path = os.path.join(out_dir, BIAS_CORR_FILE)
     if not os.path.isfile(path):
@@ -205,6 +206,17 @@ def read_bias_corr(out_dir: str) -> Dict[str, Optional[torch.Tensor]]:
     if not isinstance(data, dict):
         raise QuantizationError("%s: expected a dict node name -> list of floats, got %s"
                                 % (path, type(data).__name__))
-    return {k: None if v is None else torch.as_tensor(v, dtype=torch.float32).reshape(-1)
-            for k, v in data.items()}
+    out = {}  # type: Dict[str, Optional[torch.Tensor]]
+    for k, v in data.items():
+        if v is None:
+            out[k] = None
+            continue
+        numbers = isinstance(v, torch.Tensor) or (isinstance(v, list) and all(
+            isinstance(x, (int, float)) and not isinstance(x, bool) for x in v))
+        value = torch.as_tensor(v, dtype=torch.float32).reshape(-1) if numbers else None
+        if value is None or not bool(torch.isfinite(value).all()):
+            raise QuantizationError("%s: the entry %r should be a list of finite numbers (or None), got %s; run the "
+                                    "calibration again to write it anew" % (path, k, str(v)[:80]))
+        out[k] = value
+    return out
 
