@@ -98,9 +98,10 @@ def _run(args: argparse.Namespace) -> int:
         gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    from .runstatus import LOCK_ENV
-    child = os.environ.get(LOCK_ENV) == loaded.work_dir  # a step the run started in its own process: it reports
-    if report and not child:  # under torchrun only rank 0 reports; -q hides the progress, not this summary
+    from .runstatus import is_step_child
+    # under torchrun only rank 0 reports, and a step's child process leaves it to the run; -q hides
+    # the progress, not this summary
+    if report and not is_step_child(loaded.work_dir):
         print("\n".join(summary_lines(report)))
     return 0
 

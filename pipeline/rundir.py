@@ -35,7 +35,7 @@ import yaml
 
 from . import fileio
 from .errors import PipelineError
-from .runstatus import LOCK_ENV, LOCK_FILE
+from .runstatus import LOCK_FILE, STATUS_FILE, is_step_child
 
 log = logging.getLogger("pipeline")
 
@@ -117,25 +117,28 @@ class RunDir:
         """Remove the results of ``step`` and of the steps derived from it (``pipeline.steps.derived``),
         before ``step`` runs: the files each step's record lists, the folders that became empty, and
         the step's result. The train step keeps model/ when model.weights names an outside file."""
-        from .steps import BY_NAME, derived
+        from .steps import derived
         own = () if step == "train" and self.cfg.model.weights is not None else (step,)
         stale = []
         for name in own + derived(step):
             result = self.path("steps", name + ".json")
-            if name != step and (self._recorded(name) or os.path.exists(result)):
+            had_result = os.path.exists(result)
+            removed = self.remove_written(name)
+            if name != step and (removed or had_result):
                 stale.append(name)
-            self.remove_written(name)
-            if os.path.exists(result):
+            if had_result:
                 os.remove(result)
         if stale:
             log.info("%s: removed the results of %s, which came from the previous %s", step, ", ".join(stale), step)
 
-    def remove_written(self, step: str) -> None:
+    def remove_written(self, step: str) -> List[str]:
         """Delete the files ``step`` wrote (its record), then the folders under its folder that are
-        empty now, then the record. Files it has no record of stay, with a warning."""
+        empty now, then the record; returns the record (paths relative to the run folder). Files it
+        has no record of stay, with a warning."""
         from .steps import BY_NAME
         folder = self.path(BY_NAME[step].writes)
-        for rel in self._recorded(step):
+        recorded = self._recorded(step)
+        for rel in recorded:
             path = os.path.join(self.work_dir, rel)
             if os.path.isfile(path) or os.path.islink(path):
                 os.remove(path)
@@ -147,6 +150,7 @@ class RunDir:
         if os.path.isdir(folder):
             log.warning("%s: left %s in %s: the pipeline has no record of writing it; remove it if it is stale",
                         step, ", ".join(sorted(os.listdir(folder))[:5]), folder)
+        return recorded
 
     def _record_path(self, step: str) -> str:
         return self.path("steps", step + ".files.json")
@@ -184,7 +188,7 @@ def lock_work_dir(work_dir: str) -> Any:
         PipelineError: the folder cannot be created or written, another run holds the lock, or it
             holds files the pipeline did not write (nothing in it is changed).
     """
-    if os.environ.get(LOCK_ENV) == work_dir:
+    if is_step_child(work_dir):
         return None  # a child process of the run that holds the lock
     import fcntl
     try:
@@ -221,7 +225,7 @@ def _claim(work_dir: str, made_lock: bool) -> None:
     if os.path.exists(mark):
         return
     others = sorted(n for n in os.listdir(work_dir) if n not in (LOCK_FILE, MARK_FILE))
-    legacy = os.path.isfile(os.path.join(work_dir, "status.json")) and os.path.isdir(os.path.join(work_dir, "steps"))
+    legacy = os.path.isfile(os.path.join(work_dir, STATUS_FILE)) and os.path.isdir(os.path.join(work_dir, "steps"))
     if others and not legacy:
         if made_lock:
             os.remove(os.path.join(work_dir, LOCK_FILE))

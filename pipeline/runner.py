@@ -19,7 +19,7 @@ from . import steps as step_graph
 from .config import LoadedConfig
 from .errors import ConfigError, PipelineError
 from .rundir import lock_work_dir, unlock
-from .runstatus import LOCK_ENV, RunStatus
+from .runstatus import LOCK_ENV, RunStatus, is_step_child
 from .steps.context import Run
 
 log = logging.getLogger("pipeline")
@@ -80,11 +80,12 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
     run = Run(loaded, source)
     run.comm = comm
     run.preflight(ordered)
-    expected = os.environ.get(ROWS_ENV) if os.environ.get(LOCK_ENV) == run.work_dir else None
-    if expected and run.rows_sha256() != expected:
+    expected = os.environ.get(ROWS_ENV) if is_step_child(run.work_dir) else None
+    rows = run.rows_sha256() if expected else None
+    if expected and rows != expected:
         raise PipelineError("this child process of the run would cut the source into other train/calib/eval rows than "
                             "the run that started it (rows sha256 %s, the run's %s); its config or source differs from "
-                            "the run's: this is a bug, please report it" % (run.rows_sha256()[:12], expected[:12]))
+                            "the run's: this is a bug, please report it" % (rows[:12], expected[:12]))
     lock = lock_work_dir(run.work_dir) if run.is_main else None
     try:
         # status.json says "running" from here on; rank 0 alone writes it

@@ -23,6 +23,12 @@ LOCK_FILE = ".pipeline.lock"
 LOCK_ENV = "PIPELINE_LOCKED_WORK_DIR"  # set for the child processes of the run that holds the lock
 
 
+def is_step_child(work_dir: str) -> bool:
+    """True in a process a run started for one of its steps (``LOCK_ENV``): it runs under that
+    run's lock, and the run writes the status and reports the summary."""
+    return os.environ.get(LOCK_ENV) == work_dir
+
+
 def _now() -> str:
     return datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()
 
@@ -98,7 +104,7 @@ class RunStatus:
     def __init__(self, work_dir: str, steps: List[str], active: bool = True) -> None:
         self.work_dir = work_dir
         # a child process of the lock holder (nndct steps) leaves status.json to its parent
-        self.owner = active and os.environ.get(LOCK_ENV) != work_dir
+        self.owner = active and not is_step_child(work_dir)
         self.status = {"state": "running", "steps": list(steps), "step": None, "pid": os.getpid(),
                        "host": socket.gethostname(), "started": _now()}  # type: Dict[str, Any]
         self.previous = None  # type: Optional[Dict[str, Any]]

@@ -70,7 +70,6 @@ class BoundedSafeLoader(yaml.SafeLoader):
         self._expanded[id(node)] = size
         return node
 
-
     def construct_mapping(self, node: Any, deep: bool = False) -> Any:
         """A mapping, refused when a key is written twice in it (YAML forbids it; PyYAML would keep the
         later value without a word). Keys a merge (``<<: *defaults``) brings in may be overridden."""
@@ -82,18 +81,16 @@ class BoundedSafeLoader(yaml.SafeLoader):
                 if (key.tag, key.value) in seen:
                     raise YAMLBoundError("the key %r is written twice in one mapping, at %s and at %s; give it once "
                                          "(the later value would silently win)"
-                                         % (key.value, _where_start(seen[(key.tag, key.value)]), _where_start(key)))
+                                         % (key.value, _where(seen[(key.tag, key.value)], start=True),
+                                            _where(key, start=True)))
                 seen[(key.tag, key.value)] = key
         return super().construct_mapping(node, deep)
 
 
-def _where_start(item: Any) -> str:
-    mark = item.start_mark
-    return "line %d, column %d" % (mark.line + 1, mark.column + 1)
-
-
-def _where(item: Any) -> str:
-    mark = getattr(item, "end_mark", None) or getattr(item, "start_mark", None)
+def _where(item: Any, start: bool = False) -> str:
+    """Where ``item`` (a node or event) ends in the document, or where it starts."""
+    mark = None if start else getattr(item, "end_mark", None)
+    mark = mark or getattr(item, "start_mark", None)
     return "line %d, column %d" % (mark.line + 1, mark.column + 1) if mark is not None else "an unknown position"
 
 

@@ -417,11 +417,6 @@ class _Builder:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
 
 
-# the jit kinds whose number operand nndct's parser turns into a const node first (OptPass.
-# transform_const_scalar_to_const_tensor: add, sub, mul, div, rsub; remainder has no sim op)
-_CONST_PASS_TYPES = (t.ADD, t.SUB, t.MULTIPLY, t.DIV, t.RSUB)
-
-
 def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNode]:
     """The consts in nndct's numbering order. nndct's parser finds the arithmetic nodes with a
     depth-first walk (pre-order, from the nodes without inputs, a node's users in graph order),
@@ -444,7 +439,7 @@ def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimN
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if node.op in _CONST_PASS_TYPES:
+            if node.op in t.BINARY_TYPES:  # OptPass.transform_const_scalar_to_const_tensor's kinds
                 groups.setdefault(node.op, []).append(node)
             stack.extend(reversed([u for u in users[id(node)] if id(u) not in seen]))
     ordered = []  # type: List[SimNode]

@@ -131,6 +131,9 @@ PARAM_TYPES = CONV_TYPES + (DENSE, BATCH_NORM)
 BIAS_CORR_TYPES = CONV_TYPES + (DENSE,)  # nndct's BatchNorm module does no bias correction
 # elementwise arithmetic: a Python number operand becomes an nndct_const node
 ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE)
+# element-wise binary ops of tensors (XIR add/sub/mul/div; rsub is written as sub(c, x)); also the jit
+# kinds whose number operand nndct's parser turns into a const node (remainder has no sim op)
+BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
 
 
 def spec(op: str) -> OpSpec:

@@ -27,7 +27,6 @@ from .devgraph import Graph, Node
 from .layout import INT_MAX, PERMUTE, layout_transform
 
 POOL_OR_CONV = (t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.MAX_POOL, t.AVG_POOL)
-BINARY = (t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV)
 
 
 def optimize(graph: Graph) -> None:
@@ -176,7 +175,7 @@ def _merge_reshapes(graph: Graph) -> None:
 
 def _broadcast_consts(graph: Graph) -> None:
     for node in graph.nodes:
-        if node.type not in BINARY:
+        if node.type not in t.BINARY_TYPES:
             continue
         first, other = node.in_tensors
         if other.node is not None and other.node.type == t.CONST and np.shape(other.data) != np.shape(first.data):

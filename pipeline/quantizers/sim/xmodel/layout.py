@@ -11,7 +11,7 @@ move data when permuted; where the spreading stops, a ``transpose`` node is inse
 transposes are then merged, and identities dropped.
 """
 from collections import OrderedDict, deque
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
@@ -133,11 +133,11 @@ def layout_transform(graph: Graph) -> None:
 
     # upwards: producers take the NHWC order while they can
     between = OrderedDict()  # type: Dict[tuple, list]
-    visited = []  # type: List[Node]
+    visited = set()  # type: Set[Node]
     for order, nodes in swim.items():
         for start in nodes:
             queue = deque([start])
-            visited.append(start)
+            visited.add(start)
             start.transpose_out_order = order
             start.transpose_in_order = swim_in[start.name]
             while queue:
@@ -150,7 +150,7 @@ def layout_transform(graph: Graph) -> None:
                     if pn.type in SOURCE_OPS or _passes_layout(pn, node.transpose_in_order):
                         _adopt(pn, node.transpose_in_order)
                         queue.append(pn)
-                        visited.append(pn)
+                        visited.add(pn)
                     else:
                         between.setdefault(order, []).append((pn, node))
     inserted += _insert_transposes(graph, between, "swim")
@@ -162,13 +162,13 @@ def layout_transform(graph: Graph) -> None:
             if node not in group:
                 group.append(node)
     between = OrderedDict()
-    visited = []
+    visited = set()
     for order, nodes in sink.items():
         for start in nodes:
             if start in visited:
                 continue
             queue = deque([start])
-            visited.append(start)
+            visited.add(start)
             while queue:
                 node = queue.popleft()
                 for cn in graph.children(node):
@@ -177,17 +177,17 @@ def layout_transform(graph: Graph) -> None:
                     if cn.type in IMPLICIT_OPS or cn.type == RETURN:
                         continue
                     if cn.type == t.SHAPE:
-                        visited.append(cn)
+                        visited.add(cn)
                         if node.transpose_out_order:
                             SPECIAL_ATTRS[cn.type](cn, node.transpose_out_order)
                             continue
                     elif cn.transpose_out_order:
                         queue.append(cn)
-                        visited.append(cn)
+                        visited.add(cn)
                     elif _passes_layout(cn, node.transpose_out_order):
                         _adopt(cn, node.transpose_out_order)
                         queue.append(cn)
-                        visited.append(cn)
+                        visited.add(cn)
                     else:
                         between.setdefault(order, []).append((node, cn))
     inserted += _insert_transposes(graph, between, "sink")
@@ -238,12 +238,12 @@ def _merge_transposes(graph: Graph, inserted: List[Node]) -> None:
         group.clear()
 
     group = []  # type: List[Node]
-    visited = []  # type: List[Node]
+    visited = set()  # type: Set[Node]
     for source in [n for n in graph.nodes if not n.in_tensors]:
         stack = [source]
         while stack:
             node = stack.pop()
-            visited.append(node)
+            visited.add(node)
             if node.type == PERMUTE:
                 children = graph.children(node)
                 if node.out_nodes and all(c.type == PERMUTE for c in children):

@@ -61,7 +61,7 @@ class XmodelUnsupported(ExportError):
     """A node the xmodel format (or this writer) cannot carry; the message names it."""
 
 
-_OPERAND_TYPES = (t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV, t.CONCAT)
+_OPERAND_TYPES = t.BINARY_TYPES + (t.CONCAT,)
 
 
 def unsupported(node: SimNode, why: str) -> XmodelUnsupported:
