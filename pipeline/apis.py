@@ -43,8 +43,11 @@ What differs, on purpose:
   rank 0 only (the other ranks return the path it writes). The real quantizer has nothing like it.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
-- ``fast_finetune``/``load_ft_param`` raise ``BackendUnavailableError`` (not simulated yet);
-  ``Inspector`` runs the CPU inspection of ``pipeline.inspect``.
+- ``fast_finetune``/``load_ft_param`` run the real quantizer's AdaQuant on the simulation (docs/finetune.md):
+  the same ``param.pth`` and files; the kept batches spill to temporary files beyond 512 MiB instead
+  of filling memory; bad input (test mode, one batch, other shapes, ``load_ft_param`` without a
+  finetuned calibration) raises instead of exiting. ``Inspector`` runs the CPU inspection of
+  ``pipeline.inspect``.
 - ``export_xmodel``/``dump_xmodel`` write ``<Model>_int.xmodel`` without pytorch_nndct or ``xir``
   (``pipeline.quantizers.sim.xmodel``): the file the real quantizer writes, checked and run against
   the simulation before it is written. The real quantizer records shapes on the FIRST test-mode
@@ -70,7 +73,7 @@ from torch import nn
 
 from .apis_checks import _check_input, _check_target, _device, _examples, _mode
 from .apis_inspector import Inspector  # noqa: F401  (the rest of the drop-in surface)
-from .errors import BackendUnavailableError, ExportError, QuantizationError
+from .errors import ExportError, QuantizationError
 from .fileio import write_bytes
 from .models.loading import load_state_dict_file
 from .quantizers import calib_commit
@@ -123,6 +126,35 @@ class _CalibModel(nn.Module):
         return q._calibrator.step(*xs)
 
 
+class _FinetunePhase:
+    """Stands in for the calibrator while fast_finetune runs ``run_fn``: each calib-mode forward
+    goes to ``fn`` (keep the batch, or calibrate on it) after the per-sample shape check."""
+
+    def __init__(self, fn: Any, sample_shapes: Tuple[Tuple[int, ...], ...]) -> None:
+        self.fn = fn
+        self.sample_shapes = sample_shapes
+        self.batches = 0
+
+    def step(self, *xs: torch.Tensor) -> Any:
+        shapes = tuple(tuple(int(d) for d in x.shape[1:]) for x in xs)
+        if shapes != self.sample_shapes:
+            raise QuantizationError(
+                "fast_finetune: batch %d of run_fn's data has per-sample shape %s, input_args has %s: the finetune "
+                "data must have the calibration's input shape" % (self.batches + 1, list(shapes[0]) if len(shapes) == 1
+                                                                 else [list(s) for s in shapes],
+                                                                 list(self.sample_shapes[0]) if len(shapes) == 1
+                                                                 else [list(s) for s in self.sample_shapes]))
+        self.batches += 1
+        return self.fn(*xs)
+
+
+def _log_layer(index: int, count: int, trace: Any) -> None:
+    LOG.info("fast finetune: layer %d/%d %s: %d passes, %d weight and %d bias codes changed, net loss %s -> %s (%.1f s)",
+             index, count, trace.node, len(trace.evals), trace.weight_changed, trace.bias_changed,
+             ", ".join("%.6g" % v for v in trace.loss_in), ", ".join("%.6g" % v for v in trace.loss_out),
+             trace.seconds)
+
+
 class TorchQuantizer:
     """The object ``torch_quantizer`` returns. See :func:`torch_quantizer`."""
 
@@ -162,6 +194,8 @@ class TorchQuantizer:
         self._empty_forwards = 0  # calibration forwards on an empty batch
         self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
         self._calibrator_samples = 0  # samples over all calibration forwards
+        self._finetune = None  # type: Optional[Dict[str, Any]]  # fast_finetune's record
+        self._ft_loaded = False  # load_ft_param ran
         if self.quant_mode == "calib":
             from .distributed import current
             self._calibrator = self._session.calibrator(current())  # combined over the ranks when a group is up
@@ -200,6 +234,11 @@ class TorchQuantizer:
                      for i, (x, e) in enumerate(zip(xs, self._examples)))
 
     def _check_forward(self, module: nn.Module, inputs: Any) -> None:
+        if self._forwards == 0 and not self._ft_loaded and getattr(module, "quant_info", {}).get("fast_finetuned"):
+            warnings.warn("quant_info.json in %s is from a fast-finetuned calibration, but load_ft_param() was not "
+                          "called: this forward uses the float model's parameters, not the finetuned ones (as the "
+                          "real quantizer does); call quantizer.load_ft_param() before the first forward"
+                          % self.output_dir)
         if inputs:  # a keyword-only call is left to the model's forward
             self._check_inputs(tuple(inputs), "quant_model input")
 
@@ -319,28 +358,91 @@ class TorchQuantizer:
 
 
     def fast_finetune(self, run_fn: Any, run_args: Any) -> None:
-        """Always raises: fast finetuning (AdaQuant, ``param.pth``) is not available in the
-        simulation yet.
+        """Calib mode: fast finetune (AdaQuant) as the real quantizer runs it (docs/finetune.md).
+
+        Calls ``run_fn(*run_args)`` twice, as nndct does: first ``quant_model`` returns the float
+        model's outputs while the batches are kept (in memory up to 512 MiB, then in temporary
+        files; nndct keeps them all in memory), then it runs the finetune's own calibration (bias
+        correction off). Then every conv/linear layer is finetuned in graph order. The user's
+        calibration forwards that follow keep those fix positions (no search) and re-run bias
+        correction; ``export_quant_config()`` then writes ``param.pth`` (the finetuned parameters,
+        on their grids, keyed ``module_<i>.weight``/``.bias`` as nndct's) beside ``quant_info.json``
+        (``"fast_finetuned": true``) and ``bias_corr.pth``. One ``torch.rand`` per layer is drawn
+        from the global RNG, as nndct's gradient check does, so later random draws match it.
+
+        Args:
+            run_fn: the user's evaluation function, e.g. ``evaluate(model, loader, loss_fn)``; it must
+                feed the same batches (same order, same shapes) each time.
+            run_args: its arguments (a tuple), normally ``(quant_model, ft_loader, loss_fn)``.
 
         Raises:
-            BackendUnavailableError: always; calibrate without it, or run the script with
-                pytorch_nndct in the Vitis AI image.
+            QuantizationError: test mode (nndct warns and does nothing), a finetune set of fewer than
+                two batches, batches of another per-sample shape than ``input_args``, run_fn feeding a
+                different number of batches the second time, or under torch.distributed (not
+                simulated).
         """
-        raise BackendUnavailableError(
-            "fast_finetune is not available in the simulation yet: it would change the parameters "
-            "(AdaQuant) in a way the sim does not reproduce. Calibrate without it here, or run this "
-            "script with pytorch_nndct in the Vitis AI docker image (`quantizer.backend: nndct`)")
+        from .quantizers.sim.finetune import FastFinetune, FinetuneOptions
+        if self.quant_mode != "calib":
+            raise QuantizationError(
+                "fast_finetune needs calib mode: this quantizer was created in test mode (the real quantizer "
+                "warns 'Finetune function will be ignored in test mode' and does nothing). Call fast_finetune "
+                "on torch_quantizer('calib', ...), then in test mode call load_ft_param()")
+        if getattr(self._calibrator, "comm", None) is not None:
+            raise QuantizationError("fast_finetune is not simulated under torch.distributed: run it in one process")
+        if self._calibrator.batches:
+            warnings.warn("fast_finetune: the %d calibration forwards run before it are discarded; the finetune "
+                          "calibrates on its own data, and the forwards after it give the bias correction"
+                          % self._calibrator.batches)
+        ft = FastFinetune(self._session, FinetuneOptions(memory_mb=1024), global_rng=True)
+        expect = tuple(tuple(int(d) for d in e.shape[1:]) for e in self._examples)
+        try:
+            self._calibrator = _FinetunePhase(ft.record, expect)
+            LOG.info("=>Preparing data for fast finetuning module parameters ...")
+            run_fn(*run_args)
+            self._calibrator = _FinetunePhase(ft.calibrate, expect)
+            LOG.info("=>Find initial quantization steps for fast finetuning...")
+            run_fn(*run_args)
+            LOG.info("=>Fast finetuning module parameters for better quantization accuracy...")
+            ft.finetune(_log_layer)
+            self._calibrator = ft.recalibrator()
+        finally:
+            ft.close()
+            if not hasattr(self._calibrator, "finetuned"):  # failed: an empty calibration again
+                self._calibrator = self._session.calibrator()
+        self._empty_forwards = self._nonzero_forwards = self._calibrator_samples = 0
+        self._finetune = ft.trace()
 
     def load_ft_param(self) -> None:
-        """Always raises: the simulation has no fast-finetuned parameters (see :meth:`fast_finetune`).
+        """Test mode: use the fast-finetuned parameters (``param.pth``) of the calibration in
+        ``output_dir``, as nndct's ``load_ft_param``. Call it before the first forward (the real
+        quantizer applies the bias correction and rounding on that forward; here the model is
+        rebuilt either way, and a warning says the real one would not).
 
         Raises:
-            BackendUnavailableError: always.
+            QuantizationError: calib mode, a ``quant_info.json`` without ``"fast_finetuned": true``
+                (nndct logs an error and exits), or a ``param.pth`` that is missing or made for another
+                model.
         """
-        raise BackendUnavailableError(
-            "load_ft_param is not available in the simulation yet (fast_finetune is not simulated, so "
-            "there is no param.pth of it); leave the call out here, or run with pytorch_nndct in the "
-            "Vitis AI docker image")
+        from .quantizers.quant_info import read_quant_info
+        if self.quant_mode != "test":
+            raise QuantizationError("load_ft_param is for test mode (the real quantizer exits with an error in "
+                                    "calib mode): create torch_quantizer('test', ...) and call it there")
+        info = read_quant_info(self.output_dir)
+        if info.get("fast_finetuned") is not True:
+            raise QuantizationError(
+                "load_ft_param: %s/%s is not from a fast-finetuned calibration (\"fast_finetuned\": false); call "
+                "quantizer.fast_finetune(...) in calib mode before export_quant_config(), or leave load_ft_param out"
+                % (self.output_dir, QUANT_INFO_FILE))
+        if self._forwards:
+            warnings.warn("load_ft_param after %d test-mode forwards: the real quantizer needs it before the first "
+                          "forward (its first forward applies bias correction and rounding to the parameters it "
+                          "has then); the simulation uses the finetuned parameters from here on" % self._forwards)
+        fresh = self._session.load_test(self.output_dir, finetuned=True)
+        for name, module in fresh.named_children():
+            if hasattr(module, "weight_fix_pos"):
+                target = self._model.get_submodule(name)
+                target.weight, target.bias = module.weight, module.bias
+        self._ft_loaded = True
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
                       dynamic_batch: bool = False) -> str:

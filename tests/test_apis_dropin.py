@@ -1,7 +1,7 @@
 """The rest of the drop-in surface: ``from pipeline.apis import torch_quantizer, dump_xmodel,
-Inspector`` (the imports of real Vitis AI quantize scripts): fast finetuning, which the simulation
-cannot do yet, fails with a clear BackendUnavailableError; ``dump_xmodel`` writes the xmodel of the
-quantizer that ran last, as the real one does."""
+Inspector`` (the imports of real Vitis AI quantize scripts): fast finetuning misused (no data, test
+mode, ``load_ft_param`` without a finetuned calibration) raises a clear QuantizationError;
+``dump_xmodel`` writes the xmodel of the quantizer that ran last, as the real one does."""
 import json
 import os
 
@@ -10,7 +10,7 @@ import torch
 from torch import nn
 
 from pipeline.apis import Inspector, dump_xmodel, torch_quantizer
-from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
+from pipeline.errors import ConfigError, ExportError, QuantizationError
 from pipeline.quantizers.sim.xmodel import reader
 
 
@@ -49,20 +49,22 @@ def test_inspector_refuses_unknown_targets_and_formats(tmp_path):
         Inspector("DPUCZDX8G_ISA1_B4096").inspect(_TwoIn(), _inputs(), output_dir=str(tmp_path), image_format="jpg")
 
 
-def test_fast_finetune_and_load_ft_param_say_they_are_not_available_and_dump_xmodel_writes(tmp_path):
+def test_fast_finetune_misuse_raises_and_dump_xmodel_writes(tmp_path):
     import pipeline.apis
     pipeline.apis._CURRENT = None  # as in a new process
     with pytest.raises(QuantizationError, match="dump_xmodel: no quantizer has run a forward.*test mode"):
         dump_xmodel(str(tmp_path))
     model = _TwoIn()
     q = torch_quantizer("calib", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
-    with pytest.raises(BackendUnavailableError, match="fast_finetune is not available in the simulation yet"):
-        q.fast_finetune(lambda: None, ())
+    with pytest.raises(QuantizationError, match="fast finetune needs at least 2 batches of finetune data, got 0"):
+        q.fast_finetune(lambda: None, ())  # run_fn feeds nothing
     q.quant_model(*_inputs(4))
     q.export_quant_config()
     t = torch_quantizer("test", model, _inputs(), output_dir=str(tmp_path), device=torch.device("cpu"))
-    with pytest.raises(BackendUnavailableError, match="load_ft_param is not available in the simulation yet"):
+    with pytest.raises(QuantizationError, match="load_ft_param: .* is not from a fast-finetuned calibration"):
         t.load_ft_param()
+    with pytest.raises(QuantizationError, match="fast_finetune needs calib mode"):
+        t.fast_finetune(lambda: None, ())
     y = t.quant_model(*_inputs(4))
     assert y.shape == (4, 4, 8, 8)
     with pytest.raises(ExportError, match="first forward of quant_model in test mode had batch size 4"):

@@ -64,8 +64,13 @@ from .plan import QuantPlan
 
 
 def _quantized_module(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwidth: int,
-                      bias_corr: Optional[Dict[str, Any]]) -> nn.Module:
+                      bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None) -> nn.Module:
     m = copy.deepcopy(graph.module(node))
+    if params is not None:  # fast-finetuned weights (param.pth) replace the float ones
+        w, b = params[node.name]
+        m.weight = nn.Parameter(w.detach().clone(), requires_grad=False)
+        if b is not None:
+            m.bias = nn.Parameter(b.detach().clone(), requires_grad=False)
     wname = node.param_names["weights"]
     wfp = int(info["param"][wname][0][1])
     m.weight = nn.Parameter(fixpoint.fake_quant(m.weight.detach(), wfp, bitwidth, "std_round"),
@@ -107,7 +112,7 @@ def check_quant_info(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any]) -> 
 
 
 def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwidth: int,
-                  bias_corr: Optional[Dict[str, Any]]) -> torch.fx.GraphModule:
+                  bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None) -> torch.fx.GraphModule:
     """Build the lowered test-mode GraphModule (see the module docstring for the contract).
 
     Args:
@@ -117,6 +122,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         bitwidth: bit width of every tensor.
         bias_corr: ``"<Class>::<node>"`` -> 1-D float32 correction, or None when bias correction
             is off.
+        params: node name -> (weight, bias) of every parameter node, replacing the float model's
+            (fast finetune's ``param.pth``, ``sim/adaquant.py``), or None. As nndct's
+            ``load_ft_param``: the bias correction is subtracted from them, then they are rounded.
 
     Raises:
         QuantizationError: ``info`` or ``bias_corr`` do not match the graph.
@@ -150,7 +158,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         if node.op == g.INPUT:
             value = new.placeholder(fx_node.target)
         elif node.op in g.PARAM_TYPES:
-            target = add_module(node.name, _quantized_module(graph, node, info, bitwidth, bias_corr))
+            target = add_module(node.name, _quantized_module(graph, node, info, bitwidth, bias_corr, params))
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
         elif node.op == g.LEAKY_RELU:
             target = add_module(node.name, nn.LeakyReLU(LEAKY_SLOPE))

@@ -92,11 +92,15 @@ class SimSession:
         prefix = self.graph.class_name + "::"
         info = qi.make_quant_info(param_fp, {prefix + k: v for k, v in output_fp.items()}, self.bitwidth,
                                   self.cfg.include_bias_corr, self.graph.graph_md5())
+        if getattr(calibrator, "finetuned", None) is not None:
+            info["fast_finetuned"] = True
         return info, notes
 
     def export_quant_config(self, calibrator: Calibrator, out_dir: str, info: Any = None) -> List[str]:
-        """Write ``quant_info.json`` (and, first, ``bias_corr.pth`` with bias correction) into ``out_dir``
-        (created), each atomically (``pipeline.fileio.write_files``).
+        """Write ``quant_info.json`` (and, first, ``param.pth`` after a fast finetune and
+        ``bias_corr.pth`` with bias correction) into ``out_dir`` (created), each atomically
+        (``pipeline.fileio.write_files``). ``calibrator``: a Calibrator, or after a fast finetune
+        its ``adaquant.KeepFpCalibrator``.
 
         Nothing is written when the calibration is incomplete (QuantizationError first).
         ``info``: this calibration's ``quant_info(calibrator)[0]`` when the caller has it (not
@@ -108,19 +112,49 @@ class SimSession:
         if info is None:
             info, _ = self.quant_info(calibrator)
         items = []  # type: List[Tuple[str, bytes]]
+        finetuned = getattr(calibrator, "finetuned", None)
+        if finetuned is not None:
+            from .finetune import PARAM_FILE, param_bytes
+            items.append((os.path.join(out_dir, PARAM_FILE), param_bytes(self.graph, finetuned)))
         if self.cfg.include_bias_corr:
             items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
         items.append((os.path.join(out_dir, qi.QUANT_INFO_FILE), qi.quant_info_bytes(info)))
         return write_files(items)  # each atomic, fsynced together, renamed in this order
 
-    def load_test(self, out_dir: str) -> torch.fx.GraphModule:
+    def load_test(self, out_dir: str, finetuned: bool = True) -> torch.fx.GraphModule:
         """The lowered test-mode model from ``out_dir``'s files (sim- or nndct-made).
 
+        ``finetuned``: when ``quant_info.json`` says ``fast_finetuned``, use ``param.pth``'s
+        parameters (the runner); False keeps the float model's, as nndct's test mode does until
+        ``load_ft_param()`` (the drop-in).
+
         Raises:
-            QuantizationError: quant_info.json (or bias_corr.pth with bias correction on) is
-                missing or does not match the model.
+            QuantizationError: quant_info.json (or bias_corr.pth with bias correction on, or
+                param.pth after a fast finetune) is missing or does not match the model.
         """
         info = qi.read_quant_info(out_dir)
         corr = qi.read_bias_corr(out_dir) if self.cfg.include_bias_corr else None
         self.graph.example_shapes  # the float model on the example: a failing node is named here
-        return build_lowered(self.graph, self.plan, info, self.bitwidth, corr)
+        params = self.finetuned_params(out_dir) if finetuned and info.get("fast_finetuned") is True else None
+        return build_lowered(self.graph, self.plan, info, self.bitwidth, corr, params)
+
+    def finetuned_params(self, out_dir: str) -> Any:
+        """node name -> (weight, bias) from ``out_dir/param.pth`` (read without running code).
+
+        Raises:
+            QuantizationError: the file is missing, not a plain state_dict, or made for another model.
+        """
+        from ...models.loading import load_state_dict_file
+        from ...errors import PipelineError
+        from .adaquant import params_from_state_dict
+        from .finetune import PARAM_FILE
+        path = os.path.join(out_dir, PARAM_FILE)
+        if not os.path.isfile(path):
+            raise QuantizationError("%s is missing: quant_info.json says the calibration was fast-finetuned, and its "
+                                    "parameters are in that file; run the calibration with fast_finetune again"
+                                    % path)
+        try:
+            state = load_state_dict_file(path)
+        except PipelineError as exc:
+            raise QuantizationError(str(exc)) from exc
+        return params_from_state_dict(self.graph, state, path)

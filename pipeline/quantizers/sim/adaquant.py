@@ -1,0 +1,503 @@
+"""Fast finetune (AdaQuant) as the real quantizer runs it, on the simulation (docs/finetune.md).
+
+Re-implements ``AdvancedQuantProcessor.finetune_v2`` of ``pytorch_nndct/qproc/adaquant.py``
+(Vitis AI 3.5, default options: ``ft_mode=1``, ``quant_opt=3``, ``finetune_lr_factor=0.01``;
+the method of Hubara et al., "Improving Post Training Neural Quantization: Layer-wise Calibration
+and Integer Programming", arXiv:2006.10518):
+
+1. The finetune data's inputs are kept, with the float graph's outputs at the *last quant nodes*
+   (walking back from each graph output, the first quantizable node with inputs).
+2. An ordinary calibration on the finetune data with bias correction off gives the raw fix
+   positions (no export-time adjustment) and the on-grid starting parameters.
+3. The kept inputs are rounded to the input's fix_pos (nndct rounds its cached CPU tensors in
+   place on the first test-mode forward, so every later float forward sees the rounded input;
+   the float targets of step 1 were made before that).
+4. ``net loss``: per last node, the batch average of ``sqrt(mse(float target, quant output))``.
+5. Each conv/linear layer in graph order: Adam on its weight and bias (lr ``0.01 * std`` of the
+   on-grid tensor, ``0.001 * std`` when its SQNR/8 > 4.5, halved again for batch size 1), one step
+   per batch on ``mse(q_out, f_out) + mse(W, W_float)``, where ``q_out`` is the layer (and its
+   following ReLU/ReLU6/Hardswish/Hardsigmoid) on the quant model's input to it, rounded at their
+   fix positions as a straight-through estimator, and ``f_out`` the float graph's layer output
+   (through the float activation). After each pass over the batches the parameters are rounded
+   (std_round) and the net loss decides: better keeps them, otherwise the best are restored, both
+   learning rates halve (Adam's state is kept) and the layer stops when both are below 1e-5 or
+   the loss equals the previous one (rel. 1e-6). At most 100 passes.
+
+The per-layer inputs and float outputs are computed once per layer (nndct recomputes them each
+pass for the first half of the layers; both give the same values) and held in a
+:class:`~pipeline.quantizers.sim.spill.BatchStore`, in memory up to a budget and spilled to files
+beyond it, so memory does not grow with the finetune set.
+
+Method ``adaquant_bc`` (this project's, not the real quantizer's) differs in one point: the layer
+targets are made with bias correction kept (see :class:`KeepFpCalibrator`): after the finetune a
+fresh bias correction runs on the finetuned weights (``docs/finetune.md#methods``).
+"""
+import math
+from collections import OrderedDict
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from ...errors import QuantizationError
+from .. import fixpoint
+from ...fx import optable as g
+from ...fx.capture import SimGraph, SimNode
+from .calib import BIAS_CORR_RATE, Calibrator, check_batch, eval_qnoise
+from .frozen import INPUT_OF, OUTPUT, FrozenForward, Params, float_params
+from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, float_reference, param_forward
+from .plan import QuantPlan, adjust_fix_pos
+from .spill import BatchStore, nbytes
+
+LR_FACTOR = 0.01  # option finetune_lr_factor
+HIGH_EFFICIENCY = 4.5  # quant_eff above which the learning rate is 10x smaller
+MAX_PASSES = 100  # iters of optimize_layer_v2
+MIN_LR = 1e-5
+LOSS_REL_TOL = 1e-6  # AverageMeter.__eq__
+TUNED_TYPES = g.CONV_TYPES + (g.DENSE,)  # is_conv_like (the 2-D ops the sim captures)
+PAIR_LAYER_TYPES = (g.CONV2D, g.DEPTHWISE_CONV2D, g.CONVTRANSPOSE2D)  # collect_layer_act_pair
+PAIR_ACT_TYPES = (g.RELU, g.RELU6, g.HSWISH, g.HSIGMOID)
+FLOAT_ACTS = {g.RELU: F.relu, g.RELU6: F.relu6, g.HSIGMOID: F.hardsigmoid, g.HSWISH: F.hardswish}
+METHODS = ("adaquant", "adaquant_bc")
+
+
+class RawCalibration:
+    """The fix positions and on-grid parameters the finetune starts from.
+
+    Attributes:
+        param_fp: nndct param name -> fix_pos (first batch, std_round search).
+        out_fp: node name -> activation fix_pos (mode over the batches; raw: no export-time adjustment).
+        params: node name -> (weight, bias) rounded at their fix positions (new tensors).
+    """
+
+    def __init__(self, calibrator: Calibrator) -> None:
+        if calibrator.batches == 0:
+            raise QuantizationError("fast finetune: its calibration saw 0 batches; the finetune data is empty")
+        missing = [n for n in calibrator.plan.output_order if not calibrator.history[n]]
+        if missing:
+            raise QuantizationError("fast finetune: the finetune data gave no fix_pos to %s (non-finite values "
+                                    "in every batch?)" % ", ".join(missing))
+        self.param_fp = dict(calibrator.param_fp)
+        self.out_fp = {n: fixpoint.modal_fix_pos(calibrator.history[n]) for n in calibrator.plan.output_order}
+        self.params = OrderedDict()  # type: Params
+        for name, state in calibrator.params.items():
+            self.params[name] = (state.weight.clone(), None if state.bias is None else state.bias.clone())
+
+
+def last_quant_nodes(graph: SimGraph, plan: QuantPlan) -> List[SimNode]:
+    """``collect_last_quant_nodes``: from each graph output, depth first towards the inputs, the
+    first node that is quantizable, has inputs and a tensor output."""
+    found = []  # type: List[SimNode]
+    visited = set()
+
+    def walk(node: SimNode) -> None:
+        if node.name in visited:
+            return
+        visited.add(node.name)
+        if plan.quantizable(node) and node.inputs and node.op != g.INPUT:
+            found.append(node)
+            return
+        for parent in node.inputs:
+            walk(parent)
+
+    for node in graph.outputs:
+        walk(node)
+    return found
+
+
+def act_pairs(graph: SimGraph) -> Dict[str, SimNode]:
+    """``collect_layer_act_pair``: conv node name -> the activation node that reads it."""
+    pairs = {}  # type: Dict[str, SimNode]
+    for node in graph.nodes:
+        if node.op in PAIR_LAYER_TYPES:
+            for user in node.users:
+                if user.op in PAIR_ACT_TYPES:
+                    pairs[node.name] = user
+    return pairs
+
+
+def quant_eff(w_q: torch.Tensor, w_f: torch.Tensor) -> float:
+    """``AdvancedQuantProcessor.quant_eff``: SQNR / 8 of the rounded weight, in float32 torch."""
+    noise = torch.mean(torch.pow(w_f - w_q, 2))
+    return float(10 * torch.log10(torch.mean(torch.pow(w_f, 2)) / noise) / 8.0)
+
+
+def losses_lt(a: Sequence[float], b: Sequence[float]) -> bool:
+    """``AverageMeter.__lt__``: no entry of ``a`` larger than ``b``'s, at least one smaller."""
+    if any(x > y for x, y in zip(a, b)):
+        return False
+    return any(x < y for x, y in zip(a, b))
+
+
+def losses_eq(a: Sequence[float], b: Sequence[float]) -> bool:
+    """``AverageMeter.__eq__``: every entry ``math.isclose`` (rel. 1e-6)."""
+    return all(math.isclose(x, y, rel_tol=LOSS_REL_TOL) for x, y in zip(a, b))
+
+
+def _round_(t: torch.Tensor, fix_pos: int, bitwidth: int, method: str) -> None:
+    """``t`` (a leaf's data, or an output) rounded in place, outside autograd (nndct's FixNeuron
+    kernel writes the storage; the gradient passes straight through)."""
+    with torch.no_grad():
+        t.data.copy_(fixpoint.fake_quant(t.data, fix_pos, bitwidth, method))
+
+
+class LayerTrace:
+    """What the finetune did to one layer (the run's report and the closing checks read it)."""
+
+    def __init__(self, node: str, act: Optional[str], quant_eff: float, lr_w: float, lr_b: float) -> None:
+        self.node = node
+        self.act = act
+        self.quant_eff = quant_eff
+        self.lr_w = lr_w
+        self.lr_b = lr_b
+        self.evals = []  # type: List[List[float]]
+        self.accepted = []  # type: List[bool]
+        self.loss_in = []  # type: List[float]
+        self.loss_out = []  # type: List[float]
+        self.weight_changed = 0
+        self.bias_changed = 0
+        self.seconds = 0.0
+
+    def as_dict(self) -> Dict[str, Any]:
+        return {"node": self.node, "act": self.act, "quant_eff": self.quant_eff, "lr_w": self.lr_w,
+                "lr_b": self.lr_b, "passes": len(self.evals), "evals": self.evals, "accepted": self.accepted,
+                "net_loss_in": self.loss_in, "net_loss_out": self.loss_out,
+                "weight_changed": self.weight_changed, "bias_changed": self.bias_changed,
+                "seconds": round(self.seconds, 3)}
+
+
+class AdaQuant:
+    """One fast finetune of a SimGraph (see the module docstring).
+
+    Args:
+        graph, plan, bitwidth: the session's SimGraph, QuantPlan and bit width.
+        raw: the finetune data's calibration (:class:`RawCalibration`).
+        net_inputs: the finetune batches (tuples of float32 tensors, one per model input); read only.
+        net_outputs: per batch, the float graph's outputs at :func:`last_quant_nodes` on the raw inputs.
+        budget: bytes each per-layer cache may hold in memory before spilling to files.
+        spill_dir: where spill folders are made (None: the system's temporary folder).
+        progress: called ``(index, count, LayerTrace)`` after each layer, or None.
+        passes: the most passes per layer (100 in nndct).
+        global_rng: draw one ``torch.rand`` per layer from the global RNG, as nndct's grad check
+            does (the drop-in keeps the caller's RNG stream as the real quantizer leaves it).
+    """
+
+    def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration,
+                 net_inputs: BatchStore, net_outputs: List[Tuple[torch.Tensor, ...]], budget: int,
+                 spill_dir: Optional[str] = None, progress: Optional[Callable[..., None]] = None,
+                 passes: int = MAX_PASSES, global_rng: bool = False) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.bitwidth = bitwidth
+        self.raw = raw
+        self.inputs = net_inputs
+        self.targets = net_outputs
+        self.budget = budget
+        self.spill_dir = spill_dir
+        self.progress = progress
+        self.passes = passes
+        self.global_rng = global_rng
+        self.params = OrderedDict((k, (w.clone(), None if b is None else b.clone()))
+                                  for k, (w, b) in raw.params.items())  # type: Params
+        self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
+        self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth)
+        self.last = [n.name for n in last_quant_nodes(graph, plan)]
+        self.pairs = act_pairs(graph)
+        self.trace = []  # type: List[LayerTrace]
+        self.initial_loss = []  # type: List[float]
+        self.final_loss = []  # type: List[float]
+
+    def layers(self) -> List[SimNode]:
+        """The layers to tune, in graph order (``is_conv_like`` with parameters)."""
+        return [n for n in self.graph.nodes if n.op in TUNED_TYPES and n.name in self.params]
+
+    def net_loss(self) -> List[float]:
+        """``calc_net_loss``: per last node, the batch average of ``sqrt(mse)`` (Python floats)."""
+        sums = [0.0] * len(self.last)
+        for i in range(len(self.inputs)):
+            values = self.quant.run(self.inputs[i], keep=self.last)
+            for j, name in enumerate(self.last):
+                sums[j] += math.sqrt(F.mse_loss(self.targets[i][j], values[name]).item())
+        return [s / len(self.inputs) for s in sums]
+
+    def run(self) -> Params:
+        """Finetune every layer; returns node name -> (weight, bias), on their grids."""
+        net = self.initial_loss = self.net_loss()
+        layers = self.layers()
+        for k, node in enumerate(layers):
+            net = self._layer(node, net)
+            if self.progress is not None:
+                self.progress(k + 1, len(layers), self.trace[-1])
+        self.final_loss = net
+        return self.params
+
+    def _rounded_input(self, i: int) -> Tuple[torch.Tensor, ...]:
+        """Batch ``i`` rounded to the input fix_pos: what nndct's float forwards see once its
+        first test-mode forward has rounded the cached CPU tensors in place."""
+        return tuple(self.quant.quantize(node, x) for node, x in zip(self.graph.inputs, self.inputs[i]))
+
+    def _batch_size(self) -> int:
+        last = self.inputs[len(self.inputs) - 1]
+        return int(last[0].shape[0]) if last[0].dim() else 1
+
+    def _layer_cache(self, node: SimNode) -> Tuple[BatchStore, BatchStore]:
+        qin, fout = BatchStore(self.budget // 2, self.spill_dir), BatchStore(self.budget // 2, self.spill_dir)
+        for i in range(len(self.inputs)):
+            xs = self.inputs[i]
+            qin.append((self.quant.run(xs, input_of=node.name)[INPUT_OF],))
+            fout.append((self.float.run(self._rounded_input(i), stop=node.name)[node.name],))
+        return qin, fout
+
+    def _q_forward(self, node: SimNode, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
+        """The layer (and its paired activation) in quant mode, with autograd through ``w`` and
+        ``b``; roundings in place as straight-through estimators."""
+        out_fp = self.raw.out_fp
+        y = param_forward(self.graph, node, x, w, b)
+        if node.name in out_fp:
+            _round_(y, out_fp[node.name], self.bitwidth, "half_up")
+        act = self.pairs.get(node.name)
+        if act is None:
+            return y
+        if act.op == g.RELU:
+            y = torch.relu(y)
+        elif act.op == g.RELU6:
+            y = F.relu6(y)
+        else:
+            h = torch.mul(F.relu6(torch.add(y, 3.0)), HARD_SIGMOID_SCALE)
+            if act.op == g.HSWISH:
+                _round_(h, HSWISH_FIX_POS, 8, "half_up")
+                h = torch.mul(y, h)
+            y = h
+        if act.name in out_fp:
+            _round_(y, out_fp[act.name], self.bitwidth, "half_up")
+        return y
+
+    def _layer(self, node: SimNode, net: List[float]) -> List[float]:
+        import time
+        start = time.perf_counter()
+        w0, b0 = self.params[node.name]
+        wf, _ = self.float.params[node.name]
+        wfp = self.raw.param_fp[node.param_names["weights"]]
+        bfp = self.raw.param_fp[node.param_names["bias"]] if b0 is not None else None
+        eff = quant_eff(w0, wf)
+        factor = LR_FACTOR * (0.5 if self._batch_size() == 1 else 1)
+        if eff > HIGH_EFFICIENCY:
+            factor = 0.1 * factor * (0.5 if self._batch_size() == 1 else 1)
+        w = w0.clone().requires_grad_(True)
+        opt_w = torch.optim.Adam([w], lr=factor * w.std().item())
+        b, opt_b = None, None
+        if b0 is not None:
+            b = b0.clone().requires_grad_(True)
+            opt_b = torch.optim.Adam([b], lr=0.0 if b.numel() == 1 else factor * b.std().item())
+        act = self.pairs.get(node.name)
+        trace = LayerTrace(node.name, None if act is None else act.name, eff, opt_w.param_groups[0]["lr"],
+                           0.0 if opt_b is None else opt_b.param_groups[0]["lr"])
+        self.trace.append(trace)
+        trace.loss_in = list(net)
+        if self.global_rng:
+            m = self.graph.module(node)
+            shape = (1, m.in_features) if node.op == g.DENSE else (1, m.in_channels) + tuple(w0.shape[2:])
+            torch.rand(*shape)
+        self.params[node.name] = (w.detach(), None if b is None else b.detach())
+        best = (w.detach().clone(), None if b is None else b.detach().clone())
+        prev = [1000.0] * len(net)
+        qin, fout = self._layer_cache(node)
+        f_act = FLOAT_ACTS[act.op] if act is not None else None
+        try:
+            for _ in range(self.passes):
+                for i in range(len(qin)):
+                    q = self._q_forward(node, qin[i][0], w, b)
+                    f = fout[i][0] if f_act is None else f_act(fout[i][0])
+                    loss = F.mse_loss(q, f) + F.mse_loss(w, wf)
+                    opt_w.zero_grad()
+                    if opt_b is not None:
+                        opt_b.zero_grad()
+                    loss.backward()
+                    opt_w.step()
+                    if opt_b is not None:
+                        opt_b.step()
+                _round_(w, wfp, self.bitwidth, "std_round")
+                if b is not None:
+                    _round_(b, bfp, self.bitwidth, "std_round")
+                ev = self.net_loss()
+                trace.evals.append(ev)
+                ratio = (np.array(net) - np.array(ev)) / np.array(net) * 10000
+                if losses_lt(ev, net) and ratio.max() > 0:
+                    best = (w.detach().clone(), None if b is None else b.detach().clone())
+                    net = ev
+                    trace.accepted.append(True)
+                    continue
+                trace.accepted.append(False)
+                with torch.no_grad():
+                    w.copy_(best[0])
+                    if b is not None:
+                        b.copy_(best[1])
+                opt_w.param_groups[0]["lr"] /= 2.0
+                if opt_b is not None:
+                    opt_b.param_groups[0]["lr"] /= 2.0
+                if ((opt_w.param_groups[0]["lr"] < MIN_LR and (opt_b is None or opt_b.param_groups[0]["lr"] < MIN_LR))
+                        or losses_eq(ev, prev)):
+                    break
+                prev = ev
+        finally:
+            qin.close()
+            fout.close()
+        self.params[node.name] = (w.detach(), None if b is None else b.detach())
+        trace.weight_changed = int((w.detach() != w0).sum())
+        trace.bias_changed = 0 if b is None else int((b.detach() != b0).sum())
+        trace.loss_out = list(net)
+        trace.seconds = time.perf_counter() - start
+        return net
+
+
+class KeepFpCalibrator:
+    """The calibration forwards after a fast finetune (nndct's ``keep_fp``): no fix_pos search.
+
+    Activations are rounded at the finetune's raw fix positions; the finetuned parameters are
+    used, rounded again at every batch. With bias correction on, nndct's per-batch rule
+    (``eval_qnoise``) runs against ``op(x, W_ft, b_ft)``; as nndct re-rounds the bias before each
+    batch, a correction smaller than half a bias LSB vanishes (docs/finetune.md#re-calibration).
+
+    Args:
+        graph, plan, bitwidth: the session's.
+        raw: the finetune's :class:`RawCalibration` (its fix positions).
+        params: node name -> finetuned (weight, bias), on their grids.
+        bias_correction: the config's ``include_bias_corr``.
+        round_bias: re-round the bias before each batch (nndct); False keeps the corrected bias
+            (method ``adaquant_bc``).
+    """
+
+    def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration, params: Params,
+                 bias_correction: bool, round_bias: bool = True) -> None:
+        self.graph = graph
+        self.plan = plan
+        self.bitwidth = bitwidth
+        self.raw = raw
+        self.bias_correction = bias_correction
+        self.round_bias = round_bias
+        self.finetuned = params
+        self.current = OrderedDict((k, (w, b)) for k, (w, b) in params.items())  # type: Params
+        self.stopped = {}  # type: Dict[str, Tuple[bool, float, float]]
+        self.batches = 0
+        self._forward = FrozenForward(graph, self.current, raw.out_fp, bitwidth,
+                                      self._corrected if bias_correction else None)
+
+    def step(self, *xs: torch.Tensor) -> Any:
+        """One calibration batch (not modified); returns the model output."""
+        check_batch(xs, len(self.graph.inputs))
+        out = self._forward.run(xs, output=True)[OUTPUT]
+        self.batches += 1
+        return out
+
+    def _corrected(self, node: SimNode, x: torch.Tensor) -> torch.Tensor:
+        w, b = self.current[node.name]
+        if node.op not in g.BIAS_CORR_TYPES:
+            return self._forward.quantize(node, param_forward(self.graph, node, x, w, b))
+        stop, eff, dev = self.stopped.get(node.name, (False, 0.0, 0.0))
+        if b is not None and self.round_bias and not stop:
+            bfp = self.raw.param_fp[node.param_names["bias"]]
+            b = fixpoint.fake_quant(b, bfp, self.bitwidth, "std_round")
+            self.current[node.name] = (w, b)
+        out = self._forward.quantize(node, param_forward(self.graph, node, x, w, b))
+        if stop:
+            return out
+        w_ft, b_ft = self.finetuned[node.name]
+        res_f = float_reference(self.graph, node, x, w_ft, b_ft)
+        error, rate, stop, eff, dev = eval_qnoise(out, res_f, eff, dev, BIAS_CORR_RATE, False)
+        if not stop and b is not None:
+            dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
+            self.current[node.name] = (w, torch.sub(b, error.mean(dim=dims), alpha=rate))
+        self.stopped[node.name] = (stop, eff, dev)
+        return out
+
+    def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):
+        """Like ``Calibrator.fix_positions``: the finetune's raw fix positions after the export-time
+        adjustments, as ``(param_fp, output_fp, notes)``."""
+        if self.batches == 0:
+            raise QuantizationError("fast finetune: run at least one calibration forward after fast_finetune "
+                                    "(the re-calibration) before exporting the quantization config")
+        param_fp = {p: self.raw.param_fp[p] for p in self.plan.param_order}
+        output_fp = {n: self.raw.out_fp[n] for n in self.plan.output_order}
+        notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
+        return param_fp, output_fp, notes
+
+    def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
+        """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_ft - b_final`` (None without bias)."""
+        corr = {}  # type: Dict[str, Optional[torch.Tensor]]
+        for node in self.graph.nodes:
+            if node.op not in g.BIAS_CORR_TYPES:
+                continue
+            b_ft = self.finetuned[node.name][1]
+            b = self.current[node.name][1]
+            corr[self.graph.full_name(node)] = None if b is None or b_ft is None else torch.sub(b_ft, b)
+        return corr
+
+
+def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch.Tensor]":
+    """``param.pth``'s content as nndct writes it: ``module_<i>.weight`` / ``.bias`` per parameter
+    node, ``i`` the node's index in nndct's graph (the number ending its name)."""
+    out = OrderedDict()  # type: OrderedDict[str, torch.Tensor]
+    for node in graph.nodes:
+        if node.name not in params:
+            continue
+        key = "module_%s" % node.name.rsplit("_", 1)[1]
+        w, b = params[node.name]
+        out[key + ".weight"] = w.detach().clone()
+        if b is not None:
+            out[key + ".bias"] = b.detach().clone()
+    return out
+
+
+def params_from_state_dict(graph: SimGraph, state: Dict[str, Any], where: str) -> Params:
+    """node name -> (weight, bias) from a ``param.pth`` dict (see :func:`param_state_dict`).
+
+    Raises:
+        QuantizationError: a parameter node's key is missing or has another shape (the file was made
+            for another model), naming the key.
+    """
+    out = OrderedDict()  # type: Params
+    for node in graph.nodes:
+        if node.op not in g.PARAM_TYPES:
+            continue
+        m = graph.module(node)
+        key = "module_%s" % node.name.rsplit("_", 1)[1]
+        pair = []
+        for kind, ref in (("weight", m.weight), ("bias", m.bias)):
+            if ref is None:
+                pair.append(None)
+                continue
+            t = state.get(key + "." + kind)
+            if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(ref.shape) or not t.is_floating_point():
+                raise QuantizationError(
+                    "%s has no %s %s of shape %s for %s (found %s): it was made for another model; run "
+                    "the calibration with fast_finetune again" % (where, key + "." + kind, "tensor",
+                                                                  list(ref.shape), graph.full_name(node),
+                                                                  "nothing" if t is None else getattr(t, "shape", type(t).__name__)))
+            if not bool(torch.isfinite(t).all()):
+                raise QuantizationError("%s: %s holds NaN or Inf; run the calibration with fast_finetune again"
+                                        % (where, key + "." + kind))
+            pair.append(t.detach().to(torch.float32))
+        out[node.name] = (pair[0], pair[1])
+    return out
+
+
+def estimate_bytes(graph: SimGraph, batch: Tuple[torch.Tensor, ...], batches: int) -> Dict[str, int]:
+    """The finetune's memory needs for ``batches`` batches shaped like ``batch``: the kept inputs,
+    and the largest per-layer cache (layer input + output over all batches), from the example shapes
+    scaled to the batch size."""
+    example_n = None
+    shapes = graph.example_shapes
+    per_input = nbytes(batch)
+    layer = 0
+    for node in graph.nodes:
+        if node.op not in TUNED_TYPES or node.fx_node is None:
+            continue
+        sin = shapes.get(node.fx_node.all_input_nodes[0])
+        sout = shapes.get(node.fx_node)
+        if sin is None or sout is None:
+            continue
+        example_n = int(sin[0]) if example_n is None else example_n
+        scale = int(batch[0].shape[0]) / max(int(sin[0]), 1)
+        layer = max(layer, int((int(np.prod(sin)) + int(np.prod(sout))) * 4 * scale))
+    return {"inputs": per_input * batches, "layer_cache": layer * batches}
