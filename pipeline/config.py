@@ -123,6 +123,24 @@ class ModelSection(_Strict):
         return self
 
 
+class FastFinetuneSection(_Strict):
+    """Fast finetune (AdaQuant) in the calib step (docs/finetune.md)."""
+    enabled: bool = False
+    data: str = Field("calib", pattern="^(calib|train)$",
+                      description="Split the finetune batches come from (through the same stages and boundary as "
+                                  "calibration): calib or train; never eval, which measures the result.")
+    batches: Optional[int] = Field(None, ge=2, description="Use at most this many finetune batches (default: the "
+                                                           "whole split).")
+    method: str = Field("adaquant", pattern="^(adaquant|adaquant_plus)$",
+                        description="adaquant: the real quantizer's algorithm (nndct runs its own); adaquant_plus "
+                                    "(sim only): the same finetune, bias correction kept afterwards, and the best "
+                                    "of it, the real result and plain calibration on the finetune data.")
+    passes: int = Field(100, ge=1, le=100, description="The most passes over the data per layer (the real quantizer: "
+                                                      "100; sim only).")
+    memory_mb: int = Field(1024, ge=16, description="Memory for the kept batches and each layer's cache, MiB; "
+                                                    "beyond it they go to files in the run folder (sim only).")
+
+
 class QuantizerSection(_Strict):
     """The quantizer backend and torch_quantizer's own arguments (docs/quantizer.md#torch_quantizer-arguments)."""
     backend: str = Field("sim", pattern="^(sim|nndct)$")
@@ -134,6 +152,7 @@ class QuantizerSection(_Strict):
     require_float_above_chance: bool = Field(True, description="Fail the test step when the float model's accuracy is "
                                              "at chance (it does not work on this data); false for smoke tests with "
                                              "an untrained model.")
+    fast_finetune: FastFinetuneSection = Field(default_factory=FastFinetuneSection)
 
 
 class ExportSection(_Strict):
@@ -391,6 +410,13 @@ def _check_semantics(loaded: LoadedConfig) -> None:
             arch_json_path(cfg.compile.target, cfg.compile.board)
     except ConfigError as exc:
         problems.append("compile.%s" % exc)
+    ft = cfg.quantizer.fast_finetune
+    if ft.enabled and ft.method not in backend.finetune_methods:
+        problems.append("quantizer.fast_finetune.method: the %s backend runs %s, got %r"
+                        % (backend.name, ", ".join(backend.finetune_methods) or "no fast finetune", ft.method))
+    if ft.enabled and not backend.simulates and (ft.passes != 100 or ft.memory_mb != 1024):
+        problems.append("quantizer.fast_finetune.passes and memory_mb apply to the sim backend only; the real "
+                        "quantizer runs 100 passes and keeps every batch in memory: remove them")
     if cfg.quantizer.target is not None:
         try:
             get_target(cfg.quantizer.target)

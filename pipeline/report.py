@@ -93,6 +93,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "onnx_agreement": {k: v for k, v in export.agreement.items() if k.startswith("onnx")} or None
         if export else None,
         "xmodel": xmodel_summary(export.agreement.get("xmodel"), run.work_dir) if export else None,
+        "fast_finetune": finetune_summary(calib.fast_finetune if calib else None),
         "warnings": [w for name in sorted(steps) for w in steps[name].get("warnings", [])],
         "quantizer_changes": quantizer_changes(steps),
         "compile": {k: v for k, v in steps.get("compile", {}).items() if k != "argv"} or None,
@@ -229,6 +230,8 @@ def render_markdown(r: Dict[str, Any]) -> str:
         lines += ["", "The simulation and `onnx_exact` reproduce the DPU's numbers. `onnx_qdq` rounds ties half to "
                   "even (ONNX QuantizeLinear) where the DPU rounds half_up; it was checked bit for bit against the "
                   "simulation with that one change, and its difference from the DPU's numbers is shown above.", ""]
+    if r.get("fast_finetune"):
+        lines += finetune_lines(r["fast_finetune"])
     if r.get("xmodel"):
         x = r["xmodel"]
         lines += ["## xmodel", "",
@@ -271,6 +274,41 @@ def render_markdown(r: Dict[str, Any]) -> str:
                                        a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
     lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
     return "\n".join(lines) + "\n"
+
+
+def finetune_summary(record: Any) -> Any:
+    """The calib step's fast finetune record for report.json (per-layer evaluations left out), or None."""
+    if not record:
+        return None
+    out = {k: v for k, v in record.items() if k not in ("layers", "ledger")}
+    out["layers"] = [{k: v for k, v in layer.items() if k != "evals"} for layer in record.get("layers", [])]
+    return out
+
+
+def finetune_lines(f: Dict[str, Any]) -> List[str]:
+    """report.md's fast finetune section: what ran, the candidates' output MSE and top-1 agreement with
+    float on the finetune data, and the per-layer net loss and codes changed."""
+    lines = ["## Fast finetune", "",
+             "`%s` on %s batches in %s s; net loss (nndct's objective: batch mean of sqrt(MSE) at the last "
+             "quantized node) %s -> %s; %s parameter codes changed." % (
+                 f.get("method"), f.get("batches"), f.get("seconds"),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_before") or []),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_after") or []), f.get("codes_changed")), ""]
+    if f.get("candidates"):
+        lines += ["| calibration | output MSE vs float | top-1 agreement |", "|---|---|---|"]
+        for name, v in f["candidates"].items():
+            lines.append("| %s%s | %.6g | %s |" % (name, " (kept)" if name == f.get("chosen") else "", v["mse"],
+                                                   _fmt(v["top1_agreement"])))
+        lines += ["", "Measured on the finetune data; `plain` is calibration without the finetune.", ""]
+    if f.get("layers"):
+        lines += ["| layer | passes | net loss in | net loss out | codes changed |", "|---|---|---|---|---|"]
+        for layer in f["layers"]:
+            lines.append("| %s | %d | %s | %s | %d |" % (layer["node"], layer["passes"],
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_in"]),
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_out"]),
+                                                       layer["weight_changed"] + layer["bias_changed"]))
+        lines.append("")
+    return lines
 
 
 def xmodel_summary(report: Any, work_dir: str) -> Any:

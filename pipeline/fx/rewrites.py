@@ -60,12 +60,17 @@ def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
 
 def bn_scale_offset(bn: nn.Module) -> Tuple[torch.Tensor, torch.Tensor]:
     """``(s, beta - mean * s)`` with ``s = gamma / sqrt(var + eps)``, float32 (eval statistics;
-    ``affine=False`` counts as gamma 1, beta 0), nndct's order of operations."""
+    ``affine=False`` counts as gamma 1, beta 0), nndct's order of operations.
+
+    nndct computes this with numpy (``nndct_shared/optimization/fuse_conv_bn.py``), whose float32
+    square root is correctly rounded; torch's vectorized CPU ``sqrt`` is not always (it differs from
+    numpy's in the last bit for some inputs, and by vector unit), so the root is taken in float64 and
+    rounded once to float32, which is the correctly rounded float32 root."""
     mean = bn.running_mean.detach().float()
     var = bn.running_var.detach().float()
     gamma = bn.weight.detach().float() if bn.weight is not None else torch.ones_like(mean)
     beta = bn.bias.detach().float() if bn.bias is not None else torch.zeros_like(mean)
-    scale = gamma / torch.sqrt(var + bn.eps)
+    scale = gamma / torch.sqrt((var + bn.eps).double()).float()
     return scale, beta - mean * scale
 
 

@@ -49,6 +49,29 @@ class QuantSettings:
         self.device = device
 
 
+class FinetuneRequest:
+    """Fast finetune in ``calibrate`` (config ``quantizer.fast_finetune``; docs/finetune.md).
+
+    Args:
+        batches: the finetune batches (owned, contiguous float32 NCHW, made by the same stages and
+            boundary as calibration); iterated once.
+        method: ``adaquant`` (the real quantizer's) or another of the backend's ``finetune_methods``.
+        passes: the most passes per layer (nndct: 100).
+        memory_mb: memory for kept batches and each layer's cache, MiB (sim).
+        spill_dir: folder for files beyond it (sim), or None.
+        progress: ``(index, count, trace)`` after each layer, or None.
+    """
+
+    def __init__(self, batches: Iterable[torch.Tensor], method: str = "adaquant", passes: int = 100,
+                 memory_mb: int = 1024, spill_dir: Optional[str] = None, progress: Any = None) -> None:
+        self.batches = batches
+        self.method = method
+        self.passes = passes
+        self.memory_mb = memory_mb
+        self.spill_dir = spill_dir
+        self.progress = progress
+
+
 class QuantizerBackend:
     """Base class of quantizer backends. Subclasses implement every method below and declare:
 
@@ -58,7 +81,8 @@ class QuantizerBackend:
     - ``separate_processes``: calib, test and export must each run in their own process when one
       invocation runs more than one of them (docs/quantizer.md#calib-and-test-in-separate-processes);
     - ``distributed``: calib and test can split their batches over torchrun's ranks;
-    - ``simulates``: the test handle is the simulation's lowered model (the sensitivity reuses it).
+    - ``simulates``: the test handle is the simulation's lowered model (the sensitivity reuses it);
+    - ``finetune_methods``: the fast finetune methods ``calibrate`` takes (``FinetuneRequest.method``).
 
     The runner and config validation read these and never name a backend.
     """
@@ -69,6 +93,7 @@ class QuantizerBackend:
     separate_processes = False
     distributed = False
     simulates = False
+    finetune_methods = ()  # type: Tuple[str, ...]
 
     @classmethod
     def artifact_name(cls, fmt: str, model_name: str) -> str:
@@ -88,12 +113,15 @@ class QuantizerBackend:
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor,
                   batches: Iterable[torch.Tensor], out_dir: str,
-                  settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
+                  settings: QuantSettings, traced: Any = None,
+                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
         """Calibrate on ``batches`` (float32 NCHW) and write ``quant_info.json`` into ``out_dir``.
         ``traced``: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model``, for a backend that
-        traces with torch.fx (None: it traces itself).
+        traces with torch.fx (None: it traces itself). ``finetune``: run fast finetune first, then
+        calibrate on ``batches`` as the real quantizer's re-calibration (``param.pth`` is written too).
 
-        Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written).
+        Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written),
+        and with a finetune, ``fast_finetune`` (what it did).
         """
         raise NotImplementedError
 

@@ -52,7 +52,7 @@ import torch
 from ..errors import (BackendUnavailableError, ConfigError, ExportError, PipelineError,
                       QuantizationError)
 from ..fileio import not_a_file
-from .base import QuantizerBackend, QuantSettings
+from .base import FinetuneRequest, QuantizerBackend, QuantSettings
 
 NNDCT_LOGGER = "nndct_screen"
 INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env "
@@ -217,6 +217,24 @@ class NndctTestHandle:
         return out.detach().cpu() if isinstance(out, torch.Tensor) else out
 
 
+def _fast_finetune(quantizer: Any, quant_model: Any, device: Any, request: FinetuneRequest) -> Dict[str, Any]:
+    """The real ``quantizer.fast_finetune`` on ``request.batches`` (kept in a list: nndct runs its
+    ``run_fn`` twice and caches them itself). Returns ``{"method", "batches", "seconds"}``."""
+    import time
+    batches = [b for b in request.batches]
+    if len(batches) < 2:
+        raise QuantizationError("fast finetune needs at least 2 batches of finetune data, got %d" % len(batches))
+
+    def run_fn() -> None:
+        for batch in batches:
+            quant_model(_owned(batch, device))
+
+    start = time.perf_counter()
+    with _quantizer_call("calib: fast_finetune()", QuantizationError):
+        quantizer.fast_finetune(run_fn, ())
+    return {"method": "adaquant", "batches": len(batches), "seconds": round(time.perf_counter() - start, 3)}
+
+
 class NndctBackend(QuantizerBackend):
     """The real Vitis AI quantizer behind the backend contract of ``base.py`` (see the module docstring)."""
 
@@ -224,6 +242,7 @@ class NndctBackend(QuantizerBackend):
     formats = EXPORT_FORMATS
     default_formats = ("xmodel",)
     separate_processes = True  # docs/quantizer.md#calib-and-test-in-separate-processes
+    finetune_methods = ("adaquant",)
 
     @classmethod
     def is_available(cls) -> bool:
@@ -254,8 +273,13 @@ class NndctBackend(QuantizerBackend):
         return quantizer, quant_model, _model_device(quant_model, device)
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                  out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
+                  out_dir: str, settings: QuantSettings, traced: Any = None,
+                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
         """Run the real calibration and move its files into ``out_dir``.
+
+        With ``finetune`` (method ``adaquant``): the real ``quantizer.fast_finetune`` runs first on
+        its batches (held in memory, as nndct holds them), then ``batches`` are the re-calibration;
+        nndct's ``param.pth`` is moved into ``out_dir`` with the rest.
 
         Args:
             model: float model (not modified); example: an input batch (float32 NCHW) for the trace;
@@ -283,6 +307,9 @@ class NndctBackend(QuantizerBackend):
         work = tempfile.mkdtemp(dir=out_dir, prefix=".nndct-calib-")
         try:
             quantizer, quant_model, device = self._make_quantizer("calib", model, example, work, settings)
+            record = None
+            if finetune is not None:
+                record = _fast_finetune(quantizer, quant_model, device, finetune)
             count = 0
             with _quantizer_call("calib forward", QuantizationError), torch.no_grad():
                 for batch in itertools.chain([first], iterator):
@@ -299,7 +326,10 @@ class NndctBackend(QuantizerBackend):
                 files.append(os.path.join(out_dir, name))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        return {"batches": count, "files": files, "quant_info": info, "quantizer_version": quantizer_version()}
+        summary = {"batches": count, "files": files, "quant_info": info, "quantizer_version": quantizer_version()}
+        if record is not None:
+            summary["fast_finetune"] = record
+        return summary
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> NndctTestHandle:
@@ -313,8 +343,11 @@ class NndctBackend(QuantizerBackend):
                 SystemExit while building the quantizer, or a calibration already run in this process.
             BackendUnavailableError: pytorch_nndct is missing or was built for another torch.
         """
-        _read_quant_info(out_dir, "test")
+        info = _read_quant_info(out_dir, "test")
         quantizer, quant_model, device = self._make_quantizer("test", model, example[:1], out_dir, settings)
+        if info.get("fast_finetuned") is True:  # before the first forward, as nndct needs
+            with _quantizer_call("test: load_ft_param()", QuantizationError):
+                quantizer.load_ft_param()
         return NndctTestHandle(quantizer, quant_model, device)
 
     def export(self, handle: NndctTestHandle, example1: torch.Tensor, out_dir: str,

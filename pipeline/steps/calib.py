@@ -1,6 +1,7 @@
 """calib: calibrate on the calib split; write quantize_result/quant_info.json and the fingerprint."""
 import logging
 import os
+import shutil
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional
@@ -8,6 +9,8 @@ from typing import Any, Dict, List, Optional
 from .base import Step, StepResult, omitted_when_none
 
 log = logging.getLogger("pipeline")
+
+SPILL_DIR = ".finetune-spill"  # in the run folder: fast finetune's cache files beyond its memory budget
 
 
 @dataclass
@@ -20,6 +23,7 @@ class CalibResult(StepResult):
     warnings: List[str] = field(default_factory=list)
     ledger: Dict[str, Any] = field(default_factory=dict)
     distributed: Optional[Dict[str, Any]] = omitted_when_none()
+    fast_finetune: Optional[Dict[str, Any]] = omitted_when_none()
 
 
 def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
@@ -36,12 +40,19 @@ def run(ctx: Any) -> CalibResult:
     from ..quantizers.fingerprint import FILE_NAME, write_fingerprint
     limit = ctx.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = ctx.float_model(), ctx.example(), ctx.new_ledger()
+    ft_ledger = ctx.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
     stats = InputStats() if ctx.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in ctx.batches("calib", ledger=ledger, limit=limit))
     if ctx.is_main:
         calib_commit.begin(ctx.quant_dir)  # from here the folder holds no committed calibration until commit
     start = time.perf_counter()
-    summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
+    spill = os.path.join(ctx.work_dir, SPILL_DIR)
+    shutil.rmtree(spill, ignore_errors=True)  # a killed finetune's files
+    try:
+        summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(),
+                                          traced=ctx.trace(model), finetune=finetune_request(ctx, ft_ledger, spill))
+    finally:
+        shutil.rmtree(spill, ignore_errors=True)
     seconds = time.perf_counter() - start
     if ctx.comm is not None:
         stats.merge_ordered(ctx.comm)
@@ -59,9 +70,46 @@ def run(ctx: Any) -> CalibResult:
     if ctx.is_main:
         calib_commit.commit(ctx.quant_dir, summary["files"] + [fp_path])
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, ctx.quant_dir)
+    record = summary.get("fast_finetune")
+    if record is not None:
+        record["ledger"] = ft_ledger.summary()
+        log.info("calib: fast finetune (%s) on %d batches in %.1f s%s", record["method"], record["batches"],
+                 record["seconds"], _scores(record))
     return CalibResult(batches=summary["batches"], seconds=seconds, files=sorted(summary["files"] + [fp_path]),
                        input_stats=input_stats, warnings=warnings, ledger=ledger.summary(),
-                       distributed=ranks(ctx, ledger))
+                       distributed=ranks(ctx, ledger), fast_finetune=record)
+
+
+def finetune_request(ctx: Any, ledger: Any, spill: str) -> Any:
+    """The backend's FinetuneRequest for ``quantizer.fast_finetune`` (None when it is off): its
+    batches come from the configured split through the same stages and boundary as calibration,
+    recorded in ``ledger`` (their own); spill files go to folder ``spill`` (made when needed)."""
+    from ..quantizers.base import FinetuneRequest
+    ft = ctx.cfg.quantizer.fast_finetune
+    if not ft.enabled:
+        return None
+    if ctx.comm is not None:
+        from ..errors import QuantizationError
+        raise QuantizationError("quantizer.fast_finetune runs in one process: run the calib step without torchrun "
+                                "(the other steps may still use it)")
+
+    def progress(index: int, count: int, trace: Any) -> None:
+        log.info("calib: fast finetune layer %d/%d %s: %d passes, %d codes changed, net loss %s -> %s (%.1f s)",
+                 index, count, trace.node, len(trace.evals), trace.weight_changed + trace.bias_changed,
+                 ", ".join("%.6g" % v for v in trace.loss_in), ", ".join("%.6g" % v for v in trace.loss_out),
+                 trace.seconds)
+
+    batches = (x for x, _ in ctx.batches(ft.data, ledger=ledger, limit=ft.batches, shard=False))
+    return FinetuneRequest(batches, method=ft.method, passes=ft.passes, memory_mb=ft.memory_mb, spill_dir=spill,
+                           progress=progress)
+
+
+def _scores(record: Dict[str, Any]) -> str:
+    scores = record.get("candidates") or {}
+    if not scores:
+        return ""
+    return "; output MSE vs float on the finetune data: %s; kept %s" % (
+        ", ".join("%s %.4g" % (k, v["mse"]) for k, v in scores.items()), record.get("chosen"))
 
 
 STEP = Step("calib", run, writes="quantize_result", after=("train",), own_process=True, distributed=True,

@@ -172,6 +172,12 @@ class Run(RunDir):
         if "calib" in steps and not sizes.get("calib"):
             raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
                                     "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
+        ft = self.cfg.quantizer.fast_finetune
+        if "calib" in steps and ft.enabled and self.n_batches(ft.data, ft.batches) < 2:
+            raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
+                                    "(data.split %s, batch_size %d); give it more data or a smaller batch size"
+                                    % (ft.data, self.n_batches(ft.data, ft.batches), self.cfg.data.split,
+                                       self.cfg.data.batch_size))
         for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
             if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
                 raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "

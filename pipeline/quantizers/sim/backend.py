@@ -12,12 +12,12 @@ The caller's model and batches are never modified; everything runs on the CPU.
 import itertools
 import os
 import warnings
-from typing import Any, Callable, Dict, Iterable, List, Tuple
+from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from ...errors import ConfigError, QuantizationError
-from ..base import QuantizerBackend, QuantSettings
+from ..base import FinetuneRequest, QuantizerBackend, QuantSettings
 from ..quant_config import load_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE, SIM_VERSION
 from .session import SimSession
@@ -63,6 +63,50 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
             "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes}
 
 
+def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], out_dir: str,
+                         request: FinetuneRequest) -> Dict[str, Any]:
+    """Fast finetune on ``request.batches``, then the re-calibration on ``batches``; writes the
+    chosen calibration (``param.pth`` with it when it is a finetuned one). Method ``adaquant``
+    keeps the real quantizer's result; ``adaquant_plus`` the candidate closest to float on the
+    finetune data. Every candidate's output MSE and top-1 agreement there are returned."""
+    from .finetune import FastFinetune, FinetuneOptions
+    ft = FastFinetune(session, FinetuneOptions(request.method, request.passes, request.memory_mb, request.spill_dir))
+    try:
+        for batch in request.batches:
+            ft.record(batch)
+            ft.calibrate(batch)
+        ft.finetune(request.progress)
+        candidates = [("adaquant", ft.recalibrator())]
+        if request.method == "adaquant_plus":
+            candidates.append(("adaquant_bias_corr", ft.recalibrator(round_bias=False)))
+        candidates.append(("plain", session.calibrator()))  # the report's "before"
+        count = 0
+        for batch in batches:
+            for _, calibrator in candidates:
+                calibrator.step(batch)
+            count += 1
+        if count == 0:
+            raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data source and "
+                                    "the calibration batch limit); nothing was written")
+        scores = {}
+        for name, calibrator in candidates:
+            info, _ = session.quant_info(calibrator)
+            corr = calibrator.bias_corrections() if session.cfg.include_bias_corr else None
+            mse, top1 = ft.output_mse(info, corr, getattr(calibrator, "finetuned", None))
+            scores[name] = {"mse": mse, "top1_agreement": top1}
+        chosen = "adaquant"
+        if request.method == "adaquant_plus":  # the lowest MSE; a tie keeps the earlier candidate
+            chosen = min((scores[name]["mse"], i, name) for i, (name, _) in enumerate(candidates))[2]
+        calibrator = dict(candidates)[chosen]
+        info, notes = session.quant_info(calibrator)
+        files = session.export_quant_config(calibrator, out_dir, info)
+        record = dict(ft.trace(), candidates=scores, chosen=chosen)
+    finally:
+        ft.close()
+    return {"batches": count, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
+            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "fast_finetune": record}
+
+
 class SimBackend(QuantizerBackend):
     """CPU simulation of the Vitis AI 3.5 DPU quantizer (bit-exact; docs/arithmetic.md)."""
 
@@ -71,6 +115,7 @@ class SimBackend(QuantizerBackend):
     default_formats = ("onnx_exact", "onnx_qdq", "xmodel")
     distributed = True
     simulates = True
+    finetune_methods = ("adaquant", "adaquant_plus")
 
     @classmethod
     def is_available(cls) -> bool:
@@ -78,8 +123,14 @@ class SimBackend(QuantizerBackend):
         return True
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                  out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
+                  out_dir: str, settings: QuantSettings, traced: Any = None,
+                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
         """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
+
+        With ``finetune``: fast finetune first (``sim/finetune.py``, docs/finetune.md), then
+        ``batches`` are the re-calibration; ``param.pth`` is written too, and the summary has
+        ``fast_finetune`` (per-layer trace, memory, each candidate's output MSE and top-1 agreement
+        against float on the finetune data, the one chosen).
 
         Args:
             model: float model; never modified (``pipeline.fx.work_copy``).
@@ -101,6 +152,10 @@ class SimBackend(QuantizerBackend):
         """
         from ...distributed import current
         comm = current()
+        if finetune is not None:
+            if comm is not None:
+                raise QuantizationError("fast finetune runs in one process: run the calib step without torchrun")
+            return _calibrate_finetuned(_session(model, example, settings, traced), batches, out_dir, finetune)
         if comm is not None:
             return _calibrate_distributed(comm, model, example, batches, out_dir, settings, traced)
         iterator = iter(batches)

@@ -9,7 +9,7 @@ either way (float32 bits are written and read unchanged).
 import os
 import shutil
 import tempfile
-from typing import List, Optional, Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union  # noqa: F401 (type comments)
 
 import numpy as np
 import torch
@@ -53,6 +53,8 @@ class BatchStore:
             self.in_memory += size
             return
         if self._dir is None:
+            if self._parent is not None:
+                os.makedirs(self._parent, exist_ok=True)
             self._dir = tempfile.mkdtemp(prefix="pipeline-finetune-", dir=self._parent)
         paths = []
         for k, t in enumerate(entry):
