@@ -367,8 +367,8 @@ class TorchQuantizer:
         calibration forwards that follow keep those fix positions (no search) and re-run bias
         correction; ``export_quant_config()`` then writes ``param.pth`` (the finetuned parameters,
         on their grids, keyed ``module_<i>.weight``/``.bias`` as nndct's) beside ``quant_info.json``
-        (``"fast_finetuned": true``) and ``bias_corr.pth``. One ``torch.rand`` per layer is drawn
-        from the global RNG, as nndct's gradient check does, so later random draws match it.
+        (``"fast_finetuned": true``) and ``bias_corr.pth``. The global RNG is not touched (nndct
+        draws from it when it builds its quantizer and once per finetuned layer).
 
         Args:
             run_fn: the user's evaluation function, e.g. ``evaluate(model, loader, loss_fn)``; it must
@@ -393,7 +393,7 @@ class TorchQuantizer:
             warnings.warn("fast_finetune: the %d calibration forwards run before it are discarded; the finetune "
                           "calibrates on its own data, and the forwards after it give the bias correction"
                           % self._calibrator.batches)
-        ft = FastFinetune(self._session, FinetuneOptions(memory_mb=1024), global_rng=True)
+        ft = FastFinetune(self._session, FinetuneOptions(memory_mb=1024))
         expect = tuple(tuple(int(d) for d in e.shape[1:]) for e in self._examples)
         try:
             self._calibrator = _FinetunePhase(ft.record, expect)

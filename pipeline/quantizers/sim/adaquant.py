@@ -9,9 +9,9 @@ and Integer Programming", arXiv:2006.10518):
    (walking back from each graph output, the first quantizable node with inputs).
 2. An ordinary calibration on the finetune data with bias correction off gives the raw fix
    positions (no export-time adjustment) and the on-grid starting parameters.
-3. The kept inputs are rounded to the input's fix_pos (nndct rounds its cached CPU tensors in
-   place on the first test-mode forward, so every later float forward sees the rounded input;
-   the float targets of step 1 were made before that).
+3. The float forwards of the finetune see the kept inputs rounded to the input's fix_pos (nndct
+   rounds its cached CPU tensors in place on the first test-mode forward; the float targets of
+   step 1 were made before that). The kept batches themselves are not changed.
 4. ``net loss``: per last node, the batch average of ``sqrt(mse(float target, quant output))``.
 5. Each conv/linear layer in graph order: Adam on its weight and bias (lr ``0.01 * std`` of the
    on-grid tensor, ``0.001 * std`` when its SQNR/8 > 4.5, halved again for batch size 1), one step
@@ -28,11 +28,12 @@ pass for the first half of the layers; both give the same values) and held in a
 :class:`~pipeline.quantizers.sim.spill.BatchStore`, in memory up to a budget and spilled to files
 beyond it, so memory does not grow with the finetune set.
 
-Method ``adaquant_bc`` (this project's, not the real quantizer's) differs in one point: the layer
-targets are made with bias correction kept (see :class:`KeepFpCalibrator`): after the finetune a
-fresh bias correction runs on the finetuned weights (``docs/finetune.md#methods``).
+:class:`KeepFpCalibrator` is the calibration that follows (nndct's ``keep_fp``); with
+``round_bias=False`` it keeps the bias correction nndct rounds away (method ``adaquant_plus``,
+docs/finetune.md#methods).
 """
 import math
+import time
 from collections import OrderedDict
 from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
@@ -179,14 +180,15 @@ class AdaQuant:
         spill_dir: where spill folders are made (None: the system's temporary folder).
         progress: called ``(index, count, LayerTrace)`` after each layer, or None.
         passes: the most passes per layer (100 in nndct).
-        global_rng: draw one ``torch.rand`` per layer from the global RNG, as nndct's grad check
-            does (the drop-in keeps the caller's RNG stream as the real quantizer leaves it).
+
+    The global RNG is not used (nndct draws one ``torch.rand`` per layer for a gradient check, and
+    more when it builds its quantizer; the caller's random stream is left alone here).
     """
 
     def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration,
                  net_inputs: BatchStore, net_outputs: List[Tuple[torch.Tensor, ...]], budget: int,
                  spill_dir: Optional[str] = None, progress: Optional[Callable[..., None]] = None,
-                 passes: int = MAX_PASSES, global_rng: bool = False) -> None:
+                 passes: int = MAX_PASSES) -> None:
         self.graph = graph
         self.plan = plan
         self.bitwidth = bitwidth
@@ -197,7 +199,6 @@ class AdaQuant:
         self.spill_dir = spill_dir
         self.progress = progress
         self.passes = passes
-        self.global_rng = global_rng
         self.params = OrderedDict((k, (w.clone(), None if b is None else b.clone()))
                                   for k, (w, b) in raw.params.items())  # type: Params
         self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
@@ -274,7 +275,6 @@ class AdaQuant:
         return y
 
     def _layer(self, node: SimNode, net: List[float]) -> List[float]:
-        import time
         start = time.perf_counter()
         w0, b0 = self.params[node.name]
         wf, _ = self.float.params[node.name]
@@ -295,10 +295,6 @@ class AdaQuant:
                            0.0 if opt_b is None else opt_b.param_groups[0]["lr"])
         self.trace.append(trace)
         trace.loss_in = list(net)
-        if self.global_rng:
-            m = self.graph.module(node)
-            shape = (1, m.in_features) if node.op == g.DENSE else (1, m.in_channels) + tuple(w0.shape[2:])
-            torch.rand(*shape)
         self.params[node.name] = (w.detach(), None if b is None else b.detach())
         best = (w.detach().clone(), None if b is None else b.detach().clone())
         prev = [1000.0] * len(net)
@@ -365,7 +361,7 @@ class KeepFpCalibrator:
         params: node name -> finetuned (weight, bias), on their grids.
         bias_correction: the config's ``include_bias_corr``.
         round_bias: re-round the bias before each batch (nndct); False keeps the corrected bias
-            (method ``adaquant_bc``).
+            (method ``adaquant_plus``).
     """
 
     def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration, params: Params,
@@ -484,20 +480,16 @@ def params_from_state_dict(graph: SimGraph, state: Dict[str, Any], where: str) -
 
 def estimate_bytes(graph: SimGraph, batch: Tuple[torch.Tensor, ...], batches: int) -> Dict[str, int]:
     """The finetune's memory needs for ``batches`` batches shaped like ``batch``: the kept inputs,
-    and the largest per-layer cache (layer input + output over all batches), from the example shapes
-    scaled to the batch size."""
-    example_n = None
+    and the largest per-layer cache (layer input + output over all batches, float32), from the
+    example shapes scaled to the batch size."""
     shapes = graph.example_shapes
-    per_input = nbytes(batch)
     layer = 0
     for node in graph.nodes:
         if node.op not in TUNED_TYPES or node.fx_node is None:
             continue
-        sin = shapes.get(node.fx_node.all_input_nodes[0])
-        sout = shapes.get(node.fx_node)
+        sin, sout = shapes.get(node.fx_node.all_input_nodes[0]), shapes.get(node.fx_node)
         if sin is None or sout is None:
             continue
-        example_n = int(sin[0]) if example_n is None else example_n
         scale = int(batch[0].shape[0]) / max(int(sin[0]), 1)
         layer = max(layer, int((int(np.prod(sin)) + int(np.prod(sout))) * 4 * scale))
-    return {"inputs": per_input * batches, "layer_cache": layer * batches}
+    return {"inputs": nbytes(batch) * batches, "layer_cache": layer * batches}

@@ -70,14 +70,12 @@ class FastFinetune:
     Args:
         session: the SimSession (its graph, plan, bit width and config).
         options: FinetuneOptions.
-        global_rng: draw from the global RNG as nndct does (the drop-in; see ``AdaQuant``).
     """
 
-    def __init__(self, session: Any, options: FinetuneOptions, global_rng: bool = False) -> None:
+    def __init__(self, session: Any, options: FinetuneOptions) -> None:
         from .calib import Calibrator
         self.session = session
         self.options = options
-        self.global_rng = global_rng
         graph = session.graph
         budget = options.memory_mb * 2 ** 20
         self.inputs = BatchStore(budget // 2, options.spill_dir)
@@ -154,7 +152,7 @@ class FastFinetune:
         self.raw = RawCalibration(self.calibrator)
         self.ada = AdaQuant(self.session.graph, self.session.plan, self.session.bitwidth, self.raw, self.inputs,
                             self.targets, cache_budget, self.options.spill_dir, progress,
-                            passes=self.options.passes, global_rng=self.global_rng)
+                            passes=self.options.passes)
         self.params = self.ada.run()
         self.seconds = time.perf_counter() - start
         return self.params
