@@ -442,6 +442,7 @@ class TorchQuantizer:
             if hasattr(module, "weight_fix_pos"):
                 target = self._model.get_submodule(name)
                 target.weight, target.bias = module.weight, module.bias
+        self._model.fast_finetuned = True
         self._ft_loaded = True
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,

@@ -133,8 +133,8 @@ class FastFinetuneSection(_Strict):
                                                            "whole split).")
     method: str = Field("adaquant", pattern="^(adaquant|adaquant_plus)$",
                         description="adaquant: the real quantizer's algorithm (nndct runs its own); adaquant_plus "
-                                    "(sim only): the same finetune, bias correction kept afterwards, and the best "
-                                    "of it, the real result and plain calibration on the finetune data.")
+                                    "(sim only): continuous parameters through the rounding, so small steps add up "
+                                    "over passes, and the bias correction kept (docs/finetune.md#methods).")
     passes: int = Field(100, ge=1, le=100, description="The most passes over the data per layer (the real quantizer: "
                                                       "100; sim only).")
     memory_mb: int = Field(1024, ge=16, description="Memory for the kept batches and each layer's cache, MiB; "

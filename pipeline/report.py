@@ -297,9 +297,9 @@ def finetune_lines(f: Dict[str, Any]) -> List[str]:
     if f.get("candidates"):
         lines += ["| calibration | output MSE vs float | top-1 agreement |", "|---|---|---|"]
         for name, v in f["candidates"].items():
-            lines.append("| %s%s | %.6g | %s |" % (name, " (kept)" if name == f.get("chosen") else "", v["mse"],
-                                                   _fmt(v["top1_agreement"])))
-        lines += ["", "Measured on the finetune data; `plain` is calibration without the finetune.", ""]
+            lines.append("| %s | %.6g | %s |" % (name, v["mse"], _fmt(v["top1_agreement"])))
+        lines += ["", "Measured on the finetune data; `plain` is calibration without the finetune (what the run "
+                  "would have written without it).", ""]
     if f.get("layers"):
         lines += ["| layer | passes | net loss in | net loss out | codes changed |", "|---|---|---|---|---|"]
         for layer in f["layers"]:

@@ -9,19 +9,19 @@ images in batches of ``--batch`` (as Vitis AI's examples finetune on the calibra
 
 - ``none``: plain calibration (CLE and bias correction on, the default config);
 - ``adaquant``: the real quantizer's fast finetune (reproduced bit for bit, docs/finetune.md);
-- ``adaquant_plus``: the project's method (the same finetune, bias correction kept, the best of it,
-  the real result and plain calibration on the finetune data).
+- ``adaquant_plus``: the project's method (continuous parameters through the rounding, bias
+  correction kept; docs/finetune.md#methods).
 
 Part 2 (``--memory``): ResNet-18, finetune sets of each size in ``--memory-sets``, one pass per layer
 (memory does not depend on the pass count), each in its own child process: peak resident memory
-(``ru_maxrss``) with the default bound (``memory_mb`` 1024: at most 512 MiB of kept batches and
-512 MiB per layer cache in memory, the rest in files) and unbounded (every batch and layer cache in
+(``ru_maxrss``) with a bound (``--bound-mb``, default 64: at most half of it for kept batches and half
+for a layer's cache in memory, the rest in files) and unbounded (every batch and layer cache in
 memory, as the real quantizer keeps them), next to the process's resident memory before the finetune.
 
 Threads are fixed (``--threads``, default 1) and the load average is printed.
 
 Usage: ``python scripts/bench_finetune.py [--models digits,mobilenet_v2,resnet18] [--size 64] [--ft 32]
-[--heldout 64] [--batch 4] [--passes 100] [--memory] [--memory-sets 64,1024]``
+[--heldout 64] [--batch 4] [--passes 100] [--memory] [--memory-sets 64,1024] [--bound-mb 64]``
 """
 import argparse
 import json
@@ -122,20 +122,10 @@ def accuracy_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
                 ft.record(b)
                 ft.calibrate(b)
             ft.finetune()
-            cands = [("adaquant", ft.recalibrator())]
-            if method == "adaquant_plus":
-                cands += [("adaquant_bias_corr", ft.recalibrator(round_bias=False)), ("plain", session.calibrator())]
+            recal = ft.recalibrator()  # nndct's re-calibration (adaquant_plus: bias correction kept)
             for b in ft_batches:
-                for _, c in cands:
-                    c.step(b)
-            best, best_mse = cands[0][1], None
-            for cname, c in cands:  # adaquant_plus: the candidate closest to float on the finetune data
-                info, _ = session.quant_info(c)
-                mse, _ = ft.output_mse(info, c.bias_corrections(), getattr(c, "finetuned", None))
-                if best_mse is None or mse < best_mse:
-                    best, best_mse = c, mse
-            results[method] = (best if method == "adaquant_plus" else cands[0][1], ft.trace(),
-                               time.perf_counter() - start)
+                recal.step(b)
+            results[method] = (recal, ft.trace(), time.perf_counter() - start)
             ft.close()
         for method, (calibrator, trace, seconds) in results.items():
             info, _ = session.quant_info(calibrator)
@@ -174,7 +164,7 @@ def memory_child(n: int, memory_mb: int, size: int, batch: int) -> Dict[str, Any
 def memory_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
     rows = []
     for n in [int(v) for v in args.memory_sets.split(",")]:
-        for memory_mb in (1024, 10 ** 6):
+        for memory_mb in (args.bound_mb, 10 ** 6):
             r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", str(n), str(memory_mb),
                                 str(args.size), str(args.batch)], stdout=subprocess.PIPE, universal_newlines=True,
                                check=True)
@@ -182,7 +172,7 @@ def memory_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
             rows.append(row)
             print("resnet18 %4d images  memory_mb %-8s peak RSS %7.0f MiB (before the finetune %5.0f MiB; "
                   "kept+cached need %6.0f MiB, %6.0f MiB in files)  %6.1f s"
-                  % (n, "bounded" if memory_mb == 1024 else "all-RAM", row["peak_rss_mib"], row["rss_before_mib"],
+                  % (n, "%d MiB" % memory_mb if memory_mb == args.bound_mb else "all-RAM", row["peak_rss_mib"], row["rss_before_mib"],
                      row["estimate_mib"], row["in_files_mib"], row["seconds"]), flush=True)
     return rows
 
@@ -202,6 +192,7 @@ def main() -> None:
     p.add_argument("--threads", type=int, default=1)
     p.add_argument("--memory", action="store_true")
     p.add_argument("--memory-sets", default="64,1024")
+    p.add_argument("--bound-mb", type=int, default=64)
     p.add_argument("--json", default=None, help="write the rows here")
     args = p.parse_args()
     torch.set_num_threads(args.threads)

@@ -242,13 +242,12 @@ def test_fast_finetune_in_the_runner_end_to_end_on_digits(tmp_path):
     assert ft["method"] == "adaquant_plus" and ft["batches"] == 4  # 40 calib images in batches of 10
     assert all(l["passes"] <= 5 for l in ft["layers"])
     assert ft["ledger"]["copies_per_batch"] == 1 and calib["ledger"]["copies_per_batch"] == 1
-    assert set(ft["candidates"]) == {"adaquant", "adaquant_bias_corr", "plain"}
-    best = min(v["mse"] for v in ft["candidates"].values())
-    assert ft["candidates"][ft["chosen"]]["mse"] == best
+    assert set(ft["candidates"]) == {"adaquant_plus", "plain"}  # the result, and what plain calibration gives
     assert [l["node"] for l in ft["layers"]][-1].startswith("nndct_dense")
     info = json.load(open(str(run / "quantize_result" / "quant_info.json")))
-    assert info["fast_finetuned"] is (ft["chosen"] != "plain")
-    assert os.path.isfile(str(run / "quantize_result" / "param.pth")) is (ft["chosen"] != "plain")
+    assert info["fast_finetuned"] is True and os.path.isfile(str(run / "quantize_result" / "param.pth"))
+    manifest = json.load(open(str(run / "quantize_result" / "calib_manifest.json")))
+    assert "param.pth" in json.dumps(manifest)  # committed with the calibration
     assert not os.path.exists(str(run / ".finetune-spill"))
     report = (run / "report.md").read_text()
     assert "## Fast finetune" in report and "| plain" in report and "| nndct_dense_" in report

@@ -108,8 +108,8 @@ def _scores(record: Dict[str, Any]) -> str:
     scores = record.get("candidates") or {}
     if not scores:
         return ""
-    return "; output MSE vs float on the finetune data: %s; kept %s" % (
-        ", ".join("%s %.4g" % (k, v["mse"]) for k, v in scores.items()), record.get("chosen"))
+    return "; output MSE vs float on the finetune data: %s" % ", ".join("%s %.4g" % (k, v["mse"])
+                                                                         for k, v in scores.items())
 
 
 STEP = Step("calib", run, writes="quantize_result", after=("train",), own_process=True, distributed=True,

@@ -159,6 +159,7 @@ class LayerTrace:
         self.weight_changed = 0
         self.bias_changed = 0
         self.seconds = 0.0
+        self.final = []  # type: List[float]
 
     def as_dict(self) -> Dict[str, Any]:
         return {"node": self.node, "act": self.act, "quant_eff": self.quant_eff, "lr_w": self.lr_w,
@@ -180,6 +181,7 @@ class AdaQuant:
         spill_dir: where spill folders are made (None: the system's temporary folder).
         progress: called ``(index, count, LayerTrace)`` after each layer, or None.
         passes: the most passes per layer (100 in nndct).
+        latent: ``adaquant_plus``'s passes (:meth:`_passes_latent`) instead of nndct's.
 
     The global RNG is not used (nndct draws one ``torch.rand`` per layer for a gradient check, and
     more when it builds its quantizer; the caller's random stream is left alone here).
@@ -188,7 +190,7 @@ class AdaQuant:
     def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration,
                  net_inputs: BatchStore, net_outputs: List[Tuple[torch.Tensor, ...]], budget: int,
                  spill_dir: Optional[str] = None, progress: Optional[Callable[..., None]] = None,
-                 passes: int = MAX_PASSES) -> None:
+                 passes: int = MAX_PASSES, latent: bool = False) -> None:
         self.graph = graph
         self.plan = plan
         self.bitwidth = bitwidth
@@ -199,6 +201,7 @@ class AdaQuant:
         self.spill_dir = spill_dir
         self.progress = progress
         self.passes = passes
+        self.latent = latent
         self.params = OrderedDict((k, (w.clone(), None if b is None else b.clone()))
                                   for k, (w, b) in raw.params.items())  # type: Params
         self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
@@ -295,56 +298,120 @@ class AdaQuant:
                            0.0 if opt_b is None else opt_b.param_groups[0]["lr"])
         self.trace.append(trace)
         trace.loss_in = list(net)
-        self.params[node.name] = (w.detach(), None if b is None else b.detach())
-        best = (w.detach().clone(), None if b is None else b.detach().clone())
-        prev = [1000.0] * len(net)
         qin, fout = self._layer_cache(node)
-        f_act = FLOAT_ACTS[act.op] if act is not None else None
         try:
-            for _ in range(self.passes):
-                for i in range(len(qin)):
-                    q = self._q_forward(node, qin[i][0], w, b)
-                    f = fout[i][0] if f_act is None else f_act(fout[i][0])
-                    loss = F.mse_loss(q, f) + F.mse_loss(w, wf)
-                    opt_w.zero_grad()
-                    if opt_b is not None:
-                        opt_b.zero_grad()
-                    loss.backward()
-                    opt_w.step()
-                    if opt_b is not None:
-                        opt_b.step()
-                _round_(w, wfp, self.bitwidth, "std_round")
-                if b is not None:
-                    _round_(b, bfp, self.bitwidth, "std_round")
-                ev = self.net_loss()
-                trace.evals.append(ev)
-                ratio = (np.array(net) - np.array(ev)) / np.array(net) * 10000
-                if losses_lt(ev, net) and ratio.max() > 0:
-                    best = (w.detach().clone(), None if b is None else b.detach().clone())
-                    net = ev
-                    trace.accepted.append(True)
-                    continue
-                trace.accepted.append(False)
-                with torch.no_grad():
-                    w.copy_(best[0])
-                    if b is not None:
-                        b.copy_(best[1])
-                opt_w.param_groups[0]["lr"] /= 2.0
-                if opt_b is not None:
-                    opt_b.param_groups[0]["lr"] /= 2.0
-                if ((opt_w.param_groups[0]["lr"] < MIN_LR and (opt_b is None or opt_b.param_groups[0]["lr"] < MIN_LR))
-                        or losses_eq(ev, prev)):
-                    break
-                prev = ev
+            if self.latent:
+                self._passes_latent(node, trace, w, b, opt_w, opt_b, qin, fout, wf, wfp, bfp, net)
+            else:
+                self._passes(node, trace, w, b, opt_w, opt_b, qin, fout, wf, wfp, bfp, net)
         finally:
             qin.close()
             fout.close()
-        self.params[node.name] = (w.detach(), None if b is None else b.detach())
-        trace.weight_changed = int((w.detach() != w0).sum())
-        trace.bias_changed = 0 if b is None else int((b.detach() != b0).sum())
-        trace.loss_out = list(net)
+        net = trace.loss_out = trace.final
+        w_end, b_end = self.params[node.name]
+        trace.weight_changed = int((w_end != w0).sum())
+        trace.bias_changed = 0 if b0 is None else int((b_end != b0).sum())
         trace.seconds = time.perf_counter() - start
         return net
+
+    def _step(self, node: SimNode, w: Any, b: Any, opt_w: Any, opt_b: Any, x: torch.Tensor, f: torch.Tensor,
+              wf: torch.Tensor, w_in: Any, b_in: Any) -> None:
+        """One Adam step on ``mse(q_out, f) + mse(w, wf)``; ``w_in``/``b_in`` are what the layer runs with."""
+        q = self._q_forward(node, x, w_in, b_in)
+        loss = F.mse_loss(q, f) + F.mse_loss(w, wf)
+        opt_w.zero_grad()
+        if opt_b is not None:
+            opt_b.zero_grad()
+        loss.backward()
+        opt_w.step()
+        if opt_b is not None:
+            opt_b.step()
+
+    @staticmethod
+    def _halve(opt_w: Any, opt_b: Any) -> bool:
+        """Halve both learning rates; True when both are now below ``MIN_LR``."""
+        opt_w.param_groups[0]["lr"] /= 2.0
+        if opt_b is not None:
+            opt_b.param_groups[0]["lr"] /= 2.0
+        return opt_w.param_groups[0]["lr"] < MIN_LR and (opt_b is None or opt_b.param_groups[0]["lr"] < MIN_LR)
+
+    def _passes(self, node, trace, w, b, opt_w, opt_b, qin, fout, wf, wfp, bfp, net) -> None:
+        """nndct's passes: Adam moves the parameters themselves, rounded after each pass."""
+        act = self.pairs.get(node.name)
+        f_act = FLOAT_ACTS[act.op] if act is not None else None
+        self.params[node.name] = (w.detach(), None if b is None else b.detach())
+        best = (w.detach().clone(), None if b is None else b.detach().clone())
+        prev = [1000.0] * len(net)
+        for _ in range(self.passes):
+            for i in range(len(qin)):
+                f = fout[i][0] if f_act is None else f_act(fout[i][0])
+                self._step(node, w, b, opt_w, opt_b, qin[i][0], f, wf, w, b)
+            _round_(w, wfp, self.bitwidth, "std_round")
+            if b is not None:
+                _round_(b, bfp, self.bitwidth, "std_round")
+            ev = self.net_loss()
+            trace.evals.append(ev)
+            ratio = (np.array(net) - np.array(ev)) / np.array(net) * 10000
+            if losses_lt(ev, net) and ratio.max() > 0:
+                best = (w.detach().clone(), None if b is None else b.detach().clone())
+                net = ev
+                trace.accepted.append(True)
+                continue
+            trace.accepted.append(False)
+            with torch.no_grad():
+                w.copy_(best[0])
+                if b is not None:
+                    b.copy_(best[1])
+            if self._halve(opt_w, opt_b) or losses_eq(ev, prev):
+                break
+            prev = ev
+        self.params[node.name] = (w.detach(), None if b is None else b.detach())
+        trace.final = net
+
+    def _passes_latent(self, node, trace, w, b, opt_w, opt_b, qin, fout, wf, wfp, bfp, net) -> None:
+        """``adaquant_plus``'s passes: Adam moves continuous (latent) parameters through the rounding
+        (a straight-through estimator), so drifts smaller than half an LSB add up over passes instead of
+        being rounded away after each one. A pass whose rounded parameters did not change costs no net
+        loss evaluation; a change is kept only when the net loss improves (else the latent parameters go
+        back to the best ones and the learning rates halve, as nndct's rule)."""
+        act = self.pairs.get(node.name)
+        f_act = FLOAT_ACTS[act.op] if act is not None else None
+
+        def rounded():
+            with torch.no_grad():
+                return (fixpoint.fake_quant(w.detach(), wfp, self.bitwidth, "std_round"),
+                        None if b is None else fixpoint.fake_quant(b.detach(), bfp, self.bitwidth, "std_round"))
+
+        best_q = self.params[node.name]
+        best_latent = (w.detach().clone(), None if b is None else b.detach().clone())
+        for _ in range(self.passes):
+            for i in range(len(qin)):
+                f = fout[i][0] if f_act is None else f_act(fout[i][0])
+                w_in = w + (fixpoint.fake_quant(w.detach(), wfp, self.bitwidth, "std_round") - w.detach())
+                b_in = None if b is None else b + (fixpoint.fake_quant(b.detach(), bfp, self.bitwidth, "std_round")
+                                                   - b.detach())
+                self._step(node, w, b, opt_w, opt_b, qin[i][0], f, wf, w_in, b_in)
+            cand = rounded()
+            if torch.equal(cand[0], best_q[0]) and (b is None or torch.equal(cand[1], best_q[1])):
+                continue  # nothing crossed a rounding boundary yet: keep drifting
+            self.params[node.name] = cand
+            ev = self.net_loss()
+            trace.evals.append(ev)
+            if losses_lt(ev, net):
+                best_q, net = cand, ev
+                best_latent = (w.detach().clone(), None if b is None else b.detach().clone())
+                trace.accepted.append(True)
+                continue
+            trace.accepted.append(False)
+            self.params[node.name] = best_q
+            with torch.no_grad():
+                w.copy_(best_latent[0])
+                if b is not None:
+                    b.copy_(best_latent[1])
+            if self._halve(opt_w, opt_b):
+                break
+        self.params[node.name] = best_q
+        trace.final = net
 
 
 class KeepFpCalibrator:

@@ -66,9 +66,9 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
 def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], out_dir: str,
                          request: FinetuneRequest) -> Dict[str, Any]:
     """Fast finetune on ``request.batches``, then the re-calibration on ``batches``; writes the
-    chosen calibration (``param.pth`` with it when it is a finetuned one). Method ``adaquant``
-    keeps the real quantizer's result; ``adaquant_plus`` the candidate closest to float on the
-    finetune data. Every candidate's output MSE and top-1 agreement there are returned."""
+    finetuned calibration with ``param.pth``. A plain calibration runs beside the re-calibration
+    for the report: both are scored (output MSE and top-1 agreement against float) on the
+    finetune data."""
     from .finetune import FastFinetune, FinetuneOptions
     ft = FastFinetune(session, FinetuneOptions(request.method, request.passes, request.memory_mb, request.spill_dir))
     try:
@@ -76,10 +76,7 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
             ft.record(batch)
             ft.calibrate(batch)
         ft.finetune(request.progress)
-        candidates = [("adaquant", ft.recalibrator())]
-        if request.method == "adaquant_plus":
-            candidates.append(("adaquant_bias_corr", ft.recalibrator(round_bias=False)))
-        candidates.append(("plain", session.calibrator()))  # the report's "before"
+        candidates = [(request.method, ft.recalibrator()), ("plain", session.calibrator())]
         count = 0
         for batch in batches:
             for _, calibrator in candidates:
@@ -94,13 +91,10 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
             corr = calibrator.bias_corrections() if session.cfg.include_bias_corr else None
             mse, top1 = ft.output_mse(info, corr, getattr(calibrator, "finetuned", None))
             scores[name] = {"mse": mse, "top1_agreement": top1}
-        chosen = "adaquant"
-        if request.method == "adaquant_plus":  # the lowest MSE; a tie keeps the earlier candidate
-            chosen = min((scores[name]["mse"], i, name) for i, (name, _) in enumerate(candidates))[2]
-        calibrator = dict(candidates)[chosen]
+        calibrator = candidates[0][1]
         info, notes = session.quant_info(calibrator)
         files = session.export_quant_config(calibrator, out_dir, info)
-        record = dict(ft.trace(), candidates=scores, chosen=chosen)
+        record = dict(ft.trace(), candidates=scores)
     finally:
         ft.close()
     return {"batches": count, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
@@ -129,8 +123,8 @@ class SimBackend(QuantizerBackend):
 
         With ``finetune``: fast finetune first (``sim/finetune.py``, docs/finetune.md), then
         ``batches`` are the re-calibration; ``param.pth`` is written too, and the summary has
-        ``fast_finetune`` (per-layer trace, memory, each candidate's output MSE and top-1 agreement
-        against float on the finetune data, the one chosen).
+        ``fast_finetune`` (per-layer trace, memory, and the output MSE and top-1 agreement against
+        float on the finetune data of the result and of plain calibration).
 
         Args:
             model: float model; never modified (``pipeline.fx.work_copy``).

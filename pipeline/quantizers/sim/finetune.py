@@ -10,10 +10,10 @@ Phases (docs/finetune.md), each fed one batch at a time by the caller:
 4. ``recalibrator()``: the calibration forwards that follow (nndct's ``keep_fp``), whose
    ``fix_positions`` and ``bias_corrections`` make the exported files, with :func:`param_bytes`.
 
-Method ``adaquant`` is the real quantizer's. Method ``adaquant_plus`` (this project's) runs the same
-finetune, then keeps the bias correction that nndct rounds away after it, and finally keeps, of
-{the real result, the result with bias correction kept, plain calibration}, the one whose outputs
-are closest to the float model's on the finetune data, so it is never worse there than either.
+Method ``adaquant`` is the real quantizer's. Method ``adaquant_plus`` (this project's,
+docs/finetune.md#methods) moves continuous parameters through the rounding so that small drifts add
+up over passes (``AdaQuant(latent=True)``), and keeps the bias correction that nndct's
+re-calibration rounds away (``recalibrator(round_bias=False)``).
 """
 import io
 import logging
@@ -152,14 +152,17 @@ class FastFinetune:
         self.raw = RawCalibration(self.calibrator)
         self.ada = AdaQuant(self.session.graph, self.session.plan, self.session.bitwidth, self.raw, self.inputs,
                             self.targets, cache_budget, self.options.spill_dir, progress,
-                            passes=self.options.passes)
+                            passes=self.options.passes, latent=self.options.method == "adaquant_plus")
         self.params = self.ada.run()
         self.seconds = time.perf_counter() - start
         return self.params
 
     # -- phase 4 ----------------------------------------------------------------------------------
-    def recalibrator(self, round_bias: bool = True) -> KeepFpCalibrator:
-        """The calibration that follows the finetune (``round_bias=False``: bias correction kept)."""
+    def recalibrator(self, round_bias: Optional[bool] = None) -> KeepFpCalibrator:
+        """The calibration that follows the finetune; ``round_bias`` (default: True for ``adaquant``,
+        False for ``adaquant_plus``) re-rounds the bias before each batch as nndct does."""
+        if round_bias is None:
+            round_bias = self.options.method == "adaquant"
         if self.params is None or self.raw is None:
             raise QuantizationError("fast finetune: finetune() has not run")
         return KeepFpCalibrator(self.session.graph, self.session.plan, self.session.bitwidth, self.raw,

@@ -42,7 +42,8 @@ node and relies on every point below):
 7. ``node.meta["nndct_node"]`` names the nndct node (e.g. ``"nndct_relu_2"``) on the fx node
    whose value is that node's output as the real quantizer's module returns it (after its
    fake_quant when it is quantized).
-8. Attributes: ``quant_info`` (the dict ``quant_info.json`` holds), ``output_fix_pos`` (the
+8. Attributes: ``quant_info`` (the dict ``quant_info.json`` holds), ``fast_finetuned`` (the
+   parameters came from ``param.pth``), ``output_fix_pos`` (the
    fix_pos of the model output when it is quantized, else None; for several outputs, the first),
    ``class_name`` of the GraphModule is the float model's class name.
 """
@@ -193,6 +194,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     new.output(map_arg(graph.output_node.args[0], lookup))
     gm = torch.fx.GraphModule(root, new, class_name=graph.class_name)
     gm.quant_info = copy.deepcopy(info)
+    gm.fast_finetuned = params is not None  # its parameters are param.pth's, not the float model's
     quantized_outputs = [out_fp[n.name] for n in graph.outputs if n.name in out_fp]
     gm.output_fix_pos = quantized_outputs[0] if quantized_outputs else None
     gm.eval()
