@@ -93,10 +93,25 @@ class torch_quantizer:
         if not BEHAVIOUR.get("skip_quant_info"):
             with open(os.path.join(folder, "quant_info.json"), "w") as f:
                 json.dump({"param": {}, "output": {self.name + "::nndct_input_0": [[8, 6]]}, "input": {},
-                           "fast_finetuned": False, "bias_corrected": True, "version": "3.5.0+fake",
+                           "fast_finetuned": bool(getattr(self, "finetuned", False)), "bias_corrected": True, "version": "3.5.0+fake",
                            "graph_md5": "0"}, f)
         if not BEHAVIOUR.get("skip_bias_corr"):
             torch.save({}, os.path.join(folder, "bias_corr.pth"))
+
+    def fast_finetune(self, run_fn, run_args):
+        CALLS.append(("fast_finetune", None))
+        self.finetuned = True
+        run_fn(*run_args)     # keeps the batches (quantization off)
+        run_fn(*run_args)     # its own calibration
+        self.forwards = 0     # the re-calibration forwards come next
+        torch.save({"module_0.weight": torch.zeros(1)}, os.path.join(self.output_dir, "param.pth"))
+
+    def load_ft_param(self):
+        CALLS.append(("load_ft_param", self.forwards))
+        info = json.load(open(os.path.join(self.output_dir, "quant_info.json")))
+        if not info.get("fast_finetuned"):
+            _error("FAST_FINETUNE", "quant_info.json is not fast-finetuned")
+            sys.exit(2)
 
     def _write(self, output_dir, suffix):
         if self.forwards == 0:

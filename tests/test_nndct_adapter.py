@@ -163,6 +163,30 @@ def _calibrated(tmp_path):
     return out
 
 
+def test_fast_finetune_calls_the_real_one_then_load_ft_param_in_test_mode(fake, tmp_path):
+    from pipeline.quantizers.base import FinetuneRequest
+    out = str(tmp_path / "quantize_result")
+    batches = _batches()
+    ft = FinetuneRequest(iter(_batches(2)))
+    result = nndct.NndctBackend().calibrate(_model(), batches[0], batches, out, QuantSettings(), finetune=ft)
+    calls = [c[0] for c in fake().CALLS]
+    # fast_finetune runs its run_fn twice over the 2 finetune batches, then the 3 calibration forwards
+    assert calls[calls.index("fast_finetune"):].count("forward") == 2 * 2 + 3
+    assert calls.index("fast_finetune") < calls.index("export_quant_config")
+    assert result["fast_finetune"]["batches"] == 2 and result["batches"] == 3
+    assert "param.pth" in [os.path.basename(f) for f in result["files"]]
+    assert result["quant_info"]["fast_finetuned"] is True
+    nndct._MODES_CREATED.clear()
+    nndct.NndctBackend().load_test(_model(), torch.zeros(4, 3, 2, 2), out, QuantSettings())
+    assert [c for c in fake().CALLS if c[0] == "load_ft_param"] == [("load_ft_param", 0)]  # before any forward
+    nndct._MODES_CREATED.clear()
+    before = len(fake().CALLS)
+    with pytest.raises(QuantizationError, match="at least 2 batches"):
+        nndct.NndctBackend().calibrate(_model(), batches[0], batches, str(tmp_path / "b"), QuantSettings(),
+                                       finetune=FinetuneRequest(iter(_batches(1))))
+    assert len(fake().CALLS) == before  # refused before the quantizer was created
+
+
 def test_load_test_needs_quant_info_and_bias_corr(fake, tmp_path):
     backend = nndct.NndctBackend()
     empty = tmp_path / "empty"

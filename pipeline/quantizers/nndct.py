@@ -217,13 +217,18 @@ class NndctTestHandle:
         return out.detach().cpu() if isinstance(out, torch.Tensor) else out
 
 
-def _fast_finetune(quantizer: Any, quant_model: Any, device: Any, request: FinetuneRequest) -> Dict[str, Any]:
-    """The real ``quantizer.fast_finetune`` on ``request.batches`` (kept in a list: nndct runs its
-    ``run_fn`` twice and caches them itself). Returns ``{"method", "batches", "seconds"}``."""
-    import time
+def _finetune_batches(request: FinetuneRequest) -> List[torch.Tensor]:
+    """The finetune batches as a list (nndct runs its ``run_fn`` twice and keeps them all itself)."""
     batches = [b for b in request.batches]
     if len(batches) < 2:
-        raise QuantizationError("fast finetune needs at least 2 batches of finetune data, got %d" % len(batches))
+        raise QuantizationError("fast finetune needs at least 2 batches of finetune data, got %d: AdaQuant takes one "
+                                "Adam step per batch and judges each pass on the same data" % len(batches))
+    return batches
+
+
+def _fast_finetune(quantizer: Any, quant_model: Any, device: Any, batches: List[torch.Tensor]) -> Dict[str, Any]:
+    """The real ``quantizer.fast_finetune`` on ``batches``. Returns ``{"method", "batches", "seconds"}``."""
+    import time
 
     def run_fn() -> None:
         for batch in batches:
@@ -306,10 +311,11 @@ class NndctBackend(QuantizerBackend):
         os.makedirs(out_dir, exist_ok=True)
         work = tempfile.mkdtemp(dir=out_dir, prefix=".nndct-calib-")
         try:
+            ft_batches = None if finetune is None else _finetune_batches(finetune)  # checked before nndct starts
             quantizer, quant_model, device = self._make_quantizer("calib", model, example, work, settings)
             record = None
-            if finetune is not None:
-                record = _fast_finetune(quantizer, quant_model, device, finetune)
+            if ft_batches is not None:
+                record = _fast_finetune(quantizer, quant_model, device, ft_batches)
             count = 0
             with _quantizer_call("calib forward", QuantizationError), torch.no_grad():
                 for batch in itertools.chain([first], iterator):
