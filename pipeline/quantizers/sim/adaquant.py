@@ -69,7 +69,8 @@ class RawCalibration:
     Attributes:
         param_fp: nndct param name -> fix_pos (first batch, std_round search).
         out_fp: node name -> activation fix_pos (mode over the batches; raw: no export-time adjustment).
-        params: node name -> (weight, bias) rounded at their fix positions (new tensors).
+        params: node name -> (weight, bias) rounded at their fix positions (the calibration's tensors:
+            read only, the finetune works on copies).
     """
 
     def __init__(self, calibrator: Calibrator) -> None:
@@ -81,9 +82,9 @@ class RawCalibration:
                                     "in every batch?)" % ", ".join(missing))
         self.param_fp = dict(calibrator.param_fp)
         self.out_fp = {n: fixpoint.modal_fix_pos(calibrator.history[n]) for n in calibrator.plan.output_order}
-        self.params = OrderedDict()  # type: Params
+        self.params = OrderedDict()  # type: Params   # the calibrator's tensors (never written)
         for name, state in calibrator.params.items():
-            self.params[name] = (state.weight.clone(), None if state.bias is None else state.bias.clone())
+            self.params[name] = (state.weight, state.bias)
 
 
 def last_quant_nodes(graph: SimGraph, plan: QuantPlan) -> List[SimNode]:
@@ -202,8 +203,9 @@ class AdaQuant:
         self.progress = progress
         self.passes = passes
         self.latent = latent
-        self.params = OrderedDict((k, (w.clone(), None if b is None else b.clone()))
-                                  for k, (w, b) in raw.params.items())  # type: Params
+        # node name -> current (weight, bias): the raw tensors until a layer is tuned, then the tuned
+        # layer's own (a layer works on copies, so the raw ones are never written)
+        self.params = OrderedDict(raw.params)  # type: Params
         self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
         self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth)
         self.last = [n.name for n in last_quant_nodes(graph, plan)]

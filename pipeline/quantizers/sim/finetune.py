@@ -150,6 +150,7 @@ class FastFinetune:
                  "in memory" if est["layer_cache"] <= cache_budget else "partly in files")
         start = time.perf_counter()
         self.raw = RawCalibration(self.calibrator)
+        self.calibrator = None  # its statistics are in self.raw now (one copy of the weights less)
         self.ada = AdaQuant(self.session.graph, self.session.plan, self.session.bitwidth, self.raw, self.inputs,
                             self.targets, cache_budget, self.options.spill_dir, progress,
                             passes=self.options.passes, latent=self.options.method == "adaquant_plus")
