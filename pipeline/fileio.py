@@ -9,6 +9,7 @@ import errno
 import hashlib
 import json
 import os
+import re
 import tempfile
 from typing import Any, Iterator, List, Sequence, Tuple
 
@@ -164,10 +165,56 @@ def torch_bytes(obj: Any) -> bytes:
     return buf.getvalue()
 
 
+MAX_JSON_DEPTH = 64  # the files the pipeline reads nest at most 5 levels (quant_config, quant_info, manifests)
+_JSON_TOKENS = re.compile(r'"(?:[^"\\]|\\.)*"|[\[\]{}]')  # a string (skipped whole) or a bracket
+
+
+class JSONDepthError(ValueError):
+    """A JSON text nested deeper than ``MAX_JSON_DEPTH``: a ValueError, as ``json.JSONDecodeError`` is,
+    so that every reader's "is not valid JSON" handler catches it with its own advice."""
+
+
+def parse_json(text: str, max_depth: int = MAX_JSON_DEPTH) -> Any:
+    """``json.loads(text)``, after checking that no array or object nests deeper than ``max_depth``.
+
+    Python's decoder recurses once per level, so a file of 100,000 ``[`` would otherwise end in a
+    RecursionError traceback (or, near the limit, in whatever the next deep call does).
+
+    Raises:
+        JSONDepthError: the text nests deeper than ``max_depth`` (the message gives the line and
+            column where the limit is passed).
+        json.JSONDecodeError: the text is not JSON.
+    """
+    depth = 0
+    for match in _JSON_TOKENS.finditer(text):
+        token = match.group()
+        if token in "[{":
+            depth += 1
+            if depth > max_depth:
+                pos = match.start()
+                line = text.count("\n", 0, pos) + 1
+                column = pos - (text.rfind("\n", 0, pos) + 1) + 1
+                raise JSONDepthError("arrays/objects nested more than %d levels deep (line %d, column %d); the "
+                                     "files this pipeline reads nest a few levels, so this one is not one of them"
+                                     % (max_depth, line, column))
+        elif token in "]}":
+            depth -= 1
+    try:
+        return json.loads(text)
+    except RecursionError:  # unreachable below the limit; kept so no traceback can escape
+        raise JSONDepthError("nested too deeply for Python's JSON decoder")
+
+
 def read_json(path: str) -> Any:
-    """Read a JSON file."""
+    """Read a JSON file, bounded in depth (``parse_json``).
+
+    Raises:
+        OSError: the file cannot be opened.
+        ValueError: the file is not JSON (``json.JSONDecodeError``), is not UTF-8
+            (``UnicodeDecodeError``) or nests deeper than ``MAX_JSON_DEPTH`` (``JSONDepthError``).
+    """
     with open(path, "r", encoding="utf-8") as f:
-        return json.load(f)
+        return parse_json(f.read())
 
 
 def sha256_file(path: str) -> str:

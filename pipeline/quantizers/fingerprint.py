@@ -8,14 +8,13 @@ which names every field that differs. Used by both backends (``sim`` and ``nndct
 """
 import hashlib
 import importlib
-import json
 import os
 from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
 from ..errors import FingerprintMismatchError
-from ..fileio import sha256_file, write_json
+from ..fileio import parse_json, sha256_file, write_json
 
 FILE_NAME = "calib_fingerprint.json"
 
@@ -156,9 +155,9 @@ def read_fingerprint(out_dir: str) -> Dict[str, Any]:
                                        "made by this pipeline's calib step; run the calib step again"
                                        % (FILE_NAME, out_dir))
     try:
-        with open(path) as f:
-            return json.load(f)
-    except ValueError as exc:
+        with open(path, "r", encoding="utf-8") as f:
+            return parse_json(f.read())
+    except ValueError as exc:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
         raise FingerprintMismatchError("%s is not valid JSON (%s); run the calib step again" % (path, exc))
 
 

@@ -38,7 +38,6 @@ import contextlib
 import copy
 import importlib.util
 import itertools
-import json
 import logging
 import os
 import re
@@ -51,7 +50,7 @@ import torch
 
 from ..errors import (BackendUnavailableError, ConfigError, ExportError, PipelineError,
                       QuantizationError)
-from ..fileio import not_a_file
+from ..fileio import not_a_file, parse_json
 from .base import FinetuneRequest, QuantizerBackend, QuantSettings
 
 NNDCT_LOGGER = "nndct_screen"
@@ -174,13 +173,24 @@ def _model_device(module: torch.nn.Module, default: torch.device) -> torch.devic
 
 
 def _read_quant_info(folder: str, step: str) -> Dict[str, Any]:
-    """Read ``quant_info.json`` of ``folder`` and check ``bias_corr.pth`` is there when it is needed."""
+    """Read ``quant_info.json`` of ``folder`` and check ``bias_corr.pth`` is there when it is needed.
+
+    Raises:
+        QuantizationError: the file is missing, not JSON (or nested too deep), not an object, or
+            says bias_corrected without a ``bias_corr.pth`` beside it.
+    """
     path = os.path.join(folder, QUANT_INFO)
     if not os.path.isfile(path):
         raise QuantizationError("nndct %s: no %s in %s; run the calib step first (the real quantizer would "
                                 "exit(2) here)" % (step, QUANT_INFO, folder))
-    with open(path) as f:
-        info = json.load(f)
+    try:
+        with open(path, "r", encoding="utf-8") as f:
+            info = parse_json(f.read())
+    except ValueError as exc:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
+        raise QuantizationError("nndct %s: %s is not valid JSON (%s); run the calib step again" % (step, path, exc))
+    if not isinstance(info, dict):
+        raise QuantizationError("nndct %s: %s holds a JSON %s, not the object the quantizer writes; run the calib "
+                                "step again" % (step, path, type(info).__name__))
     if info.get("bias_corrected") and not os.path.isfile(os.path.join(folder, BIAS_CORR)):
         raise QuantizationError("nndct %s: %s says bias_corrected but %s is missing in %s; run the calib step "
                                 "again (test mode needs both files)" % (step, QUANT_INFO, BIAS_CORR, folder))

@@ -23,13 +23,12 @@ Defaults without a file (docs/quant_config.md#defaults): CLE and bias correction
 ``bitwidth`` argument of ``torch_quantizer`` sets all four bit widths.
 """
 import copy
-import json
 import os
 import warnings
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
-from ..fileio import not_a_file
+from ..fileio import not_a_file, parse_json
 from ..specs import closest_match
 
 TOP_LEVEL_KEYS = ["convert_relu6_to_relu", "convert_silu_to_hswish", "include_cle",
@@ -302,8 +301,8 @@ def load_quant_config(path: Optional[str], bitwidth: Optional[int] = None) -> Qu
                           "for the defaults" % (path, not_a_file(path)))
     try:
         with open(path, "r", encoding="utf-8") as f:
-            obj = json.load(f)
-    except ValueError as e:
+            obj = parse_json(f.read())
+    except ValueError as e:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
         raise ConfigError("quant_config_file %s is not valid JSON: %s" % (path, e))
     cfg = parse_quant_config(obj, source=path)
     if bitwidth is not None and any(cfg.bitwidth(t) != bitwidth for t in TENSOR_TYPES):

@@ -17,14 +17,13 @@ spaces, no trailing newline) and writes atomically (temporary file + ``os.replac
 (``"<Class>::nndct_conv2d_1"``) -> Python list of floats (float32 values), the amount subtracted
 from the bias in test mode (docs/arithmetic.md#bias-and-bias-correction).
 """
-import json
 import os
 from typing import Any, Dict, List, Optional
 
 import torch
 
 from ..errors import QuantizationError
-from ..fileio import torch_bytes, write_bytes
+from ..fileio import parse_json, torch_bytes, write_bytes
 from ..safeload import explain_load_failure, safe_torch_load
 
 QUANT_INFO_FILE = "quant_info.json"
@@ -130,8 +129,8 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
             "'calib' and export_quant_config()) with output_dir=%r first" % (path, out_dir))
     try:
         with open(path, "r", encoding="utf-8") as f:
-            info = json.load(f)
-    except ValueError as e:
+            info = parse_json(f.read())
+    except ValueError as e:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
         raise QuantizationError("%s is not valid JSON (%s); re-run calibration" % (path, e))
     if not isinstance(info, dict):
         raise QuantizationError("%s: expected a JSON object with param, output and input, got a %s; re-run "

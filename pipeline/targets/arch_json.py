@@ -9,7 +9,7 @@ import os
 from typing import Optional, Tuple
 
 from ..errors import ConfigError
-from ..fileio import not_a_file
+from ..fileio import not_a_file, parse_json
 from .registry import ARCH_ROOT, TARGETS, get_target, hex_fingerprint, targets_by_fingerprint
 
 
@@ -82,9 +82,9 @@ def read_arch_json(path: str, target: Optional[str] = None) -> Tuple[Optional[st
         raise ConfigError("arch_json: %s %s; inside the Vitis AI image the files are "
                           "under %s (see `python -m pipeline targets`)" % (path, not_a_file(path), ARCH_ROOT))
     try:
-        with open(path, "r") as f:
-            data = json.load(f)
-    except ValueError as exc:
+        with open(path, "r", encoding="utf-8") as f:
+            data = parse_json(f.read())
+    except ValueError as exc:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
         raise ConfigError("arch_json: %s is not valid JSON (%s)" % (path, exc))
     if not isinstance(data, dict):
         raise _arch_json_form_error(path, "a JSON %s (%s)" % (JSON_TYPES.get(type(data).__name__, "value"), _shown(data)), target)
