@@ -10,6 +10,7 @@ import copy
 import hashlib
 import json
 import os
+import re
 from typing import Any, Dict, List, Literal, Optional, Tuple
 
 import yaml
@@ -196,6 +197,42 @@ class CompileSection(_Strict):
                                     description="Compiled network name (default: run.name); a plain file name.")
     options: Dict[str, Any] = Field(default_factory=dict, description="vai_c_xir --options JSON.")
 
+    @field_validator("options")
+    @classmethod
+    def _check_options(cls, v: Dict[str, Any]) -> Dict[str, Any]:
+        problem = _non_json(v, "compile.options")
+        if problem:
+            raise ValueError(problem)
+        return v
+
+
+def _non_json(value: Any, path: str) -> Optional[str]:
+    """Where ``value`` stops being strict JSON (what ``vai_c_xir --options`` parses), or None: the
+    first key path holding NaN or an infinity (``json.dumps`` would write ``NaN``/``Infinity``, which
+    no JSON parser reads), or a value JSON has no type for (a YAML date, set or binary), or a key
+    that is not a string."""
+    if isinstance(value, float) and not (value == value and abs(value) != float("inf")):
+        return "%s is %r, which JSON cannot hold (it would be written as %s); give a finite number" % (
+            path, value, "NaN" if value != value else ("Infinity" if value > 0 else "-Infinity"))
+    if value is None or isinstance(value, (str, bool, int, float)):
+        return None
+    if isinstance(value, dict):
+        for key, item in value.items():
+            if not isinstance(key, str):
+                return "%s has the key %r (a %s); JSON keys are strings: quote it" % (path, key, type(key).__name__)
+            problem = _non_json(item, "%s.%s" % (path, key))
+            if problem:
+                return problem
+        return None
+    if isinstance(value, list):
+        for i, item in enumerate(value):
+            problem = _non_json(item, "%s[%d]" % (path, i))
+            if problem:
+                return problem
+        return None
+    return "%s is %r (a %s), which JSON has no type for; give a string, number, boolean, list or mapping" % (
+        path, value, type(value).__name__)
+
 
 class Config(_Strict):
     """A whole run."""
@@ -244,8 +281,38 @@ def format_validation_error(exc: ValidationError, source: str) -> str:
         elif err["type"] == "missing":
             lines.append("%s: required key is missing" % path)
         else:
-            lines.append("%s: %s (got %r)" % (path or "<top>", err["msg"], err.get("input")))
+            line = "%s: %s (got %r)" % (path or "<top>", err["msg"], err.get("input"))
+            if err["type"] in ("float_type", "float_parsing") and isinstance(err.get("input"), str):
+                line += _float_text_hint(err["input"])
+            lines.append(line)
     return "invalid config %s:\n  " % source + "\n  ".join(lines)
+
+
+_EXPONENT_FORM = re.compile(r"^([-+]?)([0-9]+)(?:\.([0-9]*))?([eE])([-+]?)([0-9]+)$")
+
+
+def _float_text_hint(text: str) -> str:
+    """For a string given where a float is expected and Python reads it as a number: why YAML did
+    not, and how to write it so that YAML does ("" when Python does not read it either). PyYAML (YAML 1.1) reads a number in
+    exponent form only with a dot in the mantissa and a sign on the exponent: ``1e-45`` and
+    ``1.0e5`` are text, ``1.0e-45`` and ``1.0e+5`` are floats."""
+    try:
+        float(text)
+    except ValueError:
+        return ""
+    m = _EXPONENT_FORM.match(text.strip())
+    if m:
+        sign, whole, frac, e, exp_sign, exp = m.groups()
+        fixed = "%s%s.%s%s%s%s" % (sign, whole, frac or "0", e, exp_sign or "+", exp)
+        try:
+            ok = isinstance(yaml.safe_load(fixed), float)
+        except yaml.YAMLError:
+            ok = False
+        if ok:
+            return "; YAML reads %s as text: write %s" % (text, fixed)
+    if text.strip().lstrip("+-").lower() in ("inf", "infinity", "nan"):
+        return "; YAML reads %s as text: its spellings are .inf, -.inf and .nan" % text
+    return "; a number in quotes is text: remove the quotes"
 
 
 def parse_override(text: str) -> Tuple[List[str], Any]:

@@ -7,6 +7,7 @@ the closest valid name (``difflib``), so a misspelt key or type is fixed from th
 """
 import difflib
 import math
+import struct
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 from .errors import ConfigError
@@ -21,8 +22,14 @@ def check_mean_std(mean: Any, std: Any) -> Tuple[List[float], List[float]]:
     """``preprocess.mean`` and ``preprocess.std`` as lists of floats, one per channel, in source pixel
     units (normalization ``(x - mean) / std``); a single number counts as one channel.
 
+    The boundary computes in float32, so every value must be a finite float32 (|v| below 3.4e38)
+    and every std at least float32's smallest normal number (1.2e-38): below it, ``(x - mean) / std``
+    overflows to Inf for any pixel more than 4 from the mean, and the batch would be refused as if
+    the data held non-finite values.
+
     Raises:
-        ConfigError: not numbers, not finite, empty, lengths that differ, or a std <= 0.
+        ConfigError: not numbers, not finite, empty, lengths that differ, a std <= 0, a value beyond
+            float32's range or a std below its smallest normal number (naming preprocess.mean/std).
     """
     values = []
     for name, given in (("mean", mean), ("std", std)):
@@ -40,7 +47,35 @@ def check_mean_std(mean: Any, std: Any) -> Tuple[List[float], List[float]]:
         raise ConfigError("preprocess: mean has %d values but std has %d; give one per channel" % (len(mean), len(std)))
     if any(s <= 0 for s in std):
         raise ConfigError("preprocess.std: every value must be > 0, got %s" % std)
+    for name, values in (("mean", mean), ("std", std)):
+        huge = [v for v in values if not _fits_float32(v)]
+        if huge:
+            raise ConfigError("preprocess.%s: %s beyond float32's range (largest %.7g), the type the quantizer "
+                              "boundary computes (x - mean) / std in; give it in the source's pixel units (e.g. "
+                              "mean 123.7, std 58.4 for 0..255 pixels)" % (name, _listed(huge), F32_MAX))
+    tiny = [v for v in std if v < F32_MIN_NORMAL]
+    if tiny:
+        raise ConfigError("preprocess.std: %s below float32's smallest normal number (%.7g): (x - mean) / std, "
+                          "computed in float32, overflows to Inf for any pixel more than 4 from the mean; give the "
+                          "std in the source's pixel units (e.g. 58.4 for 0..255 pixels)" % (_listed(tiny), F32_MIN_NORMAL))
     return mean, std
+
+
+F32_MAX = 3.4028234663852886e38  # numpy.finfo(numpy.float32).max
+F32_MIN_NORMAL = 1.1754943508222875e-38  # numpy.finfo(numpy.float32).tiny
+
+
+def _fits_float32(value: float) -> bool:
+    """True when ``value`` rounds to a finite float32."""
+    try:
+        struct.pack("<f", value)
+    except OverflowError:
+        return False
+    return True
+
+
+def _listed(values: List[float]) -> str:
+    return ("%r is" % values[0]) if len(values) == 1 else ("%s are" % ", ".join(repr(v) for v in values))
 
 
 def closest_match(name: str, choices: Iterable[str]) -> Optional[str]:

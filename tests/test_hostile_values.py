@@ -52,3 +52,63 @@ def test_brackets_inside_strings_do_not_count_and_shallow_json_reads_as_before()
     text = json.dumps({"a": ["[" * 200, {"b": "\\\"{" * 100}], "c": [[[[1]]]]})
     assert parse_json(text) == json.loads(text)
     assert parse_json("[" * 64 + "]" * 64) == json.loads("[" * 64 + "]" * 64)
+
+
+# ---------------------------------------------------------------------------- config values
+
+@pytest.fixture
+def case(tmp_path):
+    from conftest import make_case
+    cfg, _ = make_case(tmp_path)
+    return cfg
+
+
+@pytest.mark.parametrize("override, match", [
+    ("compile.options={a: {b: [1, .nan]}}", r"compile.options.a.b\[1\] is nan, which JSON cannot hold \(it would be "
+                                            r"written as NaN\)"),
+    ("compile.options={x: -.inf}", r"compile.options.x is -inf, .*written as -Infinity"),
+    ("compile.options={built: 2024-01-01}", r"compile.options.built is datetime.date\(2024, 1, 1\) \(a date\), which "
+                                            r"JSON has no type for"),
+])
+def test_compile_options_that_are_not_json_are_refused_at_load_naming_the_key(case, override, match):
+    import pipeline
+    with pytest.raises(ConfigError, match=match):
+        pipeline.load_config(case, [override])
+
+
+def test_json_compile_options_still_load(case):
+    import pipeline
+    cfg = pipeline.load_config(case, ["compile.options={mode: debug, n: [1, 2.5, true, null]}"])
+    assert cfg.cfg.compile.options == {"mode": "debug", "n": [1, 2.5, True, None]}
+
+
+@pytest.mark.parametrize("override, match", [
+    ("preprocess.std=[1e-45]", r"preprocess.std\[0\]: Input should be a valid number \(got '1e-45'\); YAML reads "
+                               r"1e-45 as text: write 1.0e-45"),
+    ("model.train.lr=3e-3", r"model.train.lr: .*YAML reads 3e-3 as text: write 3.0e-3"),
+    ("quantizer.max_accuracy_drop=1.0e0", r"YAML reads 1.0e0 as text: write 1.0e\+0"),
+    ("quantizer.max_accuracy_drop='0.5'", r"a number in quotes is text: remove the quotes"),
+])
+def test_a_float_yaml_reads_as_text_gets_a_hint_how_to_write_it(case, override, match):
+    import pipeline
+    with pytest.raises(ConfigError, match=match):
+        pipeline.load_config(case, [override])
+
+
+def test_the_hint_is_a_spelling_yaml_reads_as_the_same_float():
+    import yaml
+    from pipeline.config import _float_text_hint
+    for text in ["1e-45", "-3E2", "7e+10", "2.5e-3", "1.e5"]:
+        fixed = _float_text_hint(text).rsplit("write ", 1)[1]
+        assert yaml.safe_load(fixed) == float(text), text
+    assert _float_text_hint("abc") == ""
+
+
+@pytest.mark.parametrize("override, match", [
+    ("preprocess.std=[1.0e-40]", r"preprocess.std: 1e-40 is below float32's smallest normal number"),
+    ("preprocess.mean=[1.0e+39]", r"preprocess.mean: 1e\+39 is beyond float32's range"),
+])
+def test_a_mean_or_std_that_overflows_float32_is_refused_at_load(case, override, match):
+    import pipeline
+    with pytest.raises(ConfigError, match=match):
+        pipeline.load_config(case, [override])
