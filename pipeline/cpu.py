@@ -1,7 +1,9 @@
 """What the CPU says about its caches: the tile size of the passes that walk large tensors in pieces
 (the quantizer boundary's torch pass, ``fixpoint.fake_quant``); and how busy it is (``load_average``,
-printed by the benchmark scripts next to their figures)."""
+printed by the benchmark scripts next to their figures); how much memory is free
+(``available_memory_bytes``, checked before a file's declared size is allocated)."""
 import os
+from typing import Optional
 
 _DEFAULT_L2_BYTES = 1 << 20  # when the machine does not say (not Linux)
 _MIN_TILE_BYTES = 64 << 10
@@ -46,3 +48,36 @@ def load_average() -> str:
         return " ".join("%.2f" % v for v in os.getloadavg())
     except (OSError, AttributeError):
         return "n/a"
+
+
+def available_memory_bytes() -> Optional[int]:
+    """Bytes this process can still allocate without swapping, or None where the OS does not say.
+
+    Linux: ``MemAvailable`` of /proc/meminfo (the kernel's estimate, page cache it can drop
+    included), lowered to what the cgroup v2 limit leaves (``memory.max - memory.current`` of
+    /sys/fs/cgroup) inside a container with a limit. Elsewhere: ``SC_AVPHYS_PAGES * SC_PAGE_SIZE``
+    (free pages only, which undercounts), else None.
+    """
+    found = None  # type: Optional[int]
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    found = int(line.split()[1]) * 1024
+                    break
+    except (OSError, ValueError, IndexError):
+        pass
+    if found is None:
+        try:
+            found = int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+        except (ValueError, OSError, AttributeError):
+            return None
+    try:
+        with open("/sys/fs/cgroup/memory.max") as f:
+            limit = f.read().strip()
+        if limit != "max":
+            with open("/sys/fs/cgroup/memory.current") as f:
+                found = min(found, max(0, int(limit) - int(f.read().strip())))
+    except (OSError, ValueError):
+        pass
+    return found

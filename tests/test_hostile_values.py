@@ -112,3 +112,26 @@ def test_a_mean_or_std_that_overflows_float32_is_refused_at_load(case, override,
     import pipeline
     with pytest.raises(ConfigError, match=match):
         pipeline.load_config(case, [override])
+
+
+# ---------------------------------------------------------------------------- .npz members and memory
+
+def test_a_compressed_npz_member_larger_than_the_available_memory_is_refused_before_allocation(tmp_path, monkeypatch):
+    from pipeline import cpu
+    from pipeline.data.sources import open_source
+    from pipeline.errors import DataError
+    path = str(tmp_path / "d.npz")
+    np.savez_compressed(path, images=np.zeros((10, 20, 20, 1), np.uint8), labels=np.zeros(10, np.int64))
+    assert open_source({"type": "npz", "path": path}, str(tmp_path)).images.shape == (10, 20, 20, 1)
+    monkeypatch.setattr(cpu, "available_memory_bytes", lambda: 3999)
+    with pytest.raises(DataError, match=r"d.npz member images.npy: its \(10, 20, 20, 1\) uint8 data \(4000 bytes "
+                                        r"\(3.9 KiB\)\) would be read into memory, but only 3999 bytes \(3.9 KiB\) "
+                                        r"is available; store it uncompressed"):
+        open_source({"type": "npz", "path": path}, str(tmp_path))
+
+
+def test_available_memory_is_known_on_linux():
+    from pipeline.cpu import available_memory_bytes
+    found = available_memory_bytes()
+    if os.path.exists("/proc/meminfo"):
+        assert isinstance(found, int) and found > 0

@@ -32,6 +32,7 @@ from typing import Any, Callable, Dict, List, Literal, Optional, Tuple, Union
 import numpy as np
 import torch
 
+from .. import cpu
 from ..errors import ConfigError, DataError
 from ..specs import TENSOR_LAYOUTS, check_keys, lookup
 from ..tensors import ArrayLike, as_torch_view, fingerprint_array, storage_ptr
@@ -343,23 +344,45 @@ def _npz_member_memmap(path: str, info: zipfile.ZipInfo) -> Optional[np.ndarray]
 
 def _npz_member(path: str, key: str) -> np.ndarray:
     """Member ``key`` of the .npz at ``path`` read into memory, after its header is checked
-    (``_npy_header``: no object arrays)."""
+    (``_npy_header``: no object arrays) and the size it declares against what the member holds and
+    against the memory available (``cpu.available_memory_bytes``): numpy allocates what the header
+    declares before it reads a byte.
+
+    Raises:
+        DataError: the header is not a numeric .npy header; it declares more bytes than the member
+            holds (truncated or damaged); the data would not fit in the available memory (the
+            message names the member, its size and the memory available); numpy cannot read it.
+    """
     with zipfile.ZipFile(path) as zf:
         info = zf.getinfo(key + ".npy")
         with zf.open(info) as f:
             shape, _, dtype = _npy_header(f, "%s member %s.npy" % (path, key))
-            declared = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize + f.tell()
+            data = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+            declared = data + f.tell()
     # numpy allocates what the header declares before it reads: check it against what the member holds
     if declared > info.file_size:
         raise DataError("%s member %s.npy: its header declares %s %s (%d bytes) but the member holds %d bytes; the "
                         "file is truncated or damaged: write it again with numpy.savez"
                         % (path, key, tuple(shape), dtype, declared, info.file_size))
+    available = cpu.available_memory_bytes()
+    if available is not None and data > available:
+        raise DataError("%s member %s.npy: its %s %s data (%s) would be read into memory, but only %s is available; "
+                        "store it uncompressed (numpy.savez, memory-mapped, never read whole), or free memory"
+                        % (path, key, tuple(shape), dtype, _bytes(data), _bytes(available)))
     try:
         with np.load(path, allow_pickle=False) as npz:
             return npz[key]
     except (ValueError, OSError, EOFError, zipfile.BadZipFile) as exc:  # numpy: "EOF: reading array data"
         raise DataError("%s member %s.npy cannot be read (%s); write the file again with numpy.savez"
                         % (path, key, exc))
+
+
+def _bytes(n: int) -> str:
+    """``n`` bytes as "123456789 bytes (117.7 MiB)" (KiB, MiB or GiB, whichever gives 1 to 1023)."""
+    for unit, shift in (("GiB", 30), ("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift:
+            return "%d bytes (%.1f %s)" % (n, n / float(1 << shift), unit)
+    return "%d bytes" % n
 
 
 def open_npz(spec: Dict[str, Any], base_dir: str) -> Source:
