@@ -135,3 +135,49 @@ def test_available_memory_is_known_on_linux():
     found = available_memory_bytes()
     if os.path.exists("/proc/meminfo"):
         assert isinstance(found, int) and found > 0
+
+
+# ---------------------------------------------------------------------------- 16-bit images
+
+def _sixteen_bit_folder(root):
+    """class a: a 16-bit greyscale PNG (Pillow mode I;16); class b: the same values as a 16-bit colour PNG."""
+    import cv2
+    from PIL import Image
+    values = (np.arange(64, dtype=np.uint16).reshape(8, 8) * 1031)  # 0 .. 64953, most above 255
+    os.makedirs(os.path.join(root, "a"))
+    os.makedirs(os.path.join(root, "b"))
+    Image.fromarray(values).save(os.path.join(root, "a", "grey16.png"))
+    cv2.imwrite(os.path.join(root, "b", "colour16.png"), np.repeat(values[..., None], 3, axis=2))
+    with Image.open(os.path.join(root, "a", "grey16.png")) as im:
+        assert im.mode == "I;16"
+    return values
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_16_bit_greyscale_and_colour_pngs_become_8_bit_by_their_high_byte(tmp_path, stream):
+    from pipeline.data.sources import open_source
+    values = _sixteen_bit_folder(str(tmp_path / "imgs"))
+    spec = {"type": "image_folder", "root": "imgs", "mode": "RGB", "shuffle": False}
+    if stream:
+        spec.update(stream=True, workers=0)
+    source = open_source(spec, str(tmp_path))
+    if stream:
+        images = next(iter(source.batches(np.arange(2), 2, None, 0, 1)))[0].numpy()
+    else:
+        images = source.images
+    expected = np.repeat((values >> 8).astype(np.uint8)[..., None], 3, axis=2)
+    assert images.shape == (2, 8, 8, 3)
+    np.testing.assert_array_equal(images[0], expected)  # grey: was clipped to 255 above 255
+    np.testing.assert_array_equal(images[1], expected)  # colour: Pillow's own high-byte rule, the same pixels
+    assert "high byte, v >> 8" in source.describe()["bit_depth"]
+
+
+def test_a_float_image_is_refused_naming_the_file_and_the_mode(tmp_path):
+    from PIL import Image
+    from pipeline.data.sources import open_source
+    from pipeline.errors import DataError
+    os.makedirs(str(tmp_path / "imgs" / "a"))
+    Image.fromarray(np.full((8, 8), 0.5, np.float32)).save(str(tmp_path / "imgs" / "a" / "f.tif"))
+    with pytest.raises(DataError, match=r"f.tif has float pixels \(Pillow mode F\), which have no stated range"):
+        open_source({"type": "image_folder", "root": "imgs", "extensions": [".tif"], "skip_corrupt": True},
+                    str(tmp_path))

@@ -21,6 +21,13 @@ Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of 
   torchvision does for PIL images); then a center crop of ``crop`` with the offsets
   ``top = int(round((H - h) / 2.0))``, ``left = int(round((W - w) / 2.0))``. EXIF orientation is not
   applied (torchvision does not either).
+- 16-bit images become 8-bit by their high byte, ``v >> 8`` (``floor(v / 256)``), before the
+  conversion to ``mode``: the rule Pillow itself applies to 16-bit colour PNGs (it reads them as
+  RGB of the high bytes, as libpng's ``png_set_strip_16`` and OpenCV's ``imread`` do), so a 16-bit
+  greyscale file (Pillow mode ``I;16``, or ``I`` for a PNG in older Pillow) and a 16-bit colour file
+  convert alike. Pillow's own ``convert`` would clip greyscale values above 255 to 255 (a mostly
+  white image, without a word). Images with 32-bit integer or float pixels (mode ``I`` from a
+  TIFF, ``F``) have no stated range and are refused.
 - The result is ONE uint8 NHWC array ``(N, H, W, C)`` (C = 3 for ``mode: RGB``, 1 for ``mode: L``),
   allocated once and owned by the source, read-only afterwards. Decoding is the one place an image
   source necessarily allocates: compressed files cannot be viewed as pixels. Everything after it
@@ -52,6 +59,9 @@ log = logging.getLogger("pipeline")
 
 DEFAULT_EXTENSIONS = (".bmp", ".jpeg", ".jpg", ".png")  # sorted, like the ones a config gives
 MODES = {"RGB": 3, "L": 1}  # Pillow mode -> channels
+SIXTEEN_BIT_MODES = ("I;16", "I;16B", "I;16L", "I;16N")  # Pillow's 16-bit greyscale modes
+SIXTEEN_BIT_RULE = ("16-bit images become 8-bit by their high byte, v >> 8 (floor(v / 256)), the rule Pillow "
+                    "applies to 16-bit colour PNGs")
 
 Size = Tuple[int, int]  # (height, width)
 
@@ -80,8 +90,9 @@ class ImageFolderSource(Source):
 
     def describe(self) -> Dict[str, Any]:
         """``Source.describe()`` plus ``classes``, ``class_counts`` (images per class after
-        skipping), ``settings``, ``decode_seconds``, ``skipped`` (count) and ``skipped_files``
-        (``[{"file": relative path, "error": message}]``) for the report."""
+        skipping), ``settings``, ``decode_seconds``, ``skipped`` (count), ``skipped_files``
+        (``[{"file": relative path, "error": message}]``) and ``bit_depth`` (how 16-bit images
+        become 8-bit, ``SIXTEEN_BIT_RULE``) for the report."""
         out = super().describe()
         counts = np.bincount(self.labels, minlength=len(self.classes))
         out.update({
@@ -91,6 +102,7 @@ class ImageFolderSource(Source):
             "decode_seconds": round(self.decode_seconds, 3),
             "skipped": len(self.skipped),
             "skipped_files": [{"file": f, "error": e} for f, e in self.skipped],
+            "bit_depth": SIXTEEN_BIT_RULE,
         })
         return out
 
@@ -281,20 +293,38 @@ def read_size(path: str) -> Size:
         return (int(im.size[1]), int(im.size[0]))
 
 
+def _eight_bit(im: Any, path: str) -> Any:
+    """``im``, or for a 16-bit greyscale image an ``L`` image of its high bytes (``SIXTEEN_BIT_RULE``).
+
+    Raises:
+        DataError: 32-bit integer or float pixels (no stated range to map to 0..255).
+        What Pillow raises when the pixels cannot be decoded.
+    """
+    if im.mode in SIXTEEN_BIT_MODES or (im.mode == "I" and im.format == "PNG"):  # a PNG holds at most 16 bits
+        values = np.clip(np.asarray(im).astype(np.int64), 0, 65535)  # decodes all pixels (any byte order)
+        return _pil().fromarray((values >> 8).astype(np.uint8))
+    if im.mode in ("I", "F") or im.mode.startswith(("I;", "F;")):
+        raise DataError("image file %s has %s pixels (Pillow mode %s), which have no stated range to map to 0..255; "
+                        "expected an 8- or 16-bit image. Convert it to an 8-bit PNG or JPEG"
+                        % (path, "float" if im.mode.startswith("F") else "32-bit integer", im.mode))
+    return im
+
+
 def decode_image(path: str, mode: str = "RGB", resize: Any = None, crop: Optional[Size] = None) -> np.ndarray:
-    """Decode one image file as torchvision's loader + ``Resize`` + ``CenterCrop`` would on a PIL image.
+    """Decode one image file as torchvision's loader + ``Resize`` + ``CenterCrop`` would on a PIL image,
+    a 16-bit image reduced to 8 bits by its high byte first (``SIXTEEN_BIT_RULE``).
 
     Returns:
         A new uint8 array (H, W, C), C = 3 for ``RGB`` and 1 for ``L``.
 
     Raises:
         What Pillow raises for an unreadable file (see ``_decode_errors``); DataError when the image
-        after ``resize`` is smaller than ``crop``.
+        after ``resize`` is smaller than ``crop``, or its pixels are 32-bit integers or floats.
     """
     Image = _pil()
     bilinear = getattr(Image, "Resampling", Image).BILINEAR  # Pillow >= 9.1 has the enum; older only the constant
     with Image.open(path) as f:
-        im = f.convert(mode)  # decodes all pixels: a truncated file fails here
+        im = _eight_bit(f, path).convert(mode)  # decodes all pixels: a truncated file fails here
     size = (im.size[1], im.size[0])
     new = resized_size(size, resize)
     if new != size:
@@ -344,7 +374,7 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
         ConfigError: bad options, ``root`` missing or not a folder.
         DataError: no class folders; a class folder without images; an unreadable, truncated or
             corrupt file (naming it; with ``skip_corrupt: true`` it is skipped, logged and listed in
-            ``describe()`` instead); images of different sizes with no resize/crop that makes them
+            ``describe()`` instead); a 32-bit integer or float image (never skipped); images of different sizes with no resize/crop that makes them
             equal (listing the sizes); an image smaller than ``crop``; nothing left to decode.
         PipelineError: Pillow is not installed.
     """

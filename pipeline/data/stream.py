@@ -32,8 +32,8 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from .image_folder import MODES, _decode_errors, _pil, decode_image, output_size, parse_options, read_size, \
-    resized_size, scan_folder
+from .image_folder import MODES, SIXTEEN_BIT_RULE, _decode_errors, _pil, decode_image, output_size, \
+    parse_options, read_size, resized_size, scan_folder
 
 STREAM_KEYS = ("stream", "workers", "prefetch")
 
@@ -106,7 +106,7 @@ class StreamingImageFolder:
                 "bytes": int(np.prod(self.shape)), "sha256": None, "streaming": True,
                 "workers": self.workers, "prefetch": self.prefetch, "classes": list(self.classes),
                 "class_counts": {c: int(n) for c, n in zip(self.classes, counts)}, "settings": dict(self.settings),
-                "note": "streamed: each batch decoded with Pillow when needed (DataLoader, %d workers)" % self.workers}
+                "bit_depth": SIXTEEN_BIT_RULE, "note": "streamed: each batch decoded with Pillow when needed (DataLoader, %d workers)" % self.workers}
 
     def fingerprint(self) -> str:
         """sha256 of the index (paths, labels) and of each file's size and modification time (ns)."""
