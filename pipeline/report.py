@@ -247,8 +247,9 @@ def render_markdown(r: Dict[str, Any]) -> str:
         if c.get("compiled"):
             lines.append("compiled: `%s`" % c["compiled"])
         else:
-            lines.append("not compiled: %s. The exact command is in `%s`."
-                         % (c.get("reason"), (c.get("plan") or {}).get("script")))
+            lines.append("not compiled: %s. Next: %s. The exact command is in `%s`."
+                         % (c.get("reason"), c.get("next") or "see `%s`" % (c.get("plan") or {}).get("plan"),
+                            (c.get("plan") or {}).get("script")))
         lines.append("")
     src = r.get("source")
     if src:
@@ -356,8 +357,8 @@ def summary_lines(r: Dict[str, Any]) -> List[str]:
                    "(%d of %d elements differ)" % (x["path"], x["ops"], x["mismatches"], x["elements"]))
     c = r.get("compile")
     if c:
-        out.append("compiled: %s" % c["compiled"] if c.get("compiled") else
-                   "not compiled: %s; run %s inside the Vitis AI image" % (c.get("reason"), (c.get("plan") or {}).get("script")))
+        out.append("compiled: %s" % c["compiled"] if c.get("compiled") else "not compiled: %s; %s" % (
+            c.get("reason"), c.get("next") or "%s says how" % (c.get("plan") or {}).get("plan")))
     if r.get("source", {}).get("skipped"):
         out.append("skipped %d unreadable image files (listed in the report)" % r["source"]["skipped"])
     if "unchanged" in (r.get("source") or {}):

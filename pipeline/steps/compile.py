@@ -13,12 +13,14 @@ log = logging.getLogger("pipeline")
 @dataclass
 class CompileResult(StepResult):
     """steps/compile.json: the compiled files (None when only a plan was written), the vai_c_xir argv,
-    the target; ``reason`` and ``plan`` when a plan was written instead."""
+    the target; ``reason``, ``plan`` and ``next`` (what to do, true for this run: the final summary's
+    line) when a plan was written instead."""
     compiled: Optional[Dict[str, Any]] = None
     argv: List[str] = field(default_factory=list)
     target: str = ""
     reason: Optional[str] = omitted_when_none()
     plan: Optional[Dict[str, str]] = omitted_when_none()
+    next: Optional[str] = omitted_when_none()
 
 
 def run(ctx: Any) -> CompileResult:
@@ -38,15 +40,36 @@ def run(ctx: Any) -> CompileResult:
     if xmodel and vai_c.is_available():
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
         return CompileResult(compiled=compiled, argv=argv, target=target.name)
-    reason = ("vai_c_xir is not on this machine: compiling needs the Vitis AI image" if not vai_c.is_available()
-              else "no xmodel was exported (the %s backend writes %s; export an xmodel with a backend that writes "
-                   "one inside the Vitis AI image)" % (ctx.cfg.quantizer.backend, ", ".join(ctx.cfg.export.formats)))
+    reasons = [] if vai_c.is_available() else ["vai_c_xir is not on this machine: compiling needs the Vitis AI image"]
+    if xmodel is None:
+        reasons.append(_no_xmodel(ctx, export))
+    reason = "; and ".join(reasons)
     config = ctx.loaded.path
     if not os.path.relpath(config).startswith(".."):
         config = os.path.relpath(config)  # as the user passes it from the repository root
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
-    return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files)
+    return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,
+                         next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files))
+
+
+def _no_xmodel(ctx: Any, export: Dict[str, Any]) -> str:
+    """Why there is no xmodel to compile, in one sentence."""
+    recorded = (export.get("files") or {}).get("xmodel")
+    if recorded:
+        return "the exported xmodel %s is missing from %s" % (os.path.basename(recorded), ctx.path("export"))
+    return "no xmodel was exported (export.formats: %s)" % ", ".join(ctx.cfg.export.formats)
+
+
+def _next(ctx: Any, exported: bool, compiler: bool, plan_files: Dict[str, str]) -> str:
+    """What the user does next, true for this run: compile.sh compiles an xmodel only when there is one."""
+    image = "run %s inside the Vitis AI image" % plan_files["script"]  # compile_plan.md next to it says how
+    if exported:  # only the compiler is missing
+        return image
+    formats = [f for f in ctx.cfg.export.formats if f != "xmodel"] + ["xmodel"]
+    export = "export the xmodel first: run again with --set export.formats=[%s] --steps export,compile,deploy" \
+        % ",".join(formats)
+    return export + (" (the compile step then compiles it here)" if compiler else ", then " + image)
 
 
 def quantized_xmodel(ctx: Any, export: Dict[str, Any]) -> Optional[str]:

@@ -5,7 +5,6 @@ fingerprint). One ``Run`` per invocation; a step reads only files, so it can run
 import hashlib
 import logging
 import os
-import sys
 from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
 
 import numpy as np
@@ -14,6 +13,7 @@ import torch
 from ..config import LoadedConfig
 from ..errors import ConfigError, DataError, QuantizationError
 from ..rundir import RunDir
+from .progress import progress  # noqa: F401  (the steps import it from here)
 
 log = logging.getLogger("pipeline")
 
@@ -21,14 +21,6 @@ log = logging.getLogger("pipeline")
 # quantization the calibration does not depend on it) and config_hash (the config.* keys it
 # hashes are compared one by one, so a mismatch names the key).
 FINGERPRINT_INFORMATIVE = ("compile_target", "config_hash")
-
-
-def progress(iterable: Any, desc: str, total: Optional[int] = None, unit: str = "batch") -> Any:
-    """Wrap ``iterable`` in a tqdm progress bar on stderr (``iterable=None``: a bar updated by hand);
-    silent with --quiet or when stderr is not a terminal."""
-    from tqdm import tqdm
-    disable = not log.isEnabledFor(logging.INFO) or not sys.stderr.isatty()
-    return tqdm(iterable, desc=desc, total=total, unit=unit, leave=False, disable=disable)
 
 
 class Run(RunDir):

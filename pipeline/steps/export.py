@@ -26,7 +26,8 @@ def run(ctx: Any) -> ExportResult:
     from .. import fileio
     from ..boundary import contiguous_parameters
     from ..quantizers.calib_commit import check_committed
-    from .context import FINGERPRINT_INFORMATIVE, progress
+    from .context import FINGERPRINT_INFORMATIVE
+    from .progress import phase
     ledger = ctx.new_ledger()
     model, example = ctx.float_model(), ctx.example(ledger=ledger)
     model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same
@@ -37,13 +38,15 @@ def run(ctx: Any) -> ExportResult:
     files = {}
     # in the backend's order (the sim writes ONNX first: a model the xmodel cannot carry keeps those)
     formats = sorted(ctx.cfg.export.formats, key=list(backend.formats).index)
-    for fmt in progress(formats, "export", unit="format"):
-        files.update(backend.export(handle, example, ctx.path("export"), [fmt]))
+    for i, fmt in enumerate(formats):
+        with phase("export: writing %s (%d of %d)" % (fmt, i + 1, len(formats))):
+            files.update(backend.export(handle, example, ctx.path("export"), [fmt]))
 
     def inputs() -> torch.Tensor:
         return torch.cat([x for x, _ in ctx.batches("eval", limit=ctx.cfg.data.eval_batches)])
 
-    agreement, warnings = backend.verify(handle, files, inputs, ctx.cfg.export.verify_max_lsb)
+    with phase("export: verifying %s against the quantized model" % ", ".join(sorted(files))):
+        agreement, warnings = backend.verify(handle, files, inputs, ctx.cfg.export.verify_max_lsb)
     np_example = ctx.path("export", "example_input.npy")
     with fileio.atomic_path(np_example) as tmp:
         with open(tmp, "wb") as f:

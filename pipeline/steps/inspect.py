@@ -18,8 +18,12 @@ class InspectResult(StepResult):
 
 def run(ctx: Any) -> InspectResult:
     from ..inspect import inspect_model, write_reports
-    inspection = inspect_model(ctx.float_model(need_weights=False), ctx.example(), ctx.cfg.compile.target)
-    paths = write_reports(inspection, ctx.path("inspect"))
+    from .progress import phase
+    model, target = ctx.float_model(need_weights=False), ctx.cfg.compile.target
+    with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target)):
+        inspection = inspect_model(model, ctx.example(), target)
+    with phase("inspect: writing the reports to %s" % ctx.path("inspect")):
+        paths = write_reports(inspection, ctx.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
     changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
     return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)

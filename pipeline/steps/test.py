@@ -36,6 +36,7 @@ def run(ctx: Any) -> TestResult:
 
     from ..quantizers.calib_commit import check_committed
     from .context import FINGERPRINT_INFORMATIVE
+    from .progress import phase
     model, example = ctx.float_model(), ctx.example()
     ctx.check_labels(model, example, "test")
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
@@ -47,7 +48,8 @@ def run(ctx: Any) -> TestResult:
     float_correct, quant_correct, n = 0, 0, 0
     classes = {}  # type: Dict[int, int]
     start = time.perf_counter()
-    with torch.no_grad():
+    with phase("test: float and quantized inference on %d eval batches" % ctx.n_batches("eval", limit)), \
+            torch.no_grad():
         for x, y in ctx.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
             quant_correct += int((handle(x).argmax(dim=1) == y).sum())
@@ -105,15 +107,19 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     from ..quantizers.quant_info import read_quant_info
     from ..quantizers.sim.backend import SimBackend
     from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
+    from .progress import phase
     if handle is None:
         handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
-    rows = layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
-                             (x for x, _ in ctx.batches("eval", limit=limit)), ctx.settings(),
-                             comm=ctx.comm if ctx.sharded else None, example=example, traced=ctx.trace(model))
+    with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.n_batches("eval", limit)):
+        rows = layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
+                                 (x for x, _ in ctx.batches("eval", limit=limit)), ctx.settings(),
+                                 comm=ctx.comm if ctx.sharded else None, example=example, traced=ctx.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
-        files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
-                 "activation_ranges": plots.plot_activation_ranges(rows, ctx.path("plots", "activation_ranges.png"))}
+        with phase("test: plots"):
+            files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
+                     "activation_ranges": plots.plot_activation_ranges(rows,
+                                                                       ctx.path("plots", "activation_ranges.png"))}
     return json_safe(rows), files
 
 

@@ -27,7 +27,7 @@ def run(ctx: Any) -> TrainResult:
     from ..errors import DataError
     from ..models.loading import build_model, non_finite
     from ..train import accuracy, train_model
-    from .context import progress
+    from .progress import progress
     m = ctx.cfg.model
     if m.weights is not None:
         log.info("train: model.weights is set (%s); nothing to train", m.weights)
@@ -50,13 +50,14 @@ def run(ctx: Any) -> TrainResult:
             idx = order[i:i + bs]
             yield x_all[idx], y_all[idx]
 
-    bar = progress(None, "train", total=m.train.epochs, unit="epoch")
-
     def on_epoch(epoch: int, loss: float) -> None:
-        bar.update(1)
         bar.set_postfix(loss="%.4f" % loss)
+        bar.update(1)
         log.debug("epoch %d loss %.4f", epoch, loss)
 
+    log.info("train: %s on %d images, %d epochs of %d batches ...", type(model).__name__, len(y_all), m.train.epochs,
+             -(-len(y_all) // bs))  # the line after training gives the time
+    bar = progress(None, "train", total=m.train.epochs, unit="epoch")
     metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
                           ctx.cfg.run.seed, progress=on_epoch)
     bar.close()
