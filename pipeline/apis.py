@@ -74,12 +74,13 @@ from torch import nn
 from .apis_checks import _check_input, _check_target, _device, _examples, _mode
 from .apis_inspector import Inspector  # noqa: F401  (the rest of the drop-in surface)
 from .errors import ExportError, QuantizationError
-from .fileio import write_bytes
+from .fileio import json_bytes, write_bytes
 from .models.loading import load_state_dict_file
 from .quantizers import calib_commit
 from .quantizers.base import QuantSettings
 from .quantizers.calib_commit import check_committed
-from .quantizers.fingerprint import make_fingerprint, write_fingerprint
+from .quantizers.fingerprint import FILE_NAME as FINGERPRINT_FILE
+from .quantizers.fingerprint import make_fingerprint
 from .quantizers.quant_config import load_quant_config
 from .quantizers.quant_info import QUANT_INFO_FILE
 from .quantizers.sim.session import SimSession
@@ -204,11 +205,12 @@ class TorchQuantizer:
             # an interrupted or mixed calibration, or one made for another input shape, target,
             # model or quant_config_file, is refused, naming the field (as the runner does)
             redo = "run torch_quantizer('calib', ...) and export_quant_config() again"
-            check_committed(output_dir, require=False, redo=redo)  # not interrupted, not mixed
-            self._model = self._session.load_test(output_dir)
-            # then what it was made for: other weights warn (the real quantizer tests any weights)
-            check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False, redo=redo,
-                            warn_only=("weights_hash",))
+            with calib_commit.exclusive(output_dir, shared=True):  # no export into it meanwhile
+                check_committed(output_dir, require=False, redo=redo)  # not interrupted, not mixed
+                self._model = self._session.load_test(output_dir)
+                # then what it was made for: other weights warn (the real quantizer tests any weights)
+                check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False, redo=redo,
+                                warn_only=("weights_hash",))
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
 
@@ -284,6 +286,11 @@ class TorchQuantizer:
     def export_quant_config(self) -> Optional[str]:
         """Calib mode: write ``quant_info.json`` (and ``bias_corr.pth``) into ``output_dir``.
 
+        The files and ``calib_fingerprint.json`` are written and committed (``calib_manifest.json``)
+        under an exclusive lock on ``output_dir`` (``calib_commit.exclusive``): a second process
+        exporting into the same folder waits, so the folder holds wholly one calibration or wholly
+        the other; the manifest records the sha256 of the bytes written here.
+
         Returns the quant_info.json path, or None (with an error logged, as the real quantizer
         does) when no calibration forward has run, and in test mode.
         """
@@ -303,11 +310,16 @@ class TorchQuantizer:
         if comm is not None and not comm.is_main:
             return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
         info, _ = self._session.quant_info(self._calibrator)  # raises before anything is written
-        calib_commit.begin(self.output_dir)  # the files below are one unit: see calib_commit
-        files = self._session.export_quant_config(self._calibrator, self.output_dir, info)
-        fp_path = write_fingerprint(self.output_dir, self._fingerprint)
-        calib_commit.commit(self.output_dir, files + [fp_path])
-        return files[-1]
+        fp_item = (os.path.join(self.output_dir, FINGERPRINT_FILE), json_bytes(self._fingerprint))
+        written = {}  # type: Dict[str, str]
+        # the files below are one unit, written under the folder's lock and committed with the sha256 of
+        # the bytes written here: another process's export into this folder never mixes in (calib_commit)
+        with calib_commit.exclusive(self.output_dir):
+            calib_commit.begin(self.output_dir)
+            files = self._session.export_quant_config(self._calibrator, self.output_dir, info, extra=[fp_item],
+                                                      sha256=written)
+            calib_commit.commit(self.output_dir, files, written)
+        return files[-2]  # quant_info.json; the fingerprint follows it
 
     def _check_calibration_data(self) -> None:
         """Raise when every calibration forward was empty; warn when the calibration rests on a

@@ -140,9 +140,14 @@ def write_text(path: str, text: str, executable: bool = False) -> str:
     return write_bytes(path, text.encode("utf-8"), executable)
 
 
+def json_bytes(obj: Any) -> bytes:
+    """The bytes ``write_json`` writes for ``obj``: indented, key-sorted JSON and a newline, UTF-8."""
+    return (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode("utf-8")
+
+
 def write_json(path: str, obj: Any) -> str:
     """Write ``obj`` as indented, key-sorted JSON (stable bytes for equal content); returns ``path``."""
-    return write_text(path, json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n")
+    return write_bytes(path, json_bytes(obj))
 
 
 def write_torch(path: str, obj: Any) -> str:

@@ -6,10 +6,25 @@ each renamed into place on its own. A process killed between two renames would l
 bias table beside old fix positions; test mode would run on that mix and match neither calibration.
 So whoever writes a calibration (the runner's calib step, the drop-in ``export_quant_config``):
 
+0. ``with exclusive(out_dir):`` holds an exclusive lock on the folder for the whole export, so two
+   processes exporting into one folder at once (two drop-in scripts) take turns instead of
+   interleaving their files;
 1. ``begin(out_dir)``: the manifest says ``"state": "writing"`` (it replaces the old manifest
    first, so from here on the folder holds no committed calibration);
 2. writes the files (each atomically, ``pipeline.fileio``);
-3. ``commit(out_dir, paths)``: the manifest says ``"state": "complete"`` with each file's sha256.
+3. ``commit(out_dir, paths, digests)``: the manifest says ``"state": "complete"`` with each file's
+   sha256, taken from the bytes this process wrote (``digests``), not read back from the folder: a
+   file another writer replaced meanwhile (one that does not take the lock, or a folder where locks
+   do not work) then no longer matches, and ``check_committed`` refuses the mix instead of
+   vouching for it. Only files this process did not write itself (the real quantizer's, in the
+   nndct backend) are hashed from the folder, under the lock.
+
+Readers (the drop-in's test mode) hold the shared lock while they check and load, so they never
+read a folder an export is halfway through.
+
+The lock is ``fcntl.flock`` on the folder itself (no lock file is left in it). Where flock is not
+available (Windows) or the file system refuses it (some network mounts), the export goes on without
+the lock and warns once; the written-bytes digests still make a mix refused rather than accepted.
 
 ``check_committed`` (test mode, test and export steps) refuses a folder whose manifest says
 "writing" (an interrupted calibration), lists a file that is missing or whose bytes changed (a mix
@@ -17,10 +32,13 @@ of two calibrations), and then compares the calibration fingerprint
 (``pipeline.quantizers.fingerprint``). A folder without a manifest was not written by this package
 (the real quantizer's ``quant_info.json``): the drop-in API accepts it, the runner does not.
 """
+import contextlib
 import datetime
+import errno
+import hashlib
 import os
 import warnings
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from ..errors import QuantizationError
 from ..fileio import read_json, sha256_file, write_json
@@ -28,6 +46,70 @@ from .fingerprint import FILE_NAME as FINGERPRINT_FILE
 from .fingerprint import check_fingerprint, read_fingerprint
 
 MANIFEST_FILE = "calib_manifest.json"
+
+try:
+    import fcntl
+except ImportError:  # Windows: no flock; see the module docstring
+    fcntl = None  # type: ignore
+
+_UNLOCKABLE = (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOSYS, errno.EINVAL, errno.EBADF)
+_warned_unlocked = False
+
+
+@contextlib.contextmanager
+def exclusive(out_dir: str, shared: bool = False) -> Iterator[None]:
+    """Hold a lock on the folder ``out_dir`` (``fcntl.flock`` on the folder itself) for the block.
+
+    Exclusive (the default) for a writer, created first when missing: a second export into the same
+    folder waits until this one has committed. ``shared=True`` for a reader (the folder must exist;
+    a missing one is left to the reader's own checks): it waits while an export runs, and readers do
+    not wait for each other.
+
+    Where the lock cannot be taken (no ``fcntl`` on this platform, a file system without flock, a
+    folder this process may not open), it warns once and the block runs unlocked.
+
+    Raises:
+        StorageError: a writer's ``out_dir`` cannot be created (a file is in the way, no permission).
+    """
+    global _warned_unlocked
+    if not shared:
+        from ..fileio import STORAGE_ERRNOS, _storage_error
+        try:
+            os.makedirs(out_dir, exist_ok=True)
+        except OSError as exc:
+            if exc.errno not in STORAGE_ERRNOS:
+                raise
+            raise _storage_error(os.path.join(out_dir, MANIFEST_FILE), exc)
+    fd = None
+    reason = None  # type: Optional[str]
+    if fcntl is None:
+        reason = "this platform has no fcntl.flock"
+    elif os.path.isdir(out_dir):
+        try:
+            fd = os.open(out_dir, os.O_RDONLY)
+            fcntl.flock(fd, fcntl.LOCK_SH if shared else fcntl.LOCK_EX)
+        except OSError as exc:
+            if fd is not None:
+                os.close(fd)
+                fd = None
+            if exc.errno not in _UNLOCKABLE + (errno.EACCES, errno.EPERM):
+                raise
+            reason = "flock on %s failed (%s)" % (out_dir, exc.strerror)
+    if reason is not None and not _warned_unlocked:
+        _warned_unlocked = True
+        warnings.warn("calibration folders are not locked: %s. Two processes exporting a calibration into one "
+                      "folder at the same time are then not kept apart (a mix they leave is refused when it is "
+                      "read, not prevented): give each process its own output_dir" % reason)
+    try:
+        yield
+    finally:
+        if fd is not None:
+            os.close(fd)  # releases the lock
+
+
+def sha256_bytes(data: bytes) -> str:
+    """Hex sha256 of ``data`` (what ``commit`` records for a file written from these bytes)."""
+    return hashlib.sha256(data).hexdigest()
 
 
 def begin(out_dir: str) -> str:
@@ -38,15 +120,27 @@ def begin(out_dir: str) -> str:
                        "started": datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0).isoformat()})
 
 
-def commit(out_dir: str, paths: Iterable[str]) -> str:
+def commit(out_dir: str, paths: Iterable[str], digests: Optional[Dict[str, str]] = None) -> str:
     """Record the calibration in ``out_dir`` as complete: the name and sha256 of each file of ``paths``
-    (all inside ``out_dir``). Returns the manifest path."""
+    (all inside ``out_dir``). Returns the manifest path.
+
+    Args:
+        digests: ``{path: sha256}`` of the bytes this process wrote to those paths (``sha256_bytes``);
+            recorded as they are, so a file replaced since the write is refused by ``check_committed``.
+            A path of ``paths`` without a digest (a file another program wrote, e.g. the real
+            quantizer's) is hashed from the folder: call this under ``exclusive(out_dir)``.
+
+    Raises:
+        QuantizationError: a path lies outside ``out_dir`` (a bug).
+    """
+    written = dict((os.path.abspath(k), v) for k, v in (digests or {}).items())
     files = {}  # type: Dict[str, str]
     for path in paths:
         if os.path.dirname(os.path.abspath(path)) != os.path.abspath(out_dir):
             raise QuantizationError("calibration file %s lies outside %s; this is a bug, please report it"
                                     % (path, out_dir))
-        files[os.path.basename(path)] = sha256_file(path)
+        digest = written.get(os.path.abspath(path))
+        files[os.path.basename(path)] = digest if digest is not None else sha256_file(path)
     return write_json(os.path.join(out_dir, MANIFEST_FILE), {"state": "complete", "files": files})
 
 

@@ -1,4 +1,5 @@
 """calib: calibrate on the calib split; write quantize_result/quant_info.json and the fingerprint."""
+import contextlib
 import logging
 import os
 import shutil
@@ -37,38 +38,47 @@ def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
 def run(ctx: Any) -> CalibResult:
     from ..checks import InputStats
     from ..quantizers import calib_commit
-    from ..quantizers.fingerprint import FILE_NAME, write_fingerprint
+    from ..fileio import json_bytes, write_bytes
+    from ..quantizers.fingerprint import FILE_NAME
     limit = ctx.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = ctx.float_model(), ctx.example(), ctx.new_ledger()
     ft_ledger = ctx.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
     stats = InputStats() if ctx.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in ctx.batches("calib", ledger=ledger, limit=limit))
-    if ctx.is_main:
-        calib_commit.begin(ctx.quant_dir)  # from here the folder holds no committed calibration until commit
-    start = time.perf_counter()
-    spill = os.path.join(ctx.work_dir, SPILL_DIR)
-    shutil.rmtree(spill, ignore_errors=True)  # a killed finetune's files
-    try:
-        summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(),
-                                          traced=ctx.trace(model), finetune=finetune_request(ctx, ft_ledger, spill))
-    finally:
-        shutil.rmtree(spill, ignore_errors=True)
-    seconds = time.perf_counter() - start
-    if ctx.comm is not None:
-        stats.merge_ordered(ctx.comm)
-    input_stats = stats.result(ctx.cfg.preprocess.mean, ctx.cfg.preprocess.std)
-    warnings = list(input_stats["warnings"])
-    if ctx.cfg.quantizer.bitwidth != 8:
-        warnings.append("quantizer.bitwidth is %d: the DPU targets run 8-bit (int8) models, so this calibration is a "
-                        "simulation experiment; an xmodel exported from it carries %d-bit fix ops (as the real "
-                        "quantizer writes them), which the DPU compiler is not meant to take"
-                        % (ctx.cfg.quantizer.bitwidth, ctx.cfg.quantizer.bitwidth))
-    for warning in warnings:
-        log.warning("calib: %s", warning)
-    fingerprint = ctx.fingerprint(model, example)
-    fp_path = write_fingerprint(ctx.quant_dir, fingerprint) if ctx.is_main else os.path.join(ctx.quant_dir, FILE_NAME)
-    if ctx.is_main:
-        calib_commit.commit(ctx.quant_dir, summary["files"] + [fp_path])
+    # rank 0 writes and commits under the folder's exclusive lock (a drop-in export aimed at the same folder
+    # waits), and the manifest records the sha256 of the bytes written here (calib_commit); the real
+    # quantizer's files (nndct backend) are hashed from the folder, under the lock
+    with contextlib.ExitStack() as held:
+        if ctx.is_main:
+            held.enter_context(calib_commit.exclusive(ctx.quant_dir))
+            calib_commit.begin(ctx.quant_dir)  # from here the folder holds no committed calibration until commit
+        start = time.perf_counter()
+        spill = os.path.join(ctx.work_dir, SPILL_DIR)
+        shutil.rmtree(spill, ignore_errors=True)  # a killed finetune's files
+        try:
+            summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(),
+                                              traced=ctx.trace(model), finetune=finetune_request(ctx, ft_ledger, spill))
+        finally:
+            shutil.rmtree(spill, ignore_errors=True)
+        seconds = time.perf_counter() - start
+        if ctx.comm is not None:
+            stats.merge_ordered(ctx.comm)
+        input_stats = stats.result(ctx.cfg.preprocess.mean, ctx.cfg.preprocess.std)
+        warnings = list(input_stats["warnings"])
+        if ctx.cfg.quantizer.bitwidth != 8:
+            warnings.append("quantizer.bitwidth is %d: the DPU targets run 8-bit (int8) models, so this calibration "
+                            "is a simulation experiment; an xmodel exported from it carries %d-bit fix ops (as the "
+                            "real quantizer writes them), which the DPU compiler is not meant to take"
+                            % (ctx.cfg.quantizer.bitwidth, ctx.cfg.quantizer.bitwidth))
+        for warning in warnings:
+            log.warning("calib: %s", warning)
+        fp_path = os.path.join(ctx.quant_dir, FILE_NAME)
+        if ctx.is_main:
+            fp_bytes = json_bytes(ctx.fingerprint(model, example))
+            write_bytes(fp_path, fp_bytes)
+            written = dict(summary.get("sha256") or {})
+            written[fp_path] = calib_commit.sha256_bytes(fp_bytes)
+            calib_commit.commit(ctx.quant_dir, summary["files"] + [fp_path], written)
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, ctx.quant_dir)
     record = summary.get("fast_finetune")
     if record is not None:

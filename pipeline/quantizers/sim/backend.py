@@ -55,12 +55,14 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
                                 "source and the calibration batch limit); nothing was written" % comm.world)
     info, notes = session.quant_info(calibrator)
     if comm.is_main:
-        files = session.export_quant_config(calibrator, out_dir, info)
+        written = {}  # type: Dict[str, str]
+        files = session.export_quant_config(calibrator, out_dir, info, sha256=written)
     else:
+        written = {}
         names = ([BIAS_CORR_FILE] if session.cfg.include_bias_corr else []) + [QUANT_INFO_FILE]
         files = [os.path.join(out_dir, f) for f in names]  # what rank 0 writes
     return {"batches": calibrator.batches, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
-            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes}
+            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "sha256": written}
 
 
 def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], out_dir: str,
@@ -93,12 +95,14 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
             scores[name] = {"mse": mse, "top1_agreement": top1}
         calibrator = candidates[0][1]
         info, notes = session.quant_info(calibrator)
-        files = session.export_quant_config(calibrator, out_dir, info)
+        written = {}  # type: Dict[str, str]
+        files = session.export_quant_config(calibrator, out_dir, info, sha256=written)
         record = dict(ft.trace(), candidates=scores)
     finally:
         ft.close()
     return {"batches": count, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
-            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "fast_finetune": record}
+            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "fast_finetune": record,
+            "sha256": written}
 
 
 class SimBackend(QuantizerBackend):
@@ -137,7 +141,8 @@ class SimBackend(QuantizerBackend):
 
         Returns:
             ``{"batches": int, "files": [paths], "quant_info": dict, "quantizer_version": str,
-            "cle_pairs": [[conv, conv], ...], "adjustments": [messages]}``.
+            "cle_pairs": [[conv, conv], ...], "adjustments": [messages], "sha256": {path: sha256 of the
+            bytes written}}`` (under torchrun, ``sha256`` is empty on the ranks that do not write).
 
         Raises:
             QuantizationError: no batches (public case P03; nothing written), an unsupported model
@@ -162,10 +167,11 @@ class SimBackend(QuantizerBackend):
         for batch in itertools.chain([first], iterator):
             calibrator.step(batch)
         info, notes = session.quant_info(calibrator)
-        files = session.export_quant_config(calibrator, out_dir, info)
+        written = {}  # type: Dict[str, str]
+        files = session.export_quant_config(calibrator, out_dir, info, sha256=written)
         return {"batches": calibrator.batches, "files": files, "quant_info": info,
                 "quantizer_version": SIM_VERSION, "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs],
-                "adjustments": notes}
+                "adjustments": notes, "sha256": written}
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:

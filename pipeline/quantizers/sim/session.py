@@ -7,7 +7,7 @@ then CLE (``cle.equalize``) when ``include_cle`` is on; quantization points come
 test-mode model made in the same process as the calibration equals the two-process result.
 """
 import os
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
 
@@ -96,7 +96,9 @@ class SimSession:
             info["fast_finetuned"] = True
         return info, notes
 
-    def export_quant_config(self, calibrator: Calibrator, out_dir: str, info: Any = None) -> List[str]:
+    def export_quant_config(self, calibrator: Calibrator, out_dir: str, info: Any = None,
+                            extra: Sequence[Tuple[str, bytes]] = (),
+                            sha256: Optional[Dict[str, str]] = None) -> List[str]:
         """Write ``quant_info.json`` (and, first, ``param.pth`` after a fast finetune and
         ``bias_corr.pth`` with bias correction) into ``out_dir`` (created), each atomically
         (``pipeline.fileio.write_files``). ``calibrator``: a Calibrator, or after a fast finetune
@@ -105,6 +107,9 @@ class SimSession:
         Nothing is written when the calibration is incomplete (QuantizationError first).
         ``info``: this calibration's ``quant_info(calibrator)[0]`` when the caller has it (not
         computed again).
+        ``extra``: more ``(path, bytes)`` written in the same batch, after quant_info.json (the
+        drop-in's calib_fingerprint.json). ``sha256``: when given, filled with ``{path: sha256}`` of
+        the bytes written (``calib_commit.commit`` records those, not what is on disk later).
 
         Returns:
             The paths written.
@@ -119,7 +124,12 @@ class SimSession:
         if self.cfg.include_bias_corr:
             items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
         items.append((os.path.join(out_dir, qi.QUANT_INFO_FILE), qi.quant_info_bytes(info)))
-        return write_files(items)  # each atomic, fsynced together, renamed in this order
+        items.extend(extra)
+        paths = write_files(items)  # each atomic, fsynced together, renamed in this order
+        if sha256 is not None:
+            from ..calib_commit import sha256_bytes
+            sha256.update((path, sha256_bytes(data)) for path, data in items)
+        return paths
 
     def load_test(self, out_dir: str, finetuned: bool = True) -> torch.fx.GraphModule:
         """The lowered test-mode model from ``out_dir``'s files (sim- or nndct-made).
