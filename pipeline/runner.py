@@ -11,7 +11,7 @@ import logging
 import os
 import subprocess
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
@@ -43,7 +43,9 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     and test) split their batches over the ranks and give one process's results; every other step runs on rank 0 while
     the others wait. Rank 0 alone takes the lock, removes stale results, writes the run folder,
     status.json and the report. A rank that fails makes every rank fail (DistributedError naming
-    it) instead of hanging. A backend that is not ``distributed`` (nndct) refuses (ConfigError).
+    it) instead of hanging. A backend that is not ``distributed`` (nndct) refuses (ConfigError). Before
+    anything else the ranks compare their resolved configs (``check_same_config``): ranks started with
+    different ones (another ``--set``) refuse with a ConfigError naming the first differing key.
     """
     from . import distributed
     ordered = [s for s in step_graph.NAMES if s in steps]
@@ -51,6 +53,7 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
+        check_same_config(loaded, comm)
         from .quantizers.base import backend_class
         if comm is not None and not backend_class(loaded.cfg.quantizer.backend).distributed:
             raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
@@ -152,6 +155,83 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
         return report if run.is_main else {}
     finally:
         unlock(lock)
+
+
+def _comparable(loaded: LoadedConfig) -> Dict[str, Any]:
+    """The resolved config as the ranks compare it: input paths absolute, ``run.work_dir`` the absolute
+    run folder (every rank reads the calibration rank 0 writes there)."""
+    raw = loaded.absolute_raw()
+    raw.setdefault("run", {})["work_dir"] = loaded.work_dir
+    return raw
+
+
+def first_difference(a: Any, b: Any, path: str = "") -> Optional[Tuple[str, Any, Any]]:
+    """The first place where two plain (JSON-like) values differ: ``(dotted path, value in a, value in
+    b)``, keys in ``a``'s order then those only in ``b``; a key one side lacks has the value
+    ``MISSING``. None when they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            where = "%s.%s" % (path, key) if path else str(key)
+            if key not in b or key not in a:
+                return where, a.get(key, MISSING), b.get(key, MISSING)
+            found = first_difference(a[key], b[key], where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = first_difference(x, y, "%s[%d]" % (path, i))
+            if found is not None:
+                return found
+        return None
+    return None if a == b and type(a) == type(b) else (path or "(the whole config)", a, b)
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "(not set)"
+
+
+MISSING = _Missing()
+
+
+def check_same_config(loaded: LoadedConfig, comm: Any) -> None:
+    """Under torch.distributed: refuse to start when the ranks resolved different configs.
+
+    torchrun starts one command on every rank, but a rank can still resolve another config (another
+    ``--set``, another file or environment behind it on another machine); it would then calibrate and
+    evaluate with its own preprocessing while rank 0 writes as if all had rank 0's. Each rank hashes its
+    resolved config (``_comparable``) and the hashes are compared (one collective); on a mismatch the
+    configs are gathered and every rank raises the same error. A collective: every rank calls it
+    before any step.
+
+    Raises:
+        ConfigError: a rank's config differs from rank 0's, naming the first differing key (dotted
+            path) and both values, for each such rank.
+        DistributedError: a rank failed or timed out meanwhile.
+    """
+    if comm is None:
+        return
+    import hashlib
+    import json
+    comm.context = "comparing the ranks' configs"
+    raw = _comparable(loaded)
+    digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode("utf-8")).hexdigest()
+    digests = comm.gather(digest)
+    if all(d == digests[0] for d in digests):
+        return
+    raws = comm.gather(raw)  # every rank sees the mismatch, so every rank makes this call
+    lines = []
+    for r in range(1, comm.world):
+        if digests[r] == digests[0]:
+            continue
+        found = first_difference(raws[0], raws[r]) or ("(a value of another type)", raws[0], raws[r])
+        lines.append("rank %d's config differs from rank 0's at %s: rank 0 has %r, rank %d has %r"
+                     % (r, found[0], found[1], r, found[2]))
+    raise ConfigError("the %d ranks of this torchrun were started with different configs, so they would calibrate "
+                      "and evaluate different things while rank 0 writes one result: %s. Nothing was run; give every "
+                      "rank the same config file and the same --set overrides, and run again"
+                      % (comm.world, "; ".join(lines)))
 
 
 def _sync(run: Run, where: str) -> None:
