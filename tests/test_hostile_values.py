@@ -181,3 +181,30 @@ def test_a_float_image_is_refused_naming_the_file_and_the_mode(tmp_path):
     with pytest.raises(DataError, match=r"f.tif has float pixels \(Pillow mode F\), which have no stated range"):
         open_source({"type": "image_folder", "root": "imgs", "extensions": [".tif"], "skip_corrupt": True},
                     str(tmp_path))
+
+
+# ---------------------------------------------------------------------------- one line, not one per node
+
+def test_a_bit_width_the_qdq_flavour_cannot_hold_is_said_once_for_all_nodes(tmp_path):
+    import torch
+    from pipeline.errors import ExportError
+    from pipeline.export.onnx.export import export_onnx
+    from pipeline.quantizers import fixpoint
+
+    class Deep(torch.nn.Module):
+        def forward(self, x):
+            for _ in range(40):
+                x = fixpoint.fake_quant(torch.relu(x), 4, 16, "half_up")
+            return x
+
+    gm = torch.fx.symbolic_trace(Deep())
+    gm.quant_info = {"output": {}, "param": {}}
+    gm.output_fix_pos = 4
+    with pytest.raises(ExportError) as err:
+        export_onnx(gm, torch.zeros(1, 2, 3, 3), str(tmp_path / "m.onnx"), "qdq")
+    message = str(err.value)
+    assert message.count("holds at most 8 bits") == 1, message
+    assert "40 node(s) are unsupported" in message and "40 nodes [fake_quant (op=call_function" in message
+    assert "fake_quant_3 (op=call_function, target=pipeline.quantizers.fixpoint.fake_quant) and 36 more]" in message
+    assert "Supported:" not in message  # the op list is for an op without a lowering
+    assert len(message) < 1000

@@ -595,7 +595,7 @@ def test_all_unsupported_nodes_in_one_error(tmp_path):
     message = str(err.value)
     assert "5 node(s) are unsupported" in message
     for fragment in ("conv (op=call_module, target=conv (Conv2d)): padding_mode 'reflect'",
-                     "special_erf (op=call_function, target=", "special_erf): no ONNX lowering",
+                     "special_erf (op=call_function, target=", "]: no ONNX lowering",
                      "softplus (op=call_module, target=softplus (Softplus))",
                      "exp (op=call_method, target=exp)",
                      "interpolate (op=call_function", "'bilinear'"):

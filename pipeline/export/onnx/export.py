@@ -1,7 +1,7 @@
 """The graph walk: record the lowered model, emit every node through its handler, write the
 graph's inputs, outputs and metadata, check it with onnx.checker and write the file."""
 import json
-from typing import Any, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -15,6 +15,9 @@ from .float_ops import is_split
 from .handlers import FUNCTION_HANDLERS, METHOD_HANDLERS, MODULE_HANDLERS, handler_of, target_name
 
 # --------------------------------------------------------------------------- graph walk
+
+
+NO_LOWERING = "no ONNX lowering for this op"
 
 
 def _emit(b: Builder, node: torch.fx.Node) -> None:
@@ -39,7 +42,7 @@ def _emit(b: Builder, node: torch.fx.Node) -> None:
         raise Unsupported("produces dtype %s, expected float32" % meta[2])
     handler, mod = handler_of(b.gm, node)
     if handler is None:
-        raise Unsupported("no ONNX lowering for this op")
+        raise Unsupported(NO_LOWERING)
     b.names[node.name] = handler(b, node, mod)
 
 
@@ -57,6 +60,24 @@ def _outputs(node: Optional[torch.fx.Node]) -> List[torch.fx.Node]:
     if isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.fx.Node) for o in out):
         return list(out)
     raise Unsupported("the model must return a tensor or a tuple/list of tensors, got %r" % (out,))
+
+
+def _grouped(problems: List[Tuple[str, str]], shown: int = 4) -> str:
+    """The unsupported nodes grouped by reason, in first-seen order, each reason said once:
+    "node (op, target): why" for a reason of one node, "12 nodes [a (...), b (...), c (...), d (...)
+    and 8 more]: why" for many; so a bit width the flavour cannot hold is one sentence, not one
+    per node."""
+    by_reason = {}  # type: Dict[str, List[str]]
+    for node, why in problems:
+        by_reason.setdefault(why, []).append(node)
+    parts = []
+    for why, nodes in by_reason.items():
+        if len(nodes) == 1:
+            parts.append("%s: %s" % (nodes[0], why))
+        else:
+            more = " and %d more" % (len(nodes) - shown) if len(nodes) > shown else ""
+            parts.append("%d nodes [%s%s]: %s" % (len(nodes), ", ".join(nodes[:shown]), more, why))
+    return "; ".join(parts)
 
 
 def _free_name(name: str, taken: set) -> str:
@@ -106,7 +127,7 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
     taken = {n.name for n in gm.graph.nodes if n.op not in ("placeholder", "output")}
     for i, name in enumerate(placeholders):
         b.input_names[name] = _free_name(INPUT_NAME if len(placeholders) == 1 else "%s_%d" % (INPUT_NAME, i), taken)
-    problems = []  # type: List[str]
+    problems = []  # type: List[Tuple[str, str]]  # (node, why)
     output_node = None
     for node in gm.graph.nodes:
         if node.op == "output":
@@ -115,7 +136,7 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
         try:
             _emit(b, node)
         except Unsupported as exc:
-            problems.append("%s (op=%s, target=%s): %s" % (node.name, node.op, target_name(gm, node), exc))
+            problems.append(("%s (op=%s, target=%s)" % (node.name, node.op, target_name(gm, node)), str(exc)))
             b.failed.add(node.name)
     outputs = []
     try:
@@ -127,15 +148,16 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
                     for d, s in enumerate(b.shape(result))]  # type: List[Any]
             outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
     except Unsupported as exc:
-        problems.append("output: %s" % exc)
+        problems.append(("output", str(exc)))
     if problems:
-        raise ExportError(
-            "cannot export the model to ONNX (%s flavour): %d node(s) are unsupported: %s. Supported: "
-            "fake_quant, modules %s, functions %s, methods %s"
-            % (flavour, len(problems), "; ".join(problems),
-               ", ".join(sorted(t.__name__ for t in MODULE_HANDLERS)),
-               ", ".join(sorted({getattr(f, "__name__", str(f)) for f in FUNCTION_HANDLERS})),
-               ", ".join(sorted(METHOD_HANDLERS))))
+        supported = ""
+        if any(why == NO_LOWERING for _, why in problems):  # the op list helps only for an op without one
+            supported = ". Supported: fake_quant, modules %s, functions %s, methods %s" % (
+                ", ".join(sorted(t.__name__ for t in MODULE_HANDLERS)),
+                ", ".join(sorted({getattr(f, "__name__", str(f)) for f in FUNCTION_HANDLERS})),
+                ", ".join(sorted(METHOD_HANDLERS)))
+        raise ExportError("cannot export the model to ONNX (%s flavour): %d node(s) are unsupported: %s%s"
+                          % (flavour, len(problems), _grouped(problems), supported))
     graph = helper.make_graph(
         b.nodes, "quantized_%s" % flavour,
         [helper.make_tensor_value_info(b.input_names[p], TensorProto.FLOAT, [BATCH_DIM] + list(e.shape[1:]))
