@@ -208,3 +208,16 @@ def test_a_bit_width_the_qdq_flavour_cannot_hold_is_said_once_for_all_nodes(tmp_
     assert "fake_quant_3 (op=call_function, target=pipeline.quantizers.fixpoint.fake_quant) and 36 more]" in message
     assert "Supported:" not in message  # the op list is for an op without a lowering
     assert len(message) < 1000
+
+
+@pytest.mark.parametrize("bitwidth", [1, 17, 32, True])
+def test_a_drop_in_bit_width_no_calibration_can_hold_is_refused_before_calibrating(tmp_path, bitwidth):
+    """bitwidth=1 used to calibrate and write quant_info.json entries [[1, p]], which test mode then
+    refused once per file with 'should be [[bit_width, fix_pos]] with bit_width 2..16'."""
+    import torch
+    from pipeline.apis import torch_quantizer
+    from pipeline.models.zoo import digits_cnn
+    with pytest.raises(ConfigError, match=r"bitwidth=%r: expected an integer 2..16" % (bitwidth,)):
+        torch_quantizer("calib", digits_cnn().eval(), (torch.zeros(1, 1, 8, 8),), output_dir=str(tmp_path / "q"),
+                        bitwidth=bitwidth, device=torch.device("cpu"))
+    assert not (tmp_path / "q" / "quant_info.json").exists()

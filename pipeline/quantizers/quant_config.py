@@ -53,6 +53,7 @@ LEGAL_VALUES = {
     "calib_statistic_method": ["modal", "mean", "median", "max"],
 }
 BOOL_PARAMS = ["symmetry", "per_channel", "signed", "narrow_range"]
+BITWIDTH_RANGE = (2, 16)  # torch_quantizer's bitwidth argument; quant_info.BIT_WIDTHS, the widths it may hold
 
 _DEFAULT_TENSOR = {"datatype": "int", "bit_width": 8, "method": "diffs", "round_mode": "std_round",
                    "symmetry": True, "per_channel": False, "signed": True, "narrow_range": False,
@@ -288,8 +289,15 @@ def load_quant_config(path: Optional[str], bitwidth: Optional[int] = None) -> Qu
             ``bitwidth`` gives a warning.
 
     Raises:
-        ConfigError: the file is missing or not JSON, or :func:`parse_quant_config` rejects it.
+        ConfigError: ``bitwidth`` is not an integer 2..16 (what quant_info.json may hold: a
+            calibration at another width could never be tested); the file is missing or not JSON,
+            or :func:`parse_quant_config` rejects it.
     """
+    if bitwidth is not None and (isinstance(bitwidth, bool) or not isinstance(bitwidth, int)
+                                 or not BITWIDTH_RANGE[0] <= bitwidth <= BITWIDTH_RANGE[1]):
+        raise ConfigError("bitwidth=%r: expected an integer %d..%d (the integer bit widths the quantizers take, and "
+                          "the ones quant_info.json may hold); 8 is what the DPU runs"
+                          % (bitwidth, BITWIDTH_RANGE[0], BITWIDTH_RANGE[1]))
     if path is None:
         cfg = QuantConfig()
         if bitwidth is not None:
