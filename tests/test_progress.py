@@ -116,3 +116,33 @@ def test_a_short_loop_adds_no_line_and_a_terminal_gets_a_bar(monkeypatch, caplog
 def test_seconds_reads_well():
     assert progress_module.seconds(0.44) == "0.4 s"
     assert progress_module.seconds(125.2) == "2 min 05 s"
+
+
+def _quick_command(text, prefix=""):
+    """The ResNet-18 quick command of ``text`` (README or the config's comment), continuation lines joined."""
+    lines = [l[len(prefix):].strip() if l.startswith(prefix) else None for l in text.splitlines()]
+    for i, line in enumerate(lines):
+        if line and line.startswith(".venv/bin/python scripts/run_pipeline.py configs/resnet18_sim_vek280.yaml") \
+                and "data.source.crop" in (line + (lines[i + 1] or "")):
+            command = line
+            while command.endswith("\\"):
+                i += 1
+                command = command[:-1] + " " + lines[i]
+            return shlex.split(command)
+    raise AssertionError("no quick ResNet-18 command")
+
+
+def test_the_quick_resnet18_command_is_the_same_in_readme_and_config_and_validates():
+    from conftest import REPO
+    from pipeline.config import load_config
+    config = os.path.join(REPO, "configs", "resnet18_sim_vek280.yaml")
+    with open(os.path.join(REPO, "README.md")) as f:
+        readme = _quick_command(f.read())
+    with open(config) as f:
+        text = f.read()
+    assert _quick_command(text, "#") == readme
+    assert "epochs=1   # quicker" not in text  # the old shortcut ended at chance
+    overrides = [readme[i + 1] for i, a in enumerate(readme) if a == "--set"]
+    cfg = load_config(config, overrides).cfg
+    assert (cfg.data.source["resize"], cfg.data.source["crop"], cfg.model.train.epochs) == (64, 56, 5)
+    assert cfg.run.work_dir == "runs/resnet18_quick"

@@ -55,8 +55,8 @@ def run(ctx: Any) -> TrainResult:
         bar.update(1)
         log.debug("epoch %d loss %.4f", epoch, loss)
 
-    log.info("train: %s on %d images, %d epochs of %d batches ...", type(model).__name__, len(y_all), m.train.epochs,
-             -(-len(y_all) // bs))  # the line after training gives the time
+    log.info("train: %s on %d images, %d epoch%s of %d batches ...", type(model).__name__, len(y_all), m.train.epochs,
+             "" if m.train.epochs == 1 else "s", -(-len(y_all) // bs))  # the line after training gives the time
     bar = progress(None, "train", total=m.train.epochs, unit="epoch")
     metrics = train_model(model, epoch_batches, m.train.epochs, m.train.lr, m.train.weight_decay,
                           ctx.cfg.run.seed, progress=on_epoch)
