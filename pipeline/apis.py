@@ -40,7 +40,11 @@ What differs, on purpose:
   ``r``'s ``k``-th batch as batch ``k * world + r`` (shard the batches round-robin:
   ``batches[rank::world]``); every forward and ``export_quant_config`` are collectives (every rank
   calls them; ranks may run different numbers of forwards), and ``export_quant_config`` writes on
-  rank 0 only (the other ranks return the path it writes). The real quantizer has nothing like it.
+  rank 0 only (the other ranks return the path once it is written). Each collective waits at most
+  ``PIPELINE_COLLECTIVE_TIMEOUT_S`` seconds (default 300) for every rank, then raises a
+  ``DistributedError`` naming the missing rank and what every rank must call (a script with
+  ``if rank == 0: quantizer.export_quant_config()`` fails there instead of waiting for gloo's 30
+  minutes). The real quantizer has nothing like it.
 - ``target`` is checked against the DPU target registry (an unknown name is a ``ConfigError``,
   nndct exits), then only recorded, with a warning: no hardware-aware quantization here.
 - ``fast_finetune``/``load_ft_param`` run the real quantizer's AdaQuant on the simulation (docs/finetune.md):
@@ -124,7 +128,19 @@ class _CalibModel(nn.Module):
                 "bias correction on it also ends the correction of every layer it reaches). Clean "
                 "the data (e.g. torch.nan_to_num) or leave the batch out" % (index, bad, total))
         q._calibrator_samples += samples
+        q._own_forwards += 1
+        q._collective("this rank's quant_model forward %d (calibration)" % q._own_forwards, FORWARD_HINT)
         return q._calibrator.step(*xs)
+
+
+# what every rank must call, for the error of a drop-in collective a rank did not join (distributed.dropin_comm)
+FORWARD_HINT = ("Under torch.distributed the calib-mode forwards of quant_model are collectives: every rank must create "
+                "torch_quantizer('calib', ...), run the forwards of its own shard (batches[rank::world]; the counts may "
+                "differ) and then call export_quant_config(); nothing was written")
+EXPORT_HINT = ("export_quant_config() is a collective: every rank must call it, after the calibration forwards of its "
+               "own shard (rank 0 writes the files, the others return the path); a script that calls it only on rank 0 "
+               "(if rank == 0: quantizer.export_quant_config()) leaves rank 0 waiting. Nothing was written: call it on "
+               "every rank")
 
 
 class _FinetunePhase:
@@ -195,11 +211,13 @@ class TorchQuantizer:
         self._empty_forwards = 0  # calibration forwards on an empty batch
         self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
         self._calibrator_samples = 0  # samples over all calibration forwards
+        self._own_forwards = 0  # calibration forwards of this process (under torch.distributed: this rank's)
         self._finetune = None  # type: Optional[Dict[str, Any]]  # fast_finetune's record
         self._ft_loaded = False  # load_ft_param ran
         if self.quant_mode == "calib":
-            from .distributed import current
-            self._calibrator = self._session.calibrator(current())  # combined over the ranks when a group is up
+            from .distributed import dropin_comm
+            # combined over the ranks when a group is up; each collective's wait is bounded (dropin_comm)
+            self._calibrator = self._session.calibrator(dropin_comm())
             self._model = _CalibModel(self)  # type: nn.Module
         else:
             # an interrupted or mixed calibration, or one made for another input shape, target,
@@ -226,6 +244,13 @@ class TorchQuantizer:
             fp["input_shape"] = [[int(d) for d in e.shape[1:]] for e in examples]
             fp["input_dtype"] = [str(e.dtype) for e in examples]
         return fp
+
+    def _collective(self, call: str, hint: str) -> None:
+        """Under torch.distributed: name what the user called and what every rank must call, for the
+        error of a collective a rank does not join (``distributed.dropin_comm``)."""
+        comm = getattr(self._calibrator, "comm", None)
+        if comm is not None:
+            comm.call, comm.hint = call, hint
 
     def _check_inputs(self, xs: Tuple[Any, ...], what: str) -> Tuple[torch.Tensor, ...]:
         """``xs`` checked against the example inputs: as many, each float32 of the same rank."""
@@ -291,14 +316,25 @@ class TorchQuantizer:
         exporting into the same folder waits, so the folder holds wholly one calibration or wholly
         the other; the manifest records the sha256 of the bytes written here.
 
+        Under torch.distributed a collective: every rank calls it; rank 0 writes, the others return
+        the path once rank 0 has committed. Each rank waits at most ``PIPELINE_COLLECTIVE_TIMEOUT_S``
+        (default 300 s) for the others at each collective (``distributed.dropin_comm``).
+
         Returns the quant_info.json path, or None (with an error logged, as the real quantizer
         does) when no calibration forward has run, and in test mode.
+
+        Raises:
+            QuantizationError: the calibration cannot be written (an incomplete calibration; on the
+                other ranks: rank 0 failed to write, with its error).
+            DistributedError: under torch.distributed, a rank failed, exited or did not call this
+                within the bounded wait (the message says what every rank must call).
         """
         if self.quant_mode != "calib":
             LOG.warning("export_quant_config is for calib mode; nothing written in test mode")
             return None
         comm = getattr(self._calibrator, "comm", None)
         if comm is not None:
+            self._collective("export_quant_config()", EXPORT_HINT)
             self._calibrator.finish()  # rounds without a batch until every rank is done
         if self._calibrator.batches == 0:
             LOG.error("Quantization is not performed completely, check if module FORWARD function "
@@ -308,7 +344,23 @@ class TorchQuantizer:
         if comm is None:  # the counts are this process's; under torch.distributed each rank has its own
             self._check_calibration_data()
         if comm is not None and not comm.is_main:
-            return os.path.join(self.output_dir, QUANT_INFO_FILE)  # rank 0 writes it
+            failed = comm.broadcast(None, 0)  # rank 0 writes; return once its files are committed
+            if failed:
+                raise QuantizationError("export_quant_config(): rank 0 could not write the calibration (%s); nothing "
+                                        "was written" % failed)
+            return os.path.join(self.output_dir, QUANT_INFO_FILE)
+        try:
+            path = self._write_calibration()
+        except Exception as exc:
+            if comm is not None:
+                comm.broadcast("%s: %s" % (type(exc).__name__, exc), 0)
+            raise
+        if comm is not None:
+            comm.broadcast(None, 0)
+        return path
+
+    def _write_calibration(self) -> str:
+        """Write and commit the calibration files (the one process, or rank 0); returns quant_info.json's path."""
         info, _ = self._session.quant_info(self._calibrator)  # raises before anything is written
         fp_item = (os.path.join(self.output_dir, FINGERPRINT_FILE), json_bytes(self._fingerprint))
         written = {}  # type: Dict[str, str]

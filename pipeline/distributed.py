@@ -32,6 +32,8 @@ import torch
 from .errors import DistributedError
 
 DEFAULT_TIMEOUT_S = 1800  # torch's own default for gloo; train runs on rank 0 while the others wait
+COLLECTIVE_TIMEOUT_ENV = "PIPELINE_COLLECTIVE_TIMEOUT_S"  # the drop-in API's bounded wait (see dropin_comm)
+DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
 NONE_INT = -(2 ** 62)  # stands for None in gather_ints
 _KEY = "pipeline/%s/%d"  # store keys: pid/<rank>, failed/<rank>
 
@@ -60,9 +62,18 @@ class Comm:
     (naming the failed rank when it can) when a peer fails, exits or times out.
     """
 
-    def __init__(self, rank: int, world: int, store: Any = None) -> None:
+    def __init__(self, rank: int, world: int, store: Any = None, bounded_s: Optional[float] = None,
+                 prefix: str = "") -> None:
         self.rank, self.world, self.store = rank, world, store
         self.context = "start"
+        # bounded entry (the drop-in API, dropin_comm): before each collective every rank posts its
+        # arrival in the store and waits at most bounded_s for the others'; `call` and `hint` say what
+        # the user called and what every rank must do, for the error
+        self.bounded_s = bounded_s if store is not None else None
+        self.prefix = prefix
+        self.call = ""
+        self.hint = ""
+        self._seq = 0
 
     @property
     def is_main(self) -> bool:
@@ -70,6 +81,8 @@ class Comm:
 
     # ---------------------------------------------------------------- collectives
     def _call(self, fn: Callable[[], Any]) -> Any:
+        if self.bounded_s is not None:
+            self._enter()
         try:
             return fn()
         except DistributedError:
@@ -116,6 +129,70 @@ class Comm:
         for k in range(longest):
             out.extend(items[k] for items in by_rank if k < len(items))
         return out
+
+    def _enter(self) -> None:
+        """Wait, at most ``bounded_s``, until every rank has reached this collective (the ``_seq``-th of
+        this Comm); then the collective itself cannot wait on a rank that never comes.
+
+        Raises:
+            DistributedError: a rank failed or exited meanwhile (named), or a rank did not arrive in
+                time: the message says which, where it last was, and ``hint`` (what every rank must call).
+        """
+        self._seq += 1
+        seq, where = self._seq, "%s (%s)" % (self.call or self.context, self.context)
+        key = "pipeline/entry/%s/%%d/%%d" % self.prefix
+        try:
+            self.store.set(key % (seq, self.rank), where)
+            self.store.set("pipeline/entry/%s/at/%d" % (self.prefix, self.rank), "%d %s" % (seq, where))
+        except Exception as exc:
+            raise DistributedError(self.lost_message(exc))
+        others = [key % (seq, r) for r in range(self.world) if r != self.rank]
+        start = time.monotonic()
+        deadline, next_check, pause = start + float(self.bounded_s or 0), start + 1.0, 0.0005
+        while True:
+            try:
+                if self.store.check(others):
+                    break
+            except Exception as exc:
+                raise DistributedError(self.lost_message(exc))
+            now = time.monotonic()
+            if now >= next_check:  # a rank that failed or exited will never arrive: say so now
+                next_check = now + 1.0
+                who = self.failed_ranks()
+                if who:
+                    raise DistributedError(self._entry_message("; ".join(who)))
+            if now >= deadline:
+                missing = [r for r in range(self.world) if r != self.rank and not self._store_has(key % (seq, r))]
+                raise DistributedError(self._entry_message(self._absent(missing, seq)))
+            time.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        if seq > 1:  # every rank has left the previous entry: its key is not read again
+            try:
+                self.store.delete_key(key % (seq - 1, self.rank))
+            except Exception:
+                pass
+
+    def _absent(self, missing: List[int], seq: int) -> str:
+        parts = []
+        for r in missing:
+            at = self._store_get("pipeline/entry/%s/at/%d" % (self.prefix, r))
+            if at is None:
+                parts.append("rank %d has not joined any of them" % r)
+            else:
+                done, what = at.split(" ", 1)
+                parts.append("rank %d last joined collective %s, in %s" % (r, done, what))
+        return ("waited %.0f s (%s=%s) for %s to reach collective %d; %s"
+                % (float(self.bounded_s or 0), COLLECTIVE_TIMEOUT_ENV, _format_s(self.bounded_s),
+                   " and ".join("rank %d" % r for r in missing), seq, "; ".join(parts)))
+
+    def _entry_message(self, what: str) -> str:
+        return ("rank %d of %d: %s: %s. %s" % (self.rank, self.world, self.call or self.context, what, self.hint)).strip()
+
+    def _store_has(self, key: str) -> bool:
+        try:
+            return bool(self.store.check([key]))
+        except Exception:
+            return False
 
     # ---------------------------------------------------------------- failures
     def post_failure(self, exc: BaseException) -> None:
@@ -188,6 +265,51 @@ def _alive(pid: int) -> bool:
 
 _current = None  # type: Optional[Comm]
 _owned = False
+_dropins = 0  # drop-in Comms made in this process (their store keys' prefix)
+
+
+def _format_s(value: Optional[float]) -> str:
+    return ("%g" % value) if value is not None else "unset"
+
+
+def collective_timeout_s() -> float:
+    """The drop-in API's bounded wait, seconds: ``PIPELINE_COLLECTIVE_TIMEOUT_S`` (default 300).
+
+    Raises:
+        DistributedError: the variable is not a positive number.
+    """
+    raw = os.environ.get(COLLECTIVE_TIMEOUT_ENV)
+    if raw is None or not raw.strip():
+        return DEFAULT_COLLECTIVE_TIMEOUT_S
+    try:
+        value = float(raw)
+    except ValueError:
+        value = float("nan")
+    if not value > 0 or value == float("inf"):
+        raise DistributedError("%s=%r: expected a positive number of seconds (how long a rank waits for the others "
+                               "at each collective of the drop-in API, default %g); set it to e.g. 600 or unset it"
+                               % (COLLECTIVE_TIMEOUT_ENV, raw, DEFAULT_COLLECTIVE_TIMEOUT_S))
+    return value
+
+
+def dropin_comm() -> Optional[Comm]:
+    """A Comm for the drop-in API (``pipeline.apis``) when the caller's script runs a process group of
+    more than one rank, else None.
+
+    The script, not the pipeline, started the group, often with gloo's 30-minute default timeout, and
+    a script can skip a collective on some ranks (``if rank == 0: quantizer.export_quant_config()``).
+    So every collective of this Comm first waits at most ``collective_timeout_s()`` for every rank to
+    arrive (through the rendezvous store) and then fails with a DistributedError saying which rank is
+    missing, where it last was and what every rank must call (``Comm.hint``). Each call makes a new
+    Comm: every rank must make them in the same order (every rank creates the calib-mode quantizer).
+    Without a store (a group the store of which cannot be reached) the waits are gloo's own.
+    """
+    global _dropins
+    base = current()
+    if base is None:
+        return None
+    _dropins += 1
+    return Comm(base.rank, base.world, base.store, bounded_s=collective_timeout_s(), prefix="dropin%d" % _dropins)
 
 
 def current() -> Optional[Comm]:

@@ -53,12 +53,12 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        check_same_config(loaded, comm)
         from .quantizers.base import backend_class
         if comm is not None and not backend_class(loaded.cfg.quantizer.backend).distributed:
             raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
                               "process-global state; run it in one process, or use the sim backend for a distributed "
                               "calib and test" % (loaded.cfg.quantizer.backend, comm.world))
+        check_same_config(loaded, comm)  # before any step
         return _run_steps(loaded, ordered, source, comm)
     except BaseException as exc:
         if comm is not None:

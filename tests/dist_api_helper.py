@@ -19,7 +19,7 @@ def main(out_dir: str) -> None:
     q = torch_quantizer("calib", model, (batches[0],), output_dir=out_dir, device=torch.device("cpu"))
     for b in mine:
         q.quant_model(b)
-    print("wrote", q.export_quant_config())
+    sys.stdout.write("wrote %s\n" % q.export_quant_config())  # one write: the ranks print at the same moment
     distributed.shutdown()
 
 

@@ -91,3 +91,19 @@ def test_ranks_started_with_different_configs_refuse_before_any_step(tmp_path):
     assert "rank 0 done" not in proc.stdout
     assert not os.path.exists(os.path.join(work, "quantize_result"))  # no step ran
     assert not os.path.exists(os.path.join(work, "steps", "calib.json"))
+
+
+@pytest.mark.slow
+def test_export_quant_config_on_rank_0_only_fails_within_the_bounded_wait(tmp_path):
+    out = str(tmp_path / "q")
+    env = dict(ENV, PIPELINE_COLLECTIVE_TIMEOUT_S="5")
+    proc, seconds = _torchrun("rank0-export", out, env=env, timeout=80)
+    found = re.search(r"error after ([0-9.]+) s: (\w+): (.*)", proc.stderr)
+    assert found, proc.stderr[-3000:]
+    waited, kind, message = float(found.group(1)), found.group(2), found.group(3)
+    assert kind == "DistributedError"
+    assert 5 <= waited < 5 + 15, waited  # the bound, plus the grace to name a failed rank
+    assert "export_quant_config() is a collective: every rank must call it" in message
+    assert "rank 1" in message and "PIPELINE_COLLECTIVE_TIMEOUT_S=5" in message
+    assert seconds < 60  # not gloo's 30 minutes, nor rank 1's 90-second sleep
+    assert not os.path.exists(os.path.join(out, "quant_info.json"))  # nothing written

@@ -38,8 +38,8 @@ def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
 def run(ctx: Any) -> CalibResult:
     from ..checks import InputStats
     from ..quantizers import calib_commit
-    from ..fileio import json_bytes, write_bytes
-    from ..quantizers.fingerprint import FILE_NAME
+    from ..fileio import json_bytes
+    from ..quantizers.fingerprint import FILE_NAME, write_fingerprint
     limit = ctx.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
     model, example, ledger = ctx.float_model(), ctx.example(), ctx.new_ledger()
     ft_ledger = ctx.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
@@ -74,10 +74,10 @@ def run(ctx: Any) -> CalibResult:
             log.warning("calib: %s", warning)
         fp_path = os.path.join(ctx.quant_dir, FILE_NAME)
         if ctx.is_main:
-            fp_bytes = json_bytes(ctx.fingerprint(model, example))
-            write_bytes(fp_path, fp_bytes)
+            fingerprint = ctx.fingerprint(model, example)
+            write_fingerprint(ctx.quant_dir, fingerprint)
             written = dict(summary.get("sha256") or {})
-            written[fp_path] = calib_commit.sha256_bytes(fp_bytes)
+            written[fp_path] = calib_commit.sha256_bytes(json_bytes(fingerprint))  # the bytes write_json wrote
             calib_commit.commit(ctx.quant_dir, summary["files"] + [fp_path], written)
     log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, ctx.quant_dir)
     record = summary.get("fast_finetune")
