@@ -221,3 +221,22 @@ def test_a_drop_in_bit_width_no_calibration_can_hold_is_refused_before_calibrati
         torch_quantizer("calib", digits_cnn().eval(), (torch.zeros(1, 1, 8, 8),), output_dir=str(tmp_path / "q"),
                         bitwidth=bitwidth, device=torch.device("cpu"))
     assert not (tmp_path / "q" / "quant_info.json").exists()
+
+
+@pytest.mark.parametrize("kwargs, key", [({"num_classes": -1}, "num_classes"), ({"num_classes": 0}, "num_classes"),
+                                         ({"num_classes": 10 ** 12}, "num_classes"), ({"in_channels": -3}, "in_channels"),
+                                         ({"num_classes": True}, "num_classes"), ({"num_classes": 2.5}, "num_classes")])
+@pytest.mark.parametrize("zoo", ["digits_cnn", "resnet18", "mobilenet_v2"])
+def test_zoo_class_and_channel_counts_are_checked_naming_the_key(zoo, kwargs, key):
+    """A negative count failed inside torch ("negative dimension"), a huge one tried to allocate terabytes."""
+    from pipeline.errors import ConfigError
+    from pipeline.models.loading import build_model
+    with pytest.raises(ConfigError, match=r"model.kwargs.%s: expected a whole number from 1 to " % key):
+        build_model(zoo, None, kwargs)
+
+
+def test_a_factory_failing_on_its_kwargs_values_is_a_config_error():
+    from pipeline.errors import ConfigError
+    from pipeline.models.loading import build_model
+    with pytest.raises(ConfigError, match=r"building torch.nn:Linear with model.kwargs .* failed: .*negative dimension"):
+        build_model(None, "torch.nn:Linear", {"in_features": 4, "out_features": -2})

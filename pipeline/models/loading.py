@@ -50,13 +50,17 @@ def resolve_factory(zoo: Optional[str], factory: Optional[str]):
 
 
 def build_model(zoo: Optional[str], factory: Optional[str], kwargs: Dict[str, Any]) -> nn.Module:
-    """Instantiate the configured model (random init, eval mode). Raises ConfigError as above, or
-    when the factory does not return an ``nn.Module``."""
+    """Instantiate the configured model (random init, eval mode). Raises ConfigError as above, when
+    the factory fails on its kwargs' values (a RuntimeError, ValueError, OverflowError or MemoryError:
+    a negative or huge size), or when it does not return an ``nn.Module``."""
     fn = resolve_factory(zoo, factory)
     try:
         model = fn(**kwargs)
     except TypeError as exc:  # a misspelt or missing keyword
         raise ConfigError("model.kwargs %s do not fit %s: %s" % (kwargs, zoo or factory, exc))
+    except (RuntimeError, ValueError, OverflowError, MemoryError) as exc:  # e.g. a negative size inside torch
+        raise ConfigError("model: building %s with model.kwargs %s failed: %s; check the kwargs' values"
+                          % (zoo or factory, kwargs, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
     if not isinstance(model, nn.Module):
         raise ConfigError("model: the factory returned %s, expected a torch.nn.Module" % type(model).__name__)
     return model.eval()

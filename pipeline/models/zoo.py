@@ -5,7 +5,7 @@ Every model takes float32 NCHW input and uses only operators that map onto the D
 docs/targets.md#dpuczdx8g-operator-limits). Each activation is its own module, so that graph capture with
 torch.fx sees one node per use.
 """
-from typing import Callable, Dict, List
+from typing import Any, Callable, Dict, List
 
 import torch
 from torch import nn
@@ -145,18 +145,35 @@ class MobileNetV2(nn.Module):
         return self.classifier(self.flatten(self.avgpool(self.features(x))))
 
 
+MAX_CLASSES = 100000  # a 100,000-way head on ResNet-18 is 51M parameters; larger is a typo
+MAX_IN_CHANNELS = 64
+
+
+def check_counts(num_classes: Any, in_channels: Any) -> None:
+    """Raise ConfigError unless ``num_classes`` is an int in 1..MAX_CLASSES and ``in_channels`` in
+    1..MAX_IN_CHANNELS (a negative or huge count would fail deep inside torch, or try to allocate
+    terabytes)."""
+    from ..errors import ConfigError
+    for key, value, top in (("num_classes", num_classes, MAX_CLASSES), ("in_channels", in_channels, MAX_IN_CHANNELS)):
+        if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= top:
+            raise ConfigError("model.kwargs.%s: expected a whole number from 1 to %d, got %r" % (key, top, value))
+
+
 def digits_cnn(num_classes: int = 10, in_channels: int = 1) -> nn.Module:
     """The digits CNN (see DigitsCNN), randomly initialized."""
+    check_counts(num_classes, in_channels)
     return DigitsCNN(num_classes, in_channels)
 
 
 def resnet18(num_classes: int = 1000, in_channels: int = 3) -> nn.Module:
     """A ResNet-18-shaped model (see ResNet18), randomly initialized."""
+    check_counts(num_classes, in_channels)
     return ResNet18(num_classes, in_channels)
 
 
 def mobilenet_v2(num_classes: int = 1000, in_channels: int = 3) -> nn.Module:
     """A MobileNetV2-shaped model (see MobileNetV2), randomly initialized."""
+    check_counts(num_classes, in_channels)
     return MobileNetV2(num_classes, in_channels)
 
 
