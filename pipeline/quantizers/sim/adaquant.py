@@ -45,7 +45,7 @@ from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
-from .calib import BIAS_CORR_RATE, Calibrator, check_batch, eval_qnoise
+from .calib import BIAS_CORR_RATE, Calibrator, bias_corr_table, check_batch, eval_qnoise
 from .frozen import INPUT_OF, OUTPUT, FrozenForward, Params, float_params
 from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, float_reference, param_forward
 from .plan import QuantPlan, adjust_fix_pos
@@ -489,14 +489,8 @@ class KeepFpCalibrator:
 
     def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
         """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_ft - b_final`` (None without bias)."""
-        corr = {}  # type: Dict[str, Optional[torch.Tensor]]
-        for node in self.graph.nodes:
-            if node.op not in g.BIAS_CORR_TYPES:
-                continue
-            b_ft = self.finetuned[node.name][1]
-            b = self.current[node.name][1]
-            corr[self.graph.full_name(node)] = None if b is None or b_ft is None else torch.sub(b_ft, b)
-        return corr
+        return bias_corr_table(self.graph, {name: (self.finetuned[name][1], self.current[name][1])
+                                            for name in self.finetuned})
 
 
 def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch.Tensor]":

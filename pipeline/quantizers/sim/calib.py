@@ -344,13 +344,15 @@ class Calibrator:
 
     def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
         """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_f - b_final`` (None without bias)."""
-        corr = {}  # type: Dict[str, Optional[torch.Tensor]]
-        for node in self.graph.nodes:
-            if node.op not in g.BIAS_CORR_TYPES:
-                continue
-            state = self.params[node.name]
-            if state.bias is None or state.bias_float is None:
-                corr[self.graph.full_name(node)] = None
-            else:
-                corr[self.graph.full_name(node)] = torch.sub(state.bias_float, state.bias)
-        return corr
+        return bias_corr_table(self.graph, {name: (state.bias_float, state.bias) for name, state in self.params.items()})
+
+
+def bias_corr_table(graph: SimGraph, biases: Dict[str, Any]) -> Dict[str, Optional[torch.Tensor]]:
+    """``bias_corr.pth`` content from node name -> ``(reference bias, final bias)``: for every
+    conv/linear node, ``"<Class>::<node>"`` -> ``reference - final`` (None when either is None)."""
+    corr = {}  # type: Dict[str, Optional[torch.Tensor]]
+    for node in graph.nodes:
+        if node.op in g.BIAS_CORR_TYPES:
+            ref, final = biases[node.name]
+            corr[graph.full_name(node)] = None if ref is None or final is None else torch.sub(ref, final)
+    return corr
