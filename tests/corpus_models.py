@@ -9,7 +9,8 @@ xmodel's shapes), one of the 4 eval samples (outputs saved as ``OUT_DIR/<model>/
 ``export_onnx_model(native_onnx=False)`` (the exact flavour) and ``export_xmodel`` (which runs the file
 against the simulation before writing it). The architectures follow the papers' block structure (ResNet-50 bottlenecks 3-4-6-3,
 MobileNetV2 inverted residuals, MobileNetV3-small with Hardswish and squeeze-excite, ShuffleNetV2
-units, SqueezeNet fire modules, a DenseNet block, EfficientNet-lite MBConv blocks, a UNet, a
+units, SqueezeNet fire modules, a DenseNet block, EfficientNet-lite MBConv blocks, EfficientNet MBConv
+blocks with in-place SiLU and StochasticDepth, a UNet, a
 YOLO-style two-output detector, an MLP on (N, F), a two-input net).
 """
 import hashlib
@@ -18,6 +19,7 @@ import sys
 
 import numpy as np
 import torch
+import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
@@ -230,6 +232,72 @@ class EfficientNetLite(nn.Module):
         return self.fc(torch.flatten(F.adaptive_avg_pool2d(self.head(self.blocks(self.stem(x))), 1), 1))
 
 
+def stochastic_depth(input, p, mode, training=True):
+    """torchvision.ops.stochastic_depth in plain torch (torchvision wraps it for torch.fx as here):
+    in eval mode (or p == 0) the input itself, else the input times a random row (or batch) mask."""
+    if not training or p == 0.0:
+        return input
+    survival = 1.0 - p
+    size = [input.shape[0]] + [1] * (input.ndim - 1) if mode == "row" else [1] * input.ndim
+    noise = torch.empty(size, dtype=input.dtype, device=input.device).bernoulli_(survival)
+    if survival > 0.0:
+        noise.div_(survival)
+    return input * noise
+
+
+torch.fx.wrap("stochastic_depth")
+
+
+class StochasticDepth(nn.Module):
+    """torchvision.ops.StochasticDepth in plain torch."""
+    def __init__(self, p, mode="row"):
+        super().__init__()
+        self.p, self.mode = p, mode
+
+    def forward(self, input):
+        return stochastic_depth(input, self.p, self.mode, self.training)
+
+
+class MBConv(nn.Module):
+    """EfficientNet's MBConv without squeeze-excite: SiLU(inplace=True) activations and a
+    StochasticDepth on the residual branch."""
+    def __init__(self, i, o, s, t, k, p):
+        super().__init__()
+        h = i * t
+        act = lambda: nn.SiLU(inplace=True)  # noqa: E731
+        self.use_res = s == 1 and i == o
+        self.block = nn.Sequential(*([cbr(i, h, 1, act=act)] if t != 1 else []),
+                                   cbr(h, h, k, s, g=h, act=act), cbr(h, o, 1, act=None))
+        self.stochastic_depth = StochasticDepth(p)
+
+    def forward(self, x):
+        r = self.block(x)
+        return x + self.stochastic_depth(r) if self.use_res else r
+
+
+class EfficientNetInplace(nn.Module):
+    """What torchvision's EfficientNet adds to the lite blocks: in-place activations (nndct keeps
+    the trailing underscore of aten::silu_ in its node names) and StochasticDepth, which in eval
+    mode returns its input before any op is traced (no node in nndct). Also ReLU, ReLU6 and
+    Hardswish modules with inplace=True and F.silu(x, inplace=True)."""
+    def __init__(self, classes=10):
+        super().__init__()
+        self.stem = cbr(3, 8, 3, 2, act=lambda: nn.SiLU(inplace=True))
+        self.blocks = nn.Sequential(MBConv(8, 8, 1, 1, 3, 0.0), MBConv(8, 12, 2, 4, 3, 0.05),
+                                    MBConv(12, 12, 1, 4, 3, 0.1), MBConv(12, 16, 2, 4, 5, 0.15),
+                                    MBConv(16, 16, 1, 4, 5, 0.2))
+        self.c1 = cbr(16, 16, 3, act=lambda: nn.ReLU(inplace=True))
+        self.c2 = cbr(16, 16, 1, act=lambda: nn.ReLU6(inplace=True))
+        self.c3 = cbr(16, 16, 3, act=lambda: nn.Hardswish(inplace=True))
+        self.head = nn.Conv2d(16, 32, 1)
+        self.fc = nn.Linear(32, classes)
+
+    def forward(self, x):
+        x = self.c3(self.c2(self.c1(self.blocks(self.stem(x)))))
+        x = F.silu(self.head(x), inplace=True)
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(x, 1), 1))
+
+
 class UNet(nn.Module):
     def __init__(self, c=8, classes=3):
         super().__init__()
@@ -355,6 +423,7 @@ CORPUS = {
     "squeezenet": (SqueezeNet, [(3, 33, 33)]),
     "densenet_block": (DenseBlockNet, [(3, 16, 16)]),
     "efficientnet_lite": (EfficientNetLite, [(3, 32, 32)]),
+    "efficientnet_inplace": (EfficientNetInplace, [(3, 32, 32)]),
     "unet": (UNet, [(3, 16, 16)]),
     "yolo_tiny": (YoloTiny, [(3, 32, 32)]),
     "mlp": (MLP, [(24,)]),
@@ -426,4 +495,7 @@ def phase(which, out_root, names=None):
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    phase(sys.argv[1], sys.argv[2], sys.argv[3].split(",") if len(sys.argv) > 3 else None)
+    # the models of the module the tests import, not of __main__: the target of a torch.fx-wrapped
+    # function (stochastic_depth) names its module, and so does the calibration's graph hash
+    import corpus_models
+    corpus_models.phase(sys.argv[1], sys.argv[2], sys.argv[3].split(",") if len(sys.argv) > 3 else None)

@@ -129,3 +129,42 @@ def test_example_shapes_match_torch_shape_prop_and_need_no_symbolic_shapes_impor
             "print('torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "False"
+
+
+def _keep_or_scale(x, training):
+    """A torch.fx-wrapped function that returns its input in eval mode (torchvision's
+    stochastic_depth): torch.jit records no op for it."""
+    return x * 2.0 if training else x
+
+
+torch.fx.wrap("_keep_or_scale")
+
+
+def _relu_in_place(x):
+    return x.relu_()  # returns its input, but after an in-place op: a node in nndct
+
+
+torch.fx.wrap("_relu_in_place")
+
+
+class _InPlace(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c = nn.Conv2d(3, 4, 1)
+        self.act = nn.SiLU(inplace=True)
+
+    def forward(self, x):
+        y = _keep_or_scale(self.act(self.c(x)), self.training)
+        y = torch.nn.functional.silu(y, True) + torch.nn.functional.silu(y)
+        return _relu_in_place(y)
+
+
+def test_in_place_float_operators_keep_the_underscore_and_passthrough_calls_make_no_node():
+    """Issue 23 (real quantizer: corpus efficientnet_inplace): nn.SiLU(inplace=True) and
+    F.silu(x, True) are aten::silu_ (nodes aten_silu__N); a wrapped call returning its input
+    unchanged is no node, one returning it after an in-place op is."""
+    graph = capture(_InPlace().eval(), torch.zeros(1, 3, 2, 2), load_quant_config(None))
+    names = [n.name for n in graph.nodes]
+    assert names[:6] == ["nndct_input_0", "nndct_conv2d_1", "aten_silu__2", "aten_silu__3", "aten_silu_4",
+                         "nndct_elemwise_add_5"]
+    assert len(names) == 7 and graph.nodes[6].fx_node.target is _relu_in_place

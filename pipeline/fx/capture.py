@@ -33,6 +33,7 @@ Known differences from nndct's jit-based parser: other uses of Python numbers (e
 refused.
 """
 import hashlib
+import inspect
 import json
 import operator
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -50,7 +51,8 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
                       STRIDED_SLICE)
 from .float_trace import fx_trace
 from .work_copy import work_copy
-from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, swap_modules, swaps_keep_graph
+from .rewrites import (REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, remove_traced_passthrough,
+                       swap_modules, swaps_keep_graph)
 
 class SimNode:
     """One nndct node of the captured graph.
@@ -213,7 +215,34 @@ def _conv_op(m: nn.Module, strict: bool = True) -> str:
 
 def _classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
     """The op type of one fx node (its call targets named in ``root``): a row of the op table, or ``aten::<name>`` (float operator).
+    A float operator called in place (``nn.SiLU(inplace=True)``, ``F.silu(x, inplace=True)``) is
+    ``aten::<name>_``: torch.jit traces ``aten::silu_`` and nndct keeps the kind, underscore and all,
+    in the node's name (``aten_silu__2``) and the xmodel op's type.
     ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
+    op = _classify_kind(root, node, strict)
+    if op.startswith("aten::") and _in_place(root, node):
+        op += "_"
+    return op
+
+
+def _in_place(root: nn.Module, node: torch.fx.Node) -> bool:
+    """True when the call runs in place: a module with ``inplace=True`` or a function called with
+    ``inplace=True`` (by keyword or by position)."""
+    if node.op == "call_module":
+        return getattr(root.get_submodule(node.target), "inplace", False) is True
+    if node.op != "call_function":
+        return False
+    if "inplace" in node.kwargs:
+        return node.kwargs["inplace"] is True
+    try:
+        params = list(inspect.signature(node.target).parameters)
+    except (TypeError, ValueError):
+        return False
+    i = params.index("inplace") if "inplace" in params else len(node.args)
+    return len(node.args) > i and node.args[i] is True
+
+
+def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
     if node.op == "call_module":
         m = root.get_submodule(node.target)
         if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
@@ -494,6 +523,7 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
                                 "pass one tensor per input, in order, as a tuple"
                                 % (type(model).__name__, len(placeholders),
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
+    remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     if rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)

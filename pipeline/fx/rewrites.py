@@ -49,6 +49,56 @@ def swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
         _set_submodule(model, name, new)
 
 
+def _user_function(target: object) -> bool:
+    """A call_function target that is neither torch's nor Python's: a function the model's code
+    wrapped for torch.fx (``torch.fx.wrap``), which torch.fx keeps as one call."""
+    module = getattr(target, "__module__", None) or ""
+    return callable(target) and not (module == "torch" or module.startswith("torch.")
+                                     or module in ("_operator", "operator", "builtins", "math"))
+
+
+class _PassthroughFinder(torch.fx.Interpreter):
+    """Runs the graph once; records the candidate calls whose result is one of their input
+    tensors, unchanged (no in-place op bumped its version)."""
+
+    def __init__(self, root: nn.Module, graph: torch.fx.Graph, candidates: List[torch.fx.Node]) -> None:
+        super().__init__(root, graph=graph)
+        self.candidates = set(candidates)
+        self.found = []  # type: List[Tuple[torch.fx.Node, torch.fx.Node]]
+
+    def run_node(self, n: torch.fx.Node):
+        if n not in self.candidates:
+            return super().run_node(n)
+        inputs = [(a, self.env[a]) for a in n.all_input_nodes if isinstance(self.env.get(a), torch.Tensor)]
+        versions = [v._version for _, v in inputs]
+        result = super().run_node(n)
+        for (a, v), version in zip(inputs, versions):
+            if result is v and v._version == version:
+                self.found.append((n, a))
+                break
+        return result
+
+
+def remove_traced_passthrough(root: nn.Module, graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> None:
+    """Remove the calls of model-wrapped functions (``torch.fx.wrap``) that return their input
+    unchanged on the example, as torchvision's ``stochastic_depth`` does in eval mode: torch.fx
+    keeps such a call as a node, but torch.jit (nndct's trace) records no op for it, so nndct has no
+    node there and numbers every later node one lower. Runs the graph on a copy of the example
+    only when such a call is in it; a failing run removes nothing (capture's own run reports it)."""
+    candidates = [n for n in graph.nodes if n.op == "call_function" and _user_function(n.target)]
+    if not candidates:
+        return
+    finder = _PassthroughFinder(root, graph, candidates)
+    try:
+        with torch.no_grad():
+            finder.run(*[e.detach().cpu().clone() for e in examples])
+    except Exception:  # the model's own failure: reported by capture's shape run
+        return
+    for node, source in finder.found:
+        node.replace_all_uses_with(source)
+        graph.erase_node(node)
+
+
 def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \

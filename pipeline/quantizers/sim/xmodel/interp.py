@@ -382,6 +382,7 @@ def _mean(op: XOp, x: torch.Tensor) -> torch.Tensor:
 
 _BUILT_IN_CUSTOM = {
     "aten::silu": lambda op, xs: F.silu(xs[0]),
+    "aten::silu_": lambda op, xs: F.silu(xs[0]),  # nn.SiLU(inplace=True)
     "aten::mean": lambda op, xs: _mean(op, xs[0]),
 }  # type: Dict[str, Callable[[XOp, List[torch.Tensor]], torch.Tensor]]
 

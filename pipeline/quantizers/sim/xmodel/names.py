@@ -320,7 +320,7 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
     for node in graph.nodes:
         if node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
             continue
-        kinds = KINDS.get(node.op, (node.op.split("::")[-1],))
+        kinds = KINDS.get(node.op, (node.op.split("::")[-1].rstrip("_"),))  # aten::silu_: kind silu_, listed as silu
         while position < len(ops) and ops[position].kind not in kinds:
             position += 1
         if position == len(ops):
