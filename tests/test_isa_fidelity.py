@@ -65,7 +65,17 @@ def _resnet18():
 
 
 def _run(tmp_path, cfg, finetune):
-    """The golden_ft recipe (batch 4, calib on the 32 images, finetune on them too), two quantizers."""
+    """The golden_ft recipe (batch 4, calib on the 32 images, finetune on them too), two quantizers,
+    at one thread (the references' setting; the caller's thread count is restored)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _recipe(tmp_path, cfg, finetune)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _recipe(tmp_path, cfg, finetune):
     model, calib, evals = _resnet18()
     config = None
     if cfg == "nocle":
@@ -110,12 +120,7 @@ def _check_files(out, ref):
 
 @pytest.mark.parametrize("cfg", ["default", "nocle"])
 def test_resnet18_calibration_equals_the_real_quantizer(cfg, tmp_path):
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out, y, _ = _run(tmp_path, cfg, finetune=False)
-    finally:
-        torch.set_num_threads(threads)
+    out, y, _ = _run(tmp_path, cfg, finetune=False)
     ref = os.path.join(R18, cfg, "none")
     _check_files(out, ref)
     assert np.array_equal(y, np.load(os.path.join(ref, "test_outputs.npy")))
@@ -128,12 +133,7 @@ def test_resnet18_fast_finetune_equals_the_real_quantizer(cfg, tmp_path):
     layer's pass count and every output as the real quantizer's (AVX-512, one thread: the references'
     setting; elsewhere the real quantizer's own noise applies: same fix positions, <= 0.1 % of the codes
     off by one, outputs within 1 LSB)."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        out, y, q = _run(tmp_path, cfg, finetune=True)
-    finally:
-        torch.set_num_threads(threads)
+    out, y, q = _run(tmp_path, cfg, finetune=True)
     ref = os.path.join(R18, cfg, "small")
     _check_files(out, ref)
     real = np.load(os.path.join(ref, "test_outputs.npy"))
