@@ -225,7 +225,8 @@ class TorchQuantizer:
             redo = "run torch_quantizer('calib', ...) and export_quant_config() again"
             with calib_commit.exclusive(output_dir, shared=True):  # no export into it meanwhile
                 check_committed(output_dir, require=False, redo=redo)  # not interrupted, not mixed
-                self._model = self._session.load_test(output_dir)
+                # the float model's parameters until load_ft_param(), as nndct's test mode
+                self._model = self._session.load_test(output_dir, finetuned=False)
                 # then what it was made for: other weights warn (the real quantizer tests any weights)
                 check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False, redo=redo,
                                 warn_only=("weights_hash",))
@@ -337,6 +338,11 @@ class TorchQuantizer:
             self._collective("export_quant_config()", EXPORT_HINT)
             self._calibrator.finish()  # rounds without a batch until every rank is done
         if self._calibrator.batches == 0:
+            if hasattr(self._calibrator, "finetuned"):  # fast_finetune ran; its re-calibration did not
+                LOG.error("Quantization is not performed completely: after fast_finetune(), run the calibration "
+                          "forwards again (the re-calibration, e.g. evaluate(quant_model, calib_loader, loss_fn)) "
+                          "before export_quant_config(); nothing was written.")
+                return None
             LOG.error("Quantization is not performed completely, check if module FORWARD function "
                       "is called! FORWARD function of torch_quantizer.quant_model needs to be called "
                       "in user code explicitly.")

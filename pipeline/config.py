@@ -139,7 +139,9 @@ class FastFinetuneSection(_Strict):
     passes: int = Field(100, ge=1, le=100, description="The most passes over the data per layer (the real quantizer: "
                                                       "100; sim only).")
     memory_mb: int = Field(1024, ge=16, description="Memory for the kept batches and each layer's cache, MiB; "
-                                                    "beyond it they go to files in the run folder (sim only).")
+                                                    "beyond it they go to files in <work_dir>/.finetune-spill, "
+                                                    "removed after the step (sim only; the result does not "
+                                                    "depend on it).")
 
 
 class QuantizerSection(_Strict):
@@ -425,8 +427,10 @@ class LoadedConfig:
             "data": c.data.model_dump(exclude={"eval_batches"}),
             "preprocess": c.preprocess.model_dump(),
             "model": c.model.model_dump(include={"zoo", "factory", "kwargs"}),
-            "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop", "require_float_above_chance", "device",
-                                                         "quant_config_file"}),
+            # fast_finetune.memory_mb only moves caches between memory and files: same result
+            "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop": True, "require_float_above_chance": True,
+                                                         "device": True, "quant_config_file": True,
+                                                         "fast_finetune": {"memory_mb"}}),
         }
         return {"%s.%s" % (section, key): value for section, values in sections.items()
                 for key, value in sorted(values.items())}

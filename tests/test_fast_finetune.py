@@ -164,11 +164,12 @@ def test_fast_finetune_dropin_files_and_test_mode_use_param_pth(tmp_path):
     with pytest.warns(UserWarning, match="load_ft_param\\(\\) was not called"):
         bare.quant_model(_batches(1)[0])
     for layer in layers:
-        key = "module_%s.weight" % layer["node"].rsplit("_", 1)[1]
-        w = tm.get_submodule(layer["node"]).weight
-        assert torch.equal(w, state[key])  # the finetuned codes (already on their grid)
-        # without load_ft_param: the float weights' codes, which differ where the finetune moved codes
-        assert torch.equal(bare.quant_model.get_submodule(layer["node"]).weight, w) is (layer["weight_changed"] == 0)
+        key = "module_%s" % layer["node"].rsplit("_", 1)[1]
+        tuned, plain = tm.get_submodule(layer["node"]), bare.quant_model.get_submodule(layer["node"])
+        assert torch.equal(tuned.weight, state[key + ".weight"])  # the finetuned codes (already on their grid)
+        # without load_ft_param: the float model's codes (as nndct), which differ where the finetune moved codes
+        assert torch.equal(plain.weight, tuned.weight) is (layer["weight_changed"] == 0)
+        assert torch.equal(plain.bias, tuned.bias) is (layer["bias_changed"] == 0)
 
 
 def test_fast_finetune_spilled_caches_give_the_same_parameters(tmp_path):
@@ -206,6 +207,20 @@ def test_fast_finetune_bad_input_raises_clear_errors(tmp_path):
     flips = iter([3, 2])
     with pytest.raises(QuantizationError, match="gave 3 batches when its inputs were kept and 2 when it was calibrated"):
         q.fast_finetune(lambda m: [m(b) for b in _batches(next(flips))], (q.quant_model,))
+    # export_quant_config straight after fast_finetune: nndct logs and writes nothing; the log says why
+    q2 = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path / "b"), device=torch.device("cpu"))
+    q2.fast_finetune(lambda m, xs: [m(b) for b in xs], (q2.quant_model, _batches(2)))
+    import logging
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("pipeline.apis").addHandler(handler)
+    try:
+        assert q2.export_quant_config() is None
+    finally:
+        logging.getLogger("pipeline.apis").removeHandler(handler)
+    assert any("after fast_finetune(), run the calibration forwards again" in r.getMessage() for r in records)
+    assert not os.path.exists(str(tmp_path / "b" / "quant_info.json"))
     # nothing half-done: the quantizer still calibrates and exports normally
     q.quant_model(x)
     q.export_quant_config()
@@ -275,6 +290,18 @@ def test_fast_finetune_exports_carry_the_finetuned_weights(tmp_path):
     assert any(np.array_equal(np.sort(op.data().ravel()), np.sort(w.numpy().ravel())) for op in consts)
 
 
+def test_fast_finetune_memory_budget_keeps_the_calibration_valid(tmp_path):
+    """memory_mb moves caches between memory and files (same result): not part of the calibration's settings."""
+    from pipeline.config import load_config
+    settings = []
+    for memory_mb in (1024, 16):
+        cfg, _ = make_case(tmp_path, quantizer={"fast_finetune": {"enabled": True, "memory_mb": memory_mb}})
+        settings.append(load_config(cfg).calib_settings())
+    assert settings[0] == settings[1]
+    cfg, _ = make_case(tmp_path, quantizer={"fast_finetune": {"enabled": True, "passes": 7}})
+    assert load_config(cfg).calib_settings() != settings[0]
+
+
 def test_fast_finetune_config_is_checked(tmp_path):
     from pipeline.config import load_config
     for section, message in (({"data": "eval"}, "fast_finetune.data"), ({"batches": 1}, "fast_finetune.batches"),
@@ -286,3 +313,12 @@ def test_fast_finetune_config_is_checked(tmp_path):
                                             "fast_finetune": {"enabled": True, "method": "adaquant_plus"}})
     with pytest.raises(ConfigError, match="fast_finetune.method: the nndct backend runs adaquant, got 'adaquant_plus'"):
         load_config(cfg)
+
+
+def test_fast_finetune_worse_than_plain_calibration_is_said():
+    from pipeline.steps.calib import _worse_than_plain
+    record = {"method": "adaquant", "candidates": {"adaquant": {"mse": 2.0e-3}, "plain": {"mse": 1.9e-3}}}
+    assert "further from float than plain calibration" in _worse_than_plain(record)
+    assert "adaquant_plus" in _worse_than_plain(record)
+    record["candidates"]["adaquant"]["mse"] = 1.8e-3
+    assert _worse_than_plain(record) is None

@@ -85,6 +85,10 @@ def run(ctx: Any) -> CalibResult:
         record["ledger"] = ft_ledger.summary()
         log.info("calib: fast finetune (%s) on %d batches in %.1f s%s", record["method"], record["batches"],
                  record["seconds"], _scores(record))
+        worse = _worse_than_plain(record)
+        if worse:
+            log.warning("calib: %s", worse)
+            warnings.append(worse)
     return CalibResult(batches=summary["batches"], seconds=seconds, files=sorted(summary["files"] + [fp_path]),
                        input_stats=input_stats, warnings=warnings, ledger=ledger.summary(),
                        distributed=ranks(ctx, ledger), fast_finetune=record)
@@ -112,6 +116,19 @@ def finetune_request(ctx: Any, ledger: Any, spill: str) -> Any:
     batches = (x for x, _ in ctx.batches(ft.data, ledger=ledger, limit=ft.batches, shard=False))
     return FinetuneRequest(batches, method=ft.method, passes=ft.passes, memory_mb=ft.memory_mb, spill_dir=spill,
                            progress=progress)
+
+
+def _worse_than_plain(record: Dict[str, Any]) -> Optional[str]:
+    """A warning when the finetuned calibration is further from float than plain calibration on the
+    finetune data (the real algorithm rounds the re-calibration's bias correction away), else None."""
+    scores = record.get("candidates") or {}
+    mine, plain = scores.get(record.get("method")), scores.get("plain")
+    if not mine or not plain or not mine["mse"] > plain["mse"]:
+        return None
+    return ("fast finetune (%s) left the outputs further from float than plain calibration on the finetune data "
+            "(output MSE %.4g vs %.4g); the finetuned calibration is kept as configured. The real algorithm rounds the "
+            "re-calibration's bias correction away; try method adaquant_plus, more finetune data (data: train), or "
+            "turn fast_finetune off" % (record.get("method"), mine["mse"], plain["mse"]))
 
 
 def _scores(record: Dict[str, Any]) -> str:
