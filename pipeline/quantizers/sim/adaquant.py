@@ -45,9 +45,9 @@ from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
-from .calib import BIAS_CORR_RATE, Calibrator, bias_corr_table, check_batch, eval_qnoise
+from .calib import Calibrator, bias_corr_table, bias_step, check_batch
 from .frozen import INPUT_OF, OUTPUT, FrozenForward, Params, float_params
-from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, float_reference, param_forward
+from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, param_forward
 from .plan import QuantPlan, adjust_fix_pos
 from .spill import BatchStore, nbytes
 
@@ -248,11 +248,16 @@ class AdaQuant:
         return int(last[0].shape[0]) if last[0].dim() else 1
 
     def _layer_cache(self, node: SimNode) -> Tuple[BatchStore, BatchStore]:
+        """Per batch, the quant model's input to the layer and the float target: the float layer's
+        output through the float activation of its act pair (the same every pass, so made once)."""
+        act = self.pairs.get(node.name)
+        f_act = FLOAT_ACTS[act.op] if act is not None else None
         qin, fout = BatchStore(self.budget // 2, self.spill_dir), BatchStore(self.budget // 2, self.spill_dir)
         for i in range(len(self.inputs)):
             xs = self.inputs[i]
             qin.append((self.quant.run(xs, input_of=node.name)[INPUT_OF],))
-            fout.append((self.float.run(self._rounded_input(i), stop=node.name)[node.name],))
+            f = self.float.run(self._rounded_input(i), stop=node.name)[node.name]
+            fout.append((f if f_act is None else f_act(f),))
         return qin, fout
 
     def _q_forward(self, node: SimNode, x: torch.Tensor, w: torch.Tensor, b: Optional[torch.Tensor]) -> torch.Tensor:
@@ -286,9 +291,10 @@ class AdaQuant:
         wfp = self.raw.param_fp[node.param_names["weights"]]
         bfp = self.raw.param_fp[node.param_names["bias"]] if b0 is not None else None
         eff = quant_eff(w0, wf)
-        factor = LR_FACTOR * (0.5 if self._batch_size() == 1 else 1)
+        batch_factor = 0.5 if self._batch_size() == 1 else 1
+        factor = LR_FACTOR * batch_factor
         if eff > HIGH_EFFICIENCY:
-            factor = 0.1 * factor * (0.5 if self._batch_size() == 1 else 1)
+            factor = 0.1 * factor * batch_factor
         w = w0.clone().requires_grad_(True)
         opt_w = torch.optim.Adam([w], lr=factor * w.std().item())
         b, opt_b = None, None
@@ -339,15 +345,12 @@ class AdaQuant:
 
     def _passes(self, node, trace, w, b, opt_w, opt_b, qin, fout, wf, wfp, bfp, net) -> None:
         """nndct's passes: Adam moves the parameters themselves, rounded after each pass."""
-        act = self.pairs.get(node.name)
-        f_act = FLOAT_ACTS[act.op] if act is not None else None
         self.params[node.name] = (w.detach(), None if b is None else b.detach())
         best = (w.detach().clone(), None if b is None else b.detach().clone())
         prev = [1000.0] * len(net)
         for _ in range(self.passes):
             for i in range(len(qin)):
-                f = fout[i][0] if f_act is None else f_act(fout[i][0])
-                self._step(node, w, b, opt_w, opt_b, qin[i][0], f, wf, w, b)
+                self._step(node, w, b, opt_w, opt_b, qin[i][0], fout[i][0], wf, w, b)
             _round_(w, wfp, self.bitwidth, "std_round")
             if b is not None:
                 _round_(b, bfp, self.bitwidth, "std_round")
@@ -376,8 +379,6 @@ class AdaQuant:
         being rounded away after each one. A pass whose rounded parameters did not change costs no net
         loss evaluation; a change is kept only when the net loss improves (else the latent parameters go
         back to the best ones and the learning rates halve, as nndct's rule)."""
-        act = self.pairs.get(node.name)
-        f_act = FLOAT_ACTS[act.op] if act is not None else None
 
         def rounded():
             with torch.no_grad():
@@ -388,11 +389,10 @@ class AdaQuant:
         best_latent = (w.detach().clone(), None if b is None else b.detach().clone())
         for _ in range(self.passes):
             for i in range(len(qin)):
-                f = fout[i][0] if f_act is None else f_act(fout[i][0])
                 w_in = w + (fixpoint.fake_quant(w.detach(), wfp, self.bitwidth, "std_round") - w.detach())
                 b_in = None if b is None else b + (fixpoint.fake_quant(b.detach(), bfp, self.bitwidth, "std_round")
                                                    - b.detach())
-                self._step(node, w, b, opt_w, opt_b, qin[i][0], f, wf, w_in, b_in)
+                self._step(node, w, b, opt_w, opt_b, qin[i][0], fout[i][0], wf, w_in, b_in)
             cand = rounded()
             if torch.equal(cand[0], best_q[0]) and (b is None or torch.equal(cand[1], best_q[1])):
                 continue  # nothing crossed a rounding boundary yet: keep drifting
@@ -468,11 +468,8 @@ class KeepFpCalibrator:
         if stop:
             return out
         w_ft, b_ft = self.finetuned[node.name]
-        res_f = float_reference(self.graph, node, x, w_ft, b_ft)
-        error, rate, stop, eff, dev = eval_qnoise(out, res_f, eff, dev, BIAS_CORR_RATE, False)
-        if not stop and b is not None:
-            dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
-            self.current[node.name] = (w, torch.sub(b, error.mean(dim=dims), alpha=rate))
+        b, stop, eff, dev = bias_step(self.graph, node, x, out, w_ft, b_ft, b, eff, dev)
+        self.current[node.name] = (w, b)
         self.stopped[node.name] = (stop, eff, dev)
         return out
 
@@ -493,6 +490,11 @@ class KeepFpCalibrator:
                                             for name in self.finetuned})
 
 
+def module_key(node: SimNode) -> str:
+    """nndct's generated module name of a node, ``module_<i>``, ``i`` the number ending its name."""
+    return "module_%s" % node.name.rsplit("_", 1)[1]
+
+
 def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch.Tensor]":
     """``param.pth``'s content as nndct writes it: ``module_<i>.weight`` / ``.bias`` per parameter
     node, ``i`` the node's index in nndct's graph (the number ending its name)."""
@@ -500,7 +502,7 @@ def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch
     for node in graph.nodes:
         if node.name not in params:
             continue
-        key = "module_%s" % node.name.rsplit("_", 1)[1]
+        key = module_key(node)
         w, b = params[node.name]
         out[key + ".weight"] = w.detach().clone()
         if b is not None:
@@ -520,7 +522,7 @@ def params_from_state_dict(graph: SimGraph, state: Dict[str, Any], where: str) -
         if node.op not in g.PARAM_TYPES:
             continue
         m = graph.module(node)
-        key = "module_%s" % node.name.rsplit("_", 1)[1]
+        key = module_key(node)
         pair = []
         for kind, ref in (("weight", m.weight), ("bias", m.bias)):
             if ref is None:
@@ -528,11 +530,11 @@ def params_from_state_dict(graph: SimGraph, state: Dict[str, Any], where: str) -
                 continue
             t = state.get(key + "." + kind)
             if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(ref.shape) or not t.is_floating_point():
+                found = "nothing" if t is None else getattr(t, "shape", type(t).__name__)
                 raise QuantizationError(
-                    "%s has no %s %s of shape %s for %s (found %s): it was made for another model; run "
-                    "the calibration with fast_finetune again" % (where, key + "." + kind, "tensor",
-                                                                  list(ref.shape), graph.full_name(node),
-                                                                  "nothing" if t is None else getattr(t, "shape", type(t).__name__)))
+                    "%s has no %s.%s tensor of shape %s for %s (found %s): it was made for another model; run "
+                    "the calibration with fast_finetune again" % (where, key, kind, list(ref.shape),
+                                                                  graph.full_name(node), found))
             if not bool(torch.isfinite(t).all()):
                 raise QuantizationError("%s: %s holds NaN or Inf; run the calibration with fast_finetune again"
                                         % (where, key + "." + kind))

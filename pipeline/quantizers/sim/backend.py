@@ -87,12 +87,10 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
         if count == 0:
             raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data source and "
                                     "the calibration batch limit); nothing was written")
-        scores = {}
-        for name, calibrator in candidates:
-            info, _ = session.quant_info(calibrator)
-            corr = calibrator.bias_corrections() if session.cfg.include_bias_corr else None
-            mse, top1 = ft.output_mse(info, corr, getattr(calibrator, "finetuned", None))
-            scores[name] = {"mse": mse, "top1_agreement": top1}
+        scores = ft.output_scores({
+            name: (session.quant_info(calibrator)[0],
+                   calibrator.bias_corrections() if session.cfg.include_bias_corr else None,
+                   getattr(calibrator, "finetuned", None)) for name, calibrator in candidates})
         calibrator = candidates[0][1]
         info, notes = session.quant_info(calibrator)
         written = {}  # type: Dict[str, str]

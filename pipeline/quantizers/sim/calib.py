@@ -307,15 +307,8 @@ class Calibrator:
         """One bias-correction step of a node not yet stopped, on its input ``x`` and (quantized)
         ``output``: the new ``(bias, stop, efficiency, deviation)``; the state is not changed."""
         state = self.params[node.name]
-        res_f = float_reference(self.graph, node, x, state.weight_float, state.bias_float)
-        error, rate, stop, efficiency, deviation = eval_qnoise(
-            output, res_f, state.efficiency, state.deviation, BIAS_CORR_RATE, state.stop, self._scratch)
-        del res_f  # with the scratch, its buffer now holds the error
-        bias = state.bias
-        if not stop and bias is not None:
-            dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
-            bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
-        return bias, stop, efficiency, deviation
+        return bias_step(self.graph, node, x, output, state.weight_float, state.bias_float, state.bias,
+                         state.efficiency, state.deviation, self._scratch)
 
     # -- results -----------------------------------------------------------------------------
     def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):
@@ -345,6 +338,26 @@ class Calibrator:
     def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
         """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_f - b_final`` (None without bias)."""
         return bias_corr_table(self.graph, {name: (state.bias_float, state.bias) for name, state in self.params.items()})
+
+
+def bias_step(graph: SimGraph, node: SimNode, x: torch.Tensor, output: torch.Tensor, weight_ref: torch.Tensor,
+              bias_ref: Optional[torch.Tensor], bias: Optional[torch.Tensor], efficiency: float, deviation: float,
+              scratch: Optional[Scratch] = None):
+    """One bias-correction step (``nn/modules/conv.py``, ``linear.py``) of a node not yet stopped: the
+    quantized ``output`` against ``op(x, weight_ref, bias_ref)``, then ``eval_qnoise``; unless it says
+    stop, ``bias`` moves by ``rate * mean(error)`` per output channel.
+
+    Returns:
+        ``(bias, stop, efficiency, deviation)``; ``bias`` is a new tensor (or the one given, on stop).
+    """
+    res_f = float_reference(graph, node, x, weight_ref, bias_ref)
+    error, rate, stop, efficiency, deviation = eval_qnoise(output, res_f, efficiency, deviation, BIAS_CORR_RATE,
+                                                           False, scratch)
+    del res_f  # with the scratch, its buffer now holds the error
+    if not stop and bias is not None:
+        dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
+        bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
+    return bias, stop, efficiency, deviation
 
 
 def bias_corr_table(graph: SimGraph, biases: Dict[str, Any]) -> Dict[str, Optional[torch.Tensor]]:

@@ -18,13 +18,11 @@ re-calibration rounds away (``recalibrator(round_bias=False)``).
 import io
 import logging
 import time
-from collections import OrderedDict
 from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
 from ...errors import QuantizationError
-from .. import quant_info as qi
 from .adaquant import (AdaQuant, KeepFpCalibrator, RawCalibration, estimate_bytes, last_quant_nodes,
                        param_state_dict)
 from .calib import check_batch
@@ -80,7 +78,6 @@ class FastFinetune:
         budget = options.memory_mb * 2 ** 20
         self.inputs = BatchStore(budget // 2, options.spill_dir)
         self.targets = []  # type: List[Tuple[torch.Tensor, ...]]
-        self.float_outputs = []  # type: List[Any]
         self.float = FrozenForward(graph, float_params(graph), None, session.bitwidth)
         self.last = [n.name for n in last_quant_nodes(graph, session.plan)]
         self.calibrator = Calibrator(graph, session.plan, session.bitwidth, False)
@@ -169,23 +166,27 @@ class FastFinetune:
         return KeepFpCalibrator(self.session.graph, self.session.plan, self.session.bitwidth, self.raw,
                                 self.params, self.session.cfg.include_bias_corr, round_bias)
 
-    def output_mse(self, info: Dict[str, Any], corr: Any, params: Optional[Params]) -> Tuple[float, float]:
-        """``(mse, top1_agreement)`` of a test-mode model on the finetune batches against the float
-        graph's outputs (first output; top-1 over dimension 1 when it has one)."""
+    def output_scores(self, candidates: Dict[str, Tuple[Dict[str, Any], Any, Optional[Params]]]) -> Dict[str, Dict[str, float]]:
+        """Per candidate ``name -> (quant_info dict, bias_corr or None, params or None)``, its test-mode
+        model's ``{"mse", "top1_agreement"}`` on the finetune batches against the float graph's outputs
+        (first output; top-1 over dimension 1 when it has one). One float forward per batch serves all."""
         from .lowered import build_lowered
-        gm = build_lowered(self.session.graph, self.session.plan, info, self.session.bitwidth, corr, params)
-        sq, count, agree, samples = 0.0, 0, 0, 0
+        models = {name: build_lowered(self.session.graph, self.session.plan, info, self.session.bitwidth, corr, params)
+                  for name, (info, corr, params) in candidates.items()}
+        sums = {name: [0.0, 0, 0, 0] for name in models}  # squared error, elements, agreeing, samples
         with torch.no_grad():
             for i in range(len(self.inputs)):
                 xs = self.inputs[i]
-                q = _first(gm(*xs))
                 f = _first(self.float.run(xs, output=True)[OUTPUT])
-                sq += float(torch.sum((q.double() - f.double()) ** 2))
-                count += q.numel()
-                if q.dim() >= 2:
-                    agree += int((q.argmax(1) == f.argmax(1)).sum())
-                    samples += int(q.shape[0])
-        return sq / max(count, 1), (agree / samples if samples else float("nan"))
+                for name, gm in models.items():
+                    q, acc = _first(gm(*xs)), sums[name]
+                    acc[0] += float(torch.sum((q.double() - f.double()) ** 2))
+                    acc[1] += q.numel()
+                    if q.dim() >= 2:
+                        acc[2] += int((q.argmax(1) == f.argmax(1)).sum())
+                        acc[3] += int(q.shape[0])
+        return {name: {"mse": sq / max(count, 1), "top1_agreement": agree / samples if samples else float("nan")}
+                for name, (sq, count, agree, samples) in sums.items()}
 
     def trace(self) -> Dict[str, Any]:
         """The finetune's record for the step result and the report."""
@@ -210,13 +211,6 @@ def param_bytes(graph: Any, params: Params) -> bytes:
     buf = io.BytesIO()
     torch.save(param_state_dict(graph, params), buf)
     return buf.getvalue()
-
-
-def finetuned_info(info: Dict[str, Any]) -> Dict[str, Any]:
-    """``info`` with ``"fast_finetuned": true`` (what ``export_quant_config`` writes after a finetune)."""
-    out = OrderedDict((k, info[k]) for k in qi.TOP_LEVEL_KEYS)
-    out["fast_finetuned"] = True
-    return dict(out)
 
 
 def _first(out: Any) -> torch.Tensor:
