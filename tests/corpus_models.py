@@ -435,11 +435,8 @@ CORPUS = {
 TARGET = "DPUCZDX8G_ISA1_B4096"
 
 
-def make_model(name):
-    """The seeded model in eval mode, BatchNorm statistics randomized (so folding and CLE act)."""
-    torch.manual_seed(7)
-    model = CORPUS[name][0]()
-    g = torch.Generator().manual_seed(8)
+def randomize_batchnorm(model, g):
+    """Draw every BatchNorm's statistics and affine parameters from ``g`` (so folding and CLE act)."""
     with torch.no_grad():
         for m in model.modules():
             if isinstance(m, nn.modules.batchnorm._BatchNorm):
@@ -448,6 +445,13 @@ def make_model(name):
                 m.running_var.copy_(0.5 + torch.rand(c, generator=g))
                 m.weight.copy_(0.5 + torch.rand(c, generator=g))
                 m.bias.copy_(0.2 * torch.randn(c, generator=g))
+
+
+def make_model(name):
+    """The seeded model in eval mode, BatchNorm statistics randomized (so folding and CLE act)."""
+    torch.manual_seed(7)
+    model = CORPUS[name][0]()
+    randomize_batchnorm(model, torch.Generator().manual_seed(8))
     return model.eval()
 
 
@@ -457,25 +461,31 @@ def make_inputs(name, n, seed):
     return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
 
 
-def seeded_sha256(name):
+def seeded_sha256(name, corpus=None):
     """sha256 of what the seeds make for ``name``: the weights (state_dict in key order, float32
     bytes) and the calibration and test batches. A stored reference (tests/data/corpus_real) holds
     only for the data it was made from; this tells a change of torch's random streams apart from
     a change of the quantizer."""
+    corpus = corpus or sys.modules[__name__]
     h = hashlib.sha256()
-    for key, value in make_model(name).state_dict().items():
+    for key, value in corpus.make_model(name).state_dict().items():
         h.update(key.encode())
         h.update(value.detach().float().contiguous().numpy().tobytes())
     for seed in (1, 2, 3):
-        for x in make_inputs(name, 4, seed):
+        for x in corpus.make_inputs(name, 4, seed):
             h.update(x.numpy().tobytes())
     return h.hexdigest()
 
 
-def phase(which, out_root, names=None):
-    """Run the calib or the test phase of every model (see the module docstring)."""
-    from pipeline.apis import torch_quantizer
-    for name in names or CORPUS:
+def phase(which, out_root, names=None, corpus=None, torch_quantizer=None):
+    """Run the calib or the test phase of every model of ``corpus`` (a module with CORPUS,
+    make_model and make_inputs; this one by default) with ``torch_quantizer`` (the drop-in's by
+    default; see the module docstring)."""
+    if torch_quantizer is None:
+        from pipeline.apis import torch_quantizer
+    corpus = corpus or sys.modules[__name__]
+    make_model, make_inputs = corpus.make_model, corpus.make_inputs
+    for name in names or corpus.CORPUS:
         out = os.path.join(out_root, name)
         example = make_inputs(name, 4, 1)
         q = torch_quantizer(which, make_model(name), tuple(example), output_dir=out, device=torch.device("cpu"))
