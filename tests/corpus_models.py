@@ -477,10 +477,14 @@ def seeded_sha256(name, corpus=None):
     return h.hexdigest()
 
 
-def phase(which, out_root, names=None, corpus=None, torch_quantizer=None):
+def phase(which, out_root, names=None, corpus=None, torch_quantizer=None, quant_config_file=None):
     """Run the calib or the test phase of every model of ``corpus`` (a module with CORPUS,
     make_model and make_inputs; this one by default) with ``torch_quantizer`` (the drop-in's by
-    default; see the module docstring)."""
+    default) and ``quant_config_file`` (see the module docstring). A model whose export the drop-in
+    refuses with its clear error (ExportError: the exact ONNX flavour or the xmodel cannot express a
+    node) gets the message in ``onnx_refused.txt`` / ``xmodel_refused.txt`` beside its outputs;
+    the tests say which refusals they expect."""
+    from pipeline.errors import ExportError
     if torch_quantizer is None:
         from pipeline.apis import torch_quantizer
     corpus = corpus or sys.modules[__name__]
@@ -488,7 +492,8 @@ def phase(which, out_root, names=None, corpus=None, torch_quantizer=None):
     for name in names or corpus.CORPUS:
         out = os.path.join(out_root, name)
         example = make_inputs(name, 4, 1)
-        q = torch_quantizer(which, make_model(name), tuple(example), output_dir=out, device=torch.device("cpu"))
+        q = torch_quantizer(which, make_model(name), tuple(example), output_dir=out, device=torch.device("cpu"),
+                            quant_config_file=quant_config_file)
         with torch.no_grad():
             if which == "calib":
                 for seed in (1, 2):
@@ -499,8 +504,23 @@ def phase(which, out_root, names=None, corpus=None, torch_quantizer=None):
             y = q.quant_model(*make_inputs(name, 4, 3))
             for j, t in enumerate(y if isinstance(y, tuple) else (y,)):
                 np.save(os.path.join(out, "y_%d.npy" % j), t.numpy())
-            q.export_onnx_model(out, native_onnx=False)
-        q.export_xmodel(os.path.join(out, "xmodel"))  # checked and run against the simulation, or it raises
+            _export(out, "onnx", lambda: q.export_onnx_model(out, native_onnx=False), ExportError)
+        # checked and run against the simulation before it is written, or it raises
+        _export(out, "xmodel", lambda: q.export_xmodel(os.path.join(out, "xmodel")), ExportError)
+
+
+def _export(out, kind, export, refusal):
+    try:
+        export()
+    except refusal as e:
+        with open(os.path.join(out, kind + "_refused.txt"), "w") as f:
+            f.write(str(e))
+
+
+def main(corpus, argv):
+    """``calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE]`` (NAMES comma-separated, or ``all``)."""
+    names = argv[2].split(",") if len(argv) > 2 and argv[2] != "all" else None
+    phase(argv[0], argv[1], names, corpus=corpus, quant_config_file=argv[3] if len(argv) > 3 else None)
 
 
 if __name__ == "__main__":
@@ -508,4 +528,4 @@ if __name__ == "__main__":
     # the models of the module the tests import, not of __main__: the target of a torch.fx-wrapped
     # function (stochastic_depth) names its module, and so does the calibration's graph hash
     import corpus_models
-    corpus_models.phase(sys.argv[1], sys.argv[2], sys.argv[3].split(",") if len(sys.argv) > 3 else None)
+    corpus_models.main(corpus_models, sys.argv[1:])

@@ -3,8 +3,9 @@ ConvNeXt, a small ViT, a small Swin, DenseNet-121, LR-ASPP MobileNetV3), random 
 randomised BatchNorm statistics and layer scales, small inputs, nothing downloaded. torchvision is a
 test-only dependency (the `dev` extra); the pipeline never imports it.
 
-``python tests/corpus_torchvision.py calib|test OUT_DIR [NAMES]`` runs one phase for every family,
-exactly as ``tests/corpus_models.py`` does for the plain-torch corpus (same recipe, same seeds).
+``python tests/corpus_torchvision.py calib|test OUT_DIR [NAMES|all] [QUANT_CONFIG_FILE]`` runs one phase
+for every family, exactly as ``tests/corpus_models.py`` does for the plain-torch corpus (same recipe,
+same seeds).
 
 torchvision 0.28.0 (the release paired with torch 2.13) comes from the package index as a CUDA
 build whose C++ operators do not load beside the CPU torch, and ``import torchvision`` then fails on
@@ -126,5 +127,4 @@ def make_inputs(name, n, seed):
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(HERE))
     import corpus_torchvision
-    corpus_models.phase(sys.argv[1], sys.argv[2], sys.argv[3].split(",") if len(sys.argv) > 3 else None,
-                        corpus=corpus_torchvision)
+    corpus_models.main(corpus_torchvision, sys.argv[1:])
