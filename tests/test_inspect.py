@@ -574,3 +574,20 @@ def test_untraceable_model_and_bad_example():
         inspect(Lambda(forward, conv=nn.Conv2d(3, 3, 1)), (1, 3, 4, 4))
     with pytest.raises(DataError, match="example input tensor"):
         inspect_model(nn.ReLU(), [[1.0]], B4096)
+
+
+class _Bilinear(nn.Module):
+    def forward(self, x):
+        return torch.cat([nn.functional.interpolate(x, scale_factor=2, mode="bilinear", align_corners=True),
+                          nn.functional.interpolate(x, scale_factor=2, mode="bilinear"),
+                          nn.functional.interpolate(x[:, :, :, :4], size=(16, 16), mode="bilinear")], 1)
+
+
+def test_bilinear_resize_runs_as_a_transposed_depthwise_conv_only_at_an_equal_scale_of_2_or_4():
+    """The quantizer's Inspector turns a half-pixel bilinear upsampling by 2 or 4 in both directions
+    into a transposed depthwise conv; align_corners=True and any other scale stay on the CPU."""
+    nodes = {n.name: n for n in inspect_model(_Bilinear(), torch.randn(1, 8, 8, 8), "DPUCZDX8G_ISA1_B4096").nodes}
+    assert nodes["interpolate_1"].device == "DPU"
+    assert nodes["interpolate"].device == "CPU" and "align_corners = True" in nodes["interpolate"].reasons[0]
+    assert nodes["interpolate_2"].device == "CPU" and "[4.0, 2.0]" in nodes["interpolate_2"].reasons[0]
+    assert not [n for n in nodes.values() if any("operator table" in r for r in n.reasons)]

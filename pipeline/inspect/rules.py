@@ -41,8 +41,8 @@ output_padding."; docs/targets.md#dpuczdx8g-operator-limits).
 from typing import Callable, Dict, List, Optional, Tuple
 
 from pipeline.targets import DpuTarget
-from pipeline.inspect.conv_rules import (check_kernel, check_padding, check_stride, conv2d, conv_transpose2d, dense,
-                                          depthwise_conv2d)
+from pipeline.inspect.conv_rules import (check_kernel, check_padding, check_stride, check_transposed_kernel, conv2d,
+                                          conv_transpose2d, dense, depthwise_conv2d)
 from pipeline.inspect.trace import OpNode
 from pipeline.inspect.verdict import CPU, DPU, Context, Verdict, _cpu, _dpu_unless
 DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, docs/arithmetic.md#leakyrelu-slope
@@ -410,11 +410,46 @@ def float_operator(node: OpNode, ctx: Context) -> Verdict:
 
 
 def resize(node: OpNode, ctx: Context) -> Verdict:
-    """Upsample / interpolate: nearest resizing is a DPU op of the quantizer (``nndct_resize``);
-    other modes are not modelled here."""
-    if node.attrs.get("mode") != "nearest":
-        return unknown(node, ctx, "a {} resize".format(node.attrs.get("mode")))
+    """Upsample / interpolate: nearest resizing is a DPU op of the quantizer (``nndct_resize``); a
+    bilinear one runs as a transposed depthwise conv (:func:`bilinear_resize`); other modes are
+    not modelled here."""
+    mode = node.attrs.get("mode")
+    if mode == "bilinear":
+        return bilinear_resize(node, ctx)
+    if mode != "nearest":
+        return unknown(node, ctx, "a {} resize".format(mode))
     return Verdict(DPU)
+
+
+# bilinear upsampling scales the DPU runs as a transposed depthwise conv (kernel 2s, stride s):
+# half-pixel centres (torch's align_corners=False) 2 and 4 (vai_q_pytorch
+# ``pytorch_nndct/hardware/dpu_op_filter.py``, ``check_bilinear_upsample_scale``)
+BILINEAR_DPU_SCALES = (2, 4)
+
+
+def bilinear_resize(node: OpNode, ctx: Context) -> Verdict:
+    """A bilinear upsampling by the same integer scale s (2 or 4) in height and width, without
+    align_corners: the quantizer's Inspector turns it into a transposed depthwise conv of kernel
+    2s and stride s (its weights are the interpolation factors, at most 1, within the 8-bit range
+    at the fix position it gives them) and checks that conv on the depthwise engine; anything else
+    stays on the CPU (``dpu_op_filter.py``, ``filter_upsample``)."""
+    prefix = "Try to convert BlinearUpsamle2d to transpose depthwise conv2d failed: "
+    src = ctx.producer(node)
+    if node.attrs.get("align_corners"):
+        return _cpu(prefix + "DPU does not support align_corners = True")
+    if src is None or src.shape is None or node.shape is None or len(node.shape) != 4:
+        return unknown(node, ctx, "a bilinear resize of an unknown shape")
+    scales = [node.shape[d] / src.shape[d] for d in (3, 2)]
+    if any(s not in BILINEAR_DPU_SCALES for s in scales) or scales[0] != scales[1]:
+        return _cpu(prefix + "resize output / input scale is {} (the DPU takes {} in both directions)".format(
+            scales, " or ".join(str(s) for s in BILINEAR_DPU_SCALES)))
+    limits = ctx.target.engines.depthwise_limits()
+    if limits is None:
+        return _cpu(prefix + "{} has no depthwise-conv engine.".format(ctx.target.name))
+    s = int(scales[0])
+    return _dpu_unless([check_transposed_kernel([2 * s, 2 * s], [s, s], limits.kernel_size)],
+                       notes=["runs on the {} as a transposed depthwise conv (kernel {}, stride {}).".format(
+                           limits.engine, 2 * s, s)])
 
 
 def piece(node: OpNode, ctx: Context) -> Verdict:

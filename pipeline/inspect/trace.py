@@ -159,7 +159,7 @@ def _module_attrs(op: str, module: nn.Module) -> Dict[str, Any]:
     if op == "flatten":
         return {"start_dim": module.start_dim, "end_dim": module.end_dim}
     if op == "resize":
-        return {"mode": module.mode}
+        return {"mode": module.mode, "align_corners": bool(module.align_corners)}
     return {}
 
 
@@ -203,7 +203,7 @@ def _function_attrs(op: str, node: torch.fx.Node) -> Dict[str, Any]:
         dims = list(dim) if isinstance(dim, (tuple, list)) else ([dim] if dim is not None else [])
         return {"dim": [int(d) for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))}
     if op == "resize":
-        return {"mode": _arg(node, 3, "mode", "nearest")}
+        return {"mode": _arg(node, 3, "mode", "nearest"), "align_corners": bool(_arg(node, 4, "align_corners", False))}
     if op in ("add", "mul"):
         operands = [_arg(node, 0, "input"), _arg(node, 1, "other")]
         return {"tensor_operands": sum(isinstance(o, torch.fx.Node) for o in operands)}
