@@ -23,6 +23,13 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(skip)
 
 
+def pinned_threads(reference):
+    """The torch thread count a bit-exact test runs at: ``reference`` (the setting its reference was
+    made with), or ``PIPELINE_TEST_THREADS`` where set (test_isa_fidelity reruns the golden tests at
+    1 and 2 threads: the simulation's bits must not depend on it)."""
+    return int(os.environ.get("PIPELINE_TEST_THREADS", reference))
+
+
 def python(*args, cwd=REPO):
     """``python *args`` in a child process (the repository as working folder); text output captured."""
     return subprocess.run([sys.executable] + list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,

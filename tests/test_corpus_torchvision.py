@@ -24,7 +24,7 @@ sys.path.insert(0, HERE)
 import corpus_models  # noqa: E402
 import corpus_torchvision as corpus  # noqa: E402
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.rerun]
 corpus.import_torchvision()
 
 REAL = os.path.join(DATA, "corpus_real")

@@ -19,7 +19,7 @@ import pytest
 import torch
 from torch import nn
 
-from conftest import DATA, REPO
+from conftest import DATA, REPO, pinned_threads
 from pipeline.apis import torch_quantizer
 from pipeline.fx.rewrites import bn_scale_offset
 
@@ -68,7 +68,7 @@ def _run(tmp_path, cfg, finetune):
     """The golden_ft recipe (batch 4, calib on the 32 images, finetune on them too), two quantizers,
     at one thread (the references' setting; the caller's thread count is restored)."""
     threads = torch.get_num_threads()
-    torch.set_num_threads(1)
+    torch.set_num_threads(pinned_threads(1))
     try:
         return _recipe(tmp_path, cfg, finetune)
     finally:
@@ -161,16 +161,26 @@ def _avx2_available():
     return r.stdout.strip() == "AVX2"
 
 
+# (vector unit, torch threads) of the reruns; the plain run is the default unit at the references'
+# thread counts
+RERUNS = [("avx2", 1), ("avx2", 2), ("default", 1), ("default", 2)]
+
+
 @pytest.mark.slow
-def test_golden_tests_pass_with_avx2_kernels():
-    """The golden sets, the corpus and the ResNet-18 above again, with torch's kernels held to AVX2 and
-    oneDNN's to AVX2 (as on an AVX2 machine), so a dependence on the vector unit fails here."""
-    if not _avx2_available():
+@pytest.mark.parametrize("isa,n_threads", RERUNS)
+def test_golden_tests_pass_with_avx2_kernels_and_any_thread_count(isa, n_threads):
+    """The golden sets, the corpora (torchvision's included), the ResNet-18 above and the
+    fast-finetune references again, with torch's and oneDNN's kernels held to AVX2 (as on an AVX2
+    machine) or left to the CPU's best, at 1 and 2 threads, so that a dependence on the vector unit
+    or the thread count fails here."""
+    if isa == "avx2" and not _avx2_available():
         pytest.skip("this CPU cannot run torch's AVX2 kernels")
-    env = dict(os.environ, **AVX2_ENV)
-    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow",
+    env = dict(os.environ, PIPELINE_TEST_THREADS=str(n_threads), OMP_NUM_THREADS=str(n_threads),
+               **(AVX2_ENV if isa == "avx2" else {}))
+    r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow or rerun",
                         "tests/test_sim_golden.py", "tests/test_sim_golden_wide.py", "tests/test_corpus.py",
-                        "tests/test_isa_fidelity.py", "tests/test_fast_finetune.py"],
+                        "tests/test_corpus_torchvision.py", "tests/test_isa_fidelity.py",
+                        "tests/test_fast_finetune.py"],
                        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     assert r.returncode == 0, r.stdout[-4000:]
     assert " passed" in r.stdout.splitlines()[-1]

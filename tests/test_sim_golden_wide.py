@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from conftest import pinned_threads
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError
 from pipeline.quantizers import quant_info as qi
@@ -68,10 +69,10 @@ def _as_tuple(y):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Per case: the calibration folder and the test-mode outputs (eval, ties), made with two
-    threads as the reference was."""
+    threads as the reference was (or conftest.pinned_threads)."""
     out = {}
     threads = torch.get_num_threads()
-    torch.set_num_threads(2)
+    torch.set_num_threads(pinned_threads(2))
     try:
         _run_cases(tmp_path_factory, out)
     finally:
@@ -111,7 +112,10 @@ def test_golden_wide_fix_positions_equal(name, config, results):
 def test_golden_wide_bias_corr_within_a_few_ulps(name, results):
     """bias_corr.pth equals nndct's to a few float32 ulps of the layer's largest bias (the residue of
     float convolutions and reductions whose summation order depends on the CPU; see
-    test_sim_golden.test_golden_bias_corr); it never reaches the quantized biases."""
+    test_sim_golden.test_golden_bias_corr); it never reaches the quantized biases. At another
+    thread count than the reference's two the real quantizer's own values move further: at one
+    thread both it and the simulation give floatops' nndct_conv2d_8 a correction 3.01e-6 (101 ulps of
+    that layer's largest bias) away from the two-thread reference, the same value in both."""
     t = results[(name, "default")][3]
     mine = qi.read_bias_corr(results[(name, "default")][0])
     ref = torch.load(os.path.join(DATA, name, "default", "bias_corr.pt"), weights_only=True)
@@ -121,8 +125,11 @@ def test_golden_wide_bias_corr_within_a_few_ulps(name, results):
         bias = graph.module(graph.by_name[key.split("::")[1]]).bias.detach()  # after BN folding and CLE
         top = bias.abs().max()
         ulp = torch.nextafter(top, torch.tensor(float("inf"))) - top
-        distance = ((bias - mine[key]) - (bias - golden)).abs() / ulp
-        assert float(distance.max()) <= 8, (key, float(distance.max()))
+        distance = ((bias - mine[key]) - (bias - golden)).abs()
+        if pinned_threads(2) == 2:
+            assert float((distance / ulp).max()) <= 8, (key, float((distance / ulp).max()))
+        else:
+            assert float(distance.max()) <= 1e-5, (key, float(distance.max()))
 
 
 @pytest.mark.parametrize("name,config", CASES)
