@@ -1,4 +1,5 @@
-"""The torchvision families of the model corpus: torchvision's own classes (EfficientNet-B0, a small
+"""The torchvision families of the model corpus: torchvision's own classes (MobileNetV3-small,
+RegNetX-400MF, ShuffleNetV2, SqueezeNet 1.1, MNASNet, GoogLeNet, a ResNeXt, EfficientNet-B0, a small
 ConvNeXt, a small ViT, a small Swin, DenseNet-121, LR-ASPP MobileNetV3), random weights with
 randomised BatchNorm statistics and layer scales, small inputs, nothing downloaded. torchvision is a
 test-only dependency (the `dev` extra); the pipeline never imports it.
@@ -60,8 +61,8 @@ def efficientnet_b0():
 
 
 def convnext():
-    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
     import_torchvision()
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
     return ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, 64, 2), CNBlockConfig(64, None, 1)],
                     stochastic_depth_prob=0.1, num_classes=10)
 
@@ -90,8 +91,46 @@ def lraspp():
                                                                           weights_backbone=None))
 
 
+def mobilenet_v3_small():
+    return import_torchvision().models.mobilenet_v3_small(num_classes=10)
+
+
+def regnet_x_400mf():
+    return import_torchvision().models.regnet_x_400mf(num_classes=10)
+
+
+def shufflenet_v2():
+    return import_torchvision().models.shufflenet_v2_x0_5(num_classes=10)
+
+
+def squeezenet1_1():
+    return import_torchvision().models.squeezenet1_1(num_classes=10)
+
+
+def mnasnet():
+    return import_torchvision().models.mnasnet0_5(num_classes=10)
+
+
+def googlenet():
+    return import_torchvision().models.googlenet(num_classes=10, aux_logits=False, init_weights=True)
+
+
+def resnext():
+    """A one-block-per-stage ResNeXt (32 groups of width 4) from torchvision's ResNet class."""
+    import_torchvision()
+    from torchvision.models.resnet import Bottleneck, ResNet
+    return ResNet(Bottleneck, [1, 1, 1, 1], num_classes=10, groups=32, width_per_group=4)
+
+
 # name -> (maker, input shapes without the batch dimension)
 CORPUS = {
+    "tv_mobilenet_v3_small": (mobilenet_v3_small, [(3, 64, 64)]),
+    "tv_regnet_x_400mf": (regnet_x_400mf, [(3, 64, 64)]),
+    "tv_shufflenet_v2": (shufflenet_v2, [(3, 64, 64)]),
+    "tv_squeezenet1_1": (squeezenet1_1, [(3, 64, 64)]),
+    "tv_mnasnet": (mnasnet, [(3, 64, 64)]),
+    "tv_googlenet": (googlenet, [(3, 64, 64)]),
+    "tv_resnext": (resnext, [(3, 64, 64)]),
     "tv_efficientnet_b0": (efficientnet_b0, [(3, 64, 64)]),
     "tv_convnext": (convnext, [(3, 32, 32)]),
     "tv_vit": (vit, [(3, 32, 32)]),

@@ -39,6 +39,14 @@ XMODEL_REFUSED = {"tv_convnext": "layernorm", "tv_vit": "layernorm", "tv_swin": 
 # what inspect puts on the CPU beyond the float operators: ops the DPU of corpus_models.TARGET
 # cannot run (family -> op kinds)
 HARDWARE_CPU = {
+    "tv_mobilenet_v3_small": {"mul"},  # squeeze-excite's broadcast
+    # grouped convs (neither 1 group nor depthwise), their BatchNorm and ReLU
+    "tv_regnet_x_400mf": {"batch_norm", "conv2d", "relu"},
+    "tv_shufflenet_v2": {"chunk", "getitem", "transpose", "view"},  # the channel shuffle moves data
+    "tv_squeezenet1_1": set(),
+    "tv_mnasnet": set(),
+    "tv_googlenet": set(),
+    "tv_resnext": {"batch_norm", "conv2d", "relu"},
     "tv_efficientnet_b0": {"mul"},  # squeeze-excite's (N, C, 1, 1) x (N, C, H, W) broadcast
     "tv_convnext": {"permute", "flatten"},
     "tv_vit": {"concat", "expand", "getitem", "permute", "reshape"},
