@@ -71,6 +71,8 @@ class RawCalibration:
         out_fp: node name -> activation fix_pos (mode over the batches; raw: no export-time adjustment).
         params: node name -> (weight, bias) rounded at their fix positions (the calibration's tensors:
             read only, the finetune works on copies).
+        norm_params: layer norm node name -> (weight, bias) rounded at their fix positions (nndct
+            finetunes conv/linear layers only: these stay as calibrated).
     """
 
     def __init__(self, calibrator: Calibrator) -> None:
@@ -85,6 +87,7 @@ class RawCalibration:
         self.params = OrderedDict()  # type: Params   # the calibrator's tensors (never written)
         for name, state in calibrator.params.items():
             self.params[name] = (state.weight, state.bias)
+        self.norm_params = dict(calibrator.norm_params)  # type: Params   # layer norms, rounded (never tuned)
 
 
 def last_quant_nodes(graph: SimGraph, plan: QuantPlan) -> List[SimNode]:
@@ -207,7 +210,7 @@ class AdaQuant:
         # layer's own (a layer works on copies, so the raw ones are never written)
         self.params = OrderedDict(raw.params)  # type: Params
         self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
-        self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth)
+        self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth, norm_params=raw.norm_params)
         self.last = [n.name for n in last_quant_nodes(graph, plan)]
         self.pairs = act_pairs(graph)
         self.trace = []  # type: List[LayerTrace]
@@ -446,7 +449,7 @@ class KeepFpCalibrator:
         self.stopped = {}  # type: Dict[str, Tuple[bool, float, float]]
         self.batches = 0
         self._forward = FrozenForward(graph, self.current, raw.out_fp, bitwidth,
-                                      self._corrected if bias_correction else None)
+                                      self._corrected if bias_correction else None, raw.norm_params)
 
     def step(self, *xs: torch.Tensor) -> Any:
         """One calibration batch (not modified); returns the model output."""
@@ -479,7 +482,7 @@ class KeepFpCalibrator:
         if self.batches == 0:
             raise QuantizationError("fast finetune: run at least one calibration forward after fast_finetune "
                                     "(the re-calibration) before exporting the quantization config")
-        param_fp = {p: self.raw.param_fp[p] for p in self.plan.param_order}
+        param_fp = {p: self.raw.param_fp.get(p) for p in self.plan.param_order}
         output_fp = {n: self.raw.out_fp[n] for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
         return param_fp, output_fp, notes

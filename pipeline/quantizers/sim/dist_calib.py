@@ -110,6 +110,8 @@ class DistributedCalibrator(Calibrator):
                                               state.weight, state.bias)
                 elif node.op == g.INPUT:
                     value = feed.get(node)
+                elif node.op in g.NORM_TYPES and mine:
+                    value = self._norm_node(node, env)
                 elif mine:
                     value, quantizable = run_node(self.graph, node, env)
                 if node.name in self.quantized:  # a collective on every rank, quantizable or not
