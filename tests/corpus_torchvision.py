@@ -60,8 +60,8 @@ def efficientnet_b0():
 
 
 def convnext():
-    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
     import_torchvision()
+    from torchvision.models.convnext import CNBlockConfig, ConvNeXt
     return ConvNeXt([CNBlockConfig(16, 32, 2), CNBlockConfig(32, 64, 2), CNBlockConfig(64, None, 1)],
                     stochastic_depth_prob=0.1, num_classes=10)
 
