@@ -14,7 +14,8 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
 1. Module swaps before tracing (``pytorch_nndct/qproc/utils.py`` ``parse_module``): every
    ``nn.ReLU6`` becomes ``nn.ReLU`` when CLE is on (option ``relu6_replace='relu'``) or when
    ``convert_relu6_to_relu`` is set; ``nn.SiLU`` becomes ``nn.Hardswish`` with
-   ``convert_silu_to_hswish``.
+   ``convert_silu_to_hswish``; an ``nn.LayerNorm`` without affine parameters becomes one with
+   weight 1 and bias 0 (always).
 2. Dropout and Identity nodes are removed (nndct removes dropout; jit traces never see Identity).
 3. A BatchNorm2d whose input is a Conv2d/ConvTranspose2d is folded into it (``fuse_conv_bn.py``),
    in float32 as nndct's numpy code does it: ``s = gamma / sqrt(var + eps)``, ``W' = W * s``
