@@ -22,7 +22,8 @@ from conftest import DATA
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError
 from pipeline.export.onnx.builder import Unsupported
-from pipeline.export.onnx.layer_norm import MAX_N, TorchOps, check_kernel, layer_norm_rows
+from pipeline.export.onnx.builder import IR_VERSION, OPSET, Builder
+from pipeline.export.onnx.layer_norm import OnnxOps, TorchOps, check_kernel, layer_norm_rows
 from pipeline.fx.capture import capture
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.quant_config import load_quant_config
@@ -108,13 +109,14 @@ def _kernel_or_skip():
         pytest.skip(str(e))
 
 
-@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 9, 15, 16, 24, 31, 32, 40, 64, 100, 128, MAX_N])
+@pytest.mark.parametrize("n", [1, 2, 3, 7, 8, 9, 15, 16, 24, 31, 32, 40, 64, 100, 128, 135, 136, 150, 264, 384, 777,
+                               2100])
 def test_kernel_steps_equal_torch_layer_norm(n):
     """The steps the ONNX lowering writes give F.layer_norm's bits (gamma and beta, either, neither)."""
     _kernel_or_skip()
     g = torch.Generator().manual_seed(n)
-    x = torch.randint(-128, 128, (512, n), generator=g).float() * 2.0 ** -3
-    x[:8] = torch.randn(8, n, generator=g)  # off any grid too
+    x = torch.randint(-128, 128, (256, n), generator=g).float() * 2.0 ** -3
+    x[:64] = torch.randn(64, n, generator=g) * 3  # off any grid too
     gamma = torch.randint(-128, 128, (n,), generator=g).float() * 2.0 ** -6
     beta = torch.randint(-128, 128, (n,), generator=g).float() * 2.0 ** -9
     for w, b in ((gamma, beta), (gamma, None), (None, beta), (None, None)):
@@ -123,9 +125,31 @@ def test_kernel_steps_equal_torch_layer_norm(n):
         assert torch.equal(want.view(torch.int32), got.view(torch.int32)), (w is None, b is None)
 
 
-def test_longer_rows_are_refused_with_the_reason():
-    with pytest.raises(Unsupported, match="more than one chunk"):
-        layer_norm_rows(TorchOps(), torch.zeros(2, MAX_N + 1), MAX_N + 1, None, None, 1e-5)
+@pytest.mark.parametrize("n", [5, 20, 200, 777])
+def test_onnx_layer_norm_steps_in_onnx_runtime(n):
+    """The ONNX nodes of the steps, run by ONNX Runtime, give F.layer_norm's bits (rows of any length)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+    _kernel_or_skip()
+    g = torch.Generator().manual_seed(n)
+    x = torch.randn(300, n, generator=g) * 2
+    gamma, beta = torch.randn(n, generator=g), torch.randn(n, generator=g) * 0.1
+    for w, bias in ((gamma, beta), (None, None), (gamma, None), (None, beta)):
+        b = Builder(None, None, {}, {})
+        names = [None if t is None else b.init(k, t.numpy()) for k, t in (("gamma", w), ("beta", bias))]
+        b.op("Identity", [layer_norm_rows(OnnxOps(b, "ln"), "x", n, names[0], names[1], 1e-5)], "y")
+        graph = helper.make_graph(b.nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
+                                  [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n])],
+                                  initializer=list(b.initializers.values()))
+        model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)])
+        model.ir_version = IR_VERSION
+        options = ort.SessionOptions()
+        options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+        session = ort.InferenceSession(model.SerializeToString(), sess_options=options,
+                                       providers=["CPUExecutionProvider"])
+        got = session.run(None, {"x": x.numpy()})[0]
+        want = F.layer_norm(x, (n,), w, bias, 1e-5).numpy()
+        assert np.array_equal(got.view(np.int32), want.view(np.int32)), (w is None, bias is None)
 
 
 def _exact_fma(a: float, b: float, c: float) -> np.float32:

@@ -6,15 +6,18 @@ measured bit for bit against torch 2.13 on AVX2 and AVX-512 machines) computes, 
 ``N`` normalized elements:
 
 1. mean and variance with ``RowwiseMoments``: a Welford update per lane over 8 lanes (element
-   ``i`` in lane ``i % 8``, the ``N // 8`` full groups of 8), merged into the cascade's stack
-   (``AddMomentsVec``), then a scalar Welford over the ``N % 8`` tail, then the 8 lanes merged
-   into it one by one (``AddMoments``); ``var = m2 / N``;
+   ``i`` in lane ``i % 8``, the ``N // 8`` full groups of 8) in chunks of 16 groups, each chunk
+   merged into a cascade of partial moments (``AddMomentsVec``, pairwise by chunk index), then a
+   scalar Welford over the ``N % 8`` tail, then the 8 lanes merged into it one by one
+   (``AddMoments``); ``var = m2 / N``;
 2. ``rstd = 1 / sqrt(var + eps)`` (a correctly rounded square root), ``t = (x - mean) * rstd``,
    ``y = t * gamma + beta`` (``(x - mean) * rstd + beta`` without gamma, ``t * gamma + 0``
    without beta).
 
-The AVX2/AVX-512 builds contract the ``a * b + c`` of these steps into one fused multiply-add
-(one rounding), except in the scalar Welford over the tail (all measured). ONNX has no FMA operator: ``fma`` below computes ``a * b`` exactly in float64, adds
+The AVX2/AVX-512 builds contract some ``a * b + c`` of these steps into one fused multiply-add
+(one rounding): the per-group Welford updates, both updates of the scalar lane merge, the variance
+update of the cascade merge and the final ``t * gamma + beta``; not the mean update of the
+cascade merge nor the scalar tail (each measured, rows of 1 to 2100 elements). ONNX has no FMA operator: ``fma`` below computes ``a * b`` exactly in float64, adds
 ``c`` (TwoSum keeps the error of that addition exactly) and rounds to float32, correcting the one
 case where rounding twice differs from rounding once (the float64 sum exactly halfway between two
 float32 values and the dropped error nonzero): an exact FMA for finite values.
@@ -23,8 +26,8 @@ The same algorithm runs on torch tensors (``TorchOps``) and as ONNX nodes (``Onn
 layer norm is written, the torch run is compared with ``F.layer_norm`` on probe rows of the
 node's size, weights and eps, and a torch whose kernel computes otherwise (torch 1.13's older
 formula, the non-vectorized ``ATEN_CPU_CAPABILITY=default`` build, which contracts nothing) is
-refused with that reason rather than written inexactly. One chunk of the cascade is written (at
-most 16 groups of 8: ``N <= 135``); a longer row is refused.
+refused with that reason rather than written inexactly. The graph is unrolled: about 45 ONNX nodes
+per group of 8 elements.
 """
 from typing import Any, Optional
 
@@ -37,7 +40,6 @@ from .builder import Builder, Unsupported
 
 LANES = 8  # float lanes of torch's Vectorized<float> in the kernel measured (AVX2 and AVX-512 alike)
 CHUNK = 16  # RowwiseMoments' kChunkSize: groups of LANES per cascade chunk
-MAX_N = LANES * (CHUNK + 1) - 1  # one chunk of the cascade (the stack merge is then the identity step)
 PROBE_ROWS = 256
 
 
@@ -154,7 +156,9 @@ class OnnxOps:
 
 
 def _add_moments(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
-    """``AddMoments``/``AddMomentsVec``: merge ``(m0_add, m1_add, m2_add)`` into ``(m0, m1, m2)``."""
+    """``AddMoments`` (the scalar merge of a lane into the row's moments): merge ``(m0_add,
+    m1_add, m2_add)`` into ``(m0, m1, m2)``; ``m1 + c * delta`` and ``m2_add + (delta * delta * c) * m0``
+    fused."""
     n = m0 + m0_add
     c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
     delta = ops.sub(m1_add, m1)
@@ -164,22 +168,56 @@ def _add_moments(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: A
     return n, m1, m2
 
 
+def _add_moments_vec(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
+    """``AddMomentsVec`` (the 8-lane merge of the cascade): ``m1 + c * delta`` unfused,
+    ``(m2 + m2_add) + (delta * c) * (delta * m0)`` with the last step fused."""
+    n = m0 + m0_add
+    c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
+    delta = ops.sub(m1_add, m1)
+    m1 = ops.add(m1, ops.mul(ops.const(c), delta))
+    m2 = ops.fma(ops.mul(delta, ops.const(c)), ops.mul(delta, ops.const(_f32(m0))), ops.add(m2, m2_add))
+    return n, m1, m2
+
+
+def _ceil_log2(x: int) -> int:
+    """torch's ``utils::CeilLog2`` (x - 1 for x <= 2)."""
+    return x - 1 if x <= 2 else (x - 1).bit_length()
+
+
+def _lane_moments(ops: Any, x: Any, groups: int):
+    """``RowwiseMoments``' vectorized part: the 8-lane moments of the first ``groups * 8``
+    elements of each row, chunk by chunk (a Welford update per group of 8, fused), the chunks
+    merged through the cascade's stack. Returns (m1, m2), each (M, 8)."""
+    zeros = ops.zeros_like(ops.col(x, 0, LANES))
+    chunks = -(-groups // CHUNK)
+    depth = _ceil_log2(chunks)
+    stack = [(0, zeros, zeros) for _ in range(max(depth, 1))]
+    for i in range(chunks):
+        m1 = m2 = zeros
+        for j in range(min(CHUNK, groups - i * CHUNK)):
+            start = (i * CHUNK + j) * LANES
+            xj = ops.col(x, start, start + LANES)
+            d = ops.sub(xj, m1)
+            m1 = ops.fma(d, ops.const(_f32(_f32(1) / _f32(j + 1))), m1)
+            m2 = ops.fma(d, ops.sub(xj, m1), m2)
+        stack[0] = _add_moments_vec(ops, min(CHUNK, groups - i * CHUNK), m1, m2, *stack[0])
+        mask, level = i + 1, 1
+        while level < depth and mask & 1 == 0:
+            stack[level] = _add_moments_vec(ops, *stack[level - 1], *stack[level])
+            stack[level - 1] = (0, zeros, zeros)
+            mask >>= 1
+            level += 1
+    for level in range(1, depth):
+        stack[0] = _add_moments_vec(ops, *stack[level], *stack[0])
+    return stack[0][1], stack[0][2]
+
+
 def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: float) -> Any:
     """The kernel's float32 layer norm of the rows of ``x`` (M, n_elems) with ``gamma``/``beta``
     ((n_elems,) or None) on ``ops`` (TorchOps or OnnxOps); returns y (M, n_elems)."""
     groups = n_elems // LANES
-    if groups > CHUNK:
-        raise Unsupported("layer_norm over %d elements: more than one chunk of torch's cascaded moments "
-                          "(at most %d elements are written exactly)" % (n_elems, MAX_N))
     if groups:
-        m1 = m2 = ops.zeros_like(ops.col(x, 0, LANES))
-        for j in range(groups):
-            xj = ops.col(x, j * LANES, (j + 1) * LANES)
-            d = ops.sub(xj, m1)
-            m1 = ops.fma(d, ops.const(_f32(_f32(1) / _f32(j + 1))), m1)
-            m2 = ops.fma(d, ops.sub(xj, m1), m2)
-        zeros = ops.zeros_like(m1)
-        _, lane_m1, lane_m2 = _add_moments(ops, groups, m1, m2, 0, zeros, zeros)  # the cascade's one chunk
+        lane_m1, lane_m2 = _lane_moments(ops, x, groups)
     m0 = 0
     m1 = m2 = ops.zeros_like(ops.col(x, 0, 1))
     for i in range(groups * LANES, n_elems):
