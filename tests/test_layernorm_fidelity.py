@@ -152,6 +152,15 @@ def test_onnx_layer_norm_steps_in_onnx_runtime(n):
         assert np.array_equal(got.view(np.int32), want.view(np.int32)), (w is None, bias is None)
 
 
+def test_another_layer_norm_kernel_is_refused(monkeypatch):
+    """A torch whose layer norm rounds otherwise (torch 1.13's formula, the non-vectorized build) is
+    refused at export rather than written inexactly."""
+    real = F.layer_norm
+    monkeypatch.setattr(F, "layer_norm", lambda x, *a, **k: torch.nextafter(real(x, *a, **k), torch.tensor(9.0)))
+    with pytest.raises(Unsupported, match="computes otherwise"):
+        check_kernel(16, None, None, 1e-5)
+
+
 def _exact_fma(a: float, b: float, c: float) -> np.float32:
     """a * b + c rounded once to float32 (half to even), from exact rationals."""
     exact = fractions.Fraction(float(a)) * fractions.Fraction(float(b)) + fractions.Fraction(float(c))

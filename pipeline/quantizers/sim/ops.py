@@ -13,6 +13,9 @@
   with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
   ``hardswish.py``).
 
+A layer norm runs ``F.layer_norm`` with its weight and bias quantized as parameters
+(``layer_norm``; ``deephi_LayerNorm`` in ``layernorm.py``).
+
 Every other node runs its own torch operator, on the values the quantized graph gives it: a float
 operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
 softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
