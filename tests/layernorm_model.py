@@ -70,6 +70,33 @@ def make_inputs(n, seed):
     return torch.randn((n,) + INPUT_SHAPE, generator=torch.Generator().manual_seed(seed))
 
 
+def finetune_batches():
+    """The fast-finetune data: four batches of 4 (seeds 1, 2, 4, 5)."""
+    return [make_inputs(4, s) for s in (1, 2, 4, 5)]
+
+
+def run_finetune_phase(torch_quantizer, which, out):
+    """Fast finetune with the default config: calib: ``fast_finetune(evaluate, (quant_model,
+    batches))`` (evaluate runs the batches), the re-calibration forwards on the first two,
+    export_quant_config; test: ``load_ft_param()``, a batch-1 forward, then the 4 eval samples,
+    whose output is returned."""
+    def evaluate(model, batches):
+        with torch.no_grad():
+            for x in batches:
+                model(x)
+
+    q = torch_quantizer(which, make_model(), (make_inputs(4, 1),), output_dir=out, device=torch.device("cpu"))
+    if which == "calib":
+        q.fast_finetune(evaluate, (q.quant_model, finetune_batches()))
+        evaluate(q.quant_model, finetune_batches()[:2])
+        q.export_quant_config()
+        return q, None
+    q.load_ft_param()
+    with torch.no_grad():
+        q.quant_model(make_inputs(4, 3)[:1])
+        return q, q.quant_model(make_inputs(4, 3))
+
+
 def run_phase(torch_quantizer, which, out, quant_config_file=None):
     """The corpus recipe (tests/corpus_models.py ``phase``) on LNNet: calib: two forwards of 4 and
     export_quant_config; test: a batch-1 forward, then the 4 eval samples, whose output is returned."""

@@ -76,6 +76,28 @@ def test_layernorm_model_equals_the_real_quantizer(cfg, runs):
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
 
 
+def test_layernorm_fast_finetune_equals_the_real_quantizer(tmp_path):
+    """Fast finetune: the same quant_info.json and outputs, and a param.pth the real quantizer's test
+    mode loads (it loads strictly): the layer scale and added parameter (float), the layer norms'
+    rounded weight and bias as module_<i> entries, the finetuned layers, in nndct's order and values."""
+    import hashlib
+    import json
+    out = str(tmp_path / "ft")
+    lm.run_finetune_phase(torch_quantizer, "calib", out)
+    _, y = lm.run_finetune_phase(torch_quantizer, "test", out)
+    real = os.path.join(REAL, "ft")
+    mine, theirs = qi.read_quant_info(out), qi.read_quant_info(real)
+    for key in ("param", "output", "input", "fast_finetuned"):
+        assert mine[key] == theirs[key], key
+    want = np.load(os.path.join(real, "y_0.npy"))
+    assert np.array_equal(y.numpy().view(np.int32), want.view(np.int32))
+    with open(os.path.join(real, "param_sha256.json")) as f:
+        digests = json.load(f)
+    state = torch.load(os.path.join(out, "param.pth"))
+    assert list(state) == list(digests)
+    assert {k: hashlib.sha256(v.contiguous().numpy().tobytes()).hexdigest() for k, v in state.items()} == digests
+
+
 def test_quantized_layer_norm_weights_change_the_output(runs):
     """The reference is not blind to the parameters: the float model's weights give other outputs."""
     _, q, y = runs["default"]

@@ -498,16 +498,28 @@ def module_key(node: SimNode) -> str:
     return "module_%s" % node.name.rsplit("_", 1)[1]
 
 
-def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch.Tensor]":
-    """``param.pth``'s content as nndct writes it: ``module_<i>.weight`` / ``.bias`` per parameter
-    node, ``i`` the node's index in nndct's graph (the number ending its name)."""
+def param_state_dict(graph: SimGraph, params: Params,
+                     norm_params: Optional[Params] = None) -> "OrderedDict[str, torch.Tensor]":
+    """``param.pth``'s content as nndct writes it (``quant_model.state_dict()``, which its test mode
+    loads strictly): first the model's parameters its generated module holds as attributes (those
+    the graph takes directly, e.g. a layer scale: ``<path with _>``, float), then ``module_<i>.weight``
+    / ``.bias`` per parameter node and per layer norm (``norm_params``: rounded), ``i`` the node's
+    index in nndct's graph (the number ending its name)."""
     out = OrderedDict()  # type: OrderedDict[str, torch.Tensor]
+    bound = set(name for node in graph.nodes for name in node.param_names.values())
+    prefix = graph.class_name + "::"
+    for fx_node in graph.fx_graph.nodes:
+        name = prefix + str(fx_node.target)
+        if fx_node.op == "get_attr" and name not in bound and isinstance(graph.parameter(name), torch.nn.Parameter):
+            out.setdefault(str(fx_node.target).replace(".", "_"), graph.parameter(name).detach().clone())
+    norm_params = norm_params or {}
     for node in graph.nodes:
-        if node.name not in params:
+        if node.name not in params and node.name not in norm_params:
             continue
         key = module_key(node)
-        w, b = params[node.name]
-        out[key + ".weight"] = w.detach().clone()
+        w, b = params[node.name] if node.name in params else norm_params[node.name]
+        if w is not None:
+            out[key + ".weight"] = w.detach().clone()
         if b is not None:
             out[key + ".bias"] = b.detach().clone()
     return out
