@@ -14,7 +14,8 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
 1. Module swaps before tracing (``pytorch_nndct/qproc/utils.py`` ``parse_module``): every
    ``nn.ReLU6`` becomes ``nn.ReLU`` when CLE is on (option ``relu6_replace='relu'``) or when
    ``convert_relu6_to_relu`` is set; ``nn.SiLU`` becomes ``nn.Hardswish`` with
-   ``convert_silu_to_hswish``.
+   ``convert_silu_to_hswish``; an ``nn.LayerNorm`` without affine parameters becomes one with
+   weight 1 and bias 0 (always).
 2. Dropout and Identity nodes are removed (nndct removes dropout; jit traces never see Identity).
 3. A BatchNorm2d whose input is a Conv2d/ConvTranspose2d is folded into it (``fuse_conv_bn.py``),
    in float32 as nndct's numpy code does it: ``s = gamma / sqrt(var + eps)``, ``W' = W * s``
@@ -66,8 +67,16 @@ class SimNode:
         inputs: producer SimNodes in argument order (nndct ``in_nodes``).
         users: consumer SimNodes in graph order (nndct ``out_nodes``; the return is not a SimNode).
         module_path: submodule path in ``SimGraph.gm`` for module calls, else None.
-        param_names: for conv/dense/batch_norm: ``{"weights": "<Class>::<path>.weight", "bias":
-            ...}`` (bias only when the module has one).
+        param_names: the parameters nndct quantizes in the node's forward: for conv/dense/
+            batch_norm ``{"weights": "<Class>::<path>.weight", "bias": ...}`` (bias only when the
+            module has one); for a layer norm its weight and bias (gamma, beta; those it has), the
+            module's or the state-dict tensors ``F.layer_norm`` is given.
+        free_params: the state-dict tensors (parameters, buffers) a quantizable node of another
+            kind takes directly as an operand, e.g. ConvNeXt's ``layer_scale * x``: full names in
+            argument order. nndct binds them to the node and registers them in quant_info.json
+            with no fix position (``[[8, null]]``): no module of that kind quantizes them, and the
+            operator uses them in float (``TorchNndctQstrategy.create_quant_config``, the parser's
+            ``_bind_free_params``; its export warns "Parameter tensor is not quantized").
         is_output: True when the node feeds the graph's return.
         value: for ``nndct_const``: the Python number (an int one counts as shape arithmetic
             only when every user is).
@@ -84,6 +93,7 @@ class SimNode:
         self.users = []  # type: List[SimNode]
         self.module_path = fx_node.target if fx_node is not None and fx_node.op == "call_module" else None
         self.param_names = {}  # type: Dict[str, str]
+        self.free_params = []  # type: List[str]
         self.is_output = False
         self.value = None  # type: Any
         self.const_args = {}  # type: Dict[int, SimNode]
@@ -165,6 +175,14 @@ class SimGraph:
         if m is None:
             m = self._modules[node.module_path] = self.root.get_submodule(node.module_path)
         return m
+
+    def parameter(self, name: str) -> torch.Tensor:
+        """The tensor of a full parameter name (``"<Class>::<path>"``, a ``param_names`` or
+        ``free_params`` entry) in ``root``: the working copy's own tensor (read it, never write it)."""
+        value = self.root
+        for part in name[len(self.class_name) + 2:].split("."):
+            value = getattr(value, part)
+        return value
 
     def float_operators(self) -> List[SimNode]:
         """The nodes that run in float on the CPU, in order (``SimNode.float_operator``)."""
@@ -345,6 +363,7 @@ class _Builder:
         self.nodes = []  # type: List[SimNode]
         self.steps = []  # type: List[Tuple[torch.fx.Node, Optional[SimNode]]]
         self.called = {}  # type: Dict[str, int]
+        self._state = None  # type: Optional[set]
 
     def resolve(self, fx_node: torch.fx.Node) -> List[SimNode]:
         if fx_node in self.by_fx:
@@ -435,6 +454,12 @@ class _Builder:
             node.const_args = consts
         else:
             node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
+        if op in t.NORM_TYPES:
+            self.norm_params(fx_node, node)
+        elif t.spec(op).quantizable and op not in PARAM_TYPES:
+            state = self.state_names()
+            node.free_params = ["%s::%s" % (self.class_name, a.target) for a in fx_node.all_input_nodes
+                                if a.op == "get_attr" and a.target in state]
         if op in PARAM_TYPES:
             self.called[fx_node.target] = self.called.get(fx_node.target, 0) + 1
             if self.called[fx_node.target] > 1 and self.strict:
@@ -444,6 +469,36 @@ class _Builder:
             node.param_names["weights"] = "%s::%s.weight" % (self.class_name, fx_node.target)
             if m.bias is not None:
                 node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
+
+
+    def state_names(self) -> set:
+        """The state-dict names of the working copy (parameters and persistent buffers): the tensors
+        nndct's parser makes graph parameters."""
+        if self._state is None:
+            self._state = set(self.root.state_dict(keep_vars=True))
+        return self._state
+
+    def norm_params(self, fx_node: torch.fx.Node, node: SimNode) -> None:
+        """A layer norm's weight and bias names: the module's, or the tensors ``F.layer_norm(x,
+        shape, weight, bias, eps)`` is given, which must be the model's own (a get_attr)."""
+        if fx_node.op == "call_module":
+            m = self.root.get_submodule(fx_node.target)
+            given = [(k, fx_node.target + "." + a if getattr(m, a, None) is not None else None)
+                     for k, a in (("weights", "weight"), ("bias", "bias"))]
+        else:
+            given = []
+            for k, index, a in (("weights", 2, "weight"), ("bias", 3, "bias")):
+                arg = fx_node.args[index] if len(fx_node.args) > index else fx_node.kwargs.get(a)
+                if arg is not None and not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
+                    raise QuantizationError(
+                        "node %r (layer_norm): its %s is computed in forward(); the real quantizer quantizes a "
+                        "layer norm's weight and bias as parameters of the model: pass the module's own "
+                        "parameter (nn.LayerNorm, or F.layer_norm(x, shape, self.weight, self.bias, eps))"
+                        % (fx_node.name, a))
+                given.append((k, None if arg is None else arg.target))
+        for k, path in given:
+            if path is not None:
+                node.param_names[k] = "%s::%s" % (self.class_name, path)
 
 
 def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNode]:

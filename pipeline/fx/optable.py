@@ -69,6 +69,7 @@ PAD = "nndct_pad_nd"
 SIGMOID = "nndct_sigmoid"
 TANH = "nndct_tanh"
 GELU = "nndct_GELU"
+LAYER_NORM = "nndct_layer_norm"
 SOFTMAX = "nndct_softmax"
 CLAMP = "nndct_clamp"
 SILU = "aten::silu"
@@ -119,6 +120,7 @@ OPS = {
     MEAN: _FLOAT,
     CLAMP: _FLOAT,
     GELU: _FLOAT_Q,
+    LAYER_NORM: _FLOAT_Q,
     SOFTMAX: _FLOAT_Q,
     SUB: _FLOAT_Q,
     RSUB: _FLOAT_Q,
@@ -129,6 +131,9 @@ GENERIC_FLOAT = _FLOAT  # any aten::<name> node
 CONV_TYPES = (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONVTRANSPOSE2D)
 PARAM_TYPES = CONV_TYPES + (DENSE, BATCH_NORM)
 BIAS_CORR_TYPES = CONV_TYPES + (DENSE,)  # nndct's BatchNorm module does no bias correction
+# float operators whose weight and bias (gamma, beta) nndct's module quantizes as parameters in its
+# own forward (``pytorch_nndct/nn/modules/layernorm.py``), then runs the torch operator with them
+NORM_TYPES = (LAYER_NORM,)
 # elementwise arithmetic: a Python number operand becomes an nndct_const node
 ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE)
 # element-wise binary ops of tensors (XIR add/sub/mul/div; rsub is written as sub(c, x)); also the jit
@@ -168,6 +173,7 @@ MODULE_OPS = {
     nn.Sigmoid: SIGMOID,
     nn.Tanh: TANH,
     nn.GELU: GELU,
+    nn.LayerNorm: LAYER_NORM,
     nn.SiLU: SILU,
     nn.Softmax: SOFTMAX,
     nn.ZeroPad2d: PAD,
@@ -208,6 +214,7 @@ FUNCTION_OPS = {
     torch.tanh: TANH,
     F.tanh: TANH,
     F.gelu: GELU,
+    F.layer_norm: LAYER_NORM,
     F.silu: SILU,
     torch.softmax: SOFTMAX,
     F.softmax: SOFTMAX,

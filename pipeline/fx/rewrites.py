@@ -1,5 +1,6 @@
 """The quantizer's rewrites of the traced float graph, before nodes are named (``capture``):
-module swaps (``pytorch_nndct/qproc/utils.py`` ``parse_module``), Dropout/Identity removal, and
+module swaps (``pytorch_nndct/qproc/utils.py`` ``parse_module``: ReLU6, SiLU, a layer norm without
+affine parameters), Dropout/Identity removal, and
 Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset conversion
 (``fuse_conv_bn.py``; golden_wide README for the unfused BatchNorm1d). All in float32, in
 nndct's order of operations. They change capture's own deep copy of the model only."""
@@ -31,7 +32,23 @@ def _swaps(model: nn.Module, cfg: QuantConfig) -> List[Tuple[str, nn.Module, nn.
             swaps.append((name, m, nn.ReLU(m.inplace)))
         elif isinstance(m, nn.SiLU) and cfg.convert_silu_to_hswish:
             swaps.append((name, m, nn.Hardswish()))
+        elif isinstance(m, nn.LayerNorm) and not m.elementwise_affine:
+            swaps.append((name, m, _affine_layer_norm(name, m)))
     return swaps
+
+
+def _affine_layer_norm(name: str, m: nn.LayerNorm) -> nn.LayerNorm:
+    """nndct's ``replace_layernorm_affine_false_with_true`` (``parse_module``): a layer norm
+    without affine parameters becomes a plain ``nn.LayerNorm`` with weight 1 and bias 0, which
+    the quantizer then quantizes as any layer norm's (its warning ``QUANTIZER_TORCH_LAYERNORM_AFFINE``).
+    nndct does this to subclasses too, dropping their own forward: refused here with the reason."""
+    if type(m) is not nn.LayerNorm:
+        raise QuantizationError(
+            "module %r (%s, a LayerNorm subclass) has elementwise_affine=False: the real quantizer replaces "
+            "every such layer norm by a plain nn.LayerNorm (weight 1, bias 0), which drops this class's own "
+            "forward(); give it elementwise_affine=True (weight 1, bias 0 compute the same)"
+            % (name, type(m).__name__))
+    return nn.LayerNorm(m.normalized_shape, eps=m.eps, elementwise_affine=True)
 
 
 def swaps_keep_graph(model: nn.Module, cfg: QuantConfig) -> bool:

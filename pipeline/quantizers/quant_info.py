@@ -3,7 +3,8 @@
 ``quant_info.json`` (docs/quantizer.md#the-quant_info-format; written by ``TORCHQuantizer.export_quant_config`` with
 ``nndct_shared/utils/io.py`` ``to_jsonstr``) is a JSON object with, in this order:
 
-- ``"param"``: ``"<Class>::<module path>.weight|bias"`` -> ``[[bit_width, fix_pos]]``
+- ``"param"``: ``"<Class>::<module path>.weight|bias"`` (or another state-dict path) ->
+  ``[[bit_width, fix_pos]]``; fix_pos is null for a parameter nndct registers but never quantizes
 - ``"output"``: ``"<Class>::<node name>"`` (e.g. ``"Net::nndct_relu_2"``) -> ``[[bit_width, fix_pos]]``
 - ``"input"``: node name -> list of ``[bit_width, fix_pos]`` (empty with the default strategy)
 - ``"fast_finetuned"``, ``"bias_corrected"``: booleans
@@ -70,16 +71,18 @@ def to_jsonstr(obj: Dict[str, Any], indent: int = 2) -> str:
     return "%s{\n%s\n%s}" % (pad, ",\n".join(lines), pad)
 
 
-def make_quant_info(param: Dict[str, int], output: Dict[str, int], bitwidth: int,
+def make_quant_info(param: Dict[str, Optional[int]], output: Dict[str, int], bitwidth: int,
                     bias_corrected: bool, graph_md5: str,
                     version: str = SIM_VERSION) -> Dict[str, Any]:
     """Build the quant_info dict from ``{name: fix_pos}`` maps (bit width the same everywhere).
 
     Returns a dict with the keys of ``TOP_LEVEL_KEYS`` in order; entries are
-    ``[[bitwidth, fix_pos]]``; ``"input"`` is empty and ``"fast_finetuned"`` false.
+    ``[[bitwidth, fix_pos]]`` (a param whose fix_pos is None, one nndct registers but never
+    quantizes, is ``[[bitwidth, None]]``, written ``[[8,null]]``); ``"input"`` is empty and
+    ``"fast_finetuned"`` false.
     """
     return {
-        "param": {k: [[bitwidth, int(p)]] for k, p in param.items()},
+        "param": {k: [[bitwidth, None if p is None else int(p)]] for k, p in param.items()},
         "output": {k: [[bitwidth, int(p)]] for k, p in output.items()},
         "input": {},
         "fast_finetuned": False,
@@ -140,7 +143,7 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
         if not isinstance(entries, dict):
             raise QuantizationError("%s: expected an object under %r, got %r" % (path, section, entries))
         for name, value in entries.items():
-            if not (isinstance(value, list) and value and all(_is_pair(e) for e in value)):
+            if not (isinstance(value, list) and value and all(_is_pair(e, section == "param") for e in value)):
                 raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]] with bit_width %d..%d and "
                                         "fix_pos %d..%d (what a quantizer produces), got %r; re-run calibration"
                                         % (path, section, name, BIT_WIDTHS[0], BIT_WIDTHS[1], FIX_POS_RANGE[0],
@@ -154,10 +157,16 @@ BIT_WIDTHS = (2, 16)  # the bit widths the quantizers take (quantizer.bitwidth)
 FIX_POS_RANGE = (-128, 64)
 
 
-def _is_pair(entry: Any) -> bool:
-    """``[bit_width, fix_pos]``: two ints (not bools) within BIT_WIDTHS and FIX_POS_RANGE."""
+def _is_pair(entry: Any, unquantized_ok: bool = False) -> bool:
+    """``[bit_width, fix_pos]``: two ints (not bools) within BIT_WIDTHS and FIX_POS_RANGE; with
+    ``unquantized_ok`` (param entries) fix_pos may also be None: a parameter nndct registers and
+    never quantizes (a state-dict tensor a quantizable node takes directly, e.g. a layer scale)."""
     if not (isinstance(entry, list) and len(entry) == 2
-            and all(isinstance(i, int) and not isinstance(i, bool) for i in entry)):
+            and all(isinstance(i, int) and not isinstance(i, bool) for i in entry[:1])):
+        return False
+    if entry[1] is None and unquantized_ok:
+        return BIT_WIDTHS[0] <= entry[0] <= BIT_WIDTHS[1]
+    if not isinstance(entry[1], int) or isinstance(entry[1], bool):
         return False
     return BIT_WIDTHS[0] <= entry[0] <= BIT_WIDTHS[1] and FIX_POS_RANGE[0] <= entry[1] <= FIX_POS_RANGE[1]
 

@@ -20,7 +20,7 @@ Input contract (the lowered test-mode model of the ``sim`` quantizer):
 Layout: ``builder.py`` (recording, the Builder), ``flavours.py`` (one class per flavour: how a
 quantization point and a parameter are written), ``handlers.py`` (every other op, the same in both
 flavours, and the literal registries) with ``float_ops.py`` (the float operators, the unfused
-BatchNorm, chunk/split pieces), ``export.py`` (the graph walk and the file).
+BatchNorm, chunk/split pieces) and ``layer_norm.py``, ``export.py`` (the graph walk and the file).
 
 Flavours (``FLAVOURS``):
 
@@ -51,7 +51,8 @@ for the quantized operands of the contract; then the summation order of torch an
 does not matter. ``mean`` is the same exact sum divided by the count. An element-wise float
 operator (Sigmoid, Tanh, SiLU, GELU) on a quantized input is a Gather from a table of torch's own
 values for each of the 2^b input codes (ONNX Runtime's kernels differ from torch's in the last
-bits); Softmax is the standard op.
+bits); Softmax is the standard op. A layer norm is torch's float32 CPU kernel written out step by
+step, its fused multiply-adds as exact float64 FMAs (``layer_norm.py``).
 
 The ONNX file is opset 13, IR version 7 (loads with the onnx / onnxruntime of the Vitis AI 3.5
 image and here), has a dynamic batch dimension ``N`` on its input ``input`` and its outputs

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 
 from .builder import ROUNDING_METHODS, Builder, Unsupported, arg, is_fake_quant, pair
 from .float_ops import batch_norm, gelu, getitem, mean, pad, silu, softmax, unary
+from .layer_norm import layer_norm_module
 
 
 
@@ -301,6 +302,7 @@ MODULE_HANDLERS = {
     nn.ZeroPad2d: pad,
     nn.BatchNorm1d: batch_norm,
     nn.BatchNorm2d: batch_norm,
+    nn.LayerNorm: layer_norm_module,
 }  # type: Dict[type, Callable[..., str]]
 
 FUNCTION_HANDLERS = {

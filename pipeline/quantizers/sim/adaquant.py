@@ -71,6 +71,8 @@ class RawCalibration:
         out_fp: node name -> activation fix_pos (mode over the batches; raw: no export-time adjustment).
         params: node name -> (weight, bias) rounded at their fix positions (the calibration's tensors:
             read only, the finetune works on copies).
+        norm_params: layer norm node name -> (weight, bias) rounded at their fix positions (nndct
+            finetunes conv/linear layers only: these stay as calibrated).
     """
 
     def __init__(self, calibrator: Calibrator) -> None:
@@ -85,6 +87,7 @@ class RawCalibration:
         self.params = OrderedDict()  # type: Params   # the calibrator's tensors (never written)
         for name, state in calibrator.params.items():
             self.params[name] = (state.weight, state.bias)
+        self.norm_params = dict(calibrator.norm_params)  # type: Params   # layer norms, rounded (never tuned)
 
 
 def last_quant_nodes(graph: SimGraph, plan: QuantPlan) -> List[SimNode]:
@@ -207,7 +210,7 @@ class AdaQuant:
         # layer's own (a layer works on copies, so the raw ones are never written)
         self.params = OrderedDict(raw.params)  # type: Params
         self.float = FrozenForward(graph, float_params(graph), None, bitwidth)
-        self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth)
+        self.quant = FrozenForward(graph, self.params, raw.out_fp, bitwidth, norm_params=raw.norm_params)
         self.last = [n.name for n in last_quant_nodes(graph, plan)]
         self.pairs = act_pairs(graph)
         self.trace = []  # type: List[LayerTrace]
@@ -446,7 +449,7 @@ class KeepFpCalibrator:
         self.stopped = {}  # type: Dict[str, Tuple[bool, float, float]]
         self.batches = 0
         self._forward = FrozenForward(graph, self.current, raw.out_fp, bitwidth,
-                                      self._corrected if bias_correction else None)
+                                      self._corrected if bias_correction else None, raw.norm_params)
 
     def step(self, *xs: torch.Tensor) -> Any:
         """One calibration batch (not modified); returns the model output."""
@@ -479,7 +482,7 @@ class KeepFpCalibrator:
         if self.batches == 0:
             raise QuantizationError("fast finetune: run at least one calibration forward after fast_finetune "
                                     "(the re-calibration) before exporting the quantization config")
-        param_fp = {p: self.raw.param_fp[p] for p in self.plan.param_order}
+        param_fp = {p: self.raw.param_fp.get(p) for p in self.plan.param_order}
         output_fp = {n: self.raw.out_fp[n] for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
         return param_fp, output_fp, notes
@@ -495,16 +498,28 @@ def module_key(node: SimNode) -> str:
     return "module_%s" % node.name.rsplit("_", 1)[1]
 
 
-def param_state_dict(graph: SimGraph, params: Params) -> "OrderedDict[str, torch.Tensor]":
-    """``param.pth``'s content as nndct writes it: ``module_<i>.weight`` / ``.bias`` per parameter
-    node, ``i`` the node's index in nndct's graph (the number ending its name)."""
+def param_state_dict(graph: SimGraph, params: Params,
+                     norm_params: Optional[Params] = None) -> "OrderedDict[str, torch.Tensor]":
+    """``param.pth``'s content as nndct writes it (``quant_model.state_dict()``, which its test mode
+    loads strictly): first the model's parameters its generated module holds as attributes (those
+    the graph takes directly, e.g. a layer scale: ``<path with _>``, float), then ``module_<i>.weight``
+    / ``.bias`` per parameter node and per layer norm (``norm_params``: rounded), ``i`` the node's
+    index in nndct's graph (the number ending its name)."""
     out = OrderedDict()  # type: OrderedDict[str, torch.Tensor]
+    bound = set(name for node in graph.nodes for name in node.param_names.values())
+    prefix = graph.class_name + "::"
+    for fx_node in graph.fx_graph.nodes:
+        name = prefix + str(fx_node.target)
+        if fx_node.op == "get_attr" and name not in bound and isinstance(graph.parameter(name), torch.nn.Parameter):
+            out.setdefault(str(fx_node.target).replace(".", "_"), graph.parameter(name).detach().clone())
+    norm_params = norm_params or {}
     for node in graph.nodes:
-        if node.name not in params:
+        if node.name not in params and node.name not in norm_params:
             continue
         key = module_key(node)
-        w, b = params[node.name]
-        out[key + ".weight"] = w.detach().clone()
+        w, b = params[node.name] if node.name in params else norm_params[node.name]
+        if w is not None:
+            out[key + ".weight"] = w.detach().clone()
         if b is not None:
             out[key + ".bias"] = b.detach().clone()
     return out

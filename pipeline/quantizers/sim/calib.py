@@ -7,8 +7,11 @@ Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
   batch (scope 1 for the input, 5 otherwise, half_up), capped at 12; it is appended to the
   tensor's history and the tensor is fake-quantized with the *mode of the history so far*, so
   later layers see what nndct's did;
-- conv/linear weights and bias get their fix_pos once, at the first batch (diffs, scope 5,
-  std_round), and are fake-quantized then;
+- conv/linear weights and bias, and a layer norm's weight and bias, get their fix_pos once, at
+  the first batch (diffs, scope 5, std_round: ``calibrate_int`` rounds every ``param`` tensor
+  std_round, whatever its quant config says), and are fake-quantized then; a state-dict tensor
+  another quantizable node takes directly is used in float and gets no fix_pos
+  (``SimNode.free_params``);
 - with bias correction on (``nn/modules/conv.py``, ``linear.py``, ``quant_noise.py``): the first
   batch keeps float copies ``W_f, b_f``; after every batch the quantized output is compared with
   the float output ``op(x, W_f, b_f)`` on the same (quantized) input, and until the
@@ -26,7 +29,7 @@ a ReLU over such a value that nothing else reads (``in_place_plan``), so the pea
 float forward's and fewer new pages are touched; the values, and so every result, are unchanged.
 """
 import math
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 from torch.fx.node import map_arg
@@ -35,7 +38,7 @@ from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
-from .ops import float_reference, param_forward, run_node, run_step
+from .ops import float_reference, layer_norm, norm_float_params, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
@@ -187,6 +190,7 @@ class Calibrator:
         self.history = {name: [] for name in plan.output_order}  # type: Dict[str, List[int]]
         self.param_fp = {}  # type: Dict[str, int]
         self.params = {n.name: ParamState() for n in graph.nodes if n.op in g.PARAM_TYPES}
+        self.norm_params = {}  # type: Dict[str, Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]]
         self.batches = 0
         self._release = release_schedule(graph)
         self._scratch = Scratch()
@@ -218,6 +222,8 @@ class Calibrator:
                     value, quantizable = feed[node], True
                 elif node.op in g.PARAM_TYPES:
                     value, quantizable = self._param_node(node, env), True
+                elif node.op in g.NORM_TYPES:
+                    value, quantizable = self._norm_node(node, env), True
                 elif fx_node in self._relu_in_place:  # over its input, which only it reads
                     value, quantizable = torch.relu_(env[self._relu_in_place[fx_node]]), True
                 else:
@@ -296,6 +302,20 @@ class Calibrator:
                 state.bias = self._param_fix(node.param_names["bias"], b)
         return state
 
+    def _norm_node(self, node: SimNode, env: Dict[Any, Any]) -> torch.Tensor:
+        return layer_norm(self.graph, node, env[node.fx_node.all_input_nodes[0]], *self._norm_state(node))
+
+    def _norm_state(self, node: SimNode) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+        """A layer norm's ``(weight, bias)``, quantized at its first call from the float tensors
+        (diffs, std_round: nndct's calibration of every parameter), as its module does once."""
+        pair = self.norm_params.get(node.name)
+        if pair is None:
+            floats = norm_float_params(self.graph, node)
+            pair = self.norm_params[node.name] = tuple(
+                None if t is None else self._param_fix(node.param_names[k], t)
+                for k, t in zip(("weights", "bias"), floats))
+        return pair
+
     def _correct_bias(self, node: SimNode, env: Dict[Any, Any], output: torch.Tensor) -> None:
         state = self.params[node.name]
         if state.stop:
@@ -315,8 +335,9 @@ class Calibrator:
         """Final fix positions after the export-time adjustments (docs/arithmetic.md#export-time-adjustments).
 
         Returns:
-            ``(param_fp, output_fp, notes)``: nndct param name -> fix_pos, node name (no class
-            prefix) -> fix_pos, both in quant_info order, and the adjustment messages.
+            ``(param_fp, output_fp, notes)``: nndct param name -> fix_pos (None for the
+            ``plan.unquantized_params``), node name (no class prefix) -> fix_pos, both in
+            quant_info order, and the adjustment messages.
 
         Raises:
             QuantizationError: no batch was run, or a tensor never got a fix_pos (it held NaN/Inf
@@ -326,11 +347,11 @@ class Calibrator:
             raise QuantizationError("calibration saw 0 batches: run at least one calibration "
                                     "batch before exporting the quantization config")
         missing = [n for n in self.plan.output_order if not self.history[n]] + \
-            [p for p in self.plan.param_order if p not in self.param_fp]
+            [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:
             raise QuantizationError("calibration gave no fix_pos to %s (every batch empty, or non-finite "
                                     "values in every batch?); check the calibration data" % ", ".join(missing))
-        param_fp = {p: self.param_fp[p] for p in self.plan.param_order}
+        param_fp = {p: self.param_fp.get(p) for p in self.plan.param_order}
         output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
         return param_fp, output_fp, notes

@@ -34,7 +34,7 @@ from ...fx import optable as g
 from ...fx.capture import SimGraph
 from .. import fixpoint
 from .calib import Calibrator, check_batch
-from .ops import param_forward, run_node, run_step
+from .ops import layer_norm, param_forward, run_node, run_step
 
 
 class DistributedCalibrator(Calibrator):
@@ -110,6 +110,10 @@ class DistributedCalibrator(Calibrator):
                                               state.weight, state.bias)
                 elif node.op == g.INPUT:
                     value = feed.get(node)
+                elif node.op in g.NORM_TYPES:
+                    pair = self._norm_state(node)  # on every rank: from the weights alone, as a conv's
+                    if mine:
+                        value = layer_norm(self.graph, node, env[fx_node.all_input_nodes[0]], *pair)
                 elif mine:
                     value, quantizable = run_node(self.graph, node, env)
                 if node.name in self.quantized:  # a collective on every rank, quantizable or not

@@ -206,10 +206,11 @@ class FastFinetune:
         self.targets = []
 
 
-def param_bytes(graph: Any, params: Params) -> bytes:
-    """``param.pth``: nndct's ``torch.save(quant_model.state_dict())`` layout (see ``adaquant.param_state_dict``)."""
+def param_bytes(graph: Any, params: Params, norm_params: Optional[Params] = None) -> bytes:
+    """``param.pth``: nndct's ``torch.save(quant_model.state_dict())`` layout (see ``adaquant.param_state_dict``;
+    ``norm_params``: the layer norms' rounded weight and bias)."""
     buf = io.BytesIO()
-    torch.save(param_state_dict(graph, params), buf)
+    torch.save(param_state_dict(graph, params, norm_params), buf)
     return buf.getvalue()
 
 

@@ -22,7 +22,7 @@ from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
 from .calib import release_schedule
-from .ops import param_forward, run_node, run_step
+from .ops import layer_norm, norm_float_params, param_forward, run_node, run_step
 
 INPUT_OF = "<input of>"
 OUTPUT = "<output>"
@@ -51,11 +51,15 @@ class FrozenForward:
         bitwidth: bit width of every tensor.
         param_node: ``(node, input) -> output`` replacing the parameter nodes' forward (the
             re-calibration's bias correction), or None.
+        norm_params: layer norm node name -> (weight, bias) it uses (the quant model's rounded
+            ones), or None: each layer norm uses the graph's float tensors (the float clone).
     """
 
     def __init__(self, graph: SimGraph, params: Params, out_fp: Optional[Dict[str, int]], bitwidth: int,
-                 param_node: Optional[Callable[[SimNode, torch.Tensor], torch.Tensor]] = None) -> None:
+                 param_node: Optional[Callable[[SimNode, torch.Tensor], torch.Tensor]] = None,
+                 norm_params: Optional[Params] = None) -> None:
         self.graph = graph
+        self.norm_params = norm_params
         self.param_node = param_node
         self.params = params
         self.out_fp = out_fp
@@ -129,6 +133,9 @@ class FrozenForward:
                 return self.param_node(node, env[fx_node.all_input_nodes[0]])
             w, b = self.params[node.name]
             return self.quantize(node, param_forward(self.graph, node, env[fx_node.all_input_nodes[0]], w, b))
+        if node.op in g.NORM_TYPES:
+            pair = norm_float_params(self.graph, node) if self.norm_params is None else self.norm_params[node.name]
+            return self.quantize(node, layer_norm(self.graph, node, env[fx_node.all_input_nodes[0]], *pair))
         if self.out_fp is None and node.op in (g.HSWISH, g.HSIGMOID):
             return float_hard_act(node.op, env[fx_node.all_input_nodes[0]])
         value, quantizable = run_node(self.graph, node, env)

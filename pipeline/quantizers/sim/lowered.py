@@ -17,7 +17,11 @@ node and relies on every point below):
    float32 values exactly ``q * 2**-p`` with q in the code range (std_round, BN folded, CLE and
    bias correction applied). Each such module carries int attributes ``weight_fix_pos``,
    ``bias_fix_pos`` (None when the module has no bias) and ``bitwidth``. The submodule name is
-   the nndct node name (e.g. ``nndct_conv2d_1``).
+   the nndct node name (e.g. ``nndct_conv2d_1``). A layer norm (``nn.LayerNorm`` or
+   ``F.layer_norm``) is a ``call_module`` on a new ``nn.LayerNorm`` named after its node, in the
+   same way: weight and bias (where it has them; else None) rounded std_round at their fix
+   positions, the same three attributes; it runs ``F.layer_norm`` in float32 on its quantized
+   input, as nndct's LayerNorm module does.
 4. Everything else is standard: ``call_module`` on ``nn.ReLU``, ``nn.ReLU6``, ``nn.LeakyReLU``
    (slope 0.1015625), ``nn.Hardtanh``, ``nn.MaxPool2d``, ``nn.AvgPool2d``,
    ``nn.AdaptiveAvgPool2d``, ``nn.Upsample``, ``nn.Flatten``; ``call_function`` on
@@ -48,7 +52,7 @@ node and relies on every point below):
    ``class_name`` of the GraphModule is the float model's class name.
 """
 import copy
-from typing import Any, Dict, Optional
+from typing import Any, Dict, List, Optional
 
 import torch
 import torch.fx
@@ -60,7 +64,7 @@ from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
 from .ops import (getattr_path, HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
-                  adaptive_scale, avgpool_kernel)
+                  adaptive_scale, avgpool_kernel, norm_float_params, norm_shape_eps)
 from .plan import QuantPlan
 
 
@@ -91,6 +95,26 @@ def _quantized_module(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitw
     m.weight_fix_pos = wfp
     m.bias_fix_pos = bfp
     m.bitwidth = bitwidth
+    return m
+
+
+def _quantized_norm(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwidth: int) -> nn.LayerNorm:
+    """A layer norm node as a new ``nn.LayerNorm`` (its normalized_shape and eps; module or
+    ``F.layer_norm`` alike) whose weight and bias are the float ones rounded std_round at their
+    quant_info fix positions, with ``weight_fix_pos``, ``bias_fix_pos`` (None where it has no
+    such parameter) and ``bitwidth``: what nndct's LayerNorm module runs in test mode."""
+    shape, eps = norm_shape_eps(graph, node)
+    m = nn.LayerNorm(shape, eps=eps)
+    fix = {}  # type: Dict[str, Optional[int]]
+    for kind, attr, t in zip(("weights", "bias"), ("weight", "bias"), norm_float_params(graph, node)):
+        fix[kind] = None
+        if t is None:
+            m.register_parameter(attr, None)
+            continue
+        fix[kind] = int(info["param"][node.param_names[kind]][0][1])
+        m.register_parameter(attr, nn.Parameter(fixpoint.fake_quant(t, fix[kind], bitwidth, "std_round"),
+                                                requires_grad=False))
+    m.weight_fix_pos, m.bias_fix_pos, m.bitwidth = fix["weights"], fix["bias"], bitwidth
     return m
 
 
@@ -144,6 +168,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         root.add_module(name, m)
         return name
 
+    norm_attrs = []  # type: List[torch.fx.Node]
     consts = {}  # type: Dict[SimNode, Any]
     for node in graph.nodes:
         if node.op == g.CONST:  # as the quantized graph uses it: quantized when it has an entry
@@ -161,6 +186,10 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         elif node.op in g.PARAM_TYPES:
             target = add_module(node.name, _quantized_module(graph, node, info, bitwidth, bias_corr, params))
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
+        elif node.op in g.NORM_TYPES:
+            target = add_module(node.name, _quantized_norm(graph, node, info, bitwidth))
+            value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
+            norm_attrs.extend(env[a] for a in fx_node.all_input_nodes[1:] if a.op == "get_attr")
         elif node.op == g.LEAKY_RELU:
             target = add_module(node.name, nn.LeakyReLU(LEAKY_SLOPE))
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
@@ -192,6 +221,11 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         value.meta["nndct_node"] = node.name
         env[fx_node] = value
     new.output(map_arg(graph.output_node.args[0], lookup))
+    for attr in norm_attrs:  # F.layer_norm's float weight and bias, now held by its module
+        if attr in new.nodes and not attr.users:
+            new.erase_node(attr)
+            if hasattr(root, attr.target):
+                delattr(root, attr.target)
     gm = torch.fx.GraphModule(root, new, class_name=graph.class_name)
     gm.quant_info = copy.deepcopy(info)
     gm.fast_finetuned = params is not None  # its parameters are param.pth's, not the float model's

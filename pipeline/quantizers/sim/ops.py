@@ -13,6 +13,9 @@
   with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
   ``hardswish.py``).
 
+A layer norm runs ``F.layer_norm`` with its weight and bias quantized as parameters
+(``layer_norm``; ``deephi_LayerNorm`` in ``layernorm.py``).
+
 Every other node runs its own torch operator, on the values the quantized graph gives it: a float
 operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
 softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
@@ -31,6 +34,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.fx.node import map_arg
 
+from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode, node_error
@@ -206,6 +210,48 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
             return out, False
         return out * scale, True
     return out, True
+
+
+def norm_float_params(graph: SimGraph, node: SimNode) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
+    """A layer norm's float ``(weight, bias)`` (None where it has none): the working copy's own
+    tensors, detached; read only."""
+    return tuple(None if k not in node.param_names else graph.parameter(node.param_names[k]).detach()
+                 for k in ("weights", "bias"))
+
+
+def norm_shape_eps(graph: SimGraph, node: SimNode) -> Tuple[Tuple[int, ...], float]:
+    """A layer norm's ``(normalized_shape, eps)``: the module's, or ``F.layer_norm``'s arguments
+    (the shape from the weight when it has one, which must match it).
+
+    Raises:
+        QuantizationError: ``F.layer_norm`` without a weight whose normalized_shape is computed in
+            forward() (the node is named).
+    """
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        m = graph.module(node)
+        return tuple(int(d) for d in m.normalized_shape), float(m.eps)
+    args, kwargs = fx_node.args, fx_node.kwargs
+    shape = args[1] if len(args) > 1 else kwargs.get("normalized_shape")
+    eps = args[4] if len(args) > 4 else kwargs.get("eps", 1e-5)
+    if "weights" in node.param_names:
+        shape = tuple(graph.parameter(node.param_names["weights"]).shape)
+    elif isinstance(shape, int):
+        shape = (shape,)
+    if not (isinstance(shape, (tuple, list, torch.Size)) and all(isinstance(d, int) for d in shape)) \
+            or not isinstance(eps, (int, float)):
+        raise QuantizationError("node %r (layer_norm): its normalized_shape or eps is computed in forward(); "
+                                "give them as numbers (or use nn.LayerNorm)" % fx_node.name)
+    return tuple(int(d) for d in shape), float(eps)
+
+
+def layer_norm(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Optional[torch.Tensor],
+               bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """A layer norm node with the given (quantized) weight and bias, as nndct's LayerNorm module
+    computes it in its default mode: ``F.layer_norm`` on its (already quantized) input
+    (``deephi_LayerNorm.forward``, ``pytorch_nndct/nn/modules/layernorm.py``). A new float32 tensor."""
+    shape, eps = norm_shape_eps(graph, node)
+    return F.layer_norm(x, shape, weight, bias, eps)
 
 
 def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,

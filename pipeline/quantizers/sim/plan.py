@@ -9,8 +9,10 @@ Re-implements, for the DPU path with the default strategy:
 - ``quant_output`` (``NndctGraphHolder.quant_output``): the node whose output carries a group's
   fix position: the group's last node, except that a node feeding only a concat is quantized by
   the concat, and pure layout nodes (flatten, reshape, ...) defer to the node before them.
-- which tensors get entries (``TorchNndctQstrategy.create_quant_config``): weights and bias of
-  every conv/linear; the quant output of every quantizable node (conv, linear, pools, add, mul,
+- which tensors get entries (``TorchNndctQstrategy.create_quant_config``): the parameters of
+  every quantizable node, in node order: weights and bias of every conv/linear, weight and bias
+  of every layer norm, and any state-dict tensor another quantizable node takes directly (an
+  entry without a fix position: ``SimNode.free_params``); the quant output of every quantizable node (conv, linear, pools, add, mul,
   concat, resize, hswish, hsigmoid, input, ...); and the quant output of every parent of a
   quantizable node. Nothing else is quantized; in particular a node's own output is quantized
   only if its name has an ``output`` entry (``need_quantize_tensor``).
@@ -36,6 +38,8 @@ class QuantPlan:
         graph: the SimGraph.
         groups: node name -> list of node names of its group (topological order).
         param_order: nndct param names in quant_info order.
+        unquantized_params: the names of ``param_order`` that nndct registers without ever
+            quantizing them (``SimNode.free_params``): their entry is ``[[bit_width, null]]``.
         output_order: node names (no class prefix) that carry an ``output`` entry, in order.
     """
 
@@ -45,6 +49,8 @@ class QuantPlan:
         self.param_order = []  # type: List[str]
         self.output_order = []  # type: List[str]
         self._create_config()
+        quantized = set(p for n in graph.nodes if self.quantizable(n) for p in n.param_names.values())
+        self.unquantized_params = [p for p in self.param_order if p not in quantized]
 
     def quantizable(self, node: SimNode) -> bool:
         """True for node types the real quantizer quantizes (QUANTIZABLE_OPS; the op table's
@@ -73,9 +79,9 @@ class QuantPlan:
         for node in self.graph.nodes:
             if not self.quantizable(node):
                 continue
-            for kind in ("weights", "bias"):
-                if kind in node.param_names:
-                    self.param_order.append(node.param_names[kind])
+            for name in list(node.param_names.values()) + node.free_params:
+                if name not in self.param_order:
+                    self.param_order.append(name)
             outputs.setdefault(self.quant_output(node).name, None)
         for node in self.graph.nodes:
             if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT):

@@ -120,7 +120,9 @@ class SimSession:
         finetuned = getattr(calibrator, "finetuned", None)
         if finetuned is not None:
             from .finetune import PARAM_FILE, param_bytes
-            items.append((os.path.join(out_dir, PARAM_FILE), param_bytes(self.graph, finetuned)))
+            raw = getattr(calibrator, "raw", None)
+            items.append((os.path.join(out_dir, PARAM_FILE),
+                          param_bytes(self.graph, finetuned, getattr(raw, "norm_params", None))))
         if self.cfg.include_bias_corr:
             items.append((os.path.join(out_dir, qi.BIAS_CORR_FILE), qi.bias_corr_bytes(calibrator.bias_corrections())))
         items.append((os.path.join(out_dir, qi.QUANT_INFO_FILE), qi.quant_info_bytes(info)))

@@ -47,7 +47,7 @@ KINDS = {
     t.RESIZE: ("upsample_nearest2d", "upsample_bilinear2d"), t.HSWISH: ("hardswish",),
     t.HSIGMOID: ("hardsigmoid",), t.ADD: ("add",), t.SUB: ("sub",), t.RSUB: ("rsub",), t.MULTIPLY: ("mul",), t.DIV: ("div",),
     t.CONCAT: ("cat",), t.PAD: ("pad", "constant_pad_nd"), t.SIGMOID: ("sigmoid",), t.TANH: ("tanh",),
-    t.GELU: ("gelu",), t.SOFTMAX: ("softmax",), t.CLAMP: ("clamp",), t.SILU: ("silu",), t.MEAN: ("mean",),
+    t.GELU: ("gelu",), t.LAYER_NORM: ("layer_norm",), t.SOFTMAX: ("softmax",), t.CLAMP: ("clamp",), t.SILU: ("silu",), t.MEAN: ("mean",),
 }  # type: Dict[str, Tuple[str, ...]]
 
 

@@ -29,7 +29,8 @@ def _fix_tables(session: Any, dev: Graph, info: Dict[str, Any],
     entry of a node the deploy graph no longer has (a fused pad, a contiguous) moves up a one-input
     chain to the first node it still has, unless that node has an entry of its own."""
     graph, plan = session.graph, session.plan  # type: SimGraph, Any
-    params = {k: (int(v[0][0]), int(v[0][1])) for k, v in info["param"].items() if v and v[0][0] is not None}
+    params = {k: (int(v[0][0]), int(v[0][1])) for k, v in info["param"].items()
+              if v and v[0][0] is not None and v[0][1] is not None}
     prefix = graph.class_name + "::"
     found = {}  # type: Dict[str, Tuple[int, int]]
     for key, value in info["output"].items():

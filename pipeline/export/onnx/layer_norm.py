@@ -1,0 +1,280 @@
+"""ONNX of ``nn.LayerNorm`` (the lowered model's layer norms) as torch's CPU kernel computes it, step
+for step, so that ONNX Runtime gives torch's float32 bits (both flavours write it the same way).
+
+torch's float32 layer norm on the CPU (``LayerNormKernelImpl``, ``aten/src/ATen/native/cpu``;
+measured bit for bit against torch 2.13 on AVX2 and AVX-512 machines) computes, per row of the
+``N`` normalized elements:
+
+1. mean and variance with ``RowwiseMoments``: a Welford update per lane over 8 lanes (element
+   ``i`` in lane ``i % 8``, the ``N // 8`` full groups of 8) in chunks of 16 groups, each chunk
+   merged into a cascade of partial moments (``AddMomentsVec``, pairwise by chunk index), then a
+   scalar Welford over the ``N % 8`` tail, then the 8 lanes merged into it one by one
+   (``AddMoments``); ``var = m2 / N``;
+2. ``rstd = 1 / sqrt(var + eps)`` (a correctly rounded square root), ``t = (x - mean) * rstd``,
+   ``y = t * gamma + beta`` (``(x - mean) * rstd + beta`` without gamma, ``t * gamma + 0``
+   without beta).
+
+The AVX2/AVX-512 builds contract some ``a * b + c`` of these steps into one fused multiply-add
+(one rounding): the per-group Welford updates, both updates of the scalar lane merge, the variance
+update of the cascade merge and the final ``t * gamma + beta``; not the mean update of the
+cascade merge nor the scalar tail (each measured, rows of 1 to 2100 elements). ONNX has no FMA operator: ``fma`` below computes ``a * b`` exactly in float64, adds
+``c`` (TwoSum keeps the error of that addition exactly) and rounds to float32, correcting the one
+case where rounding twice differs from rounding once (the float64 sum exactly halfway between two
+float32 values and the dropped error nonzero): an exact FMA for finite values.
+
+The same algorithm runs on torch tensors (``TorchOps``) and as ONNX nodes (``OnnxOps``); before a
+layer norm is written, the torch run is compared with ``F.layer_norm`` on probe rows of the
+node's size, weights and eps, and a torch whose kernel computes otherwise (torch 1.13's older
+formula, the non-vectorized ``ATEN_CPU_CAPABILITY=default`` build, which contracts nothing) is
+refused with that reason rather than written inexactly. The graph is unrolled: about 45 ONNX nodes
+per group of 8 elements.
+"""
+from typing import Any, Optional
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from .builder import Builder, Unsupported
+
+LANES = 8  # float lanes of torch's Vectorized<float> in the kernel measured (AVX2 and AVX-512 alike)
+CHUNK = 16  # RowwiseMoments' kChunkSize: groups of LANES per cascade chunk
+PROBE_ROWS = 256
+
+
+def _f32(v: float) -> np.float32:
+    return np.float32(v)
+
+
+class TorchOps:
+    """The algorithm's steps on float32 torch tensors (the probe that checks the kernel)."""
+
+    def col(self, x: torch.Tensor, start: int, stop: int) -> torch.Tensor:
+        return x[:, start:stop]
+
+    def const(self, v: np.float32) -> torch.Tensor:
+        return torch.tensor(float(v), dtype=torch.float32)
+
+    def sub(self, a, b):
+        return a - b
+
+    def add(self, a, b):
+        return a + b
+
+    def mul(self, a, b):
+        return a * b
+
+    def div(self, a, b):
+        # a true division: torch divides by a 0-d tensor as a product with its reciprocal
+        return a / (b.expand(a.shape) if b.dim() == 0 else b)
+
+    def sqrt(self, a):
+        # correctly rounded (float64's root rounded to float32 is); torch's float32 sqrt on the CPU
+        # can be an ulp off
+        return torch.sqrt(a.double()).float()
+
+    def zeros_like(self, a):
+        return a - a
+
+    def fma(self, a, b, c):
+        s = a.double() * b.double()  # exact: 24 + 24 bits
+        c = c.double()
+        t = s + c
+        bp = t - s
+        e = (s - (t - bp)) + (c - bp)  # TwoSum: s + c == t + e exactly
+        r = t.float()
+        d = t - r.double()  # exact
+        r2 = r.double() + 2 * d  # the other float32 neighbour when t is halfway
+        halfway = (d != 0) & (r2.float().double() == r2)
+        return torch.where(halfway & (e * d > 0), r2.float(), r)
+
+
+class OnnxOps:
+    """The same steps as ONNX nodes of ``b``; tensors are ONNX names, names start with ``prefix``."""
+
+    def __init__(self, b: Builder, prefix: str) -> None:
+        self.b = b
+        self.prefix = prefix
+        self.count = 0
+
+    def _name(self, what: str) -> str:
+        self.count += 1
+        return "%s/%s_%d" % (self.prefix, what, self.count)
+
+    def _op(self, op_type: str, inputs, **attrs) -> str:
+        return self.b.op(op_type, inputs, self._name(op_type.lower()), **attrs)
+
+    def col(self, x: str, start: int, stop: int) -> str:
+        b = self.b
+        return self._op("Slice", [x, b.ints(self._name("start"), [start]), b.ints(self._name("stop"), [stop]),
+                                  b.ints(self.prefix + "/axes", [1])])
+
+    def const(self, v: np.float32) -> str:
+        return self.b.scalar(self._name("const"), float(v))
+
+    def _double(self, v: float) -> str:
+        return self.b.init(self._name("dconst"), np.array(v, dtype=np.float64))
+
+    def sub(self, a, b):
+        return self._op("Sub", [a, b])
+
+    def add(self, a, b):
+        return self._op("Add", [a, b])
+
+    def mul(self, a, b):
+        return self._op("Mul", [a, b])
+
+    def div(self, a, b):
+        return self._op("Div", [a, b])
+
+    def sqrt(self, a):
+        from onnx import TensorProto
+        root = self._op("Sqrt", [self._op("Cast", [a], to=TensorProto.DOUBLE)])
+        return self._op("Cast", [root], to=TensorProto.FLOAT)
+
+    def zeros_like(self, a):
+        return self._op("Sub", [a, a])
+
+    def fma(self, a, b, c):
+        from onnx import TensorProto
+        dbl, flt = TensorProto.DOUBLE, TensorProto.FLOAT
+        s = self._op("Mul", [self._op("Cast", [a], to=dbl), self._op("Cast", [b], to=dbl)])
+        c = self._op("Cast", [c], to=dbl)
+        t = self._op("Add", [s, c])
+        bp = self._op("Sub", [t, s])
+        e = self._op("Add", [self._op("Sub", [s, self._op("Sub", [t, bp])]), self._op("Sub", [c, bp])])
+        r = self._op("Cast", [t], to=flt)
+        d = self._op("Sub", [t, self._op("Cast", [r], to=dbl)])
+        r2 = self._op("Add", [self._op("Cast", [r], to=dbl), self._op("Mul", [d, self._double(2.0)])])
+        r2f = self._op("Cast", [r2], to=flt)
+        zero = self._double(0.0)
+        halfway = self._op("And", [self._op("Not", [self._op("Equal", [d, zero])]),
+                                   self._op("Equal", [self._op("Cast", [r2f], to=dbl), r2])])
+        up = self._op("Greater", [self._op("Mul", [e, d]), zero])
+        return self._op("Where", [self._op("And", [halfway, up]), r2f, r])
+
+
+def _add_moments(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
+    """``AddMoments`` (the scalar merge of a lane into the row's moments): merge ``(m0_add,
+    m1_add, m2_add)`` into ``(m0, m1, m2)``; ``m1 + c * delta`` and ``m2_add + (delta * delta * c) * m0``
+    fused."""
+    n = m0 + m0_add
+    c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
+    delta = ops.sub(m1_add, m1)
+    m1 = ops.fma(ops.const(c), delta, m1)
+    ddc = ops.mul(ops.mul(delta, delta), ops.const(c))
+    m2 = ops.add(ops.fma(ddc, ops.const(_f32(m0)), m2_add), m2)
+    return n, m1, m2
+
+
+def _add_moments_vec(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
+    """``AddMomentsVec`` (the 8-lane merge of the cascade): ``m1 + c * delta`` unfused,
+    ``(m2 + m2_add) + (delta * c) * (delta * m0)`` with the last step fused."""
+    n = m0 + m0_add
+    c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
+    delta = ops.sub(m1_add, m1)
+    m1 = ops.add(m1, ops.mul(ops.const(c), delta))
+    m2 = ops.fma(ops.mul(delta, ops.const(c)), ops.mul(delta, ops.const(_f32(m0))), ops.add(m2, m2_add))
+    return n, m1, m2
+
+
+def _ceil_log2(x: int) -> int:
+    """torch's ``utils::CeilLog2`` (x - 1 for x <= 2)."""
+    return x - 1 if x <= 2 else (x - 1).bit_length()
+
+
+def _lane_moments(ops: Any, x: Any, groups: int):
+    """``RowwiseMoments``' vectorized part: the 8-lane moments of the first ``groups * 8``
+    elements of each row, chunk by chunk (a Welford update per group of 8, fused), the chunks
+    merged through the cascade's stack. Returns (m1, m2), each (M, 8)."""
+    zeros = ops.zeros_like(ops.col(x, 0, LANES))
+    chunks = -(-groups // CHUNK)
+    depth = _ceil_log2(chunks)
+    stack = [(0, zeros, zeros) for _ in range(max(depth, 1))]
+    for i in range(chunks):
+        m1 = m2 = zeros
+        for j in range(min(CHUNK, groups - i * CHUNK)):
+            start = (i * CHUNK + j) * LANES
+            xj = ops.col(x, start, start + LANES)
+            d = ops.sub(xj, m1)
+            m1 = ops.fma(d, ops.const(_f32(_f32(1) / _f32(j + 1))), m1)
+            m2 = ops.fma(d, ops.sub(xj, m1), m2)
+        stack[0] = _add_moments_vec(ops, min(CHUNK, groups - i * CHUNK), m1, m2, *stack[0])
+        mask, level = i + 1, 1
+        while level < depth and mask & 1 == 0:
+            stack[level] = _add_moments_vec(ops, *stack[level - 1], *stack[level])
+            stack[level - 1] = (0, zeros, zeros)
+            mask >>= 1
+            level += 1
+    for level in range(1, depth):
+        stack[0] = _add_moments_vec(ops, *stack[level], *stack[0])
+    return stack[0][1], stack[0][2]
+
+
+def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: float) -> Any:
+    """The kernel's float32 layer norm of the rows of ``x`` (M, n_elems) with ``gamma``/``beta``
+    ((n_elems,) or None) on ``ops`` (TorchOps or OnnxOps); returns y (M, n_elems)."""
+    groups = n_elems // LANES
+    if groups:
+        lane_m1, lane_m2 = _lane_moments(ops, x, groups)
+    m0 = 0
+    m1 = m2 = ops.zeros_like(ops.col(x, 0, 1))
+    for i in range(groups * LANES, n_elems):
+        xi = ops.col(x, i, i + 1)
+        d = ops.sub(xi, m1)
+        m0 += 1
+        m1 = ops.add(m1, ops.div(d, ops.const(_f32(m0))))
+        m2 = ops.add(m2, ops.mul(d, ops.sub(xi, m1)))  # not contracted (measured)
+    if groups:
+        for lane in range(LANES):
+            m0, m1, m2 = _add_moments(ops, groups, ops.col(lane_m1, lane, lane + 1), ops.col(lane_m2, lane, lane + 1),
+                                      m0, m1, m2)
+    var = ops.div(m2, ops.const(_f32(n_elems)))
+    rstd = ops.div(ops.const(_f32(1)), ops.sqrt(ops.add(var, ops.const(_f32(eps)))))
+    centered = ops.sub(x, m1)
+    if gamma is None and beta is not None:  # the kernel's gamma of 1 folds into the fused step
+        return ops.fma(centered, rstd, beta)
+    t = ops.mul(centered, rstd)
+    if gamma is not None and beta is not None:
+        return ops.fma(t, gamma, beta)
+    if gamma is not None:  # + 0: a product of -0 is +0 in the kernel
+        return ops.add(ops.mul(t, gamma), ops.zeros_like(t))
+    return t
+
+
+def check_kernel(n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor], eps: float) -> None:
+    """Raise Unsupported unless ``layer_norm_rows`` on torch tensors gives ``F.layer_norm``'s bits
+    on probe rows (8-bit codes at a few fix positions, fixed seed) of this size, weights and eps."""
+    g = torch.Generator().manual_seed(n_elems)
+    codes = torch.randint(-128, 128, (PROBE_ROWS, n_elems), generator=g).float()
+    x = codes * torch.pow(2.0, -torch.randint(0, 8, (PROBE_ROWS, 1), generator=g).float())
+    with torch.no_grad():
+        want = F.layer_norm(x, (n_elems,), gamma, beta, eps)
+        got = layer_norm_rows(TorchOps(), x, n_elems, gamma, beta, eps)
+    if not torch.equal(want.view(torch.int32), got.view(torch.int32)):
+        capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
+        raise Unsupported("this torch's CPU layer_norm kernel (torch %s, capability %s) computes otherwise than "
+                          "the vectorized, FMA-contracted one the exact ONNX lowering reproduces"
+                          % (torch.__version__, capability))
+
+
+def layer_norm_module(b: Builder, node: Any, mod: nn.LayerNorm) -> str:
+    """An ``nn.LayerNorm`` of the lowered model (quantized weight and bias with their fix
+    positions, or none): ``Reshape`` to rows of the normalized size, the kernel's steps, and
+    ``Reshape`` back to the input's shape."""
+    if len(node.args) != 1 or node.kwargs:
+        raise Unsupported("expected one input, got %d args and kwargs %s" % (len(node.args), sorted(node.kwargs)))
+    n_elems = int(np.prod(mod.normalized_shape))
+    bits = getattr(mod, "bitwidth", None)
+    with torch.no_grad():
+        gamma = None if mod.weight is None else mod.weight.detach().reshape(-1)
+        beta = None if mod.bias is None else mod.bias.detach().reshape(-1)
+    check_kernel(n_elems, gamma, beta, mod.eps)
+    x = b.tensor(node.args[0])
+    name = node.name
+    rows = b.op("Reshape", [x, b.ints(name + "/rows_shape", [-1, n_elems])], name + "/rows")
+    g = None if gamma is None else b.param(node.target, "weight", gamma, getattr(mod, "weight_fix_pos", None), bits)
+    be = None if beta is None else b.param(node.target, "bias", beta, getattr(mod, "bias_fix_pos", None), bits)
+    y = layer_norm_rows(OnnxOps(b, name), rows, n_elems, g, be, mod.eps)
+    return b.op("Reshape", [y, b.op("Shape", [x], name + "/shape")], name)
