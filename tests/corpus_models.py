@@ -518,7 +518,10 @@ def _export(out, kind, export, refusal):
 
 
 def main(corpus, argv):
-    """``calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE]`` (NAMES comma-separated, or ``all``)."""
+    """``calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE]`` (NAMES comma-separated, or ``all``), at
+    ``PIPELINE_TEST_THREADS`` torch threads where set (conftest.pinned_threads)."""
+    if os.environ.get("PIPELINE_TEST_THREADS"):
+        torch.set_num_threads(int(os.environ["PIPELINE_TEST_THREADS"]))
     names = argv[2].split(",") if len(argv) > 2 and argv[2] != "all" else None
     phase(argv[0], argv[1], names, corpus=corpus, quant_config_file=argv[3] if len(argv) > 3 else None)
 
