@@ -111,7 +111,7 @@ OPS = {
     ADD: _DPU_Q,
     MULTIPLY: _DPU_Q,
     CONCAT: _DPU_Q,
-    TRANSPOSE: OpSpec(_LAYOUT, True, False, True),  # SoftFuseTranspose
+    TRANSPOSE: OpSpec(_LAYOUT, False, False, True),  # not in QUANTIZABLE_OPS; SoftFuseTranspose
     SELECT: OpSpec(_LAYOUT, False, False, False),  # carries its own fix pos when it feeds a quantizable op
     INDEX: OpSpec(_LAYOUT, False, False, False),
     UNSQUEEZE: OpSpec(_LAYOUT, False, True, True),
