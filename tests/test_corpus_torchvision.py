@@ -41,7 +41,11 @@ HARDWARE_CPU = {
     "tv_efficientnet_b0": {"mul"},  # squeeze-excite's (N, C, 1, 1) x (N, C, H, W) broadcast
     "tv_convnext": {"permute", "flatten"},
     "tv_vit": {"concat", "expand", "getitem", "permute", "reshape"},
-    "tv_swin": {"permute"},
+    # traced through its window attention as torch.jit does: data moves (permute, transpose), the
+    # products of two feature maps (matmul), broadcast adds/muls (bias, mask, scale), the mask made
+    # from sizes (new_zeros), and what follows them off the DPU (pad, reshape/view, getitem, unsqueeze)
+    "tv_swin": {"permute", "transpose", "matmul", "add", "mul", "new_zeros", "pad", "reshape", "view",
+                "getitem", "unsqueeze"},
     "tv_densenet121": {"relu"},  # a ReLU after an unfused (pre-activation) BatchNorm
     "tv_lraspp": {"mul", "resize"},
 }

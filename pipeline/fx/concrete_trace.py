@@ -153,6 +153,10 @@ def concrete_trace(root: nn.Module, examples: Tuple[torch.Tensor, ...]) -> torch
     for node in reversed(list(graph.nodes)):  # torch.jit's dead code elimination
         if not node.users and _pure(node):
             graph.erase_node(node)
+        else:
+            # torch.fx's wrapper marks the node a wrapped call returned (here: the body's last op,
+            # e.g. torch.cat); code generation would then register that target as a wrapped function
+            node.meta.pop("is_wrapped", None)
     return graph
 
 

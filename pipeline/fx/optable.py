@@ -112,8 +112,8 @@ OPS = {
     MULTIPLY: _DPU_Q,
     CONCAT: _DPU_Q,
     TRANSPOSE: OpSpec(_LAYOUT, False, False, True),  # not in QUANTIZABLE_OPS; SoftFuseTranspose
-    SELECT: OpSpec(_LAYOUT, False, False, False),  # carries its own fix pos when it feeds a quantizable op
-    INDEX: OpSpec(_LAYOUT, False, False, False),
+    SELECT: _FLOAT,  # nndct warns QUANTIZER_TORCH_FLOAT_OP for nndct_select and nndct_index
+    INDEX: _FLOAT,
     UNSQUEEZE: OpSpec(_LAYOUT, False, True, True),
     MATMUL: _DPU_Q,
     ZEROS: OpSpec("io", False, False, False),
