@@ -551,15 +551,23 @@ def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimN
     number operand of each (the second jit input: ``x + c``, ``c + x``, ``x - c``, ``c - x``
     = ``rsub(x, c)``, ``x * c``, ``x / c``) a const node, in that order, ahead of every node
     (Vitis-AI ``pytorch_nndct/parse/trace_helper.py`` and ``opt_pass.py``,
-    ``nndct_graph/graph_searcher.py``). Other consts (``//``, ...) follow in program order."""
-    users = {id(n): [] for n in nodes}  # type: Dict[int, List[SimNode]]
+    ``nndct_graph/graph_searcher.py``). Other consts (``//``, the value of ``x[idx] = v``, ...)
+    are constant nodes of the traced graph already, ahead of the input in program order: the walk
+    starts from them (their users first), and they follow the converted ones in program order."""
+    def operand(n: SimNode) -> Optional[SimNode]:
+        first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
+        return n.const_args.get(first) if n.op in t.CONST_OPERAND_TYPES else None
+
+    converted = {id(c) for c in (operand(n) for n in nodes) if c is not None}
+    others = [c for c in consts if id(c) not in converted]
+    users = {id(n): [] for n in others + nodes}  # type: Dict[int, List[SimNode]]
     for n in nodes:
         for i in n.inputs:
-            if i.op != CONST and n not in users[id(i)]:
+            if id(i) in users and n not in users[id(i)]:
                 users[id(i)].append(n)
     groups = {}  # type: Dict[str, List[SimNode]]
     seen = set()  # type: set
-    for root in [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
+    for root in others + [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
         stack = [root]
         while stack:
             node = stack.pop()
@@ -569,12 +577,8 @@ def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimN
             if node.op in t.CONST_OPERAND_TYPES:  # OptPass.transform_const_scalar_to_const_tensor's kinds
                 groups.setdefault(node.op, []).append(node)
             stack.extend(reversed([u for u in users[id(node)] if id(u) not in seen]))
-    ordered = []  # type: List[SimNode]
-    for members in groups.values():
-        for n in members:
-            first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
-            if first in n.const_args:
-                ordered.append(n.const_args[first])
+    ordered = [operand(n) for members in groups.values() for n in members]
+    ordered = [c for c in ordered if c is not None]
     return ordered + [c for c in consts if c not in ordered]
 
 
