@@ -29,6 +29,11 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 
+A function registered with ``torch.fx.wrap`` (torchvision's ``shifted_window_attention``, ...) is
+traced through on the example, as torch.jit does (``concrete_trace.py``): its ops become nodes,
+branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice`` and an
+``aten::fill_``; ``F.linear`` on an ``nn.Linear``'s own parameters is that module's dense node.
+
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.

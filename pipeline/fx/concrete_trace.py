@@ -14,7 +14,7 @@ example's value (jit's specialisation: the comparison is not recorded); (3) reco
 assignment ``x[idx] = v`` as ``operator.setitem`` (jit's ``slice`` + ``fill_``/``copy_``).
 """
 import operator
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, Tuple
 
 import torch
 import torch.fx
@@ -31,11 +31,14 @@ def _wrapped_keys() -> set:
     return {(id(g), name) for g, name in _wrapped_fns_to_patch}
 
 
+def _is_wrapped(target: Any, keys: set) -> bool:
+    g = getattr(target, "__globals__", None)  # a Python function: its module's globals and name
+    return g is not None and (id(g), getattr(target, "__name__", "")) in keys
+
+
 def is_wrapped_call(node: torch.fx.Node) -> bool:
     """True for a call_function node that calls a function registered with ``torch.fx.wrap``."""
-    target = node.target
-    g = getattr(target, "__globals__", None)
-    return node.op == "call_function" and g is not None and (id(g), getattr(target, "__name__", "")) in _wrapped_keys()
+    return node.op == "call_function" and _is_wrapped(node.target, _wrapped_keys())
 
 
 def has_wrapped_calls(graph: torch.fx.Graph) -> bool:
@@ -128,8 +131,7 @@ class ConcreteTracer(torch.fx.Tracer):
         return _ConcreteProxy(node, self, value)
 
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
-        g = getattr(target, "__globals__", None)
-        if kind == "call_function" and g is not None and (id(g), getattr(target, "__name__", "")) in self._wrapped:
+        if kind == "call_function" and _is_wrapped(target, self._wrapped):
             return target(*args, **kwargs)  # see through: run the body on the proxies
         return super().create_proxy(kind, target, args, kwargs, name, type_expr, proxy_factory_fn)
 
