@@ -142,10 +142,12 @@ def test_window_attention_exact_onnx_equals_the_simulation(tmp_path):
     assert np.array_equal(got.view(np.int32), y.view(np.int32))
 
 
-def test_swin_graph_is_the_one_the_real_quantizer_parses():
-    """tv_swin's capture: nndct's graph md5 (every node's op type, its inputs' and users' types, in
-    nndct's order) and the quant_info keys in nndct's order, from the capture alone."""
-    name = "tv_swin"
+@pytest.mark.parametrize("name", ["tv_swin", "tv_lraspp"])
+def test_graph_is_the_one_the_real_quantizer_parses(name):
+    """The capture alone gives nndct's graph md5 (every node's op type, its inputs' and users'
+    types, in nndct's order) and the quant_info keys in nndct's order: tv_swin traced through its
+    wrapped attention; tv_lraspp's ``F.interpolate(size=x.shape[-2:])`` has one nndct_shape per
+    size, as torch.jit traces it."""
     model = corpus_torchvision.make_model(name)
     graph = capture(model, tuple(corpus_torchvision.make_inputs(name, 1, 1)), load_quant_config(None))
     real = qi.read_quant_info(os.path.join(DATA, "corpus_real", name))
@@ -153,9 +155,10 @@ def test_swin_graph_is_the_one_the_real_quantizer_parses():
     plan = QuantPlan(graph)
     assert plan.param_order == list(real["param"])
     assert [graph.full_name(graph.by_name[n]) for n in plan.output_order] == list(real["output"])
-    assert graph.by_name["nndct_dense_101"].param_names == {
-        "weights": "SwinTransformer::features.1.0.attn.qkv.weight",
-        "bias": "SwinTransformer::features.1.0.attn.qkv.bias"}
+    if name == "tv_swin":
+        assert graph.by_name["nndct_dense_101"].param_names == {
+            "weights": "SwinTransformer::features.1.0.attn.qkv.weight",
+            "bias": "SwinTransformer::features.1.0.attn.qkv.bias"}
 
 
 def _sized_pad(x, size):

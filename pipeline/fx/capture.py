@@ -310,6 +310,13 @@ def _float_operand(fx_node: Optional[torch.fx.Node]) -> bool:
     return fx_node is not None and any(isinstance(a, float) for a in fx_node.args)
 
 
+def _slice_length(idx: slice) -> Optional[int]:
+    """Sizes in ``x.shape[idx]`` whatever the rank: ``[-k:]`` has k; None when it depends on it."""
+    if idx.step is None and idx.stop is None and isinstance(idx.start, int) and idx.start < 0:
+        return -idx.start
+    return None
+
+
 def _getitem_kind(idx: Any) -> str:
     """``x[idx]`` as torch.jit traces it: an int selects (aten::select), a tensor gathers
     (aten::index), anything else slices (one nndct_strided_slice)."""
@@ -465,8 +472,14 @@ class _Builder:
         base = fx_node.args[0]
         sources = self.helper_src[base]
         if base in self.shape_tuples and isinstance(fx_node.args[1], slice):
-            self.shape_tuples.add(fx_node)  # x.shape[-3:]: still a tuple of sizes
-            self.helper(fx_node, sources)
+            count = _slice_length(fx_node.args[1])
+            if all(u.op == "call_function" and u.target is operator.getitem for u in fx_node.users):
+                self.shape_tuples.add(fx_node)  # H, W, _ = x.shape[-3:]: each size taken is a node
+                self.helper(fx_node, sources)
+            elif count is not None:  # F.interpolate(size=x.shape[-2:]): torch traces one size per dim
+                self.helper(fx_node, [self.add(None, SHAPE, list(sources)) for _ in range(count)])
+            else:
+                self.add(fx_node, SHAPE, sources)
         elif base in self.shape_tuples:
             self.add(fx_node, SHAPE, sources)
         elif base in self.pieces:
