@@ -32,9 +32,9 @@ NAMES = list(corpus.CORPUS)
 CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}}
 # exports the drop-in refuses, with a word of the reason: what the exact ONNX flavour or the xmodel
 # writer cannot express yet (each is an ExportError naming the node)
-ONNX_REFUSED = {"tv_vit": "MultiheadAttention", "tv_swin": "relative_position_index", "tv_lraspp": "bilinear"}
+ONNX_REFUSED = {"tv_vit": "MultiheadAttention", "tv_lraspp": "bilinear"}
 XMODEL_REFUSED = {"tv_convnext": "no XIR form for nndct_layer_norm", "tv_vit": "multiheadattention",
-                  "tv_swin": "relative_position_bias", "tv_lraspp": "bilinear"}
+                  "tv_swin": "nndct_index_74", "tv_lraspp": "bilinear"}
 # what inspect puts on the CPU beyond the float operators: ops the DPU of corpus_models.TARGET
 # cannot run (family -> op kinds)
 HARDWARE_CPU = {
@@ -49,7 +49,11 @@ HARDWARE_CPU = {
     "tv_efficientnet_b0": {"mul"},  # squeeze-excite's (N, C, 1, 1) x (N, C, H, W) broadcast
     "tv_convnext": {"permute", "flatten"},
     "tv_vit": {"concat", "expand", "getitem", "permute", "reshape"},
-    "tv_swin": {"permute"},
+    # traced through its window attention as torch.jit does: data moves (permute, transpose), the
+    # products of two feature maps (matmul), broadcast adds/muls (bias, mask, scale), the mask made
+    # from sizes (new_zeros), and what follows them off the DPU (pad, reshape/view, getitem, unsqueeze)
+    "tv_swin": {"permute", "transpose", "matmul", "add", "mul", "new_zeros", "pad", "reshape", "view",
+                "getitem", "unsqueeze"},
     "tv_densenet121": {"relu"},  # a ReLU after an unfused (pre-activation) BatchNorm
     "tv_lraspp": {"mul", "resize"},
 }

@@ -16,7 +16,7 @@ def test_every_mapped_op_has_a_row_in_the_op_table():
     floats = sorted(op for op in optable.OPS if optable.is_float_operator(op))
     assert floats == sorted([optable.SIGMOID, optable.TANH, optable.SILU, optable.MEAN, optable.CLAMP,
                              optable.GELU, optable.LAYER_NORM, optable.SOFTMAX, optable.SUB, optable.RSUB,
-                             optable.DIV])
+                             optable.DIV, optable.EQUAL, optable.REMAINDER, optable.SELECT, optable.INDEX])
     assert optable.is_float_operator("aten::erf") and not optable.spec("aten::erf").quantizable
 
 
@@ -163,9 +163,10 @@ class _InPlace(nn.Module):
 def test_in_place_float_operators_keep_the_underscore_and_passthrough_calls_make_no_node():
     """Issue 23 (real quantizer: corpus efficientnet_inplace): nn.SiLU(inplace=True) and
     F.silu(x, True) are aten::silu_ (nodes aten_silu__N); a wrapped call returning its input
-    unchanged is no node, one returning it after an in-place op is."""
+    unchanged is no node, one returning it after an in-place op is: traced through, as torch.jit
+    does, its x.relu_() is nndct's relu (op_dispatcher.relu_)."""
     graph = capture(_InPlace().eval(), torch.zeros(1, 3, 2, 2), load_quant_config(None))
     names = [n.name for n in graph.nodes]
     assert names[:6] == ["nndct_input_0", "nndct_conv2d_1", "aten_silu__2", "aten_silu__3", "aten_silu_4",
                          "nndct_elemwise_add_5"]
-    assert len(names) == 7 and graph.nodes[6].fx_node.target is _relu_in_place
+    assert names[6:] == ["nndct_relu_6"] and graph.nodes[6].fx_node.target == "relu_"

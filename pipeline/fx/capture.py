@@ -29,6 +29,11 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 
+A function registered with ``torch.fx.wrap`` (torchvision's ``shifted_window_attention``, ...) is
+traced through on the example, as torch.jit does (``concrete_trace.py``): its ops become nodes,
+branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice`` and an
+``aten::fill_``; ``F.linear`` on an ``nn.Linear``'s own parameters is that module's dense node.
+
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.
@@ -50,10 +55,11 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
                       DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, INPUT, METHOD_OPS,
                       MODULE_OPS, PARAM_TYPES, RELU6, RETURN, SHAPE, SPLIT_FUNCTIONS, SPLIT_METHODS,
                       STRIDED_SLICE)
+from .concrete_trace import concrete_trace, has_wrapped_calls
 from .float_trace import fx_trace
 from .work_copy import work_copy
-from .rewrites import (REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, remove_passthrough, remove_traced_passthrough,
-                       swap_modules, swaps_keep_graph)
+from .rewrites import (REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, functional_linear_to_module, remove_passthrough,
+                       remove_traced_passthrough, swap_modules, swaps_keep_graph)
 
 class SimNode:
     """One nndct node of the captured graph.
@@ -216,6 +222,17 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Mod
             "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
 
 
+def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
+    try:
+        return concrete_trace(work, tuple(e.detach().cpu() for e in examples))
+    except QuantizationError:
+        raise
+    except Exception as e:  # the model's own error on the example, or fx's
+        raise QuantizationError("the sim quantizer traces through the torch.fx-wrapped functions of %s on the "
+                                "example input (as torch.jit does), which failed: %s: %s"
+                                % (type(model).__name__, type(e).__name__, e))
+
+
 def _conv_op(m: nn.Module, strict: bool = True) -> str:
     if strict and m.padding_mode != "zeros":
         raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
@@ -285,6 +302,29 @@ def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) ->
 
 def _is_number(v: Any) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _float_operand(fx_node: Optional[torch.fx.Node]) -> bool:
+    """True when a Python float operand makes arithmetic on sizes a float (``(C // h) ** -0.5``):
+    torch traces a float tensor there, which nndct quantizes like any other."""
+    return fx_node is not None and any(isinstance(a, float) for a in fx_node.args)
+
+
+def _slice_length(idx: slice) -> Optional[int]:
+    """Sizes in ``x.shape[idx]`` whatever the rank: ``[-k:]`` has k; None when it depends on it."""
+    if idx.step is None and idx.stop is None and isinstance(idx.start, int) and idx.start < 0:
+        return -idx.start
+    return None
+
+
+def _getitem_kind(idx: Any) -> str:
+    """``x[idx]`` as torch.jit traces it: an int selects (aten::select), a tensor gathers
+    (aten::index), anything else slices (one nndct_strided_slice)."""
+    if isinstance(idx, int):
+        return t.SELECT
+    if isinstance(idx, torch.fx.Node) or (isinstance(idx, tuple) and any(isinstance(i, torch.fx.Node) for i in idx)):
+        return t.INDEX
+    return STRIDED_SLICE
 
 
 def _is_shape_tuple(node: torch.fx.Node) -> bool:
@@ -385,7 +425,8 @@ class _Builder:
     def add(self, fx_node: Optional[torch.fx.Node], op: str, inputs: List[SimNode]) -> SimNode:
         node = SimNode("", op, fx_node)
         node.inputs = inputs
-        node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs))
+        node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs)
+                                           and not _float_operand(fx_node))
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node
@@ -413,15 +454,33 @@ class _Builder:
             self.pieces[fx_node] = _split_pieces(fx_node)
             self.helper(fx_node, self.resolve(fx_node.args[0]))
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem \
-                and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.helper_src:
+                and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.helper_src \
+                and fx_node.args[0].op != "get_attr":
             self.getitem(fx_node)
+        elif fx_node.op == "call_function" and fx_node.target is operator.setitem:
+            # x[idx] = v: torch traces a slice of x and its in-place fill_ (copy_ for a tensor v)
+            piece = self.add(None, STRIDED_SLICE, self.resolve(fx_node.args[0]))
+            if _is_number(fx_node.args[2]):
+                value = self.const(float(fx_node.args[2]))
+                self.add(fx_node, t.FILL, [piece, value]).const_args = {2: value}
+            else:
+                self.add(fx_node, "aten::copy_", [piece] + self.resolve_all(fx_node.all_input_nodes[1:]))
         else:
             self.operator(fx_node)
 
     def getitem(self, fx_node: torch.fx.Node) -> None:
         base = fx_node.args[0]
         sources = self.helper_src[base]
-        if base in self.shape_tuples:
+        if base in self.shape_tuples and isinstance(fx_node.args[1], slice):
+            count = _slice_length(fx_node.args[1])
+            if all(u.op == "call_function" and u.target is operator.getitem for u in fx_node.users):
+                self.shape_tuples.add(fx_node)  # H, W, _ = x.shape[-3:]: each size taken is a node
+                self.helper(fx_node, sources)
+            elif count is not None:  # F.interpolate(size=x.shape[-2:]): torch traces one size per dim
+                self.helper(fx_node, [self.add(None, SHAPE, list(sources)) for _ in range(count)])
+            else:
+                self.add(fx_node, SHAPE, sources)
+        elif base in self.shape_tuples:
             self.add(fx_node, SHAPE, sources)
         elif base in self.pieces:
             inputs = list(sources)
@@ -434,8 +493,10 @@ class _Builder:
     def operator(self, fx_node: torch.fx.Node) -> None:
         op = _classify(self.root, fx_node, self.strict)
         if op == STRIDED_SLICE and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.by_fx \
-                and self.by_fx[fx_node.args[0]].op not in t.OPS:
+                and self.by_fx[fx_node.args[0]].op not in t.OPS and isinstance(fx_node.args[1], int):
             op = t.TUPLE_INDEX  # an output of a float operator returning several (values, indices)
+        elif op == STRIDED_SLICE and fx_node.target is operator.getitem:
+            op = _getitem_kind(fx_node.args[1])
         if op in ARITHMETIC_TYPES:
             inputs, consts = [], {}  # type: List[SimNode], Dict[int, SimNode]
             for i, a in enumerate(fx_node.args):
@@ -508,30 +569,34 @@ def _nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimN
     number operand of each (the second jit input: ``x + c``, ``c + x``, ``x - c``, ``c - x``
     = ``rsub(x, c)``, ``x * c``, ``x / c``) a const node, in that order, ahead of every node
     (Vitis-AI ``pytorch_nndct/parse/trace_helper.py`` and ``opt_pass.py``,
-    ``nndct_graph/graph_searcher.py``). Other consts (``//``, ...) follow in program order."""
-    users = {id(n): [] for n in nodes}  # type: Dict[int, List[SimNode]]
+    ``nndct_graph/graph_searcher.py``). Other consts (``//``, the value of ``x[idx] = v``, ...)
+    are constant nodes of the traced graph already, ahead of the input in program order: the walk
+    starts from them (their users first), and they follow the converted ones in program order."""
+    def operand(n: SimNode) -> Optional[SimNode]:
+        first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
+        return n.const_args.get(first) if n.op in t.CONST_OPERAND_TYPES else None
+
+    converted = {id(c) for c in (operand(n) for n in nodes) if c is not None}
+    others = [c for c in consts if id(c) not in converted]
+    users = {id(n): [] for n in others + nodes}  # type: Dict[int, List[SimNode]]
     for n in nodes:
         for i in n.inputs:
-            if i.op != CONST and n not in users[id(i)]:
+            if id(i) in users and n not in users[id(i)]:
                 users[id(i)].append(n)
     groups = {}  # type: Dict[str, List[SimNode]]
     seen = set()  # type: set
-    for root in [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
+    for root in others + [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
         stack = [root]
         while stack:
             node = stack.pop()
             if id(node) in seen:
                 continue
             seen.add(id(node))
-            if node.op in t.BINARY_TYPES:  # OptPass.transform_const_scalar_to_const_tensor's kinds
+            if node.op in t.CONST_OPERAND_TYPES:  # OptPass.transform_const_scalar_to_const_tensor's kinds
                 groups.setdefault(node.op, []).append(node)
             stack.extend(reversed([u for u in users[id(node)] if id(u) not in seen]))
-    ordered = []  # type: List[SimNode]
-    for members in groups.values():
-        for n in members:
-            first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
-            if first in n.const_args:
-                ordered.append(n.const_args[first])
+    ordered = [operand(n) for members in groups.values() for n in members]
+    ordered = [c for c in ordered if c is not None]
     return ordered + [c for c in consts if c not in ordered]
 
 
@@ -578,7 +643,10 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
                                 "pass one tensor per input, in order, as a tuple"
                                 % (type(model).__name__, len(placeholders),
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
+    if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does
+        fx_graph = _concrete(work, examples, model)
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
+    functional_linear_to_module(work, fx_graph)
     if rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)

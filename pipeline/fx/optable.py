@@ -54,6 +54,14 @@ CONTIGUOUS = "nndct_contiguous"
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
 STRIDED_SLICE = "nndct_strided_slice"
+SELECT = "nndct_select"  # x[i] with an int i: torch traces aten::select
+INDEX = "nndct_index"  # x[t] with a tensor t: torch traces aten::index
+UNSQUEEZE = "nndct_unsqueeze"
+MATMUL = "nndct_matmul"
+ZEROS = "nndct_zeros"  # x.new_zeros(size), torch.zeros(size)
+EQUAL = "nndct_equal"  # x == y
+REMAINDER = "aten::remainder"  # x % c: a float operator (nndct has no type), c a const node
+FILL = "aten::fill_"  # the in-place fill of ``x[idx] = number`` (after its nndct_strided_slice)
 TUPLE_INDEX = "nndct_tuple_index"  # one output of an op returning several (torch.sort, ...)
 RESIZE = "nndct_resize"
 HSWISH = "nndct_hswish"
@@ -103,7 +111,14 @@ OPS = {
     ADD: _DPU_Q,
     MULTIPLY: _DPU_Q,
     CONCAT: _DPU_Q,
-    TRANSPOSE: OpSpec(_LAYOUT, True, False, False),
+    TRANSPOSE: OpSpec(_LAYOUT, False, False, True),  # not in QUANTIZABLE_OPS; SoftFuseTranspose
+    SELECT: _FLOAT,  # nndct warns QUANTIZER_TORCH_FLOAT_OP for nndct_select and nndct_index
+    INDEX: _FLOAT,
+    UNSQUEEZE: OpSpec(_LAYOUT, False, True, True),
+    MATMUL: _DPU_Q,
+    ZEROS: OpSpec("io", False, False, False),
+    EQUAL: _FLOAT,
+    REMAINDER: _FLOAT,
     PAD: OpSpec("dpu", False, False, False),
     FLATTEN: OpSpec(_LAYOUT, False, True, True),
     RESHAPE: OpSpec(_LAYOUT, False, True, False),
@@ -135,10 +150,12 @@ BIAS_CORR_TYPES = CONV_TYPES + (DENSE,)  # nndct's BatchNorm module does no bias
 # own forward (``pytorch_nndct/nn/modules/layernorm.py``), then runs the torch operator with them
 NORM_TYPES = (LAYER_NORM,)
 # elementwise arithmetic: a Python number operand becomes an nndct_const node
-ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE)
-# element-wise binary ops of tensors (XIR add/sub/mul/div; rsub is written as sub(c, x)); also the jit
-# kinds whose number operand nndct's parser turns into a const node (remainder has no sim op)
+ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE, REMAINDER)
+# element-wise binary ops of tensors (XIR add/sub/mul/div; rsub is written as sub(c, x))
 BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
+# the jit kinds whose number operand nndct's parser turns into a const node, numbered first
+# (``OptPass.transform_const_scalar_to_const_tensor``)
+CONST_OPERAND_TYPES = BINARY_TYPES + (REMAINDER,)
 
 
 def spec(op: str) -> OpSpec:
@@ -203,6 +220,14 @@ FUNCTION_OPS = {
     operator.truediv: DIV,
     operator.itruediv: DIV,
     operator.floordiv: FLOOR_DIVIDE,
+    operator.mod: REMAINDER,
+    torch.remainder: REMAINDER,
+    operator.eq: EQUAL,
+    torch.eq: EQUAL,
+    operator.matmul: MATMUL,
+    torch.matmul: MATMUL,
+    torch.unsqueeze: UNSQUEEZE,
+    torch.zeros: ZEROS,
     torch.floor_divide: FLOOR_DIVIDE,
     torch.cat: CONCAT,
     torch.reshape: RESHAPE,
@@ -225,6 +250,7 @@ FUNCTION_OPS = {
 }
 METHOD_OPS = {
     "relu": RELU,
+    "relu_": RELU,  # op_dispatcher.relu_: a TorchReLU (inplace), as relu
     "flatten": FLATTEN,
     "view": RESHAPE,
     "reshape": RESHAPE,
@@ -232,6 +258,10 @@ METHOD_OPS = {
     "dim": SHAPE,
     "numel": SHAPE,
     "contiguous": CONTIGUOUS,
+    "unsqueeze": UNSQUEEZE,
+    "matmul": MATMUL,
+    "new_zeros": ZEROS,
+    "eq": EQUAL,
     "permute": PERMUTE,
     "transpose": TRANSPOSE,
     "add": ADD,

@@ -116,6 +116,45 @@ def remove_traced_passthrough(root: nn.Module, graph: torch.fx.Graph, examples: 
         graph.erase_node(node)
 
 
+def functional_linear_to_module(root: nn.Module, graph: torch.fx.Graph) -> None:
+    """``F.linear(x, m.weight, m.bias)`` on an ``nn.Linear`` ``m``'s own parameters becomes the call
+    ``m(x)``: nndct's parser makes a dense node of any ``aten::linear`` whose weight and bias are a
+    module's parameters, named by that module (``features.1.0.attn.qkv.weight``), as torchvision's
+    ``shifted_window_attention`` calls it. Only when the call is the module's one use; a linear on
+    other tensors stays a float operator."""
+    uses = {}  # type: dict
+    found = []
+    for node in graph.nodes:
+        if node.op == "call_module":
+            uses[node.target] = uses.get(node.target, 0) + 1
+        if node.op != "call_function" or node.target is not torch.nn.functional.linear:
+            continue
+        w = node.args[1] if len(node.args) > 1 else node.kwargs.get("weight")
+        b = node.args[2] if len(node.args) > 2 else node.kwargs.get("bias")
+        if not (isinstance(w, torch.fx.Node) and w.op == "get_attr" and w.target.endswith(".weight")):
+            continue
+        path = w.target[:-len(".weight")]
+        try:
+            m = root.get_submodule(path)
+        except AttributeError:
+            continue
+        bias_ok = (b is None and m.bias is None) if not isinstance(b, torch.fx.Node) else \
+            (b.op == "get_attr" and b.target == path + ".bias")
+        if type(m) is nn.Linear and bias_ok:
+            uses[path] = uses.get(path, 0) + 1
+            found.append((node, path, [a for a in (w, b) if isinstance(a, torch.fx.Node)]))
+    for node, path, attrs in found:
+        if uses[path] != 1:
+            continue
+        with graph.inserting_before(node):
+            call = graph.call_module(path, (node.args[0],))
+        node.replace_all_uses_with(call)
+        graph.erase_node(node)
+        for a in attrs:
+            if not a.users:
+                graph.erase_node(a)
+
+
 def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \

@@ -401,6 +401,18 @@ def unknown(node: OpNode, ctx: Context, what: Optional[str] = None) -> Verdict:
                     what or node.op, node.source))
 
 
+def matmul(node: OpNode, ctx: Context) -> Verdict:
+    """A product of two feature maps (attention's ``q @ k^T``, ``attn @ v``): the conv engines take
+    their second operand from weights, not from another layer's output."""
+    return _cpu("matmul can't be assigned to DPU: it multiplies two feature maps, and {} takes the "
+                "second operand of a product from weights only.".format(ctx.target.name))
+
+
+def host_constant(node: OpNode, ctx: Context) -> Verdict:
+    """A tensor made from sizes only (``x.new_zeros(...)``, Swin's attention mask): no DPU op."""
+    return _cpu("{} makes a tensor from sizes alone: it is computed on the CPU.".format(node.op))
+
+
 def float_operator(node: OpNode, ctx: Context) -> Verdict:
     """An op the quantizer keeps as a float operator (``pipeline.fx.optable``, kind "float"; the
     real quantizer's ``QUANTIZER_TORCH_FLOAT_OP``, or an element-wise op with a constant): the
@@ -483,7 +495,8 @@ OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
     "max_pool2d": pool, "avg_pool2d": pool, "adaptive_avg_pool2d": pool, "mean": mean,
     "add": eltwise, "mul": eltwise,
     "concat": concat,
-    "reshape": reshape, "view": reshape, "flatten": reshape,
+    "reshape": reshape, "view": reshape, "flatten": reshape, "unsqueeze": reshape,
+    "matmul": matmul, "new_zeros": host_constant,
     "permute": permute, "transpose": permute,
     "pad": pad, "resize": resize,
     "chunk": piece, "split": piece, "getitem": piece,

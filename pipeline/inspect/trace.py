@@ -94,13 +94,15 @@ _FUNCTION_OPS = {
     F.gelu: "gelu", torch.softmax: "softmax", F.softmax: "softmax", F.max_pool2d: "max_pool2d",
     F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
     F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem", F.interpolate: "resize",
-    torch.chunk: "chunk", torch.split: "split",
+    torch.chunk: "chunk", torch.split: "split", torch.unsqueeze: "unsqueeze", torch.matmul: "matmul",
+    operator.matmul: "matmul",
 }
 
 _METHOD_OPS = {
     "add": "add", "mul": "mul", "flatten": "flatten", "reshape": "reshape", "view": "view",
     "permute": "permute", "transpose": "transpose", "relu": "relu", "sigmoid": "sigmoid",
     "tanh": "tanh", "softmax": "softmax", "mean": "mean", "contiguous": "contiguous",
+    "unsqueeze": "unsqueeze", "matmul": "matmul", "new_zeros": "new_zeros",
 }
 
 # Ops whose output may be a non-contiguous view of their input, whatever the shapes.
@@ -328,8 +330,9 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
         if fx_node.op == "output":
             outputs = [alias.get(n.name, n.name) for n in fx_node.all_input_nodes]
             continue
-        if fx_node.op == "get_attr" or meta is None:
-            continue
+        sim = sim_nodes.get(fx_node.name)
+        if fx_node.op == "get_attr" or (meta is None and not (sim is not None and sim.float_operator)):
+            continue  # a float operator making no tensor (x[idx] = v, a float from sizes) still runs on the CPU
         op, source, attrs = _classify(fx_node, modules)
         known = [n.name for n in fx_node.all_input_nodes if n.name in maybe_nc]
         is_tensor = isinstance(meta, TensorMetadata)
@@ -346,7 +349,6 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
         maybe_nc[fx_node.name] = made_nc
         if made_nc:
             origin_nc[fx_node.name] = fx_node.name
-        sim = sim_nodes.get(fx_node.name)
         nodes.append(OpNode(fx_node.name, op, source, [alias.get(n, n) for n in known],
                             tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc,
                             sim.op if sim is not None else None,

@@ -77,13 +77,13 @@ def make_quant_info(param: Dict[str, Optional[int]], output: Dict[str, int], bit
     """Build the quant_info dict from ``{name: fix_pos}`` maps (bit width the same everywhere).
 
     Returns a dict with the keys of ``TOP_LEVEL_KEYS`` in order; entries are
-    ``[[bitwidth, fix_pos]]`` (a param whose fix_pos is None, one nndct registers but never
-    quantizes, is ``[[bitwidth, None]]``, written ``[[8,null]]``); ``"input"`` is empty and
+    ``[[bitwidth, fix_pos]]`` (a param or output whose fix_pos is None, one nndct registers but
+    never quantizes, is ``[[bitwidth, None]]``, written ``[[8,null]]``); ``"input"`` is empty and
     ``"fast_finetuned"`` false.
     """
     return {
         "param": {k: [[bitwidth, None if p is None else int(p)]] for k, p in param.items()},
-        "output": {k: [[bitwidth, int(p)]] for k, p in output.items()},
+        "output": {k: [[bitwidth, None if p is None else int(p)]] for k, p in output.items()},
         "input": {},
         "fast_finetuned": False,
         "bias_corrected": bool(bias_corrected),
@@ -143,7 +143,7 @@ def read_quant_info(out_dir: str) -> Dict[str, Any]:
         if not isinstance(entries, dict):
             raise QuantizationError("%s: expected an object under %r, got %r" % (path, section, entries))
         for name, value in entries.items():
-            if not (isinstance(value, list) and value and all(_is_pair(e, section == "param") for e in value)):
+            if not (isinstance(value, list) and value and all(_is_pair(e, section != "input") for e in value)):
                 raise QuantizationError("%s: %s entry %r should be [[bit_width, fix_pos]] with bit_width %d..%d and "
                                         "fix_pos %d..%d (what a quantizer produces), got %r; re-run calibration"
                                         % (path, section, name, BIT_WIDTHS[0], BIT_WIDTHS[1], FIX_POS_RANGE[0],
@@ -159,8 +159,9 @@ FIX_POS_RANGE = (-128, 64)
 
 def _is_pair(entry: Any, unquantized_ok: bool = False) -> bool:
     """``[bit_width, fix_pos]``: two ints (not bools) within BIT_WIDTHS and FIX_POS_RANGE; with
-    ``unquantized_ok`` (param entries) fix_pos may also be None: a parameter nndct registers and
-    never quantizes (a state-dict tensor a quantizable node takes directly, e.g. a layer scale)."""
+    ``unquantized_ok`` (param and output entries) fix_pos may also be None: a tensor nndct registers
+    and never quantizes (a state-dict tensor a quantizable node takes directly, e.g. a layer scale;
+    an int64 size a quantizable node computes, e.g. Swin's ``B * num_windows``)."""
     if not (isinstance(entry, list) and len(entry) == 2
             and all(isinstance(i, int) and not isinstance(i, bool) for i in entry[:1])):
         return False

@@ -107,6 +107,8 @@ class Builder:
         self.names = {}  # type: Dict[str, str]
         self.input_names = {}  # type: Dict[str, str]
         self.failed = set()  # type: set
+        self.independent = set()  # type: set  # nodes no input reaches (fold.py): not emitted
+        self.folded = {}  # type: Dict[str, torch.Tensor]  # their values, as dependent nodes read them
         self.fix_table = {"activations": {}, "params": {}}  # type: Dict[str, Dict[str, Any]]
 
     # -- emission helpers
@@ -123,6 +125,13 @@ class Builder:
 
     def scalar(self, name: str, value: float) -> str:
         return self.init(name, np.array(value, dtype=np.float32))
+
+    def index(self, name: str, value: int) -> str:
+        """A 0-dim int64 initializer (a Gather by it drops the axis); ``init`` would make it 1-D."""
+        from onnx import numpy_helper
+        if name not in self.initializers:
+            self.initializers[name] = numpy_helper.from_array(np.array(int(value), dtype=np.int64), name)
+        return name
 
     def ints(self, name: str, values: Sequence[int]) -> str:
         return self.init(name, np.array(list(values), dtype=np.int64))
@@ -142,6 +151,8 @@ class Builder:
         if isinstance(arg, torch.fx.Node) and arg.name in self.failed:
             return arg.name
         self.shape(arg)
+        if arg.name not in self.names and arg.name in self.folded:  # an input-independent tensor
+            self.names[arg.name] = self.init(arg.name + "/folded", self.folded[arg.name].cpu().contiguous().numpy())
         return self.names[arg.name]
 
     def static(self, arg: Any) -> Any:

@@ -12,6 +12,7 @@ from ...fileio import write_bytes
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record
 from .flavours import FLAVOUR_CLASSES, FLAVOURS
 from .float_ops import is_split
+from .fold import folded_values, independent_nodes
 from .handlers import FUNCTION_HANDLERS, METHOD_HANDLERS, MODULE_HANDLERS, handler_of, target_name
 
 # --------------------------------------------------------------------------- graph walk
@@ -27,11 +28,12 @@ def _emit(b: Builder, node: torch.fx.Node) -> None:
         return
     if node.op == "get_attr":
         value = _get_attr(b.gm, node.target)
-        if isinstance(value, torch.Tensor):
-            if value.dtype != torch.float32:
-                raise Unsupported("constant tensor of dtype %s, expected float32" % value.dtype)
+        if isinstance(value, torch.Tensor) and value.dtype == torch.float32 \
+                and any(u.name not in b.independent for u in node.users):
             b.names[node.name] = b.init(node.name, value.detach().cpu().contiguous().numpy())
-        return
+        return  # else (an index buffer, a table gathered by it) folded where an input-dependent node reads it
+    if node.name in b.independent:
+        return  # no input reaches it: written as its value where an input-dependent node reads it
     if meta[0] == "value":
         return  # a Python value (constant or shape): read by the nodes that use it
     if is_split(node):
@@ -122,6 +124,8 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
                           "copies of it): %s: %s" % (", ".join(str(tuple(e.shape)) for e in examples),
                                                      type(exc).__name__, exc)) from exc
     b = Builder(gm, FLAVOUR_CLASSES[flavour](), meta1, meta2)
+    b.independent = independent_nodes(gm, meta1, meta2)
+    b.folded = folded_values(gm, [e.clone() for e in examples], b.independent)
     # fx node names are identifiers and every other tensor name holds a '/' or a '.', so graph
     # input/output names only have to avoid the fx node names (a layer called `output`, say)
     taken = {n.name for n in gm.graph.nodes if n.op not in ("placeholder", "output")}

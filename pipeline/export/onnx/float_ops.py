@@ -183,13 +183,25 @@ def getitem(b: Builder, node: torch.fx.Node, mod: None) -> str:
 
 
 def _slice(b: Builder, node: torch.fx.Node, x: Any, index: Any) -> str:
-    """``x[s0, s1, ...]`` with constant, positive-step slices (dims from the left) as one Slice;
-    integers, None, Ellipsis, tensors and a slice of the batch dimension are refused."""
+    """``x[s0, s1, ...]`` with constant, positive-step slices (dims from the left; an Ellipsis
+    stands for the full slices it covers) as one Slice; ``x[i]`` as a Gather; other integers,
+    None, tensors and a slice of the batch dimension are refused."""
     index = b.static(index)
     index = index if isinstance(index, tuple) else (index,)
+    size = b.shape(x)
+    if len(index) == 1 and isinstance(index[0], int) and not isinstance(index[0], bool):
+        # x[i]: aten::select of dim 0, a Gather by a scalar index (drops the dimension)
+        if 0 in b.batch_dims(x):
+            raise Unsupported("selecting along the batch dimension")
+        return b.op("Gather", [b.tensor(x), b.index(node.name + "/index", index[0] % size[0])],
+                    node.name, axis=0)
+    index = tuple(slice(*(b.static(v) for v in (i.start, i.stop, i.step))) if isinstance(i, slice) else i
+                  for i in index)  # a bound from the traced sizes (x[:, :H]) is a number here
+    if any(i is Ellipsis for i in index):
+        at = index.index(Ellipsis)
+        index = index[:at] + (slice(None),) * (len(size) - len(index) + 1) + index[at + 1:]
     if not all(isinstance(i, slice) for i in index):
         raise Unsupported("indexing a tensor by %s (only slices: x[:, a:b])" % (index,))
-    size = b.shape(x)
     starts, ends, axes, steps = [], [], [], []
     for dim, piece in enumerate(index):
         if not all(v is None or isinstance(v, int) for v in (piece.start, piece.stop, piece.step)):

@@ -267,6 +267,31 @@ def _binary(op_type: str) -> Callable[[Builder, torch.fx.Node, None], str]:
     return handler
 
 
+def _matmul(b: Builder, node: torch.fx.Node, mod: None) -> str:
+    """``a @ b`` (torch.matmul, Tensor.matmul): MatMul, the same broadcasting rules."""
+    return b.op("MatMul", [b.tensor(arg(node, 0, "input")), b.tensor(arg(node, 1, "other"))], node.name)
+
+
+def _roll(b: Builder, node: torch.fx.Node, mod: None) -> str:
+    """``torch.roll(x, shifts, dims)``: per dimension a Gather by the rolled positions (data moves
+    only: exact)."""
+    shifts, dims = b.static(arg(node, 1, "shifts")), b.static(arg(node, 2, "dims", None))
+    if dims is None:
+        raise Unsupported("roll without dims (of the flattened tensor)")
+    shifts = shifts if isinstance(shifts, (tuple, list)) else (shifts,)
+    dims = dims if isinstance(dims, (tuple, list)) else (dims,)
+    size = b.shape(node.args[0])
+    y = b.tensor(node.args[0])
+    for k, (shift, dim) in enumerate(zip(shifts, dims)):
+        dim = int(dim) % len(size)
+        if dim in b.batch_dims(node.args[0]):
+            raise Unsupported("rolling the batch dimension")
+        index = [(i - int(shift)) % size[dim] for i in range(size[dim])]
+        name = node.name if k == len(dims) - 1 else "%s/dim%d" % (node.name, dim)
+        y = b.op("Gather", [y, b.ints("%s/index%d" % (node.name, dim), index)], name, axis=dim)
+    return y
+
+
 def _fake_quant(b: Builder, node: torch.fx.Node, mod: None) -> str:
     x = b.tensor(arg(node, 0, "x"))
     fix_pos, bitwidth, method = (b.static(arg(node, i, n))
@@ -330,6 +355,8 @@ FUNCTION_HANDLERS = {
     torch.sigmoid: unary("Sigmoid"), torch.tanh: unary("Tanh"), F.silu: silu, F.gelu: gelu,
     torch.softmax: softmax, F.softmax: softmax, torch.mean: mean, F.pad: pad,
     operator.getitem: getitem,
+    torch.matmul: _matmul, operator.matmul: _matmul,
+    torch.roll: _roll,
 }  # type: Dict[Any, Callable[..., str]]
 
 METHOD_HANDLERS = {
@@ -338,7 +365,7 @@ METHOD_HANDLERS = {
     "flatten": _reshape, "view": _reshape, "reshape": _reshape,
     "squeeze": _reshape, "unsqueeze": _reshape,
     "permute": _permute, "transpose": _transpose,
-    "contiguous": _alias,
+    "contiguous": _alias, "matmul": _matmul,
     "sigmoid": unary("Sigmoid"), "tanh": unary("Tanh"), "softmax": softmax, "mean": mean,
 }  # type: Dict[str, Callable[..., str]]
 

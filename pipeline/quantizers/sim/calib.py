@@ -346,13 +346,14 @@ class Calibrator:
         if self.batches == 0:
             raise QuantizationError("calibration saw 0 batches: run at least one calibration "
                                     "batch before exporting the quantization config")
-        missing = [n for n in self.plan.output_order if not self.history[n]] + \
+        missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.unquantized_outputs] + \
             [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:
             raise QuantizationError("calibration gave no fix_pos to %s (every batch empty, or non-finite "
                                     "values in every batch?); check the calibration data" % ", ".join(missing))
         param_fp = {p: self.param_fp.get(p) for p in self.plan.param_order}
-        output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) for n in self.plan.output_order}
+        output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) if self.history[n] else None
+                     for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
         return param_fp, output_fp, notes
 

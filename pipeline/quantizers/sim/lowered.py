@@ -156,7 +156,8 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     """
     check_quant_info(graph, plan, info)
     prefix = graph.class_name + "::"
-    out_fp = {k[len(prefix):]: int(v[0][1]) for k, v in info["output"].items() if k.startswith(prefix)}
+    out_fp = {k[len(prefix):]: int(v[0][1]) for k, v in info["output"].items()
+              if k.startswith(prefix) and v[0][1] is not None}
     root = nn.Module()
     new = torch.fx.Graph()
     env = {}  # type: Dict[torch.fx.Node, torch.fx.Node]
@@ -216,6 +217,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
                     quantize = False
                 else:
                     value = _mul_const(new, value, scale)
+        if quantize and node.inputs and all(i.shape_value for i in node.inputs):
+            # a float computed from sizes: a 0-dim float32 tensor, as torch.jit traces it (ops.run_node)
+            value = new.call_function(torch.as_tensor, (value,), {"dtype": torch.float32})
         if quantize:
             value = new.call_function(fixpoint.fake_quant, (value, out_fp[node.name], bitwidth, "half_up"))
         value.meta["nndct_node"] = node.name

@@ -209,6 +209,10 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         if scale is None:
             return out, False
         return out * scale, True
+    if isinstance(out, float) and not node.shape_value:
+        # a float computed from sizes (``(C // heads) ** -0.5``): torch.jit traces a 0-dim float32
+        # tensor, which nndct quantizes like any activation
+        return torch.tensor(out, dtype=torch.float32), True
     return out, True
 
 

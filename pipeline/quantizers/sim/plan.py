@@ -41,6 +41,10 @@ class QuantPlan:
         unquantized_params: the names of ``param_order`` that nndct registers without ever
             quantizing them (``SimNode.free_params``): their entry is ``[[bit_width, null]]``.
         output_order: node names (no class prefix) that carry an ``output`` entry, in order.
+        unquantized_outputs: the names of ``output_order`` of quantizable-type nodes computing
+            integer sizes (``(4 - W % 4)``, ``B * num_windows``): torch.jit traces them as int64
+            tensors, which nndct registers but never quantizes (its warning
+            ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``.
     """
 
     def __init__(self, graph: SimGraph) -> None:
@@ -48,6 +52,7 @@ class QuantPlan:
         self.groups = _make_groups(graph)
         self.param_order = []  # type: List[str]
         self.output_order = []  # type: List[str]
+        self.unquantized_outputs = []  # type: List[str]
         self._create_config()
         quantized = set(p for n in graph.nodes if self.quantizable(n) for p in n.param_names.values())
         self.unquantized_params = [p for p in self.param_order if p not in quantized]
@@ -77,6 +82,9 @@ class QuantPlan:
     def _create_config(self) -> None:
         outputs = OrderedDict()  # type: Dict[str, None]
         for node in self.graph.nodes:
+            if node.shape_value and g.spec(node.op).quantizable and node.op != g.SHAPE:
+                outputs.setdefault(node.name, None)
+                self.unquantized_outputs.append(node.name)
             if not self.quantizable(node):
                 continue
             for name in list(node.param_names.values()) + node.free_params:
