@@ -58,8 +58,10 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
 from .concrete_trace import concrete_trace, has_wrapped_calls
 from .float_trace import fx_trace
 from .work_copy import work_copy
+from .attention import inline_attention
 from .rewrites import (REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, functional_linear_to_module, remove_passthrough,
-                       remove_traced_passthrough, swap_modules, swaps_keep_graph)
+                       remove_shape_checks, remove_traced_passthrough, split_select_index, swap_modules,
+                       swaps_keep_graph)
 
 class SimNode:
     """One nndct node of the captured graph.
@@ -391,8 +393,10 @@ def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dic
 class _Builder:
     """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
 
-    def __init__(self, root: nn.Module, class_name: str, strict: bool = True) -> None:
+    def __init__(self, root: nn.Module, class_name: str, strict: bool = True,
+                 param_names: Optional[Dict[str, Dict[str, str]]] = None) -> None:
         self.root = root
+        self.param_names = param_names or {}  # module path -> nndct param names (inlined attention)
         self.strict = strict
         self.class_name = class_name
         self.by_fx = {}  # type: Dict[torch.fx.Node, SimNode]
@@ -426,7 +430,9 @@ class _Builder:
         node = SimNode("", op, fx_node)
         node.inputs = inputs
         node.shape_value = op == SHAPE or (bool(inputs) and all(i.shape_value for i in inputs)
-                                           and not _float_operand(fx_node))
+                                           and not _float_operand(fx_node)
+                                           and not (fx_node is not None  # a tensor attribute (ViT's class token)
+                                                    and any(a.op == "get_attr" for a in fx_node.all_input_nodes)))
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node
@@ -527,9 +533,12 @@ class _Builder:
                 raise QuantizationError("module %r is called more than once; the sim quantizer "
                                         "needs one module per conv/linear/batch-norm use" % fx_node.target)
             m = self.root.get_submodule(fx_node.target)
-            node.param_names["weights"] = "%s::%s.weight" % (self.class_name, fx_node.target)
+            names = self.param_names.get(fx_node.target, {"weights": "%s.weight" % fx_node.target,
+                                                          "bias": "%s.bias" % fx_node.target})
+            node.param_names["weights"] = "%s::%s" % (self.class_name, names["weights"])
             if m.bias is not None:
-                node.param_names["bias"] = "%s::%s.bias" % (self.class_name, fx_node.target)
+                node.param_names["bias"] = "%s::%s" % (self.class_name, names["bias"])
+
 
 
     def state_names(self) -> set:
@@ -647,11 +656,15 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
         fx_graph = _concrete(work, examples, model)
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
+    remove_shape_checks(fx_graph)
+    split_select_index(fx_graph)
+    param_names = {}  # type: Dict[str, Dict[str, str]]
     if rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)
+        param_names = inline_attention(work, fx_graph)
     fx_graph.lint()
-    builder = _Builder(work, type(model).__name__, rewrite)
+    builder = _Builder(work, type(model).__name__, rewrite, param_names)
     outputs = []  # type: List[SimNode]
     for fx_node in fx_graph.nodes:
         if fx_node.op == "output":

@@ -30,6 +30,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .attention import trunc_div
+
 OpSpec = namedtuple("OpSpec", "kind quantizable layout group_up")
 
 # nndct op type strings
@@ -57,6 +59,9 @@ STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"  # x[i] with an int i: torch traces aten::select
 INDEX = "nndct_index"  # x[t] with a tensor t: torch traces aten::index
 UNSQUEEZE = "nndct_unsqueeze"
+SQUEEZE = "nndct_squeeze"
+EXPAND = "nndct_expand"
+TRUNC_DIV = "aten::div"  # an int divided with rounding_mode="trunc" (MultiheadAttention's head_dim)
 MATMUL = "nndct_matmul"
 ZEROS = "nndct_zeros"  # x.new_zeros(size), torch.zeros(size)
 EQUAL = "nndct_equal"  # x == y
@@ -115,6 +120,9 @@ OPS = {
     SELECT: _FLOAT,  # nndct warns QUANTIZER_TORCH_FLOAT_OP for nndct_select and nndct_index
     INDEX: _FLOAT,
     UNSQUEEZE: OpSpec(_LAYOUT, False, True, True),
+    SQUEEZE: OpSpec(_LAYOUT, False, True, True),
+    EXPAND: OpSpec("float", False, False, True),  # a float operator (nndct's warning) joining its parent's group
+    TRUNC_DIV: OpSpec("shape", False, False, False),
     MATMUL: _DPU_Q,
     ZEROS: OpSpec("io", False, False, False),
     EQUAL: _FLOAT,
@@ -150,7 +158,7 @@ BIAS_CORR_TYPES = CONV_TYPES + (DENSE,)  # nndct's BatchNorm module does no bias
 # own forward (``pytorch_nndct/nn/modules/layernorm.py``), then runs the torch operator with them
 NORM_TYPES = (LAYER_NORM,)
 # elementwise arithmetic: a Python number operand becomes an nndct_const node
-ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE, REMAINDER)
+ARITHMETIC_TYPES = (ADD, SUB, MULTIPLY, DIV, FLOOR_DIVIDE, REMAINDER, TRUNC_DIV)
 # element-wise binary ops of tensors (XIR add/sub/mul/div; rsub is written as sub(c, x))
 BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
 # the jit kinds whose number operand nndct's parser turns into a const node, numbered first
@@ -175,6 +183,7 @@ def is_layout(op: str) -> bool:
 
 MODULE_OPS = {
     nn.Linear: DENSE,
+    nn.modules.linear.NonDynamicallyQuantizableLinear: DENSE,  # nn.MultiheadAttention's out_proj
     nn.BatchNorm1d: BATCH_NORM,
     nn.BatchNorm2d: BATCH_NORM,
     nn.ReLU: RELU,
@@ -227,6 +236,9 @@ FUNCTION_OPS = {
     operator.matmul: MATMUL,
     torch.matmul: MATMUL,
     torch.unsqueeze: UNSQUEEZE,
+    torch.squeeze: SQUEEZE,
+    torch.select: SELECT,
+    trunc_div: TRUNC_DIV,
     torch.zeros: ZEROS,
     torch.floor_divide: FLOOR_DIVIDE,
     torch.cat: CONCAT,
@@ -259,6 +271,9 @@ METHOD_OPS = {
     "numel": SHAPE,
     "contiguous": CONTIGUOUS,
     "unsqueeze": UNSQUEEZE,
+    "squeeze": SQUEEZE,
+    "select": SELECT,
+    "expand": EXPAND,
     "matmul": MATMUL,
     "new_zeros": ZEROS,
     "eq": EQUAL,

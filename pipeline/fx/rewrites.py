@@ -4,6 +4,7 @@ affine parameters), Dropout/Identity removal, and
 Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset conversion
 (``fuse_conv_bn.py``; golden_wide README for the unfused BatchNorm1d). All in float32, in
 nndct's order of operations. They change capture's own deep copy of the model only."""
+import operator
 from typing import List, Optional, Tuple
 
 import torch
@@ -153,6 +154,62 @@ def functional_linear_to_module(root: nn.Module, graph: torch.fx.Graph) -> None:
         for a in attrs:
             if not a.users:
                 graph.erase_node(a)
+
+
+_COMPARISONS = (operator.eq, operator.ne, operator.lt, operator.le, operator.gt, operator.ge)
+
+
+def _shape_helper(node: torch.fx.Node) -> bool:
+    """A pure step on sizes: ``x.shape``, ``x.size(...)``, ``x.dim()``, an item of one, or a
+    comparison (the operand of a ``torch._assert``)."""
+    if node.op == "call_method":
+        return node.target in ("size", "dim")
+    if node.op != "call_function":
+        return False
+    if node.target is getattr:
+        return node.args[1] == "shape"
+    if node.target is operator.getitem:
+        return isinstance(node.args[0], torch.fx.Node) and _shape_helper(node.args[0])
+    return node.target in _COMPARISONS
+
+
+def remove_shape_checks(graph: torch.fx.Graph) -> None:
+    """Remove ``torch._assert`` calls and the size steps nothing uses (``n, c, h, w = x.shape``
+    with ``c`` unused, the sizes an assert compared). torch.jit records neither: an assert on a
+    traced size is a Python bool, and unused ``aten::size`` nodes are dead code the trace drops,
+    so nndct has no node there (torchvision's ViT checks the image size this way)."""
+    for node in list(graph.nodes):
+        if node.op == "call_function" and node.target is torch._assert:
+            graph.erase_node(node)
+    changed = True
+    while changed:
+        changed = False
+        for node in reversed(list(graph.nodes)):
+            if not node.users and _shape_helper(node):
+                graph.erase_node(node)
+                changed = True
+
+
+def split_select_index(graph: torch.fx.Graph) -> None:
+    """``x[:, ..., :, i, j]`` (slices, then ints): torch.jit records one ``aten::slice`` per sliced
+    dimension, which nndct merges into one ``nndct_strided_slice``, then one ``aten::select`` per
+    int (``nndct_select``). The getitem becomes ``x[slices]`` followed by ``torch.select`` calls
+    on the dimension after the slices (each select removes it); the values are the same. A tuple
+    index with a slice before an int can only index a tensor; any other index is left as it is."""
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], tuple)):
+            continue
+        index = node.args[1]
+        n_slices = next((i for i, a in enumerate(index) if not isinstance(a, slice)), len(index))
+        ints = index[n_slices:]
+        if n_slices == 0 or not ints or not all(type(a) is int for a in ints):
+            continue
+        with graph.inserting_before(node):
+            value = graph.call_function(operator.getitem, (node.args[0], index[:n_slices]))
+            for i in ints:
+                value = graph.call_function(torch.select, (value, n_slices, i))
+        node.replace_all_uses_with(value)
+        graph.erase_node(node)
 
 
 def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:

@@ -34,7 +34,8 @@ def _fix_tables(session: Any, dev: Graph, info: Dict[str, Any],
     prefix = graph.class_name + "::"
     found = {}  # type: Dict[str, Tuple[int, int]]
     for key, value in info["output"].items():
-        if key.startswith(prefix) and value and value[0][0] is not None and key[len(prefix):] in graph.by_name:
+        if key.startswith(prefix) and value and value[0][0] is not None and value[0][1] is not None \
+                and key[len(prefix):] in graph.by_name:
             found[key[len(prefix):]] = (int(value[0][0]), int(value[0][1]))
     for node in graph.nodes:
         end = plan.quant_output(node) if node.op == t.HSWISH and node.name not in found else None
