@@ -248,6 +248,48 @@ def _transpose(b: Builder, node: torch.fx.Node, mod: None) -> str:
     return b.op("Transpose", [b.tensor(node.args[0])], node.name, perm=perm)
 
 
+def _select(b: Builder, node: torch.fx.Node, mod: None) -> str:
+    """``torch.select(x, dim, index)`` (``x[:, i]``): a Gather of that one index, then Squeeze of the dim."""
+    x = arg(node, 0, "input")
+    rank = len(b.shape(x))
+    dim, index = (int(b.static(arg(node, i, n))) for i, n in ((1, "dim"), (2, "index")))
+    dim %= rank
+    if dim in b.batch_dims(x):
+        raise Unsupported("selecting from the batch dimension")
+    index %= b.shape(x)[dim]
+    taken = b.op("Gather", [b.tensor(x), b.ints(node.name + "/index", [index])], node.name + "/gathered", axis=dim)
+    return b.op("Squeeze", [taken, b.ints(node.name + "/axes", [dim])], node.name)
+
+
+def _expand(b: Builder, node: torch.fx.Node, mod: None) -> str:
+    """``x.expand(n, -1, ...)`` where only batch-size-1 dimensions grow with the batch (ViT's class
+    token): an Expand to the recorded shape whose batch dimension is the model input's (copies, no
+    arithmetic)."""
+    x = arg(node, 0, "self")
+    shape = list(b.shape(node))
+    batch = b.batch_dims(node)
+    if len(batch) > 1 or any(shape[i] != 1 for i in batch) or any(i in b.batch_dims(x) for i in batch):
+        raise Unsupported("only an expand whose one batch-sized dimension is 1 at batch 1")
+    if not batch:
+        return b.op("Expand", [b.tensor(x), b.ints(node.name + "/shape", shape)], node.name)
+    first = next(iter(b.input_names.values()))
+    n = b.op("Shape", [first], node.name + "/input_shape")
+    n = b.op("Slice", [n, b.ints(node.name + "/zero", [0]), b.ints(node.name + "/one", [1])], node.name + "/batch")
+    parts = [b.ints(node.name + "/dim%d" % i, [d]) if i not in batch else n for i, d in enumerate(shape)]
+    target = b.op("Concat", parts, node.name + "/shape", axis=0)
+    return b.op("Expand", [b.tensor(x), target], node.name)
+
+
+def _attention(b: Builder, node: torch.fx.Node, mod: None) -> str:
+    """``F.scaled_dot_product_attention``: refused. torch's CPU kernel (a blocked, online softmax
+    with vectorized exp, normalizing after the second product) and any ONNX composition
+    (MatMul, Softmax, MatMul) round differently in the last bits, and the result is quantized right
+    after it (its output entry), so ONNX Runtime cannot reproduce the quantizer bit for bit."""
+    raise Unsupported("scaled_dot_product_attention (nn.MultiheadAttention) has no bit-exact ONNX "
+                      "form: torch's CPU attention kernel and an ONNX MatMul/Softmax/MatMul round "
+                      "differently in the last bits before the quantization that follows it")
+
+
 def _alias(b: Builder, node: torch.fx.Node, mod: Optional[nn.Module]) -> str:
     return b.tensor(node.args[0])
 
@@ -309,6 +351,7 @@ MODULE_HANDLERS = {
     nn.Conv2d: _conv,
     nn.ConvTranspose2d: _conv_transpose,
     nn.Linear: _linear,
+    nn.modules.linear.NonDynamicallyQuantizableLinear: _linear,  # nn.MultiheadAttention's out_proj
     nn.ReLU: _relu,
     nn.ReLU6: _hardtanh,
     nn.Hardtanh: _hardtanh,
@@ -352,6 +395,7 @@ FUNCTION_HANDLERS = {
     torch.flatten: _reshape, torch.reshape: _reshape,
     torch.squeeze: _reshape, torch.unsqueeze: _reshape,
     torch.permute: _permute, torch.transpose: _transpose,
+    torch.select: _select, F.scaled_dot_product_attention: _attention,
     torch.sigmoid: unary("Sigmoid"), torch.tanh: unary("Tanh"), F.silu: silu, F.gelu: gelu,
     torch.softmax: softmax, F.softmax: softmax, torch.mean: mean, F.pad: pad,
     operator.getitem: getitem,
@@ -363,7 +407,8 @@ METHOD_HANDLERS = {
     "add": _binary("Add"), "sub": _binary("Sub"), "mul": _binary("Mul"), "div": _binary("Div"),
     "clamp": _clamp, "relu": _relu,
     "flatten": _reshape, "view": _reshape, "reshape": _reshape,
-    "squeeze": _reshape, "unsqueeze": _reshape,
+    "squeeze": _reshape, "unsqueeze": _reshape, "unflatten": _reshape,
+    "select": _select, "expand": _expand,
     "permute": _permute, "transpose": _transpose,
     "contiguous": _alias, "matmul": _matmul,
     "sigmoid": unary("Sigmoid"), "tanh": unary("Tanh"), "softmax": softmax, "mean": mean,
