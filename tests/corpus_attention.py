@@ -4,11 +4,10 @@
 position embedding (a bare Parameter added), a residual add and ``x[:, 0]``. No LayerNorm, so the
 attention path is compared on its own.
 
-``python tests/corpus_attention.py calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE] [real]`` runs one
+``python tests/corpus_attention.py calib|test OUT_DIR NAMES|all [QUANT_CONFIG_FILE]`` runs one
 phase of ``corpus_models.phase`` (same recipe and seeds as the corpus) with the drop-in's
-``torch_quantizer`` (or pytorch_nndct's with ``real``); ``export_onnx_model`` and ``export_xmodel``
-errors are printed, not raised (neither writes these ops), and the real quantizer's ONNX export is
-skipped.
+``torch_quantizer``; with a last argument ``real`` (then QUANT_CONFIG_FILE is given, ``""`` for
+none) with pytorch_nndct's, its ONNX export skipped (how tests/data/attention_real was made).
 """
 import os
 import sys
@@ -73,38 +72,29 @@ def make_inputs(name, n, seed):
     return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
 
 
-def _factory(real, config):
-    if real:
-        from pytorch_nndct.apis import torch_quantizer
-    else:
-        from pipeline.apis import torch_quantizer
+def _real_quantizer(*args, **kwargs):
+    """pytorch_nndct's torch_quantizer (the reference runs), its ONNX export skipped."""
+    from pytorch_nndct.apis import torch_quantizer
 
     class Quantizer:
-        def __init__(self, *args, **kwargs):
-            self.q = torch_quantizer(*args, quant_config_file=config, **kwargs)
+        def __init__(self):
+            self.q = torch_quantizer(*args, **kwargs)
 
         def __getattr__(self, key):
             return getattr(self.q, key)
 
-        def export_onnx_model(self, *args, **kwargs):
-            if real:
-                return
-            try:
-                self.q.export_onnx_model(*args, **kwargs)
-            except Exception as e:  # scaled_dot_product_attention has no exact ONNX form
-                print("export_onnx_model:", type(e).__name__, str(e))
-
-        def export_xmodel(self, *args, **kwargs):
-            try:
-                self.q.export_xmodel(*args, **kwargs)
-            except Exception as e:  # the writer refuses these ops; the test checks quant_info and outputs
-                print("export_xmodel:", type(e).__name__, str(e)[:200])
-    return Quantizer
+        def export_onnx_model(self, *a, **k):
+            pass
+    return Quantizer()
 
 
 if __name__ == "__main__":
     sys.path.insert(0, os.path.dirname(HERE))
     import corpus_attention
-    args = sys.argv[1:] + [""] * 3
-    corpus_models.phase(args[0], args[1], args[2].split(",") if args[2] else None, corpus=corpus_attention,
-                        torch_quantizer=_factory(args[4] == "real", args[3] or None))
+    argv = sys.argv[1:]
+    if argv[-1:] == ["real"]:
+        corpus_models.phase(argv[0], argv[1], argv[2].split(",") if argv[2] != "all" else None,
+                            corpus=corpus_attention, torch_quantizer=_real_quantizer,
+                            quant_config_file=argv[3] if len(argv) > 4 else None)
+    else:
+        corpus_models.main(corpus_attention, argv)

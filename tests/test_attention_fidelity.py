@@ -10,6 +10,7 @@ nndct does (its generated module's node names), and the exact ONNX flavour repro
 simulation of the class token / position embedding / ``x[:, 0]`` model in ONNX Runtime, while
 refusing scaled_dot_product_attention clearly.
 """
+import json
 import os
 import subprocess
 import sys
@@ -35,29 +36,26 @@ NAMES = list(corpus_attention.CORPUS)
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
     """Both phases of every model in both configurations, each phase in a new process; returns
-    ``(root, logs)`` with ``logs[cfg]`` the test phase's output."""
+    the output root (``<root>/<cfg>/<model>``)."""
     root = str(tmp_path_factory.mktemp("attention"))
     script = os.path.join(HERE, "corpus_attention.py")
-    logs = {}
     for cfg, conf in CONFIGS.items():
-        path = ""
+        args = [os.path.join(root, cfg), "all"]
         if conf is not None:
-            import json
-            path = os.path.join(root, cfg + ".json")
-            with open(path, "w") as f:
+            args.append(os.path.join(root, cfg + ".json"))
+            with open(args[-1], "w") as f:
                 json.dump(conf, f)
         for which in ("calib", "test"):
-            proc = subprocess.run([sys.executable, script, which, os.path.join(root, cfg), "", path],
+            proc = subprocess.run([sys.executable, script, which] + args,
                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
             assert proc.returncode == 0, proc.stdout[-3000:]
-            logs[cfg] = proc.stdout
-    return root, logs
+    return root
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
 @pytest.mark.parametrize("name", NAMES)
 def test_attention_equals_the_real_quantizer(name, cfg, phases):
-    root, _ = phases
+    root = phases
     real = os.path.join(REAL, cfg, name)
     with open(os.path.join(real, "seeded.sha256")) as f:
         assert corpus_models.seeded_sha256(name, corpus_attention) == f.read().strip(), \
@@ -88,7 +86,8 @@ def test_reference_has_the_attention_entries():
 
 def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
     ort = pytest.importorskip("onnxruntime")
-    folder = os.path.join(phases[0], "default", "tokens")
+    folder = os.path.join(phases, "default", "tokens")
+    assert not os.path.exists(os.path.join(folder, "onnx_refused.txt"))
     path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
     assert len(path) == 1
     options = ort.SessionOptions()
@@ -102,9 +101,10 @@ def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
 
 
 def test_exact_onnx_refuses_scaled_dot_product_attention(phases):
-    _, logs = phases
-    assert not any(f.endswith(".onnx") for f in os.listdir(os.path.join(phases[0], "default", "attention")))
-    assert "scaled_dot_product_attention (nn.MultiheadAttention) has no bit-exact ONNX form" in logs["default"]
+    folder = os.path.join(phases, "default", "attention")
+    assert not any(f.endswith(".onnx") for f in os.listdir(folder))
+    with open(os.path.join(folder, "onnx_refused.txt")) as f:
+        assert "scaled_dot_product_attention (nn.MultiheadAttention) has no bit-exact ONNX form" in f.read()
 
 
 def test_vit_nodes_are_numbered_as_nndct_does():
@@ -120,4 +120,4 @@ def test_vit_nodes_are_numbered_as_nndct_does():
     assert in_proj.param_names == {
         "weights": "VisionTransformer::encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
         "bias": "VisionTransformer::encoder.layers.encoder_layer_0.self_attention.in_proj_bias"}
-    assert graph.by_name["nndct_elemwise_add_23"].param_names == {"operand": "VisionTransformer::encoder.pos_embedding"}
+    assert graph.by_name["nndct_elemwise_add_23"].free_params == ["VisionTransformer::encoder.pos_embedding"]

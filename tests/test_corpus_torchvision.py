@@ -32,8 +32,8 @@ NAMES = list(corpus.CORPUS)
 CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}}
 # exports the drop-in refuses, with a word of the reason: what the exact ONNX flavour or the xmodel
 # writer cannot express yet (each is an ExportError naming the node)
-ONNX_REFUSED = {"tv_vit": "MultiheadAttention", "tv_lraspp": "bilinear"}
-XMODEL_REFUSED = {"tv_convnext": "no XIR form for nndct_layer_norm", "tv_vit": "multiheadattention",
+ONNX_REFUSED = {"tv_vit": "scaled_dot_product_attention", "tv_lraspp": "bilinear"}
+XMODEL_REFUSED = {"tv_convnext": "no XIR form for nndct_layer_norm", "tv_vit": "nndct_expand",
                   "tv_swin": "nndct_index_74", "tv_lraspp": "bilinear"}
 # what inspect puts on the CPU beyond the float operators: ops the DPU of corpus_models.TARGET
 # cannot run (family -> op kinds)
@@ -48,7 +48,7 @@ HARDWARE_CPU = {
     "tv_resnext": {"batch_norm", "conv2d", "relu"},
     "tv_efficientnet_b0": {"mul"},  # squeeze-excite's (N, C, 1, 1) x (N, C, H, W) broadcast
     "tv_convnext": {"permute", "flatten"},
-    "tv_vit": {"concat", "expand", "getitem", "permute", "reshape"},
+    "tv_vit": {"concat", "getitem", "permute", "reshape", "view", "transpose", "squeeze", "unsqueeze"},
     # traced through its window attention as torch.jit does: data moves (permute, transpose), the
     # products of two feature maps (matmul), broadcast adds/muls (bias, mask, scale), the mask made
     # from sizes (new_zeros), and what follows them off the DPU (pad, reshape/view, getitem, unsqueeze)

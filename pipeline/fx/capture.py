@@ -658,11 +658,10 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
     split_select_index(fx_graph)
-    param_names = {}  # type: Dict[str, Dict[str, str]]
+    param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     if rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)
-        param_names = inline_attention(work, fx_graph)
     fx_graph.lint()
     builder = _Builder(work, type(model).__name__, rewrite, param_names)
     outputs = []  # type: List[SimNode]

@@ -495,7 +495,7 @@ OP_RULES: Dict[str, Callable[[OpNode, Context], Verdict]] = {
     "max_pool2d": pool, "avg_pool2d": pool, "adaptive_avg_pool2d": pool, "mean": mean,
     "add": eltwise, "mul": eltwise,
     "concat": concat,
-    "reshape": reshape, "view": reshape, "flatten": reshape, "unsqueeze": reshape,
+    "reshape": reshape, "view": reshape, "flatten": reshape, "squeeze": reshape, "unsqueeze": reshape,
     "matmul": matmul, "new_zeros": host_constant,
     "permute": permute, "transpose": permute,
     "pad": pad, "resize": resize,
