@@ -64,6 +64,7 @@ def test_attention_equals_the_real_quantizer(name, cfg, phases):
     mine, theirs = qi.read_quant_info(folder), qi.read_quant_info(real)
     for key in ("param", "output", "input"):
         assert list(mine[key].items()) == list(theirs[key].items()), key
+    assert mine["graph_md5"] == theirs["graph_md5"]  # the same nodes, types and edges as nndct's graph
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
     if cfg == "default":
@@ -109,15 +110,32 @@ def test_exact_onnx_refuses_scaled_dot_product_attention(phases):
 
 def test_vit_nodes_are_numbered_as_nndct_does():
     """torchvision's ViT (tests/corpus_torchvision.py tv_vit): every node name of the capture, in
-    order, is the real quantizer's (its generated module, attention_real/tv_vit_nodes.txt)."""
+    order, is the real quantizer's (its generated module, attention_real/tv_vit_nodes.txt), and so
+    is the graph's md5 (node types and edges)."""
     import corpus_torchvision
     model = corpus_torchvision.make_model("tv_vit")
     graph = capture(model, corpus_torchvision.make_inputs("tv_vit", 1, 3)[0], load_quant_config(None))
     with open(os.path.join(REAL, "tv_vit_nodes.txt")) as f:
         want = f.read().split()
     assert [n.name for n in graph.nodes] == want
+    # nndct's Graph.get_md5 of its graph, as tests/data/corpus_real/tv_vit/quant_info.json holds it
+    assert graph.graph_md5() == qi.read_quant_info(os.path.join(HERE, "data", "corpus_real", "tv_vit"))["graph_md5"]
     in_proj = graph.by_name["nndct_dense_31"]
     assert in_proj.param_names == {
         "weights": "VisionTransformer::encoder.layers.encoder_layer_0.self_attention.in_proj_weight",
         "bias": "VisionTransformer::encoder.layers.encoder_layer_0.self_attention.in_proj_bias"}
     assert graph.by_name["nndct_elemwise_add_23"].free_params == ["VisionTransformer::encoder.pos_embedding"]
+
+
+class _WithWeights(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.attention = torch.nn.MultiheadAttention(8, 2, batch_first=True)
+
+    def forward(self, x):
+        return self.attention(x, x, x)[0]  # need_weights=True: the bmm/softmax path, not inlined
+
+
+def test_attention_with_weights_stays_one_float_operator():
+    graph = capture(_WithWeights().eval(), torch.randn(1, 4, 8), load_quant_config(None))
+    assert [n.op for n in graph.nodes] == ["nndct_input", "aten::multiheadattention", "nndct_tuple_index"]

@@ -28,6 +28,12 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    each piece of ``chunk``/``split`` is an ``nndct_strided_slice`` (the last preceded by an
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
+5. What torch.jit records and fx does not, or the other way round (rewrite or not):
+   ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
+   ``x[:, i]`` is a strided slice then a select (``rewrites.split_select_index``);
+   ``nn.MultiheadAttention`` self-attention is inlined as the operations of its traced forward
+   (``attention.inline_attention``; its packed projection an ``nndct_dense`` named
+   ``in_proj_weight`` / ``in_proj_bias``).
 
 A function registered with ``torch.fx.wrap`` (torchvision's ``shifted_window_attention``, ...) is
 traced through on the example, as torch.jit does (``concrete_trace.py``): its ops become nodes,
