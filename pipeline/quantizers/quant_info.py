@@ -71,7 +71,7 @@ def to_jsonstr(obj: Dict[str, Any], indent: int = 2) -> str:
     return "%s{\n%s\n%s}" % (pad, ",\n".join(lines), pad)
 
 
-def make_quant_info(param: Dict[str, Optional[int]], output: Dict[str, int], bitwidth: int,
+def make_quant_info(param: Dict[str, Optional[int]], output: Dict[str, Optional[int]], bitwidth: int,
                     bias_corrected: bool, graph_md5: str,
                     version: str = SIM_VERSION) -> Dict[str, Any]:
     """Build the quant_info dict from ``{name: fix_pos}`` maps (bit width the same everywhere).

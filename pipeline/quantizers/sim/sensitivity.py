@@ -227,8 +227,8 @@ def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, 
     sim_names = set(n.name for n in graph.gm.graph.nodes)
     points = []
     for sim in graph.nodes:
-        if sim.name not in entries or sim.name not in quant_nodes:
-            continue
+        if sim.name not in entries or sim.name not in quant_nodes or entries[sim.name][0][1] is None:
+            continue  # no entry, or a null one (shape arithmetic: nothing is quantized there)
         fx = sim.fx_node
         twin = float_nodes.get(fx.name)
         if twin is None or twin.op != fx.op or twin.target != fx.target:
