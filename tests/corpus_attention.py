@@ -2,7 +2,8 @@
 ``nn.MultiheadAttention`` self-attention as torchvision's ViT calls it (batch first,
 ``need_weights=False``), a class token (a Parameter expanded to the batch and concatenated), a
 position embedding (a bare Parameter added), a residual add and ``x[:, 0]``. No LayerNorm, so the
-attention path is compared on its own.
+attention path is compared on its own. And a CNN flattening by a product of traced sizes (the
+null output entries of shape arithmetic outside attention).
 
 ``python tests/corpus_attention.py calib|test OUT_DIR NAMES|all [QUANT_CONFIG_FILE]`` runs one
 phase of ``corpus_models.phase`` (same recipe and seeds as the corpus) with the drop-in's
@@ -49,11 +50,26 @@ class TokenAttention(nn.Module):
         return self.head(x[:, 0])
 
 
+class SizeProduct(nn.Module):
+    """conv -> reshape(n, c * h * w) from traced sizes -> Linear: shape arithmetic of a quantizable
+    type (``elemwise_mul`` of sizes), which nndct gives a null output entry."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 6 * 6, 5)
+
+    def forward(self, x):
+        y = self.conv(x)
+        return self.fc(y.reshape(y.size(0), y.size(1) * y.size(2) * y.size(3)))
+
+
 # name -> (maker, input shapes without the batch dimension)
 CORPUS = {
     "attention": (lambda: TokenAttention(True), [(8, 16)]),
     "attention_seq_first": (lambda: TokenAttention(False), [(8, 16)]),
     "tokens": (lambda: TokenAttention(True, attend=False), [(8, 16)]),
+    "size_product": (SizeProduct, [(3, 8, 8)]),
 }
 
 
@@ -61,6 +77,8 @@ def make_model(name):
     """The seeded model in eval mode (the class token drawn at random: torchvision makes it 0)."""
     torch.manual_seed(7)
     model = CORPUS[name][0]()
+    if not hasattr(model, "class_token"):
+        return model.eval()
     with torch.no_grad():
         model.class_token.copy_(0.5 * torch.randn(model.class_token.shape, generator=torch.Generator().manual_seed(9)))
     return model.eval()
@@ -95,6 +113,6 @@ if __name__ == "__main__":
     if argv[-1:] == ["real"]:
         corpus_models.phase(argv[0], argv[1], argv[2].split(",") if argv[2] != "all" else None,
                             corpus=corpus_attention, torch_quantizer=_real_quantizer,
-                            quant_config_file=argv[3] if len(argv) > 4 else None)
+                            quant_config_file=(argv[3] or None) if len(argv) > 4 else None)
     else:
         corpus_models.main(corpus_attention, argv)

@@ -27,6 +27,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus_attention  # noqa: E402
 import corpus_models  # noqa: E402
+from xmodel_compare import assert_same_xmodel  # noqa: E402
 
 REAL = os.path.join(HERE, "data", "attention_real")
 CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}}
@@ -83,6 +84,25 @@ def test_reference_has_the_attention_entries():
     assert outputs["TokenAttention::aten_scaled_dot_product_attention_40"][0][1] is not None
     assert [k for k, v in outputs.items() if v[0][1] is None] == [
         "TokenAttention::nndct_elemwise_mul_%d" % i for i in (25, 29, 33, 42)]
+
+
+def test_size_product_null_entries_onnx_and_xmodel(phases):
+    """Shape arithmetic outside attention (``reshape(n, c * h * w)`` from traced sizes): the null
+    entries are in the reference, the exact ONNX reproduces the simulation, and the xmodel is the
+    real quantizer's."""
+    ort = pytest.importorskip("onnxruntime")
+    folder = os.path.join(phases, "default", "size_product")
+    real = os.path.join(REAL, "default", "size_product")
+    assert [k for k, v in qi.read_quant_info(real)["output"].items() if v[0][1] is None] == [
+        "SizeProduct::nndct_elemwise_mul_5", "SizeProduct::nndct_elemwise_mul_7"]
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(os.path.join(folder, "SizeProduct_int.onnx"), sess_options=options,
+                                   providers=["CPUExecutionProvider"])
+    got = session.run(None, {session.get_inputs()[0].name: corpus_attention.make_inputs("size_product", 4, 3)[0].numpy()})
+    assert np.array_equal(got[0].view(np.int32), np.load(os.path.join(folder, "y_0.npy")).view(np.int32))
+    assert_same_xmodel(os.path.join(folder, "xmodel", "SizeProduct_int.xmodel"),
+                       os.path.join(real, "SizeProduct_int.xmodel"))
 
 
 def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
