@@ -68,7 +68,9 @@ def test_attention_equals_the_real_quantizer(name, cfg, phases):
     assert mine["graph_md5"] == theirs["graph_md5"]  # the same nodes, types and edges as nndct's graph
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
-    if cfg == "default":
+    if cfg == "default" and torch.backends.cpu.get_cpu_capability() == "AVX512":
+        # the corrections' last bits follow the conv kernels of the vector unit (the references'
+        # is AVX-512): the fix positions and outputs above hold on any, these only on the same
         a, b = (torch.load(os.path.join(d, "bias_corr.pth")) for d in (folder, real))
         assert list(a) == list(b)
         assert all(torch.equal(torch.as_tensor(a[k]), torch.as_tensor(b[k])) for k in a)

@@ -180,7 +180,8 @@ def test_golden_tests_pass_with_avx2_kernels_and_any_thread_count(isa, n_threads
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow or rerun",
                         "tests/test_sim_golden.py", "tests/test_sim_golden_wide.py", "tests/test_corpus.py",
                         "tests/test_corpus_torchvision.py", "tests/test_isa_fidelity.py",
-                        "tests/test_fast_finetune.py", "tests/test_layernorm_fidelity.py"],
+                        "tests/test_fast_finetune.py", "tests/test_layernorm_fidelity.py",
+                        "tests/test_attention_fidelity.py"],
                        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     assert r.returncode == 0, r.stdout[-4000:]
     assert " passed" in r.stdout.splitlines()[-1]
