@@ -52,7 +52,12 @@ does not matter. ``mean`` is the same exact sum divided by the count. An element
 operator (Sigmoid, Tanh, SiLU, GELU) on a quantized input is a Gather from a table of torch's own
 values for each of the 2^b input codes (ONNX Runtime's kernels differ from torch's in the last
 bits); Softmax is the standard op. A layer norm is torch's float32 CPU kernel written out step by
-step, its fused multiply-adds as exact float64 FMAs (``layer_norm.py``).
+step, its fused multiply-adds as exact float64 FMAs (``layer_norm.py``). ``x[:, i]`` (``torch.select``)
+is a Gather of the index then a Squeeze; ``token.expand(n, -1, -1)`` (ViT's class token) an Expand
+to the input's batch size. ``scaled_dot_product_attention`` (inside ``nn.MultiheadAttention``) is
+refused in both flavours: torch's CPU attention kernel (online softmax with its own vectorized exp,
+normalized after the second product) and ONNX's MatMul/Softmax/MatMul (or Exp/ReduceSum/Div) differ
+in the last bits of most outputs, and the quantization right after it can turn that into 1 LSB.
 
 The ONNX file is opset 13, IR version 7 (loads with the onnx / onnxruntime of the Vitis AI 3.5
 image and here), has a dynamic batch dimension ``N`` on its input ``input`` and its outputs
