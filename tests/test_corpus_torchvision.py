@@ -34,7 +34,7 @@ CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr":
 # writer cannot express yet (each is an ExportError naming the node)
 ONNX_REFUSED = {"tv_vit": "MultiheadAttention"}
 XMODEL_REFUSED = {"tv_convnext": "no XIR form for nndct_layer_norm", "tv_vit": "multiheadattention",
-                  "tv_swin": "nndct_index_74", "tv_lraspp": "bilinear"}
+                  "tv_swin": "nndct_index_74"}
 # what inspect puts on the CPU beyond the float operators: ops the DPU of corpus_models.TARGET
 # cannot run (family -> op kinds)
 HARDWARE_CPU = {

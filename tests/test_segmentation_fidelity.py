@@ -1,6 +1,6 @@
 """Segmentation heads against the real quantizer (issue 23): the nndct_shape nodes of sizes read
 from ``x.shape`` (LR-ASPP's ``F.interpolate(..., size=x.shape[-2:])``), the quantized bilinear
-resize, and its exact ONNX flavour.
+resize, its exact ONNX flavour and its xmodel ``resize`` op.
 
 Real values: the graph_md5 below and tests/data/corpus_real/seg_* were made by the real
 pytorch_nndct 3.5 (tests/data/README.md) on the models here and in tests/corpus_segmentation.py.
@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 import corpus_models  # noqa: E402
 import corpus_segmentation as corpus  # noqa: E402
+from xmodel_compare import assert_same_xmodel  # noqa: E402
 
 REAL = os.path.join(DATA, "corpus_real")
 CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}}
@@ -165,6 +166,24 @@ def test_segmentation_head_exact_onnx(name, phases):
     x = corpus.make_inputs(name, 4, 3)[0]
     got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
     assert np.array_equal(got.view(np.int32), np.load(os.path.join(folder, "y_0.npy")).view(np.int32))
+
+
+@pytest.mark.parametrize("name", list(corpus.CORPUS))
+def test_segmentation_head_xmodel_equals_the_real_one(name, phases):
+    """The bilinear resizes as the real quantizer writes them (mode BILINEAR, half_pixel_centers
+    unless align_corners, the size a stack of constants): the file equals the real one, reads back
+    and runs like the simulation on a batch-1 input the export did not see."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.quantizers.sim.xmodel import reader, verify
+    folder = os.path.join(phases["default"], name)
+    files = os.listdir(os.path.join(folder, "xmodel"))
+    assert len(files) == 1 and files[0].endswith("_int.xmodel")
+    assert_same_xmodel(os.path.join(folder, "xmodel", files[0]), os.path.join(REAL, name, files[0]))
+    graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))
+    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
+                        device=torch.device("cpu"))
+    report = verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
+    assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
 
 
 class _Resize(nn.Module):
