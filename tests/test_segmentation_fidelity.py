@@ -34,6 +34,12 @@ from xmodel_compare import assert_same_xmodel  # noqa: E402
 
 REAL = os.path.join(DATA, "corpus_real")
 CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}}
+# The resize of seg_uneven (9x12 -> 17x23) has weights whose float32 sums round, so torch's bilinear
+# kernel, which the real quantizer and the simulation both call, gives results that move with torch's
+# vector unit: with ATEN_CPU_CAPABILITY=default the real quantizer and the simulation agree bit for
+# bit, and both have 2 of the 6256 outputs 1 LSB off the reference made with AVX-512 kernels.
+VECTOR_UNIT_DEPENDENT = {"seg_uneven"}
+REFERENCE_CPU = "AVX512"
 
 
 class _Sizes(nn.Module):
@@ -145,7 +151,12 @@ def test_segmentation_head_equals_the_real_quantizer(name, cfg, phases):
     for key in ("param", "output", "input", "graph_md5"):
         assert mine[key] == theirs[key], key
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
-    assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
+    assert got.dtype == want.dtype
+    if name in VECTOR_UNIT_DEPENDENT and torch.backends.cpu.get_cpu_capability() != REFERENCE_CPU:
+        lsb = np.min(np.diff(np.unique(want)))  # the output's grid
+        assert np.abs(got - want).max() <= lsb and (got != want).mean() < 1e-3
+    else:
+        assert np.array_equal(got.view(np.int32), want.view(np.int32))
 
 
 @pytest.mark.parametrize("name", list(corpus.CORPUS))
@@ -221,7 +232,8 @@ def _random_exact_resizes(rng, count):
 def test_bilinear_onnx_is_exact_on_random_inputs(tmp_path):
     """60 random power-of-two resizes (both flavours, 4 to 8 bits, 1 to 33 channels, outputs
     small and large enough for torch's vectorised and separable kernels) in ONNX Runtime equal
-    the simulation (the GraphModule) bit for bit; 2000 cases did before this was written."""
+    the simulation (the GraphModule) bit for bit; 1490 such cases (128 million outputs) did before
+    this was written."""
     ort = pytest.importorskip("onnxruntime")
     rng = np.random.default_rng(5)
     options = ort.SessionOptions()
