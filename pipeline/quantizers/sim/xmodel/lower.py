@@ -267,7 +267,8 @@ class _Lowering:
         fx_node = node.fx_node
         source = fx_node.args[0]
         shape = list(self.values[node.inputs[0].fx_node].shape)
-        base = source.args[0] if isinstance(source, torch.fx.Node) else None
+        # a slice of a graph input has no base
+        base = source.args[0] if isinstance(source, torch.fx.Node) and source.args else None
         if base is not None and isinstance(source, torch.fx.Node) and source in self.graph.fx_graph.nodes \
                 and source.op in ("call_function", "call_method") and _is_split(source):
             return self.piece_attrs(node, source, shape)
