@@ -20,7 +20,8 @@ Input contract (the lowered test-mode model of the ``sim`` quantizer):
 Layout: ``builder.py`` (recording, the Builder), ``flavours.py`` (one class per flavour: how a
 quantization point and a parameter are written), ``handlers.py`` (every other op, the same in both
 flavours, and the literal registries) with ``float_ops.py`` (the float operators, the unfused
-BatchNorm, chunk/split pieces) and ``layer_norm.py``, ``export.py`` (the graph walk and the file).
+BatchNorm, chunk/split pieces), ``layer_norm.py`` and ``bilinear.py`` (bilinear resizing), ``export.py``
+(the graph walk and the file).
 
 Flavours (``FLAVOURS``):
 
@@ -45,7 +46,9 @@ result is the one torch computes: average pooling is an exact window sum (a dept
 ones kernel) divided by the divisor (torch divides; multiplying by the reciprocal differs in the
 last bit), global adaptive average pooling is ReduceSum then Div by H*W (torch's ``mean``), other
 adaptive average pooling divides by kh then kw (as torch's kernel does), nearest resizing is two
-Gathers with the source indices torch itself computes. The sums are exact when the summed values
+Gathers with the source indices torch itself computes, bilinear resizing is Gathers times torch's
+own weights where every sum is exact in float32 (power-of-two scales; refused elsewhere, see
+``bilinear.py``). The sums are exact when the summed values
 lie on a power-of-two grid and every partial sum fits in float32's 24-bit significand, which holds
 for the quantized operands of the contract; then the summation order of torch and ONNX Runtime
 does not matter. ``mean`` is the same exact sum divided by the count. An element-wise float

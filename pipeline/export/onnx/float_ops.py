@@ -12,7 +12,7 @@ import torch.nn as nn
 from .builder import Builder, Unsupported, arg, is_fake_quant, pow2
 
 
-def _grid_of(b: Builder, x: Any) -> Optional[Tuple[int, int]]:
+def grid_of(b: Builder, x: Any) -> Optional[Tuple[int, int]]:
     """``(fix_pos, bitwidth)`` when tensor ``x`` is a fake_quant's output (its values lie on that
     grid), else None."""
     if not (isinstance(x, torch.fx.Node) and x.op == "call_function" and is_fake_quant(x.target)):
@@ -31,7 +31,7 @@ def _element_table(b: Builder, node: torch.fx.Node, mod: Any, standard: Callable
     shows and a following quantization can turn into 1 LSB). Otherwise ``standard()``, the
     standard ONNX op."""
     x = node.args[0]
-    grid = _grid_of(b, x) if len(node.args) == 1 and not node.kwargs else None
+    grid = grid_of(b, x) if len(node.args) == 1 and not node.kwargs else None
     if grid is None:
         return standard()
     fix_pos, bitwidth = grid

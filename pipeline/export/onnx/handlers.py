@@ -12,6 +12,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .bilinear import bilinear
 from .builder import ROUNDING_METHODS, Builder, Unsupported, arg, is_fake_quant, pair
 from .float_ops import batch_norm, gelu, getitem, mean, pad, silu, softmax, unary
 from .layer_norm import layer_norm_module
@@ -187,10 +188,13 @@ def _adaptive_avgpool(b: Builder, node: torch.fx.Node, mod: nn.AdaptiveAvgPool2d
     return b.op("Div", [total, b.scalar(node.name + "/kw", float(kw))], node.name)
 
 
-def _nearest(b: Builder, node: torch.fx.Node, mode: str, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
-    """Nearest resize as Gather(rows) then Gather(cols), with the source indices torch computes."""
+def _resize(b: Builder, node: torch.fx.Node, mode: str, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
+    """Nearest resize as Gather(rows) then Gather(cols), with the source indices torch computes;
+    bilinear where it is exact (``bilinear.py``)."""
+    if mode == "bilinear":
+        return bilinear(b, node, call)
     if mode not in ("nearest", "nearest-exact"):
-        raise Unsupported("mode %r (only 'nearest' and 'nearest-exact' resize exactly)" % mode)
+        raise Unsupported("mode %r (only 'nearest', 'nearest-exact' and 'bilinear' resize exactly)" % mode)
     shape = b.shape(node.args[0])
     if len(shape) != 4:
         raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape))
@@ -209,14 +213,14 @@ def _nearest(b: Builder, node: torch.fx.Node, mode: str, call: Callable[[torch.T
 
 
 def _upsample(b: Builder, node: torch.fx.Node, mod: nn.Upsample) -> str:
-    return _nearest(b, node, mod.mode, mod)
+    return _resize(b, node, mod.mode, mod)
 
 
 def _interpolate(b: Builder, node: torch.fx.Node, mod: None) -> str:
     args = b.static(tuple(node.args[1:]))
     kwargs = {k: b.static(v) for k, v in node.kwargs.items()}
     mode = arg(node, 3, "mode", "nearest")
-    return _nearest(b, node, mode, lambda t: F.interpolate(t, *args, **kwargs))
+    return _resize(b, node, mode, lambda t: F.interpolate(t, *args, **kwargs))
 
 
 def _reshape(b: Builder, node: torch.fx.Node, mod: Optional[nn.Module]) -> str:

@@ -267,7 +267,8 @@ class _Lowering:
         fx_node = node.fx_node
         source = fx_node.args[0]
         shape = list(self.values[node.inputs[0].fx_node].shape)
-        base = source.args[0] if isinstance(source, torch.fx.Node) else None
+        # a slice of a graph input has no base
+        base = source.args[0] if isinstance(source, torch.fx.Node) and source.args else None
         if base is not None and isinstance(source, torch.fx.Node) and source in self.graph.fx_graph.nodes \
                 and source.op in ("call_function", "call_method") and _is_split(source):
             return self.piece_attrs(node, source, shape)
@@ -315,8 +316,8 @@ class _Lowering:
         m = self.module(node)
         a = {"size": m.size, "scale_factor": m.scale_factor, "mode": m.mode, "align_corners": m.align_corners} \
             if m is not None else self.call_args(node)
-        if a["mode"] != "nearest":
-            raise unsupported(node, "resize mode %r (the xmodel writer writes nearest)" % a["mode"])
+        if a["mode"] not in ("nearest", "bilinear"):
+            raise unsupported(node, "resize mode %r (the xmodel writer writes nearest and bilinear)" % a["mode"])
         scale = a["scale_factor"]
         if a["size"] is not None:
             size = list(_pair(a["size"]))
@@ -324,8 +325,12 @@ class _Lowering:
         else:
             size = [0, 0]
             scale_wh = [float(scale)] * 2 if not isinstance(scale, (list, tuple)) else [float(s) for s in scale[::-1]]
-        return {"mode": "NEAREST", "align_corners": bool(a["align_corners"] or False), "half_pixel_centers": False,
-                "size": size, "scale": scale_wh}
+        corners = bool(a["align_corners"] or False)
+        # the real quantizer's xmodel: nearest without half-pixel centers; bilinear with them
+        # unless align_corners (torch's half-pixel source index, align_corners=False)
+        bilinear = a["mode"] == "bilinear"
+        return {"mode": "BILINEAR" if bilinear else "NEAREST", "align_corners": corners,
+                "half_pixel_centers": bilinear and not corners, "size": size, "scale": scale_wh}
 
     def pad_attrs(self, node: SimNode) -> Dict[str, Any]:
         m = self.module(node)
