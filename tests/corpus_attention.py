@@ -86,8 +86,7 @@ def make_model(name):
 
 def make_inputs(name, n, seed):
     """One float32 batch of ``n`` per model input (a list)."""
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
+    return corpus_models.seeded_inputs(CORPUS[name][1], n, seed)
 
 
 def _real_quantizer(*args, **kwargs):

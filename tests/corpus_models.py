@@ -447,18 +447,29 @@ def randomize_batchnorm(model, g):
                 m.bias.copy_(0.2 * torch.randn(c, generator=g))
 
 
-def make_model(name):
-    """The seeded model in eval mode, BatchNorm statistics randomized (so folding and CLE act)."""
+def seeded_model(maker):
+    """``maker()`` under the corpus seeds, in eval mode, BatchNorm statistics randomized (so
+    folding and CLE act)."""
     torch.manual_seed(7)
-    model = CORPUS[name][0]()
+    model = maker()
     randomize_batchnorm(model, torch.Generator().manual_seed(8))
     return model.eval()
 
 
+def seeded_inputs(shapes, n, seed):
+    """One float32 batch of ``n`` per input shape (without the batch dimension; a list)."""
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randn((n,) + shape, generator=g) for shape in shapes]
+
+
+def make_model(name):
+    """The seeded model (seeded_model)."""
+    return seeded_model(CORPUS[name][0])
+
+
 def make_inputs(name, n, seed):
     """One float32 batch of ``n`` per model input (a list)."""
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
+    return seeded_inputs(CORPUS[name][1], n, seed)
 
 
 def seeded_sha256(name, corpus=None):
@@ -515,6 +526,54 @@ def _export(out, kind, export, refusal):
     except refusal as e:
         with open(os.path.join(out, kind + "_refused.txt"), "w") as f:
             f.write(str(e))
+
+
+def run_phases(script, root, configs, env=None):
+    """Both phases of every model of the corpus ``script`` (its ``main``), each in a new process,
+    once per config (name -> quant_config_file content, or None): ``{cfg: <root>/<cfg>}``, where
+    each model's files are in ``<root>/<cfg>/<model>``."""
+    import json
+    import subprocess
+    out = {}
+    for cfg, content in configs.items():
+        args = [os.path.join(str(root), cfg), "all"]
+        if content is not None:
+            args.append(os.path.join(str(root), cfg + ".json"))
+            with open(args[-1], "w") as f:
+                json.dump(content, f)
+        for which in ("calib", "test"):
+            proc = subprocess.run([sys.executable, script, which] + args, stdout=subprocess.PIPE,
+                                  stderr=subprocess.STDOUT, universal_newlines=True, env=env)
+            assert proc.returncode == 0, proc.stdout[-3000:]
+        out[cfg] = args[0]
+    return out
+
+
+def exact_onnx_outputs(folder, inputs):
+    """The outputs ONNX Runtime computes (CPU, graph optimisations off) from the one
+    ``*_int.onnx`` file in ``folder`` on ``inputs`` (tensors, in the model's input order)."""
+    import onnxruntime as ort
+    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
+    assert len(path) == 1, path
+    options = ort.SessionOptions()
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
+                                   providers=["CPUExecutionProvider"])
+    return session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+
+
+def rerun_xmodel(folder, corpus, name):
+    """The one xmodel the test phase wrote in ``<folder>/xmodel``, read back, checked, and run
+    against the simulation (the calibration in ``folder``) on a batch-1 input the export did not
+    see: ``pipeline.quantizers.sim.xmodel.verify.compare``'s report."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.quantizers.sim.xmodel import reader, verify
+    files = os.listdir(os.path.join(folder, "xmodel"))
+    assert len(files) == 1 and files[0].endswith("_int.xmodel"), files
+    graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))
+    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
+                        device=torch.device("cpu"))
+    return verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
 
 
 def main(corpus, argv):

@@ -10,7 +10,6 @@ phase for every model, exactly as ``tests/corpus_models.py`` does (same recipe, 
 import os
 import sys
 
-import torch
 import torch.nn.functional as F
 from torch import nn
 
@@ -71,16 +70,12 @@ CORPUS = {
 
 def make_model(name):
     """The seeded model in eval mode, BatchNorm statistics randomised as in corpus_models."""
-    torch.manual_seed(7)
-    model = CORPUS[name][0]()
-    corpus_models.randomize_batchnorm(model, torch.Generator().manual_seed(8))
-    return model.eval()
+    return corpus_models.seeded_model(CORPUS[name][0])
 
 
 def make_inputs(name, n, seed):
     """One float32 batch of ``n`` per model input (a list)."""
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
+    return corpus_models.seeded_inputs(CORPUS[name][1], n, seed)
 
 
 if __name__ == "__main__":

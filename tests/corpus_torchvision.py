@@ -144,9 +144,7 @@ def make_model(name):
     """The seeded model in eval mode: BatchNorm statistics randomized as in corpus_models, and the
     parameters torchvision initialises to constants that hide a path (ConvNeXt's layer scales of
     1e-6, ViT's zero class token) drawn at random too."""
-    torch.manual_seed(7)
-    model = CORPUS[name][0]()
-    corpus_models.randomize_batchnorm(model, torch.Generator().manual_seed(8))
+    model = corpus_models.seeded_model(CORPUS[name][0])
     g = torch.Generator().manual_seed(9)
     with torch.no_grad():
         for key, p in model.named_parameters():
@@ -154,13 +152,12 @@ def make_model(name):
                 p.copy_(0.2 + 0.3 * torch.rand(p.shape, generator=g))
             elif key.endswith("class_token"):
                 p.copy_(0.5 * torch.randn(p.shape, generator=g))
-    return model.eval()
+    return model
 
 
 def make_inputs(name, n, seed):
     """One float32 batch of ``n`` per model input (a list)."""
-    g = torch.Generator().manual_seed(seed)
-    return [torch.randn((n,) + shape, generator=g) for shape in CORPUS[name][1]]
+    return corpus_models.seeded_inputs(CORPUS[name][1], n, seed)
 
 
 if __name__ == "__main__":

@@ -10,9 +10,7 @@ nndct does (its generated module's node names), and the exact ONNX flavour repro
 simulation of the class token / position embedding / ``x[:, 0]`` model in ONNX Runtime, while
 refusing scaled_dot_product_attention clearly.
 """
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -38,19 +36,9 @@ NAMES = list(corpus_attention.CORPUS)
 def phases(tmp_path_factory):
     """Both phases of every model in both configurations, each phase in a new process; returns
     the output root (``<root>/<cfg>/<model>``)."""
-    root = str(tmp_path_factory.mktemp("attention"))
-    script = os.path.join(HERE, "corpus_attention.py")
-    for cfg, conf in CONFIGS.items():
-        args = [os.path.join(root, cfg), "all"]
-        if conf is not None:
-            args.append(os.path.join(root, cfg + ".json"))
-            with open(args[-1], "w") as f:
-                json.dump(conf, f)
-        for which in ("calib", "test"):
-            proc = subprocess.run([sys.executable, script, which] + args,
-                                  stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-            assert proc.returncode == 0, proc.stdout[-3000:]
-    return root
+    root = tmp_path_factory.mktemp("attention")
+    corpus_models.run_phases(os.path.join(HERE, "corpus_attention.py"), root, CONFIGS)
+    return str(root)
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
@@ -108,17 +96,10 @@ def test_size_product_null_entries_onnx_and_xmodel(phases):
 
 
 def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     folder = os.path.join(phases, "default", "tokens")
     assert not os.path.exists(os.path.join(folder, "onnx_refused.txt"))
-    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
-    assert len(path) == 1
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
-                                   providers=["CPUExecutionProvider"])
-    got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(),
-                                                                 corpus_attention.make_inputs("tokens", 4, 3))})
+    got = corpus_models.exact_onnx_outputs(folder, corpus_attention.make_inputs("tokens", 4, 3))
     expected = np.load(os.path.join(folder, "y_0.npy"))
     assert np.array_equal(got[0].view(np.int32), expected.view(np.int32))
 

@@ -75,16 +75,9 @@ def test_corpus_calib_and_test_in_separate_processes(name, phases):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_corpus_exact_onnx_equals_the_simulation(name, phases):
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     folder = os.path.join(phases, name)
-    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
-    assert len(path) == 1
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
-                                   providers=["CPUExecutionProvider"])
-    inputs = corpus.make_inputs(name, 4, 3)
-    got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+    got = corpus.exact_onnx_outputs(folder, corpus.make_inputs(name, 4, 3))
     assert len(got) == N_OUTPUTS.get(name, 1)
     for j, g in enumerate(got):
         expected = np.load(os.path.join(folder, "y_%d.npy" % j))
@@ -96,15 +89,7 @@ def test_corpus_xmodel_is_written_checked_and_reproduces_the_simulation(name, ph
     """export_xmodel in the test phase wrote the file only after running it against the simulation
     (outputs and intermediate ops, bit for bit); here it is read back, checked again, and run on a
     batch-1 input the export did not see."""
-    from pipeline.apis import torch_quantizer
-    from pipeline.quantizers.sim.xmodel import reader, verify
-    folder = os.path.join(phases, name)
-    files = os.listdir(os.path.join(folder, "xmodel"))
-    assert len(files) == 1 and files[0].endswith("_int.xmodel")
-    graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))
-    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
-                        device=torch.device("cpu"))
-    report = verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
+    report = corpus.rerun_xmodel(os.path.join(phases, name), corpus, name)
     assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
     assert report["nodes_compared"] > 0
 

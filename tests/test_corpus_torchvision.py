@@ -6,7 +6,6 @@ refused with its clear error where the writer cannot express a node yet; and ins
 """
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -78,22 +77,8 @@ def reference(name, cfg):
 
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("tv")
-    script = os.path.join(HERE, "corpus_torchvision.py")
-    env = dict(os.environ, PIPELINE_TEST_THREADS=str(THREADS))
-    out = {}
-    for cfg, content in CONFIGS.items():
-        args = [str(root / cfg), "all"]
-        if content is not None:
-            args.append(str(root / (cfg + ".json")))
-            with open(args[-1], "w") as f:
-                json.dump(content, f)
-        for which in ("calib", "test"):
-            proc = subprocess.run([sys.executable, script, which] + args, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, universal_newlines=True, env=env)
-            assert proc.returncode == 0, proc.stdout[-3000:]
-        out[cfg] = args[0]
-    return out
+    return corpus_models.run_phases(os.path.join(HERE, "corpus_torchvision.py"), tmp_path_factory.mktemp("tv"),
+                                    CONFIGS, env=dict(os.environ, PIPELINE_TEST_THREADS=str(THREADS)))
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
@@ -116,7 +101,7 @@ def test_torchvision_family_equals_the_real_quantizer(name, cfg, phases):
 
 @pytest.mark.parametrize("name", NAMES)
 def test_torchvision_family_exact_onnx_equals_the_simulation(name, phases):
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     folder = os.path.join(phases["default"], name)
     refused = os.path.join(folder, "onnx_refused.txt")
     if name in ONNX_REFUSED:
@@ -124,14 +109,7 @@ def test_torchvision_family_exact_onnx_equals_the_simulation(name, phases):
             assert ONNX_REFUSED[name] in f.read()
         return
     assert not os.path.exists(refused)
-    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
-    assert len(path) == 1
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
-                                   providers=["CPUExecutionProvider"])
-    inputs = corpus.make_inputs(name, 4, 3)
-    got = session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
+    got = corpus_models.exact_onnx_outputs(folder, corpus.make_inputs(name, 4, 3))
     expected = np.load(os.path.join(folder, "y_0.npy"))
     assert len(got) == 1 and np.array_equal(got[0].view(np.int32), expected.view(np.int32))
 
@@ -140,8 +118,6 @@ def test_torchvision_family_exact_onnx_equals_the_simulation(name, phases):
 def test_torchvision_family_xmodel(name, phases):
     """Written only after running against the simulation; read back here, checked and run on a
     batch-1 input the export did not see. Or refused with the writer's clear error."""
-    from pipeline.apis import torch_quantizer
-    from pipeline.quantizers.sim.xmodel import reader, verify
     folder = os.path.join(phases["default"], name)
     refused = os.path.join(folder, "xmodel_refused.txt")
     if name in XMODEL_REFUSED:
@@ -149,12 +125,7 @@ def test_torchvision_family_xmodel(name, phases):
             assert XMODEL_REFUSED[name] in f.read()
         return
     assert not os.path.exists(refused)
-    files = os.listdir(os.path.join(folder, "xmodel"))
-    assert len(files) == 1 and files[0].endswith("_int.xmodel")
-    graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))
-    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
-                        device=torch.device("cpu"))
-    report = verify.compare(graph, q._session, q.quant_model, [x[:1] for x in corpus.make_inputs(name, 4, 9)])
+    report = corpus_models.rerun_xmodel(folder, corpus, name)
     assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
 
 

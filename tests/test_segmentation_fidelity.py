@@ -6,9 +6,7 @@ Real values: the graph_md5 below and tests/data/corpus_real/seg_* were made by t
 pytorch_nndct 3.5 (tests/data/README.md) on the models here and in tests/corpus_segmentation.py.
 """
 import copy
-import json
 import os
-import subprocess
 import sys
 
 import numpy as np
@@ -100,8 +98,8 @@ REAL_MD5 = {
 
 
 # torch.Size reads the capture does not number as nndct yet (it handles x.shape[-k:] and unpacking
-# of a sliced torch.Size): a positive slice, x.size()[2:], a whole torch.Size, a concatenation, and
-# sizes unpacked but never used (seg_corners). Branch wt_seg_backup_prerebase2 (pipeline/fx/
+# of a sliced torch.Size, sizes unpacked but never used): a positive slice, x.size()[2:], a whole
+# torch.Size, a concatenation. Branch wt_seg_backup_prerebase2 (pipeline/fx/
 # shape_tuples.py) numbered all of them as the real quantizer does, on the capture before concrete_trace.
 NOT_YET = "the capture does not number this torch.Size read as nndct does yet"
 _XFAIL_KINDS = {"positive", "size", "whole", "concatenated"}
@@ -128,26 +126,12 @@ def test_sizes_read_from_a_torch_size_are_one_shape_node_each(kind):
 
 @pytest.fixture(scope="module")
 def phases(tmp_path_factory):
-    root = tmp_path_factory.mktemp("seg")
-    script = os.path.join(HERE, "corpus_segmentation.py")
-    out = {}
-    for cfg, content in CONFIGS.items():
-        args = [str(root / cfg), "all"]
-        if content is not None:
-            args.append(str(root / (cfg + ".json")))
-            with open(args[-1], "w") as f:
-                json.dump(content, f)
-        for which in ("calib", "test"):
-            proc = subprocess.run([sys.executable, script, which] + args, stdout=subprocess.PIPE,
-                                  stderr=subprocess.STDOUT, universal_newlines=True)
-            assert proc.returncode == 0, proc.stdout[-3000:]
-        out[cfg] = args[0]
-    return out
+    return corpus_models.run_phases(os.path.join(HERE, "corpus_segmentation.py"), tmp_path_factory.mktemp("seg"),
+                                    CONFIGS)
 
 
 @pytest.mark.parametrize("cfg", list(CONFIGS))
-@pytest.mark.parametrize("name", [pytest.param(n, marks=pytest.mark.xfail(reason=NOT_YET, strict=True))
-                                  if n == "seg_corners" else n for n in corpus.CORPUS])
+@pytest.mark.parametrize("name", list(corpus.CORPUS))
 def test_segmentation_head_equals_the_real_quantizer(name, cfg, phases):
     """Every quant_info.json entry, the graph_md5 and every test-mode output bit, bilinear resizes
     by 2x and 4x, to an uneven size and with align_corners included."""
@@ -173,19 +157,13 @@ def test_segmentation_head_equals_the_real_quantizer(name, cfg, phases):
 def test_segmentation_head_exact_onnx(name, phases):
     """Power-of-two scales (and align_corners with (in-1)/(out-1) = 1/2) export and run in ONNX
     Runtime bit for bit as the simulation; the uneven size is refused, saying why."""
-    ort = pytest.importorskip("onnxruntime")
+    pytest.importorskip("onnxruntime")
     folder = os.path.join(phases["default"], name)
     if name == "seg_uneven":
         with open(os.path.join(folder, "onnx_refused.txt")) as f:
             assert "bilinear 9x12 -> 17x23: its weights have 22 (rows) + 24 (columns) fractional bits" in f.read()
         return
-    path = [f for f in os.listdir(folder) if f.endswith("_int.onnx")]
-    options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    session = ort.InferenceSession(os.path.join(folder, path[0]), sess_options=options,
-                                   providers=["CPUExecutionProvider"])
-    x = corpus.make_inputs(name, 4, 3)[0]
-    got = session.run(None, {session.get_inputs()[0].name: x.numpy()})[0]
+    got = corpus_models.exact_onnx_outputs(folder, corpus.make_inputs(name, 4, 3))[0]
     assert np.array_equal(got.view(np.int32), np.load(os.path.join(folder, "y_0.npy")).view(np.int32))
 
 
