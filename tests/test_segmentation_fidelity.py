@@ -97,16 +97,7 @@ REAL_MD5 = {
 }
 
 
-# torch.Size reads the capture does not number as nndct yet (it handles x.shape[-k:] and unpacking
-# of a sliced torch.Size, sizes unpacked but never used): a positive slice, x.size()[2:], a whole
-# torch.Size, a concatenation. Branch wt_seg_backup_prerebase2 (pipeline/fx/
-# shape_tuples.py) numbered all of them as the real quantizer does, on the capture before concrete_trace.
-NOT_YET = "the capture does not number this torch.Size read as nndct does yet"
-_XFAIL_KINDS = {"positive", "size", "whole", "concatenated"}
-
-
-@pytest.mark.parametrize("kind", [pytest.param(k, marks=pytest.mark.xfail(reason=NOT_YET, strict=True))
-                                  if k in _XFAIL_KINDS else k for k in REAL_MD5])
+@pytest.mark.parametrize("kind", list(REAL_MD5))
 def test_sizes_read_from_a_torch_size_are_one_shape_node_each(kind):
     """torch.jit records one aten::size per dimension read (where .shape is read, dimension order,
     unread ones dropped); nndct makes each an nndct_shape node: x.shape[-2:] is two nodes."""

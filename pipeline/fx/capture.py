@@ -24,7 +24,9 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    ``weight = s``, ``bias = beta - mean * s`` with mean 0, var 1, eps 0 (golden_wide README).
 4. Nodes and names as nndct makes them (golden_wide README, "nndct node names"): a Python
    number operand of ``+ - * / //`` is an ``nndct_const`` node, numbered before every other
-   node; ``x.shape[i]``/``x.size(i)`` are ``nndct_shape`` nodes (``x.shape`` itself is none);
+   node; ``x.size(i)`` is an ``nndct_shape`` node, and so is each size read from ``x.shape`` /
+   ``x.size()`` (made where the torch.Size is read, in dimension order, unread ones dropped:
+   ``shape_tuples.py``);
    each piece of ``chunk``/``split`` is an ``nndct_strided_slice`` (the last preceded by an
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
@@ -64,6 +66,7 @@ from .optable import (ARITHMETIC_TYPES, CONST, CONV2D, CONVTRANSPOSE2D,
 from .concrete_trace import concrete_trace, has_wrapped_calls
 from .float_trace import fx_trace
 from .work_copy import work_copy
+from .shape_tuples import ShapeTuples, is_access
 from .attention import inline_attention
 from .rewrites import (REMOVED_FUNCTIONS, REMOVED_MODULES, fold_bn, functional_linear_to_module, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, split_select_index, swap_modules,
@@ -141,42 +144,35 @@ class SimGraph:
         nodes: SimNodes in nndct's order (constants, then inputs, then the rest, topologically).
         inputs: the ``nndct_input`` nodes in argument order.
         steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
-            order; None marks a helper step that is no nndct node (``x.shape``, a chunk's tuple,
-            a ``get_attr``): it is run as the fx node says.
+            order; None marks a helper step that is no nndct node (``x.shape`` and the sizes read
+            from it, a chunk's tuple, a ``get_attr``): it is run as the fx node says.
         outputs: the SimNodes whose values the model returns, in return order.
         example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
-            first use (test mode needs them; calibration does not).
+            first use (test mode needs them; calibration does not; the capture does when a
+            torch.Size is sliced or used whole).
     """
 
-    def __init__(self, class_name: str, root: nn.Module, fx_graph: torch.fx.Graph, nodes: List[SimNode],
-                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode],
-                 example: Tuple[torch.Tensor, ...]) -> None:
+    def __init__(self, class_name: str, run: "_ExampleRun", nodes: List[SimNode],
+                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode]) -> None:
         self.class_name = class_name
-        self.root = root
-        self.fx_graph = fx_graph
-        self._gm = None  # type: Optional[torch.fx.GraphModule]
+        self.root = run.root
+        self.fx_graph = run.fx_graph
+        self._run = run
         self.nodes = nodes
         self.inputs = [n for n in nodes if n.op == INPUT]
         self.steps = steps
         self.outputs = outputs
         self.by_name = {n.name: n for n in nodes}
-        self.output_node = [n for n in fx_graph.nodes if n.op == "output"][0]
-        self._example = example
-        self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
+        self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
         self._modules = {}  # type: Dict[str, nn.Module]
 
     @property
     def gm(self) -> torch.fx.GraphModule:
-        if self._gm is None:
-            # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
-            self._gm = torch.fx.GraphModule(self.root, self.fx_graph, class_name=type(self.root).__name__)
-        return self._gm
+        return self._run.gm
 
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
-        if self._shapes is None:
-            self._shapes = _example_shapes(self, self._example)
-        return self._shapes
+        return self._run.shapes
 
     def full_name(self, node: SimNode) -> str:
         """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
@@ -318,13 +314,6 @@ def _float_operand(fx_node: Optional[torch.fx.Node]) -> bool:
     return fx_node is not None and any(isinstance(a, float) for a in fx_node.args)
 
 
-def _slice_length(idx: slice) -> Optional[int]:
-    """Sizes in ``x.shape[idx]`` whatever the rank: ``[-k:]`` has k; None when it depends on it."""
-    if idx.step is None and idx.stop is None and isinstance(idx.start, int) and idx.start < 0:
-        return -idx.start
-    return None
-
-
 def _getitem_kind(idx: Any) -> str:
     """``x[idx]`` as torch.jit traces it: an int selects (aten::select), a tensor gathers
     (aten::index), anything else slices (one nndct_strided_slice)."""
@@ -333,13 +322,6 @@ def _getitem_kind(idx: Any) -> str:
     if isinstance(idx, torch.fx.Node) or (isinstance(idx, tuple) and any(isinstance(i, torch.fx.Node) for i in idx)):
         return t.INDEX
     return STRIDED_SLICE
-
-
-def _is_shape_tuple(node: torch.fx.Node) -> bool:
-    """``x.shape`` or ``x.size()``: a torch.Size, no nndct node of its own."""
-    if node.op == "call_function" and node.target is getattr:
-        return node.args[1] == "shape"
-    return node.op == "call_method" and node.target == "size" and len(node.args) == 1 and not node.kwargs
 
 
 def _split_pieces(node: torch.fx.Node) -> Optional[int]:
@@ -389,26 +371,60 @@ def node_error(fx_node: torch.fx.Node, e: Exception) -> QuantizationError:
     return QuantizationError(msg)
 
 
-def _example_shapes(graph: "SimGraph", example: Tuple[torch.Tensor, ...]) -> Dict[torch.fx.Node, Any]:
-    recorder = _ShapeRecorder(graph.gm)
-    with torch.no_grad():
-        recorder.run(*example)
-    return {node: recorder.shapes.get(node) for node in graph.fx_graph.nodes}
+class _ExampleRun:
+    """The rewritten graph's GraphModule and its output shapes on the example, each made on
+    first use: the GraphModule's code generation costs as much as a calibration batch of a small
+    model, and the shapes one float forward; calibration needs neither, test mode both, and the
+    capture the rank of a tensor whose torch.Size is sliced or used whole."""
+
+    def __init__(self, root: nn.Module, fx_graph: torch.fx.Graph, example: Tuple[torch.Tensor, ...]) -> None:
+        self.root = root
+        self.fx_graph = fx_graph
+        self._example = example
+        self._gm = None  # type: Optional[torch.fx.GraphModule]
+        self._shapes = None  # type: Optional[Dict[torch.fx.Node, Any]]
+
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        if self._gm is None:
+            # holds the modules the rewritten graph calls (not the folded BatchNorms), as symbolic_trace would
+            self._gm = torch.fx.GraphModule(self.root, self.fx_graph, class_name=type(self.root).__name__)
+        return self._gm
+
+    @property
+    def shapes(self) -> Dict[torch.fx.Node, Any]:
+        if self._shapes is None:
+            recorder = _ShapeRecorder(self.gm)
+            with torch.no_grad():
+                recorder.run(*self._example)
+            self._shapes = {node: recorder.shapes.get(node) for node in self.fx_graph.nodes}
+        return self._shapes
+
+    def rank(self, fx_node: torch.fx.Node) -> int:
+        """The rank of the tensor ``fx_node`` computes on the example.
+
+        Raises:
+            QuantizationError: ``fx_node`` computes no tensor (named)."""
+        shape = self.shapes[fx_node]
+        if shape is None:
+            raise QuantizationError("node %r: its .shape/.size() is read, but it computes no tensor" % fx_node.name)
+        return len(shape)
 
 
 class _Builder:
     """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
 
-    def __init__(self, root: nn.Module, class_name: str, strict: bool = True,
+    def __init__(self, root: nn.Module, class_name: str, shapes: ShapeTuples, strict: bool = True,
                  param_names: Optional[Dict[str, Dict[str, str]]] = None) -> None:
         self.root = root
         self.param_names = param_names or {}  # module path -> nndct param names (inlined attention)
         self.strict = strict
         self.class_name = class_name
+        self.shapes = shapes
+        self.size_nodes = {}  # type: Dict[Tuple[torch.fx.Node, int], SimNode]
         self.by_fx = {}  # type: Dict[torch.fx.Node, SimNode]
         self.helper_src = {}  # type: Dict[torch.fx.Node, List[SimNode]]
         self.pieces = {}  # type: Dict[torch.fx.Node, int]
-        self.shape_tuples = set()  # type: set
         self.consts = []  # type: List[SimNode]
         self.nodes = []  # type: List[SimNode]
         self.steps = []  # type: List[Tuple[torch.fx.Node, Optional[SimNode]]]
@@ -457,9 +473,14 @@ class _Builder:
             self.add(fx_node, INPUT, [])
         elif fx_node.op == "get_attr":
             self.helper(fx_node, [])
-        elif _is_shape_tuple(fx_node):
-            self.shape_tuples.add(fx_node)
-            self.helper(fx_node, self.resolve(fx_node.args[0]))
+        elif fx_node in self.shapes.tuples:
+            if is_access(fx_node):  # its nndct_shape nodes, made here in dimension order
+                for d in self.shapes.read[fx_node]:
+                    self.size_nodes[(fx_node, d)] = self.add(None, SHAPE, self.resolve(fx_node.args[0]))
+            self.helper(fx_node, [self.size_nodes[e] for e in self.shapes.elements(fx_node) if e in self.size_nodes])
+        elif fx_node in self.shapes.sizes:
+            size = self.shapes.sizes[fx_node]
+            self.helper(fx_node, [self.size_nodes[size]] if size in self.size_nodes else [])
         elif fx_node.op == "call_function" and fx_node.target is getattr:
             self.helper(fx_node, self.resolve(fx_node.args[0]))
         elif _split_pieces(fx_node) is not None:
@@ -483,18 +504,7 @@ class _Builder:
     def getitem(self, fx_node: torch.fx.Node) -> None:
         base = fx_node.args[0]
         sources = self.helper_src[base]
-        if base in self.shape_tuples and isinstance(fx_node.args[1], slice):
-            count = _slice_length(fx_node.args[1])
-            if all(u.op == "call_function" and u.target is operator.getitem for u in fx_node.users):
-                self.shape_tuples.add(fx_node)  # H, W, _ = x.shape[-3:]: each size taken is a node
-                self.helper(fx_node, sources)
-            elif count is not None:  # F.interpolate(size=x.shape[-2:]): torch traces one size per dim
-                self.helper(fx_node, [self.add(None, SHAPE, list(sources)) for _ in range(count)])
-            else:
-                self.add(fx_node, SHAPE, sources)
-        elif base in self.shape_tuples:
-            self.add(fx_node, SHAPE, sources)
-        elif base in self.pieces:
+        if base in self.pieces:
             inputs = list(sources)
             if fx_node.args[1] == self.pieces[base] - 1 and self.pieces[base] > 1:
                 inputs.append(self.add(None, SHAPE, list(sources)))  # the end index of the last piece
@@ -669,7 +679,8 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
         remove_passthrough(work, fx_graph)
         fold_bn(work, fx_graph)
     fx_graph.lint()
-    builder = _Builder(work, type(model).__name__, rewrite, param_names)
+    run = _ExampleRun(work, fx_graph, tuple(e.detach().cpu() for e in examples))
+    builder = _Builder(work, type(model).__name__, ShapeTuples(fx_graph, run.rank), rewrite, param_names)
     outputs = []  # type: List[SimNode]
     for fx_node in fx_graph.nodes:
         if fx_node.op == "output":
@@ -685,5 +696,4 @@ def capture(model: nn.Module, example: Any, cfg: Optional[QuantConfig], rewrite:
         n.is_output = True
     for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
         c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
-    return SimGraph(builder.class_name, work, fx_graph, nodes, builder.steps, outputs,
-                    tuple(e.detach().cpu() for e in examples))
+    return SimGraph(builder.class_name, run, nodes, builder.steps, outputs)
