@@ -562,6 +562,19 @@ def exact_onnx_outputs(folder, inputs):
     return session.run(None, {i.name: x.numpy() for i, x in zip(session.get_inputs(), inputs)})
 
 
+def exported(folder, kind, refusal=None):
+    """Whether the test phase wrote the ``kind`` export ("onnx" or "xmodel") of the model in
+    ``folder``. With ``refusal`` (a word of the expected reason) the export must have been refused
+    with a message containing it (False); without, it must not have been refused (True)."""
+    path = os.path.join(folder, kind + "_refused.txt")
+    if refusal is None:
+        assert not os.path.exists(path), path
+        return True
+    with open(path) as f:
+        assert refusal in f.read()
+    return False
+
+
 def rerun_xmodel(folder, corpus, name):
     """The one xmodel the test phase wrote in ``<folder>/xmodel``, read back, checked, and run
     against the simulation (the calibration in ``folder``) on a batch-1 input the export did not

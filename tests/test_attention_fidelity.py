@@ -98,7 +98,7 @@ def test_size_product_null_entries_onnx_and_xmodel(phases):
 def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
     pytest.importorskip("onnxruntime")
     folder = os.path.join(phases, "default", "tokens")
-    assert not os.path.exists(os.path.join(folder, "onnx_refused.txt"))
+    assert corpus_models.exported(folder, "onnx")
     got = corpus_models.exact_onnx_outputs(folder, corpus_attention.make_inputs("tokens", 4, 3))
     expected = np.load(os.path.join(folder, "y_0.npy"))
     assert np.array_equal(got[0].view(np.int32), expected.view(np.int32))
@@ -107,8 +107,8 @@ def test_exact_onnx_of_class_token_and_select_equals_the_simulation(phases):
 def test_exact_onnx_refuses_scaled_dot_product_attention(phases):
     folder = os.path.join(phases, "default", "attention")
     assert not any(f.endswith(".onnx") for f in os.listdir(folder))
-    with open(os.path.join(folder, "onnx_refused.txt")) as f:
-        assert "scaled_dot_product_attention (nn.MultiheadAttention) has no bit-exact ONNX form" in f.read()
+    assert not corpus_models.exported(
+        folder, "onnx", "scaled_dot_product_attention (nn.MultiheadAttention) has no bit-exact ONNX form")
 
 
 def test_vit_nodes_are_numbered_as_nndct_does():
