@@ -10,7 +10,7 @@ import pytest
 
 from conftest import cli, make_case
 
-from pipeline.steps import progress as progress_module
+from pipeline import progress as progress_module
 from pipeline.steps.compile import _next
 
 PHASES = {  # step -> the lines its phases print on stderr (start, then "done in")

@@ -13,7 +13,7 @@ import torch
 from ..config import LoadedConfig
 from ..errors import ConfigError, DataError, QuantizationError
 from ..rundir import RunDir
-from .progress import progress  # noqa: F401  (the steps import it from here)
+from ..progress import progress
 
 log = logging.getLogger("pipeline")
 

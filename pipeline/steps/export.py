@@ -27,7 +27,7 @@ def run(ctx: Any) -> ExportResult:
     from ..boundary import contiguous_parameters
     from ..quantizers.calib_commit import check_committed
     from .context import FINGERPRINT_INFORMATIVE
-    from .progress import phase
+    from ..progress import phase
     ledger = ctx.new_ledger()
     model, example = ctx.float_model(), ctx.example(ledger=ledger)
     model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same

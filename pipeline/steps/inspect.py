@@ -18,7 +18,7 @@ class InspectResult(StepResult):
 
 def run(ctx: Any) -> InspectResult:
     from ..inspect import inspect_model, write_reports
-    from .progress import phase
+    from ..progress import phase
     model, target = ctx.float_model(need_weights=False), ctx.cfg.compile.target
     with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target)):
         inspection = inspect_model(model, ctx.example(), target)

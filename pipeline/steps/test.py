@@ -36,7 +36,7 @@ def run(ctx: Any) -> TestResult:
 
     from ..quantizers.calib_commit import check_committed
     from .context import FINGERPRINT_INFORMATIVE
-    from .progress import phase
+    from ..progress import phase
     model, example = ctx.float_model(), ctx.example()
     ctx.check_labels(model, example, "test")
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
@@ -107,7 +107,7 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     from ..quantizers.quant_info import read_quant_info
     from ..quantizers.sim.backend import SimBackend
     from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
-    from .progress import phase
+    from ..progress import phase
     if handle is None:
         handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.n_batches("eval", limit)):

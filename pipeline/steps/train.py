@@ -27,7 +27,7 @@ def run(ctx: Any) -> TrainResult:
     from ..errors import DataError
     from ..models.loading import build_model, non_finite
     from ..train import accuracy, train_model
-    from .progress import progress
+    from ..progress import progress
     m = ctx.cfg.model
     if m.weights is not None:
         log.info("train: model.weights is set (%s); nothing to train", m.weights)
