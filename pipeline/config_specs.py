@@ -1,6 +1,6 @@
 """``data.source`` and ``preprocess.stages`` as pydantic unions discriminated by ``type``, generated
 from the registries: one model per stage class (its dataclass fields, ``pipeline.stages.STAGES``) and
-one per source type (``pipeline.data.sources.SOURCE_FIELDS``).
+one per source type (``pipeline.data.base.SOURCE_FIELDS``).
 
 The config keeps both as plain dicts, which the registries build from. ``check_specs`` validates them
 against these models when the config is loaded, so ``load_config`` reports every unknown, missing or
@@ -52,7 +52,8 @@ def stage_models() -> Dict[str, Any]:
 @functools.lru_cache(maxsize=None)
 def source_models() -> Dict[str, Any]:
     """Source ``type`` -> the pydantic model of its spec (``type`` plus its ``SOURCE_FIELDS`` entry)."""
-    from .data.sources import SOURCE_FIELDS, SOURCES
+    from .data.base import SOURCE_FIELDS
+    from .data.sources import SOURCES
     models = {}
     for name, fields in SOURCE_FIELDS.items():
         spec = dict(fields, type=(Literal[name], ...))

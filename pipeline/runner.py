@@ -84,7 +84,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
     run.comm = comm
     run.preflight(ordered)
     expected = os.environ.get(ROWS_ENV) if is_step_child(run.work_dir) else None
-    rows = run.rows_sha256() if expected else None
+    rows = run.feed.rows_sha256() if expected else None
     if expected and rows != expected:
         raise PipelineError("this child process of the run would cut the source into other train/calib/eval rows than "
                             "the run that started it (rows sha256 %s, the run's %s); its config or source differs from "
@@ -106,7 +106,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             if run.is_main:
                 run.remove_stale_temporaries()
                 run.write_resolved_config()
-                before = _source_fingerprint(run) if loaded.cfg.run.verify_source_unchanged else None
+                before = run.feed.source.fingerprint() if loaded.cfg.run.verify_source_unchanged else None
             separate = run.backend().separate_processes and len(
                 [s for s in ordered if step_graph.BY_NAME[s].own_process]) > 1
             for step in ordered:
@@ -117,18 +117,18 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                     run.invalidate(step)
                     write_report(run)  # the report on disk lists what exists now, should the step be killed
                 _sync(run, "the start of step %s" % step)
-                run.sharded = comm is not None and step_graph.BY_NAME[step].distributed
+                run.feed.sharded = comm is not None and step_graph.BY_NAME[step].distributed
                 snapshot = run.snapshot(step) if run.is_main else {}
                 try:
                     if separate and step_graph.BY_NAME[step].own_process:
                         _run_in_child(run, step)
-                    elif run.is_main or run.sharded:
+                    elif run.is_main or run.feed.sharded:
                         if comm is not None:
                             comm.context = "step %s" % step
                         step_graph.execute(run, step)
                 finally:
                     run.record_written(step, snapshot)  # what the next invalidation removes, also after a failure
-                run.sharded = False
+                run.feed.sharded = False
                 _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             state, error = "ok", None
         except KeyboardInterrupt:
@@ -141,10 +141,10 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             if run.is_main and state != "ok" and status.status.get("step") == "calib":
                 run.drop_partial_calibration()
             if run.is_main:
-                description = dict(run.source.describe(), split_order=loaded.cfg.data.split_order,
-                                   splits=run.split_summary())
+                description = dict(run.feed.source.describe(), split_order=loaded.cfg.data.split_order,
+                                   splits=run.feed.split_summary())
                 if before is not None:
-                    after = _source_fingerprint(run)
+                    after = run.feed.source.fingerprint()
                     description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
                 run.save_step("source", description)
                 status.finish(state, error)
@@ -241,17 +241,10 @@ def _sync(run: Run, where: str) -> None:
         run.comm.barrier()
 
 
-def _source_fingerprint(run: Run) -> str:
-    from .tensors import fingerprint_array
-    if getattr(run.source, "streaming", False):
-        return run.source.fingerprint()
-    return fingerprint_array(run.source.images)
-
-
 def _run_in_child(run: Run, step: str) -> None:
     argv = [sys.executable, "-m", "pipeline", "run", "--config", run.path("config.resolved.yaml"), "--steps", step]
     log.info("running %s in its own process: %s", step, " ".join(argv))
-    env = dict(os.environ, **{LOCK_ENV: run.work_dir, ROWS_ENV: run.rows_sha256()})  # it runs under our lock
+    env = dict(os.environ, **{LOCK_ENV: run.work_dir, ROWS_ENV: run.feed.rows_sha256()})  # it runs under our lock
     proc = subprocess.run(argv, env=env)
     if proc.returncode != 0:
         raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"

@@ -135,8 +135,8 @@ if stream:
 src = open_source(spec, ".")
 n = 0
 if stream:
-    for x, _ in src.batches(slice(0, len(src)), 64):
-        n += int(x.shape[0])
+    for batch in src.batches(slice(0, len(src)), 64):
+        n += int(batch.view.shape[0])
 else:
     n = int(src.images.shape[0])
 print(json.dumps({"images": n, "main_kb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss,

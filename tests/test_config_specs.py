@@ -6,7 +6,8 @@ import pytest
 import yaml
 
 from pipeline.config import config_schema, load_config
-from pipeline.data.sources import SOURCE_FIELDS, SOURCES
+from pipeline.data.base import SOURCE_FIELDS
+from pipeline.data.sources import SOURCES
 from pipeline.errors import ConfigError
 from pipeline.stages.registry import STAGES
 

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from pipeline.data.batching import iter_batches, split
-from pipeline.data.sources import SOURCES, flipped_source_of, open_source
+from pipeline.data.sources import SOURCES, open_source
 from pipeline.errors import ConfigError, DataError, StageError
 from pipeline.stages import build_stages
 from pipeline.tensors import fingerprint_array, shares_memory
@@ -107,12 +107,16 @@ def test_numpy_sources_read_only_and_channel_flipped_without_a_copy():
     fsrc = open_source({"type": "array", "images": flipped}, ".")
     assert fsrc.channel_order == [2, 1, 0] and fsrc.images is flipped
     assert shares_memory(fsrc.tensor, bgr) and np.array_equal(fsrc.tensor.numpy(), bgr)
-    assert flipped_source_of(fsrc.tensor[2:4]) is fsrc and flipped_source_of(src.tensor) is None
     compose = build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}], source=fsrc)
     assert compose.boundary_channel_order == [2, 1, 0]
-    view, _ = next(iter_batches(fsrc, slice(0, 4), 4))
+    # the channel order travels with each batch, of either kind of part
+    batch = next(fsrc.batches(slice(0, 4), 4))
+    assert batch.channel_order == [2, 1, 0] and batch.rows is None and shares_memory(batch.view, bgr)
+    assert next(fsrc.batches(np.arange(4), 4)).channel_order == [2, 1, 0]
+    assert next(src.batches(slice(0, 4), 4)).channel_order is None
+    compose(batch.view, channel_order=batch.channel_order)  # the stages built for this source take it
     with pytest.raises(StageError, match=r"flipped .*build_stages\(specs, source=source\)"):
-        build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}])(view)
+        build_stages([{"type": "layout", "src": "NHWC", "dst": "NCHW"}])(batch.view, channel_order=batch.channel_order)
     with pytest.raises(DataError, match=r"axis \[1\] of the NHWC images has a negative stride"):
         open_source({"type": "array", "images": bgr[:, ::-1]}, ".")
 

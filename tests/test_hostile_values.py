@@ -162,7 +162,7 @@ def test_16_bit_greyscale_and_colour_pngs_become_8_bit_by_their_high_byte(tmp_pa
         spec.update(stream=True, workers=0)
     source = open_source(spec, str(tmp_path))
     if stream:
-        images = next(iter(source.batches(np.arange(2), 2, None, 0, 1)))[0].numpy()
+        images = next(iter(source.batches(np.arange(2), 2, None, 0, 1))).view.numpy()
     else:
         images = source.images
     expected = np.repeat((values >> 8).astype(np.uint8)[..., None], 3, axis=2)

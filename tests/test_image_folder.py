@@ -13,7 +13,7 @@ from PIL import Image
 
 import pipeline
 from pipeline.data.batching import iter_batches
-from pipeline.data.image_folder import center_box, resized_size
+from pipeline.data.decode import center_box, resized_size
 from pipeline.data.sources import SOURCES, open_source
 from pipeline.errors import ConfigError, DataError
 from pipeline.tensors import fingerprint_array, shares_memory

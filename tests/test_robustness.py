@@ -445,7 +445,7 @@ def _rows(cfg_path, overrides=()):
     from pipeline.config import load_config
     from pipeline.steps.context import Run
     run = Run(load_config(str(cfg_path), list(overrides)), None)
-    return {part: np.asarray(rows).tolist() for part, rows in run.splits.items()}, run.rows_sha256()
+    return {part: np.asarray(rows).tolist() for part, rows in run.feed.splits.items()}, run.feed.rows_sha256()
 
 
 def test_the_split_does_not_depend_on_the_order_of_its_keys_nor_on_the_resolved_config(tmp_path):

@@ -48,9 +48,9 @@ def test_a_contiguous_split_stays_available_as_an_explicit_choice(tmp_path):
     loaded = pipeline.load_config(config)
     from pipeline.steps.context import Run
     run = Run(loaded)
-    assert run.splits["calib"] == slice(240, 280)
-    assert sorted(run.split_summary()["calib"]["classes"]) == sorted({str(int(c)) for c in labels[240:280]})
-    assert len(run.split_summary()["calib"]["classes"]) < 10  # what the shuffled default avoids
+    assert run.feed.splits["calib"] == slice(240, 280)
+    assert sorted(run.feed.split_summary()["calib"]["classes"]) == sorted({str(int(c)) for c in labels[240:280]})
+    assert len(run.feed.split_summary()["calib"]["classes"]) < 10  # what the shuffled default avoids
 
 
 def test_the_shuffled_split_is_seeded_and_covers_every_row_once():

@@ -34,7 +34,8 @@ def test_streamed_batches_equal_the_in_memory_ones_and_a_rank_reads_only_its_sha
     root = _make_folder(tmp_path)
     memory = open_source(_spec(root), ".")
     stream = open_source(_spec(root, stream=True, workers=workers, prefetch=1), ".")
-    assert stream.streaming and stream.shape == tuple(memory.images.shape) == (21, 10, 10, 3)
+    assert stream.shape == memory.shape == (21, 10, 10, 3)
+    assert not stream.gathers_at_boundary and memory.gathers_at_boundary  # a stream decodes only a batch's rows
     assert stream.color == memory.color == "RGB"  # the deploy bundle names the channel order from it
     assert np.array_equal(stream.labels, memory.labels)
     assert [p.decode() for p in stream.paths] == memory.files
@@ -42,12 +43,14 @@ def test_streamed_batches_equal_the_in_memory_ones_and_a_rank_reads_only_its_sha
     expected = list(iter_batches(memory, part, 4))
     got = list(stream.batches(part, 4))
     assert len(got) == len(expected) == 3
-    for (x, y), (xm, ym) in zip(got, expected):
+    for batch, (xm, ym) in zip(got, expected):
+        x, y = batch.view, batch.labels
         assert x.dtype == torch.uint8 and torch.equal(x, xm) and np.array_equal(y, ym)
+        assert batch.rows is None and batch.channel_order is None
     # rank 1 of 2 decodes batch 1 only; a limit counts batches over all ranks
     shard = list(stream.batches(part, 4, limit=None, rank=1, world=2))
-    assert len(shard) == 1 and torch.equal(shard[0][0], expected[1][0])
-    assert [torch.equal(x, e[0]) for (x, _), e in zip(stream.batches(part, 4, limit=2, rank=0, world=2), expected)] == [True]
+    assert len(shard) == 1 and torch.equal(shard[0].view, expected[1][0])
+    assert [torch.equal(b.view, e[0]) for b, e in zip(stream.batches(part, 4, limit=2, rank=0, world=2), expected)] == [True]
 
 
 def test_stream_options_are_checked(tmp_path):

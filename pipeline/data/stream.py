@@ -32,8 +32,9 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from .image_folder import MODES, SIXTEEN_BIT_RULE, _decode_errors, _pil, decode_image, output_size, \
-    parse_options, read_size, resized_size, scan_folder
+from .base import Batch, Source
+from .decode import MODES, SIXTEEN_BIT_RULE, decode_errors, decode_image, output_size, pil, read_size, resized_size
+from .image_folder import parse_options, scan_folder
 
 STREAM_KEYS = ("stream", "workers", "prefetch")
 
@@ -45,11 +46,12 @@ def _int_option(spec: Dict[str, Any], key: str, default: int, low: int) -> int:
     return value
 
 
-class StreamingImageFolder:
-    """A streamed ``image_folder`` source (see the module docstring).
+class StreamingImageFolder(Source):
+    """A streamed ``image_folder`` source (see the module docstring), a ``pipeline.data.base.Source``.
 
     Attributes:
-        kind: ``image_folder``; layout: ``NHWC``; channel_order: None; streaming: True.
+        kind: ``image_folder``; layout: ``NHWC``; channel_order: None; gathers_at_boundary: False
+            (each batch is decoded from its own rows).
         root, classes, settings: as ``ImageFolderSource``.
         paths: np.ndarray of fixed-width bytes (N,), the file of each row relative to ``root``.
         labels: np.int64 (N,).
@@ -60,21 +62,23 @@ class StreamingImageFolder:
     kind = "image_folder"
     layout = "NHWC"
     channel_order = None
-    streaming = True
+    gathers_at_boundary = False
 
     def __init__(self, root: str, classes: Any, paths: np.ndarray, labels: np.ndarray, size: Tuple[int, int],
                  settings: Dict[str, Any], workers: int, prefetch: int) -> None:
         self.root, self.classes, self.paths, self.labels, self.settings = root, list(classes), paths, labels, settings
-        self.shape = (len(paths), size[0], size[1], MODES[settings["mode"]])
+        self._shape = (len(paths), size[0], size[1], MODES[settings["mode"]])
         self.workers, self.prefetch = workers, prefetch
         self.color = settings["mode"]  # the channel order of the decoded images (RGB or L), as ImageFolderSource
 
-    def __len__(self) -> int:
-        return int(self.shape[0])
+    @property
+    def shape(self) -> Tuple[int, ...]:
+        """``(N, H, W, C)`` of the images as the in-memory source would hold them."""
+        return self._shape
 
-    def batches(self, part: Any, batch_size: int, limit: Optional[int] = None, rank: int = 0,
-                world: int = 1) -> Iterator[Tuple[torch.Tensor, np.ndarray]]:
-        """Decode this rank's batches of ``part`` (a split: a slice, or an index array of
+    def batches(self, rows: Any, batch_size: int, limit: Optional[int] = None, rank: int = 0,
+                world: int = 1) -> Iterator[Batch]:
+        """Decode this rank's batches of ``rows`` (a split: a slice, or an index array of
         ``pipeline.data.batching.split_rows``), in order.
 
         Batch ``i`` covers the rows ``i * batch_size ...`` of the part (the last may be shorter;
@@ -82,21 +86,21 @@ class StreamingImageFolder:
         this rank gets those with ``i % world == rank``. Only those rows are decoded.
 
         Yields:
-            ``(images, labels)``: a new uint8 NHWC tensor (n, H, W, C) owned by the source, and
-            np.int64 labels for the same rows.
+            ``Batch(view, labels, None, None)``: ``view`` a new uint8 NHWC tensor (n, H, W, C) owned
+            by the source, ``labels`` np.int64 (n,) for the same rows.
 
         Raises:
             DataError: a file that cannot be decoded or has another size (naming it).
         """
-        rows = np.arange(*part.indices(len(self)), dtype=np.int64) if isinstance(part, slice) else \
-            np.asarray(part, dtype=np.int64)
-        groups = [np.sort(rows[i:i + batch_size]) for i in range(0, len(rows), batch_size)][:limit]
+        index = np.arange(*rows.indices(len(self)), dtype=np.int64) if isinstance(rows, slice) else \
+            np.asarray(rows, dtype=np.int64)
+        groups = [np.sort(index[i:i + batch_size]) for i in range(0, len(index), batch_size)][:limit]
         mine = groups[rank::world]
         dataset = _Batches(self.root, self.paths, mine, self.shape[1:], self.settings)
         extra = {"prefetch_factor": self.prefetch} if self.workers else {}
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.workers, **extra)
         for batch_rows, images in zip(mine, loader):
-            yield images, self.labels[batch_rows]
+            yield Batch(images, self.labels[batch_rows], None, None)
 
     def describe(self) -> Dict[str, Any]:
         """For the report: what ``ImageFolderSource.describe`` gives that does not need the pixels."""
@@ -133,7 +137,7 @@ class _Batches(torch.utils.data.Dataset):
         rows = self.groups[k]
         s = self.settings
         out = np.empty((len(rows),) + tuple(self.image_shape), dtype=np.uint8)
-        errors = _decode_errors(_pil())
+        errors = decode_errors(pil())
         crop = None if s["crop"] is None else tuple(s["crop"])
         resize = tuple(s["resize"]) if isinstance(s["resize"], list) else s["resize"]
         for j, row in enumerate(rows.tolist()):
@@ -176,7 +180,7 @@ def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> Streamin
         first = os.path.join(root, files[0][0])
         try:
             size = resized_size(read_size(first), resize)
-        except _decode_errors(_pil()) as exc:
+        except decode_errors(pil()) as exc:
             raise DataError("image file %s cannot be read (%s: %s); remove or replace it" % (first, type(exc).__name__, exc))
     paths = np.array([rel.encode("utf-8", "surrogateescape") for rel, _ in files], dtype=np.bytes_)
     labels = np.array([label for _, label in files], dtype=np.int64)

@@ -1,7 +1,7 @@
 """The literal table from YAML ``type:`` names to stage classes, and ``build_stages``.
 
 Every stage is a view of its input; the channel gathers marked "boundary" are carried out inside
-the quantizer boundary's single pass (see ``pipeline.stages.base``).
+the quantizer boundary's single pass (see ``pipeline.stages.gathers``).
 
 | type            | parameters                               | what it is                                   |
 |-----------------|------------------------------------------|----------------------------------------------|
@@ -26,8 +26,9 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, StageError
 from ..specs import check_keys, lookup
-from .base import Compose, Stage
+from .base import Stage
 from .channels import BgrToRgb, ChannelOrder, ExpandChannels, RgbToBgr, SelectChannels
+from .compose import Compose
 from .crop import BatchSlice, CenterCrop, Crop, Narrow
 from .layout import Layout, Permute, Reshape, Squeeze, Transpose, Unsqueeze
 
@@ -78,7 +79,7 @@ def build_stages(specs: List[Dict[str, Any]], source: Optional[Any] = None,
 
     Args:
         specs: e.g. ``[{"type": "layout", "src": "NHWC", "dst": "NCHW"}, {"type": "bgr_to_rgb"}]``.
-        source: the opened ``pipeline.data.sources.Source`` the batches come from. Needed when the
+        source: the opened source (``pipeline.data.base.Source``) the batches come from. Needed when the
             source defers a channel order (a numpy array flipped with ``a[..., ::-1]``, public case
             P01), so that ``compose.boundary_channel_order`` includes it; harmless otherwise.
         where: the config path used in error messages (``where[i]`` names stage ``i``).

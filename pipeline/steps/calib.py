@@ -41,10 +41,10 @@ def run(ctx: Any) -> CalibResult:
     from ..fileio import json_bytes
     from ..quantizers.fingerprint import FILE_NAME, write_fingerprint
     limit = ctx.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
-    model, example, ledger = ctx.float_model(), ctx.example(), ctx.new_ledger()
-    ft_ledger = ctx.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
+    model, example, ledger = ctx.float_model(), ctx.feed.example(), ctx.feed.new_ledger()
+    ft_ledger = ctx.feed.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
     stats = InputStats() if ctx.comm is None else InputStats().defer()
-    batches = (stats.add(x) for x, _ in ctx.batches("calib", ledger=ledger, limit=limit))
+    batches = (stats.add(x) for x, _ in ctx.feed.batches("calib", ledger=ledger, limit=limit))
     # rank 0 writes and commits under the folder's exclusive lock (a drop-in export aimed at the same folder
     # waits), and the manifest records the sha256 of the bytes written here (calib_commit); the real
     # quantizer's files (nndct backend) are hashed from the folder, under the lock
@@ -113,7 +113,7 @@ def finetune_request(ctx: Any, ledger: Any, spill: str) -> Any:
                  ", ".join("%.6g" % v for v in trace.loss_in), ", ".join("%.6g" % v for v in trace.loss_out),
                  trace.seconds)
 
-    batches = (x for x, _ in ctx.batches(ft.data, ledger=ledger, limit=ft.batches, shard=False))
+    batches = (x for x, _ in ctx.feed.batches(ft.data, ledger=ledger, limit=ft.batches, shard=False))
     return FinetuneRequest(batches, method=ft.method, passes=ft.passes, memory_mb=ft.memory_mb, spill_dir=spill,
                            progress=progress)
 

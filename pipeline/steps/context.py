@@ -1,19 +1,19 @@
-"""The step context ``Run``: the run folder plus the data, model and quantizer settings every step
-builds lazily from the config (source -> stages -> quantizer boundary, the float model, the
-fingerprint). One ``Run`` per invocation; a step reads only files, so it can run in its own process.
+"""The step context ``Run``: the run folder plus the data feed (``pipeline.data.feed.DataFeed``:
+source -> stages -> quantizer boundary), the model and the quantizer settings every step builds
+lazily from the config (the float model, the fingerprint). One ``Run`` per invocation; a step reads
+only files, so it can run in its own process.
 """
-import hashlib
 import logging
 import os
-from typing import Any, Dict, Iterator, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional
 
 import numpy as np
 import torch
 
 from ..config import LoadedConfig
-from ..errors import ConfigError, DataError, QuantizationError
+from ..data.feed import DataFeed
+from ..errors import DataError
 from ..rundir import RunDir
-from ..progress import progress
 
 log = logging.getLogger("pipeline")
 
@@ -29,151 +29,42 @@ class Run(RunDir):
 
     Args:
         loaded: the validated config.
-        source: an already opened source (``pipeline.data.sources``) to use instead of
-            ``data.source``; the Python API passes the caller's array this way.
+        source: an already opened source (``pipeline.data.base.Source``) to use instead of
+            ``data.source``; the Python API passes the caller's array this way (handed to the feed).
     """
 
     def __init__(self, loaded: LoadedConfig, source: Any = None) -> None:
         super().__init__(loaded)
         self._source = source
         self._trace = None  # type: Any  # (model, FloatTrace): the step's one fx trace of its float model
-        self._compose = None
-        self._boundary = None
-        self._splits = None  # type: Optional[Dict[str, slice]]
-        self.sharded = False  # True while a step that splits its batches over the ranks runs (calib, test)
+        self._feed = None  # type: Optional[DataFeed]
 
     # ------------------------------------------------------------------ data
     @property
-    def source(self) -> Any:
-        if self._source is None:
-            from ..data.sources import open_source
-            self._source = open_source(self.cfg.data.source, self.loaded.base_dir)
-        return self._source
-
-    @property
-    def compose(self) -> Any:
-        if self._compose is None:
-            from ..stages import build_stages
-            self._compose = build_stages(self.cfg.preprocess.stages, source=self.source)
-        return self._compose
-
-    @property
-    def boundary(self) -> Any:
-        if self._boundary is None:
-            from ..boundary import QuantizerBoundary
-            p = self.cfg.preprocess
-            self._boundary = QuantizerBoundary(p.mean, p.std, channel_order=self.compose.boundary_channel_order,
-                                               layout=p.layout, dtype=torch.float32)
-        return self._boundary
-
-    @property
-    def splits(self) -> Dict[str, Any]:
-        """Each part's samples: a slice of the source (``data.split_order: contiguous``) or a sorted
-        index array (``shuffled``: seeded with run.seed, stratified by label; pipeline.data.batching)."""
-        if self._splits is None:
-            from ..data.batching import split, split_rows
-            d, n = self.cfg.data, len(self.source)
-            self._splits = split(n, d.split) if d.split_order == "contiguous" else \
-                split_rows(n, d.split, self.cfg.run.seed, self.source.labels)
-        return self._splits
-
-    def rows_sha256(self, parts: Sequence[str] = ("train", "calib", "eval")) -> str:
-        """sha256 of the rows of ``parts`` (names and row indices): the same in every process of a run,
-        or the processes would train, calibrate and evaluate on other rows."""
-        h = hashlib.sha256()
-        for part in parts:
-            rows = self.splits.get(part)
-            if rows is None:
-                continue
-            index = np.arange(rows.start, rows.stop) if isinstance(rows, slice) else np.asarray(rows)
-            h.update(part.encode())
-            h.update(index.astype("<i8").tobytes())
-        return h.hexdigest()
-
-    def split_size(self, part: str) -> int:
-        rows = self.splits[part]
-        return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
-
-    def split_summary(self) -> Dict[str, Any]:
-        """Per part: images and the class histogram (None without labels), for the report."""
-        from ..data.batching import class_counts
-        return {part: {"images": self.split_size(part), "classes": class_counts(self.source.labels, rows)}
-                for part, rows in self.splits.items()}
-
-    def n_batches(self, part: str, limit: Optional[int] = None, batch_size: Optional[int] = None) -> int:
-        """How many batches ``batches(part, ...)`` yields."""
-        bs = batch_size or self.cfg.data.batch_size
-        n = -(-self.split_size(part) // bs)
-        return n if limit is None else min(n, limit)
-
-    def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None, batch_size: Optional[int] = None,
-                shard: bool = True) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
-        """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 or None)``.
-
-        While a distributed step runs (``sharded``, and ``shard``), only this rank's batches: batch
-        ``i`` goes to rank ``i % world`` (``pipeline.distributed``); the others are not read past
-        their views and not copied. Ledger rows keep the global batch index.
-
-        Raises DataError when a batch holds NaN or Inf (public case P07), naming the batch and count.
-        """
-        from ..data.batching import iter_batches, iter_row_batches
-        bs = batch_size or self.cfg.data.batch_size
-        total = self.n_batches(part, limit, bs)
-        rank, world = (self.comm.rank, self.comm.world) if (shard and self.sharded) else (0, 1)
-        part_rows = self.splits[part]
-        if getattr(self.source, "streaming", False):  # decodes only this rank's batches (their rows only)
-            it = ((view, labels, None) for view, labels in self.source.batches(part_rows, bs, limit, rank, world))
-        else:
-            if isinstance(part_rows, slice):  # each batch a view of a slice
-                it = ((view, labels, None) for view, labels in iter_batches(self.source, part_rows, bs, limit))
-            else:  # the stages view the whole source; the boundary gathers the batch's rows in its one copy
-                it = ((self.source.tensor, labels, rows)
-                      for rows, labels in iter_row_batches(self.source, part_rows, bs, limit))
-            if world > 1:
-                it = (item for i, item in enumerate(it) if i % world == rank)
-        total = len(range(rank, total, world))
-        for k, (view, labels, rows) in enumerate(progress(it, part, total)):
-            i = k * world + rank
-            x = self.boundary(self.compose(view, ledger=ledger, batch_index=i), ledger=ledger, batch_index=i,
-                              rows=rows)
-            bad = int((~torch.isfinite(x)).sum())
-            if bad:
-                raise DataError("%s batch %d holds %d non-finite values (NaN or Inf) out of %d; clean the source "
-                                "data or drop those samples" % (part, i, bad, x.numel()))
-            yield x, (None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64))
+    def feed(self) -> DataFeed:
+        """The data feed (``pipeline.data.feed.DataFeed``): source -> stages -> quantizer boundary, built
+        on first use from the config's data and preprocess sections, with ``comm`` as set by then."""
+        if self._feed is None:
+            c = self.cfg
+            self._feed = DataFeed(c.data, c.preprocess, c.run.seed, self.loaded.base_dir, source=self._source,
+                                  comm=self.comm)
+        return self._feed
 
     def preflight(self, steps: List[str]) -> None:
-        """Checks that need the data's shape but no work, for the ``steps`` about to run: the declared
-        layout, the channel count after the stages against preprocess.mean/std, the splits the steps
-        need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
-        CompileError."""
-        from ..checks import check_channels, check_declared_layout
-        shape = tuple(self.source.shape if getattr(self.source, "streaming", False) else self.source.images.shape)
-        check_declared_layout(shape, self.source.layout)
-        batch_shape = (min(self.cfg.data.batch_size, shape[0]),) + shape[1:]
-        check_channels(self.compose.output_shape(batch_shape), self.cfg.preprocess.mean,
-                       [s.get("type") for s in self.cfg.preprocess.stages])
-        sizes = {part: self.split_size(part) for part in self.splits}
-        if self.cfg.data.split_order != "contiguous" and not getattr(self.source, "streaming", False):
-            whole = self.compose.output_shape(shape)
-            if whole[0] != shape[0]:
-                raise ConfigError("preprocess.stages change the batch dimension (%d images in, %d out, e.g. "
-                                  "batch_slice); a shuffled split gathers each batch's rows at the quantizer "
-                                  "boundary and needs stages that keep every sample: set data.split_order: "
-                                  "contiguous, or drop that stage" % (shape[0], whole[0]))
-        if "calib" in steps and not sizes.get("calib"):
-            raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
+        """Checks that need the data's shape but no work, for the ``steps`` about to run: the feed's
+        (declared layout, channel count after the stages against preprocess.mean/std, a shuffled
+        split with stages that keep the batch), the splits the steps need, the arch.json fingerprint.
+        Raises DataError, ConfigError, QuantizationError or CompileError."""
+        feed = self.feed
+        feed.check_shapes()
+        if "calib" in steps:
+            feed.check_calib_split("calib")
         ft = self.cfg.quantizer.fast_finetune
-        if "calib" in steps and ft.enabled and self.n_batches(ft.data, ft.batches) < 2:
-            raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
-                                    "(data.split %s, batch_size %d); give it more data or a smaller batch size"
-                                    % (ft.data, self.n_batches(ft.data, ft.batches), self.cfg.data.split,
-                                       self.cfg.data.batch_size))
+        if "calib" in steps and ft.enabled:
+            feed.check_finetune_batches(ft.data, ft.batches)
         for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
-            if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
-                raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
-                                "a share of the data" % (step, part, self.cfg.data.split, shape[0]))
+            if step in steps and not (step == "train" and self.cfg.model.weights):
+                feed.require_split(part, step)
         if "compile" in steps:
             arch = self.arch_json()
             if os.path.isfile(arch):
@@ -186,10 +77,6 @@ class Run(RunDir):
         from ..targets import arch_json_path
         c = self.cfg.compile
         return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
-
-    def new_ledger(self) -> Any:
-        from ..tensors import Ledger
-        return Ledger()
 
     # ------------------------------------------------------------------ model
     def float_model(self, need_weights: bool = True) -> torch.nn.Module:
@@ -232,24 +119,15 @@ class Run(RunDir):
         fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend,
                               traced=self.trace(model))
         fp["compile_target"] = self.cfg.compile.target
-        fp["calib_rows_sha256"] = self.rows_sha256(("calib",))
+        fp["calib_rows_sha256"] = self.feed.rows_sha256(("calib",))
         # the settings themselves, so that a mismatch names the key that changed, not only the hash
         fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())
         return fp
 
-    def example(self, ledger: Any = None) -> torch.Tensor:
-        """The compile-boundary example: batch 1, owned, contiguous, from the first sample of the eval
-        split (else of calib, else of train): real preprocessed data, not random. Recorded in
-        ``ledger`` when given."""
-        from ..boundary import compile_example
-        part = next(p for p in ("eval", "calib", "train") if self.split_size(p) > 0)
-        x, _ = next(self.batches(part, limit=1, batch_size=1, shard=False))
-        return compile_example(x, ledger=ledger)
-
     def check_labels(self, model: torch.nn.Module, example: torch.Tensor, by: str) -> None:
         """Refuse a source without labels, and labels that the model's outputs cannot represent
         (label >= number of outputs): ``by`` (train, test) needs them."""
-        labels = self.source.labels
+        labels = self.feed.source.labels
         if labels is None:
             raise DataError("%s: the source has no labels; training and the accuracy test need them (give "
                             "data.source.labels, or set model.weights and run only calib, export, compile, deploy)"

@@ -28,8 +28,8 @@ def run(ctx: Any) -> ExportResult:
     from ..quantizers.calib_commit import check_committed
     from .context import FINGERPRINT_INFORMATIVE
     from ..progress import phase
-    ledger = ctx.new_ledger()
-    model, example = ctx.float_model(), ctx.example(ledger=ledger)
+    ledger = ctx.feed.new_ledger()
+    model, example = ctx.float_model(), ctx.feed.example(ledger=ledger)
     model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                     redo="run the calib step again")
@@ -43,7 +43,7 @@ def run(ctx: Any) -> ExportResult:
             files.update(backend.export(handle, example, ctx.path("export"), [fmt]))
 
     def inputs() -> torch.Tensor:
-        return torch.cat([x for x, _ in ctx.batches("eval", limit=ctx.cfg.data.eval_batches)])
+        return torch.cat([x for x, _ in ctx.feed.batches("eval", limit=ctx.cfg.data.eval_batches)])
 
     with phase("export: verifying %s against the quantized model" % ", ".join(sorted(files))):
         agreement, warnings = backend.verify(handle, files, inputs, ctx.cfg.export.verify_max_lsb)

@@ -21,7 +21,7 @@ def run(ctx: Any) -> InspectResult:
     from ..progress import phase
     model, target = ctx.float_model(need_weights=False), ctx.cfg.compile.target
     with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target)):
-        inspection = inspect_model(model, ctx.example(), target)
+        inspection = inspect_model(model, ctx.feed.example(), target)
     with phase("inspect: writing the reports to %s" % ctx.path("inspect")):
         paths = write_reports(inspection, ctx.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())

@@ -37,20 +37,20 @@ def run(ctx: Any) -> TestResult:
     from ..quantizers.calib_commit import check_committed
     from .context import FINGERPRINT_INFORMATIVE
     from ..progress import phase
-    model, example = ctx.float_model(), ctx.example()
+    model, example = ctx.float_model(), ctx.feed.example()
     ctx.check_labels(model, example, "test")
     check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                     redo="run the calib step again")
     backend = ctx.backend()
     handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
-    ledger = ctx.new_ledger()
+    ledger = ctx.feed.new_ledger()
     limit = ctx.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
     classes = {}  # type: Dict[int, int]
     start = time.perf_counter()
-    with phase("test: float and quantized inference on %d eval batches" % ctx.n_batches("eval", limit)), \
+    with phase("test: float and quantized inference on %d eval batches" % ctx.feed.n_batches("eval", limit)), \
             torch.no_grad():
-        for x, y in ctx.batches("eval", ledger=ledger, limit=limit):
+        for x, y in ctx.feed.batches("eval", ledger=ledger, limit=limit):
             float_correct += int((model(x).argmax(dim=1) == y).sum())
             quant_correct += int((handle(x).argmax(dim=1) == y).sum())
             n += len(y)
@@ -110,10 +110,10 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     from ..progress import phase
     if handle is None:
         handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
-    with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.n_batches("eval", limit)):
+    with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.feed.n_batches("eval", limit)):
         rows = layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
-                                 (x for x, _ in ctx.batches("eval", limit=limit)), ctx.settings(),
-                                 comm=ctx.comm if ctx.sharded else None, example=example, traced=ctx.trace(model))
+                                 (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.settings(),
+                                 comm=ctx.comm if ctx.feed.sharded else None, example=example, traced=ctx.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
         with phase("test: plots"):

@@ -34,10 +34,10 @@ def run(ctx: Any) -> TrainResult:
         return TrainResult(skipped="model.weights is set", weights=ctx.weights_path)
     torch.manual_seed(ctx.cfg.run.seed)
     model = build_model(m.zoo, m.factory, m.kwargs)
-    ctx.check_labels(model.eval(), ctx.example(), "train")
-    ledger = ctx.new_ledger()
+    ctx.check_labels(model.eval(), ctx.feed.example(), "train")
+    ledger = ctx.feed.new_ledger()
     xs, ys = [], []  # the train split is not empty and has labels: preflight and check_labels
-    for x, y in ctx.batches("train", ledger=ledger):
+    for x, y in ctx.feed.batches("train", ledger=ledger):
         xs.append(x)
         ys.append(y)
     x_all, y_all = torch.cat(xs), torch.cat(ys)
