@@ -54,7 +54,7 @@ class Compose:
             if source_layout not in TENSOR_LAYOUTS:
                 raise ConfigError("a source channel order needs the source layout NHWC or NCHW, got %r" % source_layout)
             source = Pending(source_layout.index("C"), self.source_channel_order,
-                              "the source (a negative stride on its channel axis)")
+                             "the source (a negative stride on its channel axis)")
         self.runs_at_boundary, pending = track_gathers(self.stages, source)
         self._notes = tuple("carried out inside the quantizer boundary's pass" if d else "" for d in self.runs_at_boundary)
         self.boundary_channel_order = None if pending is None else list(pending.index)
