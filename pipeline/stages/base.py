@@ -23,8 +23,9 @@ import torch
 
 from ..data.sources import flipped_source_of
 from ..errors import ConfigError, StageError
+from ..ledger import Ledger
 from ..specs import TENSOR_LAYOUTS
-from ..tensors import Ledger, byte_extent, is_view_of, storage_nbytes
+from ..tensors import byte_extent, is_view_of, storage_nbytes
 
 Shape = Tuple[int, ...]
 

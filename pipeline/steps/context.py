@@ -188,7 +188,7 @@ class Run(RunDir):
         return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
 
     def new_ledger(self) -> Any:
-        from ..tensors import Ledger
+        from ..ledger import Ledger
         return Ledger()
 
     # ------------------------------------------------------------------ model
