@@ -56,8 +56,9 @@ class QuantizerBoundary:
             the torch pass (the reason logged once); ``"torch"``: always the torch pass. Same bits.
 
     Raises:
-        ConfigError: mean/std of different lengths, non-finite, std <= 0, a channel_order of the
-            wrong length, an unknown layout, dtype or kernel.
+        ConfigError: mean/std of different lengths, non-finite, std <= 0 (``specs.check_mean_std``, the
+            one check the config runs on ``preprocess.mean/std`` too: the same message), a
+            channel_order of the wrong length, an unknown layout, dtype or kernel.
 
     Attributes:
         compiled: True when this boundary runs the compiled pass (for the dtypes it covers).
@@ -96,6 +97,21 @@ class QuantizerBoundary:
         self._mean_ptr, self._std_ptr = self._mean_np.ctypes.data, self._std_np.ctypes.data
         self._rows = {}  # type: Dict[int, np.ndarray]
         self._plans = {}  # type: Dict[Any, Tuple[Any, ...]]
+
+    def spec(self) -> Dict[str, Any]:
+        """What this boundary applies to every batch, as plain JSON values (new lists): the input of the
+        deploy bundle's preprocessing spec (``pipeline.deploy.preprocess_spec``).
+
+        Returns:
+            ``{"mean": [float], "std": [float]`` (one per output channel, in source pixel units;
+            ``(x - mean) / std``, checked by ``specs.check_mean_std``), ``"channel_order"`` (the source
+            channel read for each output channel, or None for the source's order), ``"layout"``
+            (``"NCHW"`` or ``"channels_last"``: the memory layout of the output), ``"dtype"``
+            (``"float32"`` or ``"float64"``: the output's element type)``}``.
+        """
+        return {"mean": list(self.mean), "std": list(self.std),
+                "channel_order": None if self.channel_order is None else list(self.channel_order),
+                "layout": self.layout, "dtype": str(self.dtype).replace("torch.", "")}
 
     def output_shape(self, shape: Sequence[int]) -> Tuple[int, ...]:
         """``(N, C, H, W)`` produced from an NCHW input of ``shape``; DataError when it does not fit (not
