@@ -36,8 +36,7 @@ def l2_bytes() -> int:
 
 def tile_bytes() -> int:
     """Bytes per tile: half the per-core L2 cache, so a tile and what it is computed from stay in L2
-    between the element-wise ops run on it. Measured on 2 cores with 1 MiB L2 each (the boundary's
-    torch pass): half and all of L2 within 10%, 3-5x faster than one pass over the batch."""
+    between the element-wise ops run on it (measured: docs/performance.md#tile-size-of-the-torch-pass)."""
     return max(_MIN_TILE_BYTES, l2_bytes() // 2)
 
 

@@ -30,7 +30,6 @@ from typing import Any, Dict, List, Optional, Union
 from .compilers import vai_c
 from .fileio import process_umask, sha256_file
 from .errors import CompileError, ConfigError
-from .specs import check_mean_std
 
 MANIFEST = "manifest.json"
 PREPROCESS = "preprocess.json"
@@ -61,15 +60,18 @@ def model_color(source_color: Optional[str], indices: Optional[List[int]], chann
 
 
 def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
-    """The board-side preprocessing spec derived from the run's preprocessing.
+    """The board-side preprocessing spec: what the quantizer boundary did, in the board's terms.
 
     Args:
-        preprocess: ``mean`` and ``std`` (one float per model input channel, in source pixel units,
-            normalization ``(x - mean) / std``), ``channel_order`` (list of source channel indices per
-            model channel, or None for the source's order), ``layout`` (memory layout of the
-            quantizer boundary, ``NCHW``/``channels_last``), ``input_fix_pos`` (int from
-            ``quant_info.json``'s ``nndct_input_0``, or None), ``input_shape`` (the batch-1 export
-            input, NCHW, or None); optional ``source_layout`` and ``source_color`` (RGB, BGR, L).
+        preprocess: the quantizer boundary's ``spec()`` (``pipeline.boundary.QuantizerBoundary``):
+            ``mean`` and ``std`` (one float per model input channel, in source pixel units,
+            normalization ``(x - mean) / std``; already checked where the boundary was made, so not
+            again here), ``channel_order`` (list of source channel indices per model channel, or None
+            for the source's order), ``layout`` (memory layout of the boundary's output,
+            ``NCHW``/``channels_last``), optional ``dtype`` (not part of the spec: the board feeds
+            int8); plus ``input_fix_pos`` (int from ``quant_info.json``'s ``nndct_input_0``, or
+            None), ``input_shape`` (the batch-1 export input, NCHW, or None), and what the source
+            says of itself: optional ``source_layout`` and ``source_color`` (RGB, BGR, L).
 
     Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``channel_order``
     in letters (:func:`model_color`, or a sentence saying how to make it known), ``channel_indices``,
@@ -77,13 +79,13 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     ``rounding`` and the int8 range.
 
     Raises:
-        ConfigError: missing key, mean/std lengths differ from each other or from the channel count
-            of ``input_shape``, a std <= 0, or a non-integer fix_pos.
+        ConfigError: missing key, a channel count of ``input_shape`` other than the number of mean
+            values, or a non-integer fix_pos.
     """
     for key in ("mean", "std", "channel_order", "layout", "input_fix_pos", "input_shape"):
         if key not in preprocess:
             raise ConfigError("deploy: the preprocessing spec needs %r; got keys %s" % (key, sorted(preprocess)))
-    mean, std = check_mean_std(preprocess["mean"], preprocess["std"])
+    mean, std = [float(v) for v in preprocess["mean"]], [float(v) for v in preprocess["std"]]
     shape = preprocess["input_shape"]
     if shape is not None and (len(shape) != 4 or int(shape[1]) != len(mean)):
         raise ConfigError("deploy: input_shape %s should be NCHW with %d channels (one per mean value)"

@@ -1,5 +1,5 @@
-"""Checks shared by the config, the registries (stages, sources), the boundary and the deploy bundle:
-known names, allowed keys, closest match, the layouts, mean/std.
+"""Checks shared by the config, the registries (stages, sources) and the quantizer boundary: known
+names, allowed keys, closest match, the layouts, mean/std.
 
 A spec is a plain dict from YAML, e.g. ``{"type": "crop", "top": 0, "left": 0, "height": 8, "width": 8}``.
 Every error says where (``where``, e.g. ``preprocess.stages[2]``), what was expected, what came in and
@@ -20,7 +20,9 @@ MEMORY_LAYOUTS = ("NCHW", "channels_last")
 
 def check_mean_std(mean: Any, std: Any) -> Tuple[List[float], List[float]]:
     """``preprocess.mean`` and ``preprocess.std`` as lists of floats, one per channel, in source pixel
-    units (normalization ``(x - mean) / std``); a single number counts as one channel.
+    units (normalization ``(x - mean) / std``); a single number counts as one channel. The one check
+    of them: the config runs it when it loads, ``QuantizerBoundary`` when it is made (its callers may
+    give it values of their own); the deploy bundle takes the boundary's checked ``spec()``.
 
     The boundary computes in float32, so every value must be a finite float32 (|v| below 3.4e38)
     and every std at least float32's smallest normal number (1.2e-38): below it, ``(x - mean) / std``

@@ -10,13 +10,8 @@ the method's calls, at least ``--rounds`` rounds and more while the alternation 
 60). A block's figure is the median of its calls, each result dropped before the next call; the
 calls per block are set from settled calls, after the first uses have paid their page faults. The
 ratio printed is the median of the method's blocks over the median of the reference blocks beside
-them: both measured under the same conditions, no third method in between.
-
-Why not one rotation of all methods: a method's time depended on the method that ran just before
-it (8x224, 1 thread: the same kernel call took 1.0x the cast right after "expert torch" and
-1.25-1.3x elsewhere in the round, caches flushed or not), and the cast's own time changed by 20%
-with the OpenCV methods in the rotation. Beside some methods (the per-image loop, cv2.split) the
-cast still runs up to 17% faster, so their ratios, if anything, overstate their time. "cast ms" is
+them: both measured under the same conditions, no third method in between (why not one rotation
+of all methods: docs/performance.md#how-the-benchmark-alternates). "cast ms" is
 the cast's median beside the boundary (the boundary goals' denominator); the goal lines give the
 spread of the boundary's per-round ratios (a round: one cast block, then one boundary block).
 
@@ -61,13 +56,12 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
-from pipeline import native  # noqa: E402
-from pipeline.boundary import QuantizerBoundary, aligned_empty, tile_bytes  # noqa: E402
-from pipeline.cpu import load_average  # noqa: E402
+from pipeline.boundary import QuantizerBoundary, aligned_empty, native  # noqa: E402
+from pipeline.cpu import load_average, tile_bytes  # noqa: E402
 from pipeline.data.batching import iter_batches  # noqa: E402
 from pipeline.data.sources import open_source  # noqa: E402
 from pipeline.stages import build_stages  # noqa: E402
-from pipeline.tensors import Ledger  # noqa: E402
+from pipeline.ledger import Ledger  # noqa: E402
 
 try:  # optional here: the OpenCV alternatives (the dev extra installs opencv-python-headless)
     import cv2

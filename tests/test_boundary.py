@@ -5,7 +5,8 @@ import torch
 
 from pipeline.boundary import QuantizerBoundary, compile_example, contiguous_parameters
 from pipeline.errors import ConfigError, DataError, PipelineError
-from pipeline.tensors import Ledger, shares_memory
+from pipeline.ledger import Ledger
+from pipeline.tensors import shares_memory
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]

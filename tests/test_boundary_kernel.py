@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline import native
-from pipeline.boundary import QuantizerBoundary, tile_bytes
+from pipeline.boundary import QuantizerBoundary, native
+from pipeline.cpu import tile_bytes
 
 MEAN3 = [123.675, 116.28, 103.53]
 STD3 = [58.395, 57.12, 57.375]
@@ -128,7 +128,7 @@ def test_the_compiled_pass_never_writes_its_input_and_recycles_buffers():
 def test_no_compiler_falls_back_with_a_logged_reason_and_the_same_bits(fresh_native, monkeypatch, caplog):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     monkeypatch.setenv("PATH", str(fresh_native))  # no cc, gcc or clang either
-    with caplog.at_level(logging.WARNING, logger="pipeline.native"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.boundary.native"):
         assert native.boundary_kernel() is None
     assert "no C compiler found" in caplog.text and "pure-torch" in caplog.text
     status = native.kernel_status()
@@ -144,7 +144,7 @@ def test_a_failing_compiler_falls_back_and_leaves_no_file(fresh_native, monkeypa
     failing.write_text("#!/bin/sh\necho 'badcc: cannot compile' >&2\nexit 3\n")
     failing.chmod(0o755)
     monkeypatch.setenv("CC", str(failing))
-    with caplog.at_level(logging.WARNING, logger="pipeline.native"):
+    with caplog.at_level(logging.WARNING, logger="pipeline.boundary.native"):
         assert native.boundary_kernel() is None
     assert "exit 3" in native.kernel_status()["reason"] and "cannot compile" in caplog.text
     assert os.listdir(str(fresh_native)) == []  # the temporary output was removed

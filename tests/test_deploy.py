@@ -92,8 +92,6 @@ def test_preprocess_spec_scale_is_one_over_std():
 
 
 @pytest.mark.parametrize("bad, match", [
-    ({"std": [1.0, 2.0]}, "one per channel"),
-    ({"std": [1.0, 0.0, 1.0]}, "> 0"),
     ({"input_shape": [1, 1, 16, 16]}, "3 channels"),
     ({"input_fix_pos": 2.5}, "integer"),
 ])
@@ -111,6 +109,20 @@ def test_preprocess_spec_errors(bad, match):
     ("L", None, 1, "L"), ("L", None, 3, "L"), ("RGB", [1], 1, "G"), (None, [2, 1, 0], 3, None)])
 def test_model_color_follows_the_source_and_the_boundary_order(color, indices, channels, seen):
     assert deploy.model_color(color, indices, channels) == seen
+
+
+def test_preprocess_spec_is_built_from_what_the_boundary_says_it_did():
+    """The deploy step hands preprocess_spec the boundary's spec() plus the source's and the quantizer's
+    facts; mean/std were checked where the boundary was made (specs.check_mean_std), not again here."""
+    from pipeline.boundary import QuantizerBoundary
+    boundary = QuantizerBoundary(MEAN, STD, channel_order=[2, 1, 0], kernel="torch")
+    assert boundary.spec() == {"mean": MEAN, "std": STD, "channel_order": [2, 1, 0], "layout": "NCHW",
+                               "dtype": "float32"}
+    facts = {k: v for k, v in _preprocess().items() if k not in boundary.spec()}
+    assert deploy.preprocess_spec(dict(boundary.spec(), **facts)) == deploy.preprocess_spec(_preprocess())
+    cl = QuantizerBoundary(MEAN, STD, layout="channels_last", kernel="torch").spec()
+    assert cl["layout"] == "channels_last" and cl["channel_order"] is None
+    assert deploy.preprocess_spec(dict(cl, **facts))["channel_indices"] == [0, 1, 2]
 
 
 def test_preprocess_spec_says_how_to_name_an_unknown_channel_order():

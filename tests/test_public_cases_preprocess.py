@@ -7,7 +7,8 @@ from pipeline.boundary import QuantizerBoundary, compile_example, contiguous_par
 from pipeline.data.batching import iter_batches, split
 from pipeline.data.sources import open_source
 from pipeline.stages import build_stages
-from pipeline.tensors import Ledger, fingerprint_array, shares_memory
+from pipeline.ledger import Ledger
+from pipeline.tensors import fingerprint_array, shares_memory
 
 MEAN = [123.675, 116.28, 103.53]
 STD = [58.395, 57.12, 57.375]

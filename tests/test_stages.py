@@ -8,7 +8,8 @@ import torch
 from pipeline.boundary import QuantizerBoundary
 from pipeline.errors import ConfigError, StageError
 from pipeline.stages import STAGES, Compose, Stage, build_stage, build_stages
-from pipeline.tensors import Ledger, is_view_of
+from pipeline.ledger import Ledger
+from pipeline.tensors import is_view_of
 
 
 def _values(shape):

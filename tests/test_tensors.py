@@ -1,4 +1,4 @@
-"""Storage helpers, numpy views, fingerprints and the memory ledger (pipeline/tensors.py)."""
+"""Storage helpers, numpy views, fingerprints (pipeline/tensors.py) and the memory ledger (pipeline/ledger.py)."""
 import json
 import warnings
 
@@ -8,8 +8,9 @@ import torch
 
 from pipeline import tensors
 from pipeline.errors import DataError
-from pipeline.tensors import (Ledger, as_torch_view, fingerprint_array, is_view_of, shares_memory,
-                              shares_storage, storage_nbytes, storage_ptr)
+from pipeline.ledger import Ledger
+from pipeline.tensors import (as_torch_view, fingerprint_array, is_view_of, shares_memory, shares_storage,
+                              storage_nbytes, storage_ptr)
 
 
 def test_views_share_storage_and_copies_do_not():

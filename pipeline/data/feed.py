@@ -154,7 +154,7 @@ class DataFeed:
     @staticmethod
     def new_ledger() -> Any:
         """A fresh ``Ledger`` that counts the views and copies of a pass over the batches."""
-        from ..tensors import Ledger
+        from ..ledger import Ledger
         return Ledger()
 
     # ------------------------------------------------------------------ pre-flight

@@ -12,7 +12,8 @@ import torch
 
 from ..errors import ConfigError, StageError
 from ..specs import TENSOR_LAYOUTS
-from ..tensors import Ledger, byte_extent, is_view_of, storage_nbytes
+from ..ledger import Ledger
+from ..tensors import byte_extent, is_view_of, storage_nbytes
 from .base import Shape, Stage
 from .gathers import Pending, track_gathers
 

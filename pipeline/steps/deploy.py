@@ -19,11 +19,9 @@ def run(ctx: Any) -> DeployResult:
     from ..quantizers.quant_info import read_quant_info
     comp = ctx.require("compile", "deploy")
     qi = read_quant_info(ctx.quant_dir)
-    p = ctx.cfg.preprocess
     example_shape = (ctx.load_step("export") or {}).get("example_shape")
-    preprocess = {"mean": p.mean, "std": p.std, "channel_order": ctx.feed.compose.boundary_channel_order,
-                  "source_color": ctx.feed.source.color, "layout": p.layout, "source_layout": ctx.feed.source.layout,
-                  "input_fix_pos": input_fix_pos(qi), "input_shape": example_shape}
+    preprocess = dict(ctx.feed.boundary.spec(), source_color=ctx.feed.source.color, source_layout=ctx.feed.source.layout,
+                      input_fix_pos=input_fix_pos(qi), input_shape=example_shape)
     labels = ctx.feed.source.labels  # the test step measures top-1 against them: a classifier
     classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
                       "accuracy": (ctx.load_step("test") or {}).get("quant_accuracy")}

@@ -1,11 +1,8 @@
 """The compiled quantizer-boundary kernel: built once per machine from ``boundary_kernel.c``, loaded with ctypes.
 
-Why this route: the kernel is 180 lines of C99 with no dependency (no torch or Python headers), so it
-builds in about a second with the system C compiler, the same way on Python 3.8 / torch 1.13 (the
-Vitis AI image) and Python 3.11 / torch 2.x; ctypes (standard library) releases the GIL during the
-call and costs microseconds to load. ``torch.utils.cpp_extension`` would compile torch's headers
-(tens of seconds, and ninja on torch 2), numba is not in the Vitis AI image and costs about a second
-of import and JIT per process.
+A plain C99 file with no dependency, built with the system C compiler and called through ctypes,
+the same way on Python 3.8 / torch 1.13 (the Vitis AI image) and Python 3.11 / torch 2.x
+(why not cpp_extension or numba: docs/performance.md#why-ctypes-and-a-plain-c-file).
 
 The shared library is cached under ``$VITIS_PIPELINE_CACHE`` (default ``$XDG_CACHE_HOME`` or
 ``~/.cache``, then ``vitis-pipeline``), named by a hash of the source, the flags, the compiler's path

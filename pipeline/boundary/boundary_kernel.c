@@ -1,4 +1,4 @@
-/* The quantizer boundary's fused pass, compiled at first use by pipeline/native.py (loaded with ctypes).
+/* The quantizer boundary's fused pass, compiled at first use by pipeline/boundary/native.py (loaded with ctypes).
  *
  * dst[n, o, y, x] = ((OUT) src[n, order[o], y, x] - mean[o]) / std[o]
  *
@@ -49,21 +49,11 @@ int vp_vbmi_active(void) {
 
 /* uint8 RGB -> float32 planes with AVX512-VBMI, 16 pixels per step: one 48-byte load, then per channel
  * one byte permute (vpermb) that moves every third byte into the low byte of a zeroed 32-bit lane, and
- * the same convert, subtract and IEEE divide as the C loop: the same bits. GCC's vectorized stride-3
- * loop goes through 16-bit lanes and several shuffles per vector: 1.8x a plain cast's time at
- * 8x224x224x3 on Zen 4, against 1.0-1.1x for this one (C timing). The loads are plain 64-byte loads
- * while they stay inside the row (masked loads defeat the hardware prefetcher on Zen 4: 1.4x slower
- * from DRAM), and the last pixels use masked loads and stores: nothing outside the row is read or
- * written. Returns the pixels done (w, or 0 when the CPU lacks AVX512-VBMI: the C loop runs). Build
- * with -DVP_PORTABLE to leave it out (the tests compare both builds). Tried on Zen 4 and left out:
- * prefetchw of the three output rows 0.5-2 KiB ahead (0.93x instead of 1.05x of the cast when the
- * output stays in L3 between calls, but 1.05-1.14x instead of 0.93-0.95x from DRAM and 1.5x slower
- * when the source is read from DRAM, as in a run); non-temporal stores (2x at 8x224); the planes
- * written one after another per 512-4096-pixel chunk (5-10% slower at 8x224 and from a cold cache,
- * 8% faster at 64x224 in a tight loop); rep movsb from an L1 scratch row (1.5-2x); prefetch of the
- * source 4-8 KiB ahead (0.7x when the source comes from L3, as the benchmark's pipeline reads it, but
- * 1.05-1.15x from DRAM at 8x224 and 64x224). Each wins only where the data sits in L3, which a
- * calibration run, whose model runs between batches, cannot count on. */
+ * the same convert, subtract and IEEE divide as the C loop: the same bits. The loads are plain
+ * 64-byte loads while they stay inside the row, and the last pixels use masked loads and stores:
+ * nothing outside the row is read or written. Returns the pixels done (w, or 0 when the CPU lacks
+ * AVX512-VBMI: the C loop runs). Build with -DVP_PORTABLE to leave it out (the tests compare both
+ * builds). Timings, and the variants tried and left out: docs/performance.md#uint8-rgb-rows-the-avx512-vbmi-loop */
 #if (defined(__GNUC__) || defined(__clang__)) && defined(__x86_64__) && !defined(VP_PORTABLE)
 #include <immintrin.h>
 #define VP_VBMI __attribute__((target("avx512f,avx512bw,avx512vbmi")))
