@@ -40,7 +40,7 @@ import torch
 from . import native
 from .cpu import tile_bytes
 from .errors import ConfigError, DataError, PipelineError
-from .specs import MEMORY_LAYOUTS, check_mean_std
+from .config.specs import MEMORY_LAYOUTS, check_mean_std
 from .tensors import Ledger, as_torch_view
 
 BLOCK_BYTES = tile_bytes()

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional, Union
 from .compilers import vai_c
 from .fileio import process_umask, sha256_file
 from .errors import CompileError, ConfigError
-from .specs import check_mean_std
+from .config.specs import check_mean_std
 
 MANIFEST = "manifest.json"
 PREPROCESS = "preprocess.json"

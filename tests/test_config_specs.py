@@ -78,7 +78,7 @@ def test_mean_and_std_are_checked_by_one_function_everywhere(tmp_path, mean, std
     """The config, the quantizer boundary and the deploy bundle give the same message (specs.check_mean_std)."""
     from pipeline import deploy
     from pipeline.boundary import QuantizerBoundary
-    from pipeline.specs import check_mean_std
+    from pipeline.config.specs import check_mean_std
     with pytest.raises(ConfigError) as expected:
         check_mean_std(mean, std)
     with pytest.raises(ConfigError) as boundary:

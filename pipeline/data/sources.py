@@ -34,12 +34,12 @@ import torch
 
 from .. import cpu
 from ..errors import ConfigError, DataError
-from ..specs import TENSOR_LAYOUTS, check_keys, lookup
+from ..config.specs import TENSOR_LAYOUTS, check_keys, lookup
 from ..tensors import ArrayLike, as_torch_view, fingerprint_array, storage_ptr
 
 
 # The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
-# Schema and its key check are generated from this table (pipeline/config_specs.py); the openers
+# Schema and its key check are generated from this table (pipeline/config/spec_models.py); the openers
 # below check the keys against it and the values themselves.
 _LAYOUT = Literal[TENSOR_LAYOUTS]  # type: ignore
 _COLOR = Optional[Literal["RGB", "BGR", "L"]]

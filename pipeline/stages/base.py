@@ -23,7 +23,7 @@ import torch
 
 from ..data.sources import flipped_source_of
 from ..errors import ConfigError, StageError
-from ..specs import TENSOR_LAYOUTS
+from ..config.specs import TENSOR_LAYOUTS
 from ..tensors import Ledger, byte_extent, is_view_of, storage_nbytes
 
 Shape = Tuple[int, ...]

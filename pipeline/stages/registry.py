@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, StageError
-from ..specs import check_keys, lookup
+from ..config.specs import check_keys, lookup
 from .base import Compose, Stage
 from .channels import BgrToRgb, ChannelOrder, ExpandChannels, RgbToBgr, SelectChannels
 from .crop import BatchSlice, CenterCrop, Crop, Narrow
