@@ -82,7 +82,7 @@ def build_report(run: Any) -> Dict[str, Any]:
         "status": status,
         "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
                 "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
-                "target": cfg.compile.target},
+                "target": run.loaded.target.name},
         "float_accuracy": test.float_accuracy if test else None,
         "quant_accuracy": test.quant_accuracy if test else None,
         "accuracy_drop": test.accuracy_drop if test else None,

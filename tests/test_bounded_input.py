@@ -19,7 +19,7 @@ from conftest import REPO
 from pipeline.config import load_config
 from pipeline.data.sources import open_source
 from pipeline.errors import ConfigError, DataError, PipelineError, QuantizationError, StorageError
-from pipeline.yamlsafe import load_bounded
+from pipeline.config.yamlsafe import load_bounded
 
 
 def _bomb(levels=9, width=9):

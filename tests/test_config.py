@@ -1,5 +1,6 @@
 """Config loading: strict keys with dotted paths and closest matches, overrides, path resolution."""
 import os
+import re
 
 import pytest
 import yaml
@@ -174,3 +175,32 @@ def test_a_folder_where_a_file_is_expected_is_named_so(tmp_path):
 def test_numbers_outside_their_range_are_refused_by_name(tmp_path, override, expected):
     with pytest.raises(ConfigError, match=expected):
         load_config(write(tmp_path, BASE), [override])
+
+
+def test_the_dpu_target_is_resolved_once_by_the_config(tmp_path):
+    from pipeline.targets import TARGETS
+    loaded = load_config(write(tmp_path, BASE))
+    assert loaded.target is TARGETS["DPUCZDX8G_ISA1_B4096"]
+    assert loaded.quantizer_target is None  # quantizer.target null: no hardware-aware mode
+    assert loaded.arch_json() == "/opt/vitis_ai/compiler/arch/DPUCZDX8G/ZCU102/arch.json"
+    raw = dict(BASE, quantizer={"target": "DPUCV2DX8G_ISA1_C20B14"},
+               compile={"target": "DPUCV2DX8G_ISA1_C20B14", "board": "VEK280"})
+    loaded = load_config(write(tmp_path, raw))
+    assert loaded.target is TARGETS["DPUCV2DX8G_ISA1_C20B14"]
+    assert loaded.quantizer_target == "DPUCV2DX8G_ISA1_C20B14"
+    assert loaded.arch_json() == "/opt/vitis_ai/compiler/arch/DPUCV2DX8G/VEK280/arch.json"
+
+
+def test_only_the_config_reads_the_target_keys():
+    # every consumer reads LoadedConfig.target (and quantizer_target, arch_json()): the YAML keys
+    # compile.target and quantizer.target are read and resolved in pipeline/config/ alone
+    read = re.compile(r"\bcfg\.(compile|quantizer)\.target\b|\b[cq]\.target\b")
+    root = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "pipeline")
+    hits = []
+    for folder, _, files in os.walk(root):
+        if os.path.relpath(folder, root).split(os.sep)[0] == "config":
+            continue
+        for name in (n for n in files if n.endswith(".py")):
+            with open(os.path.join(folder, name)) as f:
+                hits += ["%s/%s:%d" % (folder, name, n) for n, line in enumerate(f, 1) if read.search(line)]
+    assert hits == []

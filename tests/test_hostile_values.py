@@ -97,7 +97,7 @@ def test_a_float_yaml_reads_as_text_gets_a_hint_how_to_write_it(case, override, 
 
 def test_the_hint_is_a_spelling_yaml_reads_as_the_same_float():
     import yaml
-    from pipeline.config import _float_text_hint
+    from pipeline.config.messages import _float_text_hint
     for text in ["1e-45", "-3E2", "7e+10", "2.5e-3", "1.e5"]:
         fixed = _float_text_hint(text).rsplit("write ", 1)[1]
         assert yaml.safe_load(fixed) == float(text), text

@@ -18,7 +18,7 @@ import os
 import shutil
 import subprocess
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Tuple, Union
 
 import torch
 import torch.nn as nn
@@ -138,7 +138,7 @@ class Inspection:
         }
 
 
-def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
+def inspect_model(model: nn.Module, example: Any, target: Union[str, DpuTarget]) -> Inspection:
     """Assign every operation of ``model`` to the DPU of ``target`` or to the CPU, with reasons.
 
     Args:
@@ -146,7 +146,8 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
         example: an input batch as the model takes it (a tensor, or a tuple with one tensor per
             forward argument; any batch size; shapes are reported with it); not modified.
         target: a DPU target name of docs/targets.md#names-and-fingerprints, e.g. "DPUCZDX8G_ISA1_B4096" (see
-            :data:`pipeline.targets.TARGETS`; it needs one with engine parameters).
+            :data:`pipeline.targets.TARGETS`; it needs one with engine parameters), or its resolved
+            :class:`DpuTarget` (``LoadedConfig.target``: the pipeline's inspect step).
 
     Returns:
         An :class:`Inspection`.
@@ -157,10 +158,10 @@ def inspect_model(model: nn.Module, example: Any, target: str) -> Inspection:
         DataError: ``example`` is not a tensor.
         PipelineError: torch.fx cannot trace the model, or the model fails on the example.
     """
-    hardware = get_target(target)
+    hardware = target if isinstance(target, DpuTarget) else get_target(target)
     if hardware.engines is None:
         raise ConfigError("inspection has no engine parameters for {} (family {}); it can inspect for {}".format(
-            target, hardware.family, ", ".join(n for n, t in TARGETS.items() if t.engines is not None)))
+            hardware.name, hardware.family, ", ".join(n for n, t in TARGETS.items() if t.engines is not None)))
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     if not examples or not all(isinstance(e, torch.Tensor) for e in examples):
         raise DataError("inspection needs an example input tensor (N, C, H, W) for the model; got "

@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError
 from ..fileio import not_a_file, parse_json
-from ..specs import closest_match
+from ..config.specs import closest_match
 
 TOP_LEVEL_KEYS = ["convert_relu6_to_relu", "convert_silu_to_hswish", "include_cle",
                   "keep_first_last_layer_accuracy", "keep_add_layer_accuracy", "include_bias_corr",

@@ -26,9 +26,8 @@ class CompileResult(StepResult):
 def run(ctx: Any) -> CompileResult:
     from ..compilers import plan, vai_c
     from ..quantizers.base import artifact_name
-    from ..targets import get_target
     c = ctx.cfg.compile
-    target = get_target(c.target)
+    target = ctx.loaded.target  # resolved once, by the config
     arch = ctx.arch_json()
     export = ctx.require("export", "compile")
     xmodel = quantized_xmodel(ctx, export)

@@ -69,14 +69,12 @@ class Run(RunDir):
             arch = self.arch_json()
             if os.path.isfile(arch):
                 from ..targets import check_arch_json
-                check_arch_json(arch, self.cfg.compile.target)  # P11, before any work
+                check_arch_json(arch, self.loaded.target.name)  # P11, before any work
 
     def arch_json(self) -> str:
         """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
-        path inside the Vitis AI image. Raises ConfigError when none is known."""
-        from ..targets import arch_json_path
-        c = self.cfg.compile
-        return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
+        path inside the Vitis AI image (``LoadedConfig.arch_json``). Raises ConfigError when none is known."""
+        return self.loaded.arch_json()
 
     # ------------------------------------------------------------------ model
     def float_model(self, need_weights: bool = True) -> torch.nn.Module:
@@ -96,7 +94,7 @@ class Run(RunDir):
     def settings(self) -> Any:
         from ..quantizers.base import QuantSettings
         q = self.cfg.quantizer
-        return QuantSettings(target=q.target, bitwidth=q.bitwidth,
+        return QuantSettings(target=self.loaded.quantizer_target, bitwidth=q.bitwidth,
                              quant_config_file=self.loaded.resolve(q.quant_config_file), device=q.device)
 
     def backend(self) -> Any:
@@ -118,7 +116,7 @@ class Run(RunDir):
         from ..quantizers.fingerprint import make_fingerprint
         fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend,
                               traced=self.trace(model))
-        fp["compile_target"] = self.cfg.compile.target
+        fp["compile_target"] = self.loaded.target.name
         fp["calib_rows_sha256"] = self.feed.rows_sha256(("calib",))
         # the settings themselves, so that a mismatch names the key that changed, not only the hash
         fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())

@@ -19,8 +19,8 @@ class InspectResult(StepResult):
 def run(ctx: Any) -> InspectResult:
     from ..inspect import inspect_model, write_reports
     from ..progress import phase
-    model, target = ctx.float_model(need_weights=False), ctx.cfg.compile.target
-    with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target)):
+    model, target = ctx.float_model(need_weights=False), ctx.loaded.target
+    with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target.name)):
         inspection = inspect_model(model, ctx.feed.example(), target)
     with phase("inspect: writing the reports to %s" % ctx.path("inspect")):
         paths = write_reports(inspection, ctx.path("inspect"))

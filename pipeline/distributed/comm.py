@@ -1,26 +1,13 @@
-"""Calibration and evaluation over ``torch.distributed``: the process group, the shard rule and
-collectives that fail with an error naming the rank.
+"""The collectives of a distributed run (:class:`Comm`) and how a rank's failure is named.
 
-Launch: ``torchrun --standalone --nproc_per_node N -m pipeline run CONFIG --steps calib,test``
-(``--nnodes``/``--rdzv-endpoint`` across machines). ``torchrun`` sets ``RANK``, ``WORLD_SIZE``,
-``MASTER_ADDR``/``MASTER_PORT``; :func:`init_from_env` starts the default process group on them
-(gloo on the CPU; the sim runs on the CPU, so gloo is used on GPU machines too).
-
-The shard rule (every user of this module relies on it): batch ``i`` of a split (the batches one
-process would see, in its order) belongs to rank ``i % world``; rank ``r``'s ``k``-th batch is
-global batch ``k * world + r``. :meth:`Comm.interleave` puts per-rank lists back into global order,
-so anything a step accumulates is reduced in batch order, as one process does, never in rank
-order or by a floating-point all-reduce.
-
-Failures: every collective runs under the process group's timeout (``run.distributed_timeout_s``).
-A rank that raises posts its error in the rendezvous store before it exits; a rank whose
-collective then fails raises :class:`DistributedError` naming that rank and its error, or, when a
-rank died without a word (killed), naming the rank whose process is gone (same machine) or saying
-that none could be named. ``torchrun`` itself stops the other ranks with SIGTERM when one exits
-non-zero: :func:`init_from_env` turns that signal into a DistributedError, so the run's cleanup
-(status, report, lock) still happens on rank 0.
+Every collective runs under the process group's timeout (``run.distributed_timeout_s``). A rank that
+raises posts its error in the rendezvous store before it exits; a rank whose collective then fails
+raises :class:`DistributedError` naming that rank and its error, or, when a rank died without a word
+(killed), naming the rank whose process is gone (same machine) or saying that none could be named.
+``torchrun`` itself stops the other ranks with SIGTERM when one exits non-zero:
+:func:`install_sigterm` turns that signal into a DistributedError, so the run's cleanup (status,
+report, lock) still happens on rank 0. The process group itself: ``pipeline.distributed.group``.
 """
-import datetime
 import os
 import signal
 import socket
@@ -29,26 +16,17 @@ from typing import Any, Callable, List, Optional, Sequence
 
 import torch
 
-from .errors import DistributedError
+from ..errors import DistributedError
 
-DEFAULT_TIMEOUT_S = 1800  # torch's own default for gloo; train runs on rank 0 while the others wait
-COLLECTIVE_TIMEOUT_ENV = "PIPELINE_COLLECTIVE_TIMEOUT_S"  # the drop-in API's bounded wait (see dropin_comm)
-DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
+COLLECTIVE_TIMEOUT_ENV = "PIPELINE_COLLECTIVE_TIMEOUT_S"  # the drop-in API's bounded wait (see group.dropin_comm)
 NONE_INT = -(2 ** 62)  # stands for None in gather_ints
-_KEY = "pipeline/%s/%d"  # store keys: pid/<rank>, failed/<rank>
+STORE_KEY = "pipeline/%s/%d"  # store keys: pid/<rank>, failed/<rank>
 
 
-def _dist() -> Any:
+def torch_dist() -> Any:
+    """``torch.distributed``, imported on first use."""
     import torch.distributed as dist
     return dist
-
-
-def env_world_size() -> int:
-    """``WORLD_SIZE`` from the environment (torchrun sets it), 1 when unset."""
-    try:
-        return int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        raise DistributedError("WORLD_SIZE=%r is not an integer; launch with torchrun" % os.environ["WORLD_SIZE"])
 
 
 class Comm:
@@ -93,7 +71,7 @@ class Comm:
 
     def gather_ints(self, value: Optional[int]) -> List[Optional[int]]:
         """One int (or None) per rank, in rank order (one tensor all_gather)."""
-        dist = _dist()
+        dist = torch_dist()
         t = torch.tensor([NONE_INT if value is None else int(value)], dtype=torch.int64)
         out = [torch.zeros_like(t) for _ in range(self.world)]
         self._call(lambda: dist.all_gather(out, t))
@@ -101,20 +79,20 @@ class Comm:
 
     def gather(self, obj: Any) -> List[Any]:
         """``obj`` of every rank (picklable; tensors keep their exact bits), in rank order."""
-        dist = _dist()
+        dist = torch_dist()
         out = [None] * self.world  # type: List[Any]
         self._call(lambda: dist.all_gather_object(out, obj))
         return out
 
     def broadcast(self, obj: Any, src: int) -> Any:
         """``obj`` of rank ``src`` on every rank (the others pass anything)."""
-        dist = _dist()
+        dist = torch_dist()
         box = [obj]
         self._call(lambda: dist.broadcast_object_list(box, src=src))
         return box[0]
 
     def barrier(self) -> None:
-        self._call(lambda: _dist().barrier())
+        self._call(lambda: torch_dist().barrier())
 
     def gather_ordered(self, local: Sequence[Any]) -> List[Any]:
         """This rank's per-batch items (its shard, in order) from every rank, in global batch order."""
@@ -200,7 +178,7 @@ class Comm:
         if self.store is None:
             return
         try:
-            self.store.set(_KEY % ("failed", self.rank), "%s: %s" % (type(exc).__name__, exc))
+            self.store.set(STORE_KEY % ("failed", self.rank), "%s: %s" % (type(exc).__name__, exc))
         except Exception:  # the store itself is gone: the others fall back to the process check
             pass
 
@@ -210,11 +188,11 @@ class Comm:
         for r in range(self.world):
             if r == self.rank:
                 continue
-            posted = self._store_get(_KEY % ("failed", r))
+            posted = self._store_get(STORE_KEY % ("failed", r))
             if posted is not None:
                 found.append("rank %d failed: %s" % (r, posted))
                 continue
-            where = self._store_get(_KEY % ("pid", r))
+            where = self._store_get(STORE_KEY % ("pid", r))
             if where is not None:
                 host, pid = where.rsplit(" ", 1)
                 if host == socket.gethostname() and not _alive(int(pid)):
@@ -263,113 +241,8 @@ def _alive(pid: int) -> bool:
     return not os.path.isdir("/proc")
 
 
-_current = None  # type: Optional[Comm]
-_owned = False
-_dropins = 0  # drop-in Comms made in this process (their store keys' prefix)
-
-
 def _format_s(value: Optional[float]) -> str:
     return ("%g" % value) if value is not None else "unset"
-
-
-def collective_timeout_s() -> float:
-    """The drop-in API's bounded wait, seconds: ``PIPELINE_COLLECTIVE_TIMEOUT_S`` (default 300).
-
-    Raises:
-        DistributedError: the variable is not a positive number.
-    """
-    raw = os.environ.get(COLLECTIVE_TIMEOUT_ENV)
-    if raw is None or not raw.strip():
-        return DEFAULT_COLLECTIVE_TIMEOUT_S
-    try:
-        value = float(raw)
-    except ValueError:
-        value = float("nan")
-    if not value > 0 or value == float("inf"):
-        raise DistributedError("%s=%r: expected a positive number of seconds (how long a rank waits for the others "
-                               "at each collective of the drop-in API, default %g); set it to e.g. 600 or unset it"
-                               % (COLLECTIVE_TIMEOUT_ENV, raw, DEFAULT_COLLECTIVE_TIMEOUT_S))
-    return value
-
-
-def dropin_comm() -> Optional[Comm]:
-    """A Comm for the drop-in API (``pipeline.apis``) when the caller's script runs a process group of
-    more than one rank, else None.
-
-    The script, not the pipeline, started the group, often with gloo's 30-minute default timeout, and
-    a script can skip a collective on some ranks (``if rank == 0: quantizer.export_quant_config()``).
-    So every collective of this Comm first waits at most ``collective_timeout_s()`` for every rank to
-    arrive (through the rendezvous store) and then fails with a DistributedError saying which rank is
-    missing, where it last was and what every rank must call (``Comm.hint``). Each call makes a new
-    Comm: every rank must make them in the same order (every rank creates the calib-mode quantizer).
-    Without a store (a group the store of which cannot be reached) the waits are gloo's own.
-    """
-    global _dropins
-    base = current()
-    if base is None:
-        return None
-    _dropins += 1
-    return Comm(base.rank, base.world, base.store, bounded_s=collective_timeout_s(), prefix="dropin%d" % _dropins)
-
-
-def current() -> Optional[Comm]:
-    """The Comm of the initialised default process group when it has more than one rank, else None."""
-    global _current
-    dist = _dist()
-    if not (dist.is_available() and dist.is_initialized()) or dist.get_world_size() < 2:
-        _current = None
-        return None
-    if _current is None or (_current.rank, _current.world) != (dist.get_rank(), dist.get_world_size()):
-        _current = Comm(dist.get_rank(), dist.get_world_size(), _default_store())
-        _register(_current)
-    return _current
-
-
-def _default_store() -> Any:
-    try:
-        from torch.distributed import distributed_c10d
-        return distributed_c10d._get_default_store()  # torch 1.13 and 2.x; naming failed ranks needs it
-    except Exception:
-        return None
-
-
-def _register(comm: Comm) -> None:
-    if comm.store is not None:
-        try:
-            comm.store.set(_KEY % ("pid", comm.rank), "%s %d" % (socket.gethostname(), os.getpid()))
-        except Exception:
-            pass
-
-
-def init_from_env(timeout_s: int = DEFAULT_TIMEOUT_S) -> Optional[Comm]:
-    """Start the default process group from torchrun's environment when ``WORLD_SIZE`` > 1.
-
-    Returns the Comm, or None for a one-process run. A group the caller already initialised is
-    used as it is. Installs a SIGTERM handler that raises DistributedError (torchrun stops the
-    surviving ranks with SIGTERM when one fails).
-
-    Raises:
-        DistributedError: the rendezvous fails or times out (the message says what torchrun set).
-    """
-    global _owned
-    if env_world_size() < 2:
-        return current()
-    dist = _dist()
-    if not dist.is_available():
-        raise DistributedError("WORLD_SIZE=%s but this torch build has no torch.distributed" % os.environ["WORLD_SIZE"])
-    if not dist.is_initialized():
-        try:
-            dist.init_process_group("gloo", timeout=datetime.timedelta(seconds=timeout_s))
-        except Exception as exc:
-            raise DistributedError("rank %s: joining the process group (MASTER_ADDR=%s MASTER_PORT=%s WORLD_SIZE=%s) "
-                                   "failed: %s; launch with torchrun --standalone --nproc_per_node N -m pipeline ..."
-                                   % (os.environ.get("RANK"), os.environ.get("MASTER_ADDR"),
-                                      os.environ.get("MASTER_PORT"), os.environ.get("WORLD_SIZE"), exc))
-        _owned = True
-    comm = current()
-    if comm is not None and _owned:
-        _install_sigterm(comm)
-    return comm
 
 
 _sigterm_installed = False
@@ -383,7 +256,8 @@ def _ignore_sigterm() -> None:
             pass
 
 
-def _install_sigterm(comm: Comm) -> None:
+def install_sigterm(comm: Comm) -> None:
+    """Turn the launcher's SIGTERM into a DistributedError naming the failed rank (main thread only)."""
     global _sigterm_installed
     def on_term(signum: int, frame: Any) -> None:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # one error; the cleanup then runs to its end
@@ -398,13 +272,9 @@ def _install_sigterm(comm: Comm) -> None:
         pass
 
 
-def shutdown() -> None:
-    """Destroy the process group if :func:`init_from_env` started it."""
-    global _current, _owned, _sigterm_installed
-    if _owned:
-        _dist().destroy_process_group()
-        _owned = False
+def remove_sigterm() -> None:
+    """Give SIGTERM its default action back, when :func:`install_sigterm` took it."""
+    global _sigterm_installed
     if _sigterm_installed:
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         _sigterm_installed = False
-    _current = None

@@ -37,7 +37,7 @@ def _model(name: str, doc: str, fields: Dict[str, Any]) -> Any:
 @functools.lru_cache(maxsize=None)
 def stage_models() -> Dict[str, Any]:
     """YAML ``type`` -> the pydantic model of that stage's spec (``type`` plus its dataclass fields)."""
-    from .stages.registry import STAGES
+    from ..stages.registry import STAGES
     models = {}
     for name, cls in STAGES.items():
         hints = get_type_hints(cls)
@@ -52,8 +52,8 @@ def stage_models() -> Dict[str, Any]:
 @functools.lru_cache(maxsize=None)
 def source_models() -> Dict[str, Any]:
     """Source ``type`` -> the pydantic model of its spec (``type`` plus its ``SOURCE_FIELDS`` entry)."""
-    from .data.base import SOURCE_FIELDS
-    from .data.sources import SOURCES
+    from ..data.base import SOURCE_FIELDS
+    from ..data.sources import SOURCES
     models = {}
     for name, fields in SOURCE_FIELDS.items():
         spec = dict(fields, type=(Literal[name], ...))
