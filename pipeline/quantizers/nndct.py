@@ -10,8 +10,8 @@ docs/quantizer.md#files-in-output_dir; the official example ``vai_q_pytorch/exam
 - calib: ``torch_quantizer('calib', ...)``, the calibration forwards, ``export_quant_config()``.
 - test: ``torch_quantizer('test', ...)``, the evaluation forwards; export runs one batch-1 forward and
   then ``export_xmodel()`` (``export_onnx_model()`` and ``export_torch_script()`` on request).
-- Soft failures become errors (``nndct_calls.py``). The quantizer often only logs an error (``[VAIQ_ERROR]``) and returns,
-  or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
+- Soft failures become errors (``nndct_calls.py``). The quantizer often only logs an error
+  (``[VAIQ_ERROR]``) and returns, or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
   ``nndct_screen`` logger during a call is collected and raised as ``QuantizationError``/``ExportError``;
   a ``SystemExit`` is caught and raised the same way (``BackendUnavailableError`` for its torch-version
   check). Zero calibration batches, a batch size other than 1 at export and a missing
@@ -159,10 +159,9 @@ class NndctBackend(QuantizerBackend):
 
     @classmethod
     def version(cls) -> Optional[str]:
-        """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if absent.
-
-        The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py, docs/quantizer.md#version-check).
-        """
+        """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if
+        absent. The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py,
+        docs/quantizer.md#version-check)."""
         spec = _find_spec()
         for folder in (getattr(spec, "submodule_search_locations", None) or []):
             path = os.path.join(folder, "version.py")

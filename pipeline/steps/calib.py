@@ -46,8 +46,8 @@ def run(ctx: Any) -> CalibResult:
     stats = InputStats() if ctx.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in ctx.batches("calib", ledger=ledger, limit=limit))
     # rank 0 writes and commits under the folder's exclusive lock (a drop-in export aimed at the same folder
-    # waits), and the manifest records the sha256 of the bytes written here (calib_commit); the real
-    # quantizer's files (nndct backend) are hashed from the folder, under the lock
+    # waits), and the manifest records the sha256 of the bytes written here (calib_commit); files the backend
+    # did not hash as it wrote them (not in CalibrationSummary.sha256) are hashed from the folder, under the lock
     with contextlib.ExitStack() as held:
         if ctx.is_main:
             held.enter_context(calib_commit.exclusive(ctx.quant_dir))
