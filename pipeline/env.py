@@ -16,7 +16,6 @@ from . import targets
 from .compilers import vai_c
 from .errors import ConfigError
 
-IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
 # distribution name for the metadata lookup -> name shown
 PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"), ("protobuf", "protobuf"))
 # modules that exist only in the Vitis AI image (docs/targets.md#inspector, docs/environment.md#the-vitis-ai-35-image)
@@ -58,6 +57,28 @@ def _step(uses: str, can_run: bool, why_not: Optional[str]) -> Dict[str, Any]:
     return {"uses": uses, "can_run": can_run, "why_not": None if can_run else why_not}
 
 
+def _backend_steps() -> Dict[str, Dict[str, Any]]:
+    """The steps table's lines of every registered backend, ``"<step> (<backend>)"``, from each class's
+    ``requirements`` (``pipeline.quantizers.base.Requirement``): a line can run when the backend can
+    (``unavailable_reason()`` is None) and its distributions and modules are installed. Ordered by step
+    (in the order the backends first declare them), then by backend (registry order)."""
+    from .quantizers.base import backend_classes
+    classes = backend_classes()
+    order = []  # type: List[str]
+    for cls in classes:
+        order.extend(r.step for r in cls.requirements if r.step not in order)
+    steps = {}
+    for step in order:
+        for cls in classes:
+            for req in (r for r in cls.requirements if r.step == step):
+                why = cls.unavailable_reason()
+                if why is None and not (all(_dist_version(d) is not None for d in req.distributions)
+                                        and all(_module_found(m) for m in req.modules)):
+                    why = req.why_not
+                steps["%s (%s)" % (step, cls.name)] = _step(req.uses, why is None, why)
+    return steps
+
+
 def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     """Describe this environment.
 
@@ -70,51 +91,26 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     (files with their target and fingerprint), and ``steps``: for each step and backend, what it will
     use, ``can_run`` and ``why_not``.
     """
-    from .quantizers import nndct
+    from .quantizers.nndct import NndctBackend
+    from .quantizers.nndct_calls import IMAGE_HINT
     packages = {shown: _dist_version(dist) for dist, shown in PACKAGES}
-    torch_version = packages["torch"]
-    nndct_found = nndct.NndctBackend.is_available()
-    nndct_version = nndct.quantizer_version()
-    # the quantizer's own check: torch.__version__ (with any local suffix such as +cpu, which package
-    # metadata may lack) must be part of its version string (docs/quantizer.md#version-check)
-    if torch_version is not None:
-        import torch
-        torch_version = torch.__version__
-    torch_ok = (torch_version in nndct_version) if (nndct_version and torch_version) else None
     modules = {m: _module_found(m) for m in IMAGE_MODULES}
     compiler = shutil.which(vai_c.EXECUTABLE)
     arch = _arch_files(arch_root)
-
-    nndct_why = "pytorch_nndct is not installed: %s" % IMAGE_HINT
-    if nndct_found and torch_ok is False:
-        nndct_why = ("pytorch_nndct %s was built for another torch than the installed %s; torch_quantizer exits "
-                     "on that" % (nndct_version, torch_version))
-    nndct_ok = nndct_found and torch_ok is not False
-    onnx_ok = packages["onnx"] is not None and packages["onnxruntime"] is not None
-    steps = {
-        "calib/test (sim)": _step("the pipeline's CPU simulation of the DPU arithmetic", torch_version is not None,
-                                  "torch is not installed"),
-        "calib/test (nndct)": _step("pytorch_nndct torch_quantizer('calib'/'test'), one process per step",
-                                    nndct_ok, nndct_why),
-        "export onnx (sim)": _step("onnx + onnxruntime (bit-exact and QDQ ONNX, verified against the simulation)",
-                                   onnx_ok, "onnx or onnxruntime is not installed (pip install onnx onnxruntime)"),
-        "export xmodel (sim)": _step("the pipeline's XIR writer (protobuf; no xir package), checked and run against "
-                                     "the simulation", packages.get("protobuf") is not None,
-                                     "protobuf is not installed (pip install protobuf)"),
-        "export xmodel (nndct)": _step("pytorch_nndct export_xmodel() with the xir package",
-                                       nndct_ok and modules["xir"],
-                                       nndct_why if not nndct_ok else "the xir package is not installed: %s" % IMAGE_HINT),
+    steps = _backend_steps()
+    steps.update({
         "compile": _step("vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <dir> -n <net>",
                          compiler is not None,
                          "vai_c_xir is not on PATH: %s. The compile step writes compile.sh and compile_plan.md "
                          "instead" % IMAGE_HINT),
         "deploy": _step("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, "
                         "checksums, manifest", True, None),
-    }
+    })
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "packages": packages,
-        "pytorch_nndct": {"found": nndct_found, "version": nndct_version, "torch_matches": torch_ok},
+        "pytorch_nndct": {"found": NndctBackend.is_available(), "version": NndctBackend.version(),
+                          "torch_matches": NndctBackend.torch_matches()},
         "modules": modules,
         "vai_c_xir": {"path": compiler, "version": vai_c.version() if compiler else None},
         "arch_json": {"root": arch_root, "files": arch},

@@ -5,6 +5,7 @@ against every quantizer backend through the contract of pipeline/quantizers/base
 """
 import importlib
 import os
+import sys
 
 import nndct_fake
 import pytest
@@ -86,3 +87,42 @@ def test_p04_export_with_batch_4(backend, tmp_path):
     # the sample shape of the example; the batch axis is 1 or left symbolic (dynamic batch)
     assert [d.dim_value for d in dims[1:]] == [3, 4, 4]
     assert dims[0].dim_value == 1 or dims[0].dim_param
+
+
+def test_the_analysis_handle_is_the_simulation_of_the_calibration(tmp_path):
+    """The sensitivity runs on ``analysis_handle``: the sim's test handle itself; for nndct, the sim's
+    model built from the calibration files (nothing of pytorch_nndct is needed for it)."""
+    from pipeline.quantizers.base import CalibrationSummary
+    from pipeline.quantizers.quant_info import read_quant_info
+    model, batches, settings = _model(), _batches(2), QuantSettings()
+    out = str(tmp_path / "quantize_result")
+    sim = get_backend("sim")
+    summary = sim.calibrate(model, batches[0], batches, out, settings)
+    assert isinstance(summary, CalibrationSummary)
+    assert summary.batches == 2 and summary.quantizer_version == sim.version() and summary.fast_finetune is None
+    assert sorted(summary.sha256) == sorted(summary.files)
+    handle = sim.load_test(model, batches[0], out, settings)
+    assert sim.analysis_handle(handle, model, batches[0], out, settings) is handle
+    real = get_backend("nndct")
+    built = real.analysis_handle(object(), model, batches[0], out, settings)
+    assert built is not handle and torch.equal(built(batches[1]), handle(batches[1]))
+    info = read_quant_info(out)
+    rows = real.layer_sensitivity(model, built, info, iter(batches), settings)
+    assert rows and rows == sim.layer_sensitivity(model, handle, info, iter(batches), settings)
+    assert "pytorch_nndct" not in sys.modules
+
+
+def test_no_step_names_a_backend():
+    """The steps reach every backend through the contract: no import of a backend module, no backend name."""
+    import re
+
+    import pipeline.steps
+    folder = os.path.dirname(pipeline.steps.__file__)
+    for name in sorted(os.listdir(folder)):
+        if not name.endswith(".py"):
+            continue
+        with open(os.path.join(folder, name), encoding="utf-8") as f:
+            text = f.read()
+        for backend in BACKENDS:
+            assert not re.search(r"quantizers(\.| import )%s\b" % backend, text), (name, backend)
+            assert not re.search(r"[\"']%s[\"']" % backend, text), (name, backend)

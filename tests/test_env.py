@@ -114,3 +114,22 @@ def test_format_env_says_why_a_step_cannot_run(tmp_path, monkeypatch):
     assert "vai_c_xir      not on PATH" in text
     assert "why not: vai_c_xir is not on PATH" in text
     assert text.splitlines()[0].startswith("python         ")
+
+
+def test_the_backend_lines_come_from_the_backend_classes(tmp_path, monkeypatch):
+    """Every ``<step> (<backend>)`` line is one ``Requirement`` a registered backend class declares, in
+    step order, then registry order; a missing distribution blocks only the lines that need it."""
+    from pipeline.quantizers.base import Requirement, backend_classes
+    d = env.check_env(arch_root=str(tmp_path))
+    lines = [k for k in d["steps"] if k not in ("compile", "deploy")]
+    declared = {"%s (%s)" % (r.step, cls.name): r for cls in backend_classes() for r in cls.requirements}
+    assert sorted(lines) == sorted(declared)
+    assert lines[:2] == ["calib/test (sim)", "calib/test (nndct)"]
+    for line in lines:
+        assert d["steps"][line]["uses"] == declared[line].uses
+    sim = [cls for cls in backend_classes() if cls.name == "sim"][0]
+    monkeypatch.setattr(sim, "requirements", sim.requirements + (
+        Requirement("export extra", "a package nobody has", ("no-such-distribution-here",), why_not="not here"),))
+    steps = env.check_env(arch_root=str(tmp_path))["steps"]
+    assert steps["export extra (sim)"] == {"uses": "a package nobody has", "can_run": False, "why_not": "not here"}
+    assert steps["calib/test (sim)"]["can_run"]

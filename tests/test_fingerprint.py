@@ -147,3 +147,10 @@ def test_nndct_version_is_read_without_importing_pytorch_nndct():
     else:
         assert isinstance(version, str) and version[0].isdigit()
     assert fpm.quantizer_version("unknown") is None
+
+
+def test_the_quantizer_version_is_the_backend_classes_own():
+    from pipeline.quantizers.base import BACKENDS, backend_class
+    for name in BACKENDS:
+        assert fpm.quantizer_version(name) == backend_class(name).version()
+    assert backend_class("sim").version() == "sim-" + pipeline.__version__

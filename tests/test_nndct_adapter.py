@@ -55,7 +55,7 @@ def _calibrate(tmp_path, batches=None, settings=None, model=None):
 def test_registry_and_availability(fake):
     assert isinstance(get_backend("nndct"), nndct.NndctBackend)
     assert nndct.NndctBackend.is_available()
-    assert nndct.quantizer_version() == "3.5.0+fake+torch0"
+    assert nndct.NndctBackend.version() == "3.5.0+fake+torch0"
     assert "pytorch_nndct" not in sys.modules, "availability and version must not import it"
 
 
@@ -64,11 +64,11 @@ def test_calibrate_writes_the_files_and_maps_the_settings(fake, tmp_path):
     cfg.write_text("{}")
     settings = QuantSettings(target="DPUCZDX8G_ISA1_B4096", bitwidth=8, quant_config_file=str(cfg), device="cpu")
     out, result = _calibrate(tmp_path, settings=settings)
-    assert result["batches"] == 3
-    assert sorted(os.path.basename(f) for f in result["files"]) == ["Net.py", "bias_corr.pth", "quant_info.json"]
+    assert result.batches == 3
+    assert sorted(os.path.basename(f) for f in result.files) == ["Net.py", "bias_corr.pth", "quant_info.json"]
     assert sorted(os.listdir(out)) == ["Net.py", "bias_corr.pth", "quant_info.json"], "no temporary folder left"
-    assert result["quant_info"]["bias_corrected"] is True
-    assert result["quantizer_version"] == "3.5.0+fake+torch0"
+    assert result.quant_info["bias_corrected"] is True
+    assert result.quantizer_version == "3.5.0+fake+torch0" and result.sha256 == {} and result.fast_finetune is None
     init = [c for c in fake().CALLS if c[0] == "init"][0][1]
     assert init["quant_mode"] == "calib"
     assert init["target"] == "DPUCZDX8G_ISA1_B4096" and init["bitwidth"] == 8
@@ -173,9 +173,9 @@ def test_fast_finetune_calls_the_real_one_then_load_ft_param_in_test_mode(fake, 
     # fast_finetune runs its run_fn twice over the 2 finetune batches, then the 3 calibration forwards
     assert calls[calls.index("fast_finetune"):].count("forward") == 2 * 2 + 3
     assert calls.index("fast_finetune") < calls.index("export_quant_config")
-    assert result["fast_finetune"]["batches"] == 2 and result["batches"] == 3
-    assert "param.pth" in [os.path.basename(f) for f in result["files"]]
-    assert result["quant_info"]["fast_finetuned"] is True
+    assert result.fast_finetune["batches"] == 2 and result.batches == 3
+    assert "param.pth" in [os.path.basename(f) for f in result.files]
+    assert result.quant_info["fast_finetuned"] is True
     nndct._MODES_CREATED.clear()
     nndct.NndctBackend().load_test(_model(), torch.zeros(4, 3, 2, 2), out, QuantSettings())
     assert [c for c in fake().CALLS if c[0] == "load_ft_param"] == [("load_ft_param", 0)]  # before any forward

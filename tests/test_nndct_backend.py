@@ -63,8 +63,8 @@ if step in ("calib", "calib+test"):
     batches = [calib[4 * i:4 * i + 4].clone() for i in range(8)]
     before = [b.clone() for b in batches]
     summary = backend.calibrate(model, calib[0:4].clone(), batches, out, settings)
-    result["batches"] = summary["batches"]
-    result["files"] = sorted(os.path.basename(f) for f in summary["files"])
+    result["batches"] = summary.batches
+    result["files"] = sorted(os.path.basename(f) for f in summary.files)
     result["batches_unchanged"] = all(torch.equal(a, b) for a, b in zip(batches, before))
 if step in ("test", "calib+test"):
     attempt("handle", lambda: backend.load_test(model, calib[0:4].clone(), out, settings))

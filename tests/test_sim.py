@@ -104,7 +104,7 @@ def test_backend_round_trip_equals_drop_in_api(tmp_path):
     batches = small_batches()
     summary = backend.calibrate(small_net(), batches[0], iter(batches), str(tmp_path / "b"), QuantSettings())
     # relu_2 feeds both the depthwise conv and the concat, so CLE finds no conv pair (cle.py)
-    assert summary["batches"] == 4 and summary["cle_pairs"] == []
+    assert summary.batches == 4 and summary.cle_pairs == []
     calibrate_with_api(tmp_path / "a", batches=batches)
     assert open(str(tmp_path / "a" / "quant_info.json")).read() == open(str(tmp_path / "b" / "quant_info.json")).read()
     handle = backend.load_test(small_net(), batches[0], str(tmp_path / "b"), QuantSettings())

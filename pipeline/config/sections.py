@@ -10,6 +10,7 @@ from typing import Any, Dict, List, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import ConfigError
+from ..quantizers.base import BACKENDS, DEFAULT_BACKEND
 from .specs import MEMORY_LAYOUTS, check_mean_std, closest_match
 
 
@@ -132,7 +133,7 @@ class FastFinetuneSection(_Strict):
 
 class QuantizerSection(_Strict):
     """The quantizer backend and torch_quantizer's own arguments (docs/quantizer.md#torch_quantizer-arguments)."""
-    backend: str = Field("sim", pattern="^(sim|nndct)$")
+    backend: str = Field(DEFAULT_BACKEND, pattern="^(%s)$" % "|".join(BACKENDS))
     target: Optional[str] = Field(None, description="torch_quantizer target= (hardware-aware mode, nndct only).")
     bitwidth: int = Field(8, ge=2, le=16)
     quant_config_file: Optional[str] = None
@@ -146,7 +147,7 @@ class QuantizerSection(_Strict):
 
 class ExportSection(_Strict):
     """What the export step writes."""
-    formats: Optional[List[str]] = Field(None, description="Default: onnx_exact, onnx_qdq, xmodel for sim; xmodel for nndct.")
+    formats: Optional[List[str]] = Field(None, description="Default: the backend's default_formats (pipeline/quantizers/base.py registry).")
     verify_max_lsb: Dict[str, int] = Field(
         default_factory=lambda: {"onnx_exact": 0},
         description="Fail the export when a flavour differs from the simulation by more LSB than this. "

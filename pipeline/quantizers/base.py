@@ -1,11 +1,14 @@
-"""The quantizer backend contract shared by ``sim`` (CPU simulation) and ``nndct`` (the real quantizer).
+"""The quantizer backend contract shared by ``sim`` (CPU simulation) and ``nndct`` (the real quantizer),
+and the one registry of backends (``BACKENDS``) that config validation, check-env and the
+fingerprint read.
 
 The runner drives every backend the same way, one step per process if the user wishes:
 
 1. ``calibrate(model, example, batches, out_dir, settings)``: run the calibration forwards and write
    ``out_dir/quant_info.json`` (and ``bias_corr.pth`` when bias correction is on) in the real
-   quantizer's format (docs/quantizer.md#the-quant_info-format). Raises ``QuantizationError("calibration
-   saw 0 batches ...")`` before writing anything when ``batches`` is empty (public case P03).
+   quantizer's format (docs/quantizer.md#the-quant_info-format); returns a ``CalibrationSummary``.
+   Raises ``QuantizationError("calibration saw 0 batches ...")`` before writing anything when
+   ``batches`` is empty (public case P03).
 2. ``load_test(model, example, out_dir, settings)``: build the test-mode quantized model from the
    files in ``out_dir``. Raises ``QuantizationError`` when ``quant_info.json`` is missing.
 3. ``export(handle, example1, out_dir, formats)``: write the quantized model in the requested formats
@@ -13,20 +16,72 @@ The runner drives every backend the same way, one step per process if the user w
 
 Every batch a backend receives is an owned, contiguous float32 NCHW tensor made by the quantizer
 boundary; backends never modify the caller's model (they work on a copy).
-"""
-import importlib
-from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple, Type
 
-import torch
+This module imports neither torch nor a backend at module level (``pipeline.config`` reads the
+registry at import time): the classes are imported when ``backend_class`` is first asked.
+"""
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Dict, Iterable, List, Optional, Tuple, Type
 
 from ..errors import ConfigError
 
-# Literal registry: YAML ``quantizer.backend`` -> "module:class". Imported lazily so that
-# ``import pipeline`` never imports pytorch_nndct.
+if TYPE_CHECKING:  # annotations only
+    import torch
+
+# Literal registry: YAML ``quantizer.backend`` -> "module:class", the first one the default. Imported
+# lazily so that ``import pipeline`` never imports pytorch_nndct (nor torch).
 BACKENDS = {
     "sim": "pipeline.quantizers.sim.backend:SimBackend",
     "nndct": "pipeline.quantizers.nndct:NndctBackend",
 }
+DEFAULT_BACKEND = next(iter(BACKENDS))
+
+
+@dataclass
+class CalibrationSummary:
+    """What ``calibrate`` did (both backends return one).
+
+    Attributes:
+        batches: calibration forwards run (this rank's under torchrun: the sim's are all ranks').
+        files: paths written into ``out_dir`` (``quant_info.json`` last for nndct).
+        quant_info: the ``quant_info.json`` dict written.
+        quantizer_version: the backend's ``version()``.
+        sha256: ``{path: sha256 hex of the bytes written}`` for the files the backend wrote itself
+            (sim); empty when the files come from elsewhere (nndct) or on a rank that does not write.
+        fast_finetune: what the fast finetune did (method, batches, seconds, ...), or None without one.
+        cle_pairs: the ``[conv, conv]`` pairs cross-layer equalization balanced (sim; empty for nndct).
+        adjustments: messages on export-time fix_pos adjustments (sim; empty for nndct).
+    """
+    batches: int
+    files: List[str]
+    quant_info: Dict[str, Any]
+    quantizer_version: Optional[str]
+    sha256: Dict[str, str] = field(default_factory=dict)
+    fast_finetune: Optional[Dict[str, Any]] = None
+    cle_pairs: List[List[str]] = field(default_factory=list)
+    adjustments: List[str] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One line of ``check-env``'s steps table a backend declares: a step it runs and what that needs.
+
+    Attributes:
+        step: the step, e.g. ``"calib/test"`` or ``"export xmodel"`` (shown as ``"<step> (<backend>)"``).
+        uses: what it runs, for people.
+        distributions: installed distributions it needs (package metadata, nothing imported).
+        modules: importable modules it needs (found with ``importlib.util.find_spec``, not imported).
+        why_not: the reason shown when one of them is missing.
+    """
+    step: str
+    uses: str
+    distributions: Tuple[str, ...] = ()
+    modules: Tuple[str, ...] = ()
+    why_not: str = ""
+
 
 class QuantSettings:
     """The quantizer arguments a config maps onto, named as in ``torch_quantizer``
@@ -81,10 +136,12 @@ class QuantizerBackend:
     - ``separate_processes``: calib, test and export must each run in their own process when one
       invocation runs more than one of them (docs/quantizer.md#calib-and-test-in-separate-processes);
     - ``distributed``: calib and test can split their batches over torchrun's ranks;
-    - ``simulates``: the test handle is the simulation's lowered model (the sensitivity reuses it);
-    - ``finetune_methods``: the fast finetune methods ``calibrate`` takes (``FinetuneRequest.method``).
+    - ``simulates``: the test handle is the simulation's lowered model (``analysis_handle`` returns it);
+    - ``finetune_methods``: the fast finetune methods ``calibrate`` takes (``FinetuneRequest.method``);
+    - ``requirements``: check-env's lines for it (``Requirement``: each step it runs and what that needs);
+    - ``version()``: its quantizer's version string (the fingerprint's ``quantizer_version``).
 
-    The runner and config validation read these and never name a backend.
+    The runner, the steps, config validation and check-env read these and never name a backend.
     """
 
     name = "base"
@@ -94,11 +151,27 @@ class QuantizerBackend:
     distributed = False
     simulates = False
     finetune_methods = ()  # type: Tuple[str, ...]
+    requirements = ()  # type: Tuple[Requirement, ...]
 
     @classmethod
     def artifact_name(cls, fmt: str, model_name: str) -> str:
         """The file ``export`` writes for ``fmt`` from a model of class ``model_name``, e.g. ``Net_int.xmodel``."""
         return model_name + cls.formats[fmt][-1]
+
+    @classmethod
+    def version(cls) -> Optional[str]:
+        """Its quantizer's version string, found without importing heavy packages; None when not installed."""
+        raise NotImplementedError
+
+    @classmethod
+    def is_available(cls) -> bool:
+        """True when this backend can run in the current environment."""
+        raise NotImplementedError
+
+    @classmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        """Why this backend cannot run here (for check-env), or None when it can."""
+        return None if cls.is_available() else "the %s backend is not available here" % cls.name
 
     def verify(self, handle: Any, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
                max_lsb: Dict[str, int]) -> Tuple[Dict[str, Any], List[str]]:
@@ -106,28 +179,39 @@ class QuantizerBackend:
         NCHW); returns ``({format: report}, warnings)``. Default: nothing to verify."""
         return {}, []
 
-    @classmethod
-    def is_available(cls) -> bool:
-        """True when this backend can run in the current environment."""
-        raise NotImplementedError
-
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor,
                   batches: Iterable[torch.Tensor], out_dir: str,
                   settings: QuantSettings, traced: Any = None,
-                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
+                  finetune: Optional[FinetuneRequest] = None) -> CalibrationSummary:
         """Calibrate on ``batches`` (float32 NCHW) and write ``quant_info.json`` into ``out_dir``.
         ``traced``: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model``, for a backend that
         traces with torch.fx (None: it traces itself). ``finetune``: run fast finetune first, then
         calibrate on ``batches`` as the real quantizer's re-calibration (``param.pth`` is written too).
 
-        Returns a summary dict with at least ``batches`` (int) and ``files`` (list of paths written),
-        and with a finetune, ``fast_finetune`` (what it did).
+        Returns a ``CalibrationSummary`` (with a finetune, its ``fast_finetune`` says what it did).
         """
         raise NotImplementedError
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> Any:
         """Return a test-mode handle; ``handle(batch)`` gives the quantized outputs (float32)."""
+        raise NotImplementedError
+
+    def analysis_handle(self, test_handle: Any, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
+                        settings: QuantSettings, traced: Any = None) -> Any:
+        """The simulation's test-mode model (a ``torch.fx.GraphModule``, ``pipeline/quantizers/sim/lowered.py``)
+        of the calibration in ``out_dir``, which the per-layer sensitivity runs on: ``test_handle``
+        itself when it is one (``load_test``'s result with the same arguments), else built from the
+        calibration files. Raises QuantizationError as ``load_test`` does."""
+        raise NotImplementedError
+
+    def layer_sensitivity(self, model: torch.nn.Module, handle: Any, quant_info: Dict[str, Any],
+                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+        """The per-layer SQNR, cosine and value ranges of ``handle`` (``analysis_handle``'s) against the
+        float ``model`` on ``batches`` (float32 NCHW, consumed once, not modified), as JSON-safe rows
+        (non-finite floats as ``"inf"``, ``"-inf"``, ``"nan"``): ``layer_sensitivity`` and
+        ``json_safe`` of ``pipeline/quantizers/sim/sensitivity.py``, whose arguments these are."""
         raise NotImplementedError
 
     def export(self, handle: Any, example1: torch.Tensor, out_dir: str,
@@ -144,6 +228,11 @@ def backend_class(name: str) -> Type[QuantizerBackend]:
     return getattr(importlib.import_module(module_name), class_name)
 
 
+def backend_classes() -> List[Type[QuantizerBackend]]:
+    """Every registered backend class, in registry order (imported; nndct's never imports pytorch_nndct)."""
+    return [backend_class(name) for name in BACKENDS]
+
+
 def get_backend(name: str) -> QuantizerBackend:
     """Instantiate the backend registered under ``name``; raises ConfigError listing the valid names."""
     return backend_class(name)()
@@ -152,8 +241,7 @@ def get_backend(name: str) -> QuantizerBackend:
 def artifact_name(fmt: str, model_name: str) -> str:
     """The file a backend that writes ``fmt`` names it (the first registered one), e.g. the xmodel the
     compile step expects when none was exported. Raises KeyError when no backend writes ``fmt``."""
-    for name in BACKENDS:
-        cls = backend_class(name)
+    for cls in backend_classes():
         if fmt in cls.formats:
             return cls.artifact_name(fmt, model_name)
     raise KeyError(fmt)
@@ -162,6 +250,6 @@ def artifact_name(fmt: str, model_name: str) -> str:
 def all_formats() -> List[str]:
     """Every export format some backend writes, in registry order."""
     out = []  # type: List[str]
-    for name in BACKENDS:
-        out.extend(f for f in backend_class(name).formats if f not in out)
+    for cls in backend_classes():
+        out.extend(f for f in cls.formats if f not in out)
     return out

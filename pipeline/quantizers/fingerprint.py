@@ -4,10 +4,9 @@ A ``quant_info.json`` holds fix positions only (docs/quantizer.md#the-quant_info
 says which target, model, input shape or quantizer produced it, and the real quantizer's own ``graph_md5``
 check is internal to it. The calib step therefore writes ``calib_fingerprint.json`` next to it; the test
 and export steps rebuild the fingerprint from what they are about to use and call ``check_fingerprint``,
-which names every field that differs. Used by both backends (``sim`` and ``nndct``).
+which names every field that differs. Used by every backend.
 """
 import hashlib
-import importlib
 import os
 from typing import Any, Dict, Iterable, List, Optional
 
@@ -15,29 +14,17 @@ import torch
 
 from ..errors import FingerprintMismatchError
 from ..fileio import parse_json, sha256_file, write_json
+from .base import BACKENDS, backend_class
 
 FILE_NAME = "calib_fingerprint.json"
 
-# Literal table: backend name -> "module:function" giving that quantizer's version string without
-# importing heavy packages (the nndct one reads pytorch_nndct's version.py, it does not import it).
-QUANTIZER_VERSIONS = {
-    "sim": "pipeline.quantizers.fingerprint:sim_version",
-    "nndct": "pipeline.quantizers.nndct:quantizer_version",
-}
-
-
-def sim_version() -> str:
-    """Version string of the CPU simulation: ``sim-`` + the pipeline's version."""
-    from .. import __version__
-    return "sim-" + __version__
-
 
 def quantizer_version(backend: str) -> Optional[str]:
-    """The version of ``backend``'s quantizer (a string), or None when it is not installed or unknown."""
-    if backend not in QUANTIZER_VERSIONS:
+    """The ``version()`` of the backend registered under ``backend`` (``quantizers/base.py``), or None when
+    that quantizer is not installed or the name is not registered. Nothing heavy is imported."""
+    if backend not in BACKENDS:
         return None
-    module_name, func = QUANTIZER_VERSIONS[backend].split(":")
-    return getattr(importlib.import_module(module_name), func)()
+    return backend_class(backend).version()
 
 
 def _file_sha256(path: Optional[str]) -> Optional[str]:
@@ -113,7 +100,7 @@ def make_fingerprint(model: torch.nn.Module, example: torch.Tensor, settings: An
             recorded, because calib, test and export legitimately use different batch sizes.
         settings: a ``QuantSettings`` (target, bitwidth, quant_config_file, device).
         config_hash: hash of the config sections that shape the calibration (``LoadedConfig.calib_hash``).
-        backend: ``"sim"`` or ``"nndct"``.
+        backend: a name registered in ``quantizers/base.py`` (``BACKENDS``).
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
 
     Returns fields: backend, quantizer_version, torch_version, target, bitwidth,

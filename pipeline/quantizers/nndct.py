@@ -10,8 +10,8 @@ docs/quantizer.md#files-in-output_dir; the official example ``vai_q_pytorch/exam
 - calib: ``torch_quantizer('calib', ...)``, the calibration forwards, ``export_quant_config()``.
 - test: ``torch_quantizer('test', ...)``, the evaluation forwards; export runs one batch-1 forward and
   then ``export_xmodel()`` (``export_onnx_model()`` and ``export_torch_script()`` on request).
-- Soft failures become errors. The quantizer often only logs an error (``[VAIQ_ERROR]``) and returns,
-  or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
+- Soft failures become errors (``nndct_calls.py``). The quantizer often only logs an error
+  (``[VAIQ_ERROR]``) and returns, or calls ``sys.exit`` (docs/quantizer.md#errors-that-exit-or-only-log): every ERROR record of its
   ``nndct_screen`` logger during a call is collected and raised as ``QuantizationError``/``ExportError``;
   a ``SystemExit`` is caught and raised the same way (``BackendUnavailableError`` for its torch-version
   check). Zero calibration batches, a batch size other than 1 at export and a missing
@@ -34,30 +34,23 @@ docs/quantizer.md#files-in-output_dir; the official example ``vai_q_pytorch/exam
 Settings map onto ``torch_quantizer``'s own arguments: ``target``, ``bitwidth``,
 ``quant_config_file`` and ``device`` (docs/quantizer.md#torch_quantizer-arguments).
 """
-import contextlib
 import copy
 import importlib.util
 import itertools
-import logging
 import os
 import re
 import shutil
 import sys
 import tempfile
-from typing import Any, Dict, Iterable, Iterator, List, Optional
+from typing import Any, Dict, Iterable, List, Optional
 
 import torch
 
-from ..errors import (BackendUnavailableError, ConfigError, ExportError, PipelineError,
-                      QuantizationError)
-from ..fileio import not_a_file, parse_json
-from .base import FinetuneRequest, QuantizerBackend, QuantSettings
+from ..errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
+from ..fileio import not_a_file
+from .base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
+from .nndct_calls import IMAGE_HINT, INSTALL_HINT, QUANT_INFO, model_device, owned, quantizer_call, read_quant_info
 
-NNDCT_LOGGER = "nndct_screen"
-INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env "
-                "vitis-ai-pytorch): run the pipeline there with scripts/docker_run.sh, or use the sim backend")
-QUANT_INFO = "quant_info.json"
-BIAS_CORR = "bias_corr.pth"
 # export.formats name -> (torch_quantizer method, suffix of the file it writes; docs/quantizer.md#methods-and-exports).
 # export_onnx_model's default native_onnx=True writes standard QuantizeLinear/DequantizeLinear: "onnx_qdq".
 EXPORT_FORMATS = {
@@ -68,7 +61,6 @@ EXPORT_FORMATS = {
 
 # torch_quantizer modes created in this process (see the module docstring).
 _MODES_CREATED = set()
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 
 
 def _find_spec() -> Any:
@@ -76,22 +68,6 @@ def _find_spec() -> Any:
         return importlib.util.find_spec("pytorch_nndct")
     except (ImportError, ValueError):
         return None
-
-
-def quantizer_version() -> Optional[str]:
-    """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if absent.
-
-    The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py, docs/quantizer.md#version-check).
-    """
-    spec = _find_spec()
-    for folder in (getattr(spec, "submodule_search_locations", None) or []):
-        path = os.path.join(folder, "version.py")
-        if os.path.isfile(path):
-            with open(path) as f:
-                match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read())
-            if match:
-                return match.group(1)
-    return None
 
 
 def _import_torch_quantizer() -> Any:
@@ -114,89 +90,6 @@ def _import_torch_quantizer() -> Any:
     return torch_quantizer
 
 
-class _ErrorRecorder(logging.Filter):
-    """Collects the ERROR records of the quantizer's screen logger (it logs errors and goes on)."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.messages = []  # type: List[str]
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        if record.levelno >= logging.ERROR:
-            self.messages.append(" ".join(_ANSI.sub("", record.getMessage()).split()))
-        return True
-
-
-@contextlib.contextmanager
-def _quantizer_call(step: str, error_cls: type) -> Iterator[_ErrorRecorder]:
-    """Run a block of quantizer calls and turn every way it can fail into a pipeline error.
-
-    A ``SystemExit`` (``check2user``, config and version checks) and an exception become ``error_cls``
-    (``BackendUnavailableError`` for the torch-version check and for a missing ``xir`` package);
-    after the block, any ERROR record the quantizer logged becomes ``error_cls`` too.
-    """
-    logger = logging.getLogger(NNDCT_LOGGER)
-    recorder = _ErrorRecorder()
-    logger.addFilter(recorder)
-    try:
-        try:
-            yield recorder
-        except SystemExit as exc:
-            said = "; ".join(recorder.messages) or "no message"
-            cls = BackendUnavailableError if "TORCH_VERSION" in said else error_cls
-            raise cls("nndct %s: the quantizer ended the process with exit status %s: %s. %s"
-                      % (step, exc.code, said, INSTALL_HINT if cls is BackendUnavailableError else
-                         "Check the model and quantizer settings"))
-        except PipelineError:
-            raise
-        except Exception as exc:  # the quantizer raises bare Exceptions, KeyErrors, ... (docs/quantizer.md#errors-that-exit-or-only-log)
-            if "install xir" in str(exc):
-                raise BackendUnavailableError("nndct %s: %s. The xir package comes with the Vitis AI image only; "
-                                              "run this step there (scripts/docker_run.sh)" % (step, exc)) from exc
-            raise error_cls("nndct %s failed: %s: %s" % (step, type(exc).__name__, exc)) from exc
-    finally:
-        logger.removeFilter(recorder)
-    if recorder.messages:
-        raise error_cls("nndct %s: the quantizer reported an error: %s" % (step, "; ".join(recorder.messages)))
-
-
-def _owned(batch: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """A new tensor with its own storage on ``device``: the quantizer rounds its input in place
-    (docs/quantizer.md#input-rounded-in-place)."""
-    return batch.detach().to(device, copy=True)
-
-
-def _model_device(module: torch.nn.Module, default: torch.device) -> torch.device:
-    for p in itertools.chain(module.parameters(), module.buffers()):
-        return p.device
-    return default
-
-
-def _read_quant_info(folder: str, step: str) -> Dict[str, Any]:
-    """Read ``quant_info.json`` of ``folder`` and check ``bias_corr.pth`` is there when it is needed.
-
-    Raises:
-        QuantizationError: the file is missing, not JSON (or nested too deep), not an object, or
-            says bias_corrected without a ``bias_corr.pth`` beside it.
-    """
-    path = os.path.join(folder, QUANT_INFO)
-    if not os.path.isfile(path):
-        raise QuantizationError("nndct %s: no %s in %s; run the calib step first (the real quantizer would "
-                                "exit(2) here)" % (step, QUANT_INFO, folder))
-    try:
-        with open(path, "r", encoding="utf-8") as f:
-            info = parse_json(f.read())
-    except ValueError as exc:  # not JSON, not UTF-8, or nested too deep (fileio.parse_json)
-        raise QuantizationError("nndct %s: %s is not valid JSON (%s); run the calib step again" % (step, path, exc))
-    if not isinstance(info, dict):
-        raise QuantizationError("nndct %s: %s holds a JSON %s, not the object the quantizer writes; run the calib "
-                                "step again" % (step, path, type(info).__name__))
-    if info.get("bias_corrected") and not os.path.isfile(os.path.join(folder, BIAS_CORR)):
-        raise QuantizationError("nndct %s: %s says bias_corrected but %s is missing in %s; run the calib step "
-                                "again (test mode needs both files)" % (step, QUANT_INFO, BIAS_CORR, folder))
-    return info
-
-
 class NndctTestHandle:
     """A test-mode ``torch_quantizer`` and its quantized module.
 
@@ -217,11 +110,11 @@ class NndctTestHandle:
         self.last_batch_size = None  # type: Optional[int]
 
     def __call__(self, batch: torch.Tensor) -> Any:
-        with _quantizer_call("test forward", QuantizationError), torch.no_grad():
+        with quantizer_call("test forward", QuantizationError), torch.no_grad():
             if self.forwards == 0 and (batch.dim() == 0 or int(batch.shape[0]) != 1):
-                self.quant_model(_owned(batch[:1], self.device))  # the shapes export_xmodel writes
+                self.quant_model(owned(batch[:1], self.device))  # the shapes export_xmodel writes
                 self.forwards += 1
-            out = self.quant_model(_owned(batch, self.device))
+            out = self.quant_model(owned(batch, self.device))
         self.forwards += 1
         self.last_batch_size = int(batch.shape[0])
         return out.detach().cpu() if isinstance(out, torch.Tensor) else out
@@ -242,10 +135,10 @@ def _fast_finetune(quantizer: Any, quant_model: Any, device: Any, batches: List[
 
     def run_fn() -> None:
         for batch in batches:
-            quant_model(_owned(batch, device))
+            quant_model(owned(batch, device))
 
     start = time.perf_counter()
-    with _quantizer_call("calib: fast_finetune()", QuantizationError):
+    with quantizer_call("calib: fast_finetune()", QuantizationError):
         quantizer.fast_finetune(run_fn, ())
     return {"method": "adaquant", "batches": len(batches), "seconds": round(time.perf_counter() - start, 3)}
 
@@ -258,6 +151,44 @@ class NndctBackend(QuantizerBackend):
     default_formats = ("xmodel",)
     separate_processes = True  # docs/quantizer.md#calib-and-test-in-separate-processes
     finetune_methods = ("adaquant",)
+    requirements = (
+        Requirement("calib/test", "pytorch_nndct torch_quantizer('calib'/'test'), one process per step"),
+        Requirement("export xmodel", "pytorch_nndct export_xmodel() with the xir package", modules=("xir",),
+                    why_not="the xir package is not installed: %s" % IMAGE_HINT),
+    )
+
+    @classmethod
+    def version(cls) -> Optional[str]:
+        """The installed pytorch_nndct version, read from its ``version.py`` without importing it; None if
+        absent. The string looks like ``3.5.0+<git sha>+torch1.13.1`` (written by its setup.py,
+        docs/quantizer.md#version-check)."""
+        spec = _find_spec()
+        for folder in (getattr(spec, "submodule_search_locations", None) or []):
+            path = os.path.join(folder, "version.py")
+            if os.path.isfile(path):
+                with open(path) as f:
+                    match = re.search(r"__version__\s*=\s*['\"]([^'\"]+)['\"]", f.read())
+                if match:
+                    return match.group(1)
+        return None
+
+    @classmethod
+    def torch_matches(cls) -> Optional[bool]:
+        """Whether pytorch_nndct was built for the installed torch (``torch.__version__``, with any local
+        suffix such as ``+cpu``, is part of its version string: the quantizer's own check,
+        docs/quantizer.md#version-check); None when its version is unknown."""
+        version = cls.version()
+        return (torch.__version__ in version) if version else None
+
+    @classmethod
+    def unavailable_reason(cls) -> Optional[str]:
+        """None when pytorch_nndct is installed for this torch, else why not."""
+        if not cls.is_available():
+            return "pytorch_nndct is not installed: %s" % IMAGE_HINT
+        if cls.torch_matches() is False:
+            return ("pytorch_nndct %s was built for another torch than the installed %s; torch_quantizer exits "
+                    "on that" % (cls.version(), torch.__version__))
+        return None
 
     @classmethod
     def is_available(cls) -> bool:
@@ -280,16 +211,16 @@ class NndctBackend(QuantizerBackend):
         device = torch.device(settings.device)
         module = copy.deepcopy(model).eval()  # CLE rewrites the module it is given (docs/quantizer.md#the-callers-model-is-rewritten)
         _MODES_CREATED.add(mode)
-        with _quantizer_call("%s: torch_quantizer(%r, ...)" % (mode, mode), QuantizationError):
-            quantizer = torch_quantizer(mode, module, (_owned(example, device),), output_dir=out_dir,
+        with quantizer_call("%s: torch_quantizer(%r, ...)" % (mode, mode), QuantizationError):
+            quantizer = torch_quantizer(mode, module, (owned(example, device),), output_dir=out_dir,
                                         bitwidth=settings.bitwidth, device=device,
                                         quant_config_file=config_file, target=settings.target)
             quant_model = quantizer.quant_model
-        return quantizer, quant_model, _model_device(quant_model, device)
+        return quantizer, quant_model, model_device(quant_model, device)
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
                   out_dir: str, settings: QuantSettings, traced: Any = None,
-                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
+                  finetune: Optional[FinetuneRequest] = None) -> CalibrationSummary:
         """Run the real calibration and move its files into ``out_dir``.
 
         With ``finetune`` (method ``adaquant``): the real ``quantizer.fast_finetune`` runs first on
@@ -302,7 +233,7 @@ class NndctBackend(QuantizerBackend):
             traced: unused (the real quantizer parses the model with torch.jit.trace).
 
         Returns:
-            ``{"batches": int, "files": [paths written], "quant_info": dict, "quantizer_version": str}``.
+            a ``CalibrationSummary`` (``fast_finetune``: method, batches, seconds; no ``sha256``).
             The files (``quant_info.json``, ``bias_corr.pth`` when bias correction is on, the generated
             ``<Model>.py``) are written in a temporary folder inside ``out_dir`` and moved into place
             only after every check passed; ``quant_info.json`` is moved last.
@@ -327,13 +258,13 @@ class NndctBackend(QuantizerBackend):
             if ft_batches is not None:
                 record = _fast_finetune(quantizer, quant_model, device, ft_batches)
             count = 0
-            with _quantizer_call("calib forward", QuantizationError), torch.no_grad():
+            with quantizer_call("calib forward", QuantizationError), torch.no_grad():
                 for batch in itertools.chain([first], iterator):
-                    quant_model(_owned(batch, device))
+                    quant_model(owned(batch, device))
                     count += 1
-            with _quantizer_call("calib: export_quant_config()", QuantizationError):
+            with quantizer_call("calib: export_quant_config()", QuantizationError):
                 quantizer.export_quant_config()
-            info = _read_quant_info(work, "calib: export_quant_config()")
+            info = read_quant_info(work, "calib: export_quant_config()")
             names = sorted(n for n in os.listdir(work) if os.path.isfile(os.path.join(work, n)))
             names.remove(QUANT_INFO)
             files = []
@@ -342,10 +273,8 @@ class NndctBackend(QuantizerBackend):
                 files.append(os.path.join(out_dir, name))
         finally:
             shutil.rmtree(work, ignore_errors=True)
-        summary = {"batches": count, "files": files, "quant_info": info, "quantizer_version": quantizer_version()}
-        if record is not None:
-            summary["fast_finetune"] = record
-        return summary
+        return CalibrationSummary(batches=count, files=files, quant_info=info, quantizer_version=self.version(),
+                                  fast_finetune=record)
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> NndctTestHandle:
@@ -359,12 +288,27 @@ class NndctBackend(QuantizerBackend):
                 SystemExit while building the quantizer, or a calibration already run in this process.
             BackendUnavailableError: pytorch_nndct is missing or was built for another torch.
         """
-        info = _read_quant_info(out_dir, "test")
+        info = read_quant_info(out_dir, "test")
         quantizer, quant_model, device = self._make_quantizer("test", model, example[:1], out_dir, settings)
         if info.get("fast_finetuned") is True:  # before the first forward, as nndct needs
-            with _quantizer_call("test: load_ft_param()", QuantizationError):
+            with quantizer_call("test: load_ft_param()", QuantizationError):
                 quantizer.load_ft_param()
         return NndctTestHandle(quantizer, quant_model, device)
+
+    def analysis_handle(self, test_handle: NndctTestHandle, model: torch.nn.Module, example: torch.Tensor,
+                        out_dir: str, settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
+        """The sim backend's test-mode model built from the calibration files in ``out_dir`` (the sim reads
+        the real quantizer's ``quant_info.json`` and ``bias_corr.pth``); ``test_handle`` is not used."""
+        from .sim.backend import SimBackend
+        return SimBackend().load_test(model, example, out_dir, settings, traced=traced)
+
+    def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
+                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+        """The sim backend's sensitivity on ``analysis_handle``'s model (``SimBackend.layer_sensitivity``)."""
+        from .sim.backend import SimBackend
+        return SimBackend().layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm,
+                                              example=example, traced=traced)
 
     def export(self, handle: NndctTestHandle, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:
@@ -397,7 +341,7 @@ class NndctBackend(QuantizerBackend):
             for fmt in formats:
                 method, suffix = EXPORT_FORMATS[fmt]
                 step = "export %s (%s)" % (fmt, method)
-                with _quantizer_call(step, ExportError):
+                with quantizer_call(step, ExportError):
                     getattr(handle.quantizer, method)(output_dir=work)
                 produced = sorted(n for n in os.listdir(work) if n.endswith(suffix))
                 if len(produced) != 1:

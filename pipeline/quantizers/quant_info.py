@@ -31,7 +31,8 @@ QUANT_INFO_FILE = "quant_info.json"
 BIAS_CORR_FILE = "bias_corr.pth"
 TOP_LEVEL_KEYS = ("param", "output", "input", "fast_finetuned", "bias_corrected", "version",
                   "graph_md5")
-# The version string this simulation writes; the golden files say "3.5.0+local+torch2.13.0+cpu".
+# The "version" field the simulation writes into quant_info.json, as the real quantizer writes its own there (the
+# golden files say "3.5.0+local+torch2.13.0+cpu"); the sim quantizer's version is SimBackend.version().
 SIM_VERSION = "3.5.0+pipeline-sim"
 
 

@@ -46,8 +46,8 @@ def run(ctx: Any) -> CalibResult:
     stats = InputStats() if ctx.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in ctx.feed.batches("calib", ledger=ledger, limit=limit))
     # rank 0 writes and commits under the folder's exclusive lock (a drop-in export aimed at the same folder
-    # waits), and the manifest records the sha256 of the bytes written here (calib_commit); the real
-    # quantizer's files (nndct backend) are hashed from the folder, under the lock
+    # waits), and the manifest records the sha256 of the bytes written here (calib_commit); files the backend
+    # did not hash as it wrote them (not in CalibrationSummary.sha256) are hashed from the folder, under the lock
     with contextlib.ExitStack() as held:
         if ctx.is_main:
             held.enter_context(calib_commit.exclusive(ctx.quant_dir))
@@ -76,11 +76,11 @@ def run(ctx: Any) -> CalibResult:
         if ctx.is_main:
             fingerprint = ctx.fingerprint(model, example)
             write_fingerprint(ctx.quant_dir, fingerprint)
-            written = dict(summary.get("sha256") or {})
+            written = dict(summary.sha256)
             written[fp_path] = calib_commit.sha256_bytes(json_bytes(fingerprint))  # the bytes write_json wrote
-            calib_commit.commit(ctx.quant_dir, summary["files"] + [fp_path], written)
-    log.info("calib: %d batches in %.1f s -> %s", summary["batches"], seconds, ctx.quant_dir)
-    record = summary.get("fast_finetune")
+            calib_commit.commit(ctx.quant_dir, summary.files + [fp_path], written)
+    log.info("calib: %d batches in %.1f s -> %s", summary.batches, seconds, ctx.quant_dir)
+    record = summary.fast_finetune
     if record is not None:
         record["ledger"] = ft_ledger.summary()
         log.info("calib: fast finetune (%s) on %d batches in %.1f s%s", record["method"], record["batches"],
@@ -89,7 +89,7 @@ def run(ctx: Any) -> CalibResult:
         if worse:
             log.warning("calib: %s", worse)
             warnings.append(worse)
-    return CalibResult(batches=summary["batches"], seconds=seconds, files=sorted(summary["files"] + [fp_path]),
+    return CalibResult(batches=summary.batches, seconds=seconds, files=sorted(summary.files + [fp_path]),
                        input_stats=input_stats, warnings=warnings, ledger=ledger.summary(),
                        distributed=ranks(ctx, ledger), fast_finetune=record)
 

@@ -36,7 +36,7 @@ def run(ctx: Any) -> ExportResult:
     backend = ctx.backend()
     handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
     files = {}
-    # in the backend's order (the sim writes ONNX first: a model the xmodel cannot carry keeps those)
+    # in the order of the backend's formats table (a model one format cannot carry keeps the files written before it)
     formats = sorted(ctx.cfg.export.formats, key=list(backend.formats).index)
     for i, fmt in enumerate(formats):
         with phase("export: writing %s (%d of %d)" % (fmt, i + 1, len(formats))):

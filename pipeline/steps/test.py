@@ -68,7 +68,7 @@ def run(ctx: Any) -> TestResult:
     log.info("test: float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d images",
              float_acc, quant_acc, 100 * drop, n)
     eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
-    sensitivity, plot_files = _sensitivity(ctx, model, example, limit, handle if backend.simulates else None)
+    sensitivity, plot_files = _sensitivity(ctx, backend, model, example, limit, handle)
     warnings = []
     if n < SMALL_EVAL:
         warnings.append("accuracy was measured on only %d eval images: one image moves it by %.2f points, so the "
@@ -97,30 +97,29 @@ def check(ctx: Any, result: TestResult) -> None:
                                    q.max_accuracy_drop))
 
 
-def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
-                 handle: Any = None) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
-    """Per-layer SQNR and cosine of the simulated model against float on the eval data, and the
-    PNG plots of that table and of the activation ranges (quantizers/sim/sensitivity.py, plots.py).
-    ``handle``: the simulation's test-mode model when the backend's test handle is one; otherwise it
-    is built from the calibration files, so this works after either backend's calib."""
+def _sensitivity(ctx: Any, backend: Any, model: Any, example: Any, limit: Optional[int],
+                 test_handle: Any) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
+    """Per-layer SQNR and cosine of the simulated model against float on the eval data (JSON-safe rows),
+    and the PNG plots of that table and of the activation ranges (``backend.layer_sensitivity``, plots.py).
+    The simulated model is ``backend.analysis_handle``: the test handle when it is one, else built from
+    the calibration files, so this works after either backend's calib."""
     from .. import plots
     from ..quantizers.quant_info import read_quant_info
-    from ..quantizers.sim.backend import SimBackend
-    from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
     from ..progress import phase
-    if handle is None:
-        handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
+    handle = backend.analysis_handle(test_handle, model, example, ctx.quant_dir, ctx.settings(),
+                                     traced=ctx.trace(model))
     with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.feed.n_batches("eval", limit)):
-        rows = layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
-                                 (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.settings(),
-                                 comm=ctx.comm if ctx.feed.sharded else None, example=example, traced=ctx.trace(model))
+        rows = backend.layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
+                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.settings(),
+                                         comm=ctx.comm if ctx.feed.sharded else None, example=example,
+                                         traced=ctx.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
         with phase("test: plots"):
             files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
                      "activation_ranges": plots.plot_activation_ranges(rows,
                                                                        ctx.path("plots", "activation_ranges.png"))}
-    return json_safe(rows), files
+    return rows, files
 
 
 STEP = Step("test", run, writes="plots", requires=("calib",), own_process=True, distributed=True, check=check,

@@ -17,9 +17,9 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ...errors import ConfigError, QuantizationError
-from ..base import FinetuneRequest, QuantizerBackend, QuantSettings
+from ..base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
 from ..quant_config import load_quant_config
-from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE, SIM_VERSION
+from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from .session import SimSession
 
 # export format -> (writer: an ONNX flavour of pipeline.export, or "xmodel"; file name suffix
@@ -41,8 +41,15 @@ def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSetti
     return SimSession(model, example.detach().cpu().clone(), cfg, traced)
 
 
+def _summary(session: SimSession, batches: int, files: List[str], info: Dict[str, Any], notes: List[str],
+             written: Dict[str, str], finetune: Optional[Dict[str, Any]] = None) -> CalibrationSummary:
+    return CalibrationSummary(batches=batches, files=files, quant_info=info, quantizer_version=SimBackend.version(),
+                              sha256=written, fast_finetune=finetune,
+                              cle_pairs=[[p.c0, p.c1] for p in session.cle_pairs], adjustments=notes)
+
+
 def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
-                           out_dir: str, settings: QuantSettings, traced: Any = None) -> Dict[str, Any]:
+                           out_dir: str, settings: QuantSettings, traced: Any = None) -> CalibrationSummary:
     """SimBackend.calibrate on one rank of a torch.distributed run: ``batches`` is this rank's shard
     (``pipeline.distributed``); the result is one process's on every rank; rank 0 alone writes."""
     session = _session(model, example, settings, traced)
@@ -61,12 +68,11 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
         written = {}
         names = ([BIAS_CORR_FILE] if session.cfg.include_bias_corr else []) + [QUANT_INFO_FILE]
         files = [os.path.join(out_dir, f) for f in names]  # what rank 0 writes
-    return {"batches": calibrator.batches, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
-            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "sha256": written}
+    return _summary(session, calibrator.batches, files, info, notes, written)
 
 
 def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], out_dir: str,
-                         request: FinetuneRequest) -> Dict[str, Any]:
+                         request: FinetuneRequest) -> CalibrationSummary:
     """Fast finetune on ``request.batches``, then the re-calibration on ``batches``; writes the
     finetuned calibration with ``param.pth``. A plain calibration runs beside the re-calibration
     for the report: both are scored (output MSE and top-1 agreement against float) on the
@@ -98,9 +104,7 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
         record = dict(ft.trace(), candidates=scores)
     finally:
         ft.close()
-    return {"batches": count, "files": files, "quant_info": info, "quantizer_version": SIM_VERSION,
-            "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs], "adjustments": notes, "fast_finetune": record,
-            "sha256": written}
+    return _summary(session, count, files, info, notes, written, record)
 
 
 class SimBackend(QuantizerBackend):
@@ -112,6 +116,22 @@ class SimBackend(QuantizerBackend):
     distributed = True
     simulates = True
     finetune_methods = ("adaquant", "adaquant_plus")
+    requirements = (
+        Requirement("calib/test", "the pipeline's CPU simulation of the DPU arithmetic", ("torch",),
+                    why_not="torch is not installed"),
+        Requirement("export onnx", "onnx + onnxruntime (bit-exact and QDQ ONNX, verified against the simulation)",
+                    ("onnx", "onnxruntime"),
+                    why_not="onnx or onnxruntime is not installed (pip install onnx onnxruntime)"),
+        Requirement("export xmodel", "the pipeline's XIR writer (protobuf; no xir package), checked and run against "
+                    "the simulation", ("protobuf",), why_not="protobuf is not installed (pip install protobuf)"),
+    )
+
+    @classmethod
+    def version(cls) -> str:
+        """``sim-`` + the pipeline's version (not the ``version`` field the simulation writes into
+        quant_info.json, which imitates the real quantizer's: ``quant_info.SIM_VERSION``)."""
+        from ... import __version__
+        return "sim-" + __version__
 
     @classmethod
     def is_available(cls) -> bool:
@@ -120,7 +140,7 @@ class SimBackend(QuantizerBackend):
 
     def calibrate(self, model: torch.nn.Module, example: torch.Tensor, batches: Iterable[torch.Tensor],
                   out_dir: str, settings: QuantSettings, traced: Any = None,
-                  finetune: Optional[FinetuneRequest] = None) -> Dict[str, Any]:
+                  finetune: Optional[FinetuneRequest] = None) -> CalibrationSummary:
         """Calibrate on ``batches`` and write ``out_dir/quant_info.json`` (+ ``bias_corr.pth``).
 
         With ``finetune``: fast finetune first (``sim/finetune.py``, docs/finetune.md), then
@@ -138,9 +158,8 @@ class SimBackend(QuantizerBackend):
             traced: the step's ``FloatTrace`` of ``model`` (``pipeline.fx.float_trace``), or None.
 
         Returns:
-            ``{"batches": int, "files": [paths], "quant_info": dict, "quantizer_version": str,
-            "cle_pairs": [[conv, conv], ...], "adjustments": [messages], "sha256": {path: sha256 of the
-            bytes written}}`` (under torchrun, ``sha256`` is empty on the ranks that do not write).
+            a ``CalibrationSummary`` with ``cle_pairs``, ``adjustments`` and ``sha256`` (the sha256 of
+            the bytes written; under torchrun, empty on the ranks that do not write).
 
         Raises:
             QuantizationError: no batches (public case P03; nothing written), an unsupported model
@@ -167,9 +186,7 @@ class SimBackend(QuantizerBackend):
         info, notes = session.quant_info(calibrator)
         written = {}  # type: Dict[str, str]
         files = session.export_quant_config(calibrator, out_dir, info, sha256=written)
-        return {"batches": calibrator.batches, "files": files, "quant_info": info,
-                "quantizer_version": SIM_VERSION, "cle_pairs": [[p.c0, p.c1] for p in session.cle_pairs],
-                "adjustments": notes, "sha256": written}
+        return _summary(session, calibrator.batches, files, info, notes, written)
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
@@ -186,6 +203,19 @@ class SimBackend(QuantizerBackend):
         handle = session.load_test(out_dir)
         handle.sim_session = session  # the sensitivity of the same model and settings reuses its capture
         return handle
+
+    def analysis_handle(self, test_handle: torch.fx.GraphModule, model: torch.nn.Module, example: torch.Tensor,
+                        out_dir: str, settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
+        """``test_handle`` itself: the sim's test handle is the simulation's test-mode model."""
+        return test_handle
+
+    def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
+                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+        """``json_safe(layer_sensitivity(...))`` of ``sim/sensitivity.py`` (its docstring: the rows, the errors)."""
+        from .sensitivity import json_safe, layer_sensitivity
+        return json_safe(layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm, example=example,
+                                           traced=traced))
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:
