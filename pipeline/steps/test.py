@@ -106,7 +106,7 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     from .. import plots
     from ..quantizers.quant_info import read_quant_info
     from ..quantizers.sim.backend import SimBackend
-    from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
+    from ..quantizers.sim.sensitivity import layer_sensitivity
     from .progress import phase
     if handle is None:
         handle = SimBackend().load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
@@ -120,7 +120,7 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
             files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
                      "activation_ranges": plots.plot_activation_ranges(rows,
                                                                        ctx.path("plots", "activation_ranges.png"))}
-    return json_safe(rows), files
+    return [r.to_json() for r in rows], files
 
 
 STEP = Step("test", run, writes="plots", requires=("calib",), own_process=True, distributed=True, check=check,
