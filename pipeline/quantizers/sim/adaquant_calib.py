@@ -12,7 +12,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from ...errors import QuantizationError
-from .. import fixpoint
+from .. import fix_pos_search, fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
 from .calib import Calibrator, bias_corr_table, bias_step, check_batch
@@ -40,7 +40,7 @@ class RawCalibration:
             raise QuantizationError("fast finetune: the finetune data gave no fix_pos to %s (non-finite values "
                                     "in every batch?)" % ", ".join(missing))
         self.param_fp = dict(calibrator.param_fp)
-        self.out_fp = {n: fixpoint.modal_fix_pos(calibrator.history[n]) for n in calibrator.plan.output_order}
+        self.out_fp = {n: fix_pos_search.modal_fix_pos(calibrator.history[n]) for n in calibrator.plan.output_order}
         self.params = OrderedDict()  # type: Params   # the calibrator's tensors (never written)
         for name, state in calibrator.params.items():
             self.params[name] = (state.weight, state.bias)
