@@ -33,6 +33,7 @@ class Point:
 
 
 def describe(v: Any) -> str:
+    """A value for an error message: ``"a <dtype> tensor of shape (...)"`` or its type name."""
     if isinstance(v, torch.Tensor):
         return "a %s tensor of shape %s" % (v.dtype, tuple(v.shape))
     return type(v).__name__

@@ -23,6 +23,7 @@ class InterpreterError(ExportError):
 
 
 def op_error(op: XOp, text: str) -> InterpreterError:
+    """An :class:`InterpreterError` naming ``op`` (name and type) and saying ``text``."""
     return InterpreterError("xmodel interpreter: op %r (%s): %s" % (op.name, op.type, text))
 
 
@@ -55,6 +56,7 @@ def in_model_layout(x: torch.Tensor, axes: Sequence[int],
 
 
 def checked(op: XOp, y: torch.Tensor) -> torch.Tensor:
+    """``y`` itself when its dims are ``op``'s; raises :class:`InterpreterError` otherwise."""
     if list(y.shape) != list(op.shape):
         raise op_error(op, "computes dims %s, but the file says %s (a pad_mode or padding case the interpreter "
                            "does not reproduce)" % (list(y.shape), list(op.shape)))

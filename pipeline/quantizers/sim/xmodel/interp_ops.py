@@ -320,6 +320,7 @@ _BUILT_IN_CUSTOM = {
 
 
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
+    """A custom op (a type XIR does not define): the caller's ``float_ops[op.name]``, else a built-in one."""
     xs = [x for arg in sorted(ins) for x in ins[arg]]
     if op.name in run.float_ops:
         y = run.float_ops[op.name](xs)

@@ -50,6 +50,7 @@ def unsupported(op: Any, text: str) -> Exception:
 
 
 def op_input(op: Any, arg: str = "input", index: int = 0) -> Any:
+    """Input ``index`` of argument ``arg`` (an op); raises :func:`fail` when there is none."""
     ops = op.inputs.get(arg, [])
     if index >= len(ops):
         raise fail(op, "has no input %s[%d]" % (arg, index))
@@ -64,6 +65,7 @@ def attr(op: Any, name: str, kind: str) -> Any:
 
 
 def vec(op: Any, name: str, size: int) -> List[int]:
+    """The ``int32_vec`` attribute ``name`` as a list of ``size`` ints; raises :func:`fail` otherwise."""
     value = attr(op, name, "int32_vec")
     if len(value) != size:
         raise fail(op, "attribute %r must have %d values, got %s" % (name, size, value))
@@ -71,6 +73,7 @@ def vec(op: Any, name: str, size: int) -> List[int]:
 
 
 def shape_info(source: Any) -> Optional[List[int]]:
+    """``source``'s ``shape_info`` tensor attribute as a list, None when it has none."""
     entry = source.tensor_attrs.get(SHAPE_INFO)
     return None if entry is None else list(entry[1])
 
@@ -82,6 +85,7 @@ def last_shape_info(op: Any) -> Optional[List[int]]:
 
 
 def with_info(dims: Sequence[int], info: Optional[Sequence[int]]) -> Result:
+    """The result ``(dims, tensor attributes)``: ``shape_info`` set to ``info`` unless it is None."""
     return list(dims), ({} if info is None else {SHAPE_INFO: ("int32_vec", [int(v) for v in info])})
 
 
