@@ -414,13 +414,13 @@ class TorchQuantizer:
         Raises:
             QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only logs
                 these and returns None; here they raise, like the other exports).
-            ExportError: the exporter cannot write the model (see ``pipeline.export``).
+            ExportError: the exporter cannot write the model (see ``pipeline.quantizers.sim.export``).
         """
         self._check_exportable("export_onnx_model", output_dir)
         if opset_version not in (None, 13):
             raise QuantizationError("export_onnx_model: the exporter writes opset 13, got opset_version=%r"
                                     % opset_version)
-        from .export import export_onnx
+        from .quantizers.sim.export import export_onnx
         path = os.path.join(output_dir, "%s_int.onnx" % self._session.graph.class_name)
         example1 = self._example1()
         return export_onnx(self._model, example1[0] if len(example1) == 1 else example1, path,

@@ -7,7 +7,7 @@ matplotlib's default style (a user's matplotlibrc does not change them), and sav
 "Software" metadata, so equal rows give byte-identical PNG files with one matplotlib version.
 Files are written atomically (``pipeline.fileio.write_bytes``).
 
-The rows may come straight from ``layer_sensitivity`` or from JSON (``sensitivity.json_safe``).
+The rows may come straight from ``layer_sensitivity`` or from JSON (``LayerSensitivity.to_json``).
 Layers are listed top to bottom in graph order (the model input first). A layer's label is the
 float model's module path or fx node, then the nndct node without its ``nndct_`` prefix in
 brackets: ``relu1 [relu_2]``, ``bn1 [conv2d_1]``.
@@ -45,10 +45,11 @@ def _require() -> None:
 
 def layer_label(row: Dict[str, Any]) -> str:
     """``"<float module or node> [<nndct node without 'nndct_'>]"``, e.g. ``"layer1.0.relu [relu_5]"``
-    (``pipeline.quantizers.sim.sensitivity.float_name``)."""
-    from .quantizers.sim.sensitivity import float_name
+    (``LayerSensitivity.float_name``)."""
+    from .quantizers.sensitivity_rows import LayerSensitivity
+    row = LayerSensitivity.of(row)
     short = row["node"][len("nndct_"):] if row["node"].startswith("nndct_") else row["node"]
-    return "%s [%s]" % (float_name(row), short)
+    return "%s [%s]" % (row.float_name, short)
 
 
 def _figure(n_rows: int, width: float) -> Any:
@@ -78,9 +79,9 @@ def _render(build: Any, rows: List[Dict[str, Any]], path: Optional[str] = None) 
     _require()
     import matplotlib.style
 
-    from .quantizers.sim.sensitivity import from_json
+    from .quantizers.sensitivity_rows import LayerSensitivity
     with matplotlib.style.context("default"):
-        fig = build(from_json(rows))
+        fig = build([LayerSensitivity.of(r) for r in rows])
         if path is not None:
             fileio.write_bytes(path, _png(fig))
     return fig

@@ -139,24 +139,24 @@ def _num(v: float) -> str:
 def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
     """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
 
-    Columns: quantized node, float node (``sensitivity.float_name``), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    Columns: quantized node, float node (``LayerSensitivity.float_name``), op, bits/fix_pos, per-sample shape, SQNR (dB, two
     decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
     percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
     table: a footnote when there are CLE rows, and each note with the nodes it applies to.
 
     ``rows`` as ``pipeline.quantizers.sim.sensitivity.layer_sensitivity`` returns them, or after
-    :func:`json_safe` and a JSON round trip (``steps/test.json``).
+    ``LayerSensitivity.to_json`` and a JSON round trip (``steps/test.json``).
     """
-    from .quantizers.sim.sensitivity import float_name, from_json
+    from .quantizers.sensitivity_rows import LayerSensitivity
 
-    rows = from_json(rows)
+    rows = [LayerSensitivity.of(r) for r in rows]
     lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
              "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, r in enumerate(rows):
         mark = " \\*" if r["cle_rescaled"] else ""
         sqnr = r["sqnr_db"]
         lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
-            i, r["node"], float_name(r), r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            i, r["node"], r.float_name, r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
             "x".join(str(d) for d in r["shape"] or []),
             ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
             _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),

@@ -33,7 +33,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from pipeline.cpu import load_average  # noqa: E402
-from pipeline.export import export_onnx, verify_onnx  # noqa: E402
+from pipeline.quantizers.sim.export import export_onnx, verify_onnx  # noqa: E402
 from pipeline.models.zoo import digits_cnn, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.session import SimSession  # noqa: E402

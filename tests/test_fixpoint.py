@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.quantizers import fixpoint
+from pipeline.quantizers import fix_pos_search, fixpoint
 
 TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
 
@@ -98,13 +98,13 @@ def test_fake_quant_negative_fix_pos_and_bitwidth():
 
 
 def test_scope_1_search_gives_the_largest_fix_pos_that_cannot_overflow():
-    assert fixpoint.diffs_fix_pos(torch.tensor([1.0, -0.5]), 8, 1, "half_up") == 6  # 127.5/1 -> 2^6
-    assert fixpoint.diffs_fix_pos(torch.tensor([0.0, -1.0]), 8, 1, "half_up") == 7  # 128.5/1 -> 2^7
-    assert fixpoint.diffs_fix_pos(torch.zeros(10), 8, 1, "half_up") == fixpoint.ZERO_TENSOR_FIX_POS == 18
+    assert fix_pos_search.diffs_fix_pos(torch.tensor([1.0, -0.5]), 8, 1, "half_up") == 6  # 127.5/1 -> 2^6
+    assert fix_pos_search.diffs_fix_pos(torch.tensor([0.0, -1.0]), 8, 1, "half_up") == 7  # 128.5/1 -> 2^7
+    assert fix_pos_search.diffs_fix_pos(torch.zeros(10), 8, 1, "half_up") == fix_pos_search.ZERO_TENSOR_FIX_POS == 18
     g = torch.Generator().manual_seed(3)
     for _ in range(50):
         x = torch.randn(100, generator=g) * float(torch.rand(1, generator=g) * 100)
-        p = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
+        p = fix_pos_search.diffs_fix_pos(x, 8, 1, "half_up")
         step = max(x.min().item() / -128.5, x.max().item() / 127.5)
         assert step * 2 ** p <= 1.0 + 1e-6 and step * 2 ** (p + 1) > 1.0 - 1e-6
 
@@ -114,23 +114,23 @@ def test_diffs_search_picks_smallest_squared_error():
     for trial in range(30):
         x = torch.randn(500, generator=g) * 0.3
         x[0] = 6.0 * (1 + trial % 3)  # an outlier: clipping it can pay off
-        p0 = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
+        p0 = fix_pos_search.diffs_fix_pos(x, 8, 1, "half_up")
         errs = []
         for p in range(p0, p0 + 5):
             q = np.clip(np.floor(x.double().numpy() * 2.0 ** p + 0.5), -128, 127) / 2.0 ** p
             errs.append(float(((x.double().numpy() - q) ** 2).sum()))
         best = p0 + int(np.argmin(errs))
         if sorted(errs)[1] - min(errs) > 1e-6 * min(errs):  # skip float near-ties
-            assert fixpoint.diffs_fix_pos(x, 8, 5, "half_up") == best
-    assert fixpoint.diffs_fix_pos(x, 8, 1, "half_up") == p0
+            assert fix_pos_search.diffs_fix_pos(x, 8, 5, "half_up") == best
+    assert fix_pos_search.diffs_fix_pos(x, 8, 1, "half_up") == p0
 
 
 def test_modal_fix_pos_and_cap():
     # docs/quantizer.md#observed-numbers: the golden mlp input saw 6,6,6,6,5,5,5,6 and got 6
-    assert fixpoint.modal_fix_pos([6, 6, 6, 6, 5, 5, 5, 6]) == 6
-    assert fixpoint.modal_fix_pos([7, 5, 7, 5]) == 5  # ties -> smallest, like scipy.stats.mode
+    assert fix_pos_search.modal_fix_pos([6, 6, 6, 6, 5, 5, 5, 6]) == 6
+    assert fix_pos_search.modal_fix_pos([7, 5, 7, 5]) == 5  # ties -> smallest, like scipy.stats.mode
     with pytest.raises(ValueError):
-        fixpoint.modal_fix_pos([])
+        fix_pos_search.modal_fix_pos([])
     assert fixpoint.cap_fix_pos(14, 8) == 12 and fixpoint.cap_fix_pos(11, 8) == 11
     assert fixpoint.cap_fix_pos(16, 16) == 15 and fixpoint.cap_fix_pos(-3, 8) == -3
 
@@ -182,4 +182,4 @@ def test_overflow_free_matches_nndct_torch_formula_at_power_of_two_edges():
     vals += list(torch.rand(300, generator=g) * 1000)
     for v in vals:
         for x in (torch.stack([v, -v / 3]), torch.stack([-v, v / 3])):
-            assert fixpoint.diffs_fix_pos(x, 8, 1, "half_up") == _nndct_overflow_free(x)
+            assert fix_pos_search.diffs_fix_pos(x, 8, 1, "half_up") == _nndct_overflow_free(x)

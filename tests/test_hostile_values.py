@@ -188,7 +188,7 @@ def test_a_float_image_is_refused_naming_the_file_and_the_mode(tmp_path):
 def test_a_bit_width_the_qdq_flavour_cannot_hold_is_said_once_for_all_nodes(tmp_path):
     import torch
     from pipeline.errors import ExportError
-    from pipeline.export.onnx.export import export_onnx
+    from pipeline.quantizers.sim.export.onnx.export import export_onnx
     from pipeline.quantizers import fixpoint
 
     class Deep(torch.nn.Module):

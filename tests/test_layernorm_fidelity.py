@@ -21,9 +21,9 @@ from torch import nn
 from conftest import DATA
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError
-from pipeline.export.onnx.builder import Unsupported
-from pipeline.export.onnx.builder import IR_VERSION, OPSET, Builder
-from pipeline.export.onnx.layer_norm import OnnxOps, TorchOps, check_kernel, layer_norm_rows
+from pipeline.quantizers.sim.export.onnx.builder import Unsupported
+from pipeline.quantizers.sim.export.onnx.builder import IR_VERSION, OPSET, Builder
+from pipeline.quantizers.sim.export.onnx.layer_norm import OnnxOps, TorchOps, check_kernel, layer_norm_rows
 from pipeline.fx.capture import capture
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.quant_config import load_quant_config

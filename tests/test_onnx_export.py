@@ -1,4 +1,4 @@
-"""ONNX export of lowered test-mode models (pipeline.export) and its ONNX Runtime verification.
+"""ONNX export of lowered test-mode models (pipeline.quantizers.sim.export) and its ONNX Runtime verification.
 
 The graphs here are hand-made lowered models that follow the sim quantizer's contract: standard
 torch ops, ``pipeline.quantizers.fixpoint.fake_quant`` as the only custom call, conv/linear
@@ -29,7 +29,7 @@ pytest.importorskip("onnxruntime")
 
 import pipeline.quantizers.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
 from pipeline.errors import ExportError  # noqa: E402
-from pipeline.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
+from pipeline.quantizers.sim.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
 from pipeline.models.zoo import randomize_bn  # noqa: E402
 
 

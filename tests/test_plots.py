@@ -8,7 +8,7 @@ import pytest
 
 from pipeline import plots
 from pipeline.errors import BackendUnavailableError
-from pipeline.quantizers.sim.sensitivity import ROW_KEYS
+from pipeline.quantizers.sensitivity_rows import ROW_KEYS, LayerSensitivity
 
 needs_matplotlib = pytest.mark.skipif(not plots.is_available(), reason="matplotlib is not installed")
 
@@ -88,8 +88,7 @@ def test_activation_range_figure_draws_ranges_and_clipping():
 @needs_matplotlib
 def test_rows_from_json_draw_the_same(tmp_path):
     import json
-    from pipeline.quantizers.sim.sensitivity import json_safe
-    loaded = json.loads(json.dumps(json_safe(ROWS), allow_nan=False))
+    loaded = json.loads(json.dumps([LayerSensitivity.from_json(r).to_json() for r in ROWS], allow_nan=False))
     assert loaded[0]["sqnr_db"] == "inf"
     for plot in (plots.plot_sensitivity, plots.plot_activation_ranges):
         plot(ROWS, str(tmp_path / "a.png"))

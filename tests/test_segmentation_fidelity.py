@@ -19,7 +19,7 @@ from torch import nn
 import pipeline.quantizers.fixpoint as fixpoint
 from conftest import DATA
 from pipeline.errors import ExportError
-from pipeline.export import export_onnx
+from pipeline.quantizers.sim.export import export_onnx
 from pipeline.fx.capture import capture
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.quant_config import load_quant_config

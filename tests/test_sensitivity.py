@@ -18,12 +18,13 @@ import torch
 import torch.fx
 from torch import nn
 
-from pipeline.quantizers.sim import sensitivity
+from pipeline.quantizers.sim import sensitivity_stats
 from pipeline.errors import DataError, QuantizationError
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.base import QuantSettings
 from pipeline.quantizers.sim.backend import SimBackend
-from pipeline.quantizers.sim.sensitivity import ROW_KEYS, from_json, json_safe, layer_sensitivity
+from pipeline.quantizers.sensitivity_rows import ROW_KEYS, LayerSensitivity
+from pipeline.quantizers.sim.sensitivity import layer_sensitivity
 from pipeline.report import sensitivity_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -144,7 +145,7 @@ def test_conv_relu_sqnr_cosine_ranges_match_hand_computation(tmp_path):
     rows = layer_sensitivity(model, handle, info, evals, settings)
 
     assert [r["node"] for r in rows] == ["nndct_input_0", "nndct_relu_2"]
-    assert all(list(r) == list(ROW_KEYS) for r in rows)
+    assert all(isinstance(r, LayerSensitivity) and list(r.to_json()) == list(ROW_KEYS) for r in rows)
     x = torch.cat(evals).numpy().astype(np.float64)
     p_in, p_out = _output_fix_pos(info, "nndct_input_0"), _output_fix_pos(info, "nndct_relu_2")
     w = _fq_std(0.75, _param_fix_pos(info, "conv.weight"))
@@ -185,9 +186,10 @@ def test_on_grid_data_gives_inf_sqnr_and_cosine_one(tmp_path):
         assert r["sqnr_db"] == math.inf
         assert r["cosine"] == 1.0
         assert r["clipped_fraction"] == 0.0
-    assert json_safe(rows)[0]["sqnr_db"] == "inf" and rows[0]["sqnr_db"] == math.inf  # a copy
-    text = json.dumps(json_safe(rows), allow_nan=False)  # strict JSON
-    assert from_json(json.loads(text)) == rows
+    assert rows[0].to_json()["sqnr_db"] == "inf" and rows[0].sqnr_db == math.inf  # a copy
+    text = json.dumps([r.to_json() for r in rows], allow_nan=False)  # strict JSON
+    assert [LayerSensitivity.from_json(r) for r in json.loads(text)] == rows
+    assert json.dumps([LayerSensitivity.from_json(r).to_json() for r in json.loads(text)], allow_nan=False) == text
     assert "| inf |" in sensitivity_table(rows)
     assert sensitivity_table(json.loads(text)) == sensitivity_table(rows)
 
@@ -402,7 +404,7 @@ def test_batches_and_chunks_accumulate_like_one_batch(tmp_path, monkeypatch):
     x = gm.load_array("resblock", "eval_inputs.npy")
     one = layer_sensitivity(model, handle, info, [x], settings)
     many = layer_sensitivity(model, handle, info, [x[:5], x[5:6], x[6:]], settings)
-    monkeypatch.setattr(sensitivity, "CHUNK_ELEMENTS", 1000)  # statistics reduced 1-2 samples at a time
+    monkeypatch.setattr(sensitivity_stats, "CHUNK_ELEMENTS", 1000)  # statistics reduced 1-2 samples at a time
     chunked = layer_sensitivity(model, handle, info, [x], settings)
     _assert_rows_close(chunked, one, rel=1e-12)  # only the float64 summation order differs
     _assert_rows_close(many, one, rel=1e-6)  # float32 convs may round differently per batch size

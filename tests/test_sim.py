@@ -10,7 +10,7 @@ from torch import nn
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ConfigError, QuantizationError
-from pipeline.quantizers import fixpoint
+from pipeline.quantizers import fix_pos_search, fixpoint
 from pipeline.quantizers.base import QuantSettings, get_backend
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.fx.capture import capture
@@ -265,7 +265,7 @@ def _nndct_diffs_fix_pos(x, scope=5):
     """fix_ops.py diffs_fix_pos as nndct writes it: every candidate scored by
     torch.sum(torch.pow(x - fake_quant(x), 2)) on float32 tensors, ties keep the smaller p."""
     mn, mx = torch.aminmax(x)
-    p0 = fixpoint.diffs_fix_pos(x, 8, 1, "half_up")
+    p0 = fix_pos_search.diffs_fix_pos(x, 8, 1, "half_up")
     best, best_diff = p0, float("inf")
     for p in range(p0, p0 + scope):
         diff = torch.sum(torch.pow(torch.sub(x, fixpoint.fake_quant(x, p, 8, "half_up")), 2.0)).item()
@@ -295,13 +295,13 @@ def test_diffs_search_equals_scoring_every_candidate(numel, monkeypatch):
             x = torch.full((numel,), 0.3) + (torch.rand(numel, generator=g) < 0.01).float() * 5.0  # two levels
         cases.append(x.reshape(-1, 4) if numel % 4 == 0 else x)
     scored = []
-    candidate_sse = fixpoint._candidate_sse
-    monkeypatch.setattr(fixpoint, "_candidate_sse", lambda x, p, *a: scored.append(p) or candidate_sse(x, p, *a))
+    candidate_sse = fix_pos_search._candidate_sse
+    monkeypatch.setattr(fix_pos_search, "_candidate_sse", lambda x, p, *a: scored.append(p) or candidate_sse(x, p, *a))
     for x in cases:
         expect = _nndct_diffs_fix_pos(x)
-        assert fixpoint.diffs_fix_pos(x, 8, 5, "half_up") == expect
-        assert fixpoint.diffs_fix_pos(x, 8, 5, "std_round") == expect
-    if numel > fixpoint.BATCHED_SEARCH_NUMEL:  # candidates were skipped (the test is not vacuous)
+        assert fix_pos_search.diffs_fix_pos(x, 8, 5, "half_up") == expect
+        assert fix_pos_search.diffs_fix_pos(x, 8, 5, "std_round") == expect
+    if numel > fix_pos_search.BATCHED_SEARCH_NUMEL:  # candidates were skipped (the test is not vacuous)
         assert len(scored) < 2 * 5 * len(cases)
 
 

@@ -226,7 +226,7 @@ def test_golden_wide_onnx_exact_flavour_equals_the_simulation(name, results, tmp
     chunk/split, shape arithmetic); the exact one gives the simulation's bits in ONNX Runtime
     (graph optimizations off) on the eval inputs, every output."""
     ort = pytest.importorskip("onnxruntime")
-    from pipeline.export import export_onnx, verify_qdq
+    from pipeline.quantizers.sim.export import export_onnx, verify_qdq
     t = results[(name, "default")][3]
     k = INDEX[name]["default"]["n_inputs"]
     inputs = _load(name, "eval_inputs", k)
@@ -265,7 +265,7 @@ def test_float_operator_outputs_are_exact_in_onnx(act, tmp_path):
     """A float operator as the model output has no fix position: its raw float values (torch's)
     come out of both ONNX flavours bit for bit (a table of torch's values per input code)."""
     pytest.importorskip("onnxruntime")
-    from pipeline.export import verify_onnx, verify_qdq
+    from pipeline.quantizers.sim.export import verify_onnx, verify_qdq
     x = torch.randn(8, 3, 12, 12, generator=torch.Generator().manual_seed(0)) * 2
     model = _FloatOut(act)
     q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")

@@ -207,11 +207,11 @@ class QuantizerBackend:
 
     def layer_sensitivity(self, model: torch.nn.Module, handle: Any, quant_info: Dict[str, Any],
                           batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
         """The per-layer SQNR, cosine and value ranges of ``handle`` (``analysis_handle``'s) against the
-        float ``model`` on ``batches`` (float32 NCHW, consumed once, not modified), as JSON-safe rows
-        (non-finite floats as ``"inf"``, ``"-inf"``, ``"nan"``): ``layer_sensitivity`` and
-        ``json_safe`` of ``pipeline/quantizers/sim/sensitivity.py``, whose arguments these are."""
+        float ``model`` on ``batches`` (float32 NCHW, consumed once, not modified), one
+        ``pipeline.quantizers.sensitivity_rows.LayerSensitivity`` per quantized node in graph order:
+        ``layer_sensitivity`` of ``pipeline/quantizers/sim/sensitivity.py``, whose arguments these are."""
         raise NotImplementedError
 
     def export(self, handle: Any, example1: torch.Tensor, out_dir: str,

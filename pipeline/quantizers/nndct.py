@@ -304,7 +304,7 @@ class NndctBackend(QuantizerBackend):
 
     def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                           batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
         """The sim backend's sensitivity on ``analysis_handle``'s model (``SimBackend.layer_sensitivity``)."""
         from .sim.backend import SimBackend
         return SimBackend().layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm,

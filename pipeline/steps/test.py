@@ -119,7 +119,7 @@ def _sensitivity(ctx: Any, backend: Any, model: Any, example: Any, limit: Option
             files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
                      "activation_ranges": plots.plot_activation_ranges(rows,
                                                                        ctx.path("plots", "activation_ranges.png"))}
-    return rows, files
+    return [r.to_json() for r in rows], files
 
 
 STEP = Step("test", run, writes="plots", requires=("calib",), own_process=True, distributed=True, check=check,

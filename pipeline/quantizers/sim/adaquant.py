@@ -28,9 +28,8 @@ pass for the first half of the layers; both give the same values) and held in a
 :class:`~pipeline.quantizers.sim.spill.BatchStore`, in memory up to a budget and spilled to files
 beyond it, so memory does not grow with the finetune set.
 
-:class:`KeepFpCalibrator` is the calibration that follows (nndct's ``keep_fp``); with
-``round_bias=False`` it keeps the bias correction nndct rounds away (method ``adaquant_plus``,
-docs/finetune.md#methods).
+The calibrations before and after (:class:`RawCalibration`, :class:`KeepFpCalibrator`) are in
+``adaquant_calib.py``; ``param.pth``'s layout in ``param_file.py``.
 """
 import math
 import time
@@ -41,15 +40,14 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
-from .calib import Calibrator, bias_corr_table, bias_step, check_batch
-from .frozen import INPUT_OF, OUTPUT, FrozenForward, Params, float_params
+from .adaquant_calib import RawCalibration
+from .frozen import INPUT_OF, FrozenForward, Params, float_params
 from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, param_forward
-from .plan import QuantPlan, adjust_fix_pos
-from .spill import BatchStore, nbytes
+from .plan import QuantPlan
+from .spill import BatchStore
 
 LR_FACTOR = 0.01  # option finetune_lr_factor
 HIGH_EFFICIENCY = 4.5  # quant_eff above which the learning rate is 10x smaller
@@ -61,33 +59,6 @@ PAIR_LAYER_TYPES = (g.CONV2D, g.DEPTHWISE_CONV2D, g.CONVTRANSPOSE2D)  # collect_
 PAIR_ACT_TYPES = (g.RELU, g.RELU6, g.HSWISH, g.HSIGMOID)
 FLOAT_ACTS = {g.RELU: F.relu, g.RELU6: F.relu6, g.HSIGMOID: F.hardsigmoid, g.HSWISH: F.hardswish}
 METHODS = ("adaquant", "adaquant_bc")
-
-
-class RawCalibration:
-    """The fix positions and on-grid parameters the finetune starts from.
-
-    Attributes:
-        param_fp: nndct param name -> fix_pos (first batch, std_round search).
-        out_fp: node name -> activation fix_pos (mode over the batches; raw: no export-time adjustment).
-        params: node name -> (weight, bias) rounded at their fix positions (the calibration's tensors:
-            read only, the finetune works on copies).
-        norm_params: layer norm node name -> (weight, bias) rounded at their fix positions (nndct
-            finetunes conv/linear layers only: these stay as calibrated).
-    """
-
-    def __init__(self, calibrator: Calibrator) -> None:
-        if calibrator.batches == 0:
-            raise QuantizationError("fast finetune: its calibration saw 0 batches; the finetune data is empty")
-        missing = [n for n in calibrator.plan.output_order if not calibrator.history[n]]
-        if missing:
-            raise QuantizationError("fast finetune: the finetune data gave no fix_pos to %s (non-finite values "
-                                    "in every batch?)" % ", ".join(missing))
-        self.param_fp = dict(calibrator.param_fp)
-        self.out_fp = {n: fixpoint.modal_fix_pos(calibrator.history[n]) for n in calibrator.plan.output_order}
-        self.params = OrderedDict()  # type: Params   # the calibrator's tensors (never written)
-        for name, state in calibrator.params.items():
-            self.params[name] = (state.weight, state.bias)
-        self.norm_params = dict(calibrator.norm_params)  # type: Params   # layer norms, rounded (never tuned)
 
 
 def last_quant_nodes(graph: SimGraph, plan: QuantPlan) -> List[SimNode]:
@@ -417,159 +388,3 @@ class AdaQuant:
                 break
         self.params[node.name] = best_q
         trace.final = net
-
-
-class KeepFpCalibrator:
-    """The calibration forwards after a fast finetune (nndct's ``keep_fp``): no fix_pos search.
-
-    Activations are rounded at the finetune's raw fix positions; the finetuned parameters are
-    used, rounded again at every batch. With bias correction on, nndct's per-batch rule
-    (``eval_qnoise``) runs against ``op(x, W_ft, b_ft)``; as nndct re-rounds the bias before each
-    batch, a correction smaller than half a bias LSB vanishes (docs/finetune.md#re-calibration).
-
-    Args:
-        graph, plan, bitwidth: the session's.
-        raw: the finetune's :class:`RawCalibration` (its fix positions).
-        params: node name -> finetuned (weight, bias), on their grids.
-        bias_correction: the config's ``include_bias_corr``.
-        round_bias: re-round the bias before each batch (nndct); False keeps the corrected bias
-            (method ``adaquant_plus``).
-    """
-
-    def __init__(self, graph: SimGraph, plan: QuantPlan, bitwidth: int, raw: RawCalibration, params: Params,
-                 bias_correction: bool, round_bias: bool = True) -> None:
-        self.graph = graph
-        self.plan = plan
-        self.bitwidth = bitwidth
-        self.raw = raw
-        self.bias_correction = bias_correction
-        self.round_bias = round_bias
-        self.finetuned = params
-        self.current = OrderedDict((k, (w, b)) for k, (w, b) in params.items())  # type: Params
-        self.stopped = {}  # type: Dict[str, Tuple[bool, float, float]]
-        self.batches = 0
-        self._forward = FrozenForward(graph, self.current, raw.out_fp, bitwidth,
-                                      self._corrected if bias_correction else None, raw.norm_params)
-
-    def step(self, *xs: torch.Tensor) -> Any:
-        """One calibration batch (not modified); returns the model output."""
-        check_batch(xs, len(self.graph.inputs))
-        out = self._forward.run(xs, output=True)[OUTPUT]
-        self.batches += 1
-        return out
-
-    def _corrected(self, node: SimNode, x: torch.Tensor) -> torch.Tensor:
-        w, b = self.current[node.name]
-        if node.op not in g.BIAS_CORR_TYPES:
-            return self._forward.quantize(node, param_forward(self.graph, node, x, w, b))
-        stop, eff, dev = self.stopped.get(node.name, (False, 0.0, 0.0))
-        if b is not None and self.round_bias and not stop:
-            bfp = self.raw.param_fp[node.param_names["bias"]]
-            b = fixpoint.fake_quant(b, bfp, self.bitwidth, "std_round")
-            self.current[node.name] = (w, b)
-        out = self._forward.quantize(node, param_forward(self.graph, node, x, w, b))
-        if stop:
-            return out
-        w_ft, b_ft = self.finetuned[node.name]
-        b, stop, eff, dev = bias_step(self.graph, node, x, out, w_ft, b_ft, b, eff, dev)
-        self.current[node.name] = (w, b)
-        self.stopped[node.name] = (stop, eff, dev)
-        return out
-
-    def fix_positions(self, change_concat_input_fix: bool = False, change_pool_input_fix: bool = False):
-        """Like ``Calibrator.fix_positions``: the finetune's raw fix positions after the export-time
-        adjustments, as ``(param_fp, output_fp, notes)``."""
-        if self.batches == 0:
-            raise QuantizationError("fast finetune: run at least one calibration forward after fast_finetune "
-                                    "(the re-calibration) before exporting the quantization config")
-        param_fp = {p: self.raw.param_fp.get(p) for p in self.plan.param_order}
-        output_fp = {n: self.raw.out_fp[n] for n in self.plan.output_order}
-        notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
-        return param_fp, output_fp, notes
-
-    def bias_corrections(self) -> Dict[str, Optional[torch.Tensor]]:
-        """``bias_corr.pth`` content: ``"<Class>::<node>"`` -> ``b_ft - b_final`` (None without bias)."""
-        return bias_corr_table(self.graph, {name: (self.finetuned[name][1], self.current[name][1])
-                                            for name in self.finetuned})
-
-
-def module_key(node: SimNode) -> str:
-    """nndct's generated module name of a node, ``module_<i>``, ``i`` the number ending its name."""
-    return "module_%s" % node.name.rsplit("_", 1)[1]
-
-
-def param_state_dict(graph: SimGraph, params: Params,
-                     norm_params: Optional[Params] = None) -> "OrderedDict[str, torch.Tensor]":
-    """``param.pth``'s content as nndct writes it (``quant_model.state_dict()``, which its test mode
-    loads strictly): first the model's parameters its generated module holds as attributes (those
-    the graph takes directly, e.g. a layer scale: ``<path with _>``, float), then ``module_<i>.weight``
-    / ``.bias`` per parameter node and per layer norm (``norm_params``: rounded), ``i`` the node's
-    index in nndct's graph (the number ending its name)."""
-    out = OrderedDict()  # type: OrderedDict[str, torch.Tensor]
-    bound = set(name for node in graph.nodes for name in node.param_names.values())
-    prefix = graph.class_name + "::"
-    for fx_node in graph.fx_graph.nodes:
-        name = prefix + str(fx_node.target)
-        if fx_node.op == "get_attr" and name not in bound and isinstance(graph.parameter(name), torch.nn.Parameter):
-            out.setdefault(str(fx_node.target).replace(".", "_"), graph.parameter(name).detach().clone())
-    norm_params = norm_params or {}
-    for node in graph.nodes:
-        if node.name not in params and node.name not in norm_params:
-            continue
-        key = module_key(node)
-        w, b = params[node.name] if node.name in params else norm_params[node.name]
-        if w is not None:
-            out[key + ".weight"] = w.detach().clone()
-        if b is not None:
-            out[key + ".bias"] = b.detach().clone()
-    return out
-
-
-def params_from_state_dict(graph: SimGraph, state: Dict[str, Any], where: str) -> Params:
-    """node name -> (weight, bias) from a ``param.pth`` dict (see :func:`param_state_dict`).
-
-    Raises:
-        QuantizationError: a parameter node's key is missing or has another shape (the file was made
-            for another model), naming the key.
-    """
-    out = OrderedDict()  # type: Params
-    for node in graph.nodes:
-        if node.op not in g.PARAM_TYPES:
-            continue
-        m = graph.module(node)
-        key = module_key(node)
-        pair = []
-        for kind, ref in (("weight", m.weight), ("bias", m.bias)):
-            if ref is None:
-                pair.append(None)
-                continue
-            t = state.get(key + "." + kind)
-            if not isinstance(t, torch.Tensor) or tuple(t.shape) != tuple(ref.shape) or not t.is_floating_point():
-                found = "nothing" if t is None else getattr(t, "shape", type(t).__name__)
-                raise QuantizationError(
-                    "%s has no %s.%s tensor of shape %s for %s (found %s): it was made for another model; run "
-                    "the calibration with fast_finetune again" % (where, key, kind, list(ref.shape),
-                                                                  graph.full_name(node), found))
-            if not bool(torch.isfinite(t).all()):
-                raise QuantizationError("%s: %s holds NaN or Inf; run the calibration with fast_finetune again"
-                                        % (where, key + "." + kind))
-            pair.append(t.detach().to(torch.float32))
-        out[node.name] = (pair[0], pair[1])
-    return out
-
-
-def estimate_bytes(graph: SimGraph, batch: Tuple[torch.Tensor, ...], batches: int) -> Dict[str, int]:
-    """The finetune's memory needs for ``batches`` batches shaped like ``batch``: the kept inputs,
-    and the largest per-layer cache (layer input + output over all batches, float32), from the
-    example shapes scaled to the batch size."""
-    shapes = graph.example_shapes
-    layer = 0
-    for node in graph.nodes:
-        if node.op not in TUNED_TYPES or node.fx_node is None:
-            continue
-        sin, sout = shapes.get(node.fx_node.all_input_nodes[0]), shapes.get(node.fx_node)
-        if sin is None or sout is None:
-            continue
-        scale = int(batch[0].shape[0]) / max(int(sin[0]), 1)
-        layer = max(layer, int((int(np.prod(sin)) + int(np.prod(sout))) * 4 * scale))
-    return {"inputs": nbytes(batch) * batches, "layer_cache": layer * batches}

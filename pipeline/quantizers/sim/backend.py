@@ -5,7 +5,7 @@
   ``pytorch_nndct``'s (tests/test_sim_golden.py).
 - ``load_test`` returns the lowered test-mode ``torch.fx.GraphModule`` (``sim.lowered``) built from
   the files in ``out_dir``, whichever backend wrote them.
-- ``export`` writes ONNX through ``pipeline.export`` (formats ``onnx_exact``, ``onnx_qdq``).
+- ``export`` writes ONNX through ``pipeline.quantizers.sim.export`` (formats ``onnx_exact``, ``onnx_qdq``).
 
 The caller's model and batches are never modified; everything runs on the CPU.
 """
@@ -22,7 +22,7 @@ from ..quant_config import load_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from .session import SimSession
 
-# export format -> (writer: an ONNX flavour of pipeline.export, or "xmodel"; file name suffix
+# export format -> (writer: an ONNX flavour of pipeline.quantizers.sim.export, or "xmodel"; file name suffix
 # after the model class name). The xmodel comes last: a model it cannot carry keeps its ONNX files.
 EXPORT_FORMATS = {
     "onnx_exact": ("exact", "_int_exact.onnx"),
@@ -211,11 +211,11 @@ class SimBackend(QuantizerBackend):
 
     def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                           batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
-        """``json_safe(layer_sensitivity(...))`` of ``sim/sensitivity.py`` (its docstring: the rows, the errors)."""
-        from .sensitivity import json_safe, layer_sensitivity
-        return json_safe(layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm, example=example,
-                                           traced=traced))
+                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
+        """``layer_sensitivity(...)`` of ``sim/sensitivity.py`` (its docstring: the rows, the errors)."""
+        from .sensitivity import layer_sensitivity
+        return layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm, example=example,
+                                 traced=traced)
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:
@@ -238,7 +238,7 @@ class SimBackend(QuantizerBackend):
         if unknown:
             raise ConfigError("export.formats: the sim backend writes %s, got %s"
                               % (list(EXPORT_FORMATS), unknown))
-        from ...export import export_onnx
+        from .export import export_onnx
         example1 = example1.detach().cpu()[:1].clone().contiguous()
         name = handle.__class__.__name__
         written = {}
@@ -254,7 +254,7 @@ class SimBackend(QuantizerBackend):
 
     def verify(self, handle: torch.fx.GraphModule, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
                max_lsb: Dict[str, int]) -> Tuple[Dict[str, Any], List[str]]:
-        """ONNX Runtime vs the simulation on ``inputs()``, per ONNX flavour (pipeline.export.verify).
+        """ONNX Runtime vs the simulation on ``inputs()``, per ONNX flavour (pipeline.quantizers.sim.export.verify).
 
         onnx_exact is compared with the simulation; onnx_qdq is checked bit for bit against the
         half-to-even simulation, then compared with the simulation under ONNX Runtime's default
@@ -266,7 +266,7 @@ class SimBackend(QuantizerBackend):
         import logging
 
         from ...errors import ExportError
-        from ...export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
+        from .export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
         log = logging.getLogger("pipeline")
         out, warnings = {}, []  # type: Dict[str, Any], List[str]
         if "xmodel" in files:  # checked and run when it was written (export): the report says so

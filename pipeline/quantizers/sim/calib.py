@@ -35,7 +35,7 @@ import torch
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from .. import fixpoint
+from .. import fix_pos_search, fixpoint
 from ...fx import optable as g
 from ...fx.capture import SimGraph, SimNode
 from .ops import float_reference, layer_norm, norm_float_params, param_forward, run_node, run_step
@@ -255,7 +255,7 @@ class Calibrator:
             return t
         hist = self.history[node.name]
         hist.append(found[0])
-        fix_pos = fixpoint.modal_fix_pos(hist)
+        fix_pos = fix_pos_search.modal_fix_pos(hist)
         if owned and t.dtype == torch.float32 and t.is_contiguous() and self.bitwidth <= 23:
             return fixpoint.fake_quant_(t, fix_pos, self.bitwidth,
                                         not fixpoint.codes_in_range(found[1], fix_pos, self.bitwidth))
@@ -275,12 +275,12 @@ class Calibrator:
         min_max = (mn.item(), mx.item())
         if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
             return None
-        scope = fixpoint.SCOPE_INPUT if node.op == g.INPUT else fixpoint.SCOPE_DEFAULT
-        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
+        scope = fix_pos_search.SCOPE_INPUT if node.op == g.INPUT else fix_pos_search.SCOPE_DEFAULT
+        fp = fix_pos_search.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
         return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
     def _param_fix(self, name: str, t: torch.Tensor) -> torch.Tensor:
-        fp = fixpoint.diffs_fix_pos(t, self.bitwidth, fixpoint.SCOPE_DEFAULT, "std_round")
+        fp = fix_pos_search.diffs_fix_pos(t, self.bitwidth, fix_pos_search.SCOPE_DEFAULT, "std_round")
         self.param_fp[name] = fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos)
         return fixpoint.fake_quant(t, self.param_fp[name], self.bitwidth, "std_round")
 
@@ -352,7 +352,7 @@ class Calibrator:
             raise QuantizationError("calibration gave no fix_pos to %s (every batch empty, or non-finite "
                                     "values in every batch?); check the calibration data" % ", ".join(missing))
         param_fp = {p: self.param_fp.get(p) for p in self.plan.param_order}
-        output_fp = {n: fixpoint.modal_fix_pos(self.history[n]) if self.history[n] else None
+        output_fp = {n: fix_pos_search.modal_fix_pos(self.history[n]) if self.history[n] else None
                      for n in self.plan.output_order}
         notes = adjust_fix_pos(self.plan, param_fp, output_fp, change_concat_input_fix, change_pool_input_fix)
         return param_fp, output_fp, notes

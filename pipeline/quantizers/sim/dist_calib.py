@@ -32,7 +32,7 @@ from torch.fx.node import map_arg
 
 from ...fx import optable as g
 from ...fx.capture import SimGraph
-from .. import fixpoint
+from .. import fix_pos_search, fixpoint
 from .calib import Calibrator, check_batch
 from .ops import layer_norm, param_forward, run_node, run_step
 
@@ -131,7 +131,7 @@ class DistributedCalibrator(Calibrator):
         fp = self._batch_fix_pos(node, t)
         hist = self.history[node.name]
         hist.extend([fp] * batches)
-        return float(fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up"))
+        return float(fixpoint.fake_quant(t, fix_pos_search.modal_fix_pos(hist), self.bitwidth, "half_up"))
 
     def _gathered_activation(self, node: Any, t: Any, mine: bool, active: List[int]) -> Any:
         """Gather this node's per-batch fix_pos, extend the history in batch order, fake-quantize
@@ -144,7 +144,7 @@ class DistributedCalibrator(Calibrator):
             if fps[r] is not None:
                 hist.append(fps[r])
             if r == self.comm.rank and fp is not None:
-                out = fixpoint.fake_quant(t, fixpoint.modal_fix_pos(hist), self.bitwidth, "half_up")
+                out = fixpoint.fake_quant(t, fix_pos_search.modal_fix_pos(hist), self.bitwidth, "half_up")
         return out
 
     def _chain(self, node: Any, env: Dict[Any, Any], active: List[int]) -> Any:
@@ -159,7 +159,7 @@ class DistributedCalibrator(Calibrator):
                 out = param_forward(self.graph, node, x, state.weight, state.bias)
                 fp = self._batch_fix_pos(node, out) if quantized else None
                 if fp is not None:
-                    out = fixpoint.fake_quant(out, fixpoint.modal_fix_pos(hist + [fp]), self.bitwidth, "half_up")
+                    out = fixpoint.fake_quant(out, fix_pos_search.modal_fix_pos(hist + [fp]), self.bitwidth, "half_up")
                 bias, stop, eff, dev = self._bias_update(node, x, out)
                 self.comm.broadcast((fp, bias, stop, eff, dev), r)
                 value = out

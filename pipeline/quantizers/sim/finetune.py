@@ -20,14 +20,17 @@ import logging
 import time
 from typing import Any, Dict, List, Optional, Tuple
 
+import numpy as np
 import torch
 
 from ...errors import QuantizationError
-from .adaquant import (AdaQuant, KeepFpCalibrator, RawCalibration, estimate_bytes, last_quant_nodes,
-                       param_state_dict)
+from ...fx.capture import SimGraph
+from .adaquant import TUNED_TYPES, AdaQuant, last_quant_nodes
+from .adaquant_calib import KeepFpCalibrator, RawCalibration
 from .calib import check_batch
 from .frozen import OUTPUT, FrozenForward, Params, float_params
-from .spill import BatchStore
+from .param_file import param_state_dict
+from .spill import BatchStore, nbytes
 
 log = logging.getLogger("pipeline")
 
@@ -207,7 +210,7 @@ class FastFinetune:
 
 
 def param_bytes(graph: Any, params: Params, norm_params: Optional[Params] = None) -> bytes:
-    """``param.pth``: nndct's ``torch.save(quant_model.state_dict())`` layout (see ``adaquant.param_state_dict``;
+    """``param.pth``: nndct's ``torch.save(quant_model.state_dict())`` layout (see ``param_file.param_state_dict``;
     ``norm_params``: the layer norms' rounded weight and bias)."""
     buf = io.BytesIO()
     torch.save(param_state_dict(graph, params, norm_params), buf)
@@ -222,3 +225,20 @@ def _first(out: Any) -> torch.Tensor:
 
 def _shapes(shapes: List[Tuple[int, ...]]) -> str:
     return str(list(shapes[0])) if len(shapes) == 1 else str([list(s) for s in shapes])
+
+
+def estimate_bytes(graph: SimGraph, batch: Tuple[torch.Tensor, ...], batches: int) -> Dict[str, int]:
+    """The finetune's memory needs for ``batches`` batches shaped like ``batch``: the kept inputs,
+    and the largest per-layer cache (layer input + output over all batches, float32), from the
+    example shapes scaled to the batch size."""
+    shapes = graph.example_shapes
+    layer = 0
+    for node in graph.nodes:
+        if node.op not in TUNED_TYPES or node.fx_node is None:
+            continue
+        sin, sout = shapes.get(node.fx_node.all_input_nodes[0]), shapes.get(node.fx_node)
+        if sin is None or sout is None:
+            continue
+        scale = int(batch[0].shape[0]) / max(int(sin[0]), 1)
+        layer = max(layer, int((int(np.prod(sin)) + int(np.prod(sout))) * 4 * scale))
+    return {"inputs": nbytes(batch) * batches, "layer_cache": layer * batches}

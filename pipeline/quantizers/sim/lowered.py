@@ -1,6 +1,6 @@
 """The test-mode model of the sim backend: a lowered ``torch.fx.GraphModule``.
 
-Contract (other code, e.g. the ONNX exporter in ``pipeline/export``, walks this graph node by
+Contract (other code, e.g. the ONNX exporter in ``pipeline/quantizers/sim/export``, walks this graph node by
 node and relies on every point below):
 
 1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). The

@@ -44,7 +44,6 @@ interpreter over each graph), and each pair of values is reduced as soon as both
 extra memory is about one inference of each model.
 """
 import copy
-import math
 from typing import Any, Dict, Iterable, Iterator, List, Optional, Tuple
 
 import torch
@@ -52,20 +51,13 @@ import torch.fx
 from torch import nn
 
 from ...errors import DataError, QuantizationError
-
-# the keys of a row, in this order
-ROW_KEYS = ("node", "float_node", "float_target", "op", "fix_pos", "bitwidth", "shape", "elements",
-            "sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max", "range_min", "range_max",
-            "clipped_fraction", "cle_rescaled", "cle_scale", "notes")
-# float64 temporaries of the statistics are kept near this many elements (8 MiB) per tensor
-CHUNK_ELEMENTS = 1 << 20
-# the row fields that hold floats that may be non-finite
-FLOAT_KEYS = ("sqnr_db", "cosine", "float_min", "float_max", "graph_min", "graph_max")
+from ..sensitivity_rows import LayerSensitivity
+from .sensitivity_stats import Accumulator, Point, describe
 
 
 def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                       batches: Iterable[torch.Tensor], settings: Any, comm: Any = None,
-                      example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Dict[str, Any]]:
+                      example: Optional[torch.Tensor] = None, traced: Any = None) -> List[LayerSensitivity]:
     """SQNR, cosine similarity and value ranges of every quantized point of ``handle`` vs float.
 
     Args:
@@ -90,35 +82,8 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             (its ``sim_session`` attribute) is reused when its config is ``settings``'.
 
     Returns:
-        One dict per quantized point, in graph order (the model input first), keys ``ROW_KEYS``:
-
-        - ``node``: nndct node name (``"nndct_relu_2"``); ``op``: its nndct op type.
-        - ``float_node``: name of the float model's fx node compared with it (``"relu1"``, ``"bn1"``,
-          ``"add"``); ``float_target``: its module path (``"layer1.0.relu"``) or function/method
-          name (``"add"``), ``"input"`` for the placeholder.
-        - ``fix_pos``, ``bitwidth``: ints from quant_info.
-        - ``shape``: per-sample output shape (list, batch axis left out); ``elements``: values
-          compared over all batches.
-        - ``sqnr_db``: ``10 log10(sum f^2 / sum (f - q)^2)`` in dB, float64 sums over every value of
-          every batch (f float, q simulated, float model scale); ``inf`` when f == q everywhere,
-          ``-inf`` when f is all zero and q is not.
-        - ``cosine``: ``sum f q / sqrt(sum f^2 sum q^2)`` over all values as one vector; 1.0 when
-          f == q everywhere, 0.0 when exactly one of them is all zero.
-        - ``float_min``, ``float_max``: the float values' range (float model scale).
-        - ``graph_min``, ``graph_max``: the same values in the quantized graph's scale (divided by
-          the CLE scale per channel; equal to ``float_*`` where CLE does not rescale).
-        - ``range_min``, ``range_max``: what the fix_pos represents, ``-2**(b-1) * 2**-p`` and
-          ``(2**(b-1) - 1) * 2**-p`` (-128 * 2^-p .. 127 * 2^-p for 8 bits; docs/arithmetic.md#number-format).
-        - ``clipped_fraction``: the fraction of float values (graph scale) that the fix_pos
-          saturates: ``x * 2**p >= 2**(b-1) - 0.5`` or ``< -2**(b-1) - 0.5``, the values whose
-          half_up code falls outside the code range (``fixpoint.fake_quant``).
-        - ``cle_rescaled``: True between the convs of a CLE pair (see the module docstring);
-          ``cle_scale``: ``[min s, max s]`` there, else None.
-        - ``notes``: list of strings (CLE, a float op that runs differently in the quantized
-          model, a point the test-mode model leaves unquantized, a float range so small that every
-          value quantizes to 0, as when the fix_pos cap of 12 is reached; docs/arithmetic.md#fix-position-cap).
-
-        Floats are Python floats; ``sqnr_db`` can be ``inf`` (use :func:`json_safe` for strict JSON).
+        One :class:`~pipeline.quantizers.sensitivity_rows.LayerSensitivity` per quantized point, in graph
+        order (the model input first); its docstring says what each field holds.
 
     Raises:
         DataError: no batches, or a batch that is not a float32 tensor of the example's rank.
@@ -144,7 +109,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     float_gm = _trace_float(float_model, traced)
     points = _match_points(float_gm, handle, quant_info, session)
     scales = _cle_scales(session)
-    accs = [_Accumulator(p, scales.get(p.name), keep_batches=comm is not None) for p in points]
+    accs = [Accumulator(p, scales.get(p.name), keep_batches=comm is not None) for p in points]
     by_name = {a.point.name: a for a in accs}
     float_wanted = {p.float_node: p.name for p in points}
     quant_wanted = {p.quant_node: p.name for p in points}
@@ -167,31 +132,10 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     return [a.row() for a in accs]
 
 
-class _Point:
-    """One quantized point: the nndct node, its float twin and its fix_pos."""
-
-    def __init__(self, name: str, op: str, fix_pos: int, bitwidth: int, float_node: torch.fx.Node,
-                 float_target: str, quant_node: torch.fx.Node, notes: List[str]) -> None:
-        self.name = name
-        self.op = op
-        self.fix_pos = fix_pos
-        self.bitwidth = bitwidth
-        self.float_node = float_node
-        self.float_target = float_target
-        self.quant_node = quant_node
-        self.notes = notes
-
-
 def _check_batch(batch: Any, index: int, dim: int) -> None:
     if not isinstance(batch, torch.Tensor) or batch.dtype != torch.float32 or batch.dim() != dim or dim < 2:
         raise DataError("layer sensitivity: batch %d must be a float32 NCHW torch.Tensor of rank %d, got %s"
-                        % (index, dim, _describe(batch)))
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, torch.Tensor):
-        return "a %s tensor of shape %s" % (v.dtype, tuple(v.shape))
-    return type(v).__name__
+                        % (index, dim, describe(batch)))
 
 
 def _trace_float(float_model: nn.Module, traced: Any = None) -> torch.fx.GraphModule:
@@ -214,7 +158,7 @@ def _target_name(node: torch.fx.Node) -> str:
 
 
 def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
-                  session: Any) -> List[_Point]:
+                  session: Any) -> List[Point]:
     """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
     from .. import fixpoint
 
@@ -247,7 +191,7 @@ def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, 
         bitwidth, fix_pos = (int(v) for v in entries[sim.name][0])  # [[bitwidth, fix_pos]] (quant_info.py)
         if not (quant.op == "call_function" and quant.target is fixpoint.fake_quant):
             notes.append("left unquantized by the test-mode model (no fake_quant at this point)")
-        points.append(_Point(sim.name, sim.op, fix_pos, bitwidth, twin, _target_name(twin), quant, notes))
+        points.append(Point(sim.name, sim.op, fix_pos, bitwidth, twin, _target_name(twin), quant, notes))
     return points
 
 
@@ -344,7 +288,7 @@ def _walk(gm: torch.fx.GraphModule, x: torch.Tensor,
 
 
 def _compare(floats: Iterator[Tuple[str, torch.Tensor]], quants: Iterator[Tuple[str, torch.Tensor]],
-             accs: Dict[str, "_Accumulator"]) -> None:
+             accs: Dict[str, Accumulator]) -> None:
     """Feed each (float, quant) pair to its accumulator as soon as both exist.
 
     Float values are used at once (the float model may later overwrite them in place); quantized
@@ -358,130 +302,3 @@ def _compare(floats: Iterator[Tuple[str, torch.Tensor]], quants: Iterator[Tuple[
                 raise QuantizationError("layer sensitivity: the test-mode model never produced %s" % name)
             waiting[got[0]] = got[1]
         accs[name].add(f, waiting.pop(name))
-
-
-class _Accumulator:
-    """float64 running sums of one point over all batches."""
-
-    def __init__(self, point: _Point, scale: Optional[torch.Tensor], keep_batches: bool = False) -> None:
-        self.point = point
-        self.kept = [] if keep_batches else None  # type: Optional[List[List[Tuple[Any, ...]]]]
-        self.scale = scale
-        self.shape = None  # type: Optional[List[int]]
-        self.n = 0
-        self.sum_f2 = self.sum_q2 = self.sum_fq = self.sum_e2 = 0.0
-        self.f_min = self.g_min = math.inf
-        self.f_max = self.g_max = -math.inf
-        self.clipped = 0
-
-    def add(self, f: torch.Tensor, q: torch.Tensor) -> None:
-        """Add one batch: ``f`` float and ``q`` simulated values of this point, same shape (N, ...).
-
-        Reduced a few samples at a time, so the float64 temporaries stay near ``CHUNK_ELEMENTS``.
-        """
-        p = self.point
-        if not isinstance(f, torch.Tensor) or not isinstance(q, torch.Tensor) or f.shape != q.shape or f.dim() < 1:
-            raise QuantizationError("layer sensitivity: at %s the float model gives %s and the test-mode model %s"
-                                    % (p.name, _describe(f), _describe(q)))
-        if self.shape is None:
-            self.shape = list(f.shape[1:])
-        per_sample = max(1, f[:1].numel())
-        step = max(1, CHUNK_ELEMENTS // per_sample)
-        chunks = [c for c in (self._chunk(f[start:start + step].detach().double(), q[start:start + step].detach().double())
-                              for start in range(0, f.shape[0], step)) if c is not None]
-        if self.kept is not None:
-            self.kept.append(chunks)  # added later, in global batch order
-        else:
-            for chunk in chunks:
-                self.apply(chunk)
-
-    def apply(self, chunk: Tuple[Any, ...]) -> None:
-        """Add one chunk's statistics (``_chunk``'s tuple) to the running sums."""
-        f2, q2, fq, e2, f_min, f_max, g_min, g_max, clipped, n = chunk
-        self.sum_f2 += f2
-        self.sum_q2 += q2
-        self.sum_fq += fq
-        self.sum_e2 += e2
-        self.f_min = min(self.f_min, f_min)
-        self.f_max = max(self.f_max, f_max)
-        self.g_min = min(self.g_min, g_min)
-        self.g_max = max(self.g_max, g_max)
-        self.clipped += clipped
-        self.n += n
-
-    def _chunk(self, f: torch.Tensor, q: torch.Tensor) -> Optional[Tuple[Any, ...]]:
-        """The statistics of a few samples (float64): sums of f^2, q^2, fq, e^2, ranges, clipped count, n."""
-        if not f.numel():
-            return None
-        g = f
-        if self.scale is not None:
-            s = self.scale.reshape((1, -1) + (1,) * (f.dim() - 2))
-            q = q * s  # back to the float model's scale
-            g = f / s  # the float values in the quantized graph's scale
-        e = f - q
-        ff, qq, ee = f.reshape(-1), q.reshape(-1), e.reshape(-1)
-        sums = (float(torch.dot(ff, ff)), float(torch.dot(qq, qq)), float(torch.dot(ff, qq)), float(torch.dot(ee, ee)))
-        ranges = (float(f.min()), float(f.max()), float(g.min()), float(g.max()))
-        codes = g.mul_(2.0 ** self.point.fix_pos) if g is not f else g * (2.0 ** self.point.fix_pos)
-        half = 2 ** (self.point.bitwidth - 1)
-        clipped = int(((codes >= half - 0.5) | (codes < -half - 0.5)).sum())
-        return sums + ranges + (clipped, f.numel())
-
-    def row(self) -> Dict[str, Any]:
-        p = self.point
-        if self.sum_e2 == 0.0:
-            sqnr, cosine = math.inf, 1.0
-        else:
-            sqnr = 10.0 * math.log10(self.sum_f2 / self.sum_e2) if self.sum_f2 > 0 else -math.inf
-            denom = math.sqrt(self.sum_f2 * self.sum_q2)
-            cosine = max(-1.0, min(1.0, self.sum_fq / denom)) if denom > 0 else 0.0
-        half = 2 ** (p.bitwidth - 1)
-        lsb = 2.0 ** -p.fix_pos
-        notes = list(p.notes)
-        if self.n and self.g_max * 2.0 ** p.fix_pos < 0.5 and self.g_min * 2.0 ** p.fix_pos >= -0.5:
-            notes.append("every float value is within half an LSB of 0 at fix_pos %d: all quantize to 0"
-                         % p.fix_pos)
-        cle_scale = None
-        if self.scale is not None:
-            cle_scale = [float(self.scale.min()), float(self.scale.max())]
-            notes.insert(0, "rescaled by CLE per channel (s %.3g..%.3g): SQNR and cosine in the float model's "
-                            "scale, ranges in the quantized graph's" % tuple(cle_scale))
-        return {
-            "node": p.name, "float_node": p.float_node.name, "float_target": p.float_target, "op": p.op,
-            "fix_pos": p.fix_pos, "bitwidth": p.bitwidth, "shape": self.shape, "elements": self.n,
-            "sqnr_db": sqnr, "cosine": cosine,
-            "float_min": self.f_min, "float_max": self.f_max, "graph_min": self.g_min, "graph_max": self.g_max,
-            "range_min": -half * lsb, "range_max": (half - 1) * lsb,
-            "clipped_fraction": self.clipped / self.n if self.n else 0.0,
-            "cle_rescaled": self.scale is not None, "cle_scale": cle_scale, "notes": notes,
-        }
-
-
-# ---------------------------------------------------------------------- JSON
-
-def json_safe(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """A copy of ``rows`` for strict JSON: non-finite floats become the strings ``"inf"``, ``"-inf"``,
-    ``"nan"`` (Python's json would write the non-standard ``Infinity``)."""
-    def fix(v: Any) -> Any:
-        if isinstance(v, float) and not math.isfinite(v):
-            return "nan" if math.isnan(v) else ("inf" if v > 0 else "-inf")
-        if isinstance(v, list):
-            return [fix(x) for x in v]
-        return v
-    return [{k: fix(v) for k, v in row.items()} for row in rows]
-
-
-def from_json(rows: List[Dict[str, Any]]) -> List[Dict[str, Any]]:
-    """The inverse of :func:`json_safe`: ``"inf"``, ``"-inf"``, ``"nan"`` strings of the float fields
-    back to floats (a copy; rows that hold floats already pass through unchanged)."""
-    def fix(v: Any) -> Any:
-        if isinstance(v, str) and v in ("inf", "-inf", "nan"):
-            return float(v)
-        return v
-    return [{k: fix(v) if k in FLOAT_KEYS else v for k, v in row.items()} for row in rows]
-
-
-def float_name(row: Dict[str, Any]) -> str:
-    """The float side of a row for people: the module path when the fx node is a module call
-    (``"layer1.0.relu"`` for fx node ``layer1_0_relu``), else the fx node name (``"add_1"``, ``"x"``)."""
-    return row["float_target"] if row["float_target"].replace(".", "_") == row["float_node"] else row["float_node"]

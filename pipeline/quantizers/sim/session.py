@@ -102,7 +102,7 @@ class SimSession:
         """Write ``quant_info.json`` (and, first, ``param.pth`` after a fast finetune and
         ``bias_corr.pth`` with bias correction) into ``out_dir`` (created), each atomically
         (``pipeline.fileio.write_files``). ``calibrator``: a Calibrator, or after a fast finetune
-        its ``adaquant.KeepFpCalibrator``.
+        its ``adaquant_calib.KeepFpCalibrator``.
 
         Nothing is written when the calibration is incomplete (QuantizationError first).
         ``info``: this calibration's ``quant_info(calibrator)[0]`` when the caller has it (not
@@ -158,7 +158,7 @@ class SimSession:
         """
         from ...models.loading import load_state_dict_file
         from ...errors import PipelineError
-        from .adaquant import params_from_state_dict
+        from .param_file import params_from_state_dict
         from .finetune import PARAM_FILE
         path = os.path.join(out_dir, PARAM_FILE)
         if not os.path.isfile(path):

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import shapes
+from . import shapes, shapes_conv, shapes_layout
 
 REQUIRED, OPTIONAL, REPEATED, REQUIRED_AND_REPEATED = "required", "optional", "repeated", "required_and_repeated"
 
@@ -61,13 +61,13 @@ _DEFS = {d.type: d for d in [
     OpDef("data", (), _SOURCE, shapes.source),
     OpDef("const", (), _SOURCE + (_req("data", "bytes"),), shapes.source),
     # convolution and pooling (kernel, stride, dilation: [w, h]; pad: [left, right, top, bottom])
-    OpDef("conv2d", _CONV_ARGS, _CONV + (_opt("group", "int32", 1),), shapes.conv2d),
-    OpDef("depthwise-conv2d", _CONV_ARGS, _CONV, shapes.depthwise_conv2d),
-    OpDef("transposed-conv2d", _CONV_ARGS, _CONV, shapes.transposed_conv2d),
-    OpDef("transposed-depthwise-conv2d", _CONV_ARGS, _CONV, shapes.transposed_depthwise_conv2d),
-    OpDef("maxpool2d", _IN, _POOL, shapes.pool2d),
+    OpDef("conv2d", _CONV_ARGS, _CONV + (_opt("group", "int32", 1),), shapes_conv.conv2d),
+    OpDef("depthwise-conv2d", _CONV_ARGS, _CONV, shapes_conv.depthwise_conv2d),
+    OpDef("transposed-conv2d", _CONV_ARGS, _CONV, shapes_conv.transposed_conv2d),
+    OpDef("transposed-depthwise-conv2d", _CONV_ARGS, _CONV, shapes_conv.transposed_depthwise_conv2d),
+    OpDef("maxpool2d", _IN, _POOL, shapes_conv.pool2d),
     OpDef("avgpool2d", _IN, _POOL + (_opt("count_include_pad", "bool", True),
-                                     _opt("count_include_invalid", "bool", True)), shapes.pool2d),
+                                     _opt("count_include_invalid", "bool", True)), shapes_conv.pool2d),
     # broadcasting binary ops
     OpDef("add", _INS, (), shapes.broadcast),
     OpDef("sub", _INS, (), shapes.broadcast),
@@ -107,19 +107,19 @@ _DEFS = {d.type: d for d in [
     OpDef("reduction_product", _IN, _REDUCE, shapes.reduction(lambda info: int(np.prod(info, dtype=np.int64)))),
     OpDef("argmax", _IN, (_req("axis", "int32"),), shapes.argmax),
     # layout
-    OpDef("concat", _INS, (_req("axis", "int32"),), shapes.concat),
-    OpDef("reshape", _IN + (ArgDef("shape", OPTIONAL),), (_opt("shape", "int32_vec", [0]),), shapes.reshape),
-    OpDef("flatten", _IN, (_req("start_axis", "int32"), _req("end_axis", "int32")), shapes.flatten),
-    OpDef("squeeze", _IN, (_opt("axis", "int32_vec", []),), shapes.squeeze),
-    OpDef("transpose", _IN, (_req("order", "int32_vec"),), shapes.transpose),
+    OpDef("concat", _INS, (_req("axis", "int32"),), shapes_layout.concat),
+    OpDef("reshape", _IN + (ArgDef("shape", OPTIONAL),), (_opt("shape", "int32_vec", [0]),), shapes_layout.reshape),
+    OpDef("flatten", _IN, (_req("start_axis", "int32"), _req("end_axis", "int32")), shapes_layout.flatten),
+    OpDef("squeeze", _IN, (_opt("axis", "int32_vec", []),), shapes_layout.squeeze),
+    OpDef("transpose", _IN, (_req("order", "int32_vec"),), shapes_layout.transpose),
     OpDef("strided_slice", _IN, (_req("begin", "int32_vec"), _req("end", "int32_vec"), _req("strides", "int32_vec")),
-          shapes.strided_slice),
+          shapes_layout.strided_slice),
     OpDef("pad", _IN, (_req("paddings", "int32_vec"), _req("mode", "string"), _opt("constant_values", "float_vec", [])),
-          shapes.pad),
-    OpDef("pixel-shuffle", _IN, (_req("scale", "int32"), _req("upscale", "bool")), shapes.pixel_shuffle),
+          shapes_layout.pad),
+    OpDef("pixel-shuffle", _IN, (_req("scale", "int32"), _req("upscale", "bool")), shapes_layout.pixel_shuffle),
     OpDef("resize", _IN + (ArgDef("size", OPTIONAL),),
           (_req("mode", "string"), _opt("align_corners", "bool", False), _opt("half_pixel_centers", "bool", False),
-           _opt("scale", "float_vec", [])), shapes.resize),
+           _opt("scale", "float_vec", [])), shapes_layout.resize),
     # shapes as data
     OpDef("shape", _IN, (), shapes.shape),
     OpDef("stack", _INS, (_req("axis", "int32"),), shapes.stack),

@@ -12,7 +12,9 @@ import torch.fx
 
 from ....errors import ExportError
 from ... import fixpoint
-from .interp import FloatOp, InterpreterError, _by_shape, _error, fit_layout, is_custom, run, to_model_layout
+from .interp import by_shape, fit_layout, run, to_model_layout
+from .interp_base import FloatOp, InterpreterError, op_error
+from .interp_ops import is_custom
 from .xgraph import XGraph, XOp, formal_name
 
 
@@ -69,8 +71,8 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
         if len(xs) != len(data):
-            raise _error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
-                         % (fx_node.name, len(data), len(xs)))
+            raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
+                           % (fx_node.name, len(data), len(xs)))
         env = dict(fixed)
         env.update(zip(data, xs))
         return run_fx(lowered, fx_node, env)
@@ -106,7 +108,7 @@ def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModul
     for op in custom:
         fx_node = _float_op_node(lowered, by_op[op.name]) if op.name in by_op else None
         if fx_node is None:
-            raise _error(op, "no node of the simulation computes it")
+            raise op_error(op, "no node of the simulation computes it")
         table[op.name] = _sim_call(lowered, fx_node, values, op)
     return table
 
@@ -197,7 +199,7 @@ def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples
                 break
             matched.append((op.name, results[op.name]))
     if not matched:
-        matched = _by_shape(graph, results, [list(y.shape) for y in sim_out])
+        matched = by_shape(graph, results, [list(y.shape) for y in sim_out])
     matched = [(name, _as_model_output(value, sim)) for (name, value), sim in zip(matched, sim_out)]
     compared, differing = _compare_nodes(graph, results, names, values)
     report = {"outputs": [], "elements": 0, "mismatches": 0, "max_abs_diff": 0.0, "nodes_compared": compared,

@@ -6,9 +6,9 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.fx
 
-from ... import __version__
-from ...errors import ExportError
-from ...fileio import write_bytes
+from ..... import __version__
+from .....errors import ExportError
+from .....fileio import write_bytes
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record
 from .flavours import FLAVOUR_CLASSES, FLAVOURS
 from .float_ops import is_split

@@ -23,8 +23,8 @@ import copy
 import numpy as np
 import torch
 
-from ..errors import ExportError
-from ..quantizers import fixpoint
+from ....errors import ExportError
+from ... import fixpoint
 
 
 def _as_list(result: Any) -> List[torch.Tensor]:
@@ -83,7 +83,7 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
     Args:
         gm: the lowered test-mode model the file was exported from; its attribute
             ``output_fix_pos`` (int or None) sets the LSB of the output.
-        onnx_path: a file written by :func:`pipeline.export.export_onnx`.
+        onnx_path: a file written by :func:`pipeline.quantizers.sim.export.export_onnx`.
         inputs: float32 batch of any size N, same sample shape as the export's example (e.g.
             NCHW), or a tuple of them (one per model input, in order). Not modified: the
             simulation runs on copies.
