@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 from .calib import Calibrator, bias_corr_table, bias_step, check_batch
 from .frozen import INPUT_OF, OUTPUT, FrozenForward, Params, float_params
 from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, param_forward
