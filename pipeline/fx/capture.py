@@ -45,6 +45,12 @@ branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.
+
+The switches of step 1 come as plain flags (``rewrites.Rewrites``; the quantizer's config makes
+them). This module is the driver; the steps live in ``rewrites.py`` and ``attention.py`` (1-3, 5),
+``classify.py`` (each fx node's op type), ``builder.py`` (the nndct nodes), ``naming.py`` (nndct's
+order and names, 4), ``example_run.py`` (the graph's GraphModule and shapes on the example) and
+``graph.py`` (``SimNode``, ``SimGraph``, the result).
 """
 from typing import Any, Callable, Optional, Tuple
 
