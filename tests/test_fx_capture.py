@@ -171,3 +171,21 @@ def test_in_place_float_operators_keep_the_underscore_and_passthrough_calls_make
     assert names[:6] == ["nndct_input_0", "nndct_conv2d_1", "aten_silu__2", "aten_silu__3", "aten_silu_4",
                          "nndct_elemwise_add_5"]
     assert names[6:] == ["nndct_relu_6"] and graph.nodes[6].fx_node.target == "relu_"
+
+
+def test_fx_takes_plain_rewrite_flags_and_imports_no_quantizer():
+    # fx sits below the quantizers: its modules import nothing of pipeline.quantizers (at module level or
+    # inside functions); the quantizer's config turns into fx's plain flags (QuantConfig.rewrites)
+    import ast
+    import pathlib
+    from pipeline.fx.rewrites import Rewrites
+    folder = pathlib.Path(optable.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+                assert "quantizers" not in name, "%s imports %s" % (path.name, name)
+    assert load_quant_config(None).rewrites() == Rewrites(relu6_to_relu=True, silu_to_hswish=False)
+    cfg = load_quant_config(None)
+    cfg.include_cle, cfg.convert_silu_to_hswish = False, True
+    assert cfg.rewrites() == Rewrites(relu6_to_relu=False, silu_to_hswish=True)
