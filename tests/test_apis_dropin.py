@@ -50,8 +50,8 @@ def test_inspector_refuses_unknown_targets_and_formats(tmp_path):
 
 
 def test_fast_finetune_misuse_raises_and_dump_xmodel_writes(tmp_path):
-    import pipeline.apis
-    pipeline.apis._CURRENT = None  # as in a new process
+    import pipeline.apis.quantizer
+    pipeline.apis.quantizer._CURRENT = None  # as in a new process
     with pytest.raises(QuantizationError, match="dump_xmodel: no quantizer has run a forward.*test mode"):
         dump_xmodel(str(tmp_path))
     model = _TwoIn()

@@ -117,7 +117,7 @@ def test_vit_nodes_are_numbered_as_nndct_does():
     is the graph's md5 (node types and edges)."""
     import corpus_torchvision
     model = corpus_torchvision.make_model("tv_vit")
-    graph = capture(model, corpus_torchvision.make_inputs("tv_vit", 1, 3)[0], load_quant_config(None))
+    graph = capture(model, corpus_torchvision.make_inputs("tv_vit", 1, 3)[0], load_quant_config(None).rewrites())
     with open(os.path.join(REAL, "tv_vit_nodes.txt")) as f:
         want = f.read().split()
     assert [n.name for n in graph.nodes] == want
@@ -140,5 +140,5 @@ class _WithWeights(torch.nn.Module):
 
 
 def test_attention_with_weights_stays_one_float_operator():
-    graph = capture(_WithWeights().eval(), torch.randn(1, 4, 8), load_quant_config(None))
+    graph = capture(_WithWeights().eval(), torch.randn(1, 4, 8), load_quant_config(None).rewrites())
     assert [n.op for n in graph.nodes] == ["nndct_input", "aten::multiheadattention", "nndct_tuple_index"]

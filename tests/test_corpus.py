@@ -121,7 +121,7 @@ def test_corpus_inspect_cpu_nodes_are_the_float_operators(name):
     model = corpus.make_model(name)
     example = corpus.make_inputs(name, 1, 1)
     inspection = inspect_model(model, tuple(example) if len(example) > 1 else example[0], corpus.TARGET)
-    graph = capture(model, tuple(example), load_quant_config(None))
+    graph = capture(model, tuple(example), load_quant_config(None).rewrites())
     float_ops = {n.fx_node.name for n in graph.float_operators()}
     cpu = {n.name: n for n in inspection.nodes if n.device == "CPU"}
     assert float_ops <= set(cpu)

@@ -128,7 +128,7 @@ def test_torchvision_family_inspect(name):
     model = corpus.make_model(name)
     example = corpus.make_inputs(name, 1, 1)
     inspection = inspect_model(model, example[0], corpus_models.TARGET)
-    graph = capture(model, tuple(example), load_quant_config(None))
+    graph = capture(model, tuple(example), load_quant_config(None).rewrites())
     float_ops = {n.fx_node.name for n in graph.float_operators()}
     cpu = {n.name: n for n in inspection.nodes if n.device == "CPU"}
     assert float_ops <= set(cpu)

@@ -34,7 +34,7 @@ class _Shapes(nn.Module):
 
 
 def test_constants_first_shape_nodes_and_chunk_pieces_named_as_nndct_does():
-    graph = capture(_Shapes(), torch.zeros(1, 4, 3, 3), load_quant_config(None))
+    graph = capture(_Shapes(), torch.zeros(1, 4, 3, 3), load_quant_config(None).rewrites())
     assert [n.name for n in graph.nodes] == [
         "nndct_const_0", "nndct_const_1", "nndct_const_2", "nndct_input_3",
         "nndct_strided_slice_4", "nndct_shape_5", "nndct_strided_slice_6",
@@ -116,7 +116,7 @@ def test_example_shapes_match_torch_shape_prop_and_need_no_symbolic_shapes_impor
     import sys
 
     from torch.fx.passes.shape_prop import ShapeProp
-    graph = capture(_Shapes(), torch.zeros(2, 4, 3, 3), load_quant_config(None))
+    graph = capture(_Shapes(), torch.zeros(2, 4, 3, 3), load_quant_config(None).rewrites())
     shapes = graph.example_shapes
     ShapeProp(graph.gm).propagate(torch.zeros(2, 4, 3, 3))
     expected = {n: (tuple(n.meta["tensor_meta"].shape) if hasattr(n.meta.get("tensor_meta"), "shape") else None)
@@ -126,7 +126,7 @@ def test_example_shapes_match_torch_shape_prop_and_need_no_symbolic_shapes_impor
     code = ("import sys, torch\nfrom pipeline.fx.capture import capture\n"
             "from pipeline.quantizers.quant_config import load_quant_config\n"
             "g = capture(torch.nn.Sequential(torch.nn.Conv2d(1, 2, 3), torch.nn.ReLU()), torch.zeros(1, 1, 5, 5),"
-            " load_quant_config(None))\n"
+            " load_quant_config(None).rewrites())\n"
             "assert g.example_shapes[g.output_node] == (1, 2, 3, 3)\n"
             "print('torch.fx.experimental.symbolic_shapes' in sys.modules)\n")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
@@ -166,8 +166,26 @@ def test_in_place_float_operators_keep_the_underscore_and_passthrough_calls_make
     F.silu(x, True) are aten::silu_ (nodes aten_silu__N); a wrapped call returning its input
     unchanged is no node, one returning it after an in-place op is: traced through, as torch.jit
     does, its x.relu_() is nndct's relu (op_dispatcher.relu_)."""
-    graph = capture(_InPlace().eval(), torch.zeros(1, 3, 2, 2), load_quant_config(None))
+    graph = capture(_InPlace().eval(), torch.zeros(1, 3, 2, 2), load_quant_config(None).rewrites())
     names = [n.name for n in graph.nodes]
     assert names[:6] == ["nndct_input_0", "nndct_conv2d_1", "aten_silu__2", "aten_silu__3", "aten_silu_4",
                          "nndct_elemwise_add_5"]
     assert names[6:] == ["nndct_relu_6"] and graph.nodes[6].fx_node.target == "relu_"
+
+
+def test_fx_takes_plain_rewrite_flags_and_imports_no_quantizer():
+    # fx sits below the quantizers: its modules import nothing of pipeline.quantizers (at module level or
+    # inside functions); the quantizer's config turns into fx's plain flags (QuantConfig.rewrites)
+    import ast
+    import pathlib
+    from pipeline.fx.rewrites import Rewrites
+    folder = pathlib.Path(optable.__file__).parent
+    for path in sorted(folder.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom):
+                name = "." * node.level + (node.module or "")
+                assert "quantizers" not in name, "%s imports %s" % (path.name, name)
+    assert load_quant_config(None).rewrites() == Rewrites(relu6_to_relu=True, silu_to_hswish=False)
+    cfg = load_quant_config(None)
+    cfg.include_cle, cfg.convert_silu_to_hswish = False, True
+    assert cfg.rewrites() == Rewrites(relu6_to_relu=False, silu_to_hswish=True)

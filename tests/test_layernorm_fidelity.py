@@ -210,7 +210,7 @@ def test_fma_rounds_once():
 
 
 def test_capture_names_and_parameters():
-    graph = capture(lm.make_model(), (lm.make_inputs(1, 1),), load_quant_config(None))
+    graph = capture(lm.make_model(), (lm.make_inputs(1, 1),), load_quant_config(None).rewrites())
     norms = [n for n in graph.nodes if n.op == "nndct_layer_norm"]
     assert [n.name for n in norms] == ["nndct_layer_norm_%d" % i for i in (3, 8, 16, 18)]
     assert norms[0].param_names == {"weights": "LNNet::norm2d.weight", "bias": "LNNet::norm2d.bias"}
@@ -248,10 +248,10 @@ class _Norm2dNoAffine(lm.LayerNorm2d):
 
 def test_layer_norm_weight_computed_in_forward_is_refused():
     with pytest.raises(QuantizationError, match="layer_norm.*weight is computed"):
-        capture(_ComputedWeight(), (torch.randn(2, 4),), load_quant_config(None))
+        capture(_ComputedWeight(), (torch.randn(2, 4),), load_quant_config(None).rewrites())
 
 
 def test_layer_norm_subclass_without_affine_is_refused():
     model = nn.Sequential(nn.Conv2d(3, 4, 1), _Norm2dNoAffine(4, elementwise_affine=False))
     with pytest.raises(QuantizationError, match="elementwise_affine=False.*plain nn.LayerNorm"):
-        capture(model, (torch.randn(1, 3, 4, 4),), load_quant_config(None))
+        capture(model, (torch.randn(1, 3, 4, 4),), load_quant_config(None).rewrites())

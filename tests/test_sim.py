@@ -133,7 +133,7 @@ def test_operator_without_dpu_mapping_is_a_float_operator(tmp_path):
         def forward(self, x):
             return torch.special.erf(self.conv(x))
 
-    graph = capture(Odd(), torch.zeros(1, 3, 4, 4), load_quant_config(None))
+    graph = capture(Odd(), torch.zeros(1, 3, 4, 4), load_quant_config(None).rewrites())
     assert [n.name for n in graph.float_operators()] == ["aten_special_erf_2"]
     x = small_batches(1)[0]
     model = Odd()
@@ -166,7 +166,7 @@ def test_shift_cut_and_shift_bias_adjustments():
     """docs/arithmetic.md#export-time-adjustments: shift_cut = w + i - o in [0, 16], shift_bias = w + i -
     b in [min(0, -(24-(8+shift_cut))), 16]."""
     net = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU())
-    plan = QuantPlan(capture(net, torch.zeros(1, 3, 6, 6), load_quant_config(None)))
+    plan = QuantPlan(capture(net, torch.zeros(1, 3, 6, 6), load_quant_config(None).rewrites()))
     assert plan.output_order == ["nndct_input_0", "nndct_relu_2"]
     w, b = plan.param_order
     cases = [  # (w, b, i, o) -> (w, b, o)
@@ -194,7 +194,7 @@ def test_nearest_resize_takes_input_fix_pos_and_hswish_limits():
         def forward(self, x):
             return self.hs(self.conv(self.up(self.pool(x))))
 
-    plan = QuantPlan(capture(Up(), torch.zeros(1, 3, 4, 4), load_quant_config(None)))
+    plan = QuantPlan(capture(Up(), torch.zeros(1, 3, 4, 4), load_quant_config(None).rewrites()))
     assert plan.output_order == ["nndct_input_0", "nndct_maxpool_1", "nndct_resize_2", "nndct_conv2d_3",
                                  "nndct_hswish_4"]
     params = {p: 7 for p in plan.param_order}
@@ -238,7 +238,7 @@ class _ConvUsedTwice(nn.Module):
 ])
 def test_capture_rejects_what_it_cannot_simulate(model, match):
     with pytest.raises(QuantizationError, match=match):
-        capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
+        capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None).rewrites())
 
 
 def test_batchnorm_without_conv_stays_a_converted_batch_norm_node():
@@ -249,7 +249,7 @@ def test_batchnorm_without_conv_stays_a_converted_batch_norm_node():
         model.bn.running_mean.copy_(torch.tensor([0.5, -1.0, 2.0]))
         model.bn.running_var.copy_(torch.tensor([0.25, 4.0, 1.5]))
         model.bn.weight.copy_(torch.tensor([1.5, 0.5, -2.0]))
-    graph = capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None))
+    graph = capture(model, torch.zeros(1, 3, 4, 4), load_quant_config(None).rewrites())
     bn = graph.module(graph.by_name["nndct_batch_norm_2"])
     assert bn.eps == 0.0 and torch.equal(bn.running_mean, torch.zeros(3)) and torch.equal(bn.running_var, torch.ones(3))
     scale = model.bn.weight / torch.sqrt(model.bn.running_var + model.bn.eps)

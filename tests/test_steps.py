@@ -70,7 +70,7 @@ def test_the_shared_trace_gives_the_same_fingerprint_and_capture():
         traced = FloatTrace.of(model)
         assert graph_hash(model, traced) == graph_hash(model)
         example = torch.randn(1, 1, 8, 8)
-        a, b = capture(model, example, cfg), capture(model, example, cfg, traced=traced)
+        a, b = capture(model, example, cfg.rewrites()), capture(model, example, cfg.rewrites(), traced=traced)
         assert [(n.name, n.op) for n in a.nodes] == [(n.name, n.op) for n in b.nodes]
         assert a.graph_md5() == b.graph_md5()
         assert [str(n) for n in a.gm.graph.nodes] == [str(n) for n in b.gm.graph.nodes]
@@ -95,4 +95,4 @@ def test_an_untraceable_model_keeps_its_fallback_and_error():
     from pipeline.fx.capture import capture
     from pipeline.quantizers.quant_config import load_quant_config
     with pytest.raises(QuantizationError, match="symbolic_trace, which failed"):
-        capture(model, torch.randn(1, 1, 4, 4), load_quant_config(None, 8), traced=traced)
+        capture(model, torch.randn(1, 1, 4, 4), load_quant_config(None, 8).rewrites(), traced=traced)

@@ -149,7 +149,7 @@ def test_graph_is_the_one_the_real_quantizer_parses(name):
     wrapped attention; tv_lraspp's ``F.interpolate(size=x.shape[-2:])`` has one nndct_shape per
     size, as torch.jit traces it."""
     model = corpus_torchvision.make_model(name)
-    graph = capture(model, tuple(corpus_torchvision.make_inputs(name, 1, 1)), load_quant_config(None))
+    graph = capture(model, tuple(corpus_torchvision.make_inputs(name, 1, 1)), load_quant_config(None).rewrites())
     real = qi.read_quant_info(os.path.join(DATA, "corpus_real", name))
     assert graph.graph_md5() == real["graph_md5"]
     plan = QuantPlan(graph)
@@ -186,7 +186,7 @@ def test_wrapped_functions_are_traced_through_as_torch_jit_does(tmp_path):
     converts number operands starts from the constants the trace already has (the fill value, the
     ``//`` operand), so the ``+ 1.0`` comes before the size arithmetic's. Names, constants,
     quant_info and outputs as the real quantizer's (``window_attention_real/wrapped``)."""
-    graph = capture(_Wrapped().eval(), torch.zeros(1, 2, 4), load_quant_config(None))
+    graph = capture(_Wrapped().eval(), torch.zeros(1, 2, 4), load_quant_config(None).rewrites())
     assert [n.name for n in graph.nodes] == [
         "nndct_const_0", "nndct_const_1", "nndct_const_2", "nndct_const_3", "nndct_const_4",
         "nndct_input_5", "nndct_shape_6", "aten_remainder_7", "nndct_rsub_8", "nndct_pad_nd_9",

@@ -142,5 +142,5 @@ def test_the_trace_is_torch_fx_s_with_or_without_math_calls(make):
     assert str(FloatTrace.of(model).graph) == expected
     assert not hasattr(model, "_tensor_constant0")  # ListNet's tensor attribute went onto the copy
     graph = capture_mod.capture(model, torch.randn(2, 2, 6, 6) if make is not digits_cnn else torch.randn(2, 1, 8, 8),
-                                load_quant_config(None))
+                                load_quant_config(None).rewrites())
     assert any(n.target is math.sqrt for n in graph.fx_graph.nodes) == (make is MathNet)

@@ -5,6 +5,7 @@ Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset convers
 (``fuse_conv_bn.py``; golden_wide README for the unfused BatchNorm1d). All in float32, in
 nndct's order of operations. They change capture's own deep copy of the model only."""
 import operator
+from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 import torch
@@ -12,12 +13,25 @@ import torch.fx
 from torch import nn
 
 from ..errors import QuantizationError
-from ..quantizers.quant_config import QuantConfig
 
 REMOVED_MODULES = (nn.Dropout, nn.Dropout2d, nn.Dropout1d, nn.Identity) if hasattr(nn, "Dropout1d") \
     else (nn.Dropout, nn.Dropout2d, nn.Identity)
 REMOVED_FUNCTIONS = (torch.nn.functional.dropout, torch.nn.functional.dropout2d)
 
+
+@dataclass(frozen=True)
+class Rewrites:
+    """The switches of the quantizer's module swaps, as plain flags; the quantizer's config decides
+    them (``QuantConfig.rewrites()``). The other rewrites (Dropout/Identity removal, BN folding, an
+    affine layer norm for one without parameters) have no switch.
+
+    Attributes:
+        relu6_to_relu: every ``nn.ReLU6`` becomes ``nn.ReLU`` (nndct: CLE on, or ``convert_relu6_to_relu``).
+        silu_to_hswish: every ``nn.SiLU`` becomes ``nn.Hardswish`` (``convert_silu_to_hswish``).
+    """
+
+    relu6_to_relu: bool = False
+    silu_to_hswish: bool = False
 
 
 def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
@@ -26,12 +40,12 @@ def _set_submodule(root: nn.Module, path: str, module: nn.Module) -> None:
     setattr(parent, leaf, module)
 
 
-def _swaps(model: nn.Module, cfg: QuantConfig) -> List[Tuple[str, nn.Module, nn.Module]]:
+def _swaps(model: nn.Module, rewrites: Rewrites) -> List[Tuple[str, nn.Module, nn.Module]]:
     swaps = []
     for name, m in model.named_modules():
-        if isinstance(m, nn.ReLU6) and (cfg.include_cle or cfg.convert_relu6_to_relu):
+        if isinstance(m, nn.ReLU6) and rewrites.relu6_to_relu:
             swaps.append((name, m, nn.ReLU(m.inplace)))
-        elif isinstance(m, nn.SiLU) and cfg.convert_silu_to_hswish:
+        elif isinstance(m, nn.SiLU) and rewrites.silu_to_hswish:
             swaps.append((name, m, nn.Hardswish()))
         elif isinstance(m, nn.LayerNorm) and not m.elementwise_affine:
             swaps.append((name, m, _affine_layer_norm(name, m)))
@@ -52,15 +66,21 @@ def _affine_layer_norm(name: str, m: nn.LayerNorm) -> nn.LayerNorm:
     return nn.LayerNorm(m.normalized_shape, eps=m.eps, elementwise_affine=True)
 
 
-def swaps_keep_graph(model: nn.Module, cfg: QuantConfig) -> bool:
+def swaps_keep_graph(model: nn.Module, rewrites: Rewrites) -> bool:
     """True when ``swap_modules`` would leave the fx trace of ``model`` as it is: every swapped module
     is a torch.fx leaf (a torch.nn module, not a subclass defined elsewhere), as its replacement is."""
     tracer = torch.fx.Tracer()
-    return all(tracer.is_leaf_module(old, name) for name, old, _ in _swaps(model, cfg))
+    return all(tracer.is_leaf_module(old, name) for name, old, _ in _swaps(model, rewrites))
 
 
-def swap_modules(model: nn.Module, cfg: QuantConfig) -> None:
-    for name, _, new in _swaps(model, cfg):
+def swap_modules(model: nn.Module, rewrites: Rewrites) -> None:
+    """Replace, in place in ``model`` (a working copy, never the caller's model), the modules
+    ``rewrites`` and nndct's ``parse_module`` swap (see :class:`Rewrites`).
+
+    Raises:
+        QuantizationError: ``model`` itself would be swapped, or a LayerNorm subclass without
+            affine parameters."""
+    for name, _, new in _swaps(model, rewrites):
         if not name:
             raise QuantizationError("the model itself is a single %s; wrap it in a module with a "
                                     "forward to quantize it" % type(new).__name__)

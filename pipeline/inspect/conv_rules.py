@@ -7,7 +7,7 @@ from typing import List, Optional
 
 from pipeline.targets import DpuTarget, EngineLimits, allows
 from pipeline.inspect.trace import OpNode
-from pipeline.inspect.verdict import DPU, Context, Verdict, _cpu, _dpu_unless
+from pipeline.inspect.verdict import DPU, Context, Verdict, cpu_verdict, dpu_unless
 
 
 # ---- conv family checks ------------------------------------------------------------------------
@@ -141,10 +141,10 @@ def _transposed_pad(node: OpNode) -> List[int]:
 def conv2d(node: OpNode, ctx: Context) -> Verdict:
     """conv2d on the conv engine (the tracer names depthwise convs ``depthwise_conv2d``)."""
     if node.attrs["groups"] != 1:
-        return _cpu(check_groups(node))
+        return cpu_verdict(check_groups(node))
     conv, a = ctx.target.engines.conv, node.attrs
     in_shape = ctx.producer(node).shape
-    return _dpu_unless([
+    return dpu_unless([
         check_kernel(a["kernel_size"], conv.kernel_size, "conv_engine"),
         check_stride(a["stride"], conv.stride, "conv_engine", a["kernel_size"], list(in_shape[-2:])),
         check_channels(a["in_channels"], a["out_channels"], a["dilation"], conv.input_channel_parallel),
@@ -158,11 +158,11 @@ def depthwise_conv2d(node: OpNode, ctx: Context) -> Verdict:
     """Depthwise conv (groups = input channels) on the ALU or the depthwise-conv engine."""
     limits = ctx.target.engines.depthwise_limits()
     if limits is None:
-        return _cpu("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
+        return cpu_verdict("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
             ctx.target.name))
     a = node.attrs
     in_shape = ctx.producer(node).shape
-    return _dpu_unless([
+    return dpu_unless([
         check_kernel(a["kernel_size"], limits.kernel_size, limits.engine),
         check_stride(a["stride"], limits.stride, limits.engine, a["kernel_size"], list(in_shape[-2:])),
         check_channels(a["in_channels"], a["out_channels"], [1, 1], limits.channel_parallel),
@@ -182,12 +182,12 @@ def conv_transpose2d(node: OpNode, ctx: Context) -> Verdict:
     elif groups == a["in_channels"] == a["out_channels"]:
         limits = ctx.target.engines.depthwise_limits()
         if limits is None:
-            return _cpu(check_output_padding(node), "{} has no depthwise-conv engine.".format(
+            return cpu_verdict(check_output_padding(node), "{} has no depthwise-conv engine.".format(
                 ctx.target.name))
         spec, engine, cp, bank = limits.kernel_size, limits.engine, limits.channel_parallel, None
     else:
-        return _cpu(check_output_padding(node), check_groups(node))
-    return _dpu_unless([
+        return cpu_verdict(check_output_padding(node), check_groups(node))
+    return dpu_unless([
         check_output_padding(node),
         check_transposed_kernel(a["kernel_size"], a["stride"], spec),
         check_channels(a["in_channels"], a["out_channels"], a["dilation"], cp),

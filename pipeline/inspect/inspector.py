@@ -27,8 +27,9 @@ from pipeline import fileio
 from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.targets import TARGETS, DpuTarget, get_target
 from pipeline.inspect.render import render_dot, render_text
-from pipeline.inspect.rules import CPU, DPU, Context, decide
+from pipeline.inspect.rules import decide
 from pipeline.inspect.trace import trace_model
+from pipeline.inspect.verdict import CPU, DPU, Context
 
 
 @dataclass

@@ -1,7 +1,7 @@
 """Describe each tensor operation of a float model in DPU terms, on the one graph capture.
 
-The model is captured by ``pipeline.fx.capture.capture(..., rewrite=False)`` (the same torch.fx
-trace and op table the simulation and the exporter use, without the quantizer's rewrites) and
+The model is captured by ``pipeline.fx.capture.capture(..., None)`` (the same torch.fx
+trace and op table the simulation and the exporter use, without the quantizer's rewrites: no ``Rewrites``) and
 its GraphModule run once on a clone of the example input (``ShapeProp``) to record every output
 shape. Each call that produces a tensor becomes an :class:`OpNode` with a canonical op type (the
 quantizer's names where they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense,
@@ -293,7 +293,7 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     try:
         # the one graph capture, without the quantizer's rewrites (BatchNorm, Dropout kept)
-        graph = capture(model, examples, None, rewrite=False)
+        graph = capture(model, examples, None)
     except QuantizationError as error:
         raise PipelineError(
             "torch.fx could not trace {}: {}. Inspection (like the real quantizer, which traces "

@@ -44,11 +44,14 @@ class Context:
         return verdict.device == DPU if verdict is not None else self.nodes[name].op == "input"
 
 
-def _cpu(*reasons: Optional[str], notes: Optional[List[str]] = None,
-         changes: Optional[List[str]] = None) -> Verdict:
+def cpu_verdict(*reasons: Optional[str], notes: Optional[List[str]] = None,
+                changes: Optional[List[str]] = None) -> Verdict:
+    """A CPU verdict: the given reasons (None ones dropped, in order), notes and changes (copied)."""
     return Verdict(CPU, [r for r in reasons if r], list(notes or []), None, list(changes or []))
 
 
-def _dpu_unless(reasons: List[Optional[str]], notes: Optional[List[str]] = None) -> Verdict:
+def dpu_unless(reasons: List[Optional[str]], notes: Optional[List[str]] = None) -> Verdict:
+    """DPU when every ``reasons`` entry is None (each a ``check_*`` result), else CPU with the
+    reasons found; ``notes`` copied either way."""
     found = [r for r in reasons if r]
     return Verdict(CPU if found else DPU, found, list(notes or []))

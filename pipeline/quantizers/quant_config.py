@@ -25,11 +25,14 @@ Defaults without a file (docs/quant_config.md#defaults): CLE and bias correction
 import copy
 import os
 import warnings
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ..errors import ConfigError
 from ..fileio import not_a_file, parse_json
 from ..config.specs import closest_match
+
+if TYPE_CHECKING:
+    from ..fx.rewrites import Rewrites
 
 TOP_LEVEL_KEYS = ["convert_relu6_to_relu", "convert_silu_to_hswish", "include_cle",
                   "keep_first_last_layer_accuracy", "keep_add_layer_accuracy", "include_bias_corr",
@@ -105,6 +108,14 @@ class QuantConfig:
         """The common bit width when all four tensor types agree, else None."""
         widths = {self.bitwidth(t) for t in TENSOR_TYPES}
         return widths.pop() if len(widths) == 1 else None
+
+    def rewrites(self) -> "Rewrites":
+        """The module swaps this config asks of the graph capture (``pipeline.fx.rewrites.Rewrites``):
+        ReLU6 -> ReLU when CLE is on or with ``convert_relu6_to_relu`` (nndct's ``relu6_replace``),
+        SiLU -> HardSwish with ``convert_silu_to_hswish``."""
+        from ..fx.rewrites import Rewrites
+        return Rewrites(relu6_to_relu=self.include_cle or self.convert_relu6_to_relu,
+                        silu_to_hswish=self.convert_silu_to_hswish)
 
 
 def _where(source: Optional[str]) -> str:

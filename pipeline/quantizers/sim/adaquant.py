@@ -42,7 +42,7 @@ import torch.nn.functional as F
 
 from .. import fixpoint
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 from .adaquant_calib import RawCalibration
 from .frozen import INPUT_OF, FrozenForward, Params, float_params
 from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, param_forward

@@ -27,7 +27,7 @@ import numpy as np
 import torch
 
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 
 CLE_TYPES = g.CONV_TYPES
 ACT_TYPES = (g.RELU,)

@@ -31,7 +31,7 @@ import torch
 from torch.fx.node import map_arg
 
 from ...fx import optable as g
-from ...fx.capture import SimGraph
+from ...fx.graph import SimGraph
 from .. import fix_pos_search, fixpoint
 from .calib import Calibrator, check_batch
 from .ops import layer_norm, param_forward, run_node, run_step

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ...errors import QuantizationError
-from ...fx.capture import SimGraph
+from ...fx.graph import SimGraph
 from .adaquant import TUNED_TYPES, AdaQuant, last_quant_nodes
 from .adaquant_calib import KeepFpCalibrator, RawCalibration
 from .calib import check_batch

@@ -62,7 +62,7 @@ from torch.fx.node import map_arg
 from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 from .ops import (getattr_path, HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
                   adaptive_scale, avgpool_kernel, norm_float_params, norm_shape_eps)
 from .plan import QuantPlan

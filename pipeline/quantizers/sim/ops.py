@@ -37,7 +37,8 @@ from torch.fx.node import map_arg
 from ...errors import QuantizationError
 from .. import fixpoint
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode, node_error
+from ...fx.graph import SimGraph, SimNode
+from ...fx.example_run import node_error
 
 LEAKY_SLOPE = 0.1015625  # 26 / 256
 HARD_SIGMOID_SCALE = 2731.0 / 16384.0

@@ -10,7 +10,7 @@ import torch
 
 from ...errors import QuantizationError
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 from .frozen import Params
 
 def module_key(node: SimNode) -> str:

@@ -26,7 +26,7 @@ from collections import OrderedDict
 from typing import Dict, List, Optional
 
 from ...fx import optable as g
-from ...fx.capture import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode
 
 POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
 

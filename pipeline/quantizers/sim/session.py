@@ -17,7 +17,8 @@ from .. import quant_info as qi
 from ..quant_config import TENSOR_TYPES, QuantConfig
 from .calib import Calibrator
 from .cle import ClePair, equalize
-from ...fx.capture import SimGraph, capture
+from ...fx.graph import SimGraph
+from ...fx.capture import capture
 from .lowered import build_lowered
 from .plan import QuantPlan
 
@@ -68,7 +69,7 @@ class SimSession:
         self.model = model  # read only: the xmodel writer traces a copy of it for nndct's node names
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
-        self.graph = capture(model, example, cfg, traced=traced)  # type: SimGraph
+        self.graph = capture(model, example, cfg.rewrites(), traced=traced)  # type: SimGraph
         self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[ClePair]
         self.plan = QuantPlan(self.graph)
 

@@ -25,7 +25,7 @@ from torch import nn
 
 from ....errors import ExportError
 from ....fx import optable as t
-from ....fx.capture import SimGraph, SimNode
+from ....fx.graph import SimGraph, SimNode
 from ... import fixpoint
 from ..ops import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor

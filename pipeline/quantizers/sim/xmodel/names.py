@@ -32,7 +32,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from ....fx import optable as t
-from ....fx.capture import SimGraph
+from ....fx.graph import SimGraph
 
 WRAPPER = "FlattenInOutModelForTrace"
 
@@ -360,9 +360,9 @@ def xmodel_op_names(model: nn.Module, examples: Tuple[torch.Tensor, ...], cfg: A
     from ...quant_config import load_quant_config
     from .xgraph import formal_name
     cfg = cfg if cfg is not None else load_quant_config(None, None)
-    graph = capture(model, examples, cfg)
+    graph = capture(model, examples, cfg.rewrites())
     swapped = work_copy(model)
-    swap_modules(swapped, cfg)
+    swap_modules(swapped, cfg.rewrites())
     from .deploy import optimize
     from .lower import deploy_graph
     names = node_names(graph, swapped, examples)

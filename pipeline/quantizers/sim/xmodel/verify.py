@@ -50,7 +50,7 @@ def sim_names(session: Any, examples: Sequence[torch.Tensor]) -> Dict[str, str]:
     from ....fx.work_copy import work_copy
     from .names import node_names
     swapped = work_copy(session.model)
-    swap_modules(swapped, session.cfg)
+    swap_modules(swapped, session.cfg.rewrites())
     return node_names(session.graph, swapped, tuple(e.detach().cpu().float() for e in examples))
 
 

@@ -10,7 +10,7 @@ from typing import Any, Dict, Sequence, Tuple
 import torch
 
 from ....fx import optable as t
-from ....fx.capture import SimGraph, SimNode
+from ....fx.graph import SimGraph, SimNode
 from ....fx.rewrites import swap_modules
 from ....fx.work_copy import work_copy
 from . import convert, deploy
@@ -87,7 +87,7 @@ def build(session: Any, lowered: torch.fx.GraphModule,
     """
     graph = session.graph  # type: SimGraph
     swapped = work_copy(session.model)
-    swap_modules(swapped, session.cfg)
+    swap_modules(swapped, session.cfg.rewrites())
     examples = tuple(e.detach().cpu().float().clone() for e in examples)  # a model may write its input in place
     names = node_names(graph, swapped, examples)
     dev = deploy_graph(graph, lowered, names, examples)

@@ -5,13 +5,14 @@ from typing import Any, Optional, Tuple
 
 import torch
 
-from .apis_inspector import target_name
-from .errors import QuantizationError
+from ..errors import ConfigError, QuantizationError
 
 QUANT_MODES = {"calib": "calib", "test": "test", 1: "calib", 2: "test"}
 
 
-def _mode(quant_mode: Any) -> str:
+def check_mode(quant_mode: Any) -> str:
+    """``quant_mode`` as ``"calib"`` or ``"test"``, as the real quantizer reads it: 1 and 2 are
+    accepted with a deprecation warning; anything else warns and calibrates (no error)."""
     if quant_mode in QUANT_MODES and not isinstance(quant_mode, bool):
         if isinstance(quant_mode, int):
             warnings.warn("integer quant_mode is deprecated; use 'calib' or 'test'")
@@ -20,7 +21,9 @@ def _mode(quant_mode: Any) -> str:
     return "calib"
 
 
-def _describe(value: Any) -> str:
+def describe_value(value: Any) -> str:
+    """A short description of ``value`` for error messages: a tensor's rank, dtype and shape, or
+    the type (with shape and dtype for array-likes such as numpy arrays)."""
     if isinstance(value, torch.Tensor):
         return "a %d-D %s tensor of shape %s" % (value.dim(), value.dtype, tuple(value.shape))
     kind = type(value)
@@ -33,11 +36,12 @@ def _describe(value: Any) -> str:
 LAYOUT_NAMES = {1: "(N,)", 2: "(N, F)", 3: "(N, C, L)", 4: "(N, C, H, W)", 5: "(N, C, D, H, W)"}
 
 
-def _layout(rank: int) -> str:
+def layout_name(rank: int) -> str:
+    """The layout of a tensor of ``rank`` dimensions for messages, e.g. ``"(N, C, H, W)"`` for 4."""
     return LAYOUT_NAMES.get(rank, "of rank %d" % rank)
 
 
-def _check_input(value: Any, what: str, rank: Optional[int] = None) -> torch.Tensor:
+def check_input(value: Any, what: str, rank: Optional[int] = None) -> torch.Tensor:
     """Return ``value`` if it is a float32 ``torch.Tensor`` (of ``rank`` dimensions when given),
     else raise.
 
@@ -53,24 +57,24 @@ def _check_input(value: Any, what: str, rank: Optional[int] = None) -> torch.Ten
         QuantizationError: not a tensor, not of the rank, or not float32; the message names what
             came in and how to convert it.
     """
-    expected = _layout(rank if rank is not None else 4)
+    expected = layout_name(rank if rank is not None else 4)
     if not isinstance(value, torch.Tensor):
         numpy = type(value).__module__.split(".")[0] == "numpy"
-        hint = _numpy_hint(value) if numpy else "pass a torch.Tensor"
+        hint = numpy_hint(value) if numpy else "pass a torch.Tensor"
     elif (rank is not None and value.dim() != rank) or value.dim() == 0:
-        expected = _layout(rank) if rank is not None else "with a batch dimension"
+        expected = layout_name(rank) if rank is not None else "with a batch dimension"
         hint = "add the batch dimension with x.unsqueeze(0)" if rank is not None and value.dim() == rank - 1 else \
             "reshape it to %s, the shape of input_args" % expected
     elif value.dtype != torch.float32:
-        expected = _layout(value.dim())
+        expected = layout_name(value.dim())
         hint = "cast it with .float()"
     else:
         return value
     raise QuantizationError("%s: expected a float32 torch.Tensor %s, got %s; %s"
-                            % (what, expected, _describe(value), hint))
+                            % (what, expected, describe_value(value), hint))
 
 
-def _numpy_hint(array: Any) -> str:
+def numpy_hint(array: Any) -> str:
     """How to turn the numpy array ``array`` into the float32 tensor the quantizer takes.
 
     ``torch.from_numpy`` refuses negative strides (``a[..., ::-1]``, a BGR<->RGB flip), so such an
@@ -85,18 +89,23 @@ def _numpy_hint(array: Any) -> str:
     return "convert it with %s%s" % (fix, why)
 
 
-def _examples(input_args: Any) -> Tuple[torch.Tensor, ...]:
+def example_inputs(input_args: Any) -> Tuple[torch.Tensor, ...]:
     """``input_args`` (a tensor, or a tuple/list of one tensor per forward argument) as a tuple of
     owned CPU copies: the examples are traced and shape-propagated, and a model whose first op
     writes in place (ReLU(inplace=True) on an input) would otherwise rewrite the caller's tensors."""
     args = tuple(input_args) if isinstance(input_args, (tuple, list)) else (input_args,)
     if not args:
         raise QuantizationError("input_args: expected one example tensor per input of forward(), got none")
-    return tuple(_check_input(a, "input_args" if len(args) == 1 else "input_args[%d]" % i).detach().cpu().clone()
+    return tuple(check_input(a, "input_args" if len(args) == 1 else "input_args[%d]" % i).detach().cpu().clone()
                  for i, a in enumerate(args))
 
 
-def _device(device: Any) -> torch.device:
+def cpu_device(device: Any) -> torch.device:
+    """The device the simulation runs on (always the CPU) for the requested ``device``; a CUDA
+    request warns (with the real quantizer's wording when CUDA is missing).
+
+    Raises:
+        RuntimeError: ``device`` is no device torch knows (``torch.device`` raises it)."""
     device = torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
@@ -106,8 +115,8 @@ def _device(device: Any) -> torch.device:
     return torch.device("cpu")
 
 
-def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
-    """Validate ``target`` (a name or a ``0x`` fingerprint, ``apis_inspector.target_name``) and warn;
+def check_target(target: Optional[str], quant_config_file: Optional[str]) -> Optional[str]:
+    """Validate ``target`` (a name or a ``0x`` fingerprint, :func:`target_name`) and warn;
     returns it unchanged. The real quantizer refuses an unknown name ("... is invalid target name."
     and exit, docs/targets.md#inspector) only in hardware-aware mode (no quant_config_file); here
     always. A valid target warns: the sim does no hardware-aware quantization.
@@ -127,3 +136,30 @@ def _check_target(target: Optional[str], quant_config_file: Optional[str]) -> Op
                       "the fix positions are those of the default DPU flow, as without a target. Use "
                       "the nndct backend in the image for hardware-aware quantization" % target)
     return target
+
+
+def target_name(value: Any, what: str) -> str:
+    """The registered DPU target name for a name or a ``0x`` fingerprint, as the real
+    ``torch_quantizer(target=...)`` and ``Inspector(...)`` take them (docs/targets.md#inspector).
+
+    Args:
+        value: the caller's argument. what: its name for the messages (``"target"``).
+
+    Raises:
+        ConfigError: not a str, an unknown name (the closest registered names are given), or a
+            fingerprint of no registered target.
+    """
+    from ..targets import get_target, targets_by_fingerprint
+    if not isinstance(value, str):
+        raise ConfigError("%s: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' or a '0x' fingerprint "
+                          "(a str), got %s" % (what, type(value).__name__))
+    if value.lower().startswith("0x"):
+        try:
+            known = targets_by_fingerprint(int(value, 16))
+        except ValueError:
+            known = []
+        if not known:
+            raise ConfigError("%s: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
+                              "`python -m pipeline targets` lists names and fingerprints" % (what, value))
+        return known[0][0]
+    return get_target(value).name  # ConfigError naming the closest registered names

@@ -13,37 +13,11 @@ from typing import Any, Optional
 import torch
 from torch import nn
 
-from . import fileio
-from .errors import ConfigError, PipelineError
+from .. import fileio
+from ..errors import ConfigError, PipelineError
+from .checks import target_name
 
 IMAGE_FORMATS = ("svg", "png")
-
-
-def target_name(value: Any, what: str) -> str:
-    """The registered DPU target name for a name or a ``0x`` fingerprint, as the real
-    ``torch_quantizer(target=...)`` and ``Inspector(...)`` take them (docs/targets.md#inspector).
-
-    Args:
-        value: the caller's argument. what: its name for the messages (``"target"``).
-
-    Raises:
-        ConfigError: not a str, an unknown name (the closest registered names are given), or a
-            fingerprint of no registered target.
-    """
-    from .targets import get_target, targets_by_fingerprint
-    if not isinstance(value, str):
-        raise ConfigError("%s: expected a DPU target name such as 'DPUCZDX8G_ISA1_B4096' or a '0x' fingerprint "
-                          "(a str), got %s" % (what, type(value).__name__))
-    if value.lower().startswith("0x"):
-        try:
-            known = targets_by_fingerprint(int(value, 16))
-        except ValueError:
-            known = []
-        if not known:
-            raise ConfigError("%s: %r is not the fingerprint of a DPU target of Vitis AI 3.x or 2.5; "
-                              "`python -m pipeline targets` lists names and fingerprints" % (what, value))
-        return known[0][0]
-    return get_target(value).name  # ConfigError naming the closest registered names
 
 
 class Inspector:
@@ -81,7 +55,7 @@ class Inspector:
             ConfigError: ``image_format`` not None, "svg" or "png".
             PipelineError: the model cannot be traced or fails on the example (node named).
         """
-        from .inspect import inspect_model, write_reports
+        from ..inspect import inspect_model, write_reports
         if image_format is not None and image_format not in IMAGE_FORMATS:
             raise ConfigError("Inspector.inspect: image_format must be None, 'svg' or 'png', got %r" % (image_format,))
         args = tuple(input_args) if isinstance(input_args, (tuple, list)) else (input_args,)

@@ -1,0 +1,225 @@
+"""The drop-in ``torch_quantizer`` (``pipeline.apis``): ``TorchQuantizer``'s state, its input
+checks and forward hooks, ``quant_model``; ``dump_xmodel``. The calib-mode methods are in
+``calib_mode``, the test-mode ones in ``exports``."""
+import copy
+import logging
+import os
+import warnings
+from typing import Any, Dict, Optional, Tuple
+
+import torch
+from torch import nn
+
+from ..errors import ExportError, QuantizationError
+from ..models.loading import load_state_dict_file
+from ..quantizers import calib_commit
+from ..quantizers.base import QuantSettings
+from ..quantizers.calib_commit import check_committed
+from ..quantizers.fingerprint import make_fingerprint
+from ..quantizers.quant_config import load_quant_config
+from ..quantizers.sim.session import SimSession
+from .calib_mode import CalibModeMethods, CalibModel
+from .checks import check_input, check_mode, check_target, cpu_device, example_inputs
+from .exports import TestModeMethods
+
+LOG = logging.getLogger(__name__)
+
+# Keyword arguments of the real torch_quantizer (3.5) that the simulation accepts and ignores,
+# with their defaults (docs/quantizer.md#torch_quantizer-arguments).
+IGNORED_KWARGS = {"input_kwargs": None, "mix_bit": False, "lstm": False, "app_deploy": "CV",
+                  "qat_proc": False, "custom_quant_ops": None, "dynamo": False}
+
+
+class TorchQuantizer(CalibModeMethods, TestModeMethods):
+    """The object ``torch_quantizer`` returns. See :func:`torch_quantizer`."""
+
+    def __init__(self, quant_mode: Any, module: nn.Module, input_args: Any = None,
+                 state_dict_file: Optional[str] = None, output_dir: str = "quantize_result",
+                 bitwidth: Optional[int] = None, device: Any = torch.device("cuda"),
+                 quant_config_file: Optional[str] = None, target: Optional[str] = None,
+                 **kwargs: Any) -> None:
+        unknown = sorted(set(kwargs) - set(IGNORED_KWARGS))
+        if unknown:
+            raise TypeError("torch_quantizer() got unexpected keyword arguments %s" % unknown)
+        for key, value in kwargs.items():
+            if value != IGNORED_KWARGS[key]:
+                warnings.warn("torch_quantizer: %s=%r is ignored by the sim quantizer" % (key, value))
+        if input_args is None:
+            raise QuantizationError("input_args is required: an example input of the model's input shape")
+        if isinstance(module, (nn.DataParallel, nn.parallel.DistributedDataParallel)):
+            warnings.warn("DataParallel is not supported; its module is quantized instead")
+            module = module.module
+        self.quant_mode = check_mode(quant_mode)
+        self.device = cpu_device(device)
+        self.output_dir = output_dir
+        self.target = check_target(target, quant_config_file)
+        if state_dict_file is not None:
+            module = copy.deepcopy(module)
+            module.load_state_dict(load_state_dict_file(state_dict_file))
+        self.config = load_quant_config(quant_config_file, bitwidth)
+        examples = example_inputs(input_args)
+        os.makedirs(output_dir, exist_ok=True)
+        # the session's own copies (shape propagation runs the model on them): see _examples
+        self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
+        self._examples = examples
+        self._fingerprint = self._make_fingerprint(module, examples, quant_config_file)
+        self._forwards = 0
+        self._first_inputs = None  # type: Optional[Tuple[torch.Tensor, ...]]  # the first test-mode forward's
+        self._first_batch = None  # type: Optional[int]
+        self._empty_forwards = 0  # calibration forwards on an empty batch
+        self._nonzero_forwards = 0  # calibration forwards whose input is not all zeros
+        self._calibrator_samples = 0  # samples over all calibration forwards
+        self._own_forwards = 0  # calibration forwards of this process (under torch.distributed: this rank's)
+        self._finetune = None  # type: Optional[Dict[str, Any]]  # fast_finetune's record
+        self._ft_loaded = False  # load_ft_param ran
+        if self.quant_mode == "calib":
+            from ..distributed import dropin_comm
+            # combined over the ranks when a group is up; each collective's wait is bounded (dropin_comm)
+            self._calibrator = self._session.calibrator(dropin_comm())
+            self._model = CalibModel(self)  # type: nn.Module
+        else:
+            # an interrupted or mixed calibration, or one made for another input shape, target,
+            # model or quant_config_file, is refused, naming the field (as the runner does)
+            redo = "run torch_quantizer('calib', ...) and export_quant_config() again"
+            with calib_commit.exclusive(output_dir, shared=True):  # no export into it meanwhile
+                check_committed(output_dir, require=False, redo=redo)  # not interrupted, not mixed
+                # the float model's parameters until load_ft_param(), as nndct's test mode
+                self._model = self._session.load_test(output_dir, finetuned=False)
+                # then what it was made for: other weights warn (the real quantizer tests any weights)
+                check_committed(output_dir, self._fingerprint, ignore=("config_hash",), require=False, redo=redo,
+                                warn_only=("weights_hash",))
+            self._model.register_forward_pre_hook(self._check_forward)
+            self._model.register_forward_hook(self._count_forward)
+
+    def _make_fingerprint(self, module: nn.Module, examples: Tuple[torch.Tensor, ...],
+                          quant_config_file: Optional[str]) -> Dict[str, Any]:
+        """The runner's calibration fingerprint (``pipeline.quantizers.fingerprint``) of this
+        quantizer; with several inputs, ``input_shape`` and ``input_dtype`` list each input's."""
+        settings = QuantSettings(target=self.target, bitwidth=self._session.bitwidth,
+                                 quant_config_file=quant_config_file, device="cpu")
+        # no config file: config_hash names the API (the field is informative and not compared)
+        fp = make_fingerprint(module, examples[0], settings, "pipeline.apis.torch_quantizer", "sim")
+        if len(examples) > 1:
+            fp["input_shape"] = [[int(d) for d in e.shape[1:]] for e in examples]
+            fp["input_dtype"] = [str(e.dtype) for e in examples]
+        return fp
+
+    def _collective(self, call: str, hint: str) -> None:
+        """Under torch.distributed: name what the user called and what every rank must call, for the
+        error of a collective a rank does not join (``distributed.dropin_comm``)."""
+        comm = getattr(self._calibrator, "comm", None)
+        if comm is not None:
+            comm.call, comm.hint = call, hint
+
+    def _check_inputs(self, xs: Tuple[Any, ...], what: str) -> Tuple[torch.Tensor, ...]:
+        """``xs`` checked against the example inputs: as many, each float32 of the same rank."""
+        if len(xs) != len(self._examples):
+            raise QuantizationError("%s: the model takes %d input tensors (as input_args), got %d"
+                                    % (what, len(self._examples), len(xs)))
+        return tuple(check_input(x, what if len(xs) == 1 else "%s %d" % (what, i), e.dim())
+                     for i, (x, e) in enumerate(zip(xs, self._examples)))
+
+    def _check_forward(self, module: nn.Module, inputs: Any) -> None:
+        if self._forwards == 0 and not self._ft_loaded and getattr(module, "quant_info", {}).get("fast_finetuned"):
+            warnings.warn("quant_info.json in %s is from a fast-finetuned calibration, but load_ft_param() was not "
+                          "called: this forward uses the float model's parameters, not the finetuned ones (as the "
+                          "real quantizer does); call quantizer.load_ft_param() before the first forward"
+                          % self.output_dir)
+        if inputs:  # a keyword-only call is left to the model's forward
+            self._check_inputs(tuple(inputs), "quant_model input")
+
+    def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
+        if self._forwards == 0 and inputs:  # the real quantizer records shapes on this forward only
+            self._first_inputs = tuple(x.detach()[:1].clone() if x.dim() else x.detach().clone() for x in inputs)
+            self._first_batch = int(inputs[0].shape[0]) if inputs[0].dim() else 1
+        self._forwards += 1
+        global _CURRENT
+        _CURRENT = self  # dump_xmodel() exports the quantizer that ran last, as nndct's global one
+
+    def _example1(self) -> Tuple[torch.Tensor, ...]:
+        """The batch-1 example inputs (first sample of each ``input_args`` tensor), contiguous copies."""
+        return tuple(e[:1].clone().contiguous() for e in self._examples)
+
+    def _check_exportable(self, method: str, output_dir: Any) -> None:
+        if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir):
+            raise ExportError("%s: output_dir must be a folder path (a str), got %r; nothing was written"
+                              % (method, output_dir))
+        if self.quant_mode != "test":
+            raise QuantizationError(
+                "%s needs test mode: this quantizer was created in calib mode. Call "
+                "export_quant_config() here, then create torch_quantizer('test', ...) and run a "
+                "forward of its quant_model before exporting" % method)
+        if self._forwards == 0:
+            raise QuantizationError(
+                "%s: run at least one forward of quant_model in test mode before exporting (the "
+                "real quantizer logs 'FORWARD function must be called' and writes nothing)" % method)
+
+    @property
+    def quant_model(self) -> nn.Module:
+        """The quantized model to run forwards on.
+
+        calib: each forward calibrates on the batch (one float32 tensor per input, not modified) and returns the
+        calibration output; a batch holding NaN/Inf warns (forward index and count) and is
+        skipped by the statistics, as in nndct. test: the lowered ``torch.fx.GraphModule`` (``sim/lowered.py``).
+        Either raises QuantizationError on inputs that are not float32 torch.Tensors of the
+        example inputs' number and ranks.
+        """
+        LOG.info("=>Get module with quantization.")
+        return self._model
+
+
+def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
+                    state_dict_file: Optional[str] = None, output_dir: str = "quantize_result",
+                    bitwidth: Optional[int] = None, device: Any = torch.device("cuda"),
+                    quant_config_file: Optional[str] = None, target: Optional[str] = None,
+                    **ignored_known_kwargs: Any) -> TorchQuantizer:
+    """Create a quantizer with the signature of ``pytorch_nndct.apis.torch_quantizer`` (docs/quantizer.md#torch_quantizer-arguments).
+
+    Args:
+        quant_mode: ``"calib"`` or ``"test"`` (1 or 2 accepted, deprecated); anything else warns
+            and calibrates, as the real one does.
+        module: float ``nn.Module`` (a DataParallel wrapper is stripped). Never modified.
+        input_args: example input: a float32 torch.Tensor of any rank (the trace shape), or a
+            tuple/list with one per ``forward`` argument. Not modified. Every ``quant_model`` call
+            takes as many float32 tensors, each of its example's rank.
+        state_dict_file: optional float weights, loaded into a copy of ``module``.
+        output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
+        bitwidth: bit width of every tensor without a config file (None means 8).
+        device: requested device; the simulation runs on the CPU (warning for CUDA).
+        quant_config_file: quant_config_file JSON (docs/quant_config.md) or None for the defaults
+            (CLE and bias correction on).
+        target: DPU target name (or ``0x`` fingerprint) of ``pipeline.targets``;
+            checked, then recorded only, with a warning (no hardware-aware quantization).
+        **ignored_known_kwargs: the real API's other keyword arguments (``input_kwargs``,
+            ``mix_bit``, ``lstm``, ``app_deploy``, ``qat_proc``, ``custom_quant_ops``,
+            ``dynamo``); a non-default value warns. Unknown names raise TypeError.
+
+    Returns:
+        TorchQuantizer with ``quant_model``, ``export_quant_config()``, ``export_onnx_model()``,
+        ``export_torch_script()`` and ``export_xmodel()``.
+
+    Raises:
+        ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
+        model or config, no ``input_args``, one that is not a float32 tensor (a numpy array), as
+        many tensors as ``forward`` takes, or (test mode) missing/mismatching quant_info.json or
+        bias_corr.pth.
+    """
+    return TorchQuantizer(quant_mode, module, input_args, state_dict_file, output_dir, bitwidth,
+                          device, quant_config_file, target, **ignored_known_kwargs)
+
+
+def dump_xmodel(output_dir: str = "quantize_result", deploy_check: bool = False, app_deploy: str = "CV") -> str:
+    """``pytorch_nndct.apis.dump_xmodel``: the xmodel of the quantizer that ran a test-mode forward last
+    (the real one uses its process-global quantizer); see :meth:`TorchQuantizer.export_xmodel`.
+
+    Raises:
+        QuantizationError: no test-mode quantizer has run a forward in this process.
+        ExportError: as ``export_xmodel``.
+    """
+    if _CURRENT is None:
+        raise QuantizationError("dump_xmodel: no quantizer has run a forward of its quant_model in test mode in "
+                                "this process; create torch_quantizer('test', ...) and run quant_model(x[:1]) first")
+    return _CURRENT.export_xmodel(output_dir, deploy_check)
+
+
+_CURRENT = None  # type: Optional[TorchQuantizer]

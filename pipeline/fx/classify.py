@@ -1,0 +1,120 @@
+"""The op type of one fx node of the rewritten graph (``capture``, step 4): a row of the op table
+(``optable``) or ``aten::<name>`` for a float operator nndct has no type for; and the shapes of
+the calls that make several nodes (``x[idx]``, chunk/split)."""
+import inspect
+import operator
+from typing import Any, Optional
+
+import torch
+import torch.fx
+from torch import nn
+
+from ..errors import QuantizationError
+from . import optable as t
+from .optable import (CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, METHOD_OPS,
+                      MODULE_OPS, RELU6, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE)
+from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
+
+
+def _conv_op(m: nn.Module, strict: bool = True) -> str:
+    if strict and m.padding_mode != "zeros":
+        raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
+                                "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
+                                "explicit pad" % m.padding_mode)
+    if isinstance(m, nn.Conv2d):
+        cin = m.in_channels
+        depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
+        return DEPTHWISE_CONV2D if depthwise else CONV2D
+    # nndct op_dispatcher: transposed conv is depthwise when weight (in, out/g) has out/g == 1
+    # and groups == in_channels
+    depthwise = m.weight.shape[1] == 1 and m.groups == m.weight.shape[0] and m.groups != 1
+    return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
+
+
+def classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
+    """The op type of one fx node (its call targets named in ``root``): a row of the op table, or ``aten::<name>`` (float operator).
+    A float operator called in place (``nn.SiLU(inplace=True)``, ``F.silu(x, inplace=True)``) is
+    ``aten::<name>_``: torch.jit traces ``aten::silu_`` and nndct keeps the kind, underscore and all,
+    in the node's name (``aten_silu__2``) and the xmodel op's type.
+    ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
+    op = _classify_kind(root, node, strict)
+    if op.startswith("aten::") and _in_place(root, node):
+        op += "_"
+    return op
+
+
+def _in_place(root: nn.Module, node: torch.fx.Node) -> bool:
+    """True when the call runs in place: a module with ``inplace=True`` or a function called with
+    ``inplace=True`` (by keyword or by position)."""
+    if node.op == "call_module":
+        return getattr(root.get_submodule(node.target), "inplace", False) is True
+    if node.op != "call_function":
+        return False
+    if "inplace" in node.kwargs:
+        return node.kwargs["inplace"] is True
+    try:
+        params = list(inspect.signature(node.target).parameters)
+    except (TypeError, ValueError):
+        return False
+    i = params.index("inplace") if "inplace" in params else len(node.args)
+    return len(node.args) > i and node.args[i] is True
+
+
+def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
+    if node.op == "call_module":
+        m = root.get_submodule(node.target)
+        if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
+            return _conv_op(m, strict)
+        if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
+            return RELU6
+        if type(m) in MODULE_OPS:
+            return MODULE_OPS[type(m)]
+        if isinstance(m, REMOVED_MODULES):
+            return t.IDENTITY
+        return "aten::%s" % type(m).__name__.lower()
+    if node.op == "call_function":
+        if node.target in FUNCTION_OPS:
+            return FUNCTION_OPS[node.target]
+        if node.target in REMOVED_FUNCTIONS:
+            return t.IDENTITY
+        return "aten::%s" % getattr(node.target, "__name__", "op").strip("_")
+    if node.target in METHOD_OPS:  # call_method
+        return METHOD_OPS[node.target]
+    return "aten::%s" % str(node.target).strip("_")
+
+
+def is_number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def float_operand(fx_node: Optional[torch.fx.Node]) -> bool:
+    """True when a Python float operand makes arithmetic on sizes a float (``(C // h) ** -0.5``):
+    torch traces a float tensor there, which nndct quantizes like any other."""
+    return fx_node is not None and any(isinstance(a, float) for a in fx_node.args)
+
+
+def getitem_kind(idx: Any) -> str:
+    """``x[idx]`` as torch.jit traces it: an int selects (aten::select), a tensor gathers
+    (aten::index), anything else slices (one nndct_strided_slice)."""
+    if isinstance(idx, int):
+        return t.SELECT
+    if isinstance(idx, torch.fx.Node) or (isinstance(idx, tuple) and any(isinstance(i, torch.fx.Node) for i in idx)):
+        return t.INDEX
+    return STRIDED_SLICE
+
+
+def split_pieces(node: torch.fx.Node) -> Optional[int]:
+    """Number of pieces of a chunk/split node (a split by size without the traced shape: as many
+    as the pieces taken), or None when the node is no chunk/split."""
+    if not ((node.op == "call_function" and node.target in SPLIT_FUNCTIONS)
+            or (node.op == "call_method" and node.target in SPLIT_METHODS)):
+        return None
+    second = node.args[1] if len(node.args) > 1 else node.kwargs.get(
+        "chunks", node.kwargs.get("split_size_or_sections", node.kwargs.get("split_size")))
+    if isinstance(second, (list, tuple)):
+        return len(second)
+    if (node.target == "chunk" or node.target is torch.chunk) and isinstance(second, int):
+        return second
+    taken = [u.args[1] for u in node.users if u.op == "call_function" and u.target is operator.getitem
+             and isinstance(u.args[1], int)]
+    return 1 + max(taken) if taken else 1

@@ -1,0 +1,155 @@
+"""The captured graph (``capture``): ``SimNode``, one nndct node, and ``SimGraph``, the rewritten
+float graph with its nndct view, the nodes the simulation, its test-mode model, inspect and the
+exporters key on."""
+import hashlib
+import json
+from typing import Any, Dict, List, Optional, Tuple
+
+import torch
+import torch.fx
+from torch import nn
+
+from . import optable as t
+from .example_run import ExampleRun
+from .optable import CONST, INPUT, RETURN
+
+
+class SimNode:
+    """One nndct node of the captured graph.
+
+    Attributes:
+        name: nndct node name without the class prefix, e.g. ``"nndct_conv2d_1"``.
+        op: nndct op type, e.g. ``"nndct_conv2d"`` (a row of ``optable``; ``aten::<name>`` for a
+            float operator nndct has no type for).
+        fx_node: the node of ``SimGraph.gm`` that computes it; None for an ``nndct_const`` and
+            for the ``nndct_shape`` nndct adds before the last piece of a chunk/split.
+        inputs: producer SimNodes in argument order (nndct ``in_nodes``).
+        users: consumer SimNodes in graph order (nndct ``out_nodes``; the return is not a SimNode).
+        module_path: submodule path in ``SimGraph.gm`` for module calls, else None.
+        param_names: the parameters nndct quantizes in the node's forward: for conv/dense/
+            batch_norm ``{"weights": "<Class>::<path>.weight", "bias": ...}`` (bias only when the
+            module has one); for a layer norm its weight and bias (gamma, beta; those it has), the
+            module's or the state-dict tensors ``F.layer_norm`` is given.
+        free_params: the state-dict tensors (parameters, buffers) a quantizable node of another
+            kind takes directly as an operand, e.g. ConvNeXt's ``layer_scale * x``: full names in
+            argument order. nndct binds them to the node and registers them in quant_info.json
+            with no fix position (``[[8, null]]``): no module of that kind quantizes them, and the
+            operator uses them in float (``TorchNndctQstrategy.create_quant_config``, the parser's
+            ``_bind_free_params``; its export warns "Parameter tensor is not quantized").
+        is_output: True when the node feeds the graph's return.
+        value: for ``nndct_const``: the Python number (an int one counts as shape arithmetic
+            only when every user is).
+        const_args: positional argument index -> the ``nndct_const`` node standing for that
+            Python number (arithmetic nodes).
+        shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
+    """
+
+    def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
+        self.name = name
+        self.op = op
+        self.fx_node = fx_node
+        self.inputs = []  # type: List[SimNode]
+        self.users = []  # type: List[SimNode]
+        self.module_path = fx_node.target if fx_node is not None and fx_node.op == "call_module" else None
+        self.param_names = {}  # type: Dict[str, str]
+        self.free_params = []  # type: List[str]
+        self.is_output = False
+        self.value = None  # type: Any
+        self.const_args = {}  # type: Dict[int, SimNode]
+        self.shape_value = False
+
+    @property
+    def float_operator(self) -> bool:
+        """True when the node runs in float on the CPU: a float operator of the op table, or
+        element-wise arithmetic with a constant operand (no DPU engine takes a constant)."""
+        if self.shape_value or self.fx_node is None:
+            return False
+        return t.is_float_operator(self.op) or (self.op in (t.ADD, t.MULTIPLY) and any(
+            i.op == CONST for i in self.inputs))
+
+    def __repr__(self) -> str:
+        return "SimNode(%s)" % self.name
+
+
+class SimGraph:
+    """The captured, rewritten float graph plus its nndct view.
+
+    Attributes:
+        class_name: the model's class name (``quant_info.json`` prefix).
+        root: the module whose submodule and attribute paths the graph's nodes name: capture's
+            working copy of the caller's model (``pipeline.fx.work_copy``), rewritten (BN folded,
+            ReLU6 swapped when CLE is on); calibration looks modules up here.
+        fx_graph: the rewritten ``torch.fx.Graph`` (dropout removed, BN folded).
+        gm: ``torch.fx.GraphModule(root, fx_graph)`` computing the rewritten float model, built on
+            first use (its code generation costs as much as a calibration batch of a small model,
+            and calibration never runs it); its graph is ``fx_graph``, its modules ``root``'s.
+        nodes: SimNodes in nndct's order (constants, then inputs, then the rest, topologically).
+        inputs: the ``nndct_input`` nodes in argument order.
+        steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
+            order; None marks a helper step that is no nndct node (``x.shape`` and the sizes read
+            from it, a chunk's tuple, a ``get_attr``): it is run as the fx node says.
+        outputs: the SimNodes whose values the model returns, in return order.
+        example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
+            first use (test mode needs them; calibration does not; the capture does when a
+            torch.Size is sliced or used whole).
+    """
+
+    def __init__(self, class_name: str, run: ExampleRun, nodes: List[SimNode],
+                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode]) -> None:
+        self.class_name = class_name
+        self.root = run.root
+        self.fx_graph = run.fx_graph
+        self._run = run
+        self.nodes = nodes
+        self.inputs = [n for n in nodes if n.op == INPUT]
+        self.steps = steps
+        self.outputs = outputs
+        self.by_name = {n.name: n for n in nodes}
+        self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
+        self._modules = {}  # type: Dict[str, nn.Module]
+
+    @property
+    def gm(self) -> torch.fx.GraphModule:
+        return self._run.gm
+
+    @property
+    def example_shapes(self) -> Dict[torch.fx.Node, Any]:
+        return self._run.shapes
+
+    def full_name(self, node: SimNode) -> str:
+        """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
+        return "%s::%s" % (self.class_name, node.name)
+
+    def module(self, node: SimNode) -> nn.Module:
+        """The submodule a call_module node runs (looked up once per node; the rewrites that
+        replace submodules all run in ``capture``, before this is first called)."""
+        m = self._modules.get(node.module_path)
+        if m is None:
+            m = self._modules[node.module_path] = self.root.get_submodule(node.module_path)
+        return m
+
+    def parameter(self, name: str) -> torch.Tensor:
+        """The tensor of a full parameter name (``"<Class>::<path>"``, a ``param_names`` or
+        ``free_params`` entry) in ``root``: the working copy's own tensor (read it, never write it)."""
+        value = self.root
+        for part in name[len(self.class_name) + 2:].split("."):
+            value = getattr(value, part)
+        return value
+
+    def float_operators(self) -> List[SimNode]:
+        """The nodes that run in float on the CPU, in order (``SimNode.float_operator``)."""
+        return [n for n in self.nodes if n.float_operator]
+
+    def graph_md5(self) -> str:
+        """md5 of the graph description nndct checks in test mode (``Graph.get_md5``).
+
+        The description lists, per node in topological order (the return node last), its op type
+        and the op types of its input and output nodes, dumped with ``json.dumps(indent=2)``.
+        """
+        entries = []
+        for n in self.nodes:
+            outs = [u.op for u in n.users] + ([RETURN] if n.is_output else [])
+            entries.append({"op": n.op, "input_ops": [i.op for i in n.inputs], "output_ops": outs})
+        entries.append({"op": RETURN, "input_ops": [n.op for n in self.outputs], "output_ops": []})
+        text = json.dumps({"nodes": entries}, indent=2, separators=(",", ": "))
+        return hashlib.md5(text.encode("utf-8")).hexdigest()

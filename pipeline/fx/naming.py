@@ -1,0 +1,90 @@
+"""nndct's node order and names for the built nodes (``capture``, step 4; golden_wide README,
+"nndct node names"): the number operands of arithmetic first, in the order nndct's parser makes
+them, then every other node in graph order, each named ``<type>_<index>``."""
+from typing import Dict, List, Optional, Tuple
+
+import torch.fx
+from torch import nn
+
+from . import optable as t
+from .builder import NodeBuilder
+from .graph import SimNode
+from .optable import CONST
+from .shape_tuples import ShapeTuples
+
+
+def nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNode]:
+    """The consts in nndct's numbering order. nndct's parser finds the arithmetic nodes with a
+    depth-first walk (pre-order, from the nodes without inputs, a node's users in graph order),
+    collects them per jit kind (the kinds in the order the walk first meets them), and makes the
+    number operand of each (the second jit input: ``x + c``, ``c + x``, ``x - c``, ``c - x``
+    = ``rsub(x, c)``, ``x * c``, ``x / c``) a const node, in that order, ahead of every node
+    (Vitis-AI ``pytorch_nndct/parse/trace_helper.py`` and ``opt_pass.py``,
+    ``nndct_graph/graph_searcher.py``). Other consts (``//``, the value of ``x[idx] = v``, ...)
+    are constant nodes of the traced graph already, ahead of the input in program order: the walk
+    starts from them (their users first), and they follow the converted ones in program order."""
+    def operand(n: SimNode) -> Optional[SimNode]:
+        first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
+        return n.const_args.get(first) if n.op in t.CONST_OPERAND_TYPES else None
+
+    converted = {id(c) for c in (operand(n) for n in nodes) if c is not None}
+    others = [c for c in consts if id(c) not in converted]
+    users = {id(n): [] for n in others + nodes}  # type: Dict[int, List[SimNode]]
+    for n in nodes:
+        for i in n.inputs:
+            if id(i) in users and n not in users[id(i)]:
+                users[id(i)].append(n)
+    groups = {}  # type: Dict[str, List[SimNode]]
+    seen = set()  # type: set
+    for root in others + [n for n in nodes if all(i.op == CONST for i in n.inputs)]:
+        stack = [root]
+        while stack:
+            node = stack.pop()
+            if id(node) in seen:
+                continue
+            seen.add(id(node))
+            if node.op in t.CONST_OPERAND_TYPES:  # OptPass.transform_const_scalar_to_const_tensor's kinds
+                groups.setdefault(node.op, []).append(node)
+            stack.extend(reversed([u for u in users[id(node)] if id(u) not in seen]))
+    ordered = [operand(n) for members in groups.values() for n in members]
+    ordered = [c for c in ordered if c is not None]
+    return ordered + [c for c in consts if c not in ordered]
+
+
+def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shapes: ShapeTuples, strict: bool,
+                param_names: Optional[Dict[str, Dict[str, str]]]
+                ) -> Tuple[List[SimNode], List[Tuple[torch.fx.Node, Optional[SimNode]]], List[SimNode]]:
+    """The nndct nodes of ``fx_graph`` (its call targets named in ``root``), ordered, named and linked.
+
+    Args:
+        root: the rewritten working copy the graph's nodes name. class_name: the model's class name.
+        fx_graph: the rewritten graph. shapes: its torch.Size reads (``ShapeTuples``).
+        strict: refuse what the simulation cannot run (False: the as-written view of inspect).
+        param_names: module path -> nndct parameter names (inlined attention), or None.
+
+    Returns:
+        ``(nodes, steps, outputs)`` as ``SimGraph`` takes them: nodes in nndct's order with their
+        names, inputs and users set; every fx node but the output with its SimNode (None for a
+        helper step); the returned nodes (``is_output`` set).
+
+    Raises:
+        QuantizationError: a conv/linear module called twice (strict), a conv padding other than
+            zeros (strict), a layer norm whose weight or bias is computed in forward().
+    """
+    builder = NodeBuilder(root, class_name, shapes, strict, param_names)
+    outputs = []  # type: List[SimNode]
+    for fx_node in fx_graph.nodes:
+        if fx_node.op == "output":
+            outputs = builder.resolve_all(fx_node.all_input_nodes)
+        else:
+            builder.visit(fx_node)
+    nodes = nndct_const_order(builder.consts, builder.nodes) + builder.nodes
+    for index, node in enumerate(nodes):
+        node.name = "%s_%d" % (node.op.replace("::", "_"), index)  # aten::mean -> aten_mean_22
+        for i in node.inputs:
+            i.users.append(node)
+    for n in outputs:
+        n.is_output = True
+    for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
+        c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
+    return nodes, builder.steps, outputs
