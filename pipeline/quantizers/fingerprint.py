@@ -28,7 +28,7 @@ QUANTIZER_VERSIONS = {
 
 def sim_version() -> str:
     """Version string of the CPU simulation: ``sim-`` + the pipeline's version."""
-    from .. import __version__
+    from .._version import __version__
     return "sim-" + __version__
 
 

@@ -26,6 +26,19 @@ class CalibResult(StepResult):
     distributed: Optional[Dict[str, Any]] = omitted_when_none()
     fast_finetune: Optional[Dict[str, Any]] = omitted_when_none()
 
+    REPORT_KEYS = ("ledger", "fast_finetune")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"ledger": self.ledger, "fast_finetune": finetune_summary(self.fast_finetune)}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        return ledger_lines(self.ledger) + (finetune_lines(finetune_summary(self.fast_finetune))
+                                            if self.fast_finetune else [])
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        copies = self.ledger.get("copies_per_batch")
+        return [] if copies is None else ["copies per batch at the quantizer boundary: %s" % copies]
+
 
 def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
     """Under torch.distributed: ``{"world_size", "ledger_by_rank"}`` (each rank's boundary ledger
@@ -139,5 +152,75 @@ def _scores(record: Dict[str, Any]) -> str:
                                                                          for k, v in scores.items())
 
 
-STEP = Step("calib", run, writes="quantize_result", after=("train",), own_process=True, distributed=True,
-            result=CalibResult)
+def ledger_lines(led: Dict[str, Any]) -> List[str]:
+    """report.md's memory ledger section: copies per batch at the quantizer boundary, and per stage
+    whether it shared storage with its input, over the calibration batches."""
+    lines = ["## Memory ledger", "",
+             "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
+    if led.get("stages"):
+        lines += ["Per stage over the %s calibration batches (the counters are in report.json):" % led.get("batches"),
+                  "", "| stage | batches | shares storage with its input | bytes allocated (total) |",
+                  "|---|---|---|---|"]
+        for c in led["stages"]:
+            lines.append("| %s | %d | %s | %d |" % (c["stage"], c["batches"], "yes" if not c["copies"] else
+                                                   "no" if not c["views"] else "some batches", c["bytes_allocated"]))
+        lines.append("")
+    return lines
+
+
+def finetune_summary(record: Any) -> Any:
+    """The calib step's fast finetune record for report.json (per-layer evaluations left out), or None."""
+    if not record:
+        return None
+    out = {k: v for k, v in record.items() if k not in ("layers", "ledger")}
+    out["layers"] = [{k: v for k, v in layer.items() if k != "evals"} for layer in record.get("layers", [])]
+    return out
+
+
+def finetune_lines(f: Dict[str, Any]) -> List[str]:
+    """report.md's fast finetune section: what ran, the candidates' output MSE and top-1 agreement with
+    float on the finetune data, and the per-layer net loss and codes changed."""
+    lines = ["## Fast finetune", "",
+             "`%s` on %s batches in %s s; net loss (nndct's objective: batch mean of sqrt(MSE) at the last "
+             "quantized node) %s -> %s; %s parameter codes changed." % (
+                 f.get("method"), f.get("batches"), f.get("seconds"),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_before") or []),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_after") or []), f.get("codes_changed")), ""]
+    if f.get("candidates"):
+        lines += ["| calibration | output MSE vs float | top-1 agreement |", "|---|---|---|"]
+        for name, v in f["candidates"].items():
+            lines.append("| %s | %.6g | %s |" % (name, v["mse"], _fmt(v["top1_agreement"])))
+        lines += ["", "Measured on the finetune data; `plain` is calibration without the finetune (what the run "
+                  "would have written without it).", ""]
+    if f.get("layers"):
+        lines += ["| layer | passes | net loss in | net loss out | codes changed |", "|---|---|---|---|---|"]
+        for layer in f["layers"]:
+            lines.append("| %s | %d | %s | %s | %d |" % (layer["node"], layer["passes"],
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_in"]),
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_out"]),
+                                                       layer["weight_changed"] + layer["bias_changed"]))
+        lines.append("")
+    return lines
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else "%.4f" % x
+
+
+def preflight(ctx: Any) -> None:
+    """Before any work: a calib split with images, and at least 2 finetune batches when fast finetune is on.
+    Raises QuantizationError (public case P03)."""
+    from ..errors import QuantizationError
+    d = ctx.cfg.data
+    if not ctx.split_size("calib"):
+        raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
+                                "(data.split %s); give it a share of the data" % (len(ctx.source), d.split))
+    ft = ctx.cfg.quantizer.fast_finetune
+    if ft.enabled and ctx.n_batches(ft.data, ft.batches) < 2:
+        raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
+                                "(data.split %s, batch_size %d); give it more data or a smaller batch size"
+                                % (ft.data, ctx.n_batches(ft.data, ft.batches), d.split, d.batch_size))
+
+
+STEP = Step("calib", run, writes="quantize_result", after=("train",), reads=("calib",), one_unit=True,
+            preflight=preflight, own_process=True, distributed=True, result=CalibResult)

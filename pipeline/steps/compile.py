@@ -22,6 +22,41 @@ class CompileResult(StepResult):
     plan: Optional[Dict[str, str]] = omitted_when_none()
     next: Optional[str] = omitted_when_none()
 
+    REPORT_KEYS = ("compile", "compile_argv")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"compile": {k: v for k, v in self.to_json().items() if k != "argv"}, "compile_argv": self.argv}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        if self.compiled:
+            line = "compiled: `%s`" % self.compiled
+        else:
+            line = "not compiled: %s. Next: %s. The exact command is in `%s`." % (
+                self.reason, self.next or "see `%s`" % (self.plan or {}).get("plan"), (self.plan or {}).get("script"))
+        return ["## Compile", "", line, ""]
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        if self.compiled:
+            return ["compiled: %s" % self.compiled]
+        return ["not compiled: %s; %s" % (self.reason, self.next or "%s says how" % (self.plan or {}).get("plan"))]
+
+
+def arch_json(ctx: Any) -> str:
+    """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
+    path inside the Vitis AI image. Raises ConfigError when none is known."""
+    from ..targets import arch_json_path
+    c = ctx.cfg.compile
+    return ctx.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
+
+
+def preflight(ctx: Any) -> None:
+    """Before any work: an arch.json that exists here must be the target's (its fingerprint, public case P11).
+    Raises CompileError."""
+    arch = arch_json(ctx)
+    if os.path.isfile(arch):
+        from ..targets import check_arch_json
+        check_arch_json(arch, ctx.cfg.compile.target)
+
 
 def run(ctx: Any) -> CompileResult:
     from ..compilers import plan, vai_c
@@ -29,7 +64,7 @@ def run(ctx: Any) -> CompileResult:
     from ..targets import get_target
     c = ctx.cfg.compile
     target = get_target(c.target)
-    arch = ctx.arch_json()
+    arch = arch_json(ctx)
     export = ctx.require("export", "compile")
     xmodel = quantized_xmodel(ctx, export)
     net = c.net_name or ctx.cfg.run.name
@@ -85,4 +120,4 @@ def quantized_xmodel(ctx: Any, export: Dict[str, Any]) -> Optional[str]:
     return path if os.path.isfile(path) else None
 
 
-STEP = Step("compile", run, writes="compile", requires=("export",), result=CompileResult)
+STEP = Step("compile", run, writes="compile", requires=("export",), preflight=preflight, result=CompileResult)

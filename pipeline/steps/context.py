@@ -12,7 +12,7 @@ import torch
 
 from ..config import LoadedConfig
 from ..errors import ConfigError, DataError, QuantizationError
-from ..rundir import RunDir
+from ..run.folder import RunDir
 from .progress import progress  # noqa: F401  (the steps import it from here)
 
 log = logging.getLogger("pipeline")
@@ -24,7 +24,7 @@ FINGERPRINT_INFORMATIVE = ("compile_target", "config_hash")
 
 
 class Run(RunDir):
-    """The step context: the run folder (``pipeline.rundir.RunDir``) and everything a step needs, built
+    """The step context: the run folder (``pipeline.run.folder.RunDir``) and everything a step needs, built
     lazily from the config.
 
     Args:
@@ -142,11 +142,11 @@ class Run(RunDir):
                                 "data or drop those samples" % (part, i, bad, x.numel()))
             yield x, (None if labels is None else torch.as_tensor(np.asarray(labels), dtype=torch.int64))
 
-    def preflight(self, steps: List[str]) -> None:
-        """Checks that need the data's shape but no work, for the ``steps`` about to run: the declared
-        layout, the channel count after the stages against preprocess.mean/std, the splits the steps
-        need, the arch.json fingerprint. Raises DataError, ConfigError, QuantizationError or
-        CompileError."""
+    def preflight(self, steps: Sequence[Any]) -> None:
+        """Checks that need the data's shape but no work, for the ``steps`` (``pipeline.steps.Step``)
+        about to run: the declared layout, the channel count after the stages against
+        preprocess.mean/std, each step's own ``preflight`` and the splits it ``reads``. Raises
+        DataError, ConfigError, QuantizationError or CompileError."""
         from ..checks import check_channels, check_declared_layout
         shape = tuple(self.source.shape if getattr(self.source, "streaming", False) else self.source.images.shape)
         check_declared_layout(shape, self.source.layout)
@@ -161,31 +161,15 @@ class Run(RunDir):
                                   "batch_slice); a shuffled split gathers each batch's rows at the quantizer "
                                   "boundary and needs stages that keep every sample: set data.split_order: "
                                   "contiguous, or drop that stage" % (shape[0], whole[0]))
-        if "calib" in steps and not sizes.get("calib"):
-            raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data" % (shape[0], self.cfg.data.split))
-        ft = self.cfg.quantizer.fast_finetune
-        if "calib" in steps and ft.enabled and self.n_batches(ft.data, ft.batches) < 2:
-            raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
-                                    "(data.split %s, batch_size %d); give it more data or a smaller batch size"
-                                    % (ft.data, self.n_batches(ft.data, ft.batches), self.cfg.data.split,
-                                       self.cfg.data.batch_size))
-        for step, part in (("train", "train"), ("test", "eval"), ("export", "eval"), ("inspect", "eval")):
-            if step in steps and not (step == "train" and self.cfg.model.weights) and not sizes.get(part):
-                raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
-                                "a share of the data" % (step, part, self.cfg.data.split, shape[0]))
-        if "compile" in steps:
-            arch = self.arch_json()
-            if os.path.isfile(arch):
-                from ..targets import check_arch_json
-                check_arch_json(arch, self.cfg.compile.target)  # P11, before any work
-
-    def arch_json(self) -> str:
-        """The arch.json the compile step uses: compile.arch_json, else the board's or the target's
-        path inside the Vitis AI image. Raises ConfigError when none is known."""
-        from ..targets import arch_json_path
-        c = self.cfg.compile
-        return self.loaded.resolve(c.arch_json) or arch_json_path(c.target, c.board)
+        for step in steps:
+            if step.preflight is not None:
+                step.preflight(self)
+            if step.given(self.cfg):
+                continue
+            for part in step.reads:
+                if not sizes.get(part):
+                    raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give "
+                                    "it a share of the data" % (step.name, part, self.cfg.data.split, shape[0]))
 
     def new_ledger(self) -> Any:
         from ..tensors import Ledger

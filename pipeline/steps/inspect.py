@@ -1,7 +1,7 @@
 """inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from .base import Step, StepResult
 
@@ -14,6 +14,12 @@ class InspectResult(StepResult):
     summary: str = ""
     files: Dict[str, str] = field(default_factory=dict)
     changes: List[str] = field(default_factory=list)
+
+    def quantizer_changes(self) -> List[Tuple[str, str]]:
+        return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        return ["reports: %s" % ", ".join(sorted(self.files.values())), self.summary]
 
 
 def run(ctx: Any) -> InspectResult:
@@ -29,4 +35,5 @@ def run(ctx: Any) -> InspectResult:
     return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)
 
 
-STEP = Step("inspect", run, writes="inspect", result=InspectResult)
+STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult,
+            command="DPU/CPU assignment of every node for compile.target")

@@ -1,5 +1,7 @@
 """test: float and quantized top-1 accuracy on the eval split, and the per-layer sensitivity."""
 import logging
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
@@ -29,6 +31,36 @@ class TestResult(StepResult):
     distributed: Optional[Dict[str, Any]] = omitted_when_none()
     float_correct: int = transient(int)
     classes: Dict[int, int] = transient(dict)
+
+    REPORT_KEYS = ("float_accuracy", "quant_accuracy", "accuracy_drop", "eval_images", "sensitivity", "plots")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"float_accuracy": self.float_accuracy, "quant_accuracy": self.quant_accuracy,
+                "accuracy_drop": self.accuracy_drop, "eval_images": self.eval_images, "sensitivity": self.sensitivity,
+                "plots": {k: os.path.relpath(v, work_dir) for k, v in self.plots.items()}}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        lines = ["## Accuracy", "", "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",
+                 "| %.4f | %.4f | %.2f | %s |" % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop,
+                                                  self.eval_images), ""]
+        if self.sensitivity:
+            lines += ["## Per-layer sensitivity (quantized vs float, eval data)", "",
+                      sensitivity_table(self.sensitivity), ""]
+            plots = self.report_fields(work_dir)["plots"]
+            if plots:
+                lines += ["![SQNR and cosine per layer](%s)" % plots["sensitivity"], "",
+                          "![activation ranges and fix_pos](%s)" % plots["activation_ranges"], ""]
+            else:
+                lines += ["The plots need matplotlib (`pip install matplotlib`).", ""]
+        return lines
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        return ["float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d eval images"
+                % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop, self.eval_images)]
+
+    def quantizer_changes(self) -> List[Tuple[str, str]]:
+        return [(note, row.get("float_node") or row.get("node")) for row in self.sensitivity
+                for note in row.get("notes", [])]
 
 
 def run(ctx: Any) -> TestResult:
@@ -103,7 +135,7 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     PNG plots of that table and of the activation ranges (quantizers/sim/sensitivity.py, plots.py).
     ``handle``: the simulation's test-mode model when the backend's test handle is one; otherwise it
     is built from the calibration files, so this works after either backend's calib."""
-    from .. import plots
+    from ..run import plots
     from ..quantizers.quant_info import read_quant_info
     from ..quantizers.sim.backend import SimBackend
     from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity
@@ -123,5 +155,51 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     return json_safe(rows), files
 
 
-STEP = Step("test", run, writes="plots", requires=("calib",), own_process=True, distributed=True, check=check,
+def _num(v: float) -> str:
+    return "%.4g" % v
+
+
+def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
+    """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
+
+    Columns: quantized node, float node (``sensitivity.float_name``), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
+    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
+    table: a footnote when there are CLE rows, and each note with the nodes it applies to.
+
+    ``rows`` as ``pipeline.quantizers.sim.sensitivity.layer_sensitivity`` returns them, or after
+    :func:`json_safe` and a JSON round trip (``steps/test.json``).
+    """
+    from ..quantizers.sim.sensitivity import float_name, from_json
+    rows = from_json(rows)
+    lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
+             "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        mark = " \\*" if r["cle_rescaled"] else ""
+        sqnr = r["sqnr_db"]
+        lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
+            i, r["node"], float_name(r), r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            "x".join(str(d) for d in r["shape"] or []),
+            ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
+            _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
+            "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
+    text = "\n".join(lines) + "\n"
+    text += ("\nSQNR = 10 log10(sum f^2 / sum (f - q)^2) and cosine over all eval values (f float, q quantized); "
+             "clipped = share of the float values more than half an LSB beyond the fix_pos range (they "
+             "saturate).\n")
+    if any(r["cle_rescaled"] for r in rows):
+        text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
+                 "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
+                 "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
+    nodes_by_note = {}  # type: Dict[str, List[str]]
+    for r in rows:
+        for note in r["notes"]:
+            if not note.startswith("rescaled by CLE"):
+                nodes_by_note.setdefault(note, []).append(r["node"])
+    if nodes_by_note:
+        text += "\n" + "".join("- %s: %s\n" % (note, ", ".join(nodes)) for note, nodes in nodes_by_note.items())
+    return text
+
+
+STEP = Step("test", run, writes="plots", requires=("calib",), reads=("eval",), own_process=True, distributed=True, check=check,
             result=TestResult)

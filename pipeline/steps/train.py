@@ -73,4 +73,9 @@ def run(ctx: Any) -> TrainResult:
                        train_accuracy=train_acc, train_images=n, weights=ctx.weights_path)
 
 
-STEP = Step("train", run, writes="model", result=TrainResult)
+def weights_given(cfg: Any) -> bool:
+    """True when model.weights names the float model's weights: nothing to train, and its file is the user's."""
+    return cfg.model.weights is not None
+
+
+STEP = Step("train", run, writes="model", reads=("train",), given_by_config=weights_given, result=TrainResult)

@@ -1,5 +1,5 @@
 """The driver: runs the asked steps (``pipeline.steps``) in pipeline order on one run folder
-(``pipeline.rundir``), with the pre-flight checks, the lock, status.json, child processes and the
+(``pipeline.run.folder``), with the pre-flight checks, the lock, status.json, child processes and the
 torch.distributed hooks. It names no step and no backend: what a step requires, writes and where it
 runs comes from its ``Step`` declaration, what a backend needs from its class.
 
@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import steps as step_graph
-from .config import LoadedConfig
-from .errors import ConfigError, PipelineError
-from .rundir import lock_work_dir, unlock
-from .runstatus import LOCK_ENV, RunStatus, is_step_child
-from .steps.context import Run
+from .. import fileio, steps as step_graph
+from ..config import LoadedConfig
+from ..errors import ConfigError, PipelineError
+from .folder import SOURCE_FILE, lock_work_dir, unlock
+from .status import LOCK_ENV, RunStatus, is_step_child
+from ..steps.context import Run
 
 log = logging.getLogger("pipeline")
 ROWS_ENV = "PIPELINE_ROWS_SHA256"  # the run's split rows, checked by each child process it starts
@@ -47,13 +47,13 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     anything else the ranks compare their resolved configs (``check_same_config``): ranks started with
     different ones (another ``--set``) refuse with a ConfigError naming the first differing key.
     """
-    from . import distributed
+    from .. import distributed
     ordered = [s for s in step_graph.NAMES if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        from .quantizers.base import backend_class
+        from ..quantizers.base import backend_class
         if comm is not None and not backend_class(loaded.cfg.quantizer.backend).distributed:
             raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
                               "process-global state; run it in one process, or use the sim backend for a distributed "
@@ -82,7 +82,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
     from .report import remove_report, write_report
     run = Run(loaded, source)
     run.comm = comm
-    run.preflight(ordered)
+    run.preflight([step_graph.BY_NAME[s] for s in ordered])
     expected = os.environ.get(ROWS_ENV) if is_step_child(run.work_dir) else None
     rows = run.rows_sha256() if expected else None
     if expected and rows != expected:
@@ -114,11 +114,12 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                 log.info("step %s", step)
                 if run.is_main:
                     remove_report(run.work_dir)  # it would list the files invalidate removes
-                    run.invalidate(step)
+                    run.invalidate(step, step_graph.invalidated(step, run.cfg))
                     write_report(run)  # the report on disk lists what exists now, should the step be killed
                 _sync(run, "the start of step %s" % step)
                 run.sharded = comm is not None and step_graph.BY_NAME[step].distributed
-                snapshot = run.snapshot(step) if run.is_main else {}
+                declared = step_graph.BY_NAME[step]
+                snapshot = run.snapshot(declared.writes) if run.is_main else {}
                 try:
                     if separate and step_graph.BY_NAME[step].own_process:
                         _run_in_child(run, step)
@@ -127,7 +128,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                             comm.context = "step %s" % step
                         step_graph.execute(run, step)
                 finally:
-                    run.record_written(step, snapshot)  # what the next invalidation removes, also after a failure
+                    run.record_written(step, declared.writes, snapshot)  # what the next invalidation removes, also after a failure
                 run.sharded = False
                 _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             state, error = "ok", None
@@ -138,15 +139,16 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
             raise
         finally:
-            if run.is_main and state != "ok" and status.status.get("step") == "calib":
-                run.drop_partial_calibration()
+            failed = step_graph.BY_NAME.get(status.status.get("step") or "")
+            if run.is_main and state != "ok" and failed is not None and failed.one_unit:
+                run.drop_partial(failed.name, failed.writes)
             if run.is_main:
                 description = dict(run.source.describe(), split_order=loaded.cfg.data.split_order,
                                    splits=run.split_summary())
                 if before is not None:
                     after = _source_fingerprint(run)
                     description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
-                run.save_step("source", description)
+                fileio.write_json(run.path(SOURCE_FILE), description)
                 status.finish(state, error)
                 report = write_report(run)
         if before is not None and before != after:
@@ -242,7 +244,7 @@ def _sync(run: Run, where: str) -> None:
 
 
 def _source_fingerprint(run: Run) -> str:
-    from .tensors import fingerprint_array
+    from ..tensors import fingerprint_array
     if getattr(run.source, "streaming", False):
         return run.source.fingerprint()
     return fingerprint_array(run.source.images)
@@ -273,10 +275,10 @@ def run_config(config: str, steps: Optional[List[str]] = None, overrides: Option
 
     Returns the content of report.json. Raises PipelineError subclasses on bad input.
     """
-    from .config import load_config
+    from ..config import load_config
     source = None
     if images is not None:
-        from .data.sources import open_source
+        from ..data.sources import open_source
         kind = "tensor" if isinstance(images, torch.Tensor) else "array"
         source = open_source({"type": kind, "images": images, "labels": labels, "layout": layout}, ".")
     return run_steps(load_config(config, overrides), list(steps or step_graph.DEFAULT_STEPS), source=source)
