@@ -92,13 +92,13 @@ def _run(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         from .config import load_config
-        from .run.driver import run_steps
+        from .runner.driver import run_steps
     finally:
         gc.freeze()
         gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    from .run.status import is_step_child
+    from .runner.status import is_step_child
     # under torchrun only rank 0 reports, and a step's child process leaves it to the run; -q hides
     # the progress, not this summary
     if report and not is_step_child(loaded.work_dir):
@@ -111,7 +111,7 @@ def _step_command(args: argparse.Namespace) -> int:
     folder's lock, status.json, the report), then print its own summary lines."""
     from . import fileio
     from .config import load_config
-    from .run.driver import run_steps
+    from .runner.driver import run_steps
     step = STEP_COMMANDS[args.command]
     loaded = load_config(_config_path(args), args.overrides)
     run_steps(loaded, [step.name])
@@ -141,7 +141,7 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command in STEP_COMMANDS:
             return _step_command(args)
         if args.command == "status":
-            from .run.status import STATUS_FILE, read_status
+            from .runner.status import STATUS_FILE, read_status
             if not os.path.isfile(os.path.join(args.work_dir, STATUS_FILE)):
                 what = "is not a folder" if not os.path.isdir(args.work_dir) else "holds no %s" % STATUS_FILE
                 print("error: %s %s: not a run folder (give the folder of run.work_dir, e.g. runs/<run.name>)"

@@ -141,7 +141,7 @@ def _under(*rooms):
 BACKEND_MODULES = tuple(path.partition(":")[0] for path in BACKENDS.values()) + ("pipeline.quantizers.sim",)
 
 
-@pytest.mark.parametrize("name", _under("steps", "run", "data"))
+@pytest.mark.parametrize("name", _under("steps", "runner", "data"))
 def test_steps_driver_and_data_name_no_backend(name):
     assert not (_strings(name) & set(BACKENDS)), "names a backend: %s" % sorted(_strings(name) & set(BACKENDS))
     imported = [m for m in _all_imports(name) if any(m == b or m.startswith(b + ".") for b in BACKEND_MODULES)]
@@ -156,6 +156,6 @@ def test_only_steps_import_a_step(name):
     assert sorted(_all_imports(name) & STEP_MODULES) == []
 
 
-@pytest.mark.parametrize("name", _under("run") + ["pipeline.cli"])
+@pytest.mark.parametrize("name", _under("runner") + ["pipeline.cli"])
 def test_the_driver_floor_names_no_step(name):
     assert not (_strings(name) & set(STEP_NAMES)), "names a step: %s" % sorted(_strings(name) & set(STEP_NAMES))

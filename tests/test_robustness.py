@@ -293,7 +293,7 @@ def test_steps_out_of_order_say_which_step_to_run_first(tmp_path):
 
 def test_a_second_run_into_a_busy_work_dir_is_refused(tmp_path):
     cfg, _ = make_case(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.run.folder import lock_work_dir; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.runner.folder import lock_work_dir; "
                                "h = lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
                                str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
@@ -467,8 +467,8 @@ def test_the_split_does_not_depend_on_the_order_of_its_keys_nor_on_the_resolved_
 
 
 def test_a_child_process_that_would_cut_other_rows_refuses_to_run(tmp_path, monkeypatch):
-    from pipeline.run.driver import ROWS_ENV
-    from pipeline.run.status import LOCK_ENV
+    from pipeline.runner.driver import ROWS_ENV
+    from pipeline.runner.status import LOCK_ENV
     cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "run"))
     monkeypatch.setenv(ROWS_ENV, "0" * 64)
@@ -498,7 +498,7 @@ def test_training_that_diverges_is_refused_and_saves_nothing(tmp_path):
 
 
 def test_a_status_json_that_is_not_an_object_reads_as_unknown_and_the_next_run_goes_on(tmp_path):
-    from pipeline.run.status import read_status
+    from pipeline.runner.status import read_status
     cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     pipeline.run(cfg, steps=["train"])
     (tmp_path / "run" / "status.json").write_text("[1, 2, 3]")

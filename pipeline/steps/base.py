@@ -1,7 +1,7 @@
 """What a step declares (``Step``) and the base of its typed results (``StepResult``).
 
 A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; the driver
-(``pipeline.run.driver``) checks ``requires``, runs it, saves the result as steps/<name>.json and then
+(``pipeline.runner.driver``) checks ``requires``, runs it, saves the result as steps/<name>.json and then
 calls ``check`` (a verdict that fails the step after its results are saved).
 """
 from dataclasses import dataclass, field, fields
@@ -41,7 +41,7 @@ class StepResult:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
-    # What the step adds to the run's report (pipeline.run.report keeps only the frame: status,
+    # What the step adds to the run's report (pipeline.runner.report keeps only the frame: status,
     # warnings, the quantizer's changes, the source, artifacts, versions). REPORT_KEYS: the keys of
     # report.json it fills, None there while the step has no result.
     REPORT_KEYS = ()  # type: Tuple[str, ...]

@@ -12,7 +12,7 @@ import torch
 
 from ..config import LoadedConfig
 from ..errors import ConfigError, DataError, QuantizationError
-from ..run.folder import RunDir
+from ..runner.folder import RunDir
 from .progress import progress  # noqa: F401  (the steps import it from here)
 
 log = logging.getLogger("pipeline")
@@ -24,7 +24,7 @@ FINGERPRINT_INFORMATIVE = ("compile_target", "config_hash")
 
 
 class Run(RunDir):
-    """The step context: the run folder (``pipeline.run.folder.RunDir``) and everything a step needs, built
+    """The step context: the run folder (``pipeline.runner.folder.RunDir``) and everything a step needs, built
     lazily from the config.
 
     Args:

@@ -135,7 +135,7 @@ def _sensitivity(ctx: Any, model: Any, example: Any, limit: Optional[int],
     PNG plots of that table and of the activation ranges (quantizers/sim/sensitivity.py, plots.py).
     ``handle``: the simulation's test-mode model when the backend's test handle is one; otherwise it
     is built from the calibration files, so this works after either backend's calib."""
-    from ..run import plots
+    from ..runner import plots
     from ..quantizers.quant_info import read_quant_info
     from ..quantizers.sim.backend import SimBackend
     from ..quantizers.sim.sensitivity import json_safe, layer_sensitivity

@@ -9,7 +9,7 @@ kernel drops with the process) and reports the run as ``interrupted`` at its las
 into the folder does the same and records the dead run under ``previous``.
 
 Child processes of the run that holds the lock (calib/test/export of the nndct backend, see
-``pipeline.run.driver``) leave ``status.json`` to their parent.
+``pipeline.runner.driver``) leave ``status.json`` to their parent.
 """
 import datetime
 import os

@@ -1,5 +1,5 @@
 """The driver: runs the asked steps (``pipeline.steps``) in pipeline order on one run folder
-(``pipeline.run.folder``), with the pre-flight checks, the lock, status.json, child processes and the
+(``pipeline.runner.folder``), with the pre-flight checks, the lock, status.json, child processes and the
 torch.distributed hooks. It names no step and no backend: what a step requires, writes and where it
 runs comes from its ``Step`` declaration, what a backend needs from its class.
 

@@ -13,10 +13,10 @@ Layout (``work_dir``)::
     steps/<step>.files.json     the files the step wrote in its folder (what invalidation removes)
     source.json                 the source: kind, shape, layout, splits, sha256 before and after the run
     status.json                 running (pid, step) from the start; ok, failed or interrupted at the end
-                                (pipeline.run.status: a killed run reads as interrupted)
+                                (pipeline.runner.status: a killed run reads as interrupted)
     report.json, report.md      rewritten at each step's start and after every invocation from steps/*.json
 
-This module knows no step: the driver (``pipeline.run.driver``) passes each step's name and folder
+This module knows no step: the driver (``pipeline.runner.driver``) passes each step's name and folder
 as the step declarations (``pipeline.steps``) give them, and which results derive from which.
 
 Ownership: the pipeline runs only in a folder it marked (``.pipeline-run``): a new or empty folder
