@@ -4,19 +4,21 @@ Public API (imported lazily, so ``import pipeline`` is cheap and works on a bare
 onnx, onnxruntime, pytorch_nndct and xir are imported only by the functions that need them):
 
 - ``pipeline.run(config, steps=None, overrides=None, images=None, labels=None)``: run a YAML config
-  (see ``pipeline.runner.run_config``).
+  (see ``pipeline.runner.driver.run_config``).
 - ``pipeline.load_config(path, overrides=None)``: validate a config without running it.
 - ``pipeline.apis.torch_quantizer``: a drop-in for ``pytorch_nndct.apis.torch_quantizer`` running
   the CPU simulation.
 """
 from typing import Any
 
-__version__ = "0.1.0"
+from ._version import __version__
+
+__all__ = ["__version__", "run", "load_config"]
 
 
 def run(*args: Any, **kwargs: Any) -> Any:
-    """See ``pipeline.runner.run_config``."""
-    from .runner import run_config
+    """See ``pipeline.runner.driver.run_config``."""
+    from .runner.driver import run_config
     return run_config(*args, **kwargs)
 
 

@@ -8,7 +8,7 @@ Commands:
     status     the state of a run folder: running (pid, step), ok, failed or interrupted (also after a kill)
     schema     the config's JSON Schema, for editor completion
 
-``run`` and ``inspect`` take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
+``run`` and ``inspect`` (a step with ``Step.command``: run alone through the driver) take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
 progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``)
 prints one ``error:`` message and exits with status 2.
 """
@@ -20,10 +20,11 @@ import os
 import sys
 from typing import List, Optional
 
-from .steps import DEFAULT_STEPS, NAMES as STEPS
+from .steps import DEFAULT_STEPS, NAMES as STEPS, ORDER
 from .errors import ConfigError, PipelineError
 
-COMMANDS = ("run", "inspect", "status", "targets", "check-env", "schema")
+STEP_COMMANDS = {s.name: s for s in ORDER if s.command}  # steps that are also a command of their own
+COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", "schema")
 
 
 def _steps(text: str) -> List[str]:
@@ -59,8 +60,8 @@ def build_parser() -> argparse.ArgumentParser:
     p_run.add_argument("--steps", type=_steps, default=list(DEFAULT_STEPS),
                        help="comma-separated subset of %s, or 'all' (default: %s)"
                             % (",".join(STEPS), ",".join(DEFAULT_STEPS)))
-    p_insp = sub.add_parser("inspect", help="DPU/CPU assignment of every node for compile.target")
-    add_config_args(p_insp)
+    for step in STEP_COMMANDS.values():
+        add_config_args(sub.add_parser(step.name, help=step.command))
     p_status = sub.add_parser("status", help="the state of a run folder (a killed run shows as interrupted)")
     p_status.add_argument("work_dir", metavar="RUN_DIR", help="the run folder (run.work_dir)")
     sub.add_parser("targets", help="list the DPU targets with their fingerprints")
@@ -91,28 +92,31 @@ def _run(args: argparse.Namespace) -> int:
     gc.disable()
     try:
         from .config import load_config
-        from .report import summary_lines
-        from .runner import run_steps
+        from .runner.driver import run_steps
     finally:
         gc.freeze()
         gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
-    from .runstatus import is_step_child
+    from .runner.status import is_step_child
     # under torchrun only rank 0 reports, and a step's child process leaves it to the run; -q hides
     # the progress, not this summary
     if report and not is_step_child(loaded.work_dir):
-        print("\n".join(summary_lines(report)))
+        print("\n".join(report["summary"]))
     return 0
 
 
-def _inspect(args: argparse.Namespace) -> int:
+def _step_command(args: argparse.Namespace) -> int:
+    """A step that is a command of its own: run it alone through the driver (pre-flight, the run
+    folder's lock, status.json, the report), then print its own summary lines."""
+    from . import fileio
     from .config import load_config
-    from .steps import execute
-    from .steps.context import Run
-    result = execute(Run(load_config(_config_path(args), args.overrides)), "inspect")
-    print("reports: %s" % ", ".join(sorted(result.files.values())))
-    print(result.summary)
+    from .runner.driver import run_steps
+    step = STEP_COMMANDS[args.command]
+    loaded = load_config(_config_path(args), args.overrides)
+    run_steps(loaded, [step.name])
+    result = step.result.from_json(fileio.read_json(os.path.join(loaded.work_dir, "steps", step.name + ".json")))
+    print("\n".join(result.summary_lines(loaded.work_dir)))
     return 0
 
 
@@ -134,10 +138,10 @@ def main(argv: Optional[List[str]] = None) -> int:
             # second of exit time, more on a loaded machine). Objects are still finalized as usual.
             gc.freeze()
             return code
-        if args.command == "inspect":
-            return _inspect(args)
+        if args.command in STEP_COMMANDS:
+            return _step_command(args)
         if args.command == "status":
-            from .runstatus import STATUS_FILE, read_status
+            from .runner.status import STATUS_FILE, read_status
             if not os.path.isfile(os.path.join(args.work_dir, STATUS_FILE)):
                 what = "is not a folder" if not os.path.isdir(args.work_dir) else "holds no %s" % STATUS_FILE
                 print("error: %s %s: not a run folder (give the folder of run.work_dir, e.g. runs/<run.name>)"

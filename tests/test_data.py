@@ -256,7 +256,7 @@ def test_digits_are_read_as_scikit_learn_loads_them_without_importing_it():
 def test_report_versions_name_packages_the_run_did_not_import():
     from importlib import metadata
 
-    from pipeline.report import versions
+    from pipeline.runner.report import versions
     v = versions()
     assert v["sklearn"] == metadata.version("scikit-learn") and v["yaml"] == metadata.version("PyYAML")
     assert v["torch"] == torch.__version__

@@ -19,7 +19,7 @@ import torch
 from conftest import REPO
 
 from pipeline.models.loading import build_model
-from pipeline.runner import MISSING, first_difference
+from pipeline.runner.driver import MISSING, first_difference
 
 HELPER = os.path.join(REPO, "tests", "dist_misuse_helper.py")
 ENV = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=os.pathsep.join([REPO, os.path.join(REPO, "tests")]))

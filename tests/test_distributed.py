@@ -193,7 +193,7 @@ def test_no_process_group_means_one_process():
 
 
 def test_the_nndct_backend_refuses_a_distributed_run(monkeypatch, tmp_path):
-    from pipeline import runner
+    from pipeline.runner import driver as runner
     from pipeline.config import load_config
     from pipeline.errors import ConfigError
     posted = []

@@ -21,7 +21,7 @@ from test_robustness import artifact_hashes
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError
-from pipeline.runstatus import read_status
+from pipeline.runner.status import read_status
 
 KILLER = r"""
 import atexit, os, signal, sys

@@ -293,7 +293,7 @@ def test_steps_out_of_order_say_which_step_to_run_first(tmp_path):
 
 def test_a_second_run_into_a_busy_work_dir_is_refused(tmp_path):
     cfg, _ = make_case(tmp_path)
-    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.rundir import lock_work_dir; "
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.runner.folder import lock_work_dir; "
                                "h = lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
                                str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, text=True)
     try:
@@ -443,8 +443,8 @@ def test_a_run_folder_from_before_the_mark_is_adopted(tmp_path):
 
 def _rows(cfg_path, overrides=()):
     from pipeline.config import load_config
-    from pipeline.steps.context import Run
-    run = Run(load_config(str(cfg_path), list(overrides)), None)
+    from pipeline.steps.context import StepContext
+    run = StepContext(load_config(str(cfg_path), list(overrides)))
     return {part: np.asarray(rows).tolist() for part, rows in run.feed.splits.items()}, run.feed.rows_sha256()
 
 
@@ -467,8 +467,8 @@ def test_the_split_does_not_depend_on_the_order_of_its_keys_nor_on_the_resolved_
 
 
 def test_a_child_process_that_would_cut_other_rows_refuses_to_run(tmp_path, monkeypatch):
-    from pipeline.runner import ROWS_ENV
-    from pipeline.runstatus import LOCK_ENV
+    from pipeline.runner.driver import ROWS_ENV
+    from pipeline.runner.status import LOCK_ENV
     cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     monkeypatch.setenv(LOCK_ENV, str(tmp_path / "run"))
     monkeypatch.setenv(ROWS_ENV, "0" * 64)
@@ -498,7 +498,7 @@ def test_training_that_diverges_is_refused_and_saves_nothing(tmp_path):
 
 
 def test_a_status_json_that_is_not_an_object_reads_as_unknown_and_the_next_run_goes_on(tmp_path):
-    from pipeline.runstatus import read_status
+    from pipeline.runner.status import read_status
     cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     pipeline.run(cfg, steps=["train"])
     (tmp_path / "run" / "status.json").write_text("[1, 2, 3]")

@@ -25,7 +25,7 @@ from pipeline.quantizers.base import QuantSettings
 from pipeline.quantizers.sim.backend import SimBackend
 from pipeline.quantizers.sensitivity_rows import ROW_KEYS, LayerSensitivity
 from pipeline.quantizers.sim.sensitivity import layer_sensitivity
-from pipeline.report import sensitivity_table
+from pipeline.steps.test import sensitivity_table
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 _spec = importlib.util.spec_from_file_location("golden_models",
@@ -478,7 +478,7 @@ def _png_size(path):
 
 def test_plots_of_real_rows(digits_rows, tmp_path):
     pytest.importorskip("matplotlib")
-    from pipeline.plots import activation_range_figure, plot_activation_ranges, plot_sensitivity, sensitivity_figure
+    from pipeline.runner.plots import activation_range_figure, plot_activation_ranges, plot_sensitivity, sensitivity_figure
     rows = digits_rows[0]
     fig = sensitivity_figure(rows)
     assert len(fig.axes[0].patches) == len(rows)  # one SQNR bar per layer

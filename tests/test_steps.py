@@ -13,7 +13,7 @@ from pipeline import steps
 from pipeline.config import load_config
 from pipeline.fx.float_trace import FloatTrace
 from pipeline.quantizers.fingerprint import graph_hash
-from pipeline.runner import run_steps
+from pipeline.runner.driver import run_steps
 
 
 def test_invalidation_is_derived_from_requires():

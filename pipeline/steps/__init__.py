@@ -5,7 +5,7 @@ writes, whether it runs in its own process or over the ranks) and ``run(ctx) -> 
 This list is the one place the step graph is written: ``--steps`` names, the run folder's
 invalidation (``derived``) and the driver read it. To add a step: a module here, and its ``STEP`` in ``ORDER``.
 """
-from typing import Any, Dict, Tuple
+from typing import Any, Dict, List, Tuple
 
 from . import calib, compile, deploy, export, inspect, test, train
 from .base import Step
@@ -29,27 +29,35 @@ def derived(name: str) -> Tuple[str, ...]:
     return tuple(s.name for s in ORDER if s.name in out)
 
 
+def invalidated(name: str, cfg: Any) -> List[Tuple[str, str]]:
+    """``(step, folder)`` of each step whose results a new run of ``name`` makes stale: ``name`` itself
+    (unless the config supplies its output, ``Step.given_by_config``) and every step ``derived`` from it."""
+    own = [] if BY_NAME[name].given(cfg) else [name]
+    return [(s, BY_NAME[s].writes) for s in own + list(derived(name))]
+
+
 def execute(ctx: Any, name: str) -> Any:
-    """Run step ``name`` on ``ctx`` (``pipeline.steps.context.Run``): check its required results, run it,
+    """Run step ``name`` on ``ctx`` (``pipeline.steps.context.StepContext``): check its required results, run it,
     save steps/<name>.json, then its verdict (``Step.check``). Returns the typed result."""
     step = BY_NAME[name]
     for dep in step.requires:
-        ctx.require(dep, name)
+        ctx.folder.require(dep, name)
     result = step.run(ctx)
-    ctx.save_step(name, result.to_json())
+    ctx.folder.save_step(name, result.to_json())
     if step.check is not None:
         step.check(ctx, result)
     return result
 
 
-def load_results(ctx: Any) -> Dict[str, Any]:
-    """The saved results of every step in the run folder, typed (``<Step>Result.from_json``)."""
+def load_results(folder: Any) -> Dict[str, Any]:
+    """The saved results of every step in the run folder ``folder`` (``pipeline.runner.folder.RunDir``),
+    typed (``<Step>Result.from_json``), in pipeline order."""
     out = {}
     for s in ORDER:
-        data = ctx.load_step(s.name)
+        data = folder.load_step(s.name)
         if data is not None:
             out[s.name] = s.result.from_json(data)
     return out
 
 
-__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "execute", "load_results", "Step"]
+__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "invalidated", "execute", "load_results", "Step"]

@@ -1,11 +1,11 @@
 """What a step declares (``Step``) and the base of its typed results (``StepResult``).
 
 A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; the driver
-(``pipeline.runner``) checks ``requires``, runs it, saves the result as steps/<name>.json and then
+(``pipeline.runner.driver``) checks ``requires``, runs it, saves the result as steps/<name>.json and then
 calls ``check`` (a verdict that fails the step after its results are saved).
 """
 from dataclasses import dataclass, field, fields
-from typing import Any, Callable, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 
 def omitted_when_none(default: Any = None) -> Any:
@@ -41,6 +41,27 @@ class StepResult:
         names = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in data.items() if k in names})
 
+    # What the step adds to the run's report (pipeline.runner.report keeps only the frame: status,
+    # warnings, the quantizer's changes, the source, artifacts, versions). REPORT_KEYS: the keys of
+    # report.json it fills, None there while the step has no result.
+    REPORT_KEYS = ()  # type: Tuple[str, ...]
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        """This result's keys of report.json (``REPORT_KEYS``); paths relative to ``work_dir``."""
+        return {}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        """report.md's section(s) of this step, Markdown lines (empty: none)."""
+        return []
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        """The lines the command line prints for this step at the end of a run."""
+        return []
+
+    def quantizer_changes(self) -> List[Tuple[str, str]]:
+        """``(change, node)`` for each change the quantizer makes to a node on its way to the DPU."""
+        return []
+
 
 @dataclass(frozen=True)
 class Step:
@@ -48,23 +69,40 @@ class Step:
 
     Attributes:
         name: the ``--steps`` name.
-        run: ``run(ctx) -> StepResult`` (ctx: ``pipeline.steps.context.Run``).
+        run: ``run(ctx) -> StepResult`` (ctx: ``pipeline.steps.context.StepContext``).
         writes: the run-folder entry the step writes besides steps/<name>.json.
         requires: steps whose saved results it reads; the driver refuses to run it without them
             (PipelineError saying to run them first), and re-running one of them removes this step's results.
         after: steps whose outputs it reads when present without requiring their results (calib reads
             train's model, or an outside model.weights): re-running them removes this step's results.
+        reads: the data splits it reads (``data.split``); the pre-flight refuses an empty one before any work.
+        one_unit: its output is complete or absent: what a failed or interrupted run of it wrote is removed.
+        given_by_config: ``given_by_config(cfg)`` is True when the config supplies the step's output
+            (train: ``model.weights``); re-running the step then keeps those files and it needs no split.
+        preflight: ``preflight(ctx)``, checks of its own before any step runs (no work; raises).
         own_process: runs in a child process when the backend needs separate processes and more
             than one such step runs in one invocation.
         distributed: splits its batches over the ranks under torchrun (the others run on rank 0).
         check: ``check(ctx, result)``, run after the result is saved; raises to fail the step.
+        command: help text of a top-level command (``python -m pipeline <name>``) that runs this step
+            alone, or None.
+        result: its ``StepResult`` subclass.
     """
     name: str
     run: Callable[[Any], StepResult]
     writes: str
     requires: Tuple[str, ...] = ()
     after: Tuple[str, ...] = ()
+    reads: Tuple[str, ...] = ()
+    one_unit: bool = False
+    given_by_config: Optional[Callable[[Any], bool]] = None
+    preflight: Optional[Callable[[Any], None]] = None
     own_process: bool = False
     distributed: bool = False
     check: Optional[Callable[[Any, Any], None]] = None
+    command: Optional[str] = None
     result: Any = None
+
+    def given(self, cfg: Any) -> bool:
+        """Whether the config supplies this step's output (``given_by_config``)."""
+        return self.given_by_config is not None and bool(self.given_by_config(cfg))

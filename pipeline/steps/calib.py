@@ -26,6 +26,19 @@ class CalibResult(StepResult):
     distributed: Optional[Dict[str, Any]] = omitted_when_none()
     fast_finetune: Optional[Dict[str, Any]] = omitted_when_none()
 
+    REPORT_KEYS = ("ledger", "fast_finetune")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"ledger": self.ledger, "fast_finetune": finetune_summary(self.fast_finetune)}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        return ledger_lines(self.ledger) + (finetune_lines(finetune_summary(self.fast_finetune))
+                                            if self.fast_finetune else [])
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        copies = self.ledger.get("copies_per_batch")
+        return [] if copies is None else ["copies per batch at the quantizer boundary: %s" % copies]
+
 
 def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
     """Under torch.distributed: ``{"world_size", "ledger_by_rank"}`` (each rank's boundary ledger
@@ -41,7 +54,7 @@ def run(ctx: Any) -> CalibResult:
     from ..fileio import json_bytes
     from ..quantizers.fingerprint import FILE_NAME, write_fingerprint
     limit = ctx.cfg.data.calib_batches  # >= 1 or None (config); the calib split is not empty (preflight)
-    model, example, ledger = ctx.float_model(), ctx.feed.example(), ctx.feed.new_ledger()
+    model, example, ledger = ctx.model.float_model(), ctx.feed.example(), ctx.feed.new_ledger()
     ft_ledger = ctx.feed.new_ledger()  # the finetune's own pass over its split: one copy per batch there too
     stats = InputStats() if ctx.comm is None else InputStats().defer()
     batches = (stats.add(x) for x, _ in ctx.feed.batches("calib", ledger=ledger, limit=limit))
@@ -50,14 +63,14 @@ def run(ctx: Any) -> CalibResult:
     # did not hash as it wrote them (not in CalibrationSummary.sha256) are hashed from the folder, under the lock
     with contextlib.ExitStack() as held:
         if ctx.is_main:
-            held.enter_context(calib_commit.exclusive(ctx.quant_dir))
-            calib_commit.begin(ctx.quant_dir)  # from here the folder holds no committed calibration until commit
+            held.enter_context(calib_commit.exclusive(ctx.model.quant_dir))
+            calib_commit.begin(ctx.model.quant_dir)  # from here the folder holds no committed calibration until commit
         start = time.perf_counter()
-        spill = os.path.join(ctx.work_dir, SPILL_DIR)
+        spill = os.path.join(ctx.folder.work_dir, SPILL_DIR)
         shutil.rmtree(spill, ignore_errors=True)  # a killed finetune's files
         try:
-            summary = ctx.backend().calibrate(model, example, batches, ctx.quant_dir, ctx.settings(),
-                                              traced=ctx.trace(model), finetune=finetune_request(ctx, ft_ledger, spill))
+            summary = ctx.model.backend().calibrate(model, example, batches, ctx.model.quant_dir, ctx.model.settings(),
+                                              traced=ctx.model.trace(model), finetune=finetune_request(ctx, ft_ledger, spill))
         finally:
             shutil.rmtree(spill, ignore_errors=True)
         seconds = time.perf_counter() - start
@@ -72,14 +85,14 @@ def run(ctx: Any) -> CalibResult:
                             % (ctx.cfg.quantizer.bitwidth, ctx.cfg.quantizer.bitwidth))
         for warning in warnings:
             log.warning("calib: %s", warning)
-        fp_path = os.path.join(ctx.quant_dir, FILE_NAME)
+        fp_path = os.path.join(ctx.model.quant_dir, FILE_NAME)
         if ctx.is_main:
-            fingerprint = ctx.fingerprint(model, example)
-            write_fingerprint(ctx.quant_dir, fingerprint)
+            fingerprint = ctx.model.fingerprint(model, example)
+            write_fingerprint(ctx.model.quant_dir, fingerprint)
             written = dict(summary.sha256)
             written[fp_path] = calib_commit.sha256_bytes(json_bytes(fingerprint))  # the bytes write_json wrote
-            calib_commit.commit(ctx.quant_dir, summary.files + [fp_path], written)
-    log.info("calib: %d batches in %.1f s -> %s", summary.batches, seconds, ctx.quant_dir)
+            calib_commit.commit(ctx.model.quant_dir, summary.files + [fp_path], written)
+    log.info("calib: %d batches in %.1f s -> %s", summary.batches, seconds, ctx.model.quant_dir)
     record = summary.fast_finetune
     if record is not None:
         record["ledger"] = ft_ledger.summary()
@@ -139,5 +152,75 @@ def _scores(record: Dict[str, Any]) -> str:
                                                                          for k, v in scores.items())
 
 
-STEP = Step("calib", run, writes="quantize_result", after=("train",), own_process=True, distributed=True,
-            result=CalibResult)
+def ledger_lines(led: Dict[str, Any]) -> List[str]:
+    """report.md's memory ledger section: copies per batch at the quantizer boundary, and per stage
+    whether it shared storage with its input, over the calibration batches."""
+    lines = ["## Memory ledger", "",
+             "copies per batch at the quantizer boundary: **%s**" % led.get("copies_per_batch", "n/a"), ""]
+    if led.get("stages"):
+        lines += ["Per stage over the %s calibration batches (the counters are in report.json):" % led.get("batches"),
+                  "", "| stage | batches | shares storage with its input | bytes allocated (total) |",
+                  "|---|---|---|---|"]
+        for c in led["stages"]:
+            lines.append("| %s | %d | %s | %d |" % (c["stage"], c["batches"], "yes" if not c["copies"] else
+                                                   "no" if not c["views"] else "some batches", c["bytes_allocated"]))
+        lines.append("")
+    return lines
+
+
+def finetune_summary(record: Any) -> Any:
+    """The calib step's fast finetune record for report.json (per-layer evaluations left out), or None."""
+    if not record:
+        return None
+    out = {k: v for k, v in record.items() if k not in ("layers", "ledger")}
+    out["layers"] = [{k: v for k, v in layer.items() if k != "evals"} for layer in record.get("layers", [])]
+    return out
+
+
+def finetune_lines(f: Dict[str, Any]) -> List[str]:
+    """report.md's fast finetune section: what ran, the candidates' output MSE and top-1 agreement with
+    float on the finetune data, and the per-layer net loss and codes changed."""
+    lines = ["## Fast finetune", "",
+             "`%s` on %s batches in %s s; net loss (nndct's objective: batch mean of sqrt(MSE) at the last "
+             "quantized node) %s -> %s; %s parameter codes changed." % (
+                 f.get("method"), f.get("batches"), f.get("seconds"),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_before") or []),
+                 ", ".join("%.6g" % v for v in f.get("net_loss_after") or []), f.get("codes_changed")), ""]
+    if f.get("candidates"):
+        lines += ["| calibration | output MSE vs float | top-1 agreement |", "|---|---|---|"]
+        for name, v in f["candidates"].items():
+            lines.append("| %s | %.6g | %s |" % (name, v["mse"], _fmt(v["top1_agreement"])))
+        lines += ["", "Measured on the finetune data; `plain` is calibration without the finetune (what the run "
+                  "would have written without it).", ""]
+    if f.get("layers"):
+        lines += ["| layer | passes | net loss in | net loss out | codes changed |", "|---|---|---|---|---|"]
+        for layer in f["layers"]:
+            lines.append("| %s | %d | %s | %s | %d |" % (layer["node"], layer["passes"],
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_in"]),
+                                                       ", ".join("%.6g" % v for v in layer["net_loss_out"]),
+                                                       layer["weight_changed"] + layer["bias_changed"]))
+        lines.append("")
+    return lines
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None else "%.4f" % x
+
+
+def preflight(ctx: Any) -> None:
+    """Before any work: a calib split with images, and at least 2 finetune batches when fast finetune is on.
+    Raises QuantizationError (public case P03)."""
+    from ..errors import QuantizationError
+    d = ctx.cfg.data
+    if not ctx.feed.split_size("calib"):
+        raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
+                                "(data.split %s); give it a share of the data" % (len(ctx.feed.source), d.split))
+    ft = ctx.cfg.quantizer.fast_finetune
+    if ft.enabled and ctx.feed.n_batches(ft.data, ft.batches) < 2:
+        raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
+                                "(data.split %s, batch_size %d); give it more data or a smaller batch size"
+                                % (ft.data, ctx.feed.n_batches(ft.data, ft.batches), d.split, d.batch_size))
+
+
+STEP = Step("calib", run, writes="quantize_result", after=("train",), reads=("calib",), one_unit=True,
+            preflight=preflight, own_process=True, distributed=True, result=CalibResult)

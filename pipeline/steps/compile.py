@@ -22,19 +22,46 @@ class CompileResult(StepResult):
     plan: Optional[Dict[str, str]] = omitted_when_none()
     next: Optional[str] = omitted_when_none()
 
+    REPORT_KEYS = ("compile", "compile_argv")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"compile": {k: v for k, v in self.to_json().items() if k != "argv"}, "compile_argv": self.argv}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        if self.compiled:
+            line = "compiled: `%s`" % self.compiled
+        else:
+            line = "not compiled: %s. Next: %s. The exact command is in `%s`." % (
+                self.reason, self.next or "see `%s`" % (self.plan or {}).get("plan"), (self.plan or {}).get("script"))
+        return ["## Compile", "", line, ""]
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        if self.compiled:
+            return ["compiled: %s" % self.compiled]
+        return ["not compiled: %s; %s" % (self.reason, self.next or "%s says how" % (self.plan or {}).get("plan"))]
+
+
+def preflight(ctx: Any) -> None:
+    """Before any work: an arch.json that exists here must be the target's (its fingerprint, public case P11).
+    Raises CompileError."""
+    arch = ctx.loaded.arch_json()
+    if os.path.isfile(arch):
+        from ..targets import check_arch_json
+        check_arch_json(arch, ctx.loaded.target.name)
+
 
 def run(ctx: Any) -> CompileResult:
     from ..compilers import plan, vai_c
     from ..quantizers.base import artifact_name
     c = ctx.cfg.compile
     target = ctx.loaded.target  # resolved once, by the config
-    arch = ctx.arch_json()
-    export = ctx.require("export", "compile")
+    arch = ctx.loaded.arch_json()
+    export = ctx.folder.require("export", "compile")
     xmodel = quantized_xmodel(ctx, export)
     net = c.net_name or ctx.cfg.run.name
-    out_dir = ctx.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)
+    out_dir = ctx.folder.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)
     # without an exported xmodel, the file the backend that writes xmodels writes inside the image
-    expected = ctx.path("export", artifact_name("xmodel", type(ctx.float_model(need_weights=False)).__name__))
+    expected = ctx.folder.path("export", artifact_name("xmodel", type(ctx.model.float_model(need_weights=False)).__name__))
     argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
     if xmodel and vai_c.is_available():
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
@@ -56,7 +83,7 @@ def _no_xmodel(ctx: Any, export: Dict[str, Any]) -> str:
     """Why there is no xmodel to compile, in one sentence."""
     recorded = (export.get("files") or {}).get("xmodel")
     if recorded:
-        return "the exported xmodel %s is missing from %s" % (os.path.basename(recorded), ctx.path("export"))
+        return "the exported xmodel %s is missing from %s" % (os.path.basename(recorded), ctx.folder.path("export"))
     return "no xmodel was exported (export.formats: %s)" % ", ".join(ctx.cfg.export.formats)
 
 
@@ -80,8 +107,8 @@ def quantized_xmodel(ctx: Any, export: Dict[str, Any]) -> Optional[str]:
     recorded = (export.get("files") or {}).get("xmodel")
     if not recorded:
         return None
-    path = ctx.path("export", os.path.basename(recorded))
+    path = ctx.folder.path("export", os.path.basename(recorded))
     return path if os.path.isfile(path) else None
 
 
-STEP = Step("compile", run, writes="compile", requires=("export",), result=CompileResult)
+STEP = Step("compile", run, writes="compile", requires=("export",), preflight=preflight, result=CompileResult)

@@ -17,18 +17,18 @@ class DeployResult(StepResult):
 def run(ctx: Any) -> DeployResult:
     from ..deploy import build_bundle
     from ..quantizers.quant_info import read_quant_info
-    comp = ctx.require("compile", "deploy")
-    qi = read_quant_info(ctx.quant_dir)
-    example_shape = (ctx.load_step("export") or {}).get("example_shape")
+    comp = ctx.folder.require("compile", "deploy")
+    qi = read_quant_info(ctx.model.quant_dir)
+    example_shape = (ctx.folder.load_step("export") or {}).get("example_shape")
     preprocess = dict(ctx.feed.boundary.spec(), source_color=ctx.feed.source.color, source_layout=ctx.feed.source.layout,
                       input_fix_pos=input_fix_pos(qi), input_shape=example_shape)
     labels = ctx.feed.source.labels  # the test step measures top-1 against them: a classifier
     classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
-                      "accuracy": (ctx.load_step("test") or {}).get("quant_accuracy")}
+                      "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
     from .compile import quantized_xmodel
-    manifest = build_bundle(ctx.work_dir, ctx.path("deploy"), comp.get("compiled"), preprocess,
+    manifest = build_bundle(ctx.folder.work_dir, ctx.folder.path("deploy"), comp.get("compiled"), preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
-                            quantized_xmodel=quantized_xmodel(ctx, ctx.load_step("export") or {}))
+                            quantized_xmodel=quantized_xmodel(ctx, ctx.folder.load_step("export") or {}))
     return DeployResult(manifest=manifest)
 
 

@@ -1,5 +1,6 @@
 """export: write the quantized model in export.formats from a batch-1 example, verified by the backend."""
 import logging
+import os
 from dataclasses import dataclass, field
 from typing import Any, Dict, List
 
@@ -18,6 +19,48 @@ class ExportResult(StepResult):
     warnings: List[str] = field(default_factory=list)
     ledger: Dict[str, Any] = field(default_factory=dict)
 
+    REPORT_KEYS = ("onnx_agreement", "xmodel")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"onnx_agreement": {k: v for k, v in self.agreement.items() if k.startswith("onnx")} or None,
+                "xmodel": xmodel_summary(self.agreement.get("xmodel"), work_dir)}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        f, lines = self.report_fields(work_dir), []  # type: Dict[str, Any], List[str]
+        if f["onnx_agreement"]:
+            lines += ["## ONNX Runtime vs simulation", "",
+                      "| flavour | max abs diff | differing | elements | max LSB | ORT optimizations |",
+                      "|---|---|---|---|---|---|"]
+            for fmt, a in sorted(f["onnx_agreement"].items()):
+                lines.append("| %s | %g | %d | %d | %s | %s |" % (fmt, a["max_abs_diff"], a["mismatches"], a["elements"],
+                                                                a["max_diff_lsb"], a.get("ort_optimizations", "none")))
+            lines += ["", "The simulation and `onnx_exact` reproduce the DPU's numbers. `onnx_qdq` rounds ties half to "
+                      "even (ONNX QuantizeLinear) where the DPU rounds half_up; it was checked bit for bit against the "
+                      "simulation with that one change, and its difference from the DPU's numbers is shown above.", ""]
+        x = f["xmodel"]
+        if x:
+            lines += ["## xmodel", "",
+                      "`%s`: %d ops (%d fix), %d bytes; read back and checked (topological order, arguments, "
+                      "attributes, shapes): %s; run by the interpreter on the batch-1 example: %d of %d output elements "
+                      "differ from the simulation." % (x["path"], x["ops"], x["fix_ops"], x["bytes"], x["check"],
+                                                       x["mismatches"], x["elements"]),
+                      "", "`vai_c_xir` compiles this file (the compile plan names it); it is the file the real "
+                      "quantizer's `export_xmodel()` writes for this model and calibration.", ""]
+        return lines
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        f, out = self.report_fields(work_dir), []
+        for fmt, a in sorted((f["onnx_agreement"] or {}).items()):
+            out.append("%s vs simulation in ONNX Runtime: max abs diff %g, %d of %d elements differ%s"
+                       % (fmt, a["max_abs_diff"], a["mismatches"], a["elements"],
+                          " (bit-exact with the simulation rounding half to even)" if "reference_mismatches" in a
+                          else ""))
+        x = f["xmodel"]
+        if x:
+            out.append("xmodel %s written and verified: %d ops, checked; the interpreter reproduces the simulation "
+                       "(%d of %d elements differ)" % (x["path"], x["ops"], x["mismatches"], x["elements"]))
+        return out
+
 
 def run(ctx: Any) -> ExportResult:
     import numpy as np
@@ -25,29 +68,25 @@ def run(ctx: Any) -> ExportResult:
 
     from .. import fileio
     from ..boundary import contiguous_parameters
-    from ..quantizers.calib_commit import check_committed
-    from .context import FINGERPRINT_INFORMATIVE
     from ..progress import phase
     ledger = ctx.feed.new_ledger()
-    model, example = ctx.float_model(), ctx.feed.example(ledger=ledger)
+    model, example = ctx.model.float_model(), ctx.feed.example(ledger=ledger)
     model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same
-    check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
-                    redo="run the calib step again")
-    backend = ctx.backend()
-    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
+    backend = ctx.model.backend()
+    handle = ctx.model.test_handle(model, example)
     files = {}
     # in the order of the backend's formats table (a model one format cannot carry keeps the files written before it)
     formats = sorted(ctx.cfg.export.formats, key=list(backend.formats).index)
     for i, fmt in enumerate(formats):
         with phase("export: writing %s (%d of %d)" % (fmt, i + 1, len(formats))):
-            files.update(backend.export(handle, example, ctx.path("export"), [fmt]))
+            files.update(backend.export(handle, example, ctx.folder.path("export"), [fmt]))
 
     def inputs() -> torch.Tensor:
         return torch.cat([x for x, _ in ctx.feed.batches("eval", limit=ctx.cfg.data.eval_batches)])
 
     with phase("export: verifying %s against the quantized model" % ", ".join(sorted(files))):
         agreement, warnings = backend.verify(handle, files, inputs, ctx.cfg.export.verify_max_lsb)
-    np_example = ctx.path("export", "example_input.npy")
+    np_example = ctx.folder.path("export", "example_input.npy")
     with fileio.atomic_path(np_example) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, example.numpy())
@@ -56,4 +95,16 @@ def run(ctx: Any) -> ExportResult:
                         agreement=agreement, warnings=warnings, ledger=ledger.summary())
 
 
-STEP = Step("export", run, writes="export", requires=("calib",), own_process=True, result=ExportResult)
+def xmodel_summary(report: Any, work_dir: str) -> Any:
+    """The export's xmodel report for report.json: path (relative to the run folder), ops, fix ops,
+    bytes, check, and the interpreter's comparison with the simulation; None without an xmodel."""
+    if not report or "path" not in report:
+        return None
+    run = report.get("interpreter", {})
+    return {"path": os.path.relpath(report["path"], work_dir), "ops": report["ops"], "fix_ops": report["fix_ops"],
+            "bytes": report["bytes"], "check": report["check"], "elements": run.get("elements", 0),
+            "mismatches": run.get("mismatches", 0)}
+
+
+STEP = Step("export", run, writes="export", requires=("calib",), reads=("eval",), own_process=True,
+            result=ExportResult)

@@ -1,7 +1,7 @@
 """inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import Any, Dict, List, Tuple
 
 from .base import Step, StepResult
 
@@ -15,18 +15,25 @@ class InspectResult(StepResult):
     files: Dict[str, str] = field(default_factory=dict)
     changes: List[str] = field(default_factory=list)
 
+    def quantizer_changes(self) -> List[Tuple[str, str]]:
+        return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        return ["reports: %s" % ", ".join(sorted(self.files.values())), self.summary]
+
 
 def run(ctx: Any) -> InspectResult:
     from ..inspect import inspect_model, write_reports
     from ..progress import phase
-    model, target = ctx.float_model(need_weights=False), ctx.loaded.target
+    model, target = ctx.model.float_model(need_weights=False), ctx.loaded.target
     with phase("inspect: assigning the nodes of %s to the DPU of %s or the CPU" % (type(model).__name__, target.name)):
         inspection = inspect_model(model, ctx.feed.example(), target)
-    with phase("inspect: writing the reports to %s" % ctx.path("inspect")):
-        paths = write_reports(inspection, ctx.path("inspect"))
+    with phase("inspect: writing the reports to %s" % ctx.folder.path("inspect")):
+        paths = write_reports(inspection, ctx.folder.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
     changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
     return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)
 
 
-STEP = Step("inspect", run, writes="inspect", result=InspectResult)
+STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult,
+            command="DPU/CPU assignment of every node for compile.target")

@@ -1,11 +1,14 @@
 """test: float and quantized top-1 accuracy on the eval split, and the per-layer sensitivity."""
 import logging
+import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple
 
 from .base import Step, StepResult, omitted_when_none, transient
 from .calib import ranks
+from .model import check_labels
 
 log = logging.getLogger("pipeline")
 
@@ -30,19 +33,45 @@ class TestResult(StepResult):
     float_correct: int = transient(int)
     classes: Dict[int, int] = transient(dict)
 
+    REPORT_KEYS = ("float_accuracy", "quant_accuracy", "accuracy_drop", "eval_images", "sensitivity", "plots")
+
+    def report_fields(self, work_dir: str) -> Dict[str, Any]:
+        return {"float_accuracy": self.float_accuracy, "quant_accuracy": self.quant_accuracy,
+                "accuracy_drop": self.accuracy_drop, "eval_images": self.eval_images, "sensitivity": self.sensitivity,
+                "plots": {k: os.path.relpath(v, work_dir) for k, v in self.plots.items()}}
+
+    def report_section(self, work_dir: str) -> List[str]:
+        lines = ["## Accuracy", "", "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",
+                 "| %.4f | %.4f | %.2f | %s |" % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop,
+                                                  self.eval_images), ""]
+        if self.sensitivity:
+            lines += ["## Per-layer sensitivity (quantized vs float, eval data)", "",
+                      sensitivity_table(self.sensitivity), ""]
+            plots = self.report_fields(work_dir)["plots"]
+            if plots:
+                lines += ["![SQNR and cosine per layer](%s)" % plots["sensitivity"], "",
+                          "![activation ranges and fix_pos](%s)" % plots["activation_ranges"], ""]
+            else:
+                lines += ["The plots need matplotlib (`pip install matplotlib`).", ""]
+        return lines
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        return ["float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d eval images"
+                % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop, self.eval_images)]
+
+    def quantizer_changes(self) -> List[Tuple[str, str]]:
+        return [(note, row.get("float_node") or row.get("node")) for row in self.sensitivity
+                for note in row.get("notes", [])]
+
 
 def run(ctx: Any) -> TestResult:
     import torch
 
-    from ..quantizers.calib_commit import check_committed
-    from .context import FINGERPRINT_INFORMATIVE
     from ..progress import phase
-    model, example = ctx.float_model(), ctx.feed.example()
-    ctx.check_labels(model, example, "test")
-    check_committed(ctx.quant_dir, ctx.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
-                    redo="run the calib step again")
-    backend = ctx.backend()
-    handle = backend.load_test(model, example, ctx.quant_dir, ctx.settings(), traced=ctx.trace(model))
+    model, example = ctx.model.float_model(), ctx.feed.example()
+    check_labels(ctx.feed.source.labels, model, example, "test")
+    backend = ctx.model.backend()
+    handle = ctx.model.test_handle(model, example)
     ledger = ctx.feed.new_ledger()
     limit = ctx.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
@@ -89,7 +118,7 @@ def check(ctx: Any, result: TestResult) -> None:
     q = ctx.cfg.quantizer
     if q.require_float_above_chance:
         check_above_chance(result.float_correct, result.eval_images, result.classes,
-                           (ctx.load_step("calib") or {}).get("warnings", []))
+                           (ctx.folder.load_step("calib") or {}).get("warnings", []))
     if result.accuracy_drop > q.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
                                 "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
@@ -103,24 +132,70 @@ def _sensitivity(ctx: Any, backend: Any, model: Any, example: Any, limit: Option
     and the PNG plots of that table and of the activation ranges (``backend.layer_sensitivity``, plots.py).
     The simulated model is ``backend.analysis_handle``: the test handle when it is one, else built from
     the calibration files, so this works after either backend's calib."""
-    from .. import plots
+    from ..runner import plots
     from ..quantizers.quant_info import read_quant_info
     from ..progress import phase
-    handle = backend.analysis_handle(test_handle, model, example, ctx.quant_dir, ctx.settings(),
-                                     traced=ctx.trace(model))
+    handle = backend.analysis_handle(test_handle, model, example, ctx.model.quant_dir, ctx.model.settings(),
+                                     traced=ctx.model.trace(model))
     with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.feed.n_batches("eval", limit)):
-        rows = backend.layer_sensitivity(model, handle, read_quant_info(ctx.quant_dir),
-                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.settings(),
+        rows = backend.layer_sensitivity(model, handle, read_quant_info(ctx.model.quant_dir),
+                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.model.settings(),
                                          comm=ctx.comm if ctx.feed.sharded else None, example=example,
-                                         traced=ctx.trace(model))
+                                         traced=ctx.model.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
         with phase("test: plots"):
-            files = {"sensitivity": plots.plot_sensitivity(rows, ctx.path("plots", "sensitivity.png")),
+            files = {"sensitivity": plots.plot_sensitivity(rows, ctx.folder.path("plots", "sensitivity.png")),
                      "activation_ranges": plots.plot_activation_ranges(rows,
-                                                                       ctx.path("plots", "activation_ranges.png"))}
+                                                                       ctx.folder.path("plots", "activation_ranges.png"))}
     return [r.to_json() for r in rows], files
 
 
-STEP = Step("test", run, writes="plots", requires=("calib",), own_process=True, distributed=True, check=check,
+def _num(v: float) -> str:
+    return "%.4g" % v
+
+
+def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
+    """The rows as a Markdown table (one line per row, graph order) plus a footnote for CLE rows.
+
+    Columns: quantized node, float node (``LayerSensitivity.float_name``), op, bits/fix_pos, per-sample shape, SQNR (dB, two
+    decimals, ``inf`` when exact), cosine (six decimals), float range, the fix_pos range, clipped
+    percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
+    table: a footnote when there are CLE rows, and each note with the nodes it applies to.
+
+    ``rows``: ``LayerSensitivity`` rows as the backend's ``layer_sensitivity`` returns them, or after
+    ``LayerSensitivity.to_json`` and a JSON round trip (``steps/test.json``).
+    """
+    from ..quantizers.sensitivity_rows import LayerSensitivity
+    rows = [LayerSensitivity.of(r) for r in rows]
+    lines = ["| # | quantized node | float node | op | bits / fix_pos | shape | SQNR (dB) | cosine | float range "
+             "| fix_pos range | clipped |", "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for i, r in enumerate(rows):
+        mark = " \\*" if r["cle_rescaled"] else ""
+        sqnr = r["sqnr_db"]
+        lines.append("| %d | %s | %s | %s | %d / %d | %s | %s | %.6f | %s .. %s%s | %s .. %s | %s |" % (
+            i, r["node"], r.float_name, r["op"].replace("nndct_", ""), r["bitwidth"], r["fix_pos"],
+            "x".join(str(d) for d in r["shape"] or []),
+            ("inf" if sqnr > 0 else "-inf") if math.isinf(sqnr) else "%.2f" % sqnr, r["cosine"],
+            _num(r["graph_min"]), _num(r["graph_max"]), mark, _num(r["range_min"]), _num(r["range_max"]),
+            "0" if r["clipped_fraction"] == 0 else "%.3g%%" % (100 * r["clipped_fraction"])))
+    text = "\n".join(lines) + "\n"
+    text += ("\nSQNR = 10 log10(sum f^2 / sum (f - q)^2) and cosine over all eval values (f float, q quantized); "
+             "clipped = share of the float values more than half an LSB beyond the fix_pos range (they "
+             "saturate).\n")
+    if any(r["cle_rescaled"] for r in rows):
+        text += ("\n\\* between the two convs of a CLE pair: the quantized graph holds the float tensor divided "
+                 "per channel by the CLE scale. SQNR and cosine are taken after undoing it (float model scale); "
+                 "the ranges are in the quantized graph's scale, where the fix_pos applies.\n")
+    nodes_by_note = {}  # type: Dict[str, List[str]]
+    for r in rows:
+        for note in r["notes"]:
+            if not note.startswith("rescaled by CLE"):
+                nodes_by_note.setdefault(note, []).append(r["node"])
+    if nodes_by_note:
+        text += "\n" + "".join("- %s: %s\n" % (note, ", ".join(nodes)) for note, nodes in nodes_by_note.items())
+    return text
+
+
+STEP = Step("test", run, writes="plots", requires=("calib",), reads=("eval",), own_process=True, distributed=True, check=check,
             result=TestResult)

@@ -4,6 +4,7 @@ from dataclasses import dataclass
 from typing import Any, Optional
 
 from .base import Step, StepResult, omitted_when_none
+from .model import check_labels
 
 log = logging.getLogger("pipeline")
 
@@ -31,10 +32,10 @@ def run(ctx: Any) -> TrainResult:
     m = ctx.cfg.model
     if m.weights is not None:
         log.info("train: model.weights is set (%s); nothing to train", m.weights)
-        return TrainResult(skipped="model.weights is set", weights=ctx.weights_path)
+        return TrainResult(skipped="model.weights is set", weights=ctx.model.weights_path)
     torch.manual_seed(ctx.cfg.run.seed)
     model = build_model(m.zoo, m.factory, m.kwargs)
-    ctx.check_labels(model.eval(), ctx.feed.example(), "train")
+    check_labels(ctx.feed.source.labels, model.eval(), ctx.feed.example(), "train")
     ledger = ctx.feed.new_ledger()
     xs, ys = [], []  # the train split is not empty and has labels: preflight and check_labels
     for x, y in ctx.feed.batches("train", ledger=ledger):
@@ -66,11 +67,16 @@ def run(ctx: Any) -> TrainResult:
         raise DataError("train: the weights became NaN or Inf (%s; last loss %s): training diverged. Lower "
                         "model.train.lr (now %g); nothing was saved" % (bad, metrics["final_loss"], m.train.lr))
     train_acc, n = accuracy(model, [(x_all, y_all)])
-    fileio.write_torch(ctx.weights_path, model.state_dict())
+    fileio.write_torch(ctx.model.weights_path, model.state_dict())
     log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
              metrics["seconds"], train_acc)
     return TrainResult(epochs=metrics["epochs"], final_loss=metrics["final_loss"], seconds=metrics["seconds"],
-                       train_accuracy=train_acc, train_images=n, weights=ctx.weights_path)
+                       train_accuracy=train_acc, train_images=n, weights=ctx.model.weights_path)
 
 
-STEP = Step("train", run, writes="model", result=TrainResult)
+def weights_given(cfg: Any) -> bool:
+    """True when model.weights names the float model's weights: nothing to train, and its file is the user's."""
+    return cfg.model.weights is not None
+
+
+STEP = Step("train", run, writes="model", reads=("train",), given_by_config=weights_given, result=TrainResult)

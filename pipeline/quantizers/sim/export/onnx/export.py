@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.fx
 
-from ..... import __version__
+from ....._version import __version__
 from .....errors import ExportError
 from .....fileio import write_bytes
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record

@@ -1,5 +1,5 @@
 """The driver: runs the asked steps (``pipeline.steps``) in pipeline order on one run folder
-(``pipeline.rundir``), with the pre-flight checks, the lock, status.json, child processes and the
+(``pipeline.runner.folder``), with the pre-flight checks, the lock, status.json, child processes and the
 torch.distributed hooks. It names no step and no backend: what a step requires, writes and where it
 runs comes from its ``Step`` declaration, what a backend needs from its class.
 
@@ -15,12 +15,12 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 
-from . import steps as step_graph
-from .config import LoadedConfig
-from .errors import ConfigError, PipelineError
-from .rundir import lock_work_dir, unlock
-from .runstatus import LOCK_ENV, RunStatus, is_step_child
-from .steps.context import Run
+from .. import fileio, steps as step_graph
+from ..config import LoadedConfig
+from ..errors import ConfigError, PipelineError
+from .folder import SOURCE_FILE, lock_work_dir, unlock
+from .status import LOCK_ENV, RunStatus, is_step_child
+from ..steps.context import StepContext
 
 log = logging.getLogger("pipeline")
 ROWS_ENV = "PIPELINE_ROWS_SHA256"  # the run's split rows, checked by each child process it starts
@@ -47,13 +47,13 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     anything else the ranks compare their resolved configs (``check_same_config``): ranks started with
     different ones (another ``--set``) refuse with a ConfigError naming the first differing key.
     """
-    from . import distributed
+    from .. import distributed
     ordered = [s for s in step_graph.NAMES if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        from .quantizers.base import backend_class
+        from ..quantizers.base import backend_class
         if comm is not None and not backend_class(loaded.cfg.quantizer.backend).distributed:
             raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
                               "process-global state; run it in one process, or use the sim backend for a distributed "
@@ -80,45 +80,45 @@ def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any)
 
 def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
     from .report import remove_report, write_report
-    run = Run(loaded, source)
-    run.comm = comm
-    run.preflight(ordered)
-    expected = os.environ.get(ROWS_ENV) if is_step_child(run.work_dir) else None
+    run = StepContext(loaded, source, comm)
+    run.preflight([step_graph.BY_NAME[s] for s in ordered])
+    expected = os.environ.get(ROWS_ENV) if is_step_child(loaded.work_dir) else None
     rows = run.feed.rows_sha256() if expected else None
     if expected and rows != expected:
         raise PipelineError("this child process of the run would cut the source into other train/calib/eval rows than "
                             "the run that started it (rows sha256 %s, the run's %s); its config or source differs from "
                             "the run's: this is a bug, please report it" % (rows[:12], expected[:12]))
-    lock = lock_work_dir(run.work_dir) if run.is_main else None
+    lock = lock_work_dir(loaded.work_dir) if run.is_main else None
     try:
         # status.json says "running" from here on; rank 0 alone writes it
-        status = RunStatus(run.work_dir, ordered, active=run.is_main)
+        status = RunStatus(loaded.work_dir, ordered, active=run.is_main)
         if comm is not None:
             status.status["world_size"] = comm.world
         previous = status.start()
         if previous:
             log.warning("the previous run in %s (pid %s) was interrupted during step %s; it is redone if asked for",
-                        run.work_dir, previous.get("pid"), previous.get("step"))
+                        loaded.work_dir, previous.get("pid"), previous.get("step"))
         before = after = None
         report = {}  # type: Dict[str, Any]
         state, error = "failed", "the run stopped unexpectedly"
         try:
             if run.is_main:
-                run.remove_stale_temporaries()
-                run.write_resolved_config()
+                run.folder.remove_stale_temporaries()
+                run.folder.write_resolved_config()
                 before = run.feed.source.fingerprint() if loaded.cfg.run.verify_source_unchanged else None
-            separate = run.backend().separate_processes and len(
+            separate = run.model.backend().separate_processes and len(
                 [s for s in ordered if step_graph.BY_NAME[s].own_process]) > 1
             for step in ordered:
                 status.step(step)
                 log.info("step %s", step)
                 if run.is_main:
-                    remove_report(run.work_dir)  # it would list the files invalidate removes
-                    run.invalidate(step)
-                    write_report(run)  # the report on disk lists what exists now, should the step be killed
+                    remove_report(loaded.work_dir)  # it would list the files invalidate removes
+                    run.folder.invalidate(step, step_graph.invalidated(step, run.cfg))
+                    write_report(run.folder)  # the report on disk lists what exists now, should the step be killed
                 _sync(run, "the start of step %s" % step)
                 run.feed.sharded = comm is not None and step_graph.BY_NAME[step].distributed
-                snapshot = run.snapshot(step) if run.is_main else {}
+                declared = step_graph.BY_NAME[step]
+                snapshot = run.folder.snapshot(declared.writes) if run.is_main else {}
                 try:
                     if separate and step_graph.BY_NAME[step].own_process:
                         _run_in_child(run, step)
@@ -127,7 +127,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                             comm.context = "step %s" % step
                         step_graph.execute(run, step)
                 finally:
-                    run.record_written(step, snapshot)  # what the next invalidation removes, also after a failure
+                    run.folder.record_written(step, declared.writes, snapshot)  # what the next invalidation removes
                 run.feed.sharded = False
                 _sync(run, "the end of step %s (rank 0 writes its results)" % step)
             state, error = "ok", None
@@ -138,17 +138,18 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
             raise
         finally:
-            if run.is_main and state != "ok" and status.status.get("step") == "calib":
-                run.drop_partial_calibration()
+            failed = step_graph.BY_NAME.get(status.status.get("step") or "")
+            if run.is_main and state != "ok" and failed is not None and failed.one_unit:
+                run.folder.drop_partial(failed.name, failed.writes)
             if run.is_main:
                 description = dict(run.feed.source.describe(), split_order=loaded.cfg.data.split_order,
                                    splits=run.feed.split_summary())
                 if before is not None:
                     after = run.feed.source.fingerprint()
                     description.update(sha256_before=before, sha256_after=after, unchanged=before == after)
-                run.save_step("source", description)
+                fileio.write_json(run.folder.path(SOURCE_FILE), description)
                 status.finish(state, error)
-                report = write_report(run)
+                report = write_report(run.folder)
         if before is not None and before != after:
             raise PipelineError("the source data changed during the run (sha256 %s -> %s); this is a bug: "
                                 "please report it" % (before, after))
@@ -158,7 +159,7 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
 
 
 def _comparable(loaded: LoadedConfig) -> Dict[str, Any]:
-    """The resolved config as the ranks compare it: input paths absolute, ``run.work_dir`` the absolute
+    """The resolved config as the ranks compare it: input paths absolute, ``loaded.work_dir`` the absolute
     run folder (every rank reads the calibration rank 0 writes there)."""
     raw = loaded.absolute_raw()
     raw.setdefault("run", {})["work_dir"] = loaded.work_dir
@@ -234,17 +235,17 @@ def check_same_config(loaded: LoadedConfig, comm: Any) -> None:
                       % (comm.world, "; ".join(lines)))
 
 
-def _sync(run: Run, where: str) -> None:
+def _sync(run: StepContext, where: str) -> None:
     """Under torch.distributed: wait for every rank at ``where`` (DistributedError naming a failed rank)."""
     if run.comm is not None:
         run.comm.context = where
         run.comm.barrier()
 
 
-def _run_in_child(run: Run, step: str) -> None:
-    argv = [sys.executable, "-m", "pipeline", "run", "--config", run.path("config.resolved.yaml"), "--steps", step]
+def _run_in_child(run: StepContext, step: str) -> None:
+    argv = [sys.executable, "-m", "pipeline", "run", "--config", run.folder.path("config.resolved.yaml"), "--steps", step]
     log.info("running %s in its own process: %s", step, " ".join(argv))
-    env = dict(os.environ, **{LOCK_ENV: run.work_dir, ROWS_ENV: run.feed.rows_sha256()})  # it runs under our lock
+    env = dict(os.environ, **{LOCK_ENV: run.folder.work_dir, ROWS_ENV: run.feed.rows_sha256()})  # it runs under our lock
     proc = subprocess.run(argv, env=env)
     if proc.returncode != 0:
         raise PipelineError("step %s failed in its child process (exit code %d); its messages are above"
@@ -266,10 +267,10 @@ def run_config(config: str, steps: Optional[List[str]] = None, overrides: Option
 
     Returns the content of report.json. Raises PipelineError subclasses on bad input.
     """
-    from .config import load_config
+    from ..config import load_config
     source = None
     if images is not None:
-        from .data.sources import open_source
+        from ..data.sources import open_source
         kind = "tensor" if isinstance(images, torch.Tensor) else "array"
         source = open_source({"type": kind, "images": images, "labels": labels, "layout": layout}, ".")
     return run_steps(load_config(config, overrides), list(steps or step_graph.DEFAULT_STEPS), source=source)

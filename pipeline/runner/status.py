@@ -9,14 +9,14 @@ kernel drops with the process) and reports the run as ``interrupted`` at its las
 into the folder does the same and records the dead run under ``previous``.
 
 Child processes of the run that holds the lock (calib/test/export of the nndct backend, see
-``pipeline.runner``) leave ``status.json`` to their parent.
+``pipeline.runner.driver``) leave ``status.json`` to their parent.
 """
 import datetime
 import os
 import socket
 from typing import Any, Dict, List, Optional
 
-from . import fileio
+from .. import fileio
 
 STATUS_FILE = "status.json"
 LOCK_FILE = ".pipeline.lock"

@@ -16,8 +16,8 @@ import io
 import math
 from typing import Any, Dict, List, Optional
 
-from . import fileio
-from .errors import BackendUnavailableError
+from .. import fileio
+from ..errors import BackendUnavailableError
 
 DPI = 100
 BAR_COLOR = "#4C72B0"
@@ -46,7 +46,7 @@ def _require() -> None:
 def layer_label(row: Dict[str, Any]) -> str:
     """``"<float module or node> [<nndct node without 'nndct_'>]"``, e.g. ``"layer1.0.relu [relu_5]"``
     (``LayerSensitivity.float_name``)."""
-    from .quantizers.sensitivity_rows import LayerSensitivity
+    from ..quantizers.sensitivity_rows import LayerSensitivity
     row = LayerSensitivity.of(row)
     short = row["node"][len("nndct_"):] if row["node"].startswith("nndct_") else row["node"]
     return "%s [%s]" % (row.float_name, short)
@@ -79,7 +79,7 @@ def _render(build: Any, rows: List[Dict[str, Any]], path: Optional[str] = None) 
     _require()
     import matplotlib.style
 
-    from .quantizers.sensitivity_rows import LayerSensitivity
+    from ..quantizers.sensitivity_rows import LayerSensitivity
     with matplotlib.style.context("default"):
         fig = build([LayerSensitivity.of(r) for r in rows])
         if path is not None:

@@ -11,13 +11,13 @@ Layout (``work_dir``)::
     deploy/                     deploy: the deploy bundle and its manifest
     steps/<step>.json           each step's results (pipeline.steps: one dataclass per step)
     steps/<step>.files.json     the files the step wrote in its folder (what invalidation removes)
+    source.json                 the source: kind, shape, layout, splits, sha256 before and after the run
     status.json                 running (pid, step) from the start; ok, failed or interrupted at the end
-                                (pipeline.runstatus: a killed run reads as interrupted)
+                                (pipeline.runner.status: a killed run reads as interrupted)
     report.json, report.md      rewritten at each step's start and after every invocation from steps/*.json
 
-What each step writes and which steps derive from it come from the step declarations
-(``pipeline.steps``): this module names no step but ``train`` (whose folder an outside
-model.weights keeps) and ``calib`` (whose folder is complete or absent).
+This module knows no step: the driver (``pipeline.runner.driver``) passes each step's name and folder
+as the step declarations (``pipeline.steps``) give them, and which results derive from which.
 
 Ownership: the pipeline runs only in a folder it marked (``.pipeline-run``): a new or empty folder
 gets the mark, a non-empty folder without it is refused (a user's project folder named as the run
@@ -29,17 +29,18 @@ import json
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import yaml
 
-from . import fileio
-from .errors import PipelineError
-from .runstatus import LOCK_FILE, STATUS_FILE, is_step_child
+from .. import fileio
+from ..errors import PipelineError
+from .status import LOCK_FILE, STATUS_FILE, is_step_child
 
 log = logging.getLogger("pipeline")
 
 MARK_FILE = ".pipeline-run"
+SOURCE_FILE = "source.json"  # the source's description, its splits, its sha256 before and after the run
 Snapshot = Dict[str, Tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
 
@@ -48,13 +49,13 @@ class RunDir:
 
     Args:
         loaded: the validated config (``pipeline.config.LoadedConfig``); ``run.work_dir`` is the folder.
+        comm: the ``pipeline.distributed.Comm`` under torchrun (rank 0 alone writes), else None.
     """
 
-    def __init__(self, loaded: Any) -> None:
+    def __init__(self, loaded: Any, comm: Any = None) -> None:
         self.loaded = loaded
-        self.cfg = loaded.cfg
         self.work_dir = loaded.work_dir
-        self.comm = None  # type: Any  # pipeline.distributed.Comm under torchrun: rank 0 alone writes
+        self.comm = comm  # pipeline.distributed.Comm under torchrun: rank 0 alone writes
 
     @property
     def is_main(self) -> bool:
@@ -62,15 +63,8 @@ class RunDir:
         return self.comm is None or self.comm.is_main
 
     def path(self, *parts: str) -> str:
+        """``work_dir/parts...``."""
         return os.path.join(self.work_dir, *parts)
-
-    @property
-    def weights_path(self) -> str:
-        return self.loaded.resolve(self.cfg.model.weights) or self.path("model", "float.pt")
-
-    @property
-    def quant_dir(self) -> str:
-        return self.path("quantize_result")
 
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
         """Write steps/<step>.json (rank 0 only); returns ``result``."""
@@ -96,48 +90,44 @@ class RunDir:
         raw.setdefault("run", {})["work_dir"] = self.work_dir
         return fileio.write_text(self.path("config.resolved.yaml"), yaml.safe_dump(raw, sort_keys=True))
 
-    def snapshot(self, step: str) -> Snapshot:
-        """The files in ``step``'s folder now, to tell later which ones the step wrote."""
-        from .steps import BY_NAME
-        return _files(self.work_dir, BY_NAME[step].writes)
+    def snapshot(self, folder: str) -> Snapshot:
+        """The files under ``folder`` (relative to the run folder) now, to tell later which ones a step wrote."""
+        return _files(self.work_dir, folder)
 
-    def record_written(self, step: str, before: Snapshot) -> None:
-        """Add to ``steps/<step>.files.json`` the files of the step's folder that are new or were
-        rewritten since ``before`` (rank 0 only; also after a failed step, whose partial files the
-        next invalidation must find)."""
-        from .steps import BY_NAME
+    def record_written(self, name: str, folder: str, before: Snapshot) -> None:
+        """Add to ``steps/<name>.files.json`` the files under ``folder`` that are new or were rewritten
+        since ``before`` (rank 0 only; also after a failed step, whose partial files the next
+        invalidation must find)."""
         if not self.is_main:
             return
-        now = _files(self.work_dir, BY_NAME[step].writes)
-        written = sorted(set(self._recorded(step)) | {p for p, key in now.items() if before.get(p) != key})
+        now = _files(self.work_dir, folder)
+        written = sorted(set(self._recorded(name)) | {p for p, key in now.items() if before.get(p) != key})
         if written:
-            fileio.write_json(self._record_path(step), {"files": written})
+            fileio.write_json(self._record_path(name), {"files": written})
 
-    def invalidate(self, step: str) -> None:
-        """Remove the results of ``step`` and of the steps derived from it (``pipeline.steps.derived``),
-        before ``step`` runs: the files each step's record lists, the folders that became empty, and
-        the step's result. The train step keeps model/ when model.weights names an outside file."""
-        from .steps import derived
-        own = () if step == "train" and self.cfg.model.weights is not None else (step,)
+    def invalidate(self, asked: str, results: Sequence[Tuple[str, str]]) -> None:
+        """Before step ``asked`` runs: remove ``results``, ``(name, folder)`` of each step whose results
+        derive from it (the step graph says which, ``pipeline.steps.invalidated``), and ``asked`` itself
+        unless its output comes from the config: the files each record lists, the folders that
+        became empty, and ``steps/<name>.json``."""
         stale = []
-        for name in own + derived(step):
+        for name, folder in results:
             result = self.path("steps", name + ".json")
             had_result = os.path.exists(result)
-            removed = self.remove_written(name)
-            if name != step and (removed or had_result):
+            removed = self.remove_written(name, folder)
+            if name != asked and (removed or had_result):
                 stale.append(name)
             if had_result:
                 os.remove(result)
         if stale:
-            log.info("%s: removed the results of %s, which came from the previous %s", step, ", ".join(stale), step)
+            log.info("%s: removed the results of %s, which came from the previous %s", asked, ", ".join(stale), asked)
 
-    def remove_written(self, step: str) -> List[str]:
-        """Delete the files ``step`` wrote (its record), then the folders under its folder that are
+    def remove_written(self, name: str, folder: str) -> List[str]:
+        """Delete the files step ``name`` wrote (its record), then the folders under its ``folder`` that are
         empty now, then the record; returns the record (paths relative to the run folder). Files it
         has no record of stay, with a warning."""
-        from .steps import BY_NAME
-        folder = self.path(BY_NAME[step].writes)
-        recorded = self._recorded(step)
+        folder = self.path(folder)
+        recorded = self._recorded(name)
         for rel in recorded:
             path = os.path.join(self.work_dir, rel)
             if os.path.isfile(path) or os.path.islink(path):
@@ -145,32 +135,32 @@ class RunDir:
         for root, _, _ in sorted(os.walk(folder), key=lambda entry: -len(entry[0])):
             if not os.listdir(root):
                 os.rmdir(root)
-        if os.path.exists(self._record_path(step)):
-            os.remove(self._record_path(step))
+        if os.path.exists(self._record_path(name)):
+            os.remove(self._record_path(name))
         if os.path.isdir(folder):
             log.warning("%s: left %s in %s: the pipeline has no record of writing it; remove it if it is stale",
-                        step, ", ".join(sorted(os.listdir(folder))[:5]), folder)
+                        name, ", ".join(sorted(os.listdir(folder))[:5]), folder)
         return recorded
 
-    def _record_path(self, step: str) -> str:
-        return self.path("steps", step + ".files.json")
+    def drop_partial(self, name: str, folder: str) -> None:
+        """Remove what a failed or interrupted step whose output is one unit wrote (its files are
+        written one by one, each atomically, and under torchrun a rank can fail after rank 0 wrote
+        some of them): that output is complete or absent."""
+        if self._recorded(name):
+            self.remove_written(name, folder)
+            log.info("%s: removed the incomplete %s", name, self.path(folder))
 
-    def _recorded(self, step: str) -> List[str]:
-        path = self._record_path(step)
+    def _record_path(self, name: str) -> str:
+        return self.path("steps", name + ".files.json")
+
+    def _recorded(self, name: str) -> List[str]:
+        path = self._record_path(name)
         if not os.path.isfile(path):
             return []
         files = fileio.read_json(path).get("files", [])
         # only paths inside the run folder: the record is data, a hand-edited one must not reach outside
         return [f for f in files if isinstance(f, str) and not os.path.isabs(f)
                 and os.path.normpath(f) == f and not f.startswith("..")]
-
-    def drop_partial_calibration(self) -> None:
-        """Remove what a failed or interrupted calib step wrote in quantize_result/: its files are
-        written one by one (each atomically), and under torchrun a rank can fail after rank 0 wrote
-        quant_info.json but before the fingerprint; a calibration is complete or absent."""
-        if self._recorded("calib"):
-            self.remove_written("calib")
-            log.info("calib: removed the incomplete %s", self.quant_dir)
 
     def remove_stale_temporaries(self) -> None:
         """Delete ``.<name>.*.tmp`` files an earlier, killed run left behind (pipeline.fileio names them so)."""

@@ -1,0 +1,171 @@
+"""report.json, report.md and the summary printed at the end of a run.
+
+The report is rebuilt from ``steps/*.json`` after every invocation, so it always describes the
+whole run folder, whichever steps ran in which process. This module is the frame (status, warnings,
+the quantizer's changes, the source, artifacts, versions) and names no step: each step result
+renders its own keys, section and summary lines (``pipeline.steps.base.StepResult``).
+"""
+import os
+import platform
+import sys
+from typing import Any, Dict, List, Optional, Sequence
+
+from .. import fileio
+from .._version import __version__
+from ..steps import ORDER, load_results
+from .folder import SOURCE_FILE
+
+# Files that describe the invocation rather than hold its results: not listed as artifacts.
+REPORT_FILES = ("report.json", "report.md", "status.json")
+
+
+# module name -> distribution name, for the versions of packages the run did not import
+_DISTRIBUTIONS = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"),
+                  ("pydantic", "pydantic"), ("yaml", "PyYAML"), ("sklearn", "scikit-learn"))
+
+
+def versions() -> Dict[str, Optional[str]]:
+    """Versions of the tools the run used (None where a package is absent): ``__version__`` of the
+    modules already imported, the installed distribution's version of the others (importing
+    scikit-learn or onnx only to read a version would cost a second)."""
+    from importlib import metadata
+
+    out = {"python": platform.python_version(), "pipeline": __version__}  # type: Dict[str, Optional[str]]
+    for name, dist in _DISTRIBUTIONS:
+        module = sys.modules.get(name)
+        if module is not None:
+            out[name] = getattr(module, "__version__", "unknown")
+            continue
+        try:
+            out[name] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    nndct = sys.modules.get("pytorch_nndct")
+    out["pytorch_nndct"] = getattr(nndct, "__version__", "imported") if nndct else None
+    return out
+
+
+def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, Any]]:
+    """Every file in the run folder except the reports and hidden files (the run lock, temporaries),
+    with its size and sha256, sorted by path: only files that exist when the report is written.
+    Files under a top-level folder named in ``incomplete`` (the output folder of a step that has not
+    finished: killed, failed, or running now) carry ``"incomplete": True``: they are not results."""
+    rows = []
+    for folder, dirs, files in os.walk(work_dir):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(folder, name)
+            rel = os.path.relpath(path, work_dir)
+            if rel in REPORT_FILES or name.startswith("."):
+                continue
+            try:
+                row = {"path": rel, "bytes": os.path.getsize(path), "sha256": fileio.sha256_file(path)}
+            except FileNotFoundError:  # removed while the report was written
+                continue
+            if rel.split(os.sep)[0] in incomplete:
+                row["incomplete"] = True
+            rows.append(row)
+    return rows
+
+
+def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
+    """report.json's content for the run folder ``run`` (``pipeline.runner.folder.RunDir``) from ``results``, the
+    typed step results in the run folder (``pipeline.steps.load_results``): the frame (status, run,
+    warnings, the quantizer's changes, the source, every step's saved result, artifacts, versions),
+    each step's ``REPORT_KEYS`` (None while it has no result) and ``summary``, the lines the command
+    line prints."""
+    from .status import read_status
+    from ..data.summary import source_summary
+    steps = {}
+    for name in sorted(os.listdir(run.path("steps"))) if os.path.isdir(run.path("steps")) else []:
+        if name.endswith(".json") and not name.endswith(".files.json"):
+            steps[name[:-5]] = fileio.read_json(run.path("steps", name))
+    cfg = run.loaded.cfg
+    source_path = run.path(SOURCE_FILE)
+    source = fileio.read_json(source_path) if os.path.isfile(source_path) else None
+    report = {
+        "status": read_status(run.work_dir),
+        "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
+                "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
+                "target": run.loaded.target.name},
+    }  # type: Dict[str, Any]
+    for step in ORDER:
+        report.update(dict.fromkeys(step.result.REPORT_KEYS))
+        if step.name in results:
+            report.update(results[step.name].report_fields(run.work_dir))
+    warnings = [w for name in sorted(steps) for w in steps[name].get("warnings", [])]
+    report.update(warnings=warnings, quantizer_changes=quantizer_changes(results), source=source, steps=steps,
+                  artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in steps]),
+                  versions=versions())
+    report["summary"] = (["warning: %s" % w for w in warnings]
+                         + [line for r in results.values() for line in r.summary_lines(run.work_dir)]
+                         + source_summary(source)
+                         + ["report: %s" % os.path.join(run.work_dir, "report.md")])
+    return report
+
+
+def quantizer_changes(results: Dict[str, Any]) -> List[str]:
+    """What the quantizer changes in the model on its way to the DPU (LeakyReLU slope 26/256, ReLU6
+    -> ReLU under CLE, pooling factors, offered conversions), from each step result's
+    ``quantizer_changes`` (the inspect step's node notes, the per-layer sensitivity notes), one line
+    per change with the nodes it applies to."""
+    by_change = {}  # type: Dict[str, List[str]]
+    for result in results.values():
+        for change, node in result.quantizer_changes():
+            by_change.setdefault(change, []).append(node)
+    return ["%s (%s)" % (change, ", ".join(_ordered_unique(nodes))) for change, nodes in by_change.items()]
+
+
+def _ordered_unique(items: Any) -> List[Any]:
+    out = []  # type: List[Any]
+    for item in items:
+        if item not in out:
+            out.append(item)
+    return out
+
+
+def render_markdown(r: Dict[str, Any], results: Dict[str, Any]) -> str:
+    """report.md: the same facts as report.json (``r``), for people; each step's section comes from its
+    result (``results``, typed, in pipeline order)."""
+    from ..data.summary import source_section
+    st = r["status"]
+    headline = {"ok": "finished: %s" % ", ".join(st.get("steps", [])),
+                "failed": "**FAILED at step `%s`**: %s" % (st.get("step"), st.get("error")),
+                "interrupted": "**INTERRUPTED at step `%s`**%s" % (st.get("step"), ": %s" % st["error"] if st.get("error")
+                                                                   else ""),
+                "running": "running step `%s` (pid %s, started %s)" % (st.get("step"), st.get("pid"), st.get("started"))
+                }.get(st.get("state"), "unknown")
+    lines = ["# Run report: %s" % r["run"]["name"], "", "- status: %s" % headline,
+             "- config: `%s` (hash of the resolved settings `%s`)" % (r["run"]["config"],
+                                                                        r["run"]["config_sha256"][:16]),
+             "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), ""]
+    if r["warnings"]:
+        lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
+    if r["quantizer_changes"]:
+        lines += ["## Changes the quantizer makes for the DPU", ""] + ["- %s" % c for c in r["quantizer_changes"]] + [""]
+    for result in results.values():
+        lines += result.report_section(r["run"]["work_dir"])
+    lines += source_section(r.get("source"))
+    lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
+    lines += ["| %s%s | %d | `%s` |" % (a["path"], " (left by an unfinished step)" if a.get("incomplete") else "",
+                                       a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
+    lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
+    return "\n".join(lines) + "\n"
+
+
+def remove_report(work_dir: str) -> None:
+    """Delete report.json and report.md (before files they list are removed; a new report follows)."""
+    for name in ("report.json", "report.md"):
+        path = os.path.join(work_dir, name)
+        if os.path.exists(path):
+            os.remove(path)
+
+
+def write_report(run: Any) -> Dict[str, Any]:
+    """Write report.json and report.md into the run folder ``run`` (``pipeline.runner.folder.RunDir``)
+    and return the report dict."""
+    results = load_results(run)
+    report = build_report(run, results)
+    fileio.write_json(run.path("report.json"), report)
+    fileio.write_text(run.path("report.md"), render_markdown(report, results))
+    return report

@@ -1,0 +1,122 @@
+"""The model and quantizer part of the step context: the float model, its one fx trace, the
+calibration fingerprint, the quantizer settings and backend, and the calibration-checked test-mode
+model that the test and export steps share. It reads the config and the run folder's files; it
+names no backend (the registry, ``pipeline.quantizers.base``, resolves the configured one)."""
+import os
+from typing import Any, Dict, Optional
+
+import numpy as np
+import torch
+
+from ..errors import DataError
+
+# Fingerprint fields recorded for the record only: compile_target (without hardware-aware
+# quantization the calibration does not depend on it) and config_hash (the config.* keys it
+# hashes are compared one by one, so a mismatch names the key).
+FINGERPRINT_INFORMATIVE = ("compile_target", "config_hash")
+
+
+class ModelPart:
+    """The float model and its quantizer, built lazily from the config.
+
+    Args:
+        loaded: the validated config (``pipeline.config.LoadedConfig``).
+        folder: the run folder (``pipeline.runner.folder.RunDir``): the trained weights and the calibration live there.
+        rows_sha256: ``rows_sha256(parts)``, the sha256 of the rows of those splits (``DataFeed.rows_sha256``),
+            recorded in the fingerprint.
+    """
+
+    def __init__(self, loaded: Any, folder: Any, rows_sha256: Any) -> None:
+        self.loaded = loaded
+        self.cfg = loaded.cfg
+        self.folder = folder
+        self._rows_sha256 = rows_sha256
+        self._trace = None  # type: Any  # (model, FloatTrace): the step's one fx trace of its float model
+
+    @property
+    def weights_path(self) -> str:
+        """The float model's state_dict: model.weights when set, else model/float.pt in the run folder."""
+        return self.loaded.resolve(self.cfg.model.weights) or self.folder.path("model", "float.pt")
+
+    @property
+    def quant_dir(self) -> str:
+        """The calibration's folder: quantize_result/ (quant_info.json, bias_corr.pth, the fingerprint)."""
+        return self.folder.path("quantize_result")
+
+    def float_model(self, need_weights: bool = True) -> torch.nn.Module:
+        """The float model with its trained weights, in eval mode.
+
+        With ``need_weights=False`` and no weights file yet, the seeded, untrained model (enough to
+        inspect the architecture).
+        """
+        from ..models.loading import build_model, load_weights
+        m = self.cfg.model
+        torch.manual_seed(self.cfg.run.seed)
+        model = build_model(m.zoo, m.factory, m.kwargs)
+        if not need_weights and not os.path.isfile(self.weights_path):
+            return model
+        return load_weights(model, self.weights_path)
+
+    def settings(self) -> Any:
+        """The quantizer settings (``pipeline.quantizers.base.QuantSettings``) of quantizer.*."""
+        from ..quantizers.base import QuantSettings
+        q = self.cfg.quantizer
+        return QuantSettings(target=q.target, bitwidth=q.bitwidth,
+                             quant_config_file=self.loaded.resolve(q.quant_config_file), device=q.device)
+
+    def backend(self) -> Any:
+        """The configured quantizer backend (``quantizer.backend``, from the registry)."""
+        from ..quantizers.base import get_backend
+        return get_backend(self.cfg.quantizer.backend)
+
+    def trace(self, model: torch.nn.Module) -> Any:
+        """The one ``torch.fx`` trace of ``model`` (``pipeline.fx.float_trace.FloatTrace``), made on the
+        first call for this model object and handed to the fingerprint, the backend and the sensitivity."""
+        if self._trace is None or self._trace[0] is not model:
+            from ..fx.float_trace import FloatTrace
+            self._trace = (model, FloatTrace.of(model))
+        return self._trace[1]
+
+    def fingerprint(self, model: torch.nn.Module, example: torch.Tensor) -> Dict[str, Any]:
+        """The calibration fingerprint of this config (pipeline.quantizers.fingerprint), plus the
+        DPU target the run compiles for and the ``config.*`` settings that shape a calibration
+        (FINGERPRINT_INFORMATIVE fields are recorded but do not invalidate a calibration)."""
+        from ..quantizers.fingerprint import make_fingerprint
+        fp = make_fingerprint(model, example, self.settings(), self.loaded.calib_hash(), self.cfg.quantizer.backend,
+                              traced=self.trace(model))
+        fp["compile_target"] = self.cfg.compile.target
+        fp["calib_rows_sha256"] = self._rows_sha256(("calib",))
+        # the settings themselves, so that a mismatch names the key that changed, not only the hash
+        fp.update(("config." + k, v) for k, v in self.loaded.calib_settings().items())
+        return fp
+
+    def test_handle(self, model: torch.nn.Module, example: torch.Tensor) -> Any:
+        """The backend's test-mode model of ``model`` from the calibration in quant_dir, after checking
+        that the calibration is complete and was made for this model, data and config (fingerprint).
+        Raises QuantizationError (run the calib step again) otherwise."""
+        from ..quantizers.calib_commit import check_committed
+        check_committed(self.quant_dir, self.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
+                        redo="run the calib step again")
+        return self.backend().load_test(model, example, self.quant_dir, self.settings(), traced=self.trace(model))
+
+
+def check_labels(labels: Optional[np.ndarray], model: torch.nn.Module, example: torch.Tensor, by: str) -> None:
+    """Refuse a source without labels, and labels that the model's outputs cannot represent
+    (label >= number of outputs): ``by`` (train, test) needs them. Raises DataError."""
+    if labels is None:
+        raise DataError("%s: the source has no labels; training and the accuracy test need them (give "
+                        "data.source.labels, or set model.weights and run only calib, export, compile, deploy)"
+                        % by)
+    with torch.no_grad():
+        outputs = model(example.clone())
+    if not isinstance(outputs, torch.Tensor):
+        raise DataError("%s: the model returns %s, not one tensor of class scores (N, classes); training and the "
+                        "accuracy test need one. Run only calib, export, compile, deploy for this model (give "
+                        "model.weights), or wrap it so that forward returns the scores"
+                        % (by, type(outputs).__name__))
+    classes = int(outputs.shape[1]) if outputs.dim() == 2 else None
+    top = int(np.max(labels))
+    if classes is not None and (top >= classes or int(np.min(labels)) < 0):
+        raise DataError("%s: the labels run from %d to %d but the model has %d outputs; set model.kwargs."
+                        "num_classes (zoo models) to the number of classes, or check the labels"
+                        % (by, int(np.min(labels)), top, classes))
