@@ -113,8 +113,8 @@ def test_pipeline_run_never_changes_the_callers_images(tmp_path, kind):
     from tests.support import digits_u8, make_case
     images, labels = digits_u8()
     images, labels = images[:300], labels[:300]
-    config, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.boundary.test_caller_unchanged:inplace_relu_net",
-                                           "train": {"epochs": 1}})
+    factory = "tests.boundary.test_caller_unchanged:inplace_relu_net"
+    config, _ = make_case(tmp_path, model={"zoo": None, "factory": factory, "train": {"epochs": 1}})
     data = images if kind == "array" else torch.from_numpy(images.copy())
     guard = Guard(images=data, labels=labels)
     pipeline.run(config, steps=["train", "inspect", "calib", "export"], images=data, labels=labels)

@@ -178,10 +178,10 @@ def test_golden_tests_pass_with_avx2_kernels_and_any_thread_count(isa, n_threads
     env = dict(os.environ, PIPELINE_TEST_THREADS=str(n_threads), OMP_NUM_THREADS=str(n_threads),
                **(AVX2_ENV if isa == "avx2" else {}))
     r = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-m", "not slow or rerun",
-                        "tests/sim/test_sim_golden.py", "tests/sim/test_sim_golden_wide.py", "tests/fidelity/test_corpus.py",
-                        "tests/fidelity/test_corpus_torchvision.py", "tests/fidelity/test_isa_fidelity.py",
-                        "tests/sim/test_fast_finetune.py", "tests/fidelity/test_layernorm_fidelity.py",
-                        "tests/fidelity/test_attention_fidelity.py"],
+                        "tests/sim/test_sim_golden.py", "tests/sim/test_sim_golden_wide.py",
+                        "tests/fidelity/test_corpus.py", "tests/fidelity/test_corpus_torchvision.py",
+                        "tests/fidelity/test_isa_fidelity.py", "tests/sim/test_fast_finetune.py",
+                        "tests/fidelity/test_layernorm_fidelity.py", "tests/fidelity/test_attention_fidelity.py"],
                        cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
     assert r.returncode == 0, r.stdout[-4000:]
     assert " passed" in r.stdout.splitlines()[-1]

@@ -370,7 +370,8 @@ def test_strict_types_no_silent_coercion(tmp_path):
 
 
 def test_p09_leaky_relu_slope_change_is_shown_in_the_report(tmp_path):
-    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.support.leaky_model:leaky_cnn", "train": {"epochs": 1}},
+    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.support.leaky_model:leaky_cnn",
+                                        "train": {"epochs": 1}},
                        quantizer={"require_float_above_chance": False})  # one epoch: near chance
     report = pipeline.run(cfg, steps=["train", "inspect", "calib", "test"])
     with open(str(tmp_path / "run" / "report.md")) as f:

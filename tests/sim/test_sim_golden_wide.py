@@ -68,7 +68,7 @@ def _as_tuple(y):
 @pytest.fixture(scope="module")
 def results(tmp_path_factory):
     """Per case: the calibration folder and the test-mode outputs (eval, ties), made with two
-    threads as the reference was (or conftest.pinned_threads)."""
+    threads as the reference was (or tests.support.pinned_threads)."""
     out = {}
     threads = torch.get_num_threads()
     torch.set_num_threads(pinned_threads(2))

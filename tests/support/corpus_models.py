@@ -591,7 +591,7 @@ def rerun_xmodel(folder, corpus, name):
 
 def main(corpus, argv):
     """``calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE]`` (NAMES comma-separated, or ``all``), at
-    ``PIPELINE_TEST_THREADS`` torch threads where set (conftest.pinned_threads)."""
+    ``PIPELINE_TEST_THREADS`` torch threads where set (tests.support.pinned_threads)."""
     if os.environ.get("PIPELINE_TEST_THREADS"):
         torch.set_num_threads(int(os.environ["PIPELINE_TEST_THREADS"]))
     names = argv[2].split(",") if len(argv) > 2 and argv[2] != "all" else None

@@ -1,5 +1,6 @@
 """Model factories for tests/distributed/test_distributed.py (``model.factory:
-tests.support.dist_helpers:<name>``, with the repository on PYTHONPATH). Both build the digits CNN; each first patches the distributed calibrator in its process."""
+tests.support.dist_helpers:<name>``, with the repository on PYTHONPATH). Both build the digits CNN;
+each first patches the distributed calibrator in its process."""
 import os
 import signal
 import sys

@@ -37,7 +37,7 @@ def evaluate(model, loader, loss_fn):
 
 def main(phase, cfg, ftset, out):
     """Run one phase; returns the quantizer."""
-    torch.set_num_threads(int(os.environ.get("PIPELINE_TEST_THREADS", 1)))  # conftest.pinned_threads
+    torch.set_num_threads(int(os.environ.get("PIPELINE_TEST_THREADS", 1)))  # tests.support.pinned_threads
     torch.manual_seed(0)
     model = gm.build("mobile", gm.SETS["golden2"]["mobile"])
     model.load_state_dict(torch.load(os.path.join(HERE, "model", "float_state_dict.pt")))
