@@ -139,12 +139,16 @@ def render_markdown(r: Dict[str, Any], results: Dict[str, Any]) -> str:
              "- config: `%s` (hash of the resolved settings `%s`)" % (r["run"]["config"],
                                                                         r["run"]["config_sha256"][:16]),
              "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), ""]
+    work_dir = r["run"]["work_dir"]
+    headlines = [line for result in results.values() for line in result.summary_lines(work_dir)]
+    if headlines:
+        lines += ["## Summary", ""] + ["- %s" % line for line in headlines] + [""]
     if r["warnings"]:
         lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
     if r["quantizer_changes"]:
         lines += ["## Changes the quantizer makes for the DPU", ""] + ["- %s" % c for c in r["quantizer_changes"]] + [""]
     for result in results.values():
-        lines += result.report_section(r["run"]["work_dir"])
+        lines += result.report_section(work_dir)
     lines += source_section(r.get("source"))
     lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
     lines += ["| %s%s | %d | `%s` |" % (a["path"], " (left by an unfinished step)" if a.get("incomplete") else "",

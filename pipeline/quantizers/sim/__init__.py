@@ -1,6 +1,6 @@
 """The ``sim`` quantizer backend: a CPU simulation of the Vitis AI 3.5 quantizer (pytorch_nndct).
 
-It reproduces the real quantizer's numbers bit for bit (tests/test_sim_golden.py):
+It reproduces the real quantizer's numbers bit for bit (tests/sim/test_sim_golden.py):
 
 - ``pipeline.fx.capture`` (shared with inspect and the exporter): torch.fx capture of a working copy (``pipeline.fx.work_copy``),
   nndct rewrites (ReLU6 -> ReLU with CLE, dropout removal, Conv+BN folding) and nndct node names

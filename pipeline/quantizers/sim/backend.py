@@ -2,7 +2,7 @@
 
 - ``calibrate`` runs the real quantizer's calibration arithmetic (``sim.calib``) and writes
   ``quant_info.json`` (+ ``bias_corr.pth``) in the real format, bit-compatible with
-  ``pytorch_nndct``'s (tests/test_sim_golden.py).
+  ``pytorch_nndct``'s (tests/sim/test_sim_golden.py).
 - ``load_test`` returns the lowered test-mode ``torch.fx.GraphModule`` (``sim.lowered``) built from
   the files in ``out_dir``, whichever backend wrote them.
 - ``export`` writes ONNX through ``pipeline.quantizers.sim.export`` (formats ``onnx_exact``, ``onnx_qdq``).

@@ -36,7 +36,7 @@ gives the smallest and largest ``s[k]``, as ``cle.equalize`` applied it.
 
 The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
 measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
-bias_corr.pth (the sim is bit-exact with it; tests/test_sim_golden.py).
+bias_corr.pth (the sim is bit-exact with it; tests/sim/test_sim_golden.py).
 
 Statistics are accumulated in float64 per batch; only the running sums are kept, never the
 activations. The float model and the handle run side by side, node by node (a ``torch.fx``

@@ -1,0 +1,80 @@
+"""Warnings and errors that say what is wrong with the calibration data and the calls (issue 14, item 8)."""
+import warnings
+
+import numpy as np
+import pytest
+import torch
+
+from tests.support.small_net import calibrate_with_api as _calibrate
+from tests.support.small_net import small_batches as _batches
+from tests.support.small_net import small_net as _model
+
+from pipeline.apis import torch_quantizer
+from pipeline.checks import InputStats
+from pipeline.errors import QuantizationError
+
+
+def _calib(tmp_path, batches):
+    q = torch_quantizer("calib", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
+    for b in batches:
+        q.quant_model(b)
+    return q
+
+
+def _messages(record):
+    return [str(w.message) for w in record]
+
+
+def test_a_single_calibration_sample_warns(tmp_path):
+    q = _calib(tmp_path, [_batches(1)[0][:1]])
+    with pytest.warns(UserWarning, match="the calibration saw a single sample"):
+        q.export_quant_config()
+    stats = InputStats()
+    stats.add(torch.randn(1, 3, 8, 8))
+    result = stats.result([0.0] * 3, [1.0] * 3)
+    assert result["plausible"] and "single sample" in result["warnings"][0]
+
+
+def test_all_zero_calibration_data_warns(tmp_path):
+    q = _calib(tmp_path, [torch.zeros(4, 3, 8, 8) for _ in range(3)])
+    with pytest.warns(UserWarning, match=r"every calibration input was all zeros \(3 forwards\)"):
+        q.export_quant_config()
+
+
+def test_real_calibration_data_does_not_warn(tmp_path):
+    q = _calib(tmp_path, _batches())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        q.export_quant_config()
+    assert not [m for m in _messages(record) if "calibration" in m], _messages(record)
+
+
+def test_an_empty_batch_is_called_empty_not_non_finite(tmp_path):
+    with pytest.warns(UserWarning, match=r"calibration forward 1: the batch is empty \(shape \(0, 3, 8, 8\)\)"):
+        q = _calib(tmp_path, [torch.zeros(0, 3, 8, 8)])
+    with pytest.raises(QuantizationError, match="all 1 calibration forwards had an empty batch") as info:
+        q.export_quant_config()
+    assert "non-finite" not in str(info.value)
+
+
+def test_a_negative_stride_array_gets_a_hint_that_works(tmp_path):
+    a = np.random.default_rng(0).standard_normal((2, 8, 8, 3)).astype(np.float32)[..., ::-1].transpose(0, 3, 1, 2)
+    with pytest.raises(QuantizationError, match=r"torch.from_numpy\(np.ascontiguousarray\(a\)\)") as info:
+        torch_quantizer("calib", _model(), (a,), output_dir=str(tmp_path), device="cpu")
+    # the hint, followed, gives an input the quantizer takes
+    fixed = torch.from_numpy(np.ascontiguousarray(a))
+    torch_quantizer("calib", _model(), (fixed,), output_dir=str(tmp_path), device="cpu")
+    assert "negative strides" in str(info.value)
+    with pytest.raises(QuantizationError, match=r"torch.from_numpy\(a\).float\(\)"):
+        torch_quantizer("calib", _model(), (np.zeros((2, 3, 8, 8)),), output_dir=str(tmp_path), device="cpu")
+
+
+def test_export_onnx_model_without_a_forward_raises_like_the_other_exports(tmp_path):
+    _calibrate(tmp_path)
+    q = torch_quantizer("test", _model(), (_batches(1)[0],), output_dir=str(tmp_path), device="cpu")
+    for export in (q.export_onnx_model, q.export_torch_script, q.export_xmodel):
+        with pytest.raises(QuantizationError, match="run at least one forward of quant_model in test mode"):
+            export(output_dir=str(tmp_path))
+    calib, _ = _calibrate(tmp_path / "c")
+    with pytest.raises(QuantizationError, match="export_onnx_model needs test mode"):
+        calib.export_onnx_model(output_dir=str(tmp_path / "c"))

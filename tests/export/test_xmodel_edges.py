@@ -1,0 +1,99 @@
+"""export_xmodel on the cases a fresh user's trial broke: outputs that end in torch's layout are
+written and verified; what the writer cannot carry is refused with an error naming the node and
+the reason, and nothing is written; bad arguments give an error, not a traceback."""
+import os
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.apis import torch_quantizer
+from pipeline.errors import ExportError, StorageError
+from pipeline.quantizers.sim.xmodel import reader, verify
+from tests.inspect.test_inspect import Lambda
+
+
+def conv(cin=3, cout=8, k=3, **kw):
+    return nn.Conv2d(cin, cout, k, padding=k // 2, **kw)
+
+
+def quantize(tmp_path, model, shape=(3, 8, 8)):
+    """calib (2 batches of 4), then test mode with a batch-1 first forward; the test quantizer."""
+    torch.manual_seed(0)
+    model = model.eval()
+    g = torch.Generator().manual_seed(1)
+    example = torch.randn((1,) + shape, generator=g)
+    out = str(tmp_path / "q")
+    q = torch_quantizer("calib", model, example, output_dir=out)
+    for _ in range(2):
+        q.quant_model(torch.randn((4,) + shape, generator=g))
+    q.export_quant_config()
+    q = torch_quantizer("test", model, example, output_dir=out)
+    q.quant_model(torch.randn((1,) + shape, generator=g))
+    return q
+
+
+@pytest.mark.parametrize("name,fn,modules", [
+    ("silu_output", lambda s, x: F.silu(s.a(x)), {"a": conv()}),  # aten::silu runs in NCHW: a sink transpose ends it
+    ("mean_keepdim", lambda s, x: s.a(x).mean((2, 3), keepdim=True), {"a": conv()}),
+    ("input_scaled", lambda s, x: x * 0.5, {}),  # no NHWC op at all
+])
+def test_an_output_in_torchs_layout_is_written_and_verified(tmp_path, name, fn, modules):
+    q = quantize(tmp_path, Lambda(fn, **modules))
+    path = q.export_xmodel(str(tmp_path / "x"))
+    graph = reader.check(reader.read_xmodel(path))
+    g = torch.Generator().manual_seed(5)
+    report = verify.compare(graph, q._session, q.quant_model, [torch.randn(1, 3, 8, 8, generator=g)])
+    assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
+
+
+@pytest.mark.parametrize("fn,modules,needle", [
+    (lambda s, x: s.t(s.a(x)), {"a": conv(), "t": nn.ConvTranspose2d(8, 4, 3, 2, 1, output_padding=1)},
+     "output_padding=(1, 1)"),
+    (lambda s, x: s.t(s.a(x)), {"a": conv(), "t": nn.ConvTranspose2d(8, 4, 4, 2, 1, groups=2)}, "groups=2"),
+    (lambda s, x: s.p(s.a(x)), {"a": conv(), "p": nn.MaxPool2d(3, 1, dilation=2)}, "dilation=(2, 2)"),
+    (lambda s, x: s.a(x) + s.a2(x) + s.w, {"a": conv(), "a2": conv(), "w": nn.Parameter(torch.ones(1, 8, 1, 1))},
+     "a parameter or buffer of the model is an operand"),
+    (lambda s, x: (lambda y: y + y)(s.a(x)), {"a": conv()}, "the same tensor is an operand twice"),
+    (lambda s, x: (lambda y: torch.cat([y, y], 1))(s.a(x)), {"a": conv()}, "the same tensor is an operand twice"),
+    (lambda s, x: {"y": s.a(x)}, {"a": conv()}, "the model returns a dict"),
+])
+def test_what_the_writer_cannot_carry_is_refused_by_name_and_nothing_is_written(tmp_path, fn, modules, needle):
+    q = quantize(tmp_path, Lambda(fn, **modules))
+    with pytest.raises(ExportError, match="xmodel") as err:
+        q.export_xmodel(str(tmp_path / "x"))
+    assert needle in str(err.value)
+    assert not os.path.exists(str(tmp_path / "x")) or os.listdir(str(tmp_path / "x")) == []
+
+
+def test_output_dir_that_is_a_file_or_not_a_path(tmp_path):
+    q = quantize(tmp_path, Lambda(lambda s, x: s.a(x), a=conv()))
+    afile = tmp_path / "afile"
+    afile.write_text("keep")
+    for bad in (str(afile), str(afile / "sub")):
+        with pytest.raises(StorageError, match="is a file"):
+            q.export_xmodel(bad)
+    assert afile.read_text() == "keep"
+    with pytest.raises(ExportError, match="output_dir must be a folder path"):
+        q.export_xmodel(None)
+
+
+def test_a_first_forward_by_keyword_is_refused_with_a_clear_error(tmp_path):
+    class Kw(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.a = conv()
+
+        def forward(self, x):
+            return self.a(x)
+
+    model = Kw().eval()
+    example = torch.randn(1, 3, 8, 8)
+    q = torch_quantizer("calib", model, example, output_dir=str(tmp_path / "q"))
+    q.quant_model(torch.randn(4, 3, 8, 8))
+    q.export_quant_config()
+    q = torch_quantizer("test", model, example, output_dir=str(tmp_path / "q"))
+    q.quant_model(x=torch.randn(1, 3, 8, 8))
+    with pytest.raises(ExportError, match="passed its inputs by keyword"):
+        q.export_xmodel(str(tmp_path / "x"))

@@ -1,0 +1,28 @@
+"""``inspect`` and the xmodel agree: each inspected node names the op the quantized xmodel holds for it
+(docs/xmodel.md#names), and the nodes inspect sends to the CPU are the xmodel's float operators."""
+import pytest
+
+from pipeline.inspect import inspect_model
+from pipeline.quantizers.sim.xmodel import reader
+from tests.support.xmodel_golden_helper import CASES, golden_file, model_and_data
+
+DEFAULT_CASES = [(s, m) for s, m, c in CASES if c == "default"]
+FLOAT_OPS = {"sigmoid", "tanh", "gelu", "aten::silu", "nndct_clamp", "div", "sub", "aten::mean", "softmax"}
+
+
+@pytest.mark.parametrize("set_name,name", DEFAULT_CASES)
+def test_xmodel_op_names_in_inspect_are_the_real_files_ops(set_name, name):
+    model, calib, _ = model_and_data(set_name, name)
+    inspection = inspect_model(model, tuple(c[:4] for c in calib) if len(calib) > 1 else calib[0][:4],
+                               "DPUCZDX8G_ISA1_B4096")
+    ops = {op.name: op.type for op in reader.check(reader.read_xmodel(golden_file(set_name, name, "default"))).ops}
+    named = [n for n in inspection.nodes if n.xmodel_op]
+    assert named and all(n.xmodel_op in ops for n in named), [n.xmodel_op for n in named if n.xmodel_op not in ops]
+    for n in inspection.nodes:  # folded away: a BatchNorm into its conv, a pad into its conv
+        if n.op == "batch_norm" and n.fused_into or name == "floatops" and n.op == "pad":
+            assert n.xmodel_op is None
+    # every float operator of the xmodel is a node inspect sends to the CPU, under the same name
+    cpu = {n.xmodel_op for n in inspection.nodes if n.device == "CPU"}
+    assert {op for op, kind in ops.items() if kind in FLOAT_OPS} <= cpu
+    if name == "floatops":  # and here the CPU holds nothing else
+        assert cpu == {op for op, kind in ops.items() if kind in FLOAT_OPS} and len(cpu) == 9

@@ -1,0 +1,72 @@
+"""Helpers shared by the tests: the repository and data folders, child processes, the digits case.
+
+The other modules here are the tests' models, corpora and the scripts tests run in child processes
+(by path: ``os.path.join(SUPPORT, "<name>.py")``); they import each other as ``tests.support.<name>``.
+"""
+import hashlib
+import os
+import subprocess
+import sys
+
+import numpy as np
+import yaml
+
+SUPPORT = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(SUPPORT))
+DATA = os.path.join(REPO, "tests", "data")
+
+
+def pinned_threads(reference):
+    """The torch thread count a bit-exact test runs at: ``reference`` (the setting its reference was
+    made with), or ``PIPELINE_TEST_THREADS`` where set (test_isa_fidelity reruns the golden tests at
+    1 and 2 threads: the simulation's bits must not depend on it)."""
+    return int(os.environ.get("PIPELINE_TEST_THREADS", reference))
+
+
+def python(*args, cwd=REPO):
+    """``python *args`` in a child process (the repository as working folder); text output captured."""
+    return subprocess.run([sys.executable] + list(args), cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          universal_newlines=True)
+
+
+def cli(*args):
+    """``python -m pipeline *args`` in a child process, as users run it."""
+    return python("-m", "pipeline", *args)
+
+
+def sha(path):
+    """sha256 (hex) of the file at ``path``."""
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def digits_u8():
+    """scikit-learn's digits, unshuffled, as the ``digits`` source decodes them: images uint8 NHWC
+    (1797, 8, 8, 1) in 0..255 and labels int64."""
+    from sklearn.datasets import load_digits
+    d = load_digits()
+    return np.round(d.images * 255 / 16).astype(np.uint8).reshape(-1, 8, 8, 1), d.target.astype(np.int64)
+
+
+def make_case(tmp_path, images=None, labels=None, **sections):
+    """A config on an .npy source in tmp_path (relative paths), the first 400 digits by default;
+    ``sections`` update the config's sections. Returns (config path, images .npy path)."""
+    if images is None:
+        images, labels = digits_u8()
+        images, labels = images[:400], labels[:400]
+    np.save(str(tmp_path / "images.npy"), images)
+    np.save(str(tmp_path / "labels.npy"), labels)
+    raw = {
+        "run": {"name": "case", "work_dir": str(tmp_path / "run")},
+        "data": {"source": {"type": "npy", "path": "images.npy", "labels": "labels.npy", "layout": "NHWC"},
+                 "batch_size": 50},
+        "preprocess": {"stages": [{"type": "layout", "src": "NHWC", "dst": "NCHW"}], "mean": [77.85], "std": [95.85]},
+        "model": {"zoo": "digits_cnn", "train": {"epochs": 2}},
+        "quantizer": {"max_accuracy_drop": 1.0},
+    }
+    for key, value in sections.items():
+        raw.setdefault(key, {}).update(value)
+    cfg = tmp_path / "case.yaml"
+    cfg.write_text(yaml.safe_dump(raw))
+    return str(cfg), str(tmp_path / "images.npy")
+
