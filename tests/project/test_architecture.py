@@ -57,7 +57,8 @@ def _imported(name, node):
 
 
 def _module_level_imports(name):
-    """The pipeline modules ``name`` imports when it is imported (not the ones imported inside functions)."""
+    """The pipeline modules ``name`` imports when it is imported (not the ones imported inside functions,
+    nor under ``if TYPE_CHECKING:``)."""
     out = set()
     for node in _tree(name).body:
         stack = [node]
@@ -65,6 +66,8 @@ def _module_level_imports(name):
             n = stack.pop()
             if isinstance(n, (ast.Import, ast.ImportFrom)):
                 out.update(m for m in _imported(name, n) if m in MODULES and m != name)
+            elif isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test):
+                stack.extend(n.orelse)  # imports for annotations only: never run
             elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
                 stack.extend(ast.iter_child_nodes(n))
     return out
