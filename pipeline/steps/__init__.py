@@ -5,10 +5,13 @@ writes, whether it runs in its own process or over the ranks) and ``run(ctx) -> 
 This list is the one place the step graph is written: ``--steps`` names, the run folder's
 invalidation (``derived``) and the driver read it. To add a step: a module here, and its ``STEP`` in ``ORDER``.
 """
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from . import calib, compile, deploy, export, inspect, test, train
 from .base import Step
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 ORDER = (train.STEP, inspect.STEP, calib.STEP, test.STEP, export.STEP, compile.STEP, deploy.STEP)  # type: Tuple[Step, ...]
 BY_NAME = {s.name: s for s in ORDER}  # type: Dict[str, Step]
@@ -36,7 +39,7 @@ def invalidated(name: str, cfg: Any) -> List[Tuple[str, str]]:
     return [(s, BY_NAME[s].writes) for s in own + list(derived(name))]
 
 
-def execute(ctx: Any, name: str) -> Any:
+def execute(ctx: "StepContext", name: str) -> Any:
     """Run step ``name`` on ``ctx`` (``pipeline.steps.context.StepContext``): check its required results, run it,
     save steps/<name>.json, then its verdict (``Step.check``). Returns the typed result."""
     step = BY_NAME[name]

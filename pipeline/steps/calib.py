@@ -5,9 +5,12 @@ import os
 import shutil
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from .base import Step, StepResult, omitted_when_none
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -40,7 +43,7 @@ class CalibResult(StepResult):
         return [] if copies is None else ["copies per batch at the quantizer boundary: %s" % copies]
 
 
-def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
+def ranks(ctx: "StepContext", ledger: Any) -> Optional[Dict[str, Any]]:
     """Under torch.distributed: ``{"world_size", "ledger_by_rank"}`` (each rank's boundary ledger
     summary; ``ledger`` is rank 0's), else None. A collective."""
     if ctx.comm is None:
@@ -48,7 +51,7 @@ def ranks(ctx: Any, ledger: Any) -> Optional[Dict[str, Any]]:
     return {"world_size": ctx.comm.world, "ledger_by_rank": ctx.comm.gather(ledger.summary())}
 
 
-def run(ctx: Any) -> CalibResult:
+def run(ctx: "StepContext") -> CalibResult:
     from ..checks import InputStats
     from ..quantizers import calib_commit
     from ..fileio import json_bytes
@@ -107,7 +110,7 @@ def run(ctx: Any) -> CalibResult:
                        distributed=ranks(ctx, ledger), fast_finetune=record)
 
 
-def finetune_request(ctx: Any, ledger: Any, spill: str) -> Any:
+def finetune_request(ctx: "StepContext", ledger: Any, spill: str) -> Any:
     """The backend's FinetuneRequest for ``quantizer.fast_finetune`` (None when it is off): its
     batches come from the configured split through the same stages and boundary as calibration,
     recorded in ``ledger`` (their own); spill files go to folder ``spill`` (made when needed)."""
@@ -207,19 +210,13 @@ def _fmt(x: Any) -> str:
     return "n/a" if x is None else "%.4f" % x
 
 
-def preflight(ctx: Any) -> None:
-    """Before any work: a calib split with images, and at least 2 finetune batches when fast finetune is on.
-    Raises QuantizationError (public case P03)."""
-    from ..errors import QuantizationError
-    d = ctx.cfg.data
-    if not ctx.feed.split_size("calib"):
-        raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
-                                "(data.split %s); give it a share of the data" % (len(ctx.feed.source), d.split))
+def preflight(ctx: "StepContext") -> None:
+    """Before any work: a calib split with images (QuantizationError, public case P03), and at least 2
+    finetune batches when quantizer.fast_finetune is on."""
+    ctx.feed.check_calib_split("calib")
     ft = ctx.cfg.quantizer.fast_finetune
-    if ft.enabled and ctx.feed.n_batches(ft.data, ft.batches) < 2:
-        raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
-                                "(data.split %s, batch_size %d); give it more data or a smaller batch size"
-                                % (ft.data, ctx.feed.n_batches(ft.data, ft.batches), d.split, d.batch_size))
+    if ft.enabled:
+        ctx.feed.check_finetune_batches(ft.data, ft.batches)
 
 
 STEP = Step("calib", run, writes="quantize_result", after=("train",), reads=("calib",), one_unit=True,

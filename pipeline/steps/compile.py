@@ -3,9 +3,12 @@ vai_c_xir or the xmodel is absent."""
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from .base import Step, StepResult, omitted_when_none
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -41,7 +44,7 @@ class CompileResult(StepResult):
         return ["not compiled: %s; %s" % (self.reason, self.next or "%s says how" % (self.plan or {}).get("plan"))]
 
 
-def preflight(ctx: Any) -> None:
+def preflight(ctx: "StepContext") -> None:
     """Before any work: an arch.json that exists here must be the target's (its fingerprint, public case P11).
     Raises CompileError."""
     arch = ctx.loaded.arch_json()
@@ -50,7 +53,7 @@ def preflight(ctx: Any) -> None:
         check_arch_json(arch, ctx.loaded.target.name)
 
 
-def run(ctx: Any) -> CompileResult:
+def run(ctx: "StepContext") -> CompileResult:
     from ..compilers import plan, vai_c
     from ..quantizers.base import artifact_name
     c = ctx.cfg.compile
@@ -79,7 +82,7 @@ def run(ctx: Any) -> CompileResult:
                          next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files))
 
 
-def _no_xmodel(ctx: Any, export: Dict[str, Any]) -> str:
+def _no_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> str:
     """Why there is no xmodel to compile, in one sentence."""
     recorded = (export.get("files") or {}).get("xmodel")
     if recorded:
@@ -87,7 +90,7 @@ def _no_xmodel(ctx: Any, export: Dict[str, Any]) -> str:
     return "no xmodel was exported (export.formats: %s)" % ", ".join(ctx.cfg.export.formats)
 
 
-def _next(ctx: Any, exported: bool, compiler: bool, plan_files: Dict[str, str]) -> str:
+def _next(ctx: "StepContext", exported: bool, compiler: bool, plan_files: Dict[str, str]) -> str:
     """What the user does next, true for this run: compile.sh compiles an xmodel only when there is one."""
     image = "run %s inside the Vitis AI image" % plan_files["script"]  # compile_plan.md next to it says how
     if exported:  # only the compiler is missing
@@ -98,7 +101,7 @@ def _next(ctx: Any, exported: bool, compiler: bool, plan_files: Dict[str, str]) 
     return export + (" (the compile step then compiles it here)" if compiler else ", then " + image)
 
 
-def quantized_xmodel(ctx: Any, export: Dict[str, Any]) -> Optional[str]:
+def quantized_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> Optional[str]:
     """The exported ``<Model>_int.xmodel`` in THIS run folder, or None when none was exported.
 
     Looked up by file name under ``<run folder>/export``, not by the path the export step recorded:

@@ -3,9 +3,12 @@
 Reads, when present, the export step's example shape and the test step's accuracy (not required).
 """
 from dataclasses import dataclass, field
-from typing import Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional
 
 from .base import Step, StepResult
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 
 @dataclass
@@ -14,7 +17,7 @@ class DeployResult(StepResult):
     manifest: Dict[str, Any] = field(default_factory=dict)
 
 
-def run(ctx: Any) -> DeployResult:
+def run(ctx: "StepContext") -> DeployResult:
     from ..deploy import build_bundle
     from ..quantizers.quant_info import read_quant_info
     comp = ctx.folder.require("compile", "deploy")

@@ -2,9 +2,12 @@
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List
 
 from .base import Step, StepResult
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -62,7 +65,7 @@ class ExportResult(StepResult):
         return out
 
 
-def run(ctx: Any) -> ExportResult:
+def run(ctx: "StepContext") -> ExportResult:
     import numpy as np
     import torch
 

@@ -1,9 +1,12 @@
 """inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
 import logging
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
 from .base import Step, StepResult
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -22,7 +25,7 @@ class InspectResult(StepResult):
         return ["reports: %s" % ", ".join(sorted(self.files.values())), self.summary]
 
 
-def run(ctx: Any) -> InspectResult:
+def run(ctx: "StepContext") -> InspectResult:
     from ..inspect import inspect_model, write_reports
     from ..progress import phase
     model, target = ctx.model.float_model(need_weights=False), ctx.loaded.target

@@ -4,11 +4,13 @@ import math
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any, Dict, List, Optional, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .base import Step, StepResult, omitted_when_none, transient
 from .calib import ranks
-from .model import check_labels
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -64,7 +66,8 @@ class TestResult(StepResult):
                 for note in row.get("notes", [])]
 
 
-def run(ctx: Any) -> TestResult:
+def run(ctx: "StepContext") -> TestResult:
+    from .model import check_labels
     import torch
 
     from ..progress import phase
@@ -110,7 +113,7 @@ def run(ctx: Any) -> TestResult:
                       distributed=ranks(ctx, ledger), float_correct=float_correct, classes=classes)
 
 
-def check(ctx: Any, result: TestResult) -> None:
+def check(ctx: "StepContext", result: TestResult) -> None:
     """The verdict, after steps/test.json is saved: a float model no better than chance
     (quantizer.require_float_above_chance), an accuracy drop past quantizer.max_accuracy_drop."""
     from ..checks import check_above_chance
@@ -126,7 +129,7 @@ def check(ctx: Any, result: TestResult) -> None:
                                    q.max_accuracy_drop))
 
 
-def _sensitivity(ctx: Any, backend: Any, model: Any, example: Any, limit: Optional[int],
+def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, limit: Optional[int],
                  test_handle: Any) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """Per-layer SQNR and cosine of the simulated model against float on the eval data (JSON-safe rows),
     and the PNG plots of that table and of the activation ranges (``backend.layer_sensitivity``, plots.py).

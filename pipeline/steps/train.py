@@ -1,10 +1,12 @@
 """train: train a zoo model on the train split and save its state_dict to model/float.pt."""
 import logging
 from dataclasses import dataclass
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 from .base import Step, StepResult, omitted_when_none
-from .model import check_labels
+
+if TYPE_CHECKING:  # the annotations only: importing the context imports torch
+    from .context import StepContext
 
 log = logging.getLogger("pipeline")
 
@@ -21,7 +23,8 @@ class TrainResult(StepResult):
     weights: Optional[str] = None
 
 
-def run(ctx: Any) -> TrainResult:
+def run(ctx: "StepContext") -> TrainResult:
+    from .model import check_labels
     import torch
 
     from .. import fileio

@@ -163,3 +163,12 @@ def test_only_steps_import_a_step(name):
 @pytest.mark.parametrize("name", _under("runner") + ["pipeline.cli"])
 def test_the_driver_floor_names_no_step(name):
     assert not (_strings(name) & set(STEP_NAMES)), "names a step: %s" % sorted(_strings(name) & set(STEP_NAMES))
+
+
+def test_the_command_line_imports_no_torch_before_a_command_needs_it():
+    # `python -m pipeline targets|status|schema|--help` stay quick: the step graph is declarations only
+    import subprocess
+    import sys
+    code = "import sys, pipeline.cli; print('torch' in sys.modules, 'numpy' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, check=True).stdout
+    assert out.split() == [b"False", b"False"]
