@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from . import targets
 from .compilers import vai_c
 from .errors import ConfigError
+from .steps import ORDER
 
 # distribution name for the metadata lookup -> name shown
 PACKAGES = (("torch", "torch"), ("numpy", "numpy"), ("onnx", "onnx"), ("onnxruntime", "onnxruntime"), ("protobuf", "protobuf"))
@@ -92,20 +93,12 @@ def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
     use, ``can_run`` and ``why_not``.
     """
     from .quantizers.nndct import NndctBackend
-    from .quantizers.nndct_calls import IMAGE_HINT
     packages = {shown: _dist_version(dist) for dist, shown in PACKAGES}
     modules = {m: _module_found(m) for m in IMAGE_MODULES}
     compiler = shutil.which(vai_c.EXECUTABLE)
     arch = _arch_files(arch_root)
     steps = _backend_steps()
-    steps.update({
-        "compile": _step("vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <dir> -n <net>",
-                         compiler is not None,
-                         "vai_c_xir is not on PATH: %s. The compile step writes compile.sh and compile_plan.md "
-                         "instead" % IMAGE_HINT),
-        "deploy": _step("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, "
-                        "checksums, manifest", True, None),
-    })
+    steps.update((s.name, _step(*s.environment())) for s in ORDER if s.environment is not None)
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "packages": packages,

@@ -86,6 +86,8 @@ class Step:
         check: ``check(ctx, result)``, run after the result is saved; raises to fail the step.
         command: help text of a top-level command (``python -m pipeline <name>``) that runs this step
             alone, or None.
+        environment: ``environment() -> (uses, can_run, why_not)``, the step's line of ``check-env``
+            when it needs a tool of its own (the backends' steps come from their ``requirements``).
         result: its ``StepResult`` subclass.
     """
     name: str
@@ -101,6 +103,7 @@ class Step:
     distributed: bool = False
     check: Optional[Callable[[Any, Any], None]] = None
     command: Optional[str] = None
+    environment: Optional[Callable[[], Tuple[str, bool, Optional[str]]]] = None
     result: Any = None
 
     def given(self, cfg: Any) -> bool:

@@ -3,7 +3,7 @@ vai_c_xir or the xmodel is absent."""
 import logging
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Optional
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .base import Step, StepResult, omitted_when_none
 
@@ -51,6 +51,17 @@ def preflight(ctx: "StepContext") -> None:
     if os.path.isfile(arch):
         from ..targets import check_arch_json
         check_arch_json(arch, ctx.loaded.target.name)
+
+
+def environment() -> Tuple[str, bool, Optional[str]]:
+    """check-env's line: vai_c_xir on PATH (inside the Vitis AI image), else the plan is written instead."""
+    import shutil
+
+    from ..compilers import vai_c
+    from ..quantizers.nndct_calls import IMAGE_HINT
+    return ("vai_c_xir -x <Model>_int.xmodel -a <arch.json> -o <dir> -n <net>",
+            shutil.which(vai_c.EXECUTABLE) is not None,
+            "vai_c_xir is not on PATH: %s. The compile step writes compile.sh and compile_plan.md instead" % IMAGE_HINT)
 
 
 def run(ctx: "StepContext") -> CompileResult:
@@ -114,4 +125,5 @@ def quantized_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> Optional[str
     return path if os.path.isfile(path) else None
 
 
-STEP = Step("compile", run, writes="compile", requires=("export",), preflight=preflight, result=CompileResult)
+STEP = Step("compile", run, writes="compile", requires=("export",), preflight=preflight, environment=environment,
+            result=CompileResult)

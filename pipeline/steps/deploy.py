@@ -3,7 +3,7 @@
 Reads, when present, the export step's example shape and the test step's accuracy (not required).
 """
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Optional
+from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
 from .base import Step, StepResult
 
@@ -43,4 +43,11 @@ def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
     return None
 
 
-STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), result=DeployResult)
+def environment() -> Tuple[str, bool, Optional[str]]:
+    """check-env's line: the bundle needs nothing beyond the pipeline."""
+    return ("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, checksums, manifest",
+            True, None)
+
+
+STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), environment=environment,
+            result=DeployResult)
