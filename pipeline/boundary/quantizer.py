@@ -28,7 +28,7 @@ from . import native
 from ..cpu import tile_bytes
 from ..errors import ConfigError, DataError, PipelineError
 from ..ledger import Ledger
-from ..config.specs import MEMORY_LAYOUTS, check_mean_std
+from ..specs import MEMORY_LAYOUTS, check_mean_std
 from ..tensors import as_torch_view
 from .inputs import IN_DTYPES, KERNEL_TYPES, NP_IN_DTYPES, NP_KERNEL_TYPES, byte_range, dtype_error, row_runs
 from .pool import BufferPool

@@ -17,33 +17,17 @@ Modules, one job each:
 - ``messages``: a pydantic ValidationError as one message with dotted paths.
 - ``schema``: ``config_schema``, the JSON Schema.
 - ``spec_models``: the models of ``data.source`` and ``preprocess.stages``, generated from the registries.
-- ``specs``: checks shared with the registries, the boundary and the deploy bundle (names, keys,
-  layouts, mean/std); imported by low layers, so it imports nothing of the package.
 - ``yamlsafe``: YAML loading with alias expansion, nesting and size bounded.
 
-The names below are imported on first use (PEP 562), so that ``pipeline.config.specs``, which the
-stages, the boundary and the drop-in API import, does not load pydantic.
+The checks the config shares with the registries, the boundary and the drop-in API (names, keys, layouts,
+mean/std) are one floor lower, in ``pipeline.specs``, so that those import no pydantic.
 """
-import importlib
-from typing import Any
+from .loaded import LoadedConfig
+from .loading import load_config, read_yaml
+from .messages import format_validation_error
+from .overrides import apply_overrides, parse_override
+from .schema import config_schema
+from .sections import Config
 
-# public name -> the module of this package that defines it
-_EXPORTS = {
-    "Config": "sections",
-    "LoadedConfig": "loaded",
-    "apply_overrides": "overrides",
-    "config_schema": "schema",
-    "format_validation_error": "messages",
-    "load_config": "loading",
-    "parse_override": "overrides",
-    "read_yaml": "loading",
-}
-
-__all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError("module %r has no attribute %r" % (__name__, name))
-    return getattr(importlib.import_module("." + module, __name__), name)
+__all__ = ["Config", "LoadedConfig", "apply_overrides", "config_schema", "format_validation_error", "load_config",
+           "parse_override", "read_yaml"]

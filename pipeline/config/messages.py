@@ -8,7 +8,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from .sections import Config
-from .specs import closest_match
+from ..specs import closest_match
 
 
 def _allowed_keys(loc: Tuple[Any, ...]) -> List[str]:

@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import ConfigError
 from ..quantizers.base import BACKENDS, DEFAULT_BACKEND
-from .specs import MEMORY_LAYOUTS, check_mean_std, closest_match
+from ..specs import MEMORY_LAYOUTS, check_mean_std, closest_match
 
 
 class _Strict(BaseModel):

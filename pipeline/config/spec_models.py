@@ -13,7 +13,7 @@ from typing import Any, Dict, List, Literal, Tuple, Union, get_type_hints
 
 from pydantic import ConfigDict, Field, ValidationError, create_model
 
-from .specs import closest_match
+from ..specs import closest_match
 
 _STRICT = ConfigDict(extra="forbid", strict=True)
 

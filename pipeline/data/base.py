@@ -11,7 +11,7 @@ from typing import Any, Dict, Iterator, List, Literal, NamedTuple, Optional, Tup
 import numpy as np
 import torch
 
-from ..config.specs import TENSOR_LAYOUTS, check_keys
+from ..specs import TENSOR_LAYOUTS, check_keys
 
 # The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
 # Schema and its key check are generated from this table (pipeline/config_specs.py); the openers

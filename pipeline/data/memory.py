@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from ..config.specs import TENSOR_LAYOUTS
+from ..specs import TENSOR_LAYOUTS
 from ..tensors import ArrayLike, as_torch_view, fingerprint_array
 from .base import Batch, Source
 from .batching import iter_batches, iter_row_batches

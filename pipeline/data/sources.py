@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..errors import ConfigError, DataError
-from ..config.specs import lookup
+from ..specs import lookup
 from .base import Source, check_source_keys
 from .image_folder import open_image_folder as open_decoded_folder
 from .memory import ArraySource

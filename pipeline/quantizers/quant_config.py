@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from ..errors import ConfigError
 from ..fileio import not_a_file, parse_json
-from ..config.specs import closest_match
+from ..specs import closest_match
 
 if TYPE_CHECKING:
     from ..fx.rewrites import Rewrites

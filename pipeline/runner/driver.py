@@ -18,7 +18,7 @@ import torch
 from .. import fileio, steps as step_graph
 from ..config import LoadedConfig
 from ..errors import ConfigError, PipelineError
-from .folder import SOURCE_FILE, lock_work_dir, unlock
+from .folder import SOURCE_FILE, RunDir, lock_work_dir, unlock
 from .status import LOCK_ENV, RunStatus, is_step_child
 from ..steps.context import StepContext
 
@@ -80,7 +80,7 @@ def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any)
 
 def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
     from .report import remove_report, write_report
-    run = StepContext(loaded, source, comm)
+    run = StepContext(loaded, RunDir(loaded, comm), source, comm)
     run.preflight([step_graph.BY_NAME[s] for s in ordered])
     expected = os.environ.get(ROWS_ENV) if is_step_child(loaded.work_dir) else None
     rows = run.feed.rows_sha256() if expected else None

@@ -17,7 +17,7 @@ from typing import Any, List, Optional, Tuple
 import torch
 
 from ..errors import StageError
-from ..config.specs import TENSOR_LAYOUTS
+from ..specs import TENSOR_LAYOUTS
 
 
 Shape = Tuple[int, ...]

@@ -11,7 +11,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from ..errors import ConfigError, StageError
-from ..config.specs import TENSOR_LAYOUTS
+from ..specs import TENSOR_LAYOUTS
 from ..ledger import Ledger
 from ..tensors import byte_extent, is_view_of, storage_nbytes
 from .base import Shape, Stage

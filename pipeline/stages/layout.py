@@ -11,7 +11,7 @@ from typing import List, Optional, Tuple
 import torch
 
 from ..errors import StageError
-from ..config.specs import TENSOR_LAYOUTS
+from ..specs import TENSOR_LAYOUTS
 from .base import Shape, Stage, check_int, check_ints, check_layout, normalize_dim
 
 

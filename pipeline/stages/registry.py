@@ -25,7 +25,7 @@ import dataclasses
 from typing import Any, Dict, List, Optional
 
 from ..errors import ConfigError, StageError
-from ..config.specs import check_keys, lookup
+from ..specs import check_keys, lookup
 from .base import Stage
 from .channels import BgrToRgb, ChannelOrder, ExpandChannels, RgbToBgr, SelectChannels
 from .compose import Compose

@@ -1,6 +1,7 @@
 """The step context ``StepContext``: what every step's ``run(ctx)`` gets. Three parts, each with one job:
 
-- ``folder``: the run folder (``pipeline.runner.folder.RunDir``): paths, saved step results; it knows no step;
+- ``folder``: the run folder (``pipeline.runner.folder.RunDir``, made by the driver): paths, saved step
+  results; it knows no step;
 - ``feed``: the data feed (``pipeline.data.feed.DataFeed``): source -> stages -> quantizer boundary,
   the splits, batches, the compile-boundary example, the ledger, progress;
 - ``model``: the model and quantizer part (``pipeline.steps.model.ModelPart``): the float model, its
@@ -12,7 +13,6 @@ from typing import Any, Sequence
 
 from ..config import LoadedConfig
 from ..data.feed import DataFeed
-from ..runner.folder import RunDir
 from .model import ModelPart
 
 
@@ -21,15 +21,16 @@ class StepContext:
 
     Args:
         loaded: the validated config (``pipeline.config.LoadedConfig``).
+        folder: its run folder (``pipeline.runner.folder.RunDir``: the driver, one floor up, makes it).
         source: an already opened source (``pipeline.data.base.Source``) to use instead of
             ``data.source``; the Python API passes the caller's array this way.
         comm: the ``pipeline.distributed.Comm`` under torchrun, else None: rank 0 alone writes.
     """
 
-    def __init__(self, loaded: LoadedConfig, source: Any = None, comm: Any = None) -> None:
+    def __init__(self, loaded: LoadedConfig, folder: Any, source: Any = None, comm: Any = None) -> None:
         c = loaded.cfg
         self.loaded, self.cfg, self.comm = loaded, c, comm
-        self.folder = RunDir(loaded, comm)
+        self.folder = folder
         self.feed = DataFeed(c.data, c.preprocess, c.run.seed, loaded.base_dir, source=source, comm=comm)
         self.model = ModelPart(loaded, self.folder, self.feed.rows_sha256)
 

@@ -135,7 +135,7 @@ def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, lim
     and the PNG plots of that table and of the activation ranges (``backend.layer_sensitivity``, plots.py).
     The simulated model is ``backend.analysis_handle``: the test handle when it is one, else built from
     the calibration files, so this works after either backend's calib."""
-    from ..runner import plots
+    from . import plots
     from ..quantizers.quant_info import read_quant_info
     from ..progress import phase
     handle = backend.analysis_handle(test_handle, model, example, ctx.model.quant_dir, ctx.model.settings(),

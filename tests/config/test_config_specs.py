@@ -79,7 +79,7 @@ def test_mean_and_std_are_checked_by_one_function_everywhere(tmp_path, mean, std
     """The config and the quantizer boundary (a public constructor) give the same message
     (specs.check_mean_std); the deploy bundle takes the boundary's checked spec() and checks nothing again."""
     from pipeline.boundary import QuantizerBoundary
-    from pipeline.config.specs import check_mean_std
+    from pipeline.specs import check_mean_std
     with pytest.raises(ConfigError) as expected:
         check_mean_std(mean, std)
     with pytest.raises(ConfigError) as boundary:

@@ -1,4 +1,4 @@
-"""pipeline.runner.plots: what the sensitivity figures draw, the PNG files, and running without matplotlib."""
+"""pipeline.steps.plots: what the sensitivity figures draw, the PNG files, and running without matplotlib."""
 import math
 import os
 import struct
@@ -6,7 +6,7 @@ import sys
 
 import pytest
 
-from pipeline.runner import plots
+from pipeline.steps import plots
 from pipeline.errors import BackendUnavailableError
 from pipeline.quantizers.sensitivity_rows import ROW_KEYS, LayerSensitivity
 

@@ -444,8 +444,10 @@ def test_a_run_folder_from_before_the_mark_is_adopted(tmp_path):
 
 def _rows(cfg_path, overrides=()):
     from pipeline.config import load_config
+    from pipeline.runner.folder import RunDir
     from pipeline.steps.context import StepContext
-    run = StepContext(load_config(str(cfg_path), list(overrides)))
+    loaded = load_config(str(cfg_path), list(overrides))
+    run = StepContext(loaded, RunDir(loaded))
     return {part: np.asarray(rows).tolist() for part, rows in run.feed.splits.items()}, run.feed.rows_sha256()
 
 

@@ -46,8 +46,9 @@ def test_a_contiguous_split_stays_available_as_an_explicit_choice(tmp_path):
     images, labels = _sorted_digits()
     config, _ = make_case(tmp_path, images=images, labels=labels, data={"split_order": "contiguous"})
     loaded = pipeline.load_config(config)
+    from pipeline.runner.folder import RunDir
     from pipeline.steps.context import StepContext
-    run = StepContext(loaded)
+    run = StepContext(loaded, RunDir(loaded))
     assert run.feed.splits["calib"] == slice(240, 280)
     assert sorted(run.feed.split_summary()["calib"]["classes"]) == sorted({str(int(c)) for c in labels[240:280]})
     assert len(run.feed.split_summary()["calib"]["classes"]) < 10  # what the shuffled default avoids

@@ -478,7 +478,7 @@ def _png_size(path):
 
 def test_plots_of_real_rows(digits_rows, tmp_path):
     pytest.importorskip("matplotlib")
-    from pipeline.runner.plots import activation_range_figure, plot_activation_ranges, plot_sensitivity, sensitivity_figure
+    from pipeline.steps.plots import activation_range_figure, plot_activation_ranges, plot_sensitivity, sensitivity_figure
     rows = digits_rows[0]
     fig = sensitivity_figure(rows)
     assert len(fig.axes[0].patches) == len(rows)  # one SQNR bar per layer

@@ -10,7 +10,7 @@ import math
 import struct
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
-from ..errors import ConfigError
+from .errors import ConfigError
 
 # The axis orders of a 4-D image batch (sources, stages) and the memory formats of the quantizer
 # boundary's buffer (preprocess.layout): two different things, each defined here only.
