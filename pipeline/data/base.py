@@ -14,7 +14,7 @@ import torch
 from ..specs import TENSOR_LAYOUTS, check_keys
 
 # The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
-# Schema and its key check are generated from this table (pipeline/config_specs.py); the openers
+# Schema and its key check are generated from this table (pipeline/config/spec_models.py); the openers
 # (pipeline.data.sources) check the keys against it and the values themselves.
 _LAYOUT = Literal[TENSOR_LAYOUTS]  # type: ignore
 _COLOR = Optional[Literal["RGB", "BGR", "L"]]

@@ -172,3 +172,59 @@ def test_the_command_line_imports_no_torch_before_a_command_needs_it():
     code = "import sys, pipeline.cli; print('torch' in sys.modules, 'numpy' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], cwd=REPO, stdout=subprocess.PIPE, check=True).stdout
     assert out.split() == [b"False", b"False"]
+
+
+# ---- the floors of docs/architecture.md ------------------------------------------------------------
+
+def _room(name):
+    """A module's room: the package under pipeline/ it is in, or the module itself."""
+    parts = name.split(".")
+    return "__init__" if len(parts) == 1 else parts[1]
+
+
+def _doc_floors():
+    """``{room: floor}`` from the block under "## Floors" in docs/architecture.md."""
+    with open(os.path.join(REPO, "docs", "architecture.md"), encoding="utf-8") as f:
+        text = f.read()
+    block = text.split("## Floors", 1)[1].split("```", 2)[1]
+    floors, floor = {}, None
+    for line in block.splitlines():
+        head, names = line[:3].strip(), line[3:34]
+        if head.isdigit():
+            floor = int(head)
+        for room in (n.strip() for n in names.split(",")):
+            if room:
+                floors[room] = floor
+    return floors
+
+
+FLOORS = _doc_floors()
+
+
+def _room_imports():
+    """``{(room, imported room): [module, ...]}`` over every import of every module, also inside functions."""
+    out = {}
+    for name in MODULES:
+        for target in _all_imports(name):
+            if target in MODULES and _room(target) != _room(name):
+                out.setdefault((_room(name), _room(target)), []).append(name)
+    return out
+
+
+def test_every_room_is_on_a_floor_of_the_architecture_doc():
+    rooms = {_room(m) for m in MODULES}
+    assert sorted(rooms - set(FLOORS)) == [] and sorted(set(FLOORS) - rooms) == []
+
+
+def test_no_module_imports_from_a_floor_above_its_own():
+    upward = sorted("%s (floor %d) imports %s (floor %d): %s" % (a, FLOORS[a], b, FLOORS[b], sorted(set(ms)))
+                    for (a, b), ms in _room_imports().items() if FLOORS[b] > FLOORS[a])
+    assert upward == []
+
+
+def test_no_two_rooms_import_each_other():
+    graph = {}
+    for a, b in _room_imports():
+        graph.setdefault(a, set()).add(b)
+        graph.setdefault(b, set())
+    assert _cycles(graph) == []

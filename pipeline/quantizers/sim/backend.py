@@ -130,7 +130,7 @@ class SimBackend(QuantizerBackend):
     def version(cls) -> str:
         """``sim-`` + the pipeline's version (not the ``version`` field the simulation writes into
         quant_info.json, which imitates the real quantizer's: ``quant_info.SIM_VERSION``)."""
-        from ... import __version__
+        from ..._version import __version__
         return "sim-" + __version__
 
     @classmethod
