@@ -12,7 +12,7 @@ from typing import Any, Dict, Iterator, Optional, Sequence, Tuple
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError, QuantizationError
+from ..errors import ConfigError, DataError
 from ..progress import progress
 from .base import Source
 
@@ -96,8 +96,10 @@ class DataFeed:
         return h.hexdigest()
 
     def split_size(self, part: str) -> int:
-        """The number of samples of ``part``. KeyError for a part the split does not name."""
-        rows = self.splits[part]
+        """The number of samples of ``part`` (0 for a part the split does not name)."""
+        rows = self.splits.get(part)
+        if rows is None:
+            return 0
         return rows.stop - rows.start if isinstance(rows, slice) else len(rows)
 
     def split_summary(self) -> Dict[str, Any]:
@@ -184,27 +186,8 @@ class DataFeed:
                                   "boundary and needs stages that keep every sample: set data.split_order: "
                                   "contiguous, or drop that stage" % (shape[0], whole[0]))
 
-    def _size(self, part: str) -> int:
-        return self.split_size(part) if part in self.splits else 0
-
     def require_split(self, part: str, by: str) -> None:
         """DataError when ``part`` is empty (or not in the split); ``by`` names who needs it."""
-        if not self._size(part):
+        if not self.split_size(part):
             raise DataError("the %s step needs the %s split, which is empty (data.split %s, %d images); give it "
                             "a share of the data" % (by, part, self.data.split, len(self.source)))
-
-    def check_calib_split(self, part: str = "calib") -> None:
-        """QuantizationError when the calibration's split ``part`` is empty (public case P03)."""
-        if not self._size(part):
-            raise QuantizationError("calibration saw 0 batches: the %s split of the %d images is empty "
-                                    "(data.split %s); give it a share of the data"
-                                    % (part, len(self.source), self.data.split))
-
-    def check_finetune_batches(self, part: str, limit: Optional[int]) -> None:
-        """QuantizationError when ``part`` gives fewer than 2 batches (at most ``limit``): the fast
-        finetune needs at least 2."""
-        n = self.n_batches(part, limit)
-        if n < 2:
-            raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
-                                    "(data.split %s, batch_size %d); give it more data or a smaller batch size"
-                                    % (part, n, self.data.split, self.data.batch_size))

@@ -213,10 +213,16 @@ def _fmt(x: Any) -> str:
 def preflight(ctx: "StepContext") -> None:
     """Before any work: a calib split with images (QuantizationError, public case P03), and at least 2
     finetune batches when quantizer.fast_finetune is on."""
-    ctx.feed.check_calib_split("calib")
+    from ..errors import QuantizationError
+    d, feed = ctx.cfg.data, ctx.feed
+    if not feed.split_size("calib"):
+        raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
+                                "(data.split %s); give it a share of the data" % (len(feed.source), d.split))
     ft = ctx.cfg.quantizer.fast_finetune
-    if ft.enabled:
-        ctx.feed.check_finetune_batches(ft.data, ft.batches)
+    if ft.enabled and feed.n_batches(ft.data, ft.batches) < 2:
+        raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
+                                "(data.split %s, batch_size %d); give it more data or a smaller batch size"
+                                % (ft.data, feed.n_batches(ft.data, ft.batches), d.split, d.batch_size))
 
 
 STEP = Step("calib", run, writes="quantize_result", after=("train",), reads=("calib",), one_unit=True,
