@@ -76,10 +76,6 @@ def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
     line prints."""
     from .status import read_status
     from ..data.summary import source_summary
-    steps = {}
-    for name in sorted(os.listdir(run.path("steps"))) if os.path.isdir(run.path("steps")) else []:
-        if name.endswith(".json") and not name.endswith(".files.json"):
-            steps[name[:-5]] = fileio.read_json(run.path("steps", name))
     cfg = run.loaded.cfg
     source_path = run.path(SOURCE_FILE)
     source = fileio.read_json(source_path) if os.path.isfile(source_path) else None
@@ -93,9 +89,10 @@ def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
         report.update(dict.fromkeys(step.result.REPORT_KEYS))
         if step.name in results:
             report.update(results[step.name].report_fields(run.work_dir))
-    warnings = [w for name in sorted(steps) for w in steps[name].get("warnings", [])]
-    report.update(warnings=warnings, quantizer_changes=quantizer_changes(results), source=source, steps=steps,
-                  artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in steps]),
+    warnings = [w for r in results.values() for w in r.step_warnings()]
+    report.update(warnings=warnings, quantizer_changes=quantizer_changes(results), source=source,
+                  steps={name: r.to_json() for name, r in results.items()},
+                  artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in results]),
                   versions=versions())
     report["summary"] = (["warning: %s" % w for w in warnings]
                          + [line for r in results.values() for line in r.summary_lines(run.work_dir)]

@@ -58,6 +58,10 @@ class StepResult:
         """The lines the command line prints for this step at the end of a run."""
         return []
 
+    def step_warnings(self) -> List[str]:
+        """The warnings the step gave (report.json's ``warnings``, the first lines of the summary)."""
+        return []
+
     def quantizer_changes(self) -> List[Tuple[str, str]]:
         """``(change, node)`` for each change the quantizer makes to a node on its way to the DPU."""
         return []

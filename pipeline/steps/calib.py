@@ -31,6 +31,9 @@ class CalibResult(StepResult):
 
     REPORT_KEYS = ("ledger", "fast_finetune")
 
+    def step_warnings(self) -> List[str]:
+        return list(self.warnings)
+
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"ledger": self.ledger, "fast_finetune": finetune_summary(self.fast_finetune)}
 

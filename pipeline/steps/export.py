@@ -24,6 +24,9 @@ class ExportResult(StepResult):
 
     REPORT_KEYS = ("onnx_agreement", "xmodel")
 
+    def step_warnings(self) -> List[str]:
+        return list(self.warnings)
+
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"onnx_agreement": {k: v for k, v in self.agreement.items() if k.startswith("onnx")} or None,
                 "xmodel": xmodel_summary(self.agreement.get("xmodel"), work_dir)}

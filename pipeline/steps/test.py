@@ -37,6 +37,9 @@ class TestResult(StepResult):
 
     REPORT_KEYS = ("float_accuracy", "quant_accuracy", "accuracy_drop", "eval_images", "sensitivity", "plots")
 
+    def step_warnings(self) -> List[str]:
+        return list(self.warnings)
+
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"float_accuracy": self.float_accuracy, "quant_accuracy": self.quant_accuracy,
                 "accuracy_drop": self.accuracy_drop, "eval_images": self.eval_images, "sensitivity": self.sensitivity,
