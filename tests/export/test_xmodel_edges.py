@@ -11,7 +11,7 @@ from torch import nn
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, StorageError
 from pipeline.quantizers.sim.xmodel import reader, verify
-from tests.inspect.test_inspect import Lambda
+from tests.support.lambda_model import Lambda
 
 
 def conv(cin=3, cout=8, k=3, **kw):

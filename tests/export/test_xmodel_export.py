@@ -53,7 +53,7 @@ def test_a_run_folder_is_compiled_later_elsewhere_without_quantizing_again(tmp_p
     xmodel; calib, test and export are not run again; the bundle holds the compiled model."""
     import shutil
     import sys
-    from tests.deploy.test_vai_c import B4096_ARCH, FAKE
+    from tests.support.fake_vai_c import B4096_ARCH, FAKE
     config, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     pipeline.run(config, steps=["train", "calib", "export"])
     moved = tmp_path / "mounted" / "run"

@@ -17,6 +17,7 @@ from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.inspect import inspect_model, write_reports
 from pipeline.models import zoo
 from pipeline.targets import TARGETS as REGISTRY, allows, get_target
+from tests.support.lambda_model import Lambda
 
 B4096 = "DPUCZDX8G_ISA1_B4096"
 
@@ -37,19 +38,6 @@ class Seq(nn.Module):
         for name in self.names:
             x = getattr(self, name)(x)
         return x
-
-
-class Lambda(nn.Module):
-    """A model whose forward is a function of (self, x), with named submodules."""
-
-    def __init__(self, fn, **layers):
-        super().__init__()
-        self.fn = fn
-        for name, layer in layers.items():
-            setattr(self, name, layer)
-
-    def forward(self, x):
-        return self.fn(self, x)
 
 
 def inspect(model, shape, target=B4096):

@@ -16,8 +16,7 @@ import torch
 
 from tests.support.small_net import small_batches as _batches
 from tests.support.small_net import small_net as _model
-from tests.support import REPO, make_case, sha
-from tests.run.test_robustness import artifact_hashes
+from tests.support import REPO, artifact_hashes, make_case, sha
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import QuantizationError

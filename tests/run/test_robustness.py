@@ -12,7 +12,7 @@ import pytest
 import torch
 import yaml
 
-from tests.support import REPO, cli, digits_u8, make_case, sha
+from tests.support import REPO, artifact_hashes, cli, digits_u8, make_case, sha
 
 import pipeline
 from pipeline.errors import ConfigError, DataError, FingerprintMismatchError, PipelineError, QuantizationError
@@ -149,14 +149,6 @@ def test_calib_test_mismatch_is_reported_field_by_field(tmp_path):
 
 
 # ---------------------------------------------------------------------------- artifacts
-
-ARTIFACTS_EXCLUDED = ("steps/", "config.resolved.yaml")
-
-
-def artifact_hashes(work):
-    with open(os.path.join(work, "report.json")) as f:
-        return {a["path"]: a["sha256"] for a in json.load(f)["artifacts"] if not a["path"].startswith(ARTIFACTS_EXCLUDED)}
-
 
 @pytest.mark.slow
 def test_rerun_gives_byte_identical_artifacts_and_sigkill_during_export_loses_nothing(tmp_path):

@@ -70,3 +70,11 @@ def make_case(tmp_path, images=None, labels=None, **sections):
     cfg.write_text(yaml.safe_dump(raw))
     return str(cfg), str(tmp_path / "images.npy")
 
+
+ARTIFACTS_EXCLUDED = ("steps/", "config.resolved.yaml")
+
+
+def artifact_hashes(work):
+    """``{path: sha256}`` of the run folder's artifacts as report.json lists them, less the per-run records."""
+    with open(os.path.join(work, "report.json")) as f:
+        return {a["path"]: a["sha256"] for a in json.load(f)["artifacts"] if not a["path"].startswith(ARTIFACTS_EXCLUDED)}
