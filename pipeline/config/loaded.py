@@ -59,8 +59,8 @@ class LoadedConfig:
         return path if os.path.isabs(path) else os.path.normpath(os.path.join(self.base_dir, path))
 
     def absolute_raw(self) -> Dict[str, Any]:
-        """A copy of the resolved dict with every input path made absolute (for a child process or a
-        copy of the config stored in the run folder)."""
+        """A copy of the resolved dict with every input path and ``run.work_dir`` made absolute: what a
+        child process runs (config.resolved.yaml in the run folder) and what the ranks of a torchrun compare."""
         raw = copy.deepcopy(self.raw)
         source = raw.get("data", {}).get("source", {})
         for key in SOURCE_PATH_KEYS:
@@ -70,6 +70,7 @@ class LoadedConfig:
             sec = raw.get(section) or {}
             if isinstance(sec.get(key), str):
                 sec[key] = self.resolve(sec[key])
+        raw.setdefault("run", {})["work_dir"] = self.work_dir
         return raw
 
     def hash(self) -> str:

@@ -18,6 +18,7 @@ import torch
 from .. import fileio, steps as step_graph
 from ..config import LoadedConfig
 from ..errors import ConfigError, PipelineError
+from ..quantizers.base import backend_class, backend_classes
 from .folder import SOURCE_FILE, RunDir, lock_work_dir, unlock
 from .status import LOCK_ENV, RunStatus, is_step_child
 from ..steps.context import StepContext
@@ -53,11 +54,11 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)
     try:
-        from ..quantizers.base import backend_class
         if comm is not None and not backend_class(loaded.cfg.quantizer.backend).distributed:
-            raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): the real quantizer keeps "
-                              "process-global state; run it in one process, or use the sim backend for a distributed "
-                              "calib and test" % (loaded.cfg.quantizer.backend, comm.world))
+            able = [c.name for c in backend_classes() if c.distributed]
+            raise ConfigError("quantizer.backend %s cannot run under torchrun (%d processes): it keeps process-global "
+                              "state; run it in one process, or use a backend that splits calib and test over the "
+                              "ranks (%s)" % (loaded.cfg.quantizer.backend, comm.world, ", ".join(able)))
         check_same_config(loaded, comm)  # before any step
         return _run_steps(loaded, ordered, source, comm)
     except BaseException as exc:
@@ -81,7 +82,15 @@ def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any)
 def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
     from .report import remove_report, write_report
     run = StepContext(loaded, RunDir(loaded, comm), source, comm)
+    step_graph.check_requirements(ordered, run.folder, loaded.cfg)
     run.preflight([step_graph.BY_NAME[s] for s in ordered])
+    backend = backend_class(loaded.cfg.quantizer.backend)
+    separate = backend.separate_processes and len([s for s in ordered if step_graph.BY_NAME[s].own_process]) > 1
+    if separate and source is not None:
+        raise ConfigError("quantizer.backend %s runs %s each in a child process, which reads data.source from the "
+                          "config and cannot see the array passed as images=; run one of those steps per call, or "
+                          "save the array (np.save) and name it in data.source"
+                          % (backend.name, ", ".join(s for s in ordered if step_graph.BY_NAME[s].own_process)))
     expected = os.environ.get(ROWS_ENV) if is_step_child(loaded.work_dir) else None
     rows = run.feed.rows_sha256() if expected else None
     if expected and rows != expected:
@@ -106,8 +115,6 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                 run.folder.remove_stale_temporaries()
                 run.folder.write_resolved_config()
                 before = run.feed.source.fingerprint() if loaded.cfg.run.verify_source_unchanged else None
-            separate = run.model.backend().separate_processes and len(
-                [s for s in ordered if step_graph.BY_NAME[s].own_process]) > 1
             for step in ordered:
                 status.step(step)
                 log.info("step %s", step)
@@ -116,11 +123,11 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
                     run.folder.invalidate(step, step_graph.invalidated(step, run.cfg))
                     write_report(run.folder)  # the report on disk lists what exists now, should the step be killed
                 _sync(run, "the start of step %s" % step)
-                run.feed.sharded = comm is not None and step_graph.BY_NAME[step].distributed
                 declared = step_graph.BY_NAME[step]
+                run.feed.sharded = comm is not None and declared.distributed
                 snapshot = run.folder.snapshot(declared.writes) if run.is_main else {}
                 try:
-                    if separate and step_graph.BY_NAME[step].own_process:
+                    if separate and declared.own_process:
                         _run_in_child(run, step)
                     elif run.is_main or run.feed.sharded:
                         if comm is not None:
@@ -156,14 +163,6 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
         return report if run.is_main else {}
     finally:
         unlock(lock)
-
-
-def _comparable(loaded: LoadedConfig) -> Dict[str, Any]:
-    """The resolved config as the ranks compare it: input paths absolute, ``loaded.work_dir`` the absolute
-    run folder (every rank reads the calibration rank 0 writes there)."""
-    raw = loaded.absolute_raw()
-    raw.setdefault("run", {})["work_dir"] = loaded.work_dir
-    return raw
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> Optional[Tuple[str, Any, Any]]:
@@ -202,7 +201,7 @@ def check_same_config(loaded: LoadedConfig, comm: Any) -> None:
     torchrun starts one command on every rank, but a rank can still resolve another config (another
     ``--set``, another file or environment behind it on another machine); it would then calibrate and
     evaluate with its own preprocessing while rank 0 writes as if all had rank 0's. Each rank hashes its
-    resolved config (``_comparable``) and the hashes are compared (one collective); on a mismatch the
+    resolved config (``LoadedConfig.absolute_raw``) and the hashes are compared (one collective); on a mismatch the
     configs are gathered and every rank raises the same error. A collective: every rank calls it
     before any step.
 
@@ -216,7 +215,7 @@ def check_same_config(loaded: LoadedConfig, comm: Any) -> None:
     import hashlib
     import json
     comm.context = "comparing the ranks' configs"
-    raw = _comparable(loaded)
+    raw = loaded.absolute_raw()
     digest = hashlib.sha256(json.dumps(raw, sort_keys=True, default=str).encode("utf-8")).hexdigest()
     digests = comm.gather(digest)
     if all(d == digests[0] for d in digests):
@@ -254,23 +253,38 @@ def _run_in_child(run: StepContext, step: str) -> None:
 
 def run_config(config: str, steps: Optional[List[str]] = None, overrides: Optional[List[str]] = None,
                images: Any = None, labels: Any = None, layout: str = "NHWC") -> Dict[str, Any]:
-    """The Python API: run ``steps`` (default: all but inspect) of the YAML ``config``.
+    """The Python API: run ``steps`` of the YAML ``config``.
 
     Args:
         config: path of the YAML config.
-        steps: subset of ``pipeline.steps.NAMES``.
+        steps: a list of ``pipeline.steps.NAMES`` (run in pipeline order), or None or ``["all"]`` for the
+            default steps (``pipeline.steps.DEFAULT_STEPS``: all but inspect).
         overrides: ``["dotted.path=value", ...]`` as with ``--set``.
         images: optional caller-owned numpy array or torch tensor (4-D, ``layout``) used instead of
             ``data.source``; it is never written (the run hashes it before and after when
             ``run.verify_source_unchanged`` is on) and never copied before the quantizer boundary.
-        labels: optional 1-D integer labels for ``images``.
+        labels: optional 1-D integer labels for ``images`` (only with ``images``).
+        layout: the axis order of ``images``: ``NHWC`` or ``NCHW``.
 
-    Returns the content of report.json. Raises PipelineError subclasses on bad input.
+    Returns the content of report.json.
+
+    Raises:
+        ConfigError: ``steps`` is a string or names an unknown step; ``labels`` without ``images``; and
+            every PipelineError a run raises.
     """
     from ..config import load_config
+    if isinstance(steps, str) or (steps is not None and not all(isinstance(s, str) for s in steps)):
+        raise ConfigError("steps must be a list of step names such as [\"calib\", \"test\"], got %r" % (steps,))
+    names = list(step_graph.DEFAULT_STEPS) if not steps or list(steps) == ["all"] else list(steps)
+    unknown = [s for s in names if s not in step_graph.NAMES]
+    if unknown:
+        raise ConfigError("unknown steps %s; choose from %s, or 'all'" % (unknown, ", ".join(step_graph.NAMES)))
+    if labels is not None and images is None:
+        raise ConfigError("labels= goes with images=: without images the run reads data.source (give its labels "
+                          "there), or pass the images too")
     source = None
     if images is not None:
         from ..data.sources import open_source
         kind = "tensor" if isinstance(images, torch.Tensor) else "array"
         source = open_source({"type": kind, "images": images, "labels": labels, "layout": layout}, ".")
-    return run_steps(load_config(config, overrides), list(steps or step_graph.DEFAULT_STEPS), source=source)
+    return run_steps(load_config(config, overrides), names, source=source)

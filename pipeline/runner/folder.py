@@ -87,7 +87,6 @@ class RunDir:
     def write_resolved_config(self) -> str:
         """Write config.resolved.yaml with input paths made absolute, so a child process can run it."""
         raw = self.loaded.absolute_raw()
-        raw.setdefault("run", {})["work_dir"] = self.work_dir
         return fileio.write_text(self.path("config.resolved.yaml"), yaml.safe_dump(raw, sort_keys=True))
 
     def snapshot(self, folder: str) -> Snapshot:

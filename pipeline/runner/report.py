@@ -65,7 +65,7 @@ def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, A
             if rel.split(os.sep)[0] in incomplete:
                 row["incomplete"] = True
             rows.append(row)
-    return rows
+    return sorted(rows, key=lambda row: row["path"])
 
 
 def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:

@@ -16,7 +16,7 @@ if TYPE_CHECKING:  # the annotations only: importing the context imports torch
 ORDER = (train.STEP, inspect.STEP, calib.STEP, test.STEP, export.STEP, compile.STEP, deploy.STEP)  # type: Tuple[Step, ...]
 BY_NAME = {s.name: s for s in ORDER}  # type: Dict[str, Step]
 NAMES = [s.name for s in ORDER]
-DEFAULT_STEPS = [s for s in NAMES if s != "inspect"]
+DEFAULT_STEPS = [s.name for s in ORDER if s.default]
 
 
 def derived(name: str) -> Tuple[str, ...]:
@@ -37,6 +37,23 @@ def invalidated(name: str, cfg: Any) -> List[Tuple[str, str]]:
     (unless the config supplies its output, ``Step.given_by_config``) and every step ``derived`` from it."""
     own = [] if BY_NAME[name].given(cfg) else [name]
     return [(s, BY_NAME[s].writes) for s in own + list(derived(name))]
+
+
+def check_requirements(names: List[str], folder: Any, cfg: Any) -> None:
+    """Before any step runs: each of ``names`` (pipeline order) finds the results it ``requires``, saved
+    in ``folder`` (``pipeline.runner.folder.RunDir``) and not made stale by an earlier one of ``names``
+    (``invalidated``), or made by an earlier one. Raises PipelineError naming the step to run first."""
+    from ..errors import PipelineError
+    available = {s.name for s in ORDER if folder.load_step(s.name) is not None}
+    for name in names:
+        available -= {stale for stale, _ in invalidated(name, cfg)}
+        for dep in BY_NAME[name].requires:
+            if dep not in available:
+                stale = "" if folder.load_step(dep) is None else (
+                    " (its results in %s would be removed by an earlier step of this run)" % folder.work_dir)
+                raise PipelineError("%s: the %s step has not run in %s%s; run it first, e.g. --steps %s,%s"
+                                    % (name, dep, folder.work_dir, stale, dep, name))
+        available.add(name)
 
 
 def execute(ctx: "StepContext", name: str) -> Any:
@@ -63,4 +80,5 @@ def load_results(folder: Any) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "invalidated", "execute", "load_results", "Step"]
+__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "invalidated", "check_requirements", "execute",
+           "load_results", "Step"]

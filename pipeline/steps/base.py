@@ -1,8 +1,8 @@
 """What a step declares (``Step``) and the base of its typed results (``StepResult``).
 
-A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; the driver
-(``pipeline.runner.driver``) checks ``requires``, runs it, saves the result as steps/<name>.json and then
-calls ``check`` (a verdict that fails the step after its results are saved).
+A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; ``pipeline.steps.execute``
+checks ``requires``, runs it, saves the result as steps/<name>.json and then calls ``check`` (a verdict
+that fails the step after its results are saved); the driver (``pipeline.runner.driver``) calls it.
 """
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -92,6 +92,7 @@ class Step:
             alone, or None.
         environment: ``environment() -> (uses, can_run, why_not)``, the step's line of ``check-env``
             when it needs a tool of its own (the backends' steps come from their ``requirements``).
+        default: part of a run that names no steps (``--steps all``); False: on request only.
         result: its ``StepResult`` subclass.
     """
     name: str
@@ -108,7 +109,12 @@ class Step:
     check: Optional[Callable[[Any, Any], None]] = None
     command: Optional[str] = None
     environment: Optional[Callable[[], Tuple[str, bool, Optional[str]]]] = None
+    default: bool = True
     result: Any = None
+
+    def __post_init__(self) -> None:
+        if not (isinstance(self.result, type) and issubclass(self.result, StepResult)):
+            raise TypeError("Step %r: result= must be its StepResult subclass, got %r" % (self.name, self.result))
 
     def given(self, cfg: Any) -> bool:
         """Whether the config supplies this step's output (``given_by_config``)."""

@@ -49,5 +49,5 @@ def environment() -> Tuple[str, bool, Optional[str]]:
             True, None)
 
 
-STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), environment=environment,
-            result=DeployResult)
+STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), after=("test",),  # its accuracy
+            environment=environment, result=DeployResult)

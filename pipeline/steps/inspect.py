@@ -38,5 +38,5 @@ def run(ctx: "StepContext") -> InspectResult:
     return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)
 
 
-STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult,
+STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult, default=False,
             command="DPU/CPU assignment of every node for compile.target")

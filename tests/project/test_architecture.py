@@ -3,6 +3,7 @@ cycle between pipeline's modules, no module over 400 lines, the driver floor and
 name no backend, and only ``pipeline/steps/`` names a step."""
 import ast
 import os
+import re
 
 import pytest
 
@@ -160,7 +161,7 @@ def test_only_steps_import_a_step(name):
     assert sorted(_all_imports(name) & STEP_MODULES) == []
 
 
-@pytest.mark.parametrize("name", _under("runner") + ["pipeline.cli"])
+@pytest.mark.parametrize("name", _under("runner") + ["pipeline.cli", "pipeline.env"])
 def test_the_driver_floor_names_no_step(name):
     assert not (_strings(name) & set(STEP_NAMES)), "names a step: %s" % sorted(_strings(name) & set(STEP_NAMES))
 
@@ -189,9 +190,14 @@ def _doc_floors():
     block = text.split("## Floors", 1)[1].split("```", 2)[1]
     floors, floor = {}, None
     for line in block.splitlines():
-        head, names = line[:3].strip(), line[3:34]
+        head, _, rest = line.strip().partition(" ")
         if head.isdigit():
             floor = int(head)
+        elif len(line) - len(line.lstrip()) > 4:  # the description's own continuation line
+            continue
+        else:  # the floor's rooms, continued
+            rest = line
+        names = re.split(r"\s{2,}", rest.strip())[0]  # the rooms, then two spaces or more, then what they are
         for room in (n.strip() for n in names.split(",")):
             if room:
                 floors[room] = floor
@@ -228,3 +234,20 @@ def test_no_two_rooms_import_each_other():
         graph.setdefault(a, set()).add(b)
         graph.setdefault(b, set())
     assert _cycles(graph) == []
+
+
+def test_a_step_declares_every_result_it_reads():
+    # a step that reads another step's saved result must go stale with it (requires/after, directly or
+    # through the graph), or a re-run of that step leaves it describing the old one
+    from pipeline.steps import derived
+    for name in STEP_NAMES:
+        with open(MODULES["pipeline.steps." + name], encoding="utf-8") as f:
+            read = set(re.findall(r"(?:load_step|require)\(\"(\w+)\"", f.read()))
+        assert [r for r in sorted(read) if name not in derived(r)] == [], name
+
+
+def test_report_keys_of_the_steps_are_their_own():
+    from pipeline.steps import ORDER
+    frame = {"status", "run", "warnings", "quantizer_changes", "source", "steps", "artifacts", "versions", "summary"}
+    keys = [k for s in ORDER for k in s.result.REPORT_KEYS]
+    assert len(keys) == len(set(keys)) and not set(keys) & frame

@@ -21,7 +21,8 @@ def test_invalidation_is_derived_from_requires():
     assert steps.derived("calib") == ("test", "export", "compile", "deploy")
     assert steps.derived("export") == ("compile", "deploy")
     assert steps.derived("compile") == ("deploy",)
-    assert steps.derived("inspect") == steps.derived("test") == steps.derived("deploy") == ()
+    assert steps.derived("test") == ("deploy",)  # the bundle's prototxt carries the measured accuracy
+    assert steps.derived("inspect") == steps.derived("deploy") == ()
 
 
 def test_each_step_traces_the_float_model_once(tmp_path, monkeypatch):
@@ -96,3 +97,49 @@ def test_an_untraceable_model_keeps_its_fallback_and_error():
     from pipeline.quantizers.quant_config import load_quant_config
     with pytest.raises(QuantizationError, match="symbolic_trace, which failed"):
         capture(model, torch.randn(1, 1, 4, 4), load_quant_config(None, 8).rewrites(), traced=traced)
+
+
+def test_a_step_whose_requirement_is_missing_is_refused_before_any_work(tmp_path):
+    from pipeline.errors import PipelineError
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(PipelineError, match=r"test: the calib step has not run in .*; run it first, e\.g\. "
+                                            r"--steps calib,test"):
+        run_steps(load_config(cfg), ["test"])
+    assert not os.path.exists(str(tmp_path / "run"))  # no folder, no status.json: nothing was done
+
+
+def test_a_requirement_an_earlier_step_of_the_run_makes_stale_is_refused_up_front(tmp_path):
+    from pipeline.errors import PipelineError
+    cfg, _ = make_case(tmp_path)
+    run_steps(load_config(cfg), ["train", "calib"])
+    before = sorted(os.listdir(str(tmp_path / "run" / "steps")))
+    with pytest.raises(PipelineError, match="would be removed by an earlier step of this run"):
+        run_steps(load_config(cfg), ["train", "test"])  # train would remove the calibration test needs
+    assert sorted(os.listdir(str(tmp_path / "run" / "steps"))) == before
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    ({"steps": "train"}, "steps must be a list of step names"),
+    ({"steps": ["bogus"]}, r"unknown steps \['bogus'\]"),
+    ({"steps": ["train"], "labels": [0, 1]}, "labels= goes with images="),
+])
+def test_the_python_api_refuses_bad_arguments(tmp_path, kwargs, message):
+    import pipeline
+    from pipeline.errors import ConfigError
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(ConfigError, match=message):
+        pipeline.run(cfg, **kwargs)
+    assert not os.path.exists(str(tmp_path / "run"))
+
+
+def test_the_caller_array_is_refused_where_steps_would_run_in_child_processes(tmp_path, monkeypatch):
+    # a child process reads data.source from the config: it cannot see the caller's array
+    import numpy as np
+
+    import pipeline
+    from pipeline.errors import ConfigError
+    from pipeline.quantizers.sim.backend import SimBackend
+    cfg, npy = make_case(tmp_path)
+    monkeypatch.setattr(SimBackend, "separate_processes", True)
+    with pytest.raises(ConfigError, match="cannot see the array passed as images="):
+        pipeline.run(cfg, steps=["calib", "test"], images=np.load(npy), labels=np.load(str(tmp_path / "labels.npy")))
