@@ -4,6 +4,7 @@ The other modules here are the tests' models, corpora and the scripts tests run 
 (by path: ``os.path.join(SUPPORT, "<name>.py")``); they import each other as ``tests.support.<name>``.
 """
 import hashlib
+import json
 import os
 import subprocess
 import sys
