@@ -20,7 +20,7 @@ import os
 import sys
 from typing import List, Optional
 
-from .steps import DEFAULT_STEPS, NAMES as STEPS, ORDER
+from .steps import DEFAULT_STEPS, NAMES as STEPS, ORDER, selected
 from .errors import ConfigError, PipelineError
 
 STEP_COMMANDS = {s.name: s for s in ORDER if s.command}  # steps that are also a command of their own
@@ -29,13 +29,10 @@ COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", 
 
 def _steps(text: str) -> List[str]:
     steps = [s.strip() for s in text.split(",") if s.strip()]
-    if steps == ["all"]:
-        return list(DEFAULT_STEPS)
-    bad = [s for s in steps if s not in STEPS]
-    if bad or not steps:
-        raise argparse.ArgumentTypeError("unknown steps %s; choose from %s (comma separated) or 'all'"
-                                         % (bad or [text], ",".join(STEPS)))
-    return steps
+    try:
+        return selected(steps or [text])
+    except ConfigError as exc:
+        raise argparse.ArgumentTypeError(str(exc))
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -109,14 +106,13 @@ def _run(args: argparse.Namespace) -> int:
 def _step_command(args: argparse.Namespace) -> int:
     """A step that is a command of its own: run it alone through the driver (pre-flight, the run
     folder's lock, status.json, the report), then print its own summary lines."""
-    from . import fileio
     from .config import load_config
     from .runner.driver import run_steps
     step = STEP_COMMANDS[args.command]
     loaded = load_config(_config_path(args), args.overrides)
-    run_steps(loaded, [step.name])
-    result = step.result.from_json(fileio.read_json(os.path.join(loaded.work_dir, "steps", step.name + ".json")))
-    print("\n".join(result.summary_lines(loaded.work_dir)))
+    report = run_steps(loaded, [step.name])
+    if report:  # under torchrun only rank 0 reports, as for run
+        print("\n".join(step.result.from_json(report["steps"][step.name]).summary_lines(loaded.work_dir)))
     return 0
 
 

@@ -85,12 +85,12 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
     step_graph.check_requirements(ordered, run.folder, loaded.cfg)
     run.preflight([step_graph.BY_NAME[s] for s in ordered])
     backend = backend_class(loaded.cfg.quantizer.backend)
-    separate = backend.separate_processes and len([s for s in ordered if step_graph.BY_NAME[s].own_process]) > 1
+    children = [s for s in ordered if step_graph.BY_NAME[s].own_process]
+    separate = backend.separate_processes and len(children) > 1
     if separate and source is not None:
         raise ConfigError("quantizer.backend %s runs %s each in a child process, which reads data.source from the "
                           "config and cannot see the array passed as images=; run one of those steps per call, or "
-                          "save the array (np.save) and name it in data.source"
-                          % (backend.name, ", ".join(s for s in ordered if step_graph.BY_NAME[s].own_process)))
+                          "save the array (np.save) and name it in data.source" % (backend.name, ", ".join(children)))
     expected = os.environ.get(ROWS_ENV) if is_step_child(loaded.work_dir) else None
     rows = run.feed.rows_sha256() if expected else None
     if expected and rows != expected:
@@ -275,10 +275,7 @@ def run_config(config: str, steps: Optional[List[str]] = None, overrides: Option
     from ..config import load_config
     if isinstance(steps, str) or (steps is not None and not all(isinstance(s, str) for s in steps)):
         raise ConfigError("steps must be a list of step names such as [\"calib\", \"test\"], got %r" % (steps,))
-    names = list(step_graph.DEFAULT_STEPS) if not steps or list(steps) == ["all"] else list(steps)
-    unknown = [s for s in names if s not in step_graph.NAMES]
-    if unknown:
-        raise ConfigError("unknown steps %s; choose from %s, or 'all'" % (unknown, ", ".join(step_graph.NAMES)))
+    names = step_graph.selected(steps)
     if labels is not None and images is None:
         raise ConfigError("labels= goes with images=: without images the run reads data.source (give its labels "
                           "there), or pass the images too")

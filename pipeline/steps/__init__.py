@@ -5,7 +5,7 @@ writes, whether it runs in its own process or over the ranks) and ``run(ctx) -> 
 This list is the one place the step graph is written: ``--steps`` names, the run folder's
 invalidation (``derived``) and the driver read it. To add a step: a module here, and its ``STEP`` in ``ORDER``.
 """
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from . import calib, compile, deploy, export, inspect, test, train
 from .base import Step
@@ -30,6 +30,19 @@ def derived(name: str) -> Tuple[str, ...]:
                 out.add(s.name)
                 changed = True
     return tuple(s.name for s in ORDER if s.name in out)
+
+
+def selected(names: Optional[List[str]]) -> List[str]:
+    """The step names a run is asked for: ``DEFAULT_STEPS`` for None, ``[]`` or ``["all"]``, else ``names``
+    (``--steps`` and ``pipeline.run(steps=...)`` both go through here). Raises ConfigError for a name
+    that is not a step, naming the steps."""
+    from ..errors import ConfigError
+    if not names or list(names) == ["all"]:
+        return list(DEFAULT_STEPS)
+    unknown = [s for s in names if s not in NAMES]
+    if unknown:
+        raise ConfigError("unknown steps %s; choose from %s (comma separated for --steps) or 'all'" % (unknown, ",".join(NAMES)))
+    return list(names)
 
 
 def invalidated(name: str, cfg: Any) -> List[Tuple[str, str]]:
@@ -57,11 +70,10 @@ def check_requirements(names: List[str], folder: Any, cfg: Any) -> None:
 
 
 def execute(ctx: "StepContext", name: str) -> Any:
-    """Run step ``name`` on ``ctx`` (``pipeline.steps.context.StepContext``): check its required results, run it,
-    save steps/<name>.json, then its verdict (``Step.check``). Returns the typed result."""
+    """Run step ``name`` on ``ctx`` (``pipeline.steps.context.StepContext``), save steps/<name>.json, then its
+    verdict (``Step.check``). Returns the typed result. The driver has checked the results it requires
+    (``check_requirements``) before any step of the run."""
     step = BY_NAME[name]
-    for dep in step.requires:
-        ctx.folder.require(dep, name)
     result = step.run(ctx)
     ctx.folder.save_step(name, result.to_json())
     if step.check is not None:
@@ -80,5 +92,5 @@ def load_results(folder: Any) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "derived", "invalidated", "check_requirements", "execute",
-           "load_results", "Step"]
+__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "selected", "derived", "invalidated", "check_requirements",
+           "execute", "load_results", "Step"]

@@ -22,7 +22,8 @@ def run(ctx: "StepContext") -> DeployResult:
     from ..quantizers.quant_info import read_quant_info
     comp = ctx.folder.require("compile", "deploy")
     qi = read_quant_info(ctx.model.quant_dir)
-    example_shape = (ctx.folder.load_step("export") or {}).get("example_shape")
+    export = ctx.folder.load_step("export") or {}
+    example_shape = export.get("example_shape")
     preprocess = dict(ctx.feed.boundary.spec(), source_color=ctx.feed.source.color, source_layout=ctx.feed.source.layout,
                       input_fix_pos=input_fix_pos(qi), input_shape=example_shape)
     labels = ctx.feed.source.labels  # the test step measures top-1 against them: a classifier
@@ -31,7 +32,7 @@ def run(ctx: "StepContext") -> DeployResult:
     from .compile import quantized_xmodel
     manifest = build_bundle(ctx.folder.work_dir, ctx.folder.path("deploy"), comp.get("compiled"), preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
-                            quantized_xmodel=quantized_xmodel(ctx, ctx.folder.load_step("export") or {}))
+                            quantized_xmodel=quantized_xmodel(ctx, export))
     return DeployResult(manifest=manifest)
 
 

@@ -33,7 +33,7 @@ def run(ctx: "StepContext") -> TrainResult:
     from ..train import accuracy, train_model
     from ..progress import progress
     m = ctx.cfg.model
-    if m.weights is not None:
+    if weights_given(ctx.cfg):
         log.info("train: model.weights is set (%s); nothing to train", m.weights)
         return TrainResult(skipped="model.weights is set", weights=ctx.model.weights_path)
     torch.manual_seed(ctx.cfg.run.seed)
