@@ -222,10 +222,11 @@ def preflight(ctx: "StepContext") -> None:
         raise QuantizationError("calibration saw 0 batches: the calib split of the %d images is empty "
                                 "(data.split %s); give it a share of the data" % (len(feed.source), d.split))
     ft = ctx.cfg.quantizer.fast_finetune
-    if ft.enabled and feed.n_batches(ft.data, ft.batches) < 2:
+    n = feed.n_batches(ft.data, ft.batches) if ft.enabled else 2
+    if n < 2:
         raise QuantizationError("quantizer.fast_finetune needs at least 2 batches of the %s split, which gives %d "
                                 "(data.split %s, batch_size %d); give it more data or a smaller batch size"
-                                % (ft.data, feed.n_batches(ft.data, ft.batches), d.split, d.batch_size))
+                                % (ft.data, n, d.split, d.batch_size))
 
 
 STEP = Step("calib", run, writes="quantize_result", after=("train",), reads=("calib",), one_unit=True,
