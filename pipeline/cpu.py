@@ -40,6 +40,25 @@ def tile_bytes() -> int:
     return max(_MIN_TILE_BYTES, l2_bytes() // 2)
 
 
+def cpu_capability() -> str:
+    """The vector kernels ATen dispatches to in this process: ``"AVX512"``, ``"AVX2"``, ``"DEFAULT"``
+    (scalar) and the like, as torch names them; ``"unknown"`` where torch does not say.
+
+    ``torch.backends.cpu.get_cpu_capability()`` (torch >= 2.0), else the "CPU capability usage" line
+    of ``torch.__config__.show()`` (torch 1.13, which has no ``torch.backends.cpu``). Set by the CPU
+    and the ``ATEN_CPU_CAPABILITY`` environment variable; torch 1.13's PyPI build picks AVX2 on an
+    AVX-512 CPU unless ``ATEN_CPU_CAPABILITY=avx512`` is set. Imports torch.
+    """
+    import torch
+    get = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", None)
+    if get is not None:
+        return str(get())
+    for line in torch.__config__.show().splitlines():
+        if "CPU capability usage:" in line:
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def load_average() -> str:
     """The 1-, 5- and 15-minute load averages as ``"0.52 0.63 0.85"`` (``os.getloadavg``, the
     numbers of /proc/loadavg), or ``"n/a"`` where the OS does not give them."""

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.cpu import load_average  # noqa: E402
+from pipeline.cpu import cpu_capability, load_average  # noqa: E402
 from pipeline.models.zoo import digits_cnn, mobilenet_v2, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.finetune import FastFinetune, FinetuneOptions  # noqa: E402
@@ -211,7 +211,7 @@ def main() -> None:
     args = p.parse_args()
     torch.set_num_threads(args.threads)
     print("threads %d, load average %s, torch %s, CPU capability %s" % (
-        args.threads, load_average(), torch.__version__, torch.backends.cpu.get_cpu_capability()), flush=True)
+        args.threads, load_average(), torch.__version__, cpu_capability()), flush=True)
     rows = {"accuracy": accuracy_part(args) if args.models else []}
     if args.memory:
         rows["memory"] = memory_part(args)

@@ -21,6 +21,22 @@ from ..errors import DistributedError
 COLLECTIVE_TIMEOUT_ENV = "PIPELINE_COLLECTIVE_TIMEOUT_S"  # the drop-in API's bounded wait (see group.dropin_comm)
 NONE_INT = -(2 ** 62)  # stands for None in gather_ints
 STORE_KEY = "pipeline/%s/%d"  # store keys: pid/<rank>, failed/<rank>
+POSTED = "%s/posted"  # the counter beside a key set with post()
+
+
+def post(store: Any, key: str, value: str) -> None:
+    """Set ``key`` to ``value`` in the rendezvous store, then count it posted (``key/posted``).
+
+    Whether a key exists is read from that counter (:func:`posted`): ``Store.check`` exists only from
+    torch 2.x, ``Store.get`` of a missing key blocks for the store's whole timeout, and ``Store.add``
+    is in every torch the project supports (1.13 included)."""
+    store.set(key, value)
+    store.add(POSTED % key, 1)
+
+
+def posted(store: Any, key: str) -> bool:
+    """Whether ``key`` was set with :func:`post` (one ``Store.add(key/posted, 0)``, which never waits)."""
+    return int(store.add(POSTED % key, 0)) > 0
 
 
 def torch_dist() -> Any:
@@ -119,17 +135,18 @@ class Comm:
         self._seq += 1
         seq, where = self._seq, "%s (%s)" % (self.call or self.context, self.context)
         key = "pipeline/entry/%s/%%d/%%d" % self.prefix
+        arrived = "pipeline/entry/%s/%%d/arrived" % self.prefix  # ranks that reached entry seq
         try:
-            self.store.set(key % (seq, self.rank), where)
-            self.store.set("pipeline/entry/%s/at/%d" % (self.prefix, self.rank), "%d %s" % (seq, where))
+            post(self.store, key % (seq, self.rank), where)
+            post(self.store, "pipeline/entry/%s/at/%d" % (self.prefix, self.rank), "%d %s" % (seq, where))
+            self.store.add(arrived % seq, 1)
         except Exception as exc:
             raise DistributedError(self.lost_message(exc))
-        others = [key % (seq, r) for r in range(self.world) if r != self.rank]
         start = time.monotonic()
         deadline, next_check, pause = start + float(self.bounded_s or 0), start + 1.0, 0.0005
         while True:
             try:
-                if self.store.check(others):
+                if int(self.store.add(arrived % seq, 0)) >= self.world:
                     break
             except Exception as exc:
                 raise DistributedError(self.lost_message(exc))
@@ -144,11 +161,14 @@ class Comm:
                 raise DistributedError(self._entry_message(self._absent(missing, seq)))
             time.sleep(pause)
             pause = min(pause * 2, 0.05)
-        if seq > 1:  # every rank has left the previous entry: its key is not read again
-            try:
-                self.store.delete_key(key % (seq - 1, self.rank))
-            except Exception:
-                pass
+        if seq > 1:  # every rank has left the previous entry: its keys are not read again
+            done = [key % (seq - 1, self.rank)]
+            old = done + [POSTED % done[0]] + ([arrived % (seq - 1)] if self.rank == 0 else [])
+            for k in old:
+                try:
+                    self.store.delete_key(k)
+                except Exception:
+                    pass
 
     def _absent(self, missing: List[int], seq: int) -> str:
         parts = []
@@ -168,7 +188,7 @@ class Comm:
 
     def _store_has(self, key: str) -> bool:
         try:
-            return bool(self.store.check([key]))
+            return posted(self.store, key)
         except Exception:
             return False
 
@@ -178,7 +198,7 @@ class Comm:
         if self.store is None:
             return
         try:
-            self.store.set(STORE_KEY % ("failed", self.rank), "%s: %s" % (type(exc).__name__, exc))
+            post(self.store, STORE_KEY % ("failed", self.rank), "%s: %s" % (type(exc).__name__, exc))
         except Exception:  # the store itself is gone: the others fall back to the process check
             pass
 
@@ -218,7 +238,7 @@ class Comm:
         if self.store is None:
             return None
         try:
-            if not self.store.check([key]):
+            if not posted(self.store, key):
                 return None
             return self.store.get(key).decode("utf-8", "replace")
         except Exception:

@@ -6,7 +6,7 @@ import socket
 from typing import Any, Optional
 
 from ..errors import DistributedError
-from .comm import COLLECTIVE_TIMEOUT_ENV, STORE_KEY, Comm, install_sigterm, remove_sigterm, torch_dist
+from .comm import COLLECTIVE_TIMEOUT_ENV, STORE_KEY, Comm, install_sigterm, post, remove_sigterm, torch_dist
 
 DEFAULT_TIMEOUT_S = 1800  # torch's own default for gloo; train runs on rank 0 while the others wait
 DEFAULT_COLLECTIVE_TIMEOUT_S = 300.0
@@ -89,7 +89,7 @@ def _default_store() -> Any:
 def _register(comm: Comm) -> None:
     if comm.store is not None:
         try:
-            comm.store.set(STORE_KEY % ("pid", comm.rank), "%s %d" % (socket.gethostname(), os.getpid()))
+            post(comm.store, STORE_KEY % ("pid", comm.rank), "%s %d" % (socket.gethostname(), os.getpid()))
         except Exception:
             pass
 

@@ -39,6 +39,22 @@ from torch import nn
 IN_PROJ = "in_proj"  # the packed input projection's nn.Linear, added to the attention module
 
 
+def _private_attention(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, attn_mask=None,
+                       dropout_p: float = 0.0, is_causal: bool = False) -> torch.Tensor:
+    """torch 1.13's attention: the private ``torch._C._nn._scaled_dot_product_attention`` (its
+    arguments end ``need_attn_weights, is_causal``; it returns ``(output, weights)``), under the public
+    function's name and signature, so the captured node is named and lowered the same."""
+    return torch._C._nn._scaled_dot_product_attention(query, key, value, attn_mask, dropout_p, False, is_causal)[0]
+
+
+_private_attention.__name__ = "scaled_dot_product_attention"
+# ``F.scaled_dot_product_attention`` (torch >= 2.0), else torch 1.13's private kernel: the target of the
+# attention node ``inline_attention`` emits, and the key every consumer of the graph looks it up by.
+# Either is the float attention softmax(q k^T / sqrt(head_dim)) v on (bsz, heads, len, head_dim);
+# they differ in the last bits (torch 2's CPU kernel is blocked, with an online softmax).
+SCALED_DOT_PRODUCT_ATTENTION = getattr(F, "scaled_dot_product_attention", None) or _private_attention
+
+
 def trunc_div(a: int, b: int) -> int:
     """``a / b`` rounded toward zero, for Python ints (``aten::div`` with ``rounding_mode="trunc"``)."""
     q = abs(a) // abs(b)
@@ -137,7 +153,7 @@ def _emit(graph: torch.fx.Graph, m: nn.MultiheadAttention, path: str, in_proj: s
     q = method("view", q, bsz, heads, tgt_len, head_dim)
     k = method("view", k, bsz, heads, src_len, head_dim)
     v = method("view", v, bsz, heads, src_len, head_dim)
-    out = graph.call_function(F.scaled_dot_product_attention, (q, k, v, None, 0.0, False))
+    out = graph.call_function(SCALED_DOT_PRODUCT_ATTENTION, (q, k, v, None, 0.0, False))
     out = method("permute", out, 2, 0, 1, 3)
     out = method("reshape", out, graph.call_function(mul, (bsz, tgt_len)), embed)
     out = graph.call_module("%s.out_proj" % path, (out,))

@@ -27,7 +27,9 @@ def _dpu_model_param_list():
     (src/vai_library/model_config/include/vitis/ai/proto/): DpuKernelParam{name=1, mean=2, scale=3},
     ClassificationParam{top_k=1, test_accuracy=2}, DpuModelParam{name=1, kernel=2, model_type=3 (enum
     ModelType, CLASSIFICATION = 4), classification_param=7}, DpuModelParamList{model=1}."""
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    from google.protobuf import descriptor_pb2, descriptor_pool
+
+    from pipeline.quantizers.sim.xmodel.schema import message_classes
     f = descriptor_pb2.FileDescriptorProto(name="dpu_model_param_subset.proto", package="vitis.ai.proto",
                                            syntax="proto3")
     T = descriptor_pb2.FieldDescriptorProto
@@ -54,7 +56,7 @@ def _dpu_model_param_list():
                   type_name=".vitis.ai.proto.DpuModelParam")
     pool = descriptor_pool.DescriptorPool()
     pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName("vitis.ai.proto.DpuModelParamList"))
+    return message_classes(pool, ["vitis.ai.proto.DpuModelParamList"])[0]
 
 
 @pytest.fixture

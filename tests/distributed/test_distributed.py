@@ -180,7 +180,7 @@ def test_a_failed_rank_is_named_from_the_store():
     other.post_failure(ValueError("bad batch"))
     dead = subprocess.Popen([sys.executable, "-c", "pass"])
     dead.wait()
-    store.set("pipeline/pid/2", "%s %d" % (__import__("socket").gethostname(), dead.pid))
+    distributed.comm.post(store, "pipeline/pid/2", "%s %d" % (__import__("socket").gethostname(), dead.pid))
     message = comm.lost_message(RuntimeError("Connection closed by peer"))
     assert message.startswith("rank 0 of 3: calibration round 2 stopped")
     assert "rank 1 failed: ValueError: bad batch" in message

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.cpu import cpu_capability
 from pipeline.fx.capture import capture
 from pipeline.quantizers import quant_info as qi
 from pipeline.quantizers.quant_config import load_quant_config
@@ -52,7 +53,7 @@ def test_attention_equals_the_real_quantizer(name, cfg, phases):
     assert mine["graph_md5"] == theirs["graph_md5"]  # the same nodes, types and edges as nndct's graph
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
-    if cfg == "default" and torch.backends.cpu.get_cpu_capability() == "AVX512":
+    if cfg == "default" and cpu_capability() == "AVX512":
         # the corrections' last bits follow the conv kernels of the vector unit (the references'
         # is AVX-512): the fix positions and outputs above hold on any, these only on the same
         a, b = (torch.load(os.path.join(d, "bias_corr.pth")) for d in (folder, real))
@@ -112,6 +113,7 @@ def test_vit_nodes_are_numbered_as_nndct_does():
     order, is the real quantizer's (its generated module, attention_real/tv_vit_nodes.txt), and so
     is the graph's md5 (node types and edges)."""
     from tests.support import corpus_torchvision
+    corpus_torchvision.require_torchvision()
     model = corpus_torchvision.make_model("tv_vit")
     graph = capture(model, corpus_torchvision.make_inputs("tv_vit", 1, 3)[0], load_quant_config(None).rewrites())
     with open(os.path.join(REAL, "tv_vit_nodes.txt")) as f:

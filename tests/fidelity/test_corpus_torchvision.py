@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from tests.support import DATA, SUPPORT, pinned_threads
+from pipeline.cpu import cpu_capability
 from pipeline.fx.capture import capture
 from pipeline.inspect import inspect_model
 from pipeline.quantizers import quant_info as qi
@@ -21,7 +22,7 @@ from tests.support import corpus_models
 from tests.support import corpus_torchvision as corpus
 
 pytestmark = [pytest.mark.slow, pytest.mark.rerun]
-corpus.import_torchvision()
+corpus.require_torchvision()
 
 REAL = os.path.join(DATA, "corpus_real")
 NAMES = list(corpus.CORPUS)
@@ -60,7 +61,7 @@ HARDWARE_CPU = {
 # outputs differ between its one- and two-thread runs), so the references are per setting
 # (tests/data/README.md) and the simulation must give the real quantizer's bits at each
 THREADS = pinned_threads(1)
-SETTING = "{}-{}".format(torch.backends.cpu.get_cpu_capability(), THREADS)
+SETTING = "{}-{}".format(cpu_capability(), THREADS)
 
 
 def reference(name, cfg):

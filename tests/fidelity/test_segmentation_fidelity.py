@@ -17,6 +17,7 @@ from torch import nn
 
 import pipeline.quantizers.fixpoint as fixpoint
 from tests.support import DATA, SUPPORT
+from pipeline.cpu import cpu_capability
 from pipeline.errors import ExportError
 from pipeline.quantizers.sim.export import export_onnx
 from pipeline.fx.capture import capture
@@ -134,7 +135,7 @@ def test_segmentation_head_equals_the_real_quantizer(name, cfg, phases):
         assert mine[key] == theirs[key], key
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert got.dtype == want.dtype
-    if name in VECTOR_UNIT_DEPENDENT and torch.backends.cpu.get_cpu_capability() != REFERENCE_CPU:
+    if name in VECTOR_UNIT_DEPENDENT and cpu_capability() != REFERENCE_CPU:
         lsb = np.min(np.diff(np.unique(want)))  # the output's grid
         assert np.abs(got - want).max() <= lsb and (got != want).mean() < 1e-3
     else:

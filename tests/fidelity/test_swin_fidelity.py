@@ -30,7 +30,7 @@ from pipeline.quantizers.sim.plan import QuantPlan
 
 from tests.support import corpus_torchvision
 
-corpus_torchvision.import_torchvision()
+corpus_torchvision.require_torchvision()
 from torchvision.models.swin_transformer import ShiftedWindowAttention  # noqa: E402
 
 REAL = os.path.join(DATA, "window_attention_real")

@@ -5,7 +5,11 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11: the same parser, from PyPI (the dev extra's tomli)
+    import tomli as tomllib
 
 import pytest
 from packaging.markers import default_environment

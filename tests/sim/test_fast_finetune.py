@@ -16,11 +16,12 @@ from torch import nn
 
 from tests.support import DATA, SUPPORT, make_case, python
 from pipeline.apis import torch_quantizer
+from pipeline.cpu import cpu_capability
 from pipeline.errors import ConfigError, QuantizationError
 
 GOLD = os.path.join(DATA, "golden_ft")
 SCRIPT = os.path.join(SUPPORT, "ft_dropin_script.py")
-EXACT = torch.backends.cpu.get_cpu_capability() == "AVX512" and torch.__version__.startswith("2.13.0")
+EXACT = cpu_capability() == "AVX512" and torch.__version__.startswith("2.13.0")
 
 
 def _codes(t, fix_pos):

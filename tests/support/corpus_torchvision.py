@@ -2,7 +2,9 @@
 RegNetX-400MF, ShuffleNetV2, SqueezeNet 1.1, MNASNet, GoogLeNet, a ResNeXt, EfficientNet-B0, a small
 ConvNeXt, a small ViT, a small Swin, DenseNet-121, LR-ASPP MobileNetV3), random weights with
 randomised BatchNorm statistics and layer scales, small inputs, nothing downloaded. torchvision is a
-test-only dependency (the `dev` extra); the pipeline never imports it.
+test-only dependency, brought by the `cpu` and `image` extras with the torch it was built for (the
+`dev` extra leaves torch alone); the pipeline never imports it. Without it the tests that need it are
+skipped with the reason (``require_torchvision``).
 
 ``python tests/support/corpus_torchvision.py calib|test OUT_DIR [NAMES|all] [QUANT_CONFIG_FILE]`` runs one phase
 for every family, exactly as ``tests/support/corpus_models.py`` does for the plain-torch corpus (same recipe,
@@ -43,6 +45,18 @@ def import_torchvision():
         _SCHEMAS.append(lib)
         import torchvision
     return torchvision
+
+
+def require_torchvision():
+    """``import_torchvision()`` in a test module; skips the module, with the reason, where torchvision
+    is not installed (the `dev` extra does not install it: it would replace the torch you have)."""
+    import pytest
+    try:
+        return import_torchvision()
+    except ImportError as e:
+        pytest.skip("torchvision is not installed (%s): these tests build torchvision's model classes; install the "
+                    "torchvision released for your torch %s (the cpu and image extras bring one)"
+                    % (e, torch.__version__), allow_module_level=True)
 
 
 class Segmentation(nn.Module):

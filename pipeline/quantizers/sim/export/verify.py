@@ -65,11 +65,15 @@ def qdq_reference(gm: torch.fx.GraphModule) -> torch.fx.GraphModule:
         gm: a lowered test-mode model (``pipeline.quantizers.sim``). Not modified.
 
     Returns:
-        A deep copy of ``gm`` (same attributes, e.g. ``output_fix_pos``) whose ``fake_quant``
-        nodes call a half-to-even rounding with the same fix_pos, bit width and clamp.
+        A new GraphModule on a copy of ``gm``'s graph, sharing its modules and parameters (read,
+        never written), with its ``output_fix_pos``, whose ``fake_quant`` nodes call a half-to-even
+        rounding with the same fix_pos, bit width and clamp. Not a ``copy.deepcopy`` of ``gm``: that
+        would copy whatever ``gm``'s hooks hold (the drop-in's hooks are bound methods of the
+        quantizer that holds ``gm``), and torch 1.13's ``GraphModule.__deepcopy__`` drops the memo,
+        so such a cycle recurses without end.
     """
-    ref = copy.deepcopy(gm)
-    ref.output_fix_pos = getattr(gm, "output_fix_pos", None)  # deepcopy keeps modules, not plain attributes
+    ref = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=type(gm).__name__)
+    ref.output_fix_pos = getattr(gm, "output_fix_pos", None)
     for node in ref.graph.nodes:
         if node.op == "call_function" and node.target is fixpoint.fake_quant:
             node.target = _fake_quant_half_even

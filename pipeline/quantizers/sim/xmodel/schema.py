@@ -115,16 +115,23 @@ def _file_proto() -> descriptor_pb2.FileDescriptorProto:
     return fp
 
 
+def message_classes(pool: Any, full_names: List[str]) -> List[Any]:
+    """The generated message classes of ``full_names`` (``"package.Message"``) in descriptor ``pool``,
+    in order: ``message_factory.GetMessageClass`` (protobuf >= 4.21), else one
+    ``MessageFactory(pool).GetPrototype`` for them all (protobuf 3.20, the Vitis AI 3.5 image's), so
+    a message field holds the very class of its type. Raises KeyError for a name not in the pool."""
+    descs = [pool.FindMessageTypeByName(name) for name in full_names]
+    get_class = getattr(message_factory, "GetMessageClass", None)
+    if get_class is None:
+        get_class = message_factory.MessageFactory(pool).GetPrototype
+    return [get_class(desc) for desc in descs]
+
+
 def _message_classes() -> Dict[str, Any]:
     pool = descriptor_pool.DescriptorPool()
     pool.Add(_file_proto())
-    classes = {}
-    get_class = getattr(message_factory, "GetMessageClass", None)  # protobuf >= 4.21
-    factory = None if get_class is not None else message_factory.MessageFactory(pool)
-    for name in list(_MESSAGES) + ["AttrValue"]:
-        desc = pool.FindMessageTypeByName("%s.%s" % (PACKAGE, name))
-        classes[name] = get_class(desc) if get_class is not None else factory.GetPrototype(desc)
-    return classes
+    names = list(_MESSAGES) + ["AttrValue"]
+    return dict(zip(names, message_classes(pool, ["%s.%s" % (PACKAGE, name) for name in names])))
 
 
 _CLASSES = _message_classes()

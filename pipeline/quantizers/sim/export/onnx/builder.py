@@ -118,20 +118,24 @@ class Builder:
         return name
 
     def init(self, name: str, array: np.ndarray) -> str:
+        """An initializer of ``array``'s shape, 0-dim kept (``np.ascontiguousarray`` would make it 1-D):
+        a QuantizeLinear scale of shape [1] is per-axis by the ONNX spec, and ONNX Runtime 1.16's
+        QLinear fusions refuse it ("Scale and Zero-point must be a scalar")."""
         from onnx import numpy_helper
         if name not in self.initializers:
-            self.initializers[name] = numpy_helper.from_array(np.ascontiguousarray(array), name)
+            array = np.asarray(array)
+            if not array.flags.c_contiguous:
+                array = np.ascontiguousarray(array)
+            self.initializers[name] = numpy_helper.from_array(array, name)
         return name
 
     def scalar(self, name: str, value: float) -> str:
+        """A 0-dim float32 initializer."""
         return self.init(name, np.array(value, dtype=np.float32))
 
     def index(self, name: str, value: int) -> str:
-        """A 0-dim int64 initializer (a Gather by it drops the axis); ``init`` would make it 1-D."""
-        from onnx import numpy_helper
-        if name not in self.initializers:
-            self.initializers[name] = numpy_helper.from_array(np.array(int(value), dtype=np.int64), name)
-        return name
+        """A 0-dim int64 initializer (a Gather by it drops the axis)."""
+        return self.init(name, np.array(int(value), dtype=np.int64))
 
     def ints(self, name: str, values: Sequence[int]) -> str:
         return self.init(name, np.array(list(values), dtype=np.int64))

@@ -13,6 +13,7 @@ import torch.fx
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .....fx.attention import SCALED_DOT_PRODUCT_ATTENTION
 from .builder import ROUNDING_METHODS, Builder, Unsupported, arg, is_fake_quant
 from .float_ops import batch_norm, gelu, getitem, mean, pad, silu, softmax, unary
 from .layer_norm import layer_norm_module
@@ -82,7 +83,7 @@ def _expand(b: Builder, node: torch.fx.Node, mod: None) -> str:
 
 
 def _attention(b: Builder, node: torch.fx.Node, mod: None) -> str:
-    """``F.scaled_dot_product_attention``: refused. torch's CPU kernel (a blocked, online softmax
+    """``F.scaled_dot_product_attention`` (``fx.attention.SCALED_DOT_PRODUCT_ATTENTION``): refused. torch's CPU kernel (a blocked, online softmax
     with vectorized exp, normalizing after the second product) and any ONNX composition
     (MatMul, Softmax, MatMul) round differently in the last bits, and the result is quantized right
     after it (its output entry), so ONNX Runtime cannot reproduce the quantizer bit for bit."""
@@ -196,7 +197,7 @@ FUNCTION_HANDLERS = {
     torch.flatten: _reshape, torch.reshape: _reshape,
     torch.squeeze: _reshape, torch.unsqueeze: _reshape,
     torch.permute: _permute, torch.transpose: _transpose,
-    torch.select: _select, F.scaled_dot_product_attention: _attention,
+    torch.select: _select, SCALED_DOT_PRODUCT_ATTENTION: _attention,
     torch.sigmoid: unary("Sigmoid"), torch.tanh: unary("Tanh"), F.silu: silu, F.gelu: gelu,
     torch.softmax: softmax, F.softmax: softmax, torch.mean: mean, F.pad: pad,
     operator.getitem: getitem,

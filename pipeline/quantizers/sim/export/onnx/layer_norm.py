@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+from .....cpu import cpu_capability
 from .builder import Builder, Unsupported
 
 LANES = 8  # float lanes of torch's Vectorized<float> in the kernel measured (AVX2 and AVX-512 alike)
@@ -253,7 +254,7 @@ def check_kernel(n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[tor
         want = F.layer_norm(x, (n_elems,), gamma, beta, eps)
         got = layer_norm_rows(TorchOps(), x, n_elems, gamma, beta, eps)
     if not torch.equal(want.view(torch.int32), got.view(torch.int32)):
-        capability = getattr(getattr(torch.backends, "cpu", None), "get_cpu_capability", lambda: "unknown")()
+        capability = cpu_capability()
         raise Unsupported("this torch's CPU layer_norm kernel (torch %s, capability %s) computes otherwise than "
                           "the vectorized, FMA-contracted one the exact ONNX lowering reproduces"
                           % (torch.__version__, capability))
