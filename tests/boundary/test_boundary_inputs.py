@@ -137,9 +137,11 @@ def test_a_torch_dtype_the_boundary_does_not_read_says_which_it_reads_and_what_t
 
 def test_a_sparse_tensor_is_refused_with_to_dense_even_after_a_dense_plan_of_the_same_geometry():
     b = QuantizerBoundary(MEAN, STD)
-    dense = torch.full((), 7.0).expand(1, 3, 4, 4)  # strides (0, 0, 0, 0), like a sparse COO tensor's
     coo = torch.ones(1, 3, 4, 4).to_sparse()
-    assert coo.stride() == dense.stride() and coo.dtype == dense.dtype
+    # a dense view of one element with the COO tensor's own strides: (0, 0, 0, 0) in torch 2, (1, 0, 0, 0)
+    # in torch 1.13 (both: every element the one stored 7.0, dim 0 of size 1)
+    dense = torch.full((1,), 7.0).as_strided(coo.shape, coo.stride())
+    assert coo.stride() == dense.stride() and coo.dtype == dense.dtype and dense.layout == torch.strided
     assert torch.equal(b(dense), _normalized(torch.full((1, 3, 4, 4), 7.0), MEAN, STD))
     with pytest.raises(DataError, match=r"dense \(strided\) tensors, got a tensor with layout torch.sparse_coo; "
                                         r"call .to_dense\(\)"):
