@@ -22,6 +22,8 @@ from torch import nn
 from torch.fx._symbolic_trace import _orig_module_call, _orig_module_getattr, _wrapped_fns_to_patch
 from torch.fx.node import map_aggregate
 
+from .proxy_args import recording_proxy_arguments
+
 
 def _wrapped_keys() -> set:
     """``(id(globals), name)`` of every function registered with ``torch.fx.wrap`` (a dict in
@@ -151,7 +153,8 @@ def concrete_trace(root: nn.Module, examples: Tuple[torch.Tensor, ...]) -> torch
         whatever the model's forward raises on the example, or fx's TraceError.
     """
     tracer = ConcreteTracer(examples)
-    graph = tracer.trace(root)
+    with recording_proxy_arguments():  # torch.arange(x.shape[2]) recorded in torch 1.13 as in torch 2
+        graph = tracer.trace(root)
     for node in reversed(list(graph.nodes)):  # torch.jit's dead code elimination
         if not node.users and _pure(node):
             graph.erase_node(node)

@@ -13,6 +13,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from .proxy_args import recording_proxy_arguments
 from .work_copy import work_copy
 
 
@@ -62,15 +63,17 @@ def fx_trace(make_root: Callable[[], nn.Module]) -> Tuple[nn.Module, torch.fx.Gr
     patches is the same graph (a math function of plain numbers runs as it is in both). One that
     does makes the unpatched trace raise (a traced value is no number: TypeError); it is then
     traced again as torch.fx does, on a new ``make_root()`` (the failed trace may have added
-    attributes to the first).
+    attributes to the first). A torch function given a traced size (``torch.arange(x.shape[2])``)
+    is recorded in every torch (``proxy_args.recording_proxy_arguments``).
 
     Raises:
         whatever ``torch.fx.Tracer().trace`` raises for the model (an untraceable model).
     """
     root = make_root()
-    try:
-        return root, torch.fx.Tracer(autowrap_modules=()).trace(root)
-    except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
-        pass
-    root = make_root()
-    return root, torch.fx.Tracer().trace(root)
+    with recording_proxy_arguments():  # torch.arange(x.shape[2]) recorded in torch 1.13 as in torch 2
+        try:
+            return root, torch.fx.Tracer(autowrap_modules=()).trace(root)
+        except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
+            pass
+        root = make_root()
+        return root, torch.fx.Tracer().trace(root)

@@ -14,6 +14,7 @@ import torch
 
 from ..errors import FingerprintMismatchError
 from ..fileio import parse_json, sha256_file, write_json
+from ..fx.proxy_args import recording_proxy_arguments
 from .base import BACKENDS, backend_class
 
 FILE_NAME = "calib_fingerprint.json"
@@ -46,7 +47,8 @@ def _fx_graph_lines(model: torch.nn.Module, traced: Any = None) -> List[str]:
             raise traced.error
         graph, modules = traced.graph, dict(traced.module.named_modules())
     else:
-        graph_module = torch.fx.symbolic_trace(model)
+        with recording_proxy_arguments():  # torch.arange(x.shape[2]) traced in torch 1.13 as in torch 2
+            graph_module = torch.fx.symbolic_trace(model)
         graph, modules = graph_module.graph, dict(graph_module.named_modules())
     lines = []
     for node in graph.nodes:

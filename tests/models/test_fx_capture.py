@@ -189,3 +189,27 @@ def test_fx_takes_plain_rewrite_flags_and_imports_no_quantizer():
     cfg = load_quant_config(None)
     cfg.include_cle, cfg.convert_silu_to_hswish = False, True
     assert cfg.rewrites() == Rewrites(relu6_to_relu=False, silu_to_hswish=True)
+
+
+class _Factories(nn.Module):
+    def forward(self, x):
+        rows = torch.arange(x.shape[2]).float()
+        ones = torch.full((x.shape[0], 1, 1, x.shape[3]), 2.0)
+        return torch.reshape(x * ones + rows.view(1, 1, -1, 1), (x.shape[0], -1))
+
+
+def test_torch_functions_given_traced_sizes_are_recorded_in_every_torch():
+    """torch 2's fx records torch.arange(x.shape[2]) (its argument parser hands a Proxy in a number
+    argument to __torch_function__); torch 1.13's parser refuses it, and the capture records it
+    the same way there (pipeline/fx/proxy_args.py), restoring the torch namespace afterwards."""
+    from pipeline.fx.float_trace import fx_trace
+    from pipeline.fx.proxy_args import proxy_arguments_recorded
+    builtins = (torch.arange, torch.full, torch.reshape)
+    _, graph = fx_trace(_Factories)
+    calls = [n for n in graph.nodes if n.op == "call_function" and n.target in builtins]
+    assert [n.target for n in calls] == list(builtins) and [n.name for n in calls] == ["arange", "full", "reshape"]
+    assert str(calls[1].args[0]) == "(getitem_1, 1, 1, getitem_2)" and calls[1].args[1] == 2.0
+    assert (torch.arange, torch.full, torch.reshape) == builtins  # the namespace is restored
+    x = torch.randn(2, 3, 4, 5)
+    assert torch.equal(torch.fx.GraphModule(_Factories(), graph)(x), _Factories()(x))
+    assert proxy_arguments_recorded() == (not torch.__version__.startswith("1."))
