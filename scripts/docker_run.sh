@@ -12,7 +12,10 @@
 #   VITIS_PIPELINE_IMAGE  image to run (default vitis-pipeline:latest); built from docker/Dockerfile
 #                         the first time if it is missing, with a plain `docker build` whose context
 #                         is only pyproject.toml, README.md, pipeline/ and the Dockerfile.
-#   VITIS_AI_IMAGE        base image for that build (default xilinx/vitis-ai-pytorch-cpu:latest).
+#   VITIS_AI_IMAGE        base image for that build. Default: the pinned Vitis AI image for the
+#                         config's compile.target (and --set compile.target=...), as
+#                         `python -m pipeline targets` lists them, read with the host's python3 and
+#                         only its standard library; without python3, docker/Dockerfile's default.
 #   DOCKER                docker client to call (default docker).
 #   DOCKER_BUILDKIT       passed through untouched: BuildKit (buildx) is not needed; set
 #                         DOCKER_BUILDKIT=1 to build with it, 0 for the legacy builder.
@@ -63,7 +66,18 @@ case "$CONFIG_ABS" in
 esac
 
 IMAGE="${VITIS_PIPELINE_IMAGE:-vitis-pipeline:latest}"
-BASE="${VITIS_AI_IMAGE:-xilinx/vitis-ai-pytorch-cpu:latest}"
+# The base image: the user's VITIS_AI_IMAGE, else the one the target registry names for the config's
+# DPU target (pipeline/targets/docker_image.py prints it, and a note when the target compiles in an
+# image the pipeline cannot run in), else the Dockerfile's default.
+BASE="${VITIS_AI_IMAGE:-}"
+if [ -z "$BASE" ] && command -v python3 >/dev/null 2>&1; then
+    BASE="$(PYTHONPATH="$REPO" python3 -m pipeline.targets.docker_image "$CONFIG" "$@")" || BASE=""
+fi
+if [ -z "$BASE" ]; then
+    BASE="$(sed -n 's/^ARG VITIS_AI_IMAGE=//p' "$REPO/docker/Dockerfile")"
+    echo "docker_run.sh: could not read compile.target of $CONFIG with python3 (not on PATH, or it failed" \
+         "above); using docker/Dockerfile's default image $BASE (set VITIS_AI_IMAGE to choose)" >&2
+fi
 
 if ! "$DOCKER" image inspect "$IMAGE" >/dev/null 2>&1; then
     echo "docker_run.sh: building $IMAGE on $BASE (once)" >&2

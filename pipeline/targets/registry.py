@@ -15,6 +15,8 @@ Sources (docs/targets.md#names-and-fingerprints, docs/targets.md#archjson):
   third-party there are kept, unverified ones (U50LV) are left out.
 - Engine parameters (``pipeline.targets.engines``) from the same target prototxts, for the targets
   the inspection rules know; None for the others.
+- The Vitis AI release a family's boards run and the image that compiles for it: one row per family in
+  ``pipeline.targets.releases`` (docs/targets.md#releases-and-images), read through ``DpuTarget``.
 """
 import difflib
 from dataclasses import dataclass
@@ -23,6 +25,7 @@ from typing import Dict, List, Optional, Tuple
 from ..errors import ConfigError
 from .engines import (AluEngine, Bank, ConvEngine, DwconvEngine, EltwiseEngine, Engines,
                       PoolEngine)
+from .releases import FAMILY_RELEASES, RELEASES, FamilyRelease, compile_image
 
 ARCH_ROOT = "/opt/vitis_ai/compiler/arch"
 
@@ -49,6 +52,22 @@ class DpuTarget:
     def arch_json(self) -> Optional[str]:
         """The default ``arch.json`` path in the image (the first board's), or None."""
         return next(iter(self.arch_json_by_board.values()), None)
+
+    @property
+    def release(self) -> FamilyRelease:
+        """The family's row of ``releases.FAMILY_RELEASES``: board release, compile release, source."""
+        return FAMILY_RELEASES[self.family]
+
+    @property
+    def board_release(self) -> Optional[str]:
+        """The Vitis AI release the target's boards run (``"3.0"``, ``"3.5"``, ...), None when unknown."""
+        return self.release.board_release
+
+    @property
+    def compile_image(self) -> Optional[str]:
+        """The pinned image whose ``vai_c_xir`` compiles for this target, None when none is known."""
+        image, known = compile_image(self.family)
+        return image if known else None
 
 
 # Shared lists (identical in every prototxt of the family that uses them).
@@ -323,12 +342,14 @@ def targets_by_fingerprint(fingerprint: int) -> List[Tuple[str, str]]:
 
 def format_targets() -> str:
     """A plain-text table of the registry for ``python -m pipeline targets``: one line per target
-    with family, fingerprint (3.x), fingerprint (2.5), boards, then the ``arch.json`` paths."""
-    header = ("target", "family", "fingerprint 3.x", "fingerprint 2.5", "boards")
+    with family, fingerprint (3.x), fingerprint (2.5), boards, the Vitis AI release the boards run and
+    the release whose image compiles for it (``?``: unknown); then the ``arch.json`` paths, the images
+    and, per family, the sources of its releases."""
+    header = ("target", "family", "fingerprint 3.x", "fingerprint 2.5", "boards", "boards run", "compiles in")
     rows = [header]
     for name, e in TARGETS.items():
-        rows.append((name, e.family, hex_fingerprint(e.fingerprint),
-                     hex_fingerprint(e.fingerprint_2_5), ",".join(e.boards) or "-"))
+        rows.append((name, e.family, hex_fingerprint(e.fingerprint), hex_fingerprint(e.fingerprint_2_5),
+                     ",".join(e.boards) or "-", e.release.board_release or "?", e.release.compile_release or "?"))
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
     lines.append("")
@@ -336,4 +357,15 @@ def format_targets() -> str:
     for name, e in TARGETS.items():
         for board, path in e.arch_json_by_board.items():
             lines.append("  %-24s %-8s %s" % (name, board, path))
+    lines.append("")
+    lines.append("Vitis AI images (compile.sh, compile_plan.md and scripts/docker_run.sh use them):")
+    for version, r in RELEASES.items():
+        lines.append("  %-4s %s  (Python %s, torch %s)" % (version, r.image, r.python, r.torch))
+    lines.append("")
+    lines.append("Releases per family (boards run / compiles in), and their sources:")
+    for family in sorted({e.family for e in TARGETS.values()}):
+        f = FAMILY_RELEASES[family]
+        images = "".join("; %s: %s" % kv for kv in f.board_images.items())
+        lines.append("  %-10s %s / %s: %s%s" % (family, f.board_release or "?", f.compile_release or "?", f.source,
+                                                images))
     return "\n".join(lines) + "\n"
