@@ -8,7 +8,9 @@ docs/xmodel.md), or inside the Vitis AI image by the ``nndct`` backend (pytorch_
 exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run here, which xmodel
 the command reads and whether it exists, and the commands that compile it inside the image). The
 deploy bundle carries copies of both files (pipeline.deploy), so the paths outside the compile
-folder are written absolute.
+folder are written absolute. Both name the image the command runs in: the target's compile image
+(``DpuTarget.compile_image``, a pinned tag from ``pipeline.targets.releases``), and the plan says which
+Vitis AI release the board runs and what the board must report (docs/targets.md#releases-and-images).
 """
 import os
 import shlex
@@ -17,10 +19,10 @@ from typing import Dict, List, Optional, Tuple
 
 from .. import targets
 from ..fileio import write_text
+from ..targets.releases import RELEASES, compile_image, pipeline_image
 
 PLAN_NAME = "compile_plan.md"
 SCRIPT_NAME = "compile.sh"
-IMAGE = "xilinx/vitis-ai-pytorch-cpu:latest"
 CONDA_ACTIVATE = "source /opt/vitis_ai/conda/etc/profile.d/conda.sh && conda activate vitis-ai-pytorch"
 PATH_FLAGS = ("-x", "-a", "-o", "--xmodel", "--arch", "--output_dir")
 IMAGE_ROOT = "/opt/vitis_ai"
@@ -86,8 +88,9 @@ def _mounts(run_dir: str, argv: List[str]) -> List[str]:
     return [f for f in ordered if not any(f != g and f.startswith(g.rstrip(os.sep) + os.sep) for g in ordered)]
 
 
-def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = IMAGE) -> str:
-    """The shell command that runs ``compile.sh`` of ``run_dir`` inside the Vitis AI image.
+def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: Optional[str] = None) -> str:
+    """The shell command that runs ``compile.sh`` of ``run_dir`` inside the Vitis AI image ``image``
+    (default: the image this package runs in, ``releases.pipeline_image()``).
 
     Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
     container, so the absolute paths in ``compile.sh`` stay valid; the container runs as the calling
@@ -96,7 +99,7 @@ def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: str = 
     """
     volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
     return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w %s %s bash -c %s" % (
-        volumes, shlex.quote(os.path.abspath(run_dir)), image,
+        volumes, shlex.quote(os.path.abspath(run_dir)), image or pipeline_image(),
         shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
 
 
@@ -138,9 +141,13 @@ def _xmodel_lines(argv: List[str]) -> List[str]:
             "export it with the `nndct` backend (pytorch_nndct's `export_xmodel()`) inside the Vitis AI image."]
 
 
-def _image_commands(config: str, target: str, model_file: str, exported: bool) -> List[str]:
-    """The commands to run inside the image: compile the exported xmodel (re-using the run folder:
-    nothing is quantized again), or, when there is none, export it with the nndct backend first."""
+def _image_commands(config: str, target: str, model_file: str, exported: bool, image: str,
+                    hosts_pipeline: bool) -> List[str]:
+    """The commands to run inside ``image``: compile the exported xmodel (re-using the run folder:
+    nothing is quantized again), or, when there is none, export it with the nndct backend first. In an
+    image this package cannot run in (``hosts_pipeline`` False: Vitis AI 3.0), compile.sh alone."""
+    if not hosts_pipeline:
+        return _compile_sh_only(config, model_file, exported, image)
     if exported:
         run = "python -m pipeline run %s" % config
         return [
@@ -154,8 +161,8 @@ def _image_commands(config: str, target: str, model_file: str, exported: bool) -
             "",
             "Add any other `--set` this run was started with (the same run folder is used: calib, test and export "
             "are not run again). From the host, `scripts/docker_run.sh %s --steps compile,deploy` runs it in the "
-            "image, with this repository mounted at /workspace (the config and the run folder must lie inside "
-            "it)." % config,
+            "image `%s`, with this repository mounted at /workspace (the config and the run folder must lie inside "
+            "it)." % (config, image),
         ]
     run = "python -m pipeline run %s %s" % (config, " ".join(shlex.quote(a) for a in NNDCT_ARGS))
     return [
@@ -169,13 +176,67 @@ def _image_commands(config: str, target: str, model_file: str, exported: bool) -
         "```",
         "",
         "Add any other `--set` this run was started with. From the host, `scripts/docker_run.sh %s` "
-        "followed by the same arguments (from `--set` on) runs each command in the image, with this "
-        "repository mounted at /workspace (the config must lie inside it)." % config,
+        "followed by the same arguments (from `--set` on) runs each command in the image `%s`, with this "
+        "repository mounted at /workspace (the config must lie inside it)." % (config, image),
     ]
 
 
+def _compile_sh_only(config: str, model_file: str, exported: bool, image: str) -> List[str]:
+    """The plan's commands when the compile image cannot run this package: compile.sh alone in it."""
+    release = [r for r in RELEASES.values() if r.image == image][0]
+    lines = [
+        "## Inside the Vitis AI %s image: compile.sh alone" % release.version,
+        "",
+        "This package cannot run in `%s` (Python %s), so only `compile.sh` runs there: the docker command at "
+        "the end of this plan runs it in this folder. Copy the compiled model it writes into the deploy "
+        "bundle's model folder, next to the `.prototxt`." % (image, release.python),
+    ]
+    if not exported:
+        lines += [
+            "",
+            "First export `%s`: add `xmodel` to `export.formats` and run the export step on any machine (the "
+            "`sim` backend), or with the real quantizer in the image this package runs in: `scripts/docker_run.sh "
+            "%s %s --steps calib,test,export`. Then run `python -m pipeline run %s --steps compile,deploy` outside "
+            "the image again: this plan and the bundle then carry the xmodel." % (
+                model_file, config, " ".join(shlex.quote(a) for a in NNDCT_ARGS), config),
+        ]
+    return lines
+
+
+def _release_lines(entry: "targets.DpuTarget", image: str, known: bool, warnings: List[str]) -> List[str]:
+    """The plan's section on the board's Vitis AI release, the compile image, the fingerprint check, and
+    the 3.0/3.5 differences the model hits (the export step's warnings)."""
+    r = entry.release
+    fingerprint = targets.hex_fingerprint(entry.fingerprint)
+    boards = ", ".join("%s `%s`" % kv for kv in r.board_images.items())
+    lines = ["## The board and its Vitis AI release", ""]
+    if r.board_release:
+        lines.append("- The %s boards run Vitis AI %s%s. Source: %s." % (
+            entry.family, r.board_release, " (board images: %s)" % boards if boards else "", r.source))
+    else:
+        lines.append("- The Vitis AI release of the %s boards is not known (%s)." % (entry.family, r.source))
+    if known:
+        lines.append("- `compile.sh` runs in `%s`, the Vitis AI %s image, whose `vai_c_xir` compiles for %s%s." % (
+            image, r.compile_release, entry.family,
+            "" if r.compile_release == r.board_release or r.board_release is None else
+            "; AMD's own flow for these boards compiles there and runs the result on the %s board image"
+            % r.board_release))
+    else:
+        lines.append("- No Vitis AI image is known to compile for %s: the commands below use `%s`, whose target "
+                     "factory still lists %s; check the result, or compile with the release the board runs."
+                     % (entry.family, image, entry.name))
+    lines.append("- On the board, `xdputil query` must report the fingerprint `%s` (it may print it without the "
+                 "leading zero): the compiled model carries it, and VART refuses a model whose fingerprint differs "
+                 "from the board's DPU (\"CHECK fingerprint fail\")." % fingerprint)
+    if warnings:
+        lines.append("- This model meets differences between Vitis AI 3.0 and 3.5 (the export step's warnings):")
+        lines += ["  - %s" % w for w in warnings]
+    return lines + [""]
+
+
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
-                       config_path: Optional[str] = None) -> Dict[str, str]:
+                       config_path: Optional[str] = None,
+                       release_warnings: Optional[List[str]] = None) -> Dict[str, str]:
     """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir`` (atomically, pipeline.fileio).
 
     Returns ``{"plan": path of compile_plan.md, "script": path of compile.sh}``.
@@ -193,11 +254,15 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         reason: one sentence saying why the compiler did not run here.
         config_path: the run's config as the user would pass it to ``python -m pipeline run``
             (best relative to the repository root), or None for a ``CONFIG.yaml`` placeholder.
+        release_warnings: the 3.0/3.5 differences the model meets when the target's boards run Vitis AI
+            3.0 (``pipeline.inspect.releases``, the export step's), listed in the plan.
 
     Raises:
         ConfigError: unknown target.
     """
     entry = targets.get_target(target)
+    image, known = compile_image(entry.family)
+    hosts_pipeline = [r for r in RELEASES.values() if r.image == image][0].hosts_pipeline
     os.makedirs(run_dir, exist_ok=True)
     rel = _relative_argv(argv, run_dir)
     command = " ".join(shlex.quote(a) for a in rel)
@@ -216,12 +281,12 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         pick, run_line = "", command
     script = ("#!/bin/sh\n"
               "# vai_c_xir command for DPU target %s (fingerprint %s), written by the pipeline.\n"
-              "# Run it inside the Vitis AI image (conda env vitis-ai-pytorch); compile_plan.md says how.\n"
+              "# Run it inside the Vitis AI image %s (conda env vitis-ai-pytorch); compile_plan.md says how.\n"
               "%s"
               "set -eu\n"
               "cd \"$(dirname \"$0\")\"\n"
               "%s%s"
-              "%s\n" % (target, fingerprint, "".join("# %s: %s\n" % n for n in _path_notes(rel)), mkdir, pick,
+              "%s\n" % (target, fingerprint, image, "".join("# %s: %s\n" % n for n in _path_notes(rel)), mkdir, pick,
                          run_line))
     script_path = os.path.join(run_dir, SCRIPT_NAME)
     write_text(script_path, script, executable=True)
@@ -238,7 +303,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             "; the 2.5 release used `%s`, and a model compiled for it fails on a 3.x board image" % targets.hex_fingerprint(entry.fingerprint_2_5)),
     ] + _xmodel_lines(argv) + [
         "",
-    ] + _image_commands(config, target, model_file, _xmodel_exists(argv)) + [
+    ] + _release_lines(entry, image, known, release_warnings or []) + _image_commands(
+        config, target, model_file, _xmodel_exists(argv), image, hosts_pipeline) + [
         "",
         "## The compile command alone",
         "",
@@ -250,14 +316,14 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         command,
         "```",
         "",
-        "Once `%s` exists, this runs it in the image:" % model_file,
+        "Once `%s` exists, this runs it in `%s`:" % (model_file, image),
         "",
         "```sh",
-        docker_command(run_dir, argv),
+        docker_command(run_dir, argv, image),
         "```",
         "",
         "The compiler writes `<net_name>.xmodel` into the output folder; check the DPU/CPU split with "
-        "`xir subgraph <file>` and that the board reports the same fingerprint (`xdputil query`).",
+        "`xir subgraph <file>` and that the board reports the fingerprint `%s` (`xdputil query`)." % fingerprint,
         "",
     ])
     path = os.path.join(run_dir, PLAN_NAME)

@@ -15,6 +15,7 @@ from typing import Any, Dict, List, Optional
 from .. import targets
 from ..errors import BackendUnavailableError, CompileError, ConfigError
 from ..fileio import write_text
+from ..targets.releases import pipeline_image
 
 EXECUTABLE = "vai_c_xir"
 LOG_NAME = "vai_c_xir.log"
@@ -120,8 +121,8 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
         raise ConfigError("compile: arch.json %s does not exist" % arch_json)
     if not is_available():
         raise BackendUnavailableError("compile: %s is not on PATH; it comes with the Vitis AI image "
-                                      "(xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch). "
-                                      "Run scripts/docker_run.sh, or use the written compile plan" % EXECUTABLE)
+                                      "(%s, conda env vitis-ai-pytorch). Run scripts/docker_run.sh, or use "
+                                      "the written compile plan" % (EXECUTABLE, pipeline_image()))
     if not os.path.isfile(xmodel):
         raise ConfigError("compile: quantized model %s does not exist; it comes from the nndct backend's "
                           "export_xmodel() in the Vitis AI image" % xmodel)

@@ -20,11 +20,14 @@ import torch
 
 from ..errors import BackendUnavailableError, PipelineError, QuantizationError
 from ..fileio import parse_json
+from ..targets.releases import pipeline_image
 
 NNDCT_LOGGER = "nndct_screen"
-IMAGE_HINT = "it comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
-INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (xilinx/vitis-ai-pytorch-cpu, conda env "
-                "vitis-ai-pytorch): run the pipeline there with scripts/docker_run.sh, or use the sim backend")
+# the image named by the pinned tag of pipeline.targets.releases (the one owner of the image tags)
+IMAGE_HINT = ("it comes with the Vitis AI image (%s, conda env vitis-ai-pytorch; scripts/docker_run.sh)"
+              % pipeline_image())
+INSTALL_HINT = ("pytorch_nndct comes with the Vitis AI image (%s, conda env vitis-ai-pytorch): run the pipeline "
+                "there with scripts/docker_run.sh, or use the sim backend" % pipeline_image())
 QUANT_INFO = "quant_info.json"
 BIAS_CORR = "bias_corr.pth"
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")

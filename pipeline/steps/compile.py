@@ -87,7 +87,8 @@ def run(ctx: "StepContext") -> CompileResult:
     config = ctx.loaded.path
     if not os.path.relpath(config).startswith(".."):
         config = os.path.relpath(config)  # as the user passes it from the repository root
-    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config)
+    plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config,
+                                         release_warnings=export.get("release_warnings"))
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,
                          next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files))
