@@ -14,18 +14,21 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class ExportResult(StepResult):
-    """steps/export.json: ``{format: path}``, the example input, the backend's verification reports."""
+    """steps/export.json: ``{format: path}``, the example input, the backend's verification reports, and
+    ``release_warnings``: the Vitis AI 3.0/3.5 differences the model meets when compile.target's boards
+    run 3.0 (``pipeline.inspect.releases``; the compile plan lists them too)."""
     files: Dict[str, str] = field(default_factory=dict)
     example_input: str = ""
     example_shape: List[int] = field(default_factory=list)
     agreement: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
     ledger: Dict[str, Any] = field(default_factory=dict)
+    release_warnings: List[str] = field(default_factory=list)
 
     REPORT_KEYS = ("onnx_agreement", "xmodel")
 
     def step_warnings(self) -> List[str]:
-        return list(self.warnings)
+        return list(self.warnings) + list(self.release_warnings)
 
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"onnx_agreement": {k: v for k, v in self.agreement.items() if k.startswith("onnx")} or None,
@@ -74,6 +77,7 @@ def run(ctx: "StepContext") -> ExportResult:
 
     from .. import fileio
     from ..boundary import contiguous_parameters
+    from ..inspect.releases import check_model
     from ..progress import phase
     ledger = ctx.feed.new_ledger()
     model, example = ctx.model.float_model(), ctx.feed.example(ledger=ledger)
@@ -97,8 +101,12 @@ def run(ctx: "StepContext") -> ExportResult:
         with open(tmp, "wb") as f:
             np.save(f, example.numpy())
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
+    # the xmodel goes to vai_c_xir for boards that may run another release than the quantizer reproduced
+    release = check_model(model, example, ctx.loaded.target)
+    for line in release:
+        log.warning("export: %s", line)
     return ExportResult(files=files, example_input=np_example, example_shape=list(example.shape),
-                        agreement=agreement, warnings=warnings, ledger=ledger.summary())
+                        agreement=agreement, warnings=warnings, ledger=ledger.summary(), release_warnings=release)
 
 
 def xmodel_summary(report: Any, work_dir: str) -> Any:
