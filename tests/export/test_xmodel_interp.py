@@ -5,7 +5,10 @@ simulation is bit-exact: running a REAL file on the batch-1 input it was exporte
 set's eval inputs) must give the simulation's test-mode output for that input, and every op with a
 simulation counterpart its value. The simulation is calibrated through the drop-in API exactly as
 tests/sim/test_sim_golden.py and tests/sim/test_sim_golden_wide.py do (once per case, two threads, as the
-golden data was made). The writer's own graphs (``build_xgraph``) are interpreted too.
+golden data was made). The writer's own graphs (``build_xgraph``) are interpreted too. Ops map to
+simulation nodes by name, and names follow torch.jit's trace numbering: where this torch numbers trace
+values otherwise than the references' torch, the real file's ops are first renamed by position to the
+names of the simulation's own graph (tests/support/xmodel_compare.py).
 """
 import glob
 import importlib.util
@@ -23,6 +26,7 @@ from pipeline.quantizers.sim.xmodel import interp, reader, verify
 from pipeline.quantizers.sim.xmodel.writer import build_xgraph
 from pipeline.quantizers.sim.xmodel.xgraph import XGraph, formal_name
 from tests.support import DATA
+from tests.support.xmodel_compare import numbering_matches_references, reference_for_this_torch
 
 GOLDEN_XMODEL = os.path.join(DATA, "golden_xmodel")
 NOCLE = {"include_cle": False, "include_bias_corr": False, "target_device": "DPU"}
@@ -113,9 +117,14 @@ def sims(tmp_path_factory):
         torch.set_num_threads(threads)
 
 
-def _golden_graph(case):
+def _golden_graph(case, sim=None):
+    """The real file of ``case``; with ``sim``, its ops named as this torch names them (the names of the
+    simulation's own graph, by position, where this torch numbers trace values otherwise than the
+    references' torch: tests/support/xmodel_compare.py), so that its ops map to the simulation's nodes."""
     set_, model, config = case
     path, = glob.glob(os.path.join(GOLDEN_XMODEL, set_, model, config, "xmodel", "*_int.xmodel"))
+    if sim is not None and not numbering_matches_references():
+        path = reference_for_this_torch(path, build_xgraph(sim.session, sim.lowered, sim.inputs).serialize())
     return reader.check(reader.read_xmodel(path))
 
 
@@ -161,7 +170,7 @@ def _assert_intermediates_equal(graph, results, sim):
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_xmodel_interp_golden_file_equals_sim_bit_for_bit(case, sims):
     sim = sims[case]
-    graph = _golden_graph(case)
+    graph = _golden_graph(case, sim)
     custom = any(interp.is_custom(op.type) for op in graph.ops)
     results = interp.run(graph, sim.inputs, sim.float_ops(graph) if custom else None)
     _assert_outputs_equal(graph, results, sim)
@@ -172,7 +181,7 @@ def test_xmodel_interp_golden_file_equals_sim_bit_for_bit(case, sims):
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_xmodel_interp_golden_file_intermediates_equal_sim(case, sims):
     sim = sims[case]
-    graph = _golden_graph(case)
+    graph = _golden_graph(case, sim)
     results = interp.run(graph, sim.inputs, sim.float_ops(graph))
     compared = _assert_intermediates_equal(graph, results, sim)
     assert compared >= sum(op.type in ("conv2d", "depthwise-conv2d", "matmul") for op in graph.ops)
@@ -181,7 +190,7 @@ def test_xmodel_interp_golden_file_intermediates_equal_sim(case, sims):
 @pytest.mark.parametrize("case", CASES, ids=_case_id)
 def test_xmodel_interp_compare_golden_file(case, sims):
     sim = sims[case]
-    report = verify.compare(_golden_graph(case), sim.session, sim.lowered, sim.inputs, sim.names)
+    report = verify.compare(_golden_graph(case, sim), sim.session, sim.lowered, sim.inputs, sim.names)
     assert report["mismatches"] == 0 and report["max_abs_diff"] == 0.0
     assert report["nodes_differing"] == [] and report["nodes_compared"] > 0
     assert report["elements"] == sum(y.numel() for y in sim.outputs)
