@@ -62,7 +62,10 @@ def build_parser() -> argparse.ArgumentParser:
     p_status = sub.add_parser("status", help="the state of a run folder (a killed run shows as interrupted)")
     p_status.add_argument("work_dir", metavar="RUN_DIR", help="the run folder (run.work_dir)")
     sub.add_parser("targets", help="list the DPU targets with their fingerprints")
-    sub.add_parser("check-env", help="what is installed and which steps can run here")
+    env_cmd = sub.add_parser("check-env", help="what is installed and which steps can run here (each step probed on "
+                                               "a tiny model)")
+    env_cmd.add_argument("--no-probe", action="store_true",
+                         help="judge the steps by their installed packages alone (faster, and says less)")
     sub.add_parser("schema", help="print the config JSON Schema")
     return parser
 
@@ -149,7 +152,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             print(format_targets())
         elif args.command == "check-env":
             from .env import check_env, format_env
-            print(format_env(check_env()))
+            print(format_env(check_env(probe=not args.no_probe)))
         elif args.command == "schema":
             from .config import config_schema
             print(json.dumps(config_schema(), indent=2))

@@ -1,8 +1,11 @@
 """What is installed here and which steps can run: ``python -m pipeline check-env``.
 
-Nothing heavy is imported: versions come from package metadata, ``pytorch_nndct`` and ``xir`` are
-found with ``importlib.util.find_spec`` (importing pytorch_nndct compiles kernels and edits sys.argv,
-docs/quantizer.md#import-side-effects), ``vai_c_xir`` with ``shutil.which``, and the ``arch.json`` files are read as JSON.
+Versions come from package metadata, ``pytorch_nndct`` and ``xir`` are found with
+``importlib.util.find_spec`` (importing pytorch_nndct compiles kernels and edits sys.argv,
+docs/quantizer.md#import-side-effects), ``vai_c_xir`` with ``shutil.which``, and the ``arch.json``
+files are read as JSON. A step line whose packages are installed is then probed: the backend's
+``Requirement.probe`` runs the step on a tiny model (a few seconds in all, torch imported), so a line
+says yes only where the step works here, not merely where its packages exist.
 """
 import glob
 import importlib.util
@@ -10,9 +13,9 @@ import os
 import platform
 import shutil
 import sys
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
-from . import targets
+from . import support, targets
 from .compilers import vai_c
 from .errors import ConfigError
 from .steps import ORDER
@@ -54,15 +57,34 @@ def _arch_files(arch_root: str) -> List[Dict[str, Any]]:
     return found
 
 
-def _step(uses: str, can_run: bool, why_not: Optional[str]) -> Dict[str, Any]:
-    return {"uses": uses, "can_run": can_run, "why_not": None if can_run else why_not}
+def _step(uses: str, can_run: bool, why_not: Optional[str], checked: Optional[str] = None) -> Dict[str, Any]:
+    return {"uses": uses, "can_run": can_run, "why_not": None if can_run else why_not, "checked": checked}
 
 
-def _backend_steps() -> Dict[str, Dict[str, Any]]:
+def _probe(run: Any) -> Tuple[Optional[str], Optional[str]]:
+    """``(what it did, None)`` when the probe ``run`` works, ``(None, why not)`` when it raises (the
+    pipeline's log is held back meanwhile: the probe's progress is not the user's)."""
+    import logging
+    log = logging.getLogger("pipeline")
+    level = log.level
+    log.setLevel(logging.ERROR)
+    try:
+        return run(), None
+    except Exception as exc:  # any failure is the answer: the step does not work here
+        first = (str(exc).strip().splitlines() or [""])[0][:300]
+        return None, "its packages are installed, but it fails here (probed on a tiny model): %s: %s" % (
+            type(exc).__name__, first)
+    finally:
+        log.setLevel(level)
+
+
+def _backend_steps(probe: bool) -> Dict[str, Dict[str, Any]]:
     """The steps table's lines of every registered backend, ``"<step> (<backend>)"``, from each class's
     ``requirements`` (``pipeline.quantizers.base.Requirement``): a line can run when the backend can
-    (``unavailable_reason()`` is None) and its distributions and modules are installed. Ordered by step
-    (in the order the backends first declare them), then by backend (registry order)."""
+    (``unavailable_reason()`` is None), its distributions and modules are installed and its probe, if
+    it has one, works (``checked`` then says what the probe did; None for a line without a probe, which
+    rests on the installed packages alone). Ordered by step (in the order the backends first declare
+    them), then by backend (registry order)."""
     from .quantizers.base import backend_classes
     classes = backend_classes()
     order = []  # type: List[str]
@@ -72,36 +94,43 @@ def _backend_steps() -> Dict[str, Dict[str, Any]]:
     for step in order:
         for cls in classes:
             for req in (r for r in cls.requirements if r.step == step):
-                why = cls.unavailable_reason()
+                why, checked = cls.unavailable_reason(), None
                 if why is None and not (all(_dist_version(d) is not None for d in req.distributions)
                                         and all(_module_found(m) for m in req.modules)):
                     why = req.why_not
-                steps["%s (%s)" % (step, cls.name)] = _step(req.uses, why is None, why)
+                if why is None and probe and req.probe is not None:
+                    checked, why = _probe(req.probe)
+                steps["%s (%s)" % (step, cls.name)] = _step(req.uses, why is None, why, checked)
     return steps
 
 
-def check_env(arch_root: str = targets.ARCH_ROOT) -> Dict[str, Any]:
+def check_env(arch_root: str = targets.ARCH_ROOT, probe: bool = True) -> Dict[str, Any]:
     """Describe this environment.
 
     Args:
         arch_root: where the ``arch.json`` files are searched (``/opt/vitis_ai/compiler/arch`` in the image).
+        probe: run each step line's probe (a tiny model through the step; torch imported, a few seconds);
+            False judges the lines by their installed packages alone (``checked`` is then None).
 
     Returns a JSON-serialisable dict: ``python`` (version, executable), ``packages`` (name -> version
-    or None), ``pytorch_nndct`` (found, version, torch it was built for matches or not), ``modules``
+    or None), ``support`` (``pipeline.support.current()``: kind and text, where this Python and torch
+    stand against the proven matrix), ``pytorch_nndct`` (found, version, torch it was built for matches or not), ``modules``
     (xir, xcompiler, target_factory -> found), ``vai_c_xir`` (path or None, version), ``arch_json``
     (files with their target and fingerprint), and ``steps``: for each step and backend, what it will
-    use, ``can_run`` and ``why_not``.
+    use, ``can_run``, ``why_not`` and ``checked`` (what its probe ran here, or None).
     """
     from .quantizers.nndct import NndctBackend
     packages = {shown: _dist_version(dist) for dist, shown in PACKAGES}
     modules = {m: _module_found(m) for m in IMAGE_MODULES}
     compiler = shutil.which(vai_c.EXECUTABLE)
     arch = _arch_files(arch_root)
-    steps = _backend_steps()
+    steps = _backend_steps(probe)
     steps.update((s.name, _step(*s.environment())) for s in ORDER if s.environment is not None)
+    verdict = support.current()
     return {
         "python": {"version": platform.python_version(), "executable": sys.executable},
         "packages": packages,
+        "support": {"kind": verdict.kind, "text": verdict.text},
         "pytorch_nndct": {"found": NndctBackend.is_available(), "version": NndctBackend.version(),
                           "torch_matches": NndctBackend.torch_matches()},
         "modules": modules,
@@ -116,6 +145,7 @@ def format_env(d: Dict[str, Any]) -> str:
     lines = ["python         %s (%s)" % (d["python"]["version"], d["python"]["executable"])]
     for name, version in d["packages"].items():
         lines.append("%-14s %s" % (name, version or "not installed"))
+    lines.append("%-14s %s: %s" % ("support", d["support"]["kind"], d["support"]["text"]))
     n = d["pytorch_nndct"]
     text = "not installed" if not n["found"] else (n["version"] or "found (version unknown)")
     if n["torch_matches"] is False:
@@ -137,4 +167,6 @@ def format_env(d: Dict[str, Any]) -> str:
         lines.append("  %-22s %s  %s" % (step, "yes" if s["can_run"] else "no ", s["uses"]))
         if not s["can_run"]:
             lines.append("  %-22s      why not: %s" % ("", s["why_not"]))
+        elif s.get("checked"):
+            lines.append("  %-22s      checked: %s" % ("", s["checked"]))
     return "\n".join(lines) + "\n"

@@ -10,7 +10,7 @@ import platform
 import sys
 from typing import Any, Dict, List, Optional, Sequence
 
-from .. import fileio
+from .. import fileio, support
 from .._version import __version__
 from ..steps import ORDER, load_results
 from .folder import SOURCE_FILE
@@ -89,14 +89,17 @@ def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
         report.update(dict.fromkeys(step.result.REPORT_KEYS))
         if step.name in results:
             report.update(results[step.name].report_fields(run.work_dir))
+    verdict = support.current()
     warnings = [w for r in results.values() for w in r.step_warnings()]
-    report.update(warnings=warnings, quantizer_changes=quantizer_changes(results), source=source,
+    report.update(warnings=warnings, support={"kind": verdict.kind, "text": verdict.text}, quantizer_changes=quantizer_changes(results), source=source,
                   steps={name: r.to_json() for name, r in results.items()},
                   artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in results]),
                   versions=versions())
     report["summary"] = (["warning: %s" % w for w in warnings]
                          + [line for r in results.values() for line in r.summary_lines(run.work_dir)]
                          + source_summary(source)
+                         # an environment outside the proven matrix says so with the results it gave
+                         + ([] if verdict.kind == "proven" else ["environment: %s" % verdict.text])
                          + ["report: %s" % os.path.join(run.work_dir, "report.md")])
     return report
 
@@ -151,6 +154,8 @@ def render_markdown(r: Dict[str, Any], results: Dict[str, Any]) -> str:
     lines += ["| %s%s | %d | `%s` |" % (a["path"], " (left by an unfinished step)" if a.get("incomplete") else "",
                                        a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]
     lines += ["", "## Versions", ""] + ["- %s: %s" % kv for kv in sorted(r["versions"].items())]
+    if r.get("support"):
+        lines += ["", "Support: %s." % r["support"]["text"]]
     return "\n".join(lines) + "\n"
 
 

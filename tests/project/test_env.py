@@ -49,8 +49,11 @@ def test_bare_cpu_machine(tmp_path, monkeypatch):
     if not d["pytorch_nndct"]["found"]:
         assert not d["steps"]["calib/test (nndct)"]["can_run"]
         assert "Vitis AI image" in d["steps"]["calib/test (nndct)"]["why_not"]
-    assert d["steps"]["calib/test (sim)"] == {"uses": d["steps"]["calib/test (sim)"]["uses"], "can_run": True,
-                                              "why_not": None}
+    assert d["steps"]["calib/test (sim)"] == {
+        "uses": d["steps"]["calib/test (sim)"]["uses"], "can_run": True, "why_not": None,
+        "checked": "calibrated and tested a conv/BN/linear model and an nn.MultiheadAttention model"}
+    assert d["steps"]["export xmodel (sim)"]["checked"].startswith("wrote a conv/BN/linear model's xmodel")
+    assert d["support"]["kind"] in ("proven", "within", "newer")
     assert d["vai_c_xir"] == {"path": None, "version": None}
     assert not d["steps"]["compile"]["can_run"]
     assert "compile_plan.md" in d["steps"]["compile"]["why_not"]
@@ -60,13 +63,13 @@ def test_bare_cpu_machine(tmp_path, monkeypatch):
 
 
 def test_arch_json_files_are_listed_with_target_and_fingerprint(tmp_path):
-    files = env.check_env(arch_root=_arch_root(tmp_path))["arch_json"]["files"]
+    files = env.check_env(arch_root=_arch_root(tmp_path), probe=False)["arch_json"]["files"]
     by_dir = {os.path.basename(os.path.dirname(f["path"])): f for f in files}
     assert by_dir["ZCU102"]["target"] == "DPUCZDX8G_ISA1_B4096"
     assert by_dir["ZCU102"]["fingerprint"] == "0x0101000056010407"
     assert by_dir["KV260"]["target"] is None and by_dir["KV260"]["fingerprint"] == "0x0101000016010407"
     assert "not valid JSON" in by_dir["broken"]["error"]
-    text = env.format_env(env.check_env(arch_root=_arch_root(tmp_path / "x")))
+    text = env.format_env(env.check_env(arch_root=_arch_root(tmp_path / "x"), probe=False))
     assert "3 under" in text and "0x0101000056010407" in text
 
 
@@ -79,7 +82,7 @@ def test_the_image_pieces_are_found_without_importing_them(site, tmp_path, monke
     exe.write_text("#!/bin/sh\nexit 0\n")
     exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
     monkeypatch.setenv("PATH", str(bindir))
-    d = env.check_env(arch_root=_arch_root(tmp_path))
+    d = env.check_env(arch_root=_arch_root(tmp_path), probe=False)
     assert d["pytorch_nndct"] == {"found": True, "version": "3.5.0+abc+torch%s" % torch.__version__,
                                   "torch_matches": True}
     assert d["modules"]["xir"] is True
@@ -91,7 +94,7 @@ def test_the_image_pieces_are_found_without_importing_them(site, tmp_path, monke
 
 def test_quantizer_built_for_another_torch(site, tmp_path):
     _package(site, "pytorch_nndct", "3.5.0+abc+torch1.4.0")
-    d = env.check_env(arch_root=str(tmp_path))
+    d = env.check_env(arch_root=str(tmp_path), probe=False)
     assert d["pytorch_nndct"]["torch_matches"] is False
     why = d["steps"]["calib/test (nndct)"]["why_not"]
     assert "another torch" in why and "1.4.0" in why and torch.__version__ in why
@@ -100,7 +103,7 @@ def test_quantizer_built_for_another_torch(site, tmp_path):
 
 def test_xir_missing_blocks_only_the_xmodel_export(site, tmp_path):
     _package(site, "pytorch_nndct", "3.5.0+abc+torch%s" % torch.__version__)
-    d = env.check_env(arch_root=str(tmp_path))
+    d = env.check_env(arch_root=str(tmp_path), probe=False)
     if d["modules"]["xir"]:
         pytest.skip("a real xir is installed here")
     assert d["steps"]["calib/test (nndct)"]["can_run"]
@@ -110,7 +113,7 @@ def test_xir_missing_blocks_only_the_xmodel_export(site, tmp_path):
 
 def test_format_env_says_why_a_step_cannot_run(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path / "empty"))
-    text = env.format_env(env.check_env(arch_root=str(tmp_path)))
+    text = env.format_env(env.check_env(arch_root=str(tmp_path), probe=False))
     assert "vai_c_xir      not on PATH" in text
     assert "why not: vai_c_xir is not on PATH" in text
     assert text.splitlines()[0].startswith("python         ")
@@ -120,7 +123,7 @@ def test_the_backend_lines_come_from_the_backend_classes(tmp_path, monkeypatch):
     """Every ``<step> (<backend>)`` line is one ``Requirement`` a registered backend class declares, in
     step order, then registry order; a missing distribution blocks only the lines that need it."""
     from pipeline.quantizers.base import Requirement, backend_classes
-    d = env.check_env(arch_root=str(tmp_path))
+    d = env.check_env(arch_root=str(tmp_path), probe=False)
     lines = [k for k in d["steps"] if k not in ("compile", "deploy")]
     declared = {"%s (%s)" % (r.step, cls.name): r for cls in backend_classes() for r in cls.requirements}
     assert sorted(lines) == sorted(declared)
@@ -130,6 +133,39 @@ def test_the_backend_lines_come_from_the_backend_classes(tmp_path, monkeypatch):
     sim = [cls for cls in backend_classes() if cls.name == "sim"][0]
     monkeypatch.setattr(sim, "requirements", sim.requirements + (
         Requirement("export extra", "a package nobody has", ("no-such-distribution-here",), why_not="not here"),))
-    steps = env.check_env(arch_root=str(tmp_path))["steps"]
-    assert steps["export extra (sim)"] == {"uses": "a package nobody has", "can_run": False, "why_not": "not here"}
+    steps = env.check_env(arch_root=str(tmp_path), probe=False)["steps"]
+    assert steps["export extra (sim)"] == {"uses": "a package nobody has", "can_run": False, "why_not": "not here",
+                                           "checked": None}
     assert steps["calib/test (sim)"]["can_run"]
+
+
+def test_a_step_whose_packages_are_installed_but_which_fails_here_says_no_with_the_error(tmp_path, monkeypatch):
+    """check-env probes the step on a tiny model: an installed onnx whose export fails (as torch 1.13 did
+    when the exporter looked up a torch 2 function) is reported as not working, with the error."""
+    from pipeline.quantizers.sim import export
+
+    def broken(*args, **kwargs):
+        raise AttributeError("module 'torch.nn.functional' has no attribute 'scaled_dot_product_attention'")
+    monkeypatch.setattr(export, "export_onnx", broken)
+    d = env.check_env(arch_root=str(tmp_path / "none"))
+    onnx = d["steps"]["export onnx (sim)"]
+    assert not onnx["can_run"] and onnx["checked"] is None
+    assert onnx["why_not"] == ("its packages are installed, but it fails here (probed on a tiny model): AttributeError: "
+                               "module 'torch.nn.functional' has no attribute 'scaled_dot_product_attention'")
+    assert d["steps"]["export xmodel (sim)"]["can_run"]
+    text = env.format_env(d)
+    assert "export onnx (sim)      no" in text and "why not: its packages are installed, but it fails here" in text
+
+
+def test_the_support_verdict_of_the_proven_and_the_refused_environments():
+    from pipeline import support
+    assert support.verdict("3.8.18", "1.13.1+cu117").kind == "proven"
+    assert support.verdict("3.11.7", "2.13.0+cpu").kind == "proven"
+    refused = support.verdict("3.11.7", "1.13.1")
+    assert refused.kind == "refused" and "cannot unpack tuples on Python 3.11" in refused.text
+    assert support.verdict("3.12.1", "1.13.1").kind == "refused"
+    assert support.verdict("3.8.18", "1.12.1").kind == "refused"
+    newer = support.verdict("3.11.7", "2.16.0.dev20261201+cpu")
+    assert newer.kind == "newer" and "--torch 2.16.0" in newer.text and support.NEWEST_CHECKED in newer.text
+    assert support.verdict("3.10.13", "2.4.1").kind == "within"
+    assert support.verdict("3.11.7", None).kind == "refused"

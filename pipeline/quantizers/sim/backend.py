@@ -20,6 +20,7 @@ from ...errors import ConfigError, QuantizationError
 from ..base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
 from ..quant_config import load_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
+from . import probes
 from .session import SimSession
 
 # export format -> (writer: an ONNX flavour of pipeline.quantizers.sim.export, or "xmodel"; file name suffix
@@ -118,12 +119,14 @@ class SimBackend(QuantizerBackend):
     finetune_methods = ("adaquant", "adaquant_plus")
     requirements = (
         Requirement("calib/test", "the pipeline's CPU simulation of the DPU arithmetic", ("torch",),
-                    why_not="torch is not installed"),
+                    why_not="torch is not installed", probe=probes.probe_calib_test),
         Requirement("export onnx", "onnx + onnxruntime (bit-exact and QDQ ONNX, verified against the simulation)",
                     ("onnx", "onnxruntime"),
-                    why_not="onnx or onnxruntime is not installed (pip install onnx onnxruntime)"),
+                    why_not="onnx or onnxruntime is not installed (pip install onnx onnxruntime)",
+                    probe=probes.probe_export_onnx),
         Requirement("export xmodel", "the pipeline's XIR writer (protobuf; no xir package), checked and run against "
-                    "the simulation", ("protobuf",), why_not="protobuf is not installed (pip install protobuf)"),
+                    "the simulation", ("protobuf",), why_not="protobuf is not installed (pip install protobuf)",
+                    probe=probes.probe_export_xmodel),
     )
 
     @classmethod
