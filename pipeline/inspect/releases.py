@@ -55,7 +55,7 @@ DIFFERENCES = (
         "depthwise_multiplier", _depthwise_multiplier,
         "Vitis AI 3.5's quantizer makes it a depthwise conv (XIR depthwise-conv2d); 3.0's takes only multiplier 1 "
         "as depthwise and makes it a grouped conv2d, which cross-layer equalization scales differently, so a 3.0 "
-        "quantization gives other numbers and the compiler gets another op",
+        "quantization can give other numbers, and the compiler gets another op",
         "check the compiled model's DPU/CPU split (xir subgraph) and its accuracy on the board; a multiplier-1 "
         "depthwise conv followed by a 1x1 conv reads the same in both releases",
         "pytorch_nndct/parse/op_dispatcher.py (_convolution) at v3.0 and v3.5"),
