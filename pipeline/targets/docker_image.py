@@ -18,7 +18,7 @@ import sys
 from typing import List, Optional, Tuple
 
 from .registry import TARGETS
-from .releases import RELEASES, pipeline_image
+from .releases import PIPELINE_RELEASE, RELEASES, pipeline_image
 
 _KEY = re.compile(r"^(\s*)([A-Za-z_][A-Za-z0-9_]*)\s*:\s*(.*)$")
 _FLOW_TARGET = re.compile(r"[{,]\s*target\s*:\s*([^,}]+)")
@@ -77,11 +77,14 @@ def choose(target: Optional[str]) -> Tuple[str, Optional[str]]:
     release = RELEASES[entry.release.compile_release]
     if release.hosts_pipeline:
         return release.image, None
+    runs_in = RELEASES[PIPELINE_RELEASE]
     note = ("%s compiles with Vitis AI %s's vai_c_xir (%s), an image this package cannot run in (Python %s): "
-            "the pipeline runs in %s instead, whose compile step would use that release's compiler. Leave the "
+            "the pipeline runs in %s instead, where the compile step would use Vitis AI %s's compiler. Leave the "
             "compile step out here (--steps calib,test,export), then run `python -m pipeline run CONFIG --steps "
             "compile,deploy` with the same --set arguments outside the image: compile/compile_plan.md then gives "
-            "the docker command that compiles in %s" % (entry.name, release.version, release.image, release.python, pipeline_image(), release.image))
+            "the docker command that compiles in %s"
+            % (entry.name, release.version, release.image, release.python, runs_in.image, runs_in.version,
+               release.image))
     return pipeline_image(), note
 
 
