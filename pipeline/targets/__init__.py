@@ -5,6 +5,9 @@ parameters), ``get_target`` and the ``arch.json`` checks.
   ``python -m pipeline targets`` prints.
 - ``engines``: the engine parameters an entry may carry (what the inspection rules read).
 - ``arch_json``: the ``arch.json`` path in the image, reading one, checking it against a target.
+- ``releases``: per family, the Vitis AI release its boards run and the pinned image whose
+  ``vai_c_xir`` compiles for it (``DpuTarget.board_release``, ``DpuTarget.compile_image``).
+- ``docker_image``: the standard-library-only reader ``scripts/docker_run.sh`` asks for a config's image.
 """
 from .arch_json import arch_json_path, check_arch_json, read_arch_json
 from .engines import Engines, EngineLimits, allows
