@@ -16,7 +16,7 @@ import torch.nn.functional as F
 from torch import nn
 
 import pipeline.quantizers.fixpoint as fixpoint
-from tests.support import DATA, SUPPORT
+from tests.support import DATA, SUPPORT, torch_line_of_references
 from pipeline.cpu import cpu_capability
 from pipeline.errors import ExportError
 from pipeline.quantizers.sim.export import export_onnx
@@ -36,6 +36,14 @@ CONFIGS = {"default": None, "nocle": {"include_cle": False, "include_bias_corr":
 # bit, and both have 2 of the 6256 outputs 1 LSB off the reference made with AVX-512 kernels.
 VECTOR_UNIT_DEPENDENT = {"seg_uneven"}
 REFERENCE_CPU = "AVX512"
+# torch 1.x's bilinear kernel is another computation than the references' torch's (measured on this
+# resize with torch 1.13.1: 9331 of its 12512 float results differ from torch 2.13.0's, by at most
+# 5.96e-7 = 2**-21; torch 2.13's AVX2 and AVX-512 kernels agree). The real quantizer calls the kernel
+# of the torch it runs with, as the simulation does: with torch 2.13's resize results put in its
+# place, the simulation on torch 1.13 gives the reference bit for bit. So under torch 1.x an output
+# may differ from the reference only where the resize's value, moved by up to KERNEL_DELTA (twice
+# the measured bound), would round to another step of its fix position (_assert_kernel_explained).
+KERNEL_DELTA = 2.0 ** -20
 
 
 class _Sizes(nn.Module):
@@ -135,11 +143,39 @@ def test_segmentation_head_equals_the_real_quantizer(name, cfg, phases):
         assert mine[key] == theirs[key], key
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert got.dtype == want.dtype
-    if name in VECTOR_UNIT_DEPENDENT and cpu_capability() != REFERENCE_CPU:
+    if name in VECTOR_UNIT_DEPENDENT and not torch_line_of_references():
+        _assert_kernel_explained(name, folder, None if CONFIGS[cfg] is None else phases[cfg] + ".json", got, want)
+    elif name in VECTOR_UNIT_DEPENDENT and cpu_capability() != REFERENCE_CPU:
         lsb = np.min(np.diff(np.unique(want)))  # the output's grid
         assert np.abs(got - want).max() <= lsb and (got != want).mean() < 1e-3
     else:
         assert np.array_equal(got.view(np.int32), want.view(np.int32))
+
+
+def _assert_kernel_explained(name, folder, config_file, got, want):
+    """Under a torch whose bilinear kernel is not the references' (KERNEL_DELTA above): the outputs
+    within 1 LSB of the reference, and every differing one (n, c, h, w) read (1x1 conv) a resize
+    value at (n, :, h, w) within KERNEL_DELTA of a rounding tie of the resize's fix position. The
+    simulation's test-mode values are recorded again here, on the eval samples of the phase
+    (``config_file``: the phase's quant_config_file, None for the default)."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.quantizers.sim.xmodel import verify
+    q = torch_quantizer("test", corpus.make_model(name), tuple(corpus.make_inputs(name, 4, 1)), output_dir=folder,
+                        device=torch.device("cpu"), quant_config_file=config_file)
+    outputs, values = verify.record(q.quant_model, corpus.make_inputs(name, 4, 3))
+    assert np.array_equal(outputs[0].numpy().view(np.int32), got.view(np.int32))  # the phase's outputs
+    resize, = [n for n in values if n.op == "call_function" and n.target is F.interpolate]
+    fix, = [n for n in resize.users if n.target is fixpoint.fake_quant]  # (value, fix_pos, bits, method)
+    conv, = fix.users  # the 1x1 conv that reads the resize: output (n, c, h, w) reads (n, :, h, w)
+    assert tuple(q.quant_model.get_submodule(str(conv.target)).kernel_size) == (1, 1)
+    scaled = values[resize].numpy().astype(np.float64) * 2.0 ** fix.args[1]
+    near_tie = np.abs(scaled - np.floor(scaled) - 0.5) <= KERNEL_DELTA * 2.0 ** fix.args[1]
+    lsb = np.min(np.diff(np.unique(want)))  # the output's grid
+    assert np.abs(got - want).max() <= lsb
+    n, c, h, w = np.nonzero(got != want)
+    unexplained = [(a, b, d, e) for a, b, d, e in zip(n, c, h, w) if not near_tie[a, :, d, e].any()]
+    assert not unexplained, ("outputs differing from the reference although no resize value they read is within "
+                             "%g of a rounding tie: %s" % (KERNEL_DELTA, unexplained[:5]))
 
 
 @pytest.mark.parametrize("name", list(corpus.CORPUS))

@@ -16,6 +16,19 @@ SUPPORT = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(SUPPORT))
 DATA = os.path.join(REPO, "tests", "data")
 
+# The torch every stored real-quantizer reference was made with (tests/data/README.md).
+REFERENCE_TORCH = "2.13.0"
+
+
+def torch_line_of_references(version=None):
+    """True when torch ``version`` (this torch's by default) is of the references' major version
+    (``REFERENCE_TORCH``): it numbers ``torch.jit`` trace values as they were numbered, and its float
+    kernels are the references' (tests/support/xmodel_compare.py, test_segmentation_fidelity.py say
+    what differs under torch 1.13, the Vitis AI 3.5 image's, and how they compare there)."""
+    import torch
+    version = version or torch.__version__
+    return version.split(".")[0] == REFERENCE_TORCH.split(".")[0]
+
 
 def pinned_threads(reference):
     """The torch thread count a bit-exact test runs at: ``reference`` (the setting its reference was

@@ -10,8 +10,8 @@ version: the real quantizer run with torch 1.13.1 (the Vitis AI 3.5 image) write
 tests/data/README.md), have ``..._ret_1`` and ``FloatOps__1122``. The simulation names ops from a trace
 of the same kind, so under this torch it names them as the real quantizer would under this torch.
 
-The rule, in one place (``numbering_matches_references``): a torch of the references' major version
-numbers trace values as they do (2.13.0 made them; 2.14.1 and 2.15.0 were reported to give the same
+The rule, in one place (``numbering_matches_references``, by ``tests.support.torch_line_of_references``):
+a torch of the references' major version numbers trace values as they do (2.13.0 made them; 2.14.1 and 2.15.0 were reported to give the same
 names), and is compared exactly. Under another (torch 1.13) two files hold the same graph when
 
 (a) they have the same number of ops and each op's name equals the other's at the same position except
@@ -30,8 +30,7 @@ from typing import Any, Dict, List, Optional, Sequence
 import torch
 
 from pipeline.quantizers.sim.xmodel import schema
-
-REFERENCE_TORCH = "2.13.0"  # the torch every stored xmodel reference was made with (tests/data/README.md)
+from tests.support import REFERENCE_TORCH, torch_line_of_references
 
 _DIGITS = re.compile(r"[0-9]+")
 
@@ -40,8 +39,7 @@ def numbering_matches_references(version: Optional[str] = None) -> bool:
     """True when torch ``version`` (this torch's by default) numbers ``torch.jit`` trace values as
     ``REFERENCE_TORCH`` did, so that op names are compared exactly: the same major version (module
     docstring). False for torch 1.x, whose files are compared by the rule (a) + (b)."""
-    version = version or torch.__version__
-    return version.split(".")[0] == REFERENCE_TORCH.split(".")[0]
+    return torch_line_of_references(version)
 
 
 def numbering_note() -> str:
