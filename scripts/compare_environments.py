@@ -72,32 +72,19 @@ def _sha(path):
 
 
 def _same_xmodel(a, b):
-    """None when the two files hold the same graph up to the trace's numbering, else what differs."""
+    """None when the two files hold the same graph up to the trace's numbering (the tests' one rule,
+    tests/support/xmodel_compare.py: names equal but for their runs of digits, then the graphs equal
+    once ``a``'s ops carry ``b``'s names by position), else what differs."""
     from pipeline.quantizers.sim.xmodel import schema
-    graphs = []
-    for path in (a, b):
-        with open(path, "rb") as f:
-            graphs.append(schema.parse_graph(f.read()))
-    names = [[op.op_name for op in g.op_node] for g in graphs]
-    if len(names[0]) != len(names[1]):
-        return "%d ops against %d" % (len(names[0]), len(names[1]))
-    for x, y in zip(*names):
-        if re.sub(r"\d+", "#", x) != re.sub(r"\d+", "#", y):
-            return "op %s against %s: the names differ beyond their numbers" % (x, y)
-    forms = []
-    for graph, ops in zip(graphs, names):
-        rename = {name: "op%d" % i for i, name in enumerate(ops)}
-        rename.update((op.output_tensor.tensor_name, "t%d" % i) for i, op in enumerate(graph.op_node))
-        forms.append(_renamed(schema.canonical(graph), rename))
-    return None if forms[0] == forms[1] else "the graphs differ once the ops are renamed by position"
-
-
-def _renamed(value, rename):
-    if isinstance(value, str):
-        return rename.get(value, value)
-    if isinstance(value, (list, tuple)):
-        return type(value)(_renamed(v, rename) for v in value)
-    return value
+    from tests.support import xmodel_compare
+    mine, theirs = xmodel_compare.load(a), xmodel_compare.load(b)
+    names = xmodel_compare.op_names(theirs)
+    wrong = xmodel_compare.names_differ_only_in_numbers(xmodel_compare.op_names(mine), names)
+    if wrong:
+        return "; ".join(wrong[:3])
+    xmodel_compare.rename_ops(mine, names)
+    return None if schema.canonical(mine) == schema.canonical(theirs) else "; ".join(
+        xmodel_compare.differences(mine, theirs)[:3])
 
 
 BIAS_CORR_TOLERANCE = 1e-6

@@ -58,6 +58,7 @@ import torch
 import torch.fx
 from torch import nn
 
+from .. import support
 from ..errors import QuantizationError
 from .attention import inline_attention
 from .concrete_trace import concrete_trace, has_wrapped_calls
@@ -78,6 +79,10 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Mod
     except QuantizationError:
         raise
     except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
+        verdict = support.current()
+        if verdict.kind == "refused":  # e.g. torch 1.x on Python 3.11: its tracer cannot unpack tuples
+            raise QuantizationError("the sim quantizer could not trace %s (%s: %s), and this environment is not "
+                                    "supported: %s" % (type(model).__name__, type(e).__name__, e, verdict.text))
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
             "%s: %s. Make forward() free of data-dependent Python control flow (the real "

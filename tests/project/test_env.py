@@ -169,3 +169,22 @@ def test_the_support_verdict_of_the_proven_and_the_refused_environments():
     assert newer.kind == "newer" and "--torch 2.16.0" in newer.text and support.NEWEST_CHECKED in newer.text
     assert support.verdict("3.10.13", "2.4.1").kind == "within"
     assert support.verdict("3.11.7", None).kind == "refused"
+
+
+def test_a_trace_that_fails_in_a_refused_environment_says_why(monkeypatch):
+    """torch 1.x on Python 3.11 cannot trace tuple unpacking: the capture's error names the environment."""
+    from torch import nn
+
+    from pipeline import support
+    from pipeline.errors import QuantizationError
+    from pipeline.fx.capture import capture
+
+    class Branchy(nn.Module):
+        def forward(self, x):
+            return x if x.sum() > 0 else -x  # data-dependent: no trace can record it
+    text = support.verdict("3.11.7", "1.13.1").text
+    monkeypatch.setattr(support, "current", lambda: support.Verdict("refused", text))
+    with pytest.raises(QuantizationError) as err:
+        capture(Branchy(), torch.ones(1, 3), None)
+    assert str(err.value).startswith("the sim quantizer could not trace Branchy (")
+    assert str(err.value).endswith("this environment is not supported: " + text)
