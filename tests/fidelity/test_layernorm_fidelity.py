@@ -108,10 +108,7 @@ def test_quantized_layer_norm_weights_change_the_output(runs):
 
 def test_layernorm_exact_onnx_equals_the_simulation(runs, tmp_path):
     ort = pytest.importorskip("onnxruntime")
-    try:
-        check_kernel(16, None, None, 1e-5)
-    except Unsupported as e:
-        pytest.skip(str(e))
+    _kernel_or_skip()
     _, q, y = runs["default"]
     out = str(tmp_path / "onnx")
     q.export_onnx_model(out, native_onnx=False)
@@ -125,8 +122,10 @@ def test_layernorm_exact_onnx_equals_the_simulation(runs, tmp_path):
 
 
 def _kernel_or_skip():
+    """The kernel of this torch's F.layer_norm the lowering follows (check_kernel), or a skip saying
+    that it follows none (a build other than those measured: ATEN_CPU_CAPABILITY=default, ...)."""
     try:
-        check_kernel(16, None, None, 1e-5)
+        return check_kernel(16, None, None, 1e-5)
     except Unsupported as e:
         pytest.skip(str(e))
 
@@ -135,7 +134,7 @@ def _kernel_or_skip():
                                2100])
 def test_kernel_steps_equal_torch_layer_norm(n):
     """The steps the ONNX lowering writes give F.layer_norm's bits (gamma and beta, either, neither)."""
-    _kernel_or_skip()
+    kernel = _kernel_or_skip()
     g = torch.Generator().manual_seed(n)
     x = torch.randint(-128, 128, (256, n), generator=g).float() * 2.0 ** -3
     x[:64] = torch.randn(64, n, generator=g) * 3  # off any grid too
@@ -143,7 +142,7 @@ def test_kernel_steps_equal_torch_layer_norm(n):
     beta = torch.randint(-128, 128, (n,), generator=g).float() * 2.0 ** -9
     for w, b in ((gamma, beta), (gamma, None), (None, beta), (None, None)):
         want = F.layer_norm(x, (n,), w, b, 1e-6)
-        got = layer_norm_rows(TorchOps(), x, n, w, b, 1e-6)
+        got = layer_norm_rows(TorchOps(), x, n, w, b, 1e-6, kernel)
         assert torch.equal(want.view(torch.int32), got.view(torch.int32)), (w is None, b is None)
 
 
@@ -152,14 +151,14 @@ def test_onnx_layer_norm_steps_in_onnx_runtime(n):
     """The ONNX nodes of the steps, run by ONNX Runtime, give F.layer_norm's bits (rows of any length)."""
     ort = pytest.importorskip("onnxruntime")
     from onnx import TensorProto, helper
-    _kernel_or_skip()
+    kernel = _kernel_or_skip()
     g = torch.Generator().manual_seed(n)
     x = torch.randn(300, n, generator=g) * 2
     gamma, beta = torch.randn(n, generator=g), torch.randn(n, generator=g) * 0.1
     for w, bias in ((gamma, beta), (None, None), (gamma, None), (None, beta)):
         b = Builder(None, None, {}, {})
         names = [None if t is None else b.init(k, t.numpy()) for k, t in (("gamma", w), ("beta", bias))]
-        b.op("Identity", [layer_norm_rows(OnnxOps(b, "ln"), "x", n, names[0], names[1], 1e-5)], "y")
+        b.op("Identity", [layer_norm_rows(OnnxOps(b, "ln"), "x", n, names[0], names[1], 1e-5, kernel)], "y")
         graph = helper.make_graph(b.nodes, "ln", [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", n])],
                                   [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", n])],
                                   initializer=list(b.initializers.values()))
@@ -175,12 +174,25 @@ def test_onnx_layer_norm_steps_in_onnx_runtime(n):
 
 
 def test_another_layer_norm_kernel_is_refused(monkeypatch):
-    """A torch whose layer norm rounds otherwise (torch 1.13's formula, the non-vectorized build) is
-    refused at export rather than written inexactly."""
+    """A torch whose layer norm rounds otherwise than both kernels the lowering follows (the
+    non-vectorized build, ...) is refused at export rather than written inexactly."""
     real = F.layer_norm
     monkeypatch.setattr(F, "layer_norm", lambda x, *a, **k: torch.nextafter(real(x, *a, **k), torch.tensor(9.0)))
     with pytest.raises(Unsupported, match="computes otherwise"):
         check_kernel(16, None, None, 1e-5)
+
+
+def test_the_kernel_followed_is_the_one_of_this_torch():
+    """torch 2's builds compute the CENTERED kernel, torch 1.13's AVX2 build SCALE_BIAS (module
+    docstring of layer_norm.py); the two differ, so the probe tells them apart."""
+    from pipeline.cpu import cpu_capability
+    from pipeline.quantizers.sim.export.onnx.layer_norm import CENTERED, SCALE_BIAS
+    kernel = _kernel_or_skip()
+    expected = SCALE_BIAS if torch.__version__.startswith("1.") else CENTERED
+    assert kernel == expected, (torch.__version__, cpu_capability())
+    x = torch.randint(-128, 128, (64, 40), generator=torch.Generator().manual_seed(0)).float() * 2.0 ** -3
+    other = {CENTERED: SCALE_BIAS, SCALE_BIAS: CENTERED}[kernel]
+    assert not torch.equal(layer_norm_rows(TorchOps(), x, 40, None, None, 1e-5, other), F.layer_norm(x, (40,)))
 
 
 def _exact_fma(a: float, b: float, c: float) -> np.float32:

@@ -1,33 +1,37 @@
 """ONNX of ``nn.LayerNorm`` (the lowered model's layer norms) as torch's CPU kernel computes it, step
 for step, so that ONNX Runtime gives torch's float32 bits (both flavours write it the same way).
 
-torch's float32 layer norm on the CPU (``LayerNormKernelImpl``, ``aten/src/ATen/native/cpu``;
-measured bit for bit against torch 2.13 on AVX2 and AVX-512 machines) computes, per row of the
-``N`` normalized elements:
+torch's float32 layer norm on the CPU (``LayerNormKernelImpl``, ``aten/src/ATen/native/cpu``)
+computes, per row of the ``N`` normalized elements, in one of two ways (``KERNELS``):
 
 1. mean and variance with ``RowwiseMoments``: a Welford update per lane over 8 lanes (element
    ``i`` in lane ``i % 8``, the ``N // 8`` full groups of 8) in chunks of 16 groups, each chunk
    merged into a cascade of partial moments (``AddMomentsVec``, pairwise by chunk index), then a
    scalar Welford over the ``N % 8`` tail, then the 8 lanes merged into it one by one
-   (``AddMoments``); ``var = m2 / N``;
-2. ``rstd = 1 / sqrt(var + eps)`` (a correctly rounded square root), ``t = (x - mean) * rstd``,
-   ``y = t * gamma + beta`` (``(x - mean) * rstd + beta`` without gamma, ``t * gamma + 0``
-   without beta).
+   (``AddMoments``); ``var = m2 / N``; ``rstd = 1 / sqrt(var + eps)`` (a correctly rounded root);
+2. ``CENTERED`` (torch 2; measured bit for bit against torch 2.13 on AVX2 and AVX-512 machines):
+   ``t = (x - mean) * rstd``, ``y = t * gamma + beta`` (``(x - mean) * rstd + beta`` without gamma,
+   ``t * gamma + 0`` without beta). Its builds contract some ``a * b + c`` into one fused
+   multiply-add (one rounding): the per-group Welford updates, both updates of the scalar lane
+   merge, the variance update of the cascade merge and the final ``t * gamma + beta``; not the mean
+   update of the cascade merge nor the scalar tail (each measured, rows of 1 to 2100 elements);
+3. ``SCALE_BIAS`` (torch 1.13, the Vitis AI 3.5 image's; measured bit for bit against torch 1.13.1's
+   AVX2 and AVX-512 kernels, rows of 1 to 2100 elements, with and without gamma and beta; its moments
+   also on rows of up to 4100): the moments with no
+   step contracted (its ``AddMomentsVec`` adds ``m2_add + ((delta * delta) * c) * m0`` to ``m2``),
+   then ``scale = rstd``, ``bias = -rstd * mean``, ``y = (x * scale + bias) * gamma + beta`` with
+   both steps fused (gamma 1 and beta 0 where absent).
 
-The AVX2/AVX-512 builds contract some ``a * b + c`` of these steps into one fused multiply-add
-(one rounding): the per-group Welford updates, both updates of the scalar lane merge, the variance
-update of the cascade merge and the final ``t * gamma + beta``; not the mean update of the
-cascade merge nor the scalar tail (each measured, rows of 1 to 2100 elements). ONNX has no FMA operator: ``fma`` below computes ``a * b`` exactly in float64, adds
+ONNX has no FMA operator: ``fma`` below computes ``a * b`` exactly in float64, adds
 ``c`` (TwoSum keeps the error of that addition exactly) and rounds to float32, correcting the one
 case where rounding twice differs from rounding once (the float64 sum exactly halfway between two
 float32 values and the dropped error nonzero): an exact FMA for finite values.
 
 The same algorithm runs on torch tensors (``TorchOps``) and as ONNX nodes (``OnnxOps``); before a
-layer norm is written, the torch run is compared with ``F.layer_norm`` on probe rows of the
-node's size, weights and eps, and a torch whose kernel computes otherwise (torch 1.13's older
-formula, the non-vectorized ``ATEN_CPU_CAPABILITY=default`` build, which contracts nothing) is
-refused with that reason rather than written inexactly. The graph is unrolled: about 45 ONNX nodes
-per group of 8 elements.
+layer norm is written, the torch run of each kernel is compared with ``F.layer_norm`` on probe rows
+of the node's size, weights and eps (``check_kernel``) and the one that matches is written; a torch
+whose kernel is neither (the non-vectorized ``ATEN_CPU_CAPABILITY=default`` build of either torch,
+which contracts nothing) is refused with that reason rather than written inexactly. The graph is unrolled: about 45 ONNX nodes per group of 8 elements.
 """
 from typing import Any, Optional
 
@@ -39,7 +43,10 @@ import torch.nn.functional as F
 from .....cpu import cpu_capability
 from .builder import Builder, Unsupported
 
-LANES = 8  # float lanes of torch's Vectorized<float> in the kernel measured (AVX2 and AVX-512 alike)
+LANES = 8  # float lanes of torch's Vectorized<float> in the kernels measured (AVX2 and AVX-512 alike)
+CENTERED = "centered"  # torch 2 (2.13 measured), AVX2 and AVX-512 builds
+SCALE_BIAS = "scale_bias"  # torch 1.13 (1.13.1 measured), AVX2 and AVX-512 builds
+KERNELS = (CENTERED, SCALE_BIAS)  # in the order check_kernel tries them
 CHUNK = 16  # RowwiseMoments' kChunkSize: groups of LANES per cascade chunk
 PROBE_ROWS = 256
 
@@ -156,27 +163,36 @@ class OnnxOps:
         return self._op("Where", [self._op("And", [halfway, up]), r2f, r])
 
 
-def _add_moments(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
+def _mad(ops: Any, fused: bool, a: Any, b: Any, c: Any) -> Any:
+    """``a * b + c``: one rounding where the kernel contracts it (``fused``), else two."""
+    return ops.fma(a, b, c) if fused else ops.add(ops.mul(a, b), c)
+
+
+def _add_moments(ops: Any, fused: bool, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
     """``AddMoments`` (the scalar merge of a lane into the row's moments): merge ``(m0_add,
-    m1_add, m2_add)`` into ``(m0, m1, m2)``; ``m1 + c * delta`` and ``m2_add + (delta * delta * c) * m0``
-    fused."""
+    m1_add, m2_add)`` into ``(m0, m1, m2)``: ``m1 + c * delta``, ``(m2_add + (delta * delta * c) * m0) + m2``,
+    the two ``a * b + c`` fused where ``fused`` (torch 2's builds)."""
     n = m0 + m0_add
     c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
     delta = ops.sub(m1_add, m1)
-    m1 = ops.fma(ops.const(c), delta, m1)
+    m1 = _mad(ops, fused, ops.const(c), delta, m1)
     ddc = ops.mul(ops.mul(delta, delta), ops.const(c))
-    m2 = ops.add(ops.fma(ddc, ops.const(_f32(m0)), m2_add), m2)
+    m2 = ops.add(_mad(ops, fused, ddc, ops.const(_f32(m0)), m2_add), m2)
     return n, m1, m2
 
 
-def _add_moments_vec(ops: Any, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
-    """``AddMomentsVec`` (the 8-lane merge of the cascade): ``m1 + c * delta`` unfused,
-    ``(m2 + m2_add) + (delta * c) * (delta * m0)`` with the last step fused."""
+def _add_moments_vec(ops: Any, kernel: str, m0_add: int, m1_add: Any, m2_add: Any, m0: int, m1: Any, m2: Any):
+    """``AddMomentsVec`` (the 8-lane merge of the cascade): ``m1 + c * delta`` unfused; torch 2:
+    ``(m2 + m2_add) + (delta * c) * (delta * m0)`` with the last step fused; torch 1.13:
+    ``m2 + (m2_add + ((delta * delta) * c) * m0)``, nothing fused."""
     n = m0 + m0_add
     c = _f32(0) if n == 0 else _f32(_f32(m0_add) / _f32(n))
     delta = ops.sub(m1_add, m1)
     m1 = ops.add(m1, ops.mul(ops.const(c), delta))
-    m2 = ops.fma(ops.mul(delta, ops.const(c)), ops.mul(delta, ops.const(_f32(m0))), ops.add(m2, m2_add))
+    if kernel == CENTERED:
+        m2 = ops.fma(ops.mul(delta, ops.const(c)), ops.mul(delta, ops.const(_f32(m0))), ops.add(m2, m2_add))
+    else:
+        m2 = ops.add(m2, ops.add(m2_add, ops.mul(ops.mul(ops.mul(delta, delta), ops.const(c)), ops.const(_f32(m0)))))
     return n, m1, m2
 
 
@@ -185,10 +201,11 @@ def _ceil_log2(x: int) -> int:
     return x - 1 if x <= 2 else (x - 1).bit_length()
 
 
-def _lane_moments(ops: Any, x: Any, groups: int):
+def _lane_moments(ops: Any, kernel: str, x: Any, groups: int):
     """``RowwiseMoments``' vectorized part: the 8-lane moments of the first ``groups * 8``
-    elements of each row, chunk by chunk (a Welford update per group of 8, fused), the chunks
-    merged through the cascade's stack. Returns (m1, m2), each (M, 8)."""
+    elements of each row, chunk by chunk (a Welford update per group of 8, fused in torch 2's
+    kernel), the chunks merged through the cascade's stack. Returns (m1, m2), each (M, 8)."""
+    fused = kernel == CENTERED
     zeros = ops.zeros_like(ops.col(x, 0, LANES))
     chunks = -(-groups // CHUNK)
     depth = _ceil_log2(chunks)
@@ -199,26 +216,39 @@ def _lane_moments(ops: Any, x: Any, groups: int):
             start = (i * CHUNK + j) * LANES
             xj = ops.col(x, start, start + LANES)
             d = ops.sub(xj, m1)
-            m1 = ops.fma(d, ops.const(_f32(_f32(1) / _f32(j + 1))), m1)
-            m2 = ops.fma(d, ops.sub(xj, m1), m2)
-        stack[0] = _add_moments_vec(ops, min(CHUNK, groups - i * CHUNK), m1, m2, *stack[0])
+            m1 = _mad(ops, fused, d, ops.const(_f32(_f32(1) / _f32(j + 1))), m1)
+            m2 = _mad(ops, fused, d, ops.sub(xj, m1), m2)
+        stack[0] = _add_moments_vec(ops, kernel, min(CHUNK, groups - i * CHUNK), m1, m2, *stack[0])
         mask, level = i + 1, 1
         while level < depth and mask & 1 == 0:
-            stack[level] = _add_moments_vec(ops, *stack[level - 1], *stack[level])
+            stack[level] = _add_moments_vec(ops, kernel, *stack[level - 1], *stack[level])
             stack[level - 1] = (0, zeros, zeros)
             mask >>= 1
             level += 1
     for level in range(1, depth):
-        stack[0] = _add_moments_vec(ops, *stack[level], *stack[0])
+        stack[0] = _add_moments_vec(ops, kernel, *stack[level], *stack[0])
     return stack[0][1], stack[0][2]
 
 
-def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: float) -> Any:
+def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: float, kernel: str = CENTERED) -> Any:
     """The kernel's float32 layer norm of the rows of ``x`` (M, n_elems) with ``gamma``/``beta``
-    ((n_elems,) or None) on ``ops`` (TorchOps or OnnxOps); returns y (M, n_elems)."""
+    ((n_elems,) or None) on ``ops`` (TorchOps or OnnxOps); returns y (M, n_elems), a new tensor
+    (TorchOps) or the name of the last node (OnnxOps).
+
+    Args:
+        kernel: which of torch's CPU kernels to follow (``KERNELS``, module docstring):
+            ``CENTERED`` (torch 2) or ``SCALE_BIAS`` (torch 1.13); ``check_kernel`` says which this
+            torch runs.
+
+    Raises:
+        ValueError: an unknown ``kernel``.
+    """
+    if kernel not in KERNELS:
+        raise ValueError("layer_norm_rows: kernel must be one of %s, got %r" % (", ".join(KERNELS), kernel))
+    fused = kernel == CENTERED
     groups = n_elems // LANES
     if groups:
-        lane_m1, lane_m2 = _lane_moments(ops, x, groups)
+        lane_m1, lane_m2 = _lane_moments(ops, kernel, x, groups)
     m0 = 0
     m1 = m2 = ops.zeros_like(ops.col(x, 0, 1))
     for i in range(groups * LANES, n_elems):
@@ -226,13 +256,21 @@ def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: 
         d = ops.sub(xi, m1)
         m0 += 1
         m1 = ops.add(m1, ops.div(d, ops.const(_f32(m0))))
-        m2 = ops.add(m2, ops.mul(d, ops.sub(xi, m1)))  # not contracted (measured)
+        m2 = ops.add(m2, ops.mul(d, ops.sub(xi, m1)))  # not contracted (measured, both kernels)
     if groups:
         for lane in range(LANES):
-            m0, m1, m2 = _add_moments(ops, groups, ops.col(lane_m1, lane, lane + 1), ops.col(lane_m2, lane, lane + 1),
-                                      m0, m1, m2)
+            m0, m1, m2 = _add_moments(ops, fused, groups, ops.col(lane_m1, lane, lane + 1),
+                                      ops.col(lane_m2, lane, lane + 1), m0, m1, m2)
     var = ops.div(m2, ops.const(_f32(n_elems)))
     rstd = ops.div(ops.const(_f32(1)), ops.sqrt(ops.add(var, ops.const(_f32(eps)))))
+    if kernel == SCALE_BIAS:  # torch 1.13: (x * rstd + (-rstd * mean)) * gamma + beta, both steps fused
+        bias = ops.mul(ops.sub(ops.zeros_like(rstd), rstd), m1)  # -rstd exactly: rstd > 0
+        v = ops.fma(x, rstd, bias)
+        if gamma is not None and beta is not None:
+            return ops.fma(v, gamma, beta)
+        if gamma is not None:  # fma(v, gamma, 0): the product rounded, -0 made +0
+            return ops.add(ops.mul(v, gamma), ops.zeros_like(v))
+        return ops.add(v, ops.zeros_like(v) if beta is None else beta)  # fma(v, 1, beta)
     centered = ops.sub(x, m1)
     if gamma is None and beta is not None:  # the kernel's gamma of 1 folds into the fused step
         return ops.fma(centered, rstd, beta)
@@ -244,20 +282,27 @@ def layer_norm_rows(ops: Any, x: Any, n_elems: int, gamma: Any, beta: Any, eps: 
     return t
 
 
-def check_kernel(n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor], eps: float) -> None:
-    """Raise Unsupported unless ``layer_norm_rows`` on torch tensors gives ``F.layer_norm``'s bits
-    on probe rows (8-bit codes at a few fix positions, fixed seed) of this size, weights and eps."""
+def check_kernel(n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor], eps: float) -> str:
+    """Which of ``KERNELS`` this torch's CPU ``F.layer_norm`` computes: the first whose
+    ``layer_norm_rows`` on torch tensors gives ``F.layer_norm``'s bits on probe rows (8-bit codes at
+    a few fix positions, fixed seed) of this size, weights and eps.
+
+    Raises:
+        Unsupported: none does (``ATEN_CPU_CAPABILITY=default``, a torch not measured), with the torch
+            version and CPU capability.
+    """
     g = torch.Generator().manual_seed(n_elems)
     codes = torch.randint(-128, 128, (PROBE_ROWS, n_elems), generator=g).float()
     x = codes * torch.pow(2.0, -torch.randint(0, 8, (PROBE_ROWS, 1), generator=g).float())
     with torch.no_grad():
         want = F.layer_norm(x, (n_elems,), gamma, beta, eps)
-        got = layer_norm_rows(TorchOps(), x, n_elems, gamma, beta, eps)
-    if not torch.equal(want.view(torch.int32), got.view(torch.int32)):
-        capability = cpu_capability()
-        raise Unsupported("this torch's CPU layer_norm kernel (torch %s, capability %s) computes otherwise than "
-                          "the vectorized, FMA-contracted one the exact ONNX lowering reproduces"
-                          % (torch.__version__, capability))
+        for kernel in KERNELS:
+            got = layer_norm_rows(TorchOps(), x, n_elems, gamma, beta, eps, kernel)
+            if torch.equal(want.view(torch.int32), got.view(torch.int32)):
+                return kernel
+    raise Unsupported("this torch's CPU layer_norm kernel (torch %s, capability %s) computes otherwise than "
+                      "both the exact ONNX lowering reproduces (torch 2's and torch 1.13's vectorized, FMA-contracted "
+                      "ones)" % (torch.__version__, cpu_capability()))
 
 
 def layer_norm_module(b: Builder, node: Any, mod: nn.LayerNorm) -> str:
@@ -271,11 +316,11 @@ def layer_norm_module(b: Builder, node: Any, mod: nn.LayerNorm) -> str:
     with torch.no_grad():
         gamma = None if mod.weight is None else mod.weight.detach().reshape(-1)
         beta = None if mod.bias is None else mod.bias.detach().reshape(-1)
-    check_kernel(n_elems, gamma, beta, mod.eps)
+    kernel = check_kernel(n_elems, gamma, beta, mod.eps)
     x = b.tensor(node.args[0])
     name = node.name
     rows = b.op("Reshape", [x, b.ints(name + "/rows_shape", [-1, n_elems])], name + "/rows")
     g = None if gamma is None else b.param(node.target, "weight", gamma, getattr(mod, "weight_fix_pos", None), bits)
     be = None if beta is None else b.param(node.target, "bias", beta, getattr(mod, "bias_fix_pos", None), bits)
-    y = layer_norm_rows(OnnxOps(b, name), rows, n_elems, g, be, mod.eps)
+    y = layer_norm_rows(OnnxOps(b, name), rows, n_elems, g, be, mod.eps, kernel)
     return b.op("Reshape", [y, b.op("Shape", [x], name + "/shape")], name)
