@@ -8,7 +8,7 @@ heavy: versions come from the interpreter and package metadata.
 """
 import platform
 import re
-from typing import NamedTuple, Optional, Tuple
+from typing import List, NamedTuple, Optional, Tuple
 
 
 class Proven(NamedTuple):
@@ -34,6 +34,9 @@ NEWEST_CHECKED = "2.15.0"
 # torch 1.13's tracer finds the target of a tuple unpacking from the caller's bytecode, which Python
 # 3.11 changed ("Proxy object cannot be iterated"); torch 2.0 reads it otherwise
 OLD_TORCH_NEWEST_PYTHON = (3, 10)
+# torch releases before 2.3 are built against NumPy 1.x: with NumPy 2 installed, torch.from_numpy
+# fails ("Numpy is not available"; measured with torch 1.13.1 and numpy 2.2.6 on Python 3.10)
+FIRST_TORCH_FOR_NUMPY_2 = (2, 3)
 
 
 class Verdict(NamedTuple):
@@ -49,13 +52,16 @@ def _release(version: str) -> Tuple[int, ...]:
     return tuple(int(p) for p in re.findall(r"\d+", version.split("+")[0])[:3])
 
 
-def verdict(python: str, torch: Optional[str]) -> Verdict:
+def verdict(python: str, torch: Optional[str], numpy: Optional[str] = None) -> Verdict:
     """Where Python ``python`` (``"3.8.18"``) with torch ``torch`` (``"1.13.1+cu117"``, None when absent)
-    stands against :data:`PROVEN` and the supported ranges."""
+    and numpy ``numpy`` (None: not considered) stands against :data:`PROVEN` and the supported ranges."""
     py = _release(python)[:2]
     if torch is None:
         return Verdict("refused", "torch is not installed: the pipeline needs torch (README, Supported versions)")
     tv = _release(torch)
+    if numpy is not None and _release(numpy) >= (2,) and tv < FIRST_TORCH_FOR_NUMPY_2:
+        return Verdict("refused", "torch %s is built against NumPy 1.x and cannot read the arrays of the installed "
+                       "numpy %s: install numpy below 2 (pip install 'numpy<2')" % (torch, numpy))
     for row in PROVEN:
         if _release(row.python) == py and _release(row.torch) == tv:
             return Verdict("proven", "Python %s with torch %s is proven (%s: %s)" % (row.python, row.torch, row.date,
@@ -76,10 +82,13 @@ def verdict(python: str, torch: Optional[str]) -> Verdict:
 
 
 def current() -> Verdict:
-    """:func:`verdict` of this interpreter and the installed torch (package metadata; torch not imported)."""
+    """:func:`verdict` of this interpreter and the installed torch and numpy (package metadata; neither
+    imported)."""
     from importlib import metadata
-    try:
-        torch = metadata.version("torch")  # type: Optional[str]
-    except metadata.PackageNotFoundError:
-        torch = None
-    return verdict(platform.python_version(), torch)
+    found = []  # type: List[Optional[str]]
+    for name in ("torch", "numpy"):
+        try:
+            found.append(metadata.version(name))
+        except metadata.PackageNotFoundError:
+            found.append(None)
+    return verdict(platform.python_version(), found[0], found[1])

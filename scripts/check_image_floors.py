@@ -2,7 +2,9 @@
 
 The image keeps its own torch 1.13.1, numpy 1.22 and protobuf 3.20.3 (the Dockerfile pins what the
 image holds and lets pip add the rest from the ranges), so the lock file is not used there. This asks
-pip's resolver, without installing anything, for manylinux x86_64 wheels for Python 3.8:
+pip's resolver, without installing anything, for the wheels pip takes in the image: Python 3.8 on
+Ubuntu 20.04 x86_64 (glibc 2.31), so every manylinux tag up to manylinux_2_31 (``PLATFORMS``; with
+manylinux2014 alone, onnxruntime's newer wheels, tagged manylinux_2_27/2_28, would be missed):
 
 - ``newest``: the ranges with the image's numpy and protobuf pinned: what the Dockerfile installs;
 - ``floors``: every lower bound pinned exactly: the oldest set the ranges admit.
@@ -25,6 +27,9 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # The vitis-ai-pytorch conda env of the Vitis AI 3.5 CPU image (Xilinx/Vitis-AI v3.5, docker/conda/):
 IMAGE_PINS = ["numpy==1.22.4", "protobuf==3.20.3"]
 PYTHON = "3.8"
+# The CPU image's base is ubuntu:20.04 (Xilinx/Vitis-AI v3.5, docker/): glibc 2.31
+PLATFORMS = ["manylinux_2_%d_x86_64" % minor for minor in range(31, 16, -1)] + [
+    "manylinux2014_x86_64", "manylinux2010_x86_64", "manylinux1_x86_64"]
 UNREACHABLE = ("NewConnectionError", "Max retries exceeded", "Temporary failure in name resolution",
                "Network is unreachable", "ConnectTimeoutError", "ProxyError")
 
@@ -37,8 +42,15 @@ def project_dependencies():
     return re.findall(r'^\s*"([^"]+)"', block, re.M)
 
 
+def _applies(dep):
+    """Whether ``dep``'s environment marker, if any, holds for Python 3.8 (the image's)."""
+    from packaging.requirements import Requirement
+    marker = Requirement(dep).marker
+    return marker is None or marker.evaluate({"python_version": PYTHON, "python_full_version": PYTHON + ".0"})
+
+
 def requirements(mode):
-    deps = [d for d in project_dependencies() if not re.match(r"torch\b", d)]
+    deps = [d.split(";")[0].strip() for d in project_dependencies() if not re.match(r"torch\b", d) and _applies(d)]
     if mode == "newest":
         return deps + IMAGE_PINS
     floors = []
@@ -54,7 +66,8 @@ def resolve(mode):
         report = os.path.join(tmp, "report.json")
         argv = [sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet",
                 "--no-cache-dir", "--target", os.path.join(tmp, "t"), "--python-version", PYTHON,
-                "--platform", "manylinux2014_x86_64", "--only-binary=:all:", "--report", report] + requirements(mode)
+                "--only-binary=:all:", "--report", report] + [
+                    a for p in PLATFORMS for a in ("--platform", p)] + requirements(mode)
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
         if proc.returncode != 0:
             return (3 if any(u in proc.stdout for u in UNREACHABLE) else 1), proc.stdout

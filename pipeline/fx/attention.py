@@ -28,6 +28,7 @@ Only self-attention (query, key and value the same node) with packed projections
 ``VisionTransformer``); any other call stays one generic float operator
 ``aten::multiheadattention``, as before.
 """
+import logging
 import operator
 from typing import Dict
 
@@ -53,6 +54,7 @@ _private_attention.__name__ = "scaled_dot_product_attention"
 # Either is the float attention softmax(q k^T / sqrt(head_dim)) v on (bsz, heads, len, head_dim);
 # they differ in the last bits (torch 2's CPU kernel is blocked, with an online softmax).
 SCALED_DOT_PRODUCT_ATTENTION = getattr(F, "scaled_dot_product_attention", None) or _private_attention
+_WARNED = []  # the attention warned about under torch 1.13 (inline_attention), once a process
 
 
 def trunc_div(a: int, b: int) -> int:
@@ -109,6 +111,13 @@ def inline_attention(root: nn.Module, graph: torch.fx.Graph) -> Dict[str, Dict[s
         m = root.get_submodule(node.target)
         if type(m) is not nn.MultiheadAttention or not _inlinable(m, node):
             continue
+        if SCALED_DOT_PRODUCT_ATTENTION is _private_attention and not _WARNED:
+            _WARNED.append(node.target)  # once a process: each step and phase captures the model again
+            logging.getLogger("pipeline").warning(
+                "%s (nn.MultiheadAttention): simulated as the real quantizer traces it under torch 2; this torch "
+                "(%s) has no F.scaled_dot_product_attention, and its own multi_head_attention_forward (bmm, "
+                "softmax, bmm), which the real quantizer in the Vitis AI 3.5 image records, may place other "
+                "quantization points: not checked against a real run on this torch", node.target, torch.__version__)
         path = "%s.%s" % (node.target, IN_PROJ)
         m.add_module(IN_PROJ, _in_projection(m))
         names[path] = {"weights": "%s.in_proj_weight" % node.target}

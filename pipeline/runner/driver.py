@@ -40,6 +40,9 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     test, export) each run in a child process when more than one of them is asked for (the real
     quantizer keeps state across modes, docs/quantizer.md#calib-and-test-in-separate-processes).
 
+    An environment ``pipeline.support`` refuses (torch 1.x on Python 3.11, a torch built for NumPy 1
+    beside NumPy 2) raises PipelineError with the reason before anything is done.
+
     Under torchrun (``WORLD_SIZE`` > 1, ``pipeline.distributed``): the ``distributed`` steps (calib
     and test) split their batches over the ranks and give one process's results; every other step runs on rank 0 while
     the others wait. Rank 0 alone takes the lock, removes stale results, writes the run folder,
@@ -48,7 +51,10 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     anything else the ranks compare their resolved configs (``check_same_config``): ranks started with
     different ones (another ``--set``) refuse with a ConfigError naming the first differing key.
     """
-    from .. import distributed
+    from .. import distributed, support
+    verdict = support.current()
+    if verdict.kind == "refused":  # before any work: such an environment fails halfway, less clearly
+        raise PipelineError("this environment cannot run the pipeline: %s" % verdict.text)
     ordered = [s for s in step_graph.NAMES if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)

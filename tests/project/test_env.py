@@ -169,6 +169,10 @@ def test_the_support_verdict_of_the_proven_and_the_refused_environments():
     assert newer.kind == "newer" and "--torch 2.16.0" in newer.text and support.NEWEST_CHECKED in newer.text
     assert support.verdict("3.10.13", "2.4.1").kind == "within"
     assert support.verdict("3.11.7", None).kind == "refused"
+    numpy2 = support.verdict("3.10.13", "1.13.1", "2.2.6")
+    assert numpy2.kind == "refused" and "install numpy below 2" in numpy2.text
+    assert support.verdict("3.8.18", "1.13.1+cu117", "1.22.4").kind == "proven"
+    assert support.verdict("3.11.7", "2.13.0+cpu", "2.4.6").kind == "proven"
 
 
 def test_a_trace_that_fails_in_a_refused_environment_says_why(monkeypatch):
@@ -188,3 +192,17 @@ def test_a_trace_that_fails_in_a_refused_environment_says_why(monkeypatch):
         capture(Branchy(), torch.ones(1, 3), None)
     assert str(err.value).startswith("the sim quantizer could not trace Branchy (")
     assert str(err.value).endswith("this environment is not supported: " + text)
+
+
+def test_a_refused_environment_stops_a_run_before_any_work(tmp_path, monkeypatch):
+    import pipeline
+    from pipeline import support
+    from pipeline.errors import PipelineError
+    from tests.support import make_case
+    config, _ = make_case(tmp_path)
+    text = support.verdict("3.10.13", "1.13.1", "2.2.6").text
+    monkeypatch.setattr(support, "current", lambda: support.Verdict("refused", text))
+    with pytest.raises(PipelineError) as err:
+        pipeline.run(config, steps=["train"])
+    assert str(err.value) == "this environment cannot run the pipeline: " + text
+    assert not (tmp_path / "run").exists()
