@@ -20,19 +20,25 @@ class Proven(NamedTuple):
 
 
 IMAGE = "the Vitis AI 3.5 image's versions"
+CHECK = "scripts/check_torch.py: the main job, the golden-set tests"
 PROVEN = (
     Proven("3.8", "1.13.1", "2026-12-04",
            "%s (torchvision 0.14.1, numpy 1.22.4, protobuf 3.20.3; constraints-image.txt), in CI: the main job, "
            "the fast tests, golden sets bit-exact, the main job's artifacts equal to the pinned environment's for "
            "the same weights" % IMAGE),
+    Proven("3.8", "2.4.1", "2026-12-04", "the newest torch for Python 3.8; " + CHECK),
+    Proven("3.10", "1.13.1", "2026-12-04", "numpy below 2; " + CHECK),
     Proven("3.11", "2.13.0", "2026-12-04",
            "the pinned CPU stack (constraints.txt), in CI: the main job, the fast and slow tests"),
-    Proven("3.11", "2.15.0", "2026-12-04",
-           "the newest torch the package registries serve: scripts/check_torch.py (main job, golden sets)"),
+    Proven("3.11", "2.14.1", "2026-12-04", CHECK),
+    Proven("3.11", "2.15.0", "2026-12-04", "the newest torch the package registries serve; " + CHECK),
+    Proven("3.12", "2.15.0", "2026-12-04", CHECK),
+    Proven("3.13", "2.15.0", "2026-12-04", CHECK),
 )
 NEWEST_CHECKED = "2.15.0"
+NEWEST_PYTHON = (3, 13)
 # torch 1.13's tracer finds the target of a tuple unpacking from the caller's bytecode, which Python
-# 3.11 changed ("Proxy object cannot be iterated"); torch 2.0 reads it otherwise
+# 3.11 changed (an IndexError inside torch.fx, measured: torch 1.13.1, Python 3.11.7); torch 2 reads it otherwise
 OLD_TORCH_NEWEST_PYTHON = (3, 10)
 # torch releases before 2.3 are built against NumPy 1.x: with NumPy 2 installed, torch.from_numpy
 # fails ("Numpy is not available"; measured with torch 1.13.1 and numpy 2.2.6 on Python 3.10)
@@ -73,6 +79,10 @@ def verdict(python: str, torch: Optional[str], numpy: Optional[str] = None) -> V
     if tv < (1, 13, 1):
         return Verdict("refused", "torch %s is older than the oldest supported, 1.13.1 (the Vitis AI 3.5 image's)"
                        % torch)
+    if py > NEWEST_PYTHON:
+        return Verdict("newer", "Python %d.%d is newer than the newest this release was checked with (%d.%d): run "
+                       "`python scripts/check_torch.py --python %d.%d --torch %s` to check it"
+                       % (py[0], py[1], NEWEST_PYTHON[0], NEWEST_PYTHON[1], py[0], py[1], torch.split("+")[0]))
     if tv > _release(NEWEST_CHECKED):
         return Verdict("newer", "torch %s is newer than the newest this release was checked with (%s): it is kept, "
                        "but run `python scripts/check_torch.py --torch %s` to check it (main job and golden sets)"

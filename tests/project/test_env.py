@@ -168,6 +168,8 @@ def test_the_support_verdict_of_the_proven_and_the_refused_environments():
     newer = support.verdict("3.11.7", "2.16.0.dev20261201+cpu")
     assert newer.kind == "newer" and "--torch 2.16.0" in newer.text and support.NEWEST_CHECKED in newer.text
     assert support.verdict("3.10.13", "2.4.1").kind == "within"
+    assert support.verdict("3.9.18", "1.13.1").kind == "within"
+    assert support.verdict("3.14.0", "2.15.0").kind == "newer"
     assert support.verdict("3.11.7", None).kind == "refused"
     numpy2 = support.verdict("3.10.13", "1.13.1", "2.2.6")
     assert numpy2.kind == "refused" and "install numpy below 2" in numpy2.text
@@ -206,3 +208,33 @@ def test_a_refused_environment_stops_a_run_before_any_work(tmp_path, monkeypatch
         pipeline.run(config, steps=["train"])
     assert str(err.value) == "this environment cannot run the pipeline: " + text
     assert not (tmp_path / "run").exists()
+
+
+def _matrix(path):
+    """The rows of the "Supported versions" table of ``path`` (README.md or docs/environment.md)."""
+    from tests.support import REPO
+    with open(os.path.join(REPO, path)) as f:
+        text = f.read()
+    section = text[text.index("## Supported versions"):]
+    return [line for line in section.splitlines() if line.startswith("| 3.")]
+
+
+def test_the_matrix_in_the_readme_and_the_docs_is_the_proven_one():
+    """README.md and docs/environment.md print the same table, and its measured rows are pipeline.support's."""
+    import re
+
+    from pipeline import support
+    rows = _matrix("README.md")
+    assert rows == _matrix(os.path.join("docs", "environment.md"))
+    measured = set()
+    for row in rows:
+        cells = [c.strip() for c in row.strip("|").split("|")]
+        if cells[2] != "refused":
+            python, torch_release = re.match(r"(3\.\d+)\.\d+$", cells[0]).group(1), cells[1].split()[0].rstrip(":,")
+            measured.add((python, torch_release.split("+")[0]))
+    assert measured == {(r.python, r.torch) for r in support.PROVEN}
+    refused = [c for c in (r.strip("|").split("|") for r in rows) if c[2].strip() == "refused"]
+    for cells in refused:
+        python, torch_release = cells[0].strip(), cells[1].split()[0]
+        numpy = re.search(r"numpy (\d+\.\d+\.\d+)", cells[1])
+        assert support.verdict(python, torch_release, numpy.group(1) if numpy else None).kind == "refused"
