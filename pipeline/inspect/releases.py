@@ -101,15 +101,16 @@ def release_warnings(target: DpuTarget, traced: TracedModel) -> List[str]:
     return found
 
 
-def check_model(model: Any, example: Any, target: DpuTarget) -> List[str]:
-    """``release_warnings`` for a float model and its example input (``trace_model``); the model is
-    traced only when the target's boards run ``BOARD_RELEASE``. Neither argument is modified. A model
-    torch.fx cannot trace (the real quantizer may still take it) gets one warning saying so."""
+def check_model(model: Any, example: Any, target: DpuTarget, traced: Any = None) -> List[str]:
+    """``release_warnings`` for a float model and its example input (``trace_model``, from the step's
+    ``traced`` float trace when given); the model is captured only when the target's boards run
+    ``BOARD_RELEASE``. Neither argument is modified. A model torch.fx cannot trace (the real quantizer
+    may still take it) gets one warning saying so."""
     if target.board_release != BOARD_RELEASE:
         return []
     try:
-        traced = trace_model(model, example)
+        captured = trace_model(model, example, traced)
     except PipelineError as exc:
         return ["%s boards run Vitis AI %s: the model could not be checked for the differences between 3.0 and "
                 "3.5 (%s)" % (target.name, BOARD_RELEASE, exc)]
-    return release_warnings(target, traced)
+    return release_warnings(target, captured)

@@ -275,13 +275,15 @@ class _NodeFailure(Exception):
         self.error = error
 
 
-def trace_model(model: nn.Module, example: Any) -> TracedModel:
+def trace_model(model: nn.Module, example: Any, traced: Any = None) -> TracedModel:
     """Trace ``model`` with torch.fx and run it once on ``example`` to record shapes.
 
     Args:
         model: the float model (NCHW input). Not modified: a deep copy is traced in eval mode.
         example: one input batch (a tensor, or a tuple with one tensor per forward argument;
             any batch size; shapes are reported with it). Not modified: the run uses a clone.
+        traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model``, or None: the capture
+            starts from it instead of tracing ``model`` again.
 
     Returns:
         The :class:`TracedModel`.
@@ -293,7 +295,7 @@ def trace_model(model: nn.Module, example: Any) -> TracedModel:
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     try:
         # the one graph capture, without the quantizer's rewrites (BatchNorm, Dropout kept)
-        graph = capture(model, examples, None)
+        graph = capture(model, examples, None, traced=traced)
     except QuantizationError as error:
         raise PipelineError(
             "torch.fx could not trace {}: {}. Inspection (like the real quantizer, which traces "

@@ -102,7 +102,7 @@ def run(ctx: "StepContext") -> ExportResult:
             np.save(f, example.numpy())
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
     # the xmodel goes to vai_c_xir for boards that may run another release than the quantizer reproduced
-    release = check_model(model, example, ctx.loaded.target)
+    release = check_model(model, example, ctx.loaded.target, traced=ctx.model.trace(model))
     for line in release:
         log.warning("export: %s", line)
     return ExportResult(files=files, example_input=np_example, example_shape=list(example.shape),
