@@ -90,10 +90,26 @@ def _run_script(*args):
                           universal_newlines=True, stdin=subprocess.DEVNULL)
 
 
-def test_docker_run_passes_shellcheck():
-    proc = subprocess.run([_tool("shellcheck"), SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          universal_newlines=True)
+@pytest.mark.parametrize("script", ["scripts/docker_run.sh", "scripts/find_python.sh", "scripts/lock.sh", ".ci/run"])
+def test_shell_scripts_pass_shellcheck(script):
+    proc = subprocess.run([_tool("shellcheck"), os.path.join(REPO, script)], stdout=subprocess.PIPE,
+                          stderr=subprocess.STDOUT, universal_newlines=True)
     assert proc.returncode == 0 and proc.stdout.strip() == "", proc.stdout
+
+
+def test_find_python_finds_this_interpreter_and_says_where_it_looked_when_there_is_none():
+    here = "%d.%d" % sys.version_info[:2]
+    proc = subprocess.run(["bash", os.path.join(REPO, "scripts", "find_python.sh"), here], stdout=subprocess.PIPE,
+                          stderr=subprocess.PIPE, universal_newlines=True, env=dict(os.environ, PATH=os.path.dirname(
+                              sys.executable) + os.pathsep + os.environ["PATH"]))
+    assert proc.returncode == 0, proc.stderr
+    found = proc.stdout.strip()
+    version = subprocess.run([found, "-c", "import sys; print('%d.%d' % sys.version_info[:2])"],
+                             stdout=subprocess.PIPE, universal_newlines=True).stdout.strip()
+    assert version == here
+    bad = subprocess.run(["bash", os.path.join(REPO, "scripts", "find_python.sh"), "x"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, universal_newlines=True)
+    assert bad.returncode == 2 and "expected a version like 3.8, got 'x'" in bad.stderr
 
 
 def test_docker_run_mounts_the_repository_and_runs_the_config(fake_docker):
