@@ -10,7 +10,8 @@ from pydantic import ValidationError
 
 from .. import fileio
 from ..errors import ConfigError
-from .loaded import INPUT_PATHS, LoadedConfig
+from ..runmark import lies_inside
+from .loaded import INPUT_PATHS, SOURCE_PATH_KEYS, LoadedConfig
 from .messages import format_validation_error
 from .overrides import apply_overrides
 from .sections import Config
@@ -60,7 +61,7 @@ def _check_semantics(loaded: LoadedConfig) -> Any:
     """Checks that need more than types: files exist, names are registered, stages build. Returns the
     DPU target of ``compile.target`` (``pipeline.targets.DpuTarget``): the one place it is resolved."""
     cfg = loaded.cfg
-    problems = []
+    problems = _run_folder_problems(loaded)
     for section, key in INPUT_PATHS:
         dotted = "%s.%s" % (section, key)
         p = loaded.resolve(getattr(getattr(cfg, section), key))
@@ -106,3 +107,27 @@ def _check_semantics(loaded: LoadedConfig) -> Any:
     if problems:
         raise ConfigError("invalid config %s:\n  %s" % (loaded.path, "\n  ".join(problems)))
     return target
+
+
+def _run_folder_problems(loaded: LoadedConfig) -> List[str]:
+    """The run folder and the source kept apart (sources never read inside a run folder,
+    ``pipeline.runmark``): a source path (``data.source`` root, path, labels) at or below
+    ``run.work_dir`` (the run writes and removes files there), and a ``run.work_dir`` at or below an
+    image folder's ``root`` (the run would write its outputs, PNG plots among them, into the caller's
+    data, which the pipeline never writes). Checked on the paths, whether or not they exist yet."""
+    source = (loaded.raw.get("data") or {}).get("source") or {}
+    problems = []
+    for key in SOURCE_PATH_KEYS:
+        if not isinstance(source.get(key), str) or not source[key]:
+            continue
+        path = loaded.resolve(source[key])
+        if key == "root" and lies_inside(loaded.work_dir, path):
+            elsewhere = os.path.join(os.path.dirname(path), os.path.basename(path) + "-runs", loaded.cfg.run.name)
+            problems.append("run.work_dir: %s lies inside data.source.root %s: the run would write its files "
+                            "(plots/*.png among them) into the image folder, whose data the pipeline never writes; choose a run "
+                            "folder outside it, e.g. --set run.work_dir=%s" % (loaded.work_dir, path, elsewhere))
+        elif lies_inside(path, loaded.work_dir):
+            problems.append("data.source.%s: %s lies inside run.work_dir %s: the run writes and removes files there, "
+                            "and sources never read inside a run folder; move the data out, or choose another run "
+                            "folder with --set run.work_dir=..." % (key, path, loaded.work_dir))
+    return problems

@@ -13,7 +13,12 @@ Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of 
   Folders and files whose name starts with ``.`` are ignored (``.ipynb_checkpoints``, macOS
   ``._x.jpg`` resource forks); image files directly in ``root`` are ignored.
 - Images are the files under a class folder (recursively) whose extension is one of
-  ``extensions`` (case-insensitive), sorted by their path relative to the class folder.
+  ``extensions`` (case-insensitive), sorted by their path relative to the class folder
+  (``pipeline.data.listing``).
+- Run folders are never read (``pipeline.data.listing``): a folder holding the pipeline's mark is
+  left out with everything under it, a class folder holding only run folders is no class, and each
+  one left out is listed in ``describe()`` (``excluded_run_folders``) and the report. A ``root``
+  inside a run folder is refused.
 - Each image is decoded (``pipeline.data.decode.decode_image``) like torchvision's ``ImageFolder``
   loader followed by ``Resize`` and ``CenterCrop`` on a PIL image: ``Image.open(path).convert(mode)``;
   ``resize`` (int: the shorter side becomes ``resize`` and the longer ``int(resize * long / short)``;
@@ -48,14 +53,16 @@ import logging
 import os
 import sys
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import check_source_keys
 from .decode import MODES, SIXTEEN_BIT_RULE, Size, decode_errors, decode_image, output_size, pil, read_size
+from .listing import scan_folder
 from .memory import ArraySource
+from .readers import refuse_run_folder
 
 log = logging.getLogger("pipeline")
 
@@ -71,24 +78,26 @@ class ImageFolderSource(ArraySource):
         files: path (relative to ``root``) of the file behind each row of ``images``.
         skipped: ``[(relative path, Pillow's message)]`` of the unreadable files left out, sorted
             by path (only with ``skip_corrupt: true``).
+        excluded: the run folders under ``root`` left out (relative paths, sorted).
         settings: the resolved options (resize, crop, mode, extensions, ...).
         decode_seconds: wall time of both passes.
     """
 
     def __init__(self, images: np.ndarray, labels: np.ndarray, root: str, classes: List[str], files: List[str],
-                 skipped: List[Tuple[str, str]], settings: Dict[str, Any], decode_seconds: float) -> None:
+                 skipped: List[Tuple[str, str]], settings: Dict[str, Any], decode_seconds: float,
+                 excluded: List[str]) -> None:
         note = "decoded with Pillow into one owned uint8 NHWC array"
         if skipped:
             note += "; %d unreadable file(s) skipped (skip_corrupt)" % len(skipped)
         super().__init__("image_folder", images, labels, "NHWC", path=root, note=note, color=settings["mode"])
         self.root, self.classes, self.files, self.skipped = root, classes, files, sorted(skipped)
-        self.settings, self.decode_seconds = settings, decode_seconds
+        self.settings, self.decode_seconds, self.excluded = settings, decode_seconds, list(excluded)
 
     def describe(self) -> Dict[str, Any]:
         """``ArraySource.describe()`` plus ``classes``, ``class_counts`` (images per class after
         skipping), ``settings``, ``decode_seconds``, ``skipped`` (count), ``skipped_files``
-        (``[{"file": relative path, "error": message}]``) and ``bit_depth`` (how 16-bit images
-        become 8-bit, ``SIXTEEN_BIT_RULE``) for the report."""
+        (``[{"file": relative path, "error": message}]``), ``bit_depth`` (how 16-bit images
+        become 8-bit, ``SIXTEEN_BIT_RULE``) and ``excluded_run_folders`` for the report."""
         out = super().describe()
         counts = np.bincount(self.labels, minlength=len(self.classes))
         out.update({
@@ -99,6 +108,7 @@ class ImageFolderSource(ArraySource):
             "skipped": len(self.skipped),
             "skipped_files": [{"file": f, "error": e} for f, e in self.skipped],
             "bit_depth": SIXTEEN_BIT_RULE,
+            "excluded_run_folders": list(self.excluded),
         })
         return out
 
@@ -141,7 +151,8 @@ def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
     ``skip_corrupt``, ``limit_per_class`` (None or int >= 1), ``shuffle``, ``seed``.
 
     Raises:
-        ConfigError: an unknown or missing key, a bad value, or a ``root`` that is not a folder.
+        ConfigError: an unknown or missing key, a bad value, a ``root`` that is not a folder or lies
+            inside a run folder.
     """
     check_source_keys(spec, "image_folder")
     root = spec["root"]
@@ -153,6 +164,7 @@ def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
         raise ConfigError("data.source.root: %s %s; expected a folder of class folders (root/<class>/<image>). "
                           "Relative paths resolve against the config file's folder; scripts/make_sample_images.py "
                           "--out DIR writes a sample folder" % (root, what))
+    refuse_run_folder(root, "data.source.root")
     crop = _size_option(spec.get("crop"), "crop")
     if isinstance(crop, int):
         crop = (crop, crop)
@@ -169,73 +181,6 @@ def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
             "extensions": _extensions(spec.get("extensions")),
             "skip_corrupt": _bool_option(spec, "skip_corrupt", False), "limit_per_class": limit,
             "shuffle": _bool_option(spec, "shuffle", True), "seed": seed}
-
-
-# ----------------------------------------------------------------------------- scanning
-
-def _visible(name: str) -> bool:
-    return not name.startswith(".")
-
-
-def scan_folder(root: str, extensions: Sequence[str],
-                limit_per_class: Optional[int] = None) -> Tuple[List[str], List[Tuple[str, int]]]:
-    """The classes and image files of ``root``, deterministically ordered.
-
-    Returns:
-        ``(classes, files)``: class folder names sorted by name, and ``(path relative to root,
-        label)`` for each image, class by class, files sorted by their relative path, at most
-        ``limit_per_class`` (the first ones in that order) per class.
-
-    Raises:
-        DataError: no class folders (naming what ``root`` holds instead), a class folder without
-            a file of ``extensions`` (naming the folder and what it holds), or one that reaches into
-            another class folder through a link. Only regular files count as images (a FIFO named like
-            one would block the decoder); a link back to a folder already walked (a loop) is skipped.
-    """
-    entries = sorted(os.listdir(root))
-    classes = [e for e in entries if _visible(e) and os.path.isdir(os.path.join(root, e))]
-    if not classes:
-        loose = [e for e in entries if os.path.splitext(e)[1].lower() in extensions]
-        hint = (" It holds %d image file(s) directly (e.g. %s): move them into one folder per class, "
-                "root/<class>/<image>" % (len(loose), loose[0])) if loose else ""
-        raise DataError("image folder %s has no class folders; expected root/<class>/<image> with one sub-folder "
-                        "per class (found %d entries, no visible sub-folders).%s" % (root, len(entries), hint))
-    files = []  # type: List[Tuple[str, int]]
-    class_roots = {name: os.path.realpath(os.path.join(root, name)) for name in classes}
-    for label, name in enumerate(classes):
-        found = []
-        others = 0
-        seen = set()  # type: set  # (st_dev, st_ino) of the folders walked: a link back up is a loop
-        for folder, dirs, names in os.walk(os.path.join(root, name), followlinks=True):
-            st = os.stat(folder)
-            seen.add((st.st_dev, st.st_ino))
-            real = os.path.realpath(folder)
-            for other, other_real in class_roots.items():
-                if other != name and (real == other_real or real.startswith(other_real + os.sep)):
-                    raise DataError("class folder %s reaches into the class folder %s through %s (a link): its "
-                                    "images would count as both classes; remove the link"
-                                    % (os.path.join(root, name), os.path.join(root, other), folder))
-            kept = []
-            for d in sorted(d for d in dirs if _visible(d)):
-                dst = os.stat(os.path.join(folder, d))
-                if (dst.st_dev, dst.st_ino) not in seen:
-                    kept.append(d)
-            dirs[:] = kept
-            for f in names:
-                path = os.path.join(folder, f)
-                # regular files only: a FIFO or device named like an image would block the decoder
-                if _visible(f) and os.path.splitext(f)[1].lower() in extensions and os.path.isfile(path):
-                    found.append(os.path.relpath(path, root))
-                else:
-                    others += 1
-        if not found:
-            raise DataError("class folder %s holds no image files with extension %s (it holds %d other file(s)); "
-                            "add images, remove the folder, or set data.source.extensions"
-                            % (os.path.join(root, name), "/".join(extensions), others))
-        found.sort()
-        files.extend((f, label) for f in found[:limit_per_class])
-    return classes, files
-
 
 
 def _progress(iterable: Any, total: int) -> Any:
@@ -268,7 +213,7 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
         source; ``labels`` np.int64 (N,), class indices into ``classes``.
 
     Raises:
-        ConfigError: bad options, ``root`` missing or not a folder.
+        ConfigError: bad options, ``root`` missing, not a folder or inside a run folder.
         DataError: no class folders; a class folder without images; an unreadable, truncated or
             corrupt file (naming it; with ``skip_corrupt: true`` it is skipped, logged and listed in
             ``describe()`` instead); a 32-bit integer or float image (never skipped); images of different sizes with no resize/crop that makes them
@@ -280,7 +225,7 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
     Image = pil()
     errors = decode_errors(Image)
     start = time.perf_counter()
-    classes, files = scan_folder(root, opts["extensions"], opts["limit_per_class"])
+    classes, files, excluded = scan_folder(root, opts["extensions"], opts["limit_per_class"])
     if opts["shuffle"]:
         files = [files[i] for i in np.random.default_rng(opts["seed"]).permutation(len(files))]
     skipped = []  # type: List[Tuple[str, str]]
@@ -332,7 +277,8 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
                 "crop": None if crop is None else list(crop), "mode": mode, "extensions": list(opts["extensions"]),
                 "skip_corrupt": opts["skip_corrupt"], "limit_per_class": opts["limit_per_class"],
                 "shuffle": opts["shuffle"], "seed": opts["seed"]}
-    source = ImageFolderSource(images, labels, root, classes, kept, skipped, settings, time.perf_counter() - start)
+    source = ImageFolderSource(images, labels, root, classes, kept, skipped, settings, time.perf_counter() - start,
+                               excluded)
     log.info("image_folder: %d images of %d classes from %s, %dx%dx%d in %.1f s%s", len(kept), len(classes), root,
              h, w, MODES[mode], source.decode_seconds,
              ", %d unreadable skipped" % len(skipped) if skipped else "")

@@ -2,7 +2,8 @@
 byte (numpy's magic string, a numeric dtype, the full data length, the memory a compressed member
 needs), and pickles are refused (``allow_pickle=False``).
 
-- ``resolve_file(base_dir, path, where, expected)``: a config path made absolute and checked.
+- ``resolve_file(base_dir, path, where, expected)``: a config path made absolute and checked (a file
+  inside a run folder is refused: ``refuse_run_folder``).
 - ``npy_header(f, name)``: ``(shape, fortran_order, dtype)`` of a .npy header.
 - ``check_npy_file(path, where)``, ``load_npy(path, mmap, where)``: a .npy file checked, then
   memory-mapped read-only or read.
@@ -18,6 +19,7 @@ import numpy as np
 
 from .. import cpu
 from ..errors import ConfigError, DataError
+from ..runmark import MARK_FILE, run_folder_of
 
 NPY_MAGIC = b"\x93NUMPY"  # numpy.lib.format: every .npy file written by numpy.save starts with it
 ZIP_MAGIC = b"PK\x03\x04"  # a .npz is a zip archive of .npy members
@@ -37,7 +39,19 @@ def resolve_file(base_dir: str, path: Any, where: str, expected: str = "a file")
         raise ConfigError("%s: %s is a directory; %s is expected%s" % (where, full, expected, hint))
     if not os.path.isfile(full):
         raise ConfigError("%s: file %s does not exist" % (where, full))
+    refuse_run_folder(full, where)
     return full
+
+
+def refuse_run_folder(path: str, where: str) -> None:
+    """Sources never read inside a run folder (``pipeline.runmark``): ConfigError naming ``where``,
+    ``path`` and the run folder when ``path`` (a source's file or folder) lies at or below a folder
+    holding the mark."""
+    run = run_folder_of(path)
+    if run is not None:
+        raise ConfigError("%s: %s lies inside the run folder %s (it holds %s, the pipeline's mark): a run folder's "
+                          "files are the pipeline's outputs, never data, and the next run into it replaces them. "
+                          "Move or copy the data out of it" % (where, path, run, MARK_FILE))
 
 
 def npy_header(f: Any, name: str) -> Tuple[Tuple[int, ...], bool, np.dtype]:

@@ -21,6 +21,7 @@ What differs:
   size is a DataError naming the file. An unreadable file is a DataError naming it
   (``skip_corrupt`` would change which images make up a batch after the splits were cut, so it
   cannot be combined with ``stream``).
+- Run folders under ``root`` are left out as in memory (``pipeline.data.listing``).
 - ``fingerprint()`` hashes the index and each file's size and modification time (reading 50,000
   files twice to prove them unchanged would cost as much as the run).
 """
@@ -34,7 +35,8 @@ import torch
 from ..errors import ConfigError, DataError
 from .base import Batch, Source
 from .decode import MODES, SIXTEEN_BIT_RULE, decode_errors, decode_image, output_size, pil, read_size, resized_size
-from .image_folder import parse_options, scan_folder
+from .image_folder import parse_options
+from .listing import scan_folder
 
 STREAM_KEYS = ("stream", "workers", "prefetch")
 
@@ -57,6 +59,7 @@ class StreamingImageFolder(Source):
         labels: np.int64 (N,).
         shape: ``(N, H, W, C)`` of the images as the in-memory source would hold them.
         workers, prefetch: DataLoader worker processes and batches prefetched per worker.
+        excluded: the run folders under ``root`` left out (relative paths, sorted).
     """
 
     kind = "image_folder"
@@ -65,10 +68,10 @@ class StreamingImageFolder(Source):
     gathers_at_boundary = False
 
     def __init__(self, root: str, classes: Any, paths: np.ndarray, labels: np.ndarray, size: Tuple[int, int],
-                 settings: Dict[str, Any], workers: int, prefetch: int) -> None:
+                 settings: Dict[str, Any], workers: int, prefetch: int, excluded: Optional[List[str]] = None) -> None:
         self.root, self.classes, self.paths, self.labels, self.settings = root, list(classes), paths, labels, settings
         self._shape = (len(paths), size[0], size[1], MODES[settings["mode"]])
-        self.workers, self.prefetch = workers, prefetch
+        self.workers, self.prefetch, self.excluded = workers, prefetch, list(excluded or [])
         self.color = settings["mode"]  # the channel order of the decoded images (RGB or L), as ImageFolderSource
 
     @property
@@ -110,7 +113,8 @@ class StreamingImageFolder(Source):
                 "bytes": int(np.prod(self.shape)), "sha256": None, "streaming": True,
                 "workers": self.workers, "prefetch": self.prefetch, "classes": list(self.classes),
                 "class_counts": {c: int(n) for c, n in zip(self.classes, counts)}, "settings": dict(self.settings),
-                "bit_depth": SIXTEEN_BIT_RULE, "note": "streamed: each batch decoded with Pillow when needed (DataLoader, %d workers)" % self.workers}
+                "bit_depth": SIXTEEN_BIT_RULE, "excluded_run_folders": list(self.excluded),
+                "note": "streamed: each batch decoded with Pillow when needed (DataLoader, %d workers)" % self.workers}
 
     def fingerprint(self) -> str:
         """sha256 of the index (paths, labels) and of each file's size and modification time (ns)."""
@@ -171,7 +175,7 @@ def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> Streamin
         raise ConfigError("data.source: skip_corrupt cannot be combined with stream: true (a skipped file would shift "
                           "every later batch after the splits were cut); fix the files or decode the folder in memory")
     root, resize, crop = opts["root"], opts["resize"], opts["crop"]
-    classes, files = scan_folder(root, opts["extensions"], opts["limit_per_class"])
+    classes, files, excluded = scan_folder(root, opts["extensions"], opts["limit_per_class"])
     if opts["shuffle"]:
         files = [files[i] for i in np.random.default_rng(opts["seed"]).permutation(len(files))]
     if crop is not None or isinstance(resize, tuple):
@@ -188,4 +192,5 @@ def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> Streamin
                 "crop": None if crop is None else list(crop), "mode": opts["mode"],
                 "extensions": list(opts["extensions"]), "skip_corrupt": False, "limit_per_class": opts["limit_per_class"],
                 "shuffle": opts["shuffle"], "seed": opts["seed"], "stream": True}
-    return StreamingImageFolder(root, classes, paths, labels, (int(size[0]), int(size[1])), settings, workers, prefetch)
+    return StreamingImageFolder(root, classes, paths, labels, (int(size[0]), int(size[1])), settings, workers, prefetch,
+                                excluded)

@@ -6,7 +6,7 @@ from typing import Any, Dict, List, Optional
 def source_section(src: Optional[Dict[str, Any]]) -> List[str]:
     """report.md's "Source data" section (empty without a description): kind, path, shape, dtype,
     layout, whether memory-mapped, unchanged by the run, each split's images and classes, the
-    classes of an image folder, the files it skipped."""
+    classes of an image folder, the files it skipped, the run folders it left out."""
     if not src:
         return []
     lines = ["## Source data", "",
@@ -24,15 +24,24 @@ def source_section(src: Optional[Dict[str, Any]]) -> List[str]:
     if src.get("skipped"):
         lines.append("- skipped %d unreadable files:" % src["skipped"])
         lines += ["  - `%s`: %s" % (f["file"], f["error"]) for f in src.get("skipped_files", [])]
+    runs = src.get("excluded_run_folders") or []
+    if runs:
+        lines.append("- left out %d run folder%s inside the image folder (a run folder's files are never data): %s"
+                     % (len(runs), "" if len(runs) == 1 else "s", ", ".join("`%s`" % r for r in runs)))
     return lines + [""]
 
 
 def source_summary(src: Optional[Dict[str, Any]]) -> List[str]:
-    """The command line's lines about the source: skipped files, and whether the run left it unchanged."""
+    """The command line's lines about the source: skipped files, run folders left out, and whether the
+    run left it unchanged."""
     src = src or {}
     out = []
     if src.get("skipped"):
         out.append("skipped %d unreadable image files (listed in the report)" % src["skipped"])
+    runs = src.get("excluded_run_folders") or []
+    if runs:
+        out.append("%d run folder%s inside the image folder %s left out, never read as data (listed in the report)"
+                   % (len(runs), "" if len(runs) == 1 else "s", "was" if len(runs) == 1 else "were"))
     if "unchanged" in src:
         out.append("source data unchanged: %s" % src["unchanged"])
     return out

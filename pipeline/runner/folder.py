@@ -35,11 +35,11 @@ import yaml
 
 from .. import fileio
 from ..errors import PipelineError
+from ..runmark import MARK_FILE
 from .status import LOCK_FILE, STATUS_FILE, is_step_child
 
 log = logging.getLogger("pipeline")
 
-MARK_FILE = ".pipeline-run"
 SOURCE_FILE = "source.json"  # the source's description, its splits, its sha256 before and after the run
 Snapshot = Dict[str, Tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
