@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from ..specs import TENSOR_LAYOUTS, check_keys
+from .decode import MAX_PIXELS
 
 # The keys of each data.source type: key -> (type, default; ... when required). The config's JSON
 # Schema and its key check are generated from this table (pipeline/config/spec_models.py); the openers
@@ -29,7 +30,7 @@ SOURCE_FIELDS = {
     "image_folder": {"root": (str, ...), "resize": (_SIZE, None), "crop": (_SIZE, None),
                      "mode": (Literal["RGB", "L"], "RGB"), "extensions": (Optional[Union[str, List[str]]], None),
                      "skip_corrupt": (bool, False), "limit_per_class": (Optional[int], None),
-                     "shuffle": (bool, True), "seed": (int, 0),
+                     "shuffle": (bool, True), "seed": (int, 0), "max_pixels": (int, MAX_PIXELS),
                      "stream": (bool, False), "workers": (int, 2), "prefetch": (int, 2)},
 }  # type: Dict[str, Dict[str, Tuple[Any, Any]]]
 

@@ -26,6 +26,13 @@ Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of 
   i.e. antialiases, as torchvision does for PIL images); then a center crop of ``crop`` with the
   offsets ``top = int(round((H - h) / 2.0))``, ``left = int(round((W - w) / 2.0))``. EXIF orientation
   is not applied (torchvision does not either).
+- Bounded decoding (``pipeline.data.decode``): no image the decoder holds, as decoded, in the
+  resize's first pass or after the resize, may have more than ``max_pixels`` pixels (default
+  89,478,485, Pillow's ``Image.MAX_IMAGE_PIXELS``): the size an int ``resize`` gives follows the
+  aspect ratio, so a 2,000,000 x 1 image with ``resize: 36`` (72,000,000 x 36) is refused, from its
+  header, in the first pass, before any pixel of the folder is decoded (with ``skip_corrupt: true``
+  it is left out and listed, like an unreadable file). A ``resize: [h, w]`` or ``crop`` over the
+  limit, or an int ``resize`` whose square is, is refused when the source is built.
 - 16-bit images become 8-bit by their high byte, ``v >> 8`` (``floor(v / 256)``), before the
   conversion to ``mode``: the rule Pillow itself applies to 16-bit colour PNGs (it reads them as
   RGB of the high bytes, as libpng's ``png_set_strip_16`` and OpenCV's ``imread`` do), so a 16-bit
@@ -37,14 +44,16 @@ Layout on disk (the layout of ImageNet's ``train/`` and ``val/`` folders and of 
   allocated once and owned by the source, read-only afterwards. Decoding is the one place an image
   source necessarily allocates: compressed files cannot be viewed as pixels. Everything after it
   is unchanged: batches are slices (views) of this array, the stages are views, and the quantizer
-  boundary makes the one copy per batch. Pillow allocates a temporary per image while decoding.
+  boundary makes the one copy per batch. Pillow allocates temporaries per image while decoding,
+  none of more than ``max_pixels`` pixels.
 - The images are stored in a seeded random order (``shuffle: true``, ``seed: 0``, like the digits
   source), so that the runner's contiguous train/calib/eval splits are random samples of every
   class rather than whole classes. ``source.files`` lists the file behind every row.
 
-Two passes: the first reads only each file's header (size) so that a folder of mixed sizes fails
-before any pixel is decoded; the second decodes, converts, resizes, crops and writes each image
-into its row of the array (a ``tqdm`` progress bar on stderr when it is a terminal). A truncated
+Two passes: the first reads only each file's header (size) so that a folder of mixed sizes, or a
+file over ``max_pixels``, fails before any pixel is decoded; the second decodes, converts, resizes,
+crops and writes each image into its row of the array (a ``tqdm`` progress bar on stderr when it is
+a terminal). A truncated
 file fails in the second pass, when Pillow runs out of data ("image file is truncated"), unless
 something in the process has set ``PIL.ImageFile.LOAD_TRUNCATED_IMAGES = True``: then Pillow fills
 the missing part silently, and this source cannot tell.
@@ -59,7 +68,8 @@ import numpy as np
 
 from ..errors import ConfigError, DataError
 from .base import check_source_keys
-from .decode import MODES, SIXTEEN_BIT_RULE, Size, decode_errors, decode_image, output_size, pil, read_size
+from .decode import (MAX_PIXELS, MODES, SIXTEEN_BIT_RULE, ImageTooLarge, Size, check_held, count, decode_errors,
+                     decode_image, output_size, pil, read_size)
 from .listing import scan_folder
 from .memory import ArraySource
 from .readers import refuse_run_folder
@@ -76,8 +86,8 @@ class ImageFolderSource(ArraySource):
         root: absolute path of the folder.
         classes: class names, label ``i`` is ``classes[i]``.
         files: path (relative to ``root``) of the file behind each row of ``images``.
-        skipped: ``[(relative path, Pillow's message)]`` of the unreadable files left out, sorted
-            by path (only with ``skip_corrupt: true``).
+        skipped: ``[(relative path, Pillow's message)]`` of the unreadable files (and those over
+            ``max_pixels``) left out, sorted by path (only with ``skip_corrupt: true``).
         excluded: the run folders under ``root`` left out (relative paths, sorted).
         settings: the resolved options (resize, crop, mode, extensions, ...).
         decode_seconds: wall time of both passes.
@@ -145,14 +155,38 @@ def _extensions(value: Any) -> Tuple[str, ...]:
     return tuple(sorted(set("." + v.lower().lstrip(".") for v in value)))
 
 
+def _max_pixels(spec: Dict[str, Any], resize: Any, crop: Any) -> int:
+    """``max_pixels`` (default ``MAX_PIXELS``) checked, with the sizes the config fixes against it."""
+    limit = spec.get("max_pixels", MAX_PIXELS)
+    if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+        raise ConfigError("data.source.max_pixels: expected an int >= 1 (the most pixels an image may have at any "
+                          "step of decoding; default %s), got %r" % (count(MAX_PIXELS), limit))
+    pillow = pil().MAX_IMAGE_PIXELS
+    if pillow is not None and limit > 2 * pillow:
+        raise ConfigError("data.source.max_pixels: %s is more than Pillow opens in this process (it refuses images "
+                          "over PIL.Image.MAX_IMAGE_PIXELS x 2 = %s as decompression bombs); set at most %s, or raise "
+                          "PIL.Image.MAX_IMAGE_PIXELS from Python first" % (count(limit), count(2 * pillow),
+                                                                           count(2 * pillow)))
+    for key, value in (("resize", resize), ("crop", crop)):
+        if isinstance(value, tuple) and value[0] * value[1] > limit:
+            raise ConfigError("data.source.%s: %s is %s pixels, more than data.source.max_pixels = %s: every image "
+                              "would be refused; choose a smaller size or raise max_pixels"
+                              % (key, list(value), count(value[0] * value[1]), count(limit)))
+    if isinstance(resize, int) and resize * resize > limit:
+        raise ConfigError("data.source.resize: %d makes even a square image %s pixels, more than "
+                          "data.source.max_pixels = %s: every image would be refused; choose a smaller resize or raise "
+                          "max_pixels" % (resize, count(resize * resize), count(limit)))
+    return limit
+
+
 def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
     """Check ``spec`` and return the resolved options: ``root`` (absolute), ``resize`` (None, int or
     (h, w)), ``crop`` (None or (h, w)), ``mode``, ``extensions`` (lower-case, with the dot),
-    ``skip_corrupt``, ``limit_per_class`` (None or int >= 1), ``shuffle``, ``seed``.
+    ``skip_corrupt``, ``limit_per_class`` (None or int >= 1), ``shuffle``, ``seed``, ``max_pixels``.
 
     Raises:
         ConfigError: an unknown or missing key, a bad value, a ``root`` that is not a folder or lies
-            inside a run folder.
+            inside a run folder, a ``resize``/``crop`` over ``max_pixels``.
     """
     check_source_keys(spec, "image_folder")
     root = spec["root"]
@@ -177,10 +211,11 @@ def parse_options(spec: Dict[str, Any], base_dir: str) -> Dict[str, Any]:
     seed = spec.get("seed", 0)
     if isinstance(seed, bool) or not isinstance(seed, int):
         raise ConfigError("data.source.seed: expected an int, got %r" % (seed,))
-    return {"root": root, "resize": _size_option(spec.get("resize"), "resize"), "crop": crop, "mode": mode,
-            "extensions": _extensions(spec.get("extensions")),
-            "skip_corrupt": _bool_option(spec, "skip_corrupt", False), "limit_per_class": limit,
-            "shuffle": _bool_option(spec, "shuffle", True), "seed": seed}
+    resize = _size_option(spec.get("resize"), "resize")
+    return {"root": root, "resize": resize, "crop": crop, "mode": mode,
+            "extensions": _extensions(spec.get("extensions")), "skip_corrupt": _bool_option(spec, "skip_corrupt", False), "limit_per_class": limit,
+            "shuffle": _bool_option(spec, "shuffle", True), "seed": seed,
+            "max_pixels": _max_pixels(spec, resize, crop)}
 
 
 def _progress(iterable: Any, total: int) -> Any:
@@ -206,24 +241,28 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
     Spec keys: ``root`` (required; relative to ``base_dir``, the config file's folder), ``resize``
     (int: shorter side, or [h, w]), ``crop`` (int or [h, w]), ``mode`` (RGB | L), ``extensions``
     (default .jpg .jpeg .png .bmp), ``skip_corrupt`` (false), ``limit_per_class`` (null: all),
-    ``shuffle`` (true), ``seed`` (0).
+    ``shuffle`` (true), ``seed`` (0), ``max_pixels`` (89,478,485: the most pixels of any image the
+    decoder holds, ``pipeline.data.decode``).
 
     Returns:
         An ``ImageFolderSource``: ``images`` uint8 (N, H, W, C) NHWC, values 0..255, owned by the
         source; ``labels`` np.int64 (N,), class indices into ``classes``.
 
     Raises:
-        ConfigError: bad options, ``root`` missing, not a folder or inside a run folder.
+        ConfigError: bad options, ``root`` missing, not a folder or inside a run folder; a ``resize``
+            or ``crop`` over ``max_pixels``.
         DataError: no class folders; a class folder without images; an unreadable, truncated or
             corrupt file (naming it; with ``skip_corrupt: true`` it is skipped, logged and listed in
-            ``describe()`` instead); a 32-bit integer or float image (never skipped); images of different sizes with no resize/crop that makes them
-            equal (listing the sizes); an image smaller than ``crop``; nothing left to decode.
+            ``describe()`` instead); ``ImageTooLarge``: a file the decoder would hold beyond
+            ``max_pixels``, found in the first pass from its header (skipped like an unreadable file
+            with ``skip_corrupt: true``); a 32-bit integer or float image (never skipped); images of
+            different sizes with no resize/crop that makes them equal (listing the sizes); an image
+            smaller than ``crop``; nothing left to decode.
         PipelineError: Pillow is not installed.
     """
     opts = parse_options(spec, base_dir)
-    root, resize, crop, mode = opts["root"], opts["resize"], opts["crop"], opts["mode"]
-    Image = pil()
-    errors = decode_errors(Image)
+    root, resize, crop, mode, max_pixels = opts["root"], opts["resize"], opts["crop"], opts["mode"], opts["max_pixels"]
+    errors = decode_errors(pil()) + (ImageTooLarge,)
     start = time.perf_counter()
     classes, files, excluded = scan_folder(root, opts["extensions"], opts["limit_per_class"])
     if opts["shuffle"]:
@@ -232,18 +271,21 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
 
     def unreadable(rel: str, exc: BaseException) -> None:
         message = "%s: %s" % (type(exc).__name__, exc)
+        if not opts["skip_corrupt"] and isinstance(exc, ImageTooLarge):
+            raise ImageTooLarge("%s. With data.source.skip_corrupt: true such files are left out and listed" % exc)
         if not opts["skip_corrupt"]:
             raise DataError("image file %s cannot be decoded (%s); expected a readable %s image. Remove or replace "
                             "the file, or set data.source.skip_corrupt: true to leave unreadable files out"
                             % (os.path.join(root, rel), message, "/".join(opts["extensions"])))
-        log.warning("image_folder: skipping unreadable %s (%s)", os.path.join(root, rel), message)
+        log.warning("image_folder: skipping %s (%s)", os.path.join(root, rel), message)
         skipped.append((rel, message))
 
     readable = []  # type: List[Tuple[str, int]]
     sizes = {}  # type: Dict[Size, List[str]]
-    for rel, label in files:  # pass 1: headers only
+    for rel, label in files:  # pass 1: headers only, each checked against max_pixels
         try:
-            size = read_size(os.path.join(root, rel))
+            size = read_size(os.path.join(root, rel), max_pixels)
+            check_held(os.path.join(root, rel), size, resize, mode, max_pixels)
         except errors as exc:
             unreadable(rel, exc)
             continue
@@ -260,7 +302,7 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
     kept = []  # type: List[str]
     for rel, label in _progress(readable, len(readable)):  # pass 2: decode into the rows
         try:
-            pixels = decode_image(os.path.join(root, rel), mode, resize, crop)
+            pixels = decode_image(os.path.join(root, rel), mode, resize, crop, max_pixels)
         except errors as exc:
             unreadable(rel, exc)
             continue
@@ -276,7 +318,7 @@ def open_image_folder(spec: Dict[str, Any], base_dir: str) -> ImageFolderSource:
     settings = {"resize": list(resize) if isinstance(resize, tuple) else resize,
                 "crop": None if crop is None else list(crop), "mode": mode, "extensions": list(opts["extensions"]),
                 "skip_corrupt": opts["skip_corrupt"], "limit_per_class": opts["limit_per_class"],
-                "shuffle": opts["shuffle"], "seed": opts["seed"]}
+                "shuffle": opts["shuffle"], "seed": opts["seed"], "max_pixels": max_pixels}
     source = ImageFolderSource(images, labels, root, classes, kept, skipped, settings, time.perf_counter() - start,
                                excluded)
     log.info("image_folder: %d images of %d classes from %s, %dx%dx%d in %.1f s%s", len(kept), len(classes), root,

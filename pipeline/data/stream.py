@@ -21,6 +21,11 @@ What differs:
   size is a DataError naming the file. An unreadable file is a DataError naming it
   (``skip_corrupt`` would change which images make up a batch after the splits were cut, so it
   cannot be combined with ``stream``).
+- Decoding is bounded as in memory (``max_pixels``, ``pipeline.data.decode``), checked on each
+  file's header in the worker that decodes it; the first failure of a batch (a file over the
+  limit, unreadable, of another size) comes back from the worker as a value and is raised in the
+  calling process with the message ``workers: 0`` gives (not wrapped in the worker's traceback),
+  and the workers are shut down before it propagates, as they are when the caller stops early.
 - Run folders under ``root`` are left out as in memory (``pipeline.data.listing``).
 - ``fingerprint()`` hashes the index and each file's size and modification time (reading 50,000
   files twice to prove them unchanged would cost as much as the run).
@@ -32,9 +37,10 @@ from typing import Any, Dict, Iterator, List, Optional, Tuple
 import numpy as np
 import torch
 
-from ..errors import ConfigError, DataError
+from ..errors import ConfigError, DataError, PipelineError
 from .base import Batch, Source
-from .decode import MODES, SIXTEEN_BIT_RULE, decode_errors, decode_image, output_size, pil, read_size, resized_size
+from .decode import (MODES, SIXTEEN_BIT_RULE, check_held, decode_errors, decode_image, output_size, pil, read_size,
+                     resized_size)
 from .image_folder import parse_options
 from .listing import scan_folder
 
@@ -93,7 +99,9 @@ class StreamingImageFolder(Source):
             by the source, ``labels`` np.int64 (n,) for the same rows.
 
         Raises:
-            DataError: a file that cannot be decoded or has another size (naming it).
+            DataError: a file that cannot be decoded, is over ``max_pixels`` (``ImageTooLarge``) or has
+                another size (naming it), with the same message whatever ``workers`` is; the
+                DataLoader's workers are shut down before it propagates (and when the caller stops).
         """
         index = np.arange(*rows.indices(len(self)), dtype=np.int64) if isinstance(rows, slice) else \
             np.asarray(rows, dtype=np.int64)
@@ -102,8 +110,18 @@ class StreamingImageFolder(Source):
         dataset = _Batches(self.root, self.paths, mine, self.shape[1:], self.settings)
         extra = {"prefetch_factor": self.prefetch} if self.workers else {}
         loader = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, num_workers=self.workers, **extra)
-        for batch_rows, images in zip(mine, loader):
-            yield Batch(images, self.labels[batch_rows], None, None)
+        it = iter(loader)
+        try:
+            for batch_rows in mine:
+                images = next(it)
+                if isinstance(images, PipelineError):
+                    raise images  # a worker's DataError, as workers: 0 raises it
+                yield Batch(images, self.labels[batch_rows], None, None)
+        finally:
+            shutdown = getattr(it, "_shutdown_workers", None)  # torch's own cleanup, also run when it is collected
+            if shutdown is not None:
+                shutdown()
+            del it
 
     def describe(self) -> Dict[str, Any]:
         """For the report: what ``ImageFolderSource.describe`` gives that does not need the pixels."""
@@ -128,7 +146,8 @@ class StreamingImageFolder(Source):
 
 class _Batches(torch.utils.data.Dataset):
     """Item ``k``: the decoded rows ``groups[k]`` (an int64 array) as one uint8 NHWC tensor (a worker
-    decodes a whole batch)."""
+    decodes a whole batch), or the batch's first ``PipelineError`` (a DataError naming the file) as a
+    value: an exception raised in a worker reaches the caller wrapped in the worker's traceback."""
 
     def __init__(self, root: str, paths: np.ndarray, groups: List[np.ndarray], image_shape: Tuple[int, ...],
                  settings: Dict[str, Any]) -> None:
@@ -137,17 +156,23 @@ class _Batches(torch.utils.data.Dataset):
     def __len__(self) -> int:
         return len(self.groups)
 
-    def __getitem__(self, k: int) -> torch.Tensor:
-        rows = self.groups[k]
+    def __getitem__(self, k: int) -> Any:
+        try:
+            return self._decode(self.groups[k])
+        except PipelineError as exc:
+            return exc
+
+    def _decode(self, rows: np.ndarray) -> torch.Tensor:
         s = self.settings
         out = np.empty((len(rows),) + tuple(self.image_shape), dtype=np.uint8)
         errors = decode_errors(pil())
+        limit = s["max_pixels"]
         crop = None if s["crop"] is None else tuple(s["crop"])
         resize = tuple(s["resize"]) if isinstance(s["resize"], list) else s["resize"]
         for j, row in enumerate(rows.tolist()):
             path = os.path.join(self.root, self.paths[row].decode("utf-8", "surrogateescape"))
             try:
-                pixels = decode_image(path, s["mode"], resize, crop)
+                pixels = decode_image(path, s["mode"], resize, crop, limit)
             except errors as exc:
                 raise DataError("image file %s cannot be decoded (%s: %s); a streamed folder cannot skip files: remove "
                                 "or replace it" % (path, type(exc).__name__, exc))
@@ -166,7 +191,8 @@ def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> Streamin
     Raises:
         ConfigError: bad options (as the in-memory source), ``skip_corrupt`` with ``stream``,
             ``workers`` < 0 or ``prefetch`` < 1.
-        DataError: what ``scan_folder`` raises; the first file unreadable.
+        DataError: what ``scan_folder`` raises; the first file unreadable or, when its size sets the
+            stream's, over ``max_pixels`` (``ImageTooLarge``).
     """
     workers = _int_option(spec, "workers", 2, 0)
     prefetch = _int_option(spec, "prefetch", 2, 1)
@@ -183,14 +209,16 @@ def open_streaming_image_folder(spec: Dict[str, Any], base_dir: str) -> Streamin
     else:
         first = os.path.join(root, files[0][0])
         try:
-            size = resized_size(read_size(first), resize)
+            header = read_size(first, opts["max_pixels"])
         except decode_errors(pil()) as exc:
             raise DataError("image file %s cannot be read (%s: %s); remove or replace it" % (first, type(exc).__name__, exc))
+        check_held(first, header, resize, opts["mode"], opts["max_pixels"])
+        size = resized_size(header, resize)
     paths = np.array([rel.encode("utf-8", "surrogateescape") for rel, _ in files], dtype=np.bytes_)
     labels = np.array([label for _, label in files], dtype=np.int64)
     settings = {"resize": list(resize) if isinstance(resize, tuple) else resize,
                 "crop": None if crop is None else list(crop), "mode": opts["mode"],
                 "extensions": list(opts["extensions"]), "skip_corrupt": False, "limit_per_class": opts["limit_per_class"],
-                "shuffle": opts["shuffle"], "seed": opts["seed"], "stream": True}
+                "shuffle": opts["shuffle"], "seed": opts["seed"], "max_pixels": opts["max_pixels"], "stream": True}
     return StreamingImageFolder(root, classes, paths, labels, (int(size[0]), int(size[1])), settings, workers, prefetch,
                                 excluded)

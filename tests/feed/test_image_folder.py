@@ -148,7 +148,8 @@ def test_no_progress_bar_when_stderr_is_not_a_terminal_and_describe_is_json(tmp_
     d = json.loads(json.dumps(src.describe()))
     assert d["kind"] == "image_folder" and d["path"] == str(tmp_path) and d["sha256"] == fingerprint_array(src.images)
     assert d["settings"] == {"resize": None, "crop": None, "mode": "RGB",
-                             "extensions": [".bmp", ".jpeg", ".jpg", ".png"], "skip_corrupt": False, "limit_per_class": None, "shuffle": True, "seed": 0}
+                             "extensions": [".bmp", ".jpeg", ".jpg", ".png"], "skip_corrupt": False, "limit_per_class": None, "shuffle": True, "seed": 0,
+                             "max_pixels": 89478485}
 
 
 def test_relative_root_resolves_against_the_config_folder(tmp_path):
