@@ -5,8 +5,8 @@ A run folder is a folder holding ``MARK_FILE``: the pipeline writes it when it c
 (``pipeline.runner.folder``) and, from then on, owns every file it writes there (invalidation
 removes and replaces them). So no source reads inside one: ``pipeline.data`` leaves run folders out
 of an image folder's listing and refuses a source path inside one, and the config refuses a
-run.work_dir inside its own source (``pipeline.config.loading``). A run folder from before the mark
-existed (status.json and steps/ only) is not recognised here; the next run into it marks it.
+run.work_dir inside its own source (``pipeline.config.loading``). A folder without the mark is no run
+folder here, whatever else it holds.
 """
 import os
 from typing import Optional
