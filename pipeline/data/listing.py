@@ -8,7 +8,7 @@ deterministically ordered, shared by the decoded and the streamed image folder.
   by their path relative to ``root``.
 - Run folders are never read: a folder holding the pipeline's mark (``pipeline.runmark``) is left
   out with everything under it, whether it is a class folder or lies inside one, and a class folder
-  that holds no image outside its run folders (``runs/`` holding ``runs/<name>``) is no class. Each
+  that holds nothing but run folders (``runs/`` holding ``runs/<name>``) is no class. Each
   run folder left out is listed (``Listing.excluded``; the source's ``describe()``, the report) and
   logged once as a warning: a run writes PNG plots, which would otherwise be read as images.
 """
