@@ -48,6 +48,32 @@ def test_an_output_in_torchs_layout_is_written_and_verified(tmp_path, name, fn, 
     assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
 
 
+@pytest.mark.parametrize("name,fn,modules", [
+    # a comparison's bool result: the file holds it as float32, the simulation's torch.where takes a bool
+    ("where", lambda s, x: (lambda y: torch.where(y > 0, y, y * 0.5))(s.a(x)), {"a": conv()}),
+    ("where_two_convs", lambda s, x: torch.where(s.a(x) > s.b(x), s.a2(x), s.b2(x)),
+     {"a": conv(), "b": conv(), "a2": conv(), "b2": conv()}),
+])
+def test_torch_where_is_written_and_verified(tmp_path, name, fn, modules):
+    q = quantize(tmp_path, Lambda(fn, **modules))
+    graph = reader.check(reader.read_xmodel(q.export_xmodel(str(tmp_path / "x"))))
+    assert "aten::where" in [op.type for op in graph.ops]
+    g = torch.Generator().manual_seed(5)
+    report = verify.compare(graph, q._session, q.quant_model, [torch.randn(1, 3, 8, 8, generator=g)])
+    assert report["elements"] == 8 * 8 * 8 and report["mismatches"] == 0 and report["nodes_differing"] == []
+
+
+def test_a_tensor_returned_twice_is_one_op_read_by_both_outputs(tmp_path):
+    q = quantize(tmp_path, Lambda(lambda s, x: (lambda y: (y, s.b(y), y))(s.a(x)), a=conv(), b=conv(8, 4)))
+    graph = reader.check(reader.read_xmodel(q.export_xmodel(str(tmp_path / "x"))))
+    g = torch.Generator().manual_seed(5)
+    report = verify.compare(graph, q._session, q.quant_model, [torch.randn(1, 3, 8, 8, generator=g)])
+    ops = [o["op"] for o in report["outputs"]]
+    assert len(ops) == 3 and ops[0] == ops[2] != ops[1] and ops[0].endswith("_fix")
+    assert [o["shape"] for o in report["outputs"]] == [[1, 8, 8, 8], [1, 4, 8, 8], [1, 8, 8, 8]]
+    assert report["mismatches"] == 0 and report["nodes_differing"] == []
+
+
 @pytest.mark.parametrize("fn,modules,needle", [
     (lambda s, x: s.t(s.a(x)), {"a": conv(), "t": nn.ConvTranspose2d(8, 4, 3, 2, 1, output_padding=1)},
      "output_padding=(1, 1)"),

@@ -249,7 +249,8 @@ class SimBackend(QuantizerBackend):
             flavour, suffix = EXPORT_FORMATS[fmt]
             if flavour == "xmodel":
                 from .xmodel import write_xmodel
-                handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir)
+                # its warnings go to the report (verify)
+                handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir, warn=False)
                 written[fmt] = handle.xmodel_report["path"]
             else:
                 written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
@@ -262,18 +263,24 @@ class SimBackend(QuantizerBackend):
         onnx_exact is compared with the simulation; onnx_qdq is checked bit for bit against the
         half-to-even simulation, then compared with the simulation under ONNX Runtime's default
         optimizations (reported, warned about past 1 LSB). A flavour past ``max_lsb[fmt]`` raises
-        ExportError and its file is kept as ``<file>.rejected``. The xmodel's report is the one
-        ``export`` made (read back, checked, run against the simulation on the batch-1 example).
-        Returns the reports and the warnings.
+        ExportError and its file is kept as ``<file>.rejected``, as does a verification that compared
+        nothing finite (``finite.py``). The xmodel's report is the one ``export`` made (read back,
+        checked, run against the simulation on the batch-1 example). Output elements NaN or inf alike
+        in a file and the simulation are not compared, and warn. Returns the reports and the warnings.
         """
         import logging
 
         from ...errors import ExportError
         from .export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
+        from .finite import note
         log = logging.getLogger("pipeline")
         out, warnings = {}, []  # type: Dict[str, Any], List[str]
         if "xmodel" in files:  # checked and run when it was written (export): the report says so
             out["xmodel"] = getattr(handle, "xmodel_report", {})
+            line = note("xmodel", out["xmodel"].get("interpreter"))
+            if line:
+                log.warning("export: %s", line)
+                warnings.append(line)
         onnx_files = sorted((fmt, path) for fmt, path in files.items() if fmt.startswith("onnx"))
         if not onnx_files:
             return out, warnings
@@ -289,8 +296,8 @@ class SimBackend(QuantizerBackend):
             except ExportError as exc:  # keep the evidence, but not under the final name
                 os.replace(path, path + ".rejected")
                 raise ExportError("%s; the file was kept as %s.rejected" % (exc, path))
-            warning = qdq_warning(report) if fmt == "onnx_qdq" else None
-            if warning:
-                log.warning("export: %s", warning)
-                warnings.append(warning)
+            for warning in (note(fmt, report), qdq_warning(report) if fmt == "onnx_qdq" else None):
+                if warning:
+                    log.warning("export: %s", warning)
+                    warnings.append(warning)
         return out, warnings

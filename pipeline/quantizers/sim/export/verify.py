@@ -25,6 +25,7 @@ import torch
 
 from ....errors import ExportError
 from ... import fixpoint
+from ..finite import agreement, check_compared, check_inputs
 
 
 def _as_list(result: Any) -> List[torch.Tensor]:
@@ -93,15 +94,21 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
             simulation runs on copies.
         optimized: run with ONNX Runtime's default graph optimizations instead of none.
 
+    NaN and inf follow ``pipeline.quantizers.sim.finite``: an input holding them is refused before
+    anything runs; an output element NaN or inf on one side only (or of another kind) differs, one
+    NaN or inf alike on both sides is not compared and never counts as agreement.
+
     Returns:
-        dict with ``flavour`` (from the file's metadata), ``max_abs_diff`` (float, over every
-        output element; inf when either side is not finite), ``mismatches`` (int, elements whose
-        values differ), ``elements`` (int), ``max_diff_lsb`` (``max_abs_diff * 2^output_fix_pos``,
-        or None when ``output_fix_pos`` is None), ``fraction_mismatched`` (mismatches/elements) and
-        ``ort_optimizations`` (``"all"`` or ``"none"``).
+        dict with ``flavour`` (from the file's metadata), ``max_abs_diff`` (float, over the compared
+        elements; inf when one side only is not finite), ``mismatches`` (int, compared elements whose
+        values differ), ``elements`` (int, output elements compared), ``nonfinite`` (int, output
+        elements NaN or inf alike on both sides, not compared), ``max_diff_lsb``
+        (``max_abs_diff * 2^output_fix_pos``, or None when ``output_fix_pos`` is None),
+        ``fraction_mismatched`` (mismatches/elements) and ``ort_optimizations`` (``"all"`` or ``"none"``).
 
     Raises:
-        ExportError: ``inputs`` is not a float32 tensor; the outputs differ in count or shape.
+        ExportError: ``inputs`` is not a float32 tensor or holds NaN or inf; the outputs differ in
+            count or shape; no output element could be compared (all NaN or inf alike).
     """
     batch = tuple(inputs) if isinstance(inputs, (tuple, list)) else (inputs,)
     for x in batch:
@@ -109,6 +116,7 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
             raise ExportError("verification needs a float32 torch.Tensor batch (one per model input), got %s"
                               % getattr(x, "dtype", type(x).__name__))
     xs = [x.detach().cpu().contiguous() for x in batch]
+    check_inputs(xs, "ONNX", "verify on finite data")
     with torch.no_grad():
         expected = [t.detach().cpu().numpy() for t in _as_list(gm(*[x.clone() for x in xs]))]
     session = _session(onnx_path, optimized)
@@ -120,18 +128,20 @@ def verify_onnx(gm: torch.nn.Module, onnx_path: str, inputs: torch.Tensor, optim
     if len(got) != len(expected) or any(g.shape != e.shape for g, e in zip(got, expected)):
         raise ExportError("ONNX outputs %s do not match the simulation's outputs %s in number or shape"
                           % ([g.shape for g in got], [e.shape for e in expected]))
-    diff = np.concatenate([np.abs(g.astype(np.float64) - e.astype(np.float64)).ravel()
-                           for g, e in zip(got, expected)])  # exact: float32 values in float64
-    diff[np.isnan(diff)] = np.inf
-    elements = int(diff.size)
-    mismatches = int(np.count_nonzero(diff))
-    max_abs = float(diff.max()) if elements else 0.0
+    # values compared exactly (float32 in float64); NaN and inf by finite.py's rule
+    parts = [agreement(torch.from_numpy(np.asarray(g)), torch.from_numpy(np.asarray(e)), bits=False)
+             for g, e in zip(got, expected)]
+    elements, nonfinite = sum(p.elements for p in parts), sum(p.nonfinite for p in parts)
+    mismatches = sum(p.mismatches for p in parts)
+    max_abs = max([p.max_abs_diff for p in parts] + [0.0])
+    check_compared("ONNX (%s flavour)" % flavour, elements, nonfinite, "the verification batch")
     fix_pos = getattr(gm, "output_fix_pos", None)
     return {
         "flavour": flavour,
         "max_abs_diff": max_abs,
         "mismatches": mismatches,
         "elements": elements,
+        "nonfinite": nonfinite,
         "max_diff_lsb": None if fix_pos is None else max_abs * 2.0 ** fix_pos,
         "fraction_mismatched": mismatches / elements if elements else 0.0,
         "ort_optimizations": "all" if optimized else "none",

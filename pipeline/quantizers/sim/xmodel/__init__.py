@@ -19,6 +19,7 @@ tests/data/golden_xmodel are reproduced as parsed messages).
 on the batch-1 example against the simulation, bit for bit.
 """
 import os
+import warnings
 from typing import Any, Dict, Sequence
 
 import torch
@@ -31,7 +32,7 @@ SUFFIX = "_int.xmodel"
 
 
 def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
-                 out_dir: str) -> Dict[str, Any]:
+                 out_dir: str, warn: bool = True) -> Dict[str, Any]:
     """Write ``<out_dir>/<Model>_int.xmodel`` for the sim's test-mode model, verified.
 
     Args:
@@ -39,20 +40,29 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
         lowered: the sim's test-mode model (quantized parameters, ``quant_info``).
         examples: one batch-1 float32 tensor per model input, as the first test-mode forward had them.
         out_dir: the folder (created).
+        warn: warn (``UserWarning``) when output elements were left uncompared; False where the
+            caller reports them itself (the backend's ``verify``: ``finite.note``).
 
     Returns:
         ``{"path", "bytes", "ops", "op_types", "fix_ops", "inputs", "outputs", "check": "ok",
         "interpreter": {...}}``; the interpreter report (``verify.compare``) gives the output elements
-        compared and how many differ (0), and the intermediate ops compared with their simulation node.
+        compared and how many differ (0), those not compared (``nonfinite``: NaN or inf alike in the
+        file and the simulation, ``pipeline.quantizers.sim.finite``), and the intermediate ops compared
+        with their simulation node.
 
     Raises:
         lower.XmodelUnsupported: a node the xmodel cannot carry (named); nothing is written.
         ExportError: an op breaks XIR's definitions, the model's outputs are not a tensor or a flat
             tuple/list of tensors, the file does not pass its own check, or running it differs from the simulation
-            (an output or an intermediate op); nothing is written under the final name.
+            (an output or an intermediate op); the example holds NaN or inf, or every output element is NaN
+            or inf (a check of nothing finite); nothing is written under the final name.
     """
+    from ..finite import check_inputs, note
     from . import reader, verify
     from .xgraph import XGraphError
+    # the file is proved on the example: a NaN there proves nothing (finite.py), refused before any work
+    check_inputs(examples, "xmodel", "give a finite batch-1 example (with the drop-in API: the first test-mode "
+                 "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")
     try:
         graph, names = build(session, lowered, examples)
     except XGraphError as e:
@@ -74,5 +84,8 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
                              ", ".join(ops) or "none (only the outputs)"))
     path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
     write_bytes(path, data)
+    skipped = note("xmodel", compared)
+    if skipped and warn:
+        warnings.warn(skipped)
     report.update(path=path, bytes=len(data), check="ok", interpreter=compared)
     return report

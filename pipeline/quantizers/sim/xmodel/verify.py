@@ -12,6 +12,7 @@ import torch.fx
 
 from ....errors import ExportError
 from ... import fixpoint
+from ..finite import agreement, check_compared, check_inputs
 from .interp import by_shape, fit_layout, run, to_model_layout
 from .interp_base import FloatOp, InterpreterError, op_error
 from .interp_ops import is_custom
@@ -68,13 +69,16 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     from ..ops import run_fx
     data = [n for n in fx_node.all_input_nodes if n.op != "get_attr" and isinstance(values.get(n), torch.Tensor)]
     fixed = {n: values.get(n) for n in fx_node.all_input_nodes}
+    # the file holds every value as float32 (a custom op's data_type, docs/xmodel.md#ops); the simulation's
+    # call takes its inputs in the dtypes they had there (torch.where's condition is a bool tensor)
+    dtypes = [values[n].dtype for n in data]
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
         if len(xs) != len(data):
             raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
                            % (fx_node.name, len(data), len(xs)))
         env = dict(fixed)
-        env.update(zip(data, xs))
+        env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
         return run_fx(lowered, fx_node, env)
     return call
 
@@ -122,7 +126,9 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
     recorded value: ``(ops compared, names of those that differ)``. An op counts as equal when its
     value, in the file's layout or the model's (:func:`to_model_layout`), or the value before its
     fix (a fix the simulation applies only at the consumer: a Hardswish quantized with its group's
-    fix position) has the node's dims and bits. Ops that only lay data out (reshape, transpose, ...:
+    fix position) has the node's dims and bits; NaN or inf count as equal nowhere, and an op whose
+    every element is NaN or inf alike on both sides is not counted as compared
+    (``pipeline.quantizers.sim.finite``). Ops that only lay data out (reshape, transpose, ...:
     the file may flatten NHWC where the model flattened NCHW) and nodes the deploy graph folded
     away (a pad, a contiguous) are not compared."""
     compared, differing = 0, []  # type: int, List[str]
@@ -138,9 +144,12 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
         if producer.type in LAYOUT_ONLY:
             continue
         mines = [results[op.name]] + ([results[producer.name]] if producer is not op else [])
-        candidates = [c for m in mines for c in (m, to_model_layout(m)) if list(c.shape) == list(value.shape)]
+        candidates = [agreement(c, value, bits=True) for m in mines for c in (m, to_model_layout(m))
+                      if list(c.shape) == list(value.shape)]
+        if candidates and all(c.elements == 0 for c in candidates):
+            continue  # NaN or inf alike on both sides: nothing to compare (finite.py, rule 3)
         compared += 1
-        if not any(_bits_differ(c, value) == 0 for c in candidates):
+        if not any(c.mismatches == 0 for c in candidates):
             differing.append(op.name)
     return compared, differing
 
@@ -161,13 +170,50 @@ def _as_model_output(value: torch.Tensor, sim: torch.Tensor) -> torch.Tensor:
     return fitted if fitted is not None else value_nchw
 
 
+def _output_nodes(lowered: torch.fx.GraphModule, count: int) -> List[Optional[torch.fx.Node]]:
+    """The fx node of each of the ``count`` model outputs (in the model's order, repeats kept: a model
+    returning ``(y, y)`` gives the same node twice); None where an output is not one node."""
+    out = next((n.args[0] for n in lowered.graph.nodes if n.op == "output"), None)
+    items = list(out) if isinstance(out, (tuple, list)) else [out]
+    if len(items) != count:
+        return [None] * count
+    return [n if isinstance(n, torch.fx.Node) else None for n in items]
+
+
+def _match_outputs(graph: XGraph, results: Mapping[str, torch.Tensor], names: Dict[str, str],
+                   lowered: torch.fx.GraphModule, sim_out: List[torch.Tensor]) -> List[Tuple[str, torch.Tensor]]:
+    """(op name, value in the file) for each model output, in the model's order. Each distinct output
+    node is the op of its nndct name (its ``_fix`` op when it has one); a model output the names do
+    not give is matched by shape (``interp.by_shape``). The file holds a tensor the model returns twice
+    once: both outputs read that op."""
+    nodes = _output_nodes(lowered, len(sim_out))
+    first = {}  # type: Dict[Any, int]   # output node (or position) -> index of its first output
+    distinct = []  # type: List[int]
+    for i, node in enumerate(nodes):
+        key = node if node is not None else i
+        if key not in first:
+            first[key] = i
+            distinct.append(i)
+    ops = []  # type: List[Tuple[str, torch.Tensor]]
+    for i in distinct:
+        sim_node = nodes[i].meta.get("nndct_node") if nodes[i] is not None else None
+        base = formal_name(names[sim_node]) if sim_node in names else ""
+        op = (graph.get_op(base + "_fix") or graph.get_op(base)) if base else None
+        if op is None:
+            ops = by_shape(graph, results, [list(sim_out[j].shape) for j in distinct])
+            break
+        ops.append((op.name, results[op.name]))
+    by_first = dict(zip(distinct, ops))
+    return [by_first[first[nodes[i] if nodes[i] is not None else i]] for i in range(len(sim_out))]
+
+
 def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
             names: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Run ``graph`` on the batch-1 ``examples`` and compare its outputs with the simulation's, bit by bit.
 
-    Each model output (``session.graph.outputs``, in the model's order) is matched to the op of the
-    same nndct name (its ``_fix`` op when it has one); outputs that cannot be matched by name are
-    matched by shape (:func:`model_outputs`). Custom ops run the simulation's own calls
+    Each model output (the lowered model's, in the model's order; a tensor returned twice is one op
+    of the file, read by both) is matched to the op of the same nndct name (its ``_fix`` op when it
+    has one); outputs that cannot be matched by name are matched by shape (:func:`_match_outputs`). Custom ops run the simulation's own calls
     (:func:`float_ops_from_sim`). Every other op that stands for a simulation node is compared with
     the node's value too (see :func:`_compare_nodes`): a wrong intermediate can hide behind outputs
     that happen to agree after quantization.
@@ -176,42 +222,41 @@ def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples
         graph: the XGraph to check; session, lowered: the simulation; examples: one batch-1 float32
             NCHW tensor per model input. names: as :func:`float_ops_from_sim` (computed when None).
 
+    NaN and inf follow ``pipeline.quantizers.sim.finite``: a non-finite example is refused before
+    anything runs, an output element NaN or inf on both sides alike is not compared (``nonfinite``),
+    one non-finite on one side only differs, and a comparison of nothing finite is refused.
+
     Returns:
-        ``{"outputs": [{"op", "shape", "elements", "mismatches"}], "elements": total,
-        "mismatches": output elements whose float32 bits differ, "max_abs_diff": float,
+        ``{"outputs": [{"op", "shape", "elements", "mismatches", "nonfinite"}], "elements": output elements
+        compared, "mismatches": those whose float32 bits differ, "nonfinite": output elements NaN or inf
+        alike on both sides (not compared), "max_abs_diff": float (over the compared elements),
         "nodes_compared": ops compared with their simulation node, "nodes_differing": [op names]}``.
 
     Raises:
         InterpreterError: the graph cannot be run (named op) or its outputs do not fit the model's.
+        ExportError: an example holds NaN or inf; no output element could be compared.
     """
     examples = [e.detach().cpu().float() for e in examples]
+    check_inputs(examples, "xmodel", "give a finite batch-1 example (with the drop-in API: the first test-mode "
+                 "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")
     sim_out, values = record(lowered, examples)
     names = sim_names(session, examples) if names is None else names
     results = run(graph, examples, float_ops_from_sim(graph, session, lowered, examples, names, values))
-    matched = []  # type: List[Tuple[str, torch.Tensor]]
-    sim_nodes = list(getattr(session.graph, "outputs", []))
-    if len(sim_nodes) == len(sim_out):
-        for node in sim_nodes:
-            base = formal_name(names.get(node.name, ""))
-            op = graph.get_op(base + "_fix") or graph.get_op(base) if base else None
-            if op is None:
-                matched = []
-                break
-            matched.append((op.name, results[op.name]))
-    if not matched:
-        matched = by_shape(graph, results, [list(y.shape) for y in sim_out])
-    matched = [(name, _as_model_output(value, sim)) for (name, value), sim in zip(matched, sim_out)]
+    matched = [(name, _as_model_output(value, sim))
+               for (name, value), sim in zip(_match_outputs(graph, results, names, lowered, sim_out), sim_out)]
     compared, differing = _compare_nodes(graph, results, names, values)
-    report = {"outputs": [], "elements": 0, "mismatches": 0, "max_abs_diff": 0.0, "nodes_compared": compared,
-              "nodes_differing": differing}  # type: Dict[str, Any]
+    report = {"outputs": [], "elements": 0, "mismatches": 0, "nonfinite": 0, "max_abs_diff": 0.0,
+              "nodes_compared": compared, "nodes_differing": differing}  # type: Dict[str, Any]
     for (name, mine), sim in zip(matched, sim_out):
         if list(mine.shape) != list(sim.shape):
             raise InterpreterError("xmodel interpreter: output %r has dims %s, the simulation's %s"
                                    % (name, list(mine.shape), list(sim.shape)))
-        bad = _bits_differ(mine, sim)
-        diff = float((mine.double() - sim.double()).abs().max()) if mine.numel() else 0.0
-        report["outputs"].append({"op": name, "shape": list(sim.shape), "elements": sim.numel(), "mismatches": bad})
-        report["elements"] += sim.numel()
-        report["mismatches"] += bad
-        report["max_abs_diff"] = max(report["max_abs_diff"], diff)
+        a = agreement(mine, sim, bits=True)
+        report["outputs"].append({"op": name, "shape": list(sim.shape), "elements": a.elements,
+                                  "mismatches": a.mismatches, "nonfinite": a.nonfinite})
+        report["elements"] += a.elements
+        report["mismatches"] += a.mismatches
+        report["nonfinite"] += a.nonfinite
+        report["max_abs_diff"] = max(report["max_abs_diff"], a.max_abs_diff)
+    check_compared("xmodel", report["elements"], report["nonfinite"], "the batch-1 example", "; nothing was written")
     return report
