@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 from .sections import Config
 
 # Keys of data.source and (section, key) pairs that name input files: resolved against the YAML's folder.
-SOURCE_PATH_KEYS = ("path", "labels", "root")
+SOURCE_PATH_KEYS = ("path", "labels", "root", "class_names")  # class_names: a file, or a list (kept)
 INPUT_PATHS = (("model", "weights"), ("quantizer", "quant_config_file"), ("compile", "arch_json"))
 
 

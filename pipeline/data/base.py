@@ -20,13 +20,17 @@ from .decode import MAX_PIXELS
 _LAYOUT = Literal[TENSOR_LAYOUTS]  # type: ignore
 _COLOR = Optional[Literal["RGB", "BGR", "L"]]
 _SIZE = Optional[Union[int, List[int]]]
+_NAMES = Optional[Union[str, List[str]]]  # class_names: a list, or a text file with one name per line
 SOURCE_FIELDS = {
     "digits": {"seed": (int, 0)},
-    "npy": {"path": (str, ...), "labels": (Optional[str], None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+    "npy": {"path": (str, ...), "labels": (Optional[str], None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None),
+            "class_names": (_NAMES, None)},
     "npz": {"path": (str, ...), "images_key": (str, "images"), "labels_key": (str, "labels"),
-            "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
-    "array": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
-    "tensor": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None)},
+            "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None), "class_names": (_NAMES, None)},
+    "array": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None),
+              "class_names": (_NAMES, None)},
+    "tensor": {"images": (Any, ...), "labels": (Any, None), "layout": (_LAYOUT, "NHWC"), "color": (_COLOR, None),
+               "class_names": (_NAMES, None)},
     "image_folder": {"root": (str, ...), "resize": (_SIZE, None), "crop": (_SIZE, None),
                      "mode": (Literal["RGB", "L"], "RGB"), "extensions": (Optional[Union[str, List[str]]], None),
                      "skip_corrupt": (bool, False), "limit_per_class": (Optional[int], None),
@@ -72,6 +76,9 @@ class Source:
         labels: np.int64 array of shape (N,), or None.
         color: the channel order of the images as stored: ``RGB``, ``BGR``, ``L`` (one gray channel),
             or None when the source does not say.
+        classes: the class names, label ``i`` is ``classes[i]`` (an image folder's class folders, the
+            digits "0" to "9", an array source's ``class_names``), or None when the source names none
+            (``pipeline.data.class_names``).
         channel_order: None, or ``[C-1, ..., 0]`` when the source defers a channel flip to the
             quantizer boundary (it travels with each ``Batch``).
         gathers_at_boundary: True when, for an index-array part, ``batches`` yields the whole
@@ -84,6 +91,7 @@ class Source:
     layout = "NHWC"
     labels = None  # type: Optional[np.ndarray]
     color = None  # type: Optional[str]
+    classes = None  # type: Optional[List[str]]
     channel_order = None  # type: Optional[List[int]]
     gathers_at_boundary = False
 

@@ -38,6 +38,7 @@ class ArraySource(Source):
             channel ``c`` of the images is channel ``channel_order[c]`` of ``tensor``.
         path: the file read, or None. mmap: True when ``images`` is a memory map of that file.
         color: spec key ``color`` of npy, npz, array, tensor (checked against the channel count).
+        classes: the class names (``Source.classes``), or None.
         gathers_at_boundary: True (an index-array part gives the whole ``tensor`` plus the rows).
 
     Raises:
@@ -50,7 +51,8 @@ class ArraySource(Source):
     gathers_at_boundary = True
 
     def __init__(self, kind: str, images: ArrayLike, labels: Optional[np.ndarray] = None, layout: str = "NHWC",
-                 path: Optional[str] = None, mmap: bool = False, note: str = "", color: Optional[str] = None) -> None:
+                 path: Optional[str] = None, mmap: bool = False, note: str = "", color: Optional[str] = None,
+                 classes: Optional[List[str]] = None) -> None:
         if layout not in TENSOR_LAYOUTS:
             raise ConfigError("source %s: layout must be one of %s, got %r" % (kind, ", ".join(TENSOR_LAYOUTS), layout))
         if isinstance(images, torch.Tensor):
@@ -77,6 +79,7 @@ class ArraySource(Source):
             self.channel_order = list(range(images.shape[channel_axis] - 1, -1, -1))
         self.labels = _check_labels(kind, labels, images.shape[0])
         self.color = _check_color(color, int(images.shape[channel_axis]))
+        self.classes = None if classes is None else list(classes)  # checked by the opener (data.class_names)
 
     @property
     def shape(self) -> Tuple[int, ...]:

@@ -6,7 +6,7 @@ type's keys are in ``pipeline.data.base.SOURCE_FIELDS``, and every source implem
 
 | type   | spec keys                                              | images                                   |
 |--------|--------------------------------------------------------|------------------------------------------|
-| digits | seed (0)                                               | scikit-learn's 1,797 real 8x8 digits, uint8 NHWC (N, 8, 8, 1), owned by the source |
+| digits | seed (0)                                               | scikit-learn's 1,797 real 8x8 digits, uint8 NHWC (N, 8, 8, 1), owned by the source; classes "0".."9" |
 | npy    | path, labels (a .npy path, optional), layout (NHWC)    | ``np.load(path, mmap_mode="r")``: memory-mapped, read-only |
 | npz    | path, images_key (images), labels_key (labels), layout | an uncompressed member is memory-mapped; a compressed one is read into memory |
 | array  | images, labels, layout                                 | the caller's numpy array, any strides (read-only, negative strides) |
@@ -18,7 +18,8 @@ The first five (and the decoded image folder) are ``pipeline.data.memory.ArraySo
 ``layout`` NHWC (default) or NCHW, of a dtype torch can view, labels a 1-D integer array with one
 entry per image delivered as np.int64, a negative-stride channel axis accepted without a copy
 (``channel_order``, carried out at the quantizer boundary). The .npy and .npz files are read by
-``pipeline.data.readers``, which checks every header before numpy maps or reads a byte.
+``pipeline.data.readers``, which checks every header before numpy maps or reads a byte. Each of
+them takes ``class_names`` (a list, or a text file with one name per line: ``pipeline.data.class_names``).
 """
 import gzip
 import importlib.util
@@ -32,6 +33,7 @@ import torch
 from ..errors import ConfigError, DataError
 from ..specs import lookup
 from .base import Source, check_source_keys
+from .class_names import DIGITS, source_class_names
 from .image_folder import open_image_folder as open_decoded_folder
 from .memory import ArraySource
 from .readers import NPY_MAGIC, load_npy, npz_member, npz_member_memmap, resolve_file
@@ -54,7 +56,7 @@ def open_digits(spec: Dict[str, Any], base_dir: str) -> ArraySource:
     images = np.rint(pixels[order] * (255.0 / 16.0)).astype(np.uint8)[..., None]
     images.flags.writeable = False
     return ArraySource("digits", images, target[order], "NHWC",
-                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L")
+                  note="sklearn.datasets.load_digits, shuffled with seed %d" % seed, color="L", classes=DIGITS)
 
 
 def _sklearn_digits() -> Tuple[np.ndarray, np.ndarray]:
@@ -86,7 +88,9 @@ def open_npy(spec: Dict[str, Any], base_dir: str) -> ArraySource:
         where = "data.source.labels"
         labels = load_npy(resolve_file(base_dir, labels, where, "a .npy file written by numpy.save"), False, where)
     images = load_npy(path, True, "data.source.path")
-    return ArraySource("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True, color=spec.get("color"))
+    source = ArraySource("npy", images, labels, spec.get("layout", "NHWC"), path=path, mmap=True, color=spec.get("color"))
+    source.classes = source_class_names(spec, base_dir, source.labels)
+    return source
 
 
 def open_npz(spec: Dict[str, Any], base_dir: str) -> ArraySource:
@@ -120,8 +124,10 @@ def open_npz(spec: Dict[str, Any], base_dir: str) -> ArraySource:
         images = npz_member(path, images_key)
         note = "member %r is compressed: read into memory, not memory-mapped" % images_key
     labels = npz_member(path, labels_key) if labels_key in members else None
-    return ArraySource("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note,
-                  color=spec.get("color"))
+    source = ArraySource("npz", images, labels, spec.get("layout", "NHWC"), path=path, mmap=not note, note=note,
+                         color=spec.get("color"))
+    source.classes = source_class_names(spec, base_dir, source.labels)
+    return source
 
 
 def open_array(spec: Dict[str, Any], base_dir: str) -> ArraySource:
@@ -131,7 +137,9 @@ def open_array(spec: Dict[str, Any], base_dir: str) -> ArraySource:
     if not isinstance(spec["images"], np.ndarray):
         raise ConfigError("data.source.images: type 'array' takes a numpy array, got %s (use type 'tensor' for "
                           "torch tensors)" % type(spec["images"]).__name__)
-    return ArraySource("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
+    source = ArraySource("array", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
+    source.classes = source_class_names(spec, base_dir, source.labels)
+    return source
 
 
 def open_tensor(spec: Dict[str, Any], base_dir: str) -> ArraySource:
@@ -141,7 +149,9 @@ def open_tensor(spec: Dict[str, Any], base_dir: str) -> ArraySource:
     if not isinstance(spec["images"], torch.Tensor):
         raise ConfigError("data.source.images: type 'tensor' takes a torch.Tensor, got %s (use type 'array' for "
                           "numpy arrays)" % type(spec["images"]).__name__)
-    return ArraySource("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
+    source = ArraySource("tensor", spec["images"], spec.get("labels"), spec.get("layout", "NHWC"), color=spec.get("color"))
+    source.classes = source_class_names(spec, base_dir, source.labels)
+    return source
 
 
 def open_image_folder(spec: Dict[str, Any], base_dir: str) -> Source:

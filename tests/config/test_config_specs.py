@@ -58,7 +58,8 @@ def test_load_config_names_every_bad_source_and_stage_key(tmp_path):
     with pytest.raises(ConfigError) as err:
         load_config(_write(tmp_path, raw))
     message = str(err.value)
-    for line in ["data.source.pth: unknown key; allowed keys: color, labels, layout, path, type; did you mean 'path'?",
+    for line in ["data.source.pth: unknown key; allowed keys: class_names, color, labels, layout, path, type; "
+                 "did you mean 'path'?",
                  "data.source.path: required key is missing",
                  "preprocess.stages[1]: unknown type 'center_corp'", "did you mean 'center_crop'?",
                  "preprocess.stages[2].height: Input should be a valid integer (got '8')",
