@@ -13,6 +13,7 @@ from ..errors import QuantizationError
 from . import optable as t
 from .optable import (CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, METHOD_OPS,
                       MODULE_OPS, RELU6, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE)
+from .refusals import refuse_in_simulation
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
 
 
@@ -36,7 +37,13 @@ def classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
     A float operator called in place (``nn.SiLU(inplace=True)``, ``F.silu(x, inplace=True)``) is
     ``aten::<name>_``: torch.jit traces ``aten::silu_`` and nndct keeps the kind, underscore and all,
     in the node's name (``aten_silu__2``) and the xmodel op's type.
-    ``strict``: refuse what the simulation cannot run (a conv padding other than zeros)."""
+    ``strict``: refuse what the simulation cannot run (a conv padding other than zeros, and the calls
+    of ``refusals.py`` it has no form for: a Conv1d, a group norm, ...).
+
+    Raises:
+        QuantizationError: with ``strict``, a call the simulation refuses (named, with the reason)."""
+    if strict:
+        refuse_in_simulation(root, node)
     op = _classify_kind(root, node, strict)
     if op.startswith("aten::") and _in_place(root, node):
         op += "_"

@@ -26,6 +26,7 @@ from torch import nn
 from ....errors import ExportError
 from ....fx import optable as t
 from ....fx.graph import SimGraph, SimNode
+from ....fx.refusals import XMODEL, explain
 from ... import fixpoint
 from ..ops import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
@@ -112,7 +113,8 @@ class _Lowering:
             if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
                 continue
             if node.op not in SUPPORTED and not node.op.startswith("aten::"):
-                raise unsupported(node, "the xmodel writer has no XIR form for %s" % node.op)
+                raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
+                                                "the xmodel writer has no XIR form for %s" % node.op))
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
@@ -155,7 +157,8 @@ class _Lowering:
             return value.reshape(()).numpy()
         v = self.values[node.fx_node]
         if not isinstance(v, torch.Tensor):
-            raise unsupported(node, "its output is not one tensor (%s)" % type(v).__name__)
+            raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
+                                            "its output is not one tensor (%s)" % type(v).__name__, several=True))
         return v.detach().float().numpy()
 
     def add_params(self, node: SimNode, dev: Node) -> None:

@@ -324,13 +324,15 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         while position < len(ops) and ops[position].kind not in kinds:
             position += 1
         if position == len(ops):
+            from ....fx.refusals import XMODEL, explain, traced_otherwise
             from .lower import unsupported
-            raise unsupported(node, "torch.jit traces this call as ops other than %s (as it does for padding='same' "
-                                    "convs, reflection pads, a number divided by a tensor), and the writer takes the "
-                                    "xmodel's op names from that trace, as the real quantizer does; this form is not "
-                                    "written yet. The ONNX exports do not depend on it: drop xmodel from "
-                                    "export.formats to go on, or write the call in a form the table in docs/xmodel.md "
-                                    "lists" % "/".join(kinds))
+            generic = traced_otherwise(
+                "this call", "no traced op of kind %s follows the ops before it, as for padding='same' convs, "
+                "reflection pads, a number divided by a tensor" % "/".join(kinds),
+                "this form is not written yet. The ONNX exports do not depend on it: drop xmodel from export.formats "
+                "to go on, or write the call in a form the table in docs/xmodel.md lists")
+            several = graph.example_shapes.get(node.fx_node) is None  # not one tensor: values and indices, say
+            raise unsupported(node, explain(node.fx_node, graph.root, XMODEL, generic, several=several))
         op = ops[position]
         names[node.name] = prefix + op.name
         for index, const in node.const_args.items():

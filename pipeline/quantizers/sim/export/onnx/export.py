@@ -7,6 +7,7 @@ import torch
 import torch.fx
 
 from ....._version import __version__
+from .....fx.refusals import ONNX, explain
 from .....errors import ExportError
 from .....fileio import write_bytes
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record
@@ -39,12 +40,12 @@ def _emit(b: Builder, node: torch.fx.Node) -> None:
     if is_split(node):
         return  # a tuple of pieces: each getitem of it is a Slice
     if meta[0] != "tensor":
-        raise Unsupported("produces a %s, not one tensor" % meta[1])
+        raise Unsupported(explain(node, b.gm, ONNX, "produces a %s, not one tensor" % meta[1], several=True))
     if meta[2] != torch.float32:
         raise Unsupported("produces dtype %s, expected float32" % meta[2])
     handler, mod = handler_of(b.gm, node)
     if handler is None:
-        raise Unsupported(NO_LOWERING)
+        raise Unsupported(explain(node, b.gm, ONNX, NO_LOWERING))
     b.names[node.name] = handler(b, node, mod)
 
 

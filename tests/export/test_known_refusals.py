@@ -1,0 +1,131 @@
+"""The known refusals (pipeline/fx/refusals.py): each op a stage refuses says the true reason, which of
+"this project has no form for it yet (the real quantizer handles it; meanwhile ...)", "traced
+differently" and "not supported by the real quantizer either" it is, and where it is refused.
+
+The reasons are the real quantizer's, from its source (docs/xmodel.md#known-refusals): Conv1d, the
+instance and group norms are quantized ops of their own there, so the simulation refuses them before
+calibration; pixel shuffle, a matmul of two tensors and max over a dim are XIR ops the real quantizer
+writes and this project's writer does not; LSTM is quantized in the real quantizer's RNN mode only.
+"""
+import pytest
+import torch
+from torch import nn
+
+from pipeline.apis import torch_quantizer
+from pipeline.errors import ExportError, QuantizationError
+from pipeline.fx import refusals
+from tests.support.lambda_model import Lambda
+
+REAL_QUANTIZER = "the real quantizer in the Vitis AI image (the runner: quantizer.backend: nndct"
+WRONG = "torch.jit traces this call"  # the reason these ops used to get
+
+
+def conv(cin=3, cout=8, k=3):
+    return nn.Conv2d(cin, cout, k, padding=k // 2)
+
+
+class LSTMNet(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.a, self.l = conv(), nn.LSTM(8, 8, batch_first=True)
+
+    def forward(self, x):
+        return self.l(self.a(x).flatten(2).transpose(1, 2))[0]
+
+
+def quantize(tmp_path, model, shape=(3, 8, 8)):
+    """calib on 2 batches of 4, then test mode with a batch-1 first forward."""
+    torch.manual_seed(0)
+    model = model.eval()
+    g = torch.Generator().manual_seed(1)
+    example = torch.randn((1,) + shape, generator=g)
+    out = str(tmp_path / "q")
+    q = torch_quantizer("calib", model, example, output_dir=out)
+    for _ in range(2):
+        q.quant_model(torch.randn((4,) + shape, generator=g))
+    q.export_quant_config()
+    q = torch_quantizer("test", model, example, output_dir=out)
+    q.quant_model(torch.randn((1,) + shape, generator=g))
+    return q
+
+
+@pytest.mark.parametrize("name,model,shape,what,real", [
+    ("conv1d", Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)), (3, 16), "Conv1d",
+     "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point grids, and "
+     "writes XIR conv1d"),
+    ("conv1d_functional", Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))),
+     (3, 16), "Conv1d", "writes XIR conv1d"),
+    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.InstanceNorm2d(8)), (3, 8, 8), "InstanceNorm",
+     "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
+    ("groupnorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.GroupNorm(2, 8)), (3, 8, 8), "GroupNorm",
+     "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
+])
+def test_what_the_simulation_has_no_form_for_is_refused_before_calibration(tmp_path, name, model, shape, what, real):
+    with pytest.raises(QuantizationError) as err:
+        torch_quantizer("calib", model.eval(), torch.randn((1,) + shape), output_dir=str(tmp_path / "q"))
+    message = str(err.value)
+    assert "(%s): the simulation has no form for %s yet, and running it in float would not give the real " \
+           "quantizer's numbers" % (what, what) in message
+    assert real in message and "meanwhile quantize and export it with " + REAL_QUANTIZER in message
+    assert WRONG not in message
+
+
+def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path):
+    with pytest.raises(QuantizationError, match="ConvTranspose1d is not supported by the real quantizer either: the "
+                                                "real quantizer's parser raises 'ConvTranpose1D is unsupported'"):
+        torch_quantizer("calib", Lambda(lambda s, x: s.t(x), t=nn.ConvTranspose1d(3, 4, 3)).eval(),
+                        torch.randn(1, 3, 16), output_dir=str(tmp_path / "q"))
+
+
+@pytest.mark.parametrize("name,model,what,real,onnx", [
+    ("pixelshuffle", Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.PixelShuffle(2)), "PixelShuffle / pixel_shuffle",
+     "the real quantizer writes it as XIR pixel-shuffle", True),
+    ("matmul", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()), "matmul of two tensors",
+     "the real quantizer writes it as XIR matmul", False),
+    ("max_dim", Lambda(lambda s, x: s.a(x).max(1)[0], a=conv()), "max over a dim (values and indices)",
+     "the real quantizer writes it as XIR reduction_max", True),
+    ("max_dim_values", Lambda(lambda s, x: s.a(x).max(dim=1, keepdim=True).values, a=conv()),
+     "max over a dim (values and indices)", "the real quantizer writes it as XIR reduction_max", True),
+    ("lstm", LSTMNet(), "LSTM / GRU", "the real quantizer quantizes recurrent layers in its RNN mode, "
+     "torch_quantizer(..., lstm=True), which this project does not simulate", True),
+])
+def test_what_the_writers_have_no_form_for_names_the_real_quantizers_form(tmp_path, name, model, what, real, onnx):
+    q = quantize(tmp_path, model)  # calibration and test run
+    with pytest.raises(ExportError) as err:
+        q.export_xmodel(str(tmp_path / "x"))
+    message = str(err.value)
+    assert "cannot be written: the xmodel writer has no XIR form for %s yet: %s" % (what, real) in message
+    assert "; meanwhile " in message and WRONG not in message
+    if onnx:
+        with pytest.raises(ExportError) as err:
+            q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)
+        assert "the ONNX exporter has no lowering for %s yet: %s" % (what, real) in str(err.value)
+    else:
+        q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)
+
+
+def test_a_call_traced_as_other_ops_still_says_so(tmp_path):
+    q = quantize(tmp_path, Lambda(lambda s, x: 2.0 / (s.a(x).abs() + 1.0), a=conv()))
+    with pytest.raises(ExportError, match="torch.jit traces this call as other ops .*a number divided by a tensor"):
+        q.export_xmodel(str(tmp_path / "x"))
+
+
+def test_max_without_a_dim_is_not_described_as_one():
+    known = refusals.METHODS["max"]
+    graph = torch.fx.symbolic_trace(Lambda(lambda s, x: x.max()))
+    node = next(n for n in graph.graph.nodes if n.op == "call_method")
+    assert refusals.lookup(node) is known and known.several
+    assert refusals.explain(node, None, refusals.XMODEL, "its own reason") == "its own reason"
+    assert refusals.explain(node, None, refusals.XMODEL, "its own reason", several=True).startswith(
+        "the xmodel writer has no XIR form for max over a dim")
+
+
+def test_every_row_says_which_kind_of_refusal_it_is_and_where():
+    rows = set(refusals.MODULES.values()) | set(refusals.FUNCTIONS.values()) | set(refusals.METHODS.values())
+    for row in rows:
+        assert row.kind in (refusals.NOT_YET, refusals.TRACED_OTHERWISE, refusals.NOT_IN_REAL), row
+        assert row.stops and row.stops <= {refusals.SIMULATION, refusals.XMODEL, refusals.ONNX}, row
+        assert row.real.startswith("the real quantizer") and row.instead, row
+        for stage in row.stops:
+            text = refusals.reason(row, stage)
+            assert row.what in text and row.real in text and row.instead in text
