@@ -7,6 +7,7 @@ the closest valid name (``difflib``), so a misspelt key or type is fixed from th
 """
 import difflib
 import math
+import re
 import struct
 from typing import Any, Dict, Iterable, List, Optional, Tuple
 
@@ -116,3 +117,17 @@ def check_keys(spec: Dict[str, Any], allowed: Iterable[str], required: Iterable[
     if missing:
         raise ConfigError("%s: missing required key(s) %s; allowed keys: %s"
                           % (where, ", ".join(missing), ", ".join(allowed)))
+
+
+# A name the pipeline makes a file or folder name and a command argument of (run.name: runs/<name> and
+# the compiled network's default name; compile.net_name: vai_c_xir -n <name>, deploy/<name>/<name>.xmodel).
+NAME_RULE = ("1 to 128 of the characters A-Z a-z 0-9 . _ -, the first a letter or digit (so neither '.' nor '..', "
+             "nor a name a command reads as an option, such as '-x')")
+_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}\Z")
+
+
+def is_plain_name(value: Any) -> bool:
+    """True for a name that keeps ``NAME_RULE``: safe as a file or folder name (never ``.``/``..``, no
+    separator) and as a command argument (never an option)."""
+    return isinstance(value, str) and _NAME.match(value) is not None
+

@@ -12,7 +12,7 @@ import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
 
-from .. import targets
+from .. import specs, targets
 from ..errors import BackendUnavailableError, CompileError, ConfigError
 from ..fileio import write_text
 from ..targets.releases import pipeline_image
@@ -26,10 +26,10 @@ COMPILER_DISTRIBUTIONS = ("xcompiler", "vaic")
 
 
 def is_plain_name(name: str) -> bool:
-    """True for a non-empty name of letters, digits, ``_``, ``-`` and ``.`` that does not start with
-    ``.``: safe as a file and folder name, and as the Vitis AI Library model name."""
-    return bool(name) and isinstance(name, str) and name[0] != "." and \
-        all(c.isalnum() or c in "_-." for c in name)
+    """True for a name that keeps ``pipeline.specs.NAME_RULE`` (letters, digits, ``.``, ``_``, ``-``, the
+    first a letter or digit): safe as a file and folder name, as a command argument (never an option
+    such as ``-x``), and as the Vitis AI Library model name."""
+    return specs.is_plain_name(name)
 
 
 def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
@@ -52,8 +52,7 @@ def build_argv(xmodel: str, arch_json: str, out_dir: str, net_name: str,
         if not isinstance(value, str) or not value:
             raise ConfigError("compile.%s: expected a non-empty path, got %r" % (label, value))
     if not is_plain_name(net_name):
-        raise ConfigError("compile.net_name: expected letters, digits, '_', '-' or '.' (not first), got %r"
-                          % (net_name,))
+        raise ConfigError("compile.net_name: %r is not a plain name: give %s" % (net_name, specs.NAME_RULE))
     argv = [EXECUTABLE, "-x", xmodel, "-a", arch_json, "-o", out_dir, "-n", net_name]
     if options:
         if not isinstance(options, dict):

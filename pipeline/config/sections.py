@@ -11,7 +11,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..errors import ConfigError
 from ..quantizers.base import BACKENDS, DEFAULT_BACKEND
-from ..specs import MEMORY_LAYOUTS, check_mean_std, closest_match
+from ..specs import MEMORY_LAYOUTS, NAME_RULE, check_mean_std, closest_match, is_plain_name
 
 
 class _Strict(BaseModel):
@@ -21,7 +21,8 @@ class _Strict(BaseModel):
 
 class RunSection(_Strict):
     """Where the run folder is and how the run behaves."""
-    name: str = Field(pattern=r"^[A-Za-z0-9_.-]+$", description="Run name, used for the default work_dir.")
+    name: str = Field(description="Run name: the default work_dir runs/<name> and the compiled network's default "
+                                  "name (vai_c_xir -n); %s." % NAME_RULE)
     work_dir: Optional[str] = Field(None, description="Run folder (default runs/<name>), relative to the current directory.")
     seed: int = Field(0, ge=0, le=2**32 - 1, description="Seed for training and any random choice "
                       "(0 to 2**32 - 1, numpy's range).")
@@ -31,6 +32,11 @@ class RunSection(_Strict):
     verify_source_unchanged: bool = Field(True, description="Hash the caller's source before and after the run.")
     distributed_timeout_s: int = Field(1800, ge=1, description="Under torchrun: how long a rank waits for the "
                                        "others (collectives, the train step on rank 0) before it fails.")
+
+    @field_validator("name")
+    @classmethod
+    def _check_name(cls, v: str) -> str:
+        return _plain_name(v)
 
 
 SPLIT_PARTS = ("train", "calib", "eval")  # the order the source is cut in
@@ -182,9 +188,14 @@ class CompileSection(_Strict):
                                                    "target's arch.json inside the image; default: the first listed.")
     arch_json: Optional[str] = Field(None, description="arch.json file; overrides board. Default: the target's "
                                                        "(and board's) path inside the Vitis AI image.")
-    net_name: Optional[str] = Field(None, pattern=r"^[A-Za-z0-9_-][A-Za-z0-9_.-]*$",
-                                    description="Compiled network name (default: run.name); a plain file name.")
+    net_name: Optional[str] = Field(None, description="Compiled network name (default: run.name): vai_c_xir -n "
+                                                    "<net_name>, deploy/<net_name>/; %s." % NAME_RULE)
     options: Dict[str, Any] = Field(default_factory=dict, description="vai_c_xir --options JSON.")
+
+    @field_validator("net_name")
+    @classmethod
+    def _check_net_name(cls, v: Optional[str]) -> Optional[str]:
+        return None if v is None else _plain_name(v)
 
     @field_validator("options")
     @classmethod
@@ -193,6 +204,14 @@ class CompileSection(_Strict):
         if problem:
             raise ValueError(problem)
         return v
+
+
+def _plain_name(value: str) -> str:
+    """``value`` when it keeps ``pipeline.specs.NAME_RULE`` (a file, folder and command-argument name); else
+    ValueError giving the rule (the config's message adds the dotted path)."""
+    if not is_plain_name(value):
+        raise ValueError("not a plain name: it becomes a folder name and a command argument, so give %s" % NAME_RULE)
+    return value
 
 
 def _non_json(value: Any, path: str) -> Optional[str]:
