@@ -6,9 +6,12 @@ docs/xmodel.md), or inside the Vitis AI image by the ``nndct`` backend (pytorch_
 ``export_xmodel()``: docs/quantizer.md#methods-and-exports). The compiler exists only in the image
 (docs/compiler.md#usage). Instead of a compiled model the compile folder gets ``compile.sh`` (the
 exact command, quoted with ``shlex``) and ``compile_plan.md`` (why it did not run here, which xmodel
-the command reads and whether it exists, and the commands that compile it inside the image). The
-deploy bundle carries copies of both files (pipeline.deploy), so the paths outside the compile
-folder are written absolute. Both name the image the command runs in: the target's compile image
+the command reads and whether it exists, and the commands that compile it inside the image). Paths
+inside the run folder are written relative to the compile folder (``compile.sh`` changes there first,
+the docker command mounts the folder above it), so a moved or copied run folder compiles as it is;
+paths outside it are written absolute. The deploy bundle carries copies of both files
+(pipeline.deploy) with the quantized xmodel next to them, which ``compile.sh`` then compiles. Both
+name the image the command runs in: the target's compile image
 (``DpuTarget.compile_image``, a pinned tag from ``pipeline.targets.releases``), and the plan says which
 Vitis AI release the board runs and what the board must report (docs/targets.md#releases-and-images).
 """
@@ -44,15 +47,17 @@ def _inside(path: str, folder: str) -> bool:
     return path == folder or path.startswith(folder + os.sep)
 
 
-def _relative_argv(argv: List[str], run_dir: str) -> List[str]:
-    """Copy of ``argv`` whose path arguments inside ``run_dir`` are made relative to it; every other
-    path is made absolute (paths under ``/opt/vitis_ai``, which exist inside the image, are kept)."""
-    root = os.path.abspath(run_dir)
+def _relative_argv(argv: List[str], run_dir: str, root: Optional[str] = None) -> List[str]:
+    """Copy of ``argv`` whose path arguments inside ``root`` (the run folder; default ``run_dir``) are
+    made relative to ``run_dir`` (e.g. ``../export/M_int.xmodel``); every other path is made absolute
+    (paths under ``/opt/vitis_ai``, which exist inside the image, are kept)."""
+    here = os.path.abspath(run_dir)
+    top = os.path.abspath(root or run_dir)
     out = list(argv)
     for i in range(1, len(out)):
         if out[i - 1] in PATH_FLAGS and not _in_image(out[i]):
             full = os.path.abspath(out[i])
-            out[i] = os.path.relpath(full, root) if _inside(full, root) else full
+            out[i] = os.path.relpath(full, here) if _inside(full, top) else full
     return out
 
 
@@ -73,34 +78,39 @@ def _path_notes(rel: List[str]) -> List[Tuple[str, str]]:
     return notes
 
 
-def _mounts(run_dir: str, argv: List[str]) -> List[str]:
-    """Host folders the compile command needs: ``run_dir`` and the folder of each path argument outside
-    it (paths inside the image, under ``/opt/vitis_ai``, excepted); nested folders are merged."""
-    root = os.path.abspath(run_dir)
-    folders = {root}
+def _mounts(argv: List[str], root: str) -> List[str]:
+    """Host folders outside the run folder ``root`` that the compile command reads: the folder of each
+    such path argument (paths inside the image, under ``/opt/vitis_ai``, excepted); nested folders merged."""
+    top = os.path.abspath(root)
+    folders = set()
     for i in range(1, len(argv)):
         if argv[i - 1] in PATH_FLAGS:
             full = os.path.abspath(argv[i])
-            if _in_image(full) or _inside(full, root):
+            if _in_image(full) or _inside(full, top):
                 continue
             folders.add(os.path.dirname(full))
     ordered = sorted(folders)
     return [f for f in ordered if not any(f != g and f.startswith(g.rstrip(os.sep) + os.sep) for g in ordered)]
 
 
-def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: Optional[str] = None) -> str:
-    """The shell command that runs ``compile.sh`` of ``run_dir`` inside the Vitis AI image ``image``
-    (default: the image this package runs in, ``releases.pipeline_image()``).
-
-    Every host folder the command needs (see ``_mounts``) is mounted at the same path inside the
-    container, so the absolute paths in ``compile.sh`` stay valid; the container runs as the calling
-    user (``$(id -u):$(id -g)``, expanded by the caller's shell), so the compiled files are theirs;
-    the ``vitis-ai-pytorch`` conda env is activated first (docs/environment.md#the-vitis-ai-35-image).
+def docker_command(run_dir: str, argv: Optional[List[str]] = None, image: Optional[str] = None,
+                   root: Optional[str] = None) -> str:
+    """The shell command that runs ``compile.sh`` of ``run_dir`` (the compile folder) inside the Vitis AI
+    image ``image`` (default: the image this package runs in, ``releases.pipeline_image()``), typed in
+    the folder of ``compile.sh``: the run folder ``root`` (default ``run_dir``) is mounted by its place
+    relative to that folder (``"$(cd .. && pwd)"``), so the command holds no path of the run folder and
+    works wherever it was moved or copied (the deploy bundle's copy mounts the bundle), and each host
+    folder outside it that the command reads (``_mounts``) at its own path, so the absolute paths in
+    ``compile.sh`` stay valid. The container runs as the calling user (``$(id -u):$(id -g)``, expanded by
+    the caller's shell), so the compiled files are theirs; the ``vitis-ai-pytorch`` conda env is
+    activated first (docs/environment.md#the-vitis-ai-35-image).
     """
-    volumes = " ".join("-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(run_dir, argv or []))
-    return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w %s %s bash -c %s" % (
-        volumes, shlex.quote(os.path.abspath(run_dir)), image or pipeline_image(),
-        shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
+    up = os.path.relpath(os.path.abspath(root or run_dir), os.path.abspath(run_dir))
+    here = "$(pwd)" if up == "." else "$(cd %s && pwd)" % shlex.quote(up)
+    volumes = ["-v \"%s\":\"%s\"" % (here, here)]
+    volumes += ["-v %s:%s" % (shlex.quote(f), shlex.quote(f)) for f in _mounts(argv or [], root or run_dir)]
+    return "docker run --rm --user \"$(id -u):$(id -g)\" -e HOME=/tmp %s -w \"$(pwd)\" %s bash -c %s" % (
+        " ".join(volumes), image or pipeline_image(), shlex.quote(CONDA_ACTIVATE + " && sh " + SCRIPT_NAME))
 
 
 def expected_xmodel(argv: List[str]) -> Tuple[str, Optional[str]]:
@@ -123,16 +133,18 @@ def _xmodel_exists(argv: List[str]) -> bool:
         os.path.isfile(argv[argv.index(flag) + 1])
 
 
-def _xmodel_lines(argv: List[str]) -> List[str]:
-    """The plan's paragraph about the quantized xmodel: which file, where, and whether it exists."""
+def _xmodel_lines(argv: List[str], rel: List[str]) -> List[str]:
+    """The plan's paragraph about the quantized xmodel: which file, where (``rel``: the argv as
+    compile.sh writes it), and whether it exists."""
     name, model_class = expected_xmodel(argv)
     flag = "-x" if "-x" in argv[:-1] else "--xmodel"
     if model_class is None or flag not in argv[:-1]:
         line = "- Quantized model the compiler reads: **`%s`**, where `<ModelClass>` is the class name of the " \
                "float model (`export_xmodel()` names the file after the traced graph)." % PLACEHOLDER_XMODEL
     else:
-        line = "- Quantized model the compiler reads: **`%s`** (`%s`)." % (
-            name, os.path.abspath(argv[argv.index(flag) + 1]))
+        shown = rel[argv.index(flag) + 1]
+        line = "- Quantized model the compiler reads: **`%s`** (`%s`%s)." % (
+            name, shown, "" if os.path.isabs(shown) else ", from the folder of this plan")
     if _xmodel_exists(argv):
         return [line + " It is there: only the compile step is left, and it needs nothing but the image's "
                 "`vai_c_xir` (the quantization is not run again)."]
@@ -236,16 +248,16 @@ def _release_lines(entry: "targets.DpuTarget", image: str, known: bool, warnings
 
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
                        config_path: Optional[str] = None,
-                       release_warnings: Optional[List[str]] = None) -> Dict[str, str]:
+                       release_warnings: Optional[List[str]] = None, root: Optional[str] = None) -> Dict[str, str]:
     """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir`` (atomically, pipeline.fileio).
 
     Returns ``{"plan": path of compile_plan.md, "script": path of compile.sh}``.
 
     Args:
         run_dir: the compile folder (created if missing).
-        argv: the ``vai_c_xir`` command from ``vai_c.build_argv``. Its path arguments inside ``run_dir``
-            are written relative to it (``compile.sh`` changes to its own folder first); the others
-            are written absolute, or kept as they are under ``/opt/vitis_ai`` (inside the image).
+        argv: the ``vai_c_xir`` command from ``vai_c.build_argv``. Its path arguments inside ``root``
+            are written relative to ``run_dir`` (``compile.sh`` changes to its own folder first); the
+            others are written absolute, or kept as they are under ``/opt/vitis_ai`` (inside the image).
             ``compile.sh`` says which is which. The ``-x`` file name should be the real
             ``<ModelClass>_int.xmodel`` (``expected_xmodel``); the plan says whether it exists and,
             when it does not, how to produce it (the sim backend's export, or the nndct backend in
@@ -256,6 +268,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             (best relative to the repository root), or None for a ``CONFIG.yaml`` placeholder.
         release_warnings: the 3.0/3.5 differences the model meets when the target's boards run Vitis AI
             3.0 (``pipeline.inspect.releases``, the export step's), listed in the plan.
+        root: the run folder ``run_dir`` lies in (default ``run_dir``): the files that travel with it,
+            written relative, so neither file names the folder's own path.
 
     Raises:
         ConfigError: unknown target.
@@ -264,7 +278,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     image, known = compile_image(entry.family)
     hosts_pipeline = [r for r in RELEASES.values() if r.image == image][0].hosts_pipeline
     os.makedirs(run_dir, exist_ok=True)
-    rel = _relative_argv(argv, run_dir)
+    rel = _relative_argv(argv, run_dir, root)
     command = " ".join(shlex.quote(a) for a in rel)
     out = rel[rel.index("-o") + 1] if "-o" in rel else "."
     mkdir = "" if out == "." else "mkdir -p %s\n" % shlex.quote(out)
@@ -291,6 +305,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     script_path = os.path.join(run_dir, SCRIPT_NAME)
     write_text(script_path, script, executable=True)
     model_file = xmodel_name if xmodel_class else PLACEHOLDER_XMODEL
+    if config_path and config_path.startswith("-"):  # not an option to python -m pipeline
+        config_path = os.path.join(".", config_path)
     config = shlex.quote(config_path) if config_path else "CONFIG.yaml"
     plan = "\n".join([
         "# Compile plan",
@@ -301,7 +317,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             target, entry.family, fingerprint,
             "" if entry.fingerprint_2_5 in (None, entry.fingerprint) else
             "; the 2.5 release used `%s`, and a model compiled for it fails on a 3.x board image" % targets.hex_fingerprint(entry.fingerprint_2_5)),
-    ] + _xmodel_lines(argv) + [
+    ] + _xmodel_lines(argv, rel) + [
         "",
     ] + _release_lines(entry, image, known, release_warnings or []) + _image_commands(
         config, target, model_file, _xmodel_exists(argv), image, hosts_pipeline) + [
@@ -316,10 +332,10 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
         command,
         "```",
         "",
-        "Once `%s` exists, this runs it in `%s`:" % (model_file, image),
+        "Once `%s` exists, this runs it in `%s`, typed in the folder of this plan:" % (model_file, image),
         "",
         "```sh",
-        docker_command(run_dir, argv, image),
+        docker_command(run_dir, argv, image, root),
         "```",
         "",
         "The compiler writes `<net_name>.xmodel` into the output folder; check the DPU/CPU split with "

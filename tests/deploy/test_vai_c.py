@@ -169,12 +169,13 @@ def test_compile_plan_writes_the_exact_command_and_says_why(inputs, tmp_path):
     assert expected in text and "0x0101000056010407" in text and "0x0101000016010407" in text
     assert "scripts/docker_run.sh configs/mlp.yaml" in text
     # the xmodel is in place: the plan says so and asks only for the compile step
-    assert "**`MLP_int.xmodel`** (`%s`). It is there" % os.path.abspath(xmodel) in text
+    assert "**`MLP_int.xmodel`** (`quantize_result/MLP_int.xmodel`, from the folder of this plan). It is there" in text
     assert "--steps calib,test,export" not in text and "--steps compile,deploy" in text
     docker = plan.docker_command(run, argv)
     assert docker in text
-    # the run folder is mounted at its own path; the arch.json inside the image is not mounted
-    assert "-v %s:%s" % (shlex.quote(os.path.abspath(run)), shlex.quote(os.path.abspath(run))) in docker
+    # the folder of compile.sh is mounted where it is, named by the shell: no path of it in the command;
+    # the arch.json inside the image is not mounted
+    assert '-v "$(pwd)":"$(pwd)" -w "$(pwd)" ' in docker and os.path.abspath(run) not in docker
     assert "/opt/vitis_ai" not in docker.split(" bash -c ")[0]
     assert not [n for n in os.listdir(run) if n.startswith(".")], "temporary files left behind"
 
@@ -220,10 +221,14 @@ def test_docker_command_mounts_every_folder_the_command_reads(tmp_path):
     run = str(tmp_path / "run" / "compile")
     argv = vai_c.build_argv(str(tmp_path / "run" / "export" / "M_int.xmodel"), str(tmp_path / "arch" / "a.json"),
                             run, "m")
-    cmd = plan.docker_command(run, argv)
-    for folder in (run, str(tmp_path / "run" / "export"), str(tmp_path / "arch")):
+    cmd = plan.docker_command(run, argv)  # the compile folder alone travels: what lies outside it is mounted
+    assert '-v "$(pwd)":"$(pwd)" ' in cmd and '-w "$(pwd)" ' in cmd
+    for folder in (str(tmp_path / "run" / "export"), str(tmp_path / "arch")):
         assert "-v %s:%s " % (folder, folder) in cmd
-    assert "-w %s " % run in cmd
+    # the run folder travels: it is mounted from the folder of compile.sh, the arch.json outside it by its path
+    cmd = plan.docker_command(run, argv, root=str(tmp_path / "run"))
+    assert '-v "$(cd .. && pwd)":"$(cd .. && pwd)" ' in cmd and '-w "$(pwd)" ' in cmd
+    assert str(tmp_path / "run") not in cmd and "-v %s:%s " % (tmp_path / "arch", tmp_path / "arch") in cmd
     nested = vai_c.build_argv(os.path.join(run, "q", "M_int.xmodel"), "/opt/vitis_ai/compiler/arch/x/arch.json", run, "m")
     assert plan.docker_command(run, nested).count(" -v ") == 1
 
@@ -332,3 +337,40 @@ def test_plan_with_a_placeholder_xmodel_explains_the_class_name(tmp_path):
     text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r")["plan"]).read()
     assert "**`<ModelClass>_int.xmodel`**, where `<ModelClass>` is the class name of the float model" in text
     assert "python -m pipeline run CONFIG.yaml" in text and "--steps calib,test,export" in text
+
+
+def test_with_the_run_folder_as_root_the_plan_names_no_path_of_it_and_a_moved_copy_compiles(tmp_path):
+    """Issue 34, item 4: compile.sh and compile_plan.md write the paths inside the run folder relative to the
+    compile folder, and the docker command mounts the run folder from there, so a moved or copied run
+    folder compiles as it is."""
+    run = tmp_path / "run"
+    (run / "export").mkdir(parents=True)
+    (run / "export" / "M_int.xmodel").write_bytes(b"exported")
+    compile_dir = str(run / "compile")
+    argv = vai_c.build_argv(str(run / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", compile_dir, "m")
+    files = plan.write_compile_plan(compile_dir, argv, "DPUCZDX8G_ISA1_B4096", "r", root=str(run))
+    for path in files.values():
+        with open(path) as f:
+            assert str(run) not in f.read(), path
+    notes = _compile_sh_header(open(files["script"]).read())
+    assert notes["-x"] == ("../export/M_int.xmodel", "relative to the folder of compile.sh (it changes there first)")
+    text = open(files["plan"]).read()
+    assert "**`M_int.xmodel`** (`../export/M_int.xmodel`, from the folder of this plan). It is there" in text
+    assert plan.docker_command(compile_dir, argv, root=str(run)) in text
+    moved = tmp_path / "elsewhere" / "moved"
+    shutil.copytree(str(run), str(moved))
+    shutil.rmtree(str(run))
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "vai_c_xir").write_text('#!/bin/sh\ncat "$2" > "%s"\n' % (tmp_path / "compiled_from"))
+    (bin_dir / "vai_c_xir").chmod(0o755)
+    env = dict(os.environ, PATH=str(bin_dir) + os.pathsep + os.environ["PATH"])
+    subprocess.run(["sh", str(moved / "compile" / "compile.sh")], env=env, check=True, cwd=str(tmp_path))
+    assert (tmp_path / "compiled_from").read_bytes() == b"exported"
+
+
+def test_a_config_path_that_looks_like_an_option_is_written_as_a_path(tmp_path):
+    run = str(tmp_path / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
+    text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="-x.yaml")["plan"]).read()
+    assert "python -m pipeline run ./-x.yaml" in text and "run -x.yaml" not in text
