@@ -8,6 +8,7 @@ which names every field that differs. Used by every backend.
 """
 import hashlib
 import os
+import re
 from typing import Any, Dict, Iterable, List, Optional
 
 import torch
@@ -150,6 +151,69 @@ def read_fingerprint(out_dir: str) -> Dict[str, Any]:
         raise FingerprintMismatchError("%s is not valid JSON (%s); run the calib step again" % (path, exc))
 
 
+# what a field records, where the message says it (the config.* fields name themselves)
+MEANING = {
+    "graph_hash": "the model's structure", "weights_hash": "the weights", "config_hash": "the calibration's config",
+    "quant_config_file_sha256": "the quant_config_file's content", "calib_rows_sha256": "the calibration images",
+}
+# fields this environment decides: setting nothing back restores them
+ENVIRONMENT = ("torch_version", "quantizer_version")
+# a field the runner also records as the config key that sets it: named once, as that key
+SAME_AS = {"target": "config.quantizer.target", "bitwidth": "config.quantizer.bitwidth",
+           "backend": "config.quantizer.backend"}
+# where no config key sets a field (the drop-in API), the argument that does
+ARGUMENTS = {"target": "target", "bitwidth": "bitwidth"}
+_HEX = re.compile(r"^[0-9a-f]{32,}$")
+
+
+def _short(value: Any) -> str:
+    """A value for the message: a hex digest cut to 12 digits, anything else as its repr cut to 60 characters."""
+    if isinstance(value, str) and _HEX.match(value):
+        return value[:12] + "..."
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def mismatch_message(out_dir: str, stored: Dict[str, Any], expected: Dict[str, Any], ignore: Iterable[str] = (),
+                     redo: str = "run the calib step again") -> Optional[str]:
+    """The message of a fingerprint that differs from ``expected``, or None when it does not.
+
+    It names only the fields whose values differ, each with the calibrated and the current value (hex
+    digests shortened to 12 digits, long values cut), a field the runner records twice once (``target``
+    as ``config.quantizer.target``); the fields ``expected`` has and the stored one lacks (a calibration
+    made by another tool or version) as one count. Then what to do: ``redo``, and, unless the environment
+    (torch, the quantizer), the weights or the writer differ, the exact settings to set back to their
+    calibrated values (a ``config.*`` field as its config key, ``target``/``bitwidth`` as the drop-in's
+    argument).
+    """
+    skip = set(ignore)
+    differ = {k: (stored[k], expected.get(k)) for k in sorted(set(stored) | set(expected))
+              if k not in skip and k in stored and stored[k] != expected.get(k)}
+    missing = sorted(k for k in expected if k not in skip and k not in stored)
+    if not differ and not missing:
+        return None
+    for field, key in SAME_AS.items():  # the config key says it
+        if field in differ and key in differ and differ[field] == differ[key]:
+            del differ[field]
+    parts = ["%s%s: calibrated %s, now %s" % (k, " (%s)" % MEANING[k] if k in MEANING else "", _short(was), _short(now))
+             for k, (was, now) in differ.items()]
+    if missing:
+        shown = ", ".join(missing[:3]) + (" and %d more" % (len(missing) - 3) if len(missing) > 3 else "")
+        parts.append("it records none of %d %s this check compares (%s): it was made by another tool or version"
+                     % (len(missing), "field" if len(missing) == 1 else "fields", shown))
+    settable = []  # type: List[str]
+    for k, (was, _) in differ.items():
+        if k.startswith("config."):
+            settable.append("set %s back to %s" % (k[len("config."):], _short(was)))
+        elif k in ARGUMENTS and SAME_AS.get(k) not in expected:
+            settable.append("pass %s=%s again" % (ARGUMENTS[k], _short(was)))
+    # another environment, other weights or another writer: only a new calibration fits
+    blocked = missing or any(k in ENVIRONMENT or k == "weights_hash" for k in differ)
+    todo = redo + (", or " + "; ".join(settable) if settable and not blocked else "")
+    return "the calibration in %s was made for something else: %s. %s" % (out_dir, "; ".join(parts),
+                                                                          todo[:1].upper() + todo[1:])
+
+
 def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[str] = (),
                       redo: str = "run the calib step again") -> None:
     """Compare the stored fingerprint of ``out_dir`` with ``expected`` (from ``make_fingerprint``).
@@ -160,18 +224,9 @@ def check_fingerprint(out_dir: str, expected: Dict[str, Any], ignore: Iterable[s
         redo: what to do, for the message.
 
     Raises:
-        FingerprintMismatchError: listing every differing field with the calibrated and the current
-            value, and what to do (calibrate again, or restore the calibrated setting).
+        FingerprintMismatchError: :func:`mismatch_message`: only the fields that differ, with the
+            calibrated and the current value, and what to do (calibrate again, or the settings to set back).
     """
-    stored = read_fingerprint(out_dir)
-    skip = set(ignore)
-    diffs = []
-    for key in sorted(set(stored) | set(expected)):
-        if key in skip:
-            continue
-        if stored.get(key) != expected.get(key):
-            diffs.append("%s: calibrated %r, now %r" % (key, stored.get(key), expected.get(key)))
-    if diffs:
-        raise FingerprintMismatchError(
-            "the calibration in %s was made for something else (%s); %s, or go back to the calibrated "
-            "settings" % (out_dir, "; ".join(diffs), redo))
+    message = mismatch_message(out_dir, read_fingerprint(out_dir), expected, ignore, redo)
+    if message is not None:
+        raise FingerprintMismatchError(message)

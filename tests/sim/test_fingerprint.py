@@ -1,4 +1,5 @@
-"""Calibration fingerprint: what it records, and that a mismatch names every differing field."""
+"""Calibration fingerprint: what it records, and that a mismatch names the fields that differ, shortly, and
+what to do."""
 import importlib.util
 import json
 import os
@@ -110,6 +111,63 @@ def test_mismatch_names_every_field_with_both_values(tmp_path):
     assert "target: calibrated 'DPUCZDX8G_ISA1_B4096', now 'DPUCZDX8G_ISA1_B1024'" in msg
     assert "input_shape: calibrated [3, 4, 4], now [3, 8, 8]" in msg
     assert "graph_hash" not in msg and "bitwidth" not in msg
+
+
+def _runner_fp(**changes):
+    """A runner-style fingerprint (the fields of make_fingerprint, compile_target, calib_rows_sha256, config.*)."""
+    fp = dict(_fp(), compile_target="DPUCZDX8G_ISA1_B4096", calib_rows_sha256="4" * 64)
+    fp.update({"config.data.batch_size": 32, "config.data.source": {"type": "digits", "seed": 0},
+               "config.quantizer.bitwidth": 8, "config.quantizer.target": "DPUCZDX8G_ISA1_B4096",
+               "config.preprocess.mean": [77.85], "config.model.zoo": "digits_cnn"})
+    fp.update(changes)
+    return fp
+
+
+def test_a_calibration_from_elsewhere_names_only_what_differs_shortly(tmp_path):
+    """A calibration written by the drop-in API under another torch, read by the runner: the fields that
+    differ with shortened hashes, the runner's fields it lacks as one count, and one thing to do."""
+    here = _runner_fp()
+    there = {k: v for k, v in here.items() if not k.startswith("config.") and k not in ("compile_target",
+                                                                                         "calib_rows_sha256")}
+    there.update(torch_version="1.12.0+cpu", weights_hash="0" * 64, graph_hash="1" * 64)
+    fpm.write_fingerprint(str(tmp_path), there)
+    with pytest.raises(FingerprintMismatchError) as info:
+        fpm.check_fingerprint(str(tmp_path), here, ignore=("compile_target", "config_hash"))
+    msg = str(info.value)
+    assert msg == (
+        "the calibration in %s was made for something else: graph_hash (the model's structure): calibrated "
+        "111111111111..., now %s...; torch_version: calibrated '1.12.0+cpu', now %r; weights_hash (the weights): "
+        "calibrated 000000000000..., now %s...; it records none of 7 fields this check compares (calib_rows_sha256, "
+        "config.data.batch_size, config.data.source and 4 more): it was made by another tool or version. Run the "
+        "calib step again" % (tmp_path, here["graph_hash"][:12], torch.__version__, here["weights_hash"][:12]))
+    assert "None" not in msg and "bitwidth" not in msg and here["weights_hash"] not in msg
+
+
+def test_changed_settings_say_which_to_set_back(tmp_path):
+    fpm.write_fingerprint(str(tmp_path), _runner_fp())
+    now = _runner_fp(**{"config.data.batch_size": 64, "config.quantizer.target": "DPUCZDX8G_ISA1_B1024",
+                        "target": "DPUCZDX8G_ISA1_B1024"})
+    with pytest.raises(FingerprintMismatchError) as info:
+        fpm.check_fingerprint(str(tmp_path), now)
+    msg = str(info.value)
+    assert msg.endswith("config.data.batch_size: calibrated 32, now 64; config.quantizer.target: calibrated "
+                        "'DPUCZDX8G_ISA1_B4096', now 'DPUCZDX8G_ISA1_B1024'. Run the calib step again, or set "
+                        "data.batch_size back to 32; set quantizer.target back to 'DPUCZDX8G_ISA1_B4096'")
+    assert "; target:" not in msg  # the runner's target is its config key, named once
+    # other weights too: setting back would not do
+    with pytest.raises(FingerprintMismatchError) as info:
+        fpm.check_fingerprint(str(tmp_path), dict(now, weights_hash="5" * 64))
+    assert str(info.value).endswith("555555555555.... Run the calib step again")
+
+
+def test_the_drop_in_names_the_argument_to_pass_again(tmp_path):
+    fpm.write_fingerprint(str(tmp_path), _fp())
+    with pytest.raises(FingerprintMismatchError) as info:
+        fpm.check_fingerprint(str(tmp_path), _fp(settings=QuantSettings(target=None)),
+                              redo="run torch_quantizer('calib', ...) and export_quant_config() again")
+    assert str(info.value).endswith("target: calibrated 'DPUCZDX8G_ISA1_B4096', now None. Run torch_quantizer("
+                                    "'calib', ...) and export_quant_config() again, or pass "
+                                    "target='DPUCZDX8G_ISA1_B4096' again")
 
 
 def test_config_file_content_and_config_hash(tmp_path):
