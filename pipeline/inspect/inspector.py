@@ -3,8 +3,8 @@
 A CPU stand-in for the real Inspector (``pytorch_nndct.apis.Inspector``), which needs the Vitis AI
 image (docs/targets.md#inspector). It traces the model with torch.fx, applies the rules of
 :mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.targets`, and
-writes ``inspect_<target>.txt``/``.json``/``.gv`` (and ``.svg`` where graphviz's ``dot`` is
-installed) in the spirit of the real Inspector's output. The real Inspector, run with the same
+writes ``inspect_<target>.txt``/``.json``/``.gv``/``.svg`` (the picture drawn here: no graphviz
+needed, :mod:`pipeline.inspect.svg`) in the spirit of the real Inspector's output. The real Inspector, run with the same
 target in the Vitis AI image, gives the final answer.
 
 Usage::
@@ -15,8 +15,6 @@ Usage::
 """
 
 import os
-import shutil
-import subprocess
 from dataclasses import dataclass, field
 from typing import Any, Dict, List, Optional, Tuple, Union
 
@@ -28,6 +26,7 @@ from pipeline.errors import ConfigError, DataError, PipelineError
 from pipeline.targets import TARGETS, DpuTarget, get_target
 from pipeline.inspect.render import render_dot, render_text
 from pipeline.inspect.rules import decide
+from pipeline.inspect.svg import render_svg
 from pipeline.inspect.trace import trace_model
 from pipeline.inspect.verdict import CPU, DPU, Context
 
@@ -115,6 +114,10 @@ class Inspection:
         """The graph in graphviz DOT: DPU nodes blue, CPU nodes red, as the real Inspector draws."""
         return render_dot(self)
 
+    def to_svg(self) -> str:
+        """The same graph as an SVG picture, laid out here (:mod:`pipeline.inspect.svg`; no graphviz)."""
+        return render_svg(self)
+
     def to_json(self) -> Dict[str, Any]:
         """The report as plain JSON-ready data (``inspect_<target>.json``)."""
         return {
@@ -200,27 +203,15 @@ def _xmodel_ops(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[st
 
 
 def write_reports(inspection: Inspection, out_dir: str) -> Dict[str, str]:
-    """Write ``inspect_<target>.txt``, ``.json`` and ``.gv`` into ``out_dir`` (created if missing),
-    and ``.svg`` when graphviz's ``dot`` is on PATH. Each file appears complete or not at all
-    (:mod:`pipeline.fileio`).
+    """Write ``inspect_<target>.txt``, ``.json``, ``.gv`` (graphviz's DOT source) and ``.svg`` (the
+    picture, drawn here without graphviz: :mod:`pipeline.inspect.svg`) into ``out_dir`` (created if
+    missing). Each file appears complete or not at all (:mod:`pipeline.fileio`).
 
     Returns:
-        {"txt": path, "json": path, "gv": path} plus "svg" when it was drawn.
-
-    Raises:
-        PipelineError: ``dot`` is installed but failed (its exit status and stderr are given).
+        {"txt": path, "json": path, "gv": path, "svg": path}.
     """
     stem = os.path.join(str(out_dir), "inspect_" + inspection.target.name)
-    paths = {"txt": fileio.write_text(stem + ".txt", inspection.to_text()),
-             "json": fileio.write_json(stem + ".json", inspection.to_json()),
-             "gv": fileio.write_text(stem + ".gv", inspection.to_dot())}
-    dot = shutil.which("dot")
-    if dot is not None:
-        with fileio.atomic_path(stem + ".svg") as temporary:
-            result = subprocess.run([dot, "-Tsvg", paths["gv"], "-o", temporary],
-                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-            if result.returncode != 0:
-                raise PipelineError("graphviz 'dot -Tsvg {}' failed with exit status {}: {}".format(
-                    paths["gv"], result.returncode, result.stderr.decode(errors="replace")[-2000:]))
-        paths["svg"] = stem + ".svg"
-    return paths
+    return {"txt": fileio.write_text(stem + ".txt", inspection.to_text()),
+            "json": fileio.write_json(stem + ".json", inspection.to_json()),
+            "gv": fileio.write_text(stem + ".gv", inspection.to_dot()),
+            "svg": fileio.write_text(stem + ".svg", inspection.to_svg())}

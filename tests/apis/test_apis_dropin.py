@@ -86,7 +86,7 @@ def test_inspector_draws_the_graph_or_says_why_not(image_format, tmp_path):
         Inspector("DPUCZDX8G_ISA1_B4096").inspect(_TwoIn(), _inputs(), output_dir=str(tmp_path),
                                                   verbose_level=0, image_format=image_format)
     image = tmp_path / ("inspect_DPUCZDX8G_ISA1_B4096." + image_format)
-    if shutil.which("dot"):
+    if image_format == "svg" or shutil.which("dot"):  # the svg is drawn without graphviz (pipeline/inspect/svg.py)
         assert image.exists() and image.stat().st_size > 0
     else:
         assert not image.exists()

@@ -7,7 +7,7 @@ Expected values come from docs/targets.md (limits, fused activations, slope
 
 import json
 import re
-import shutil
+from xml.etree import ElementTree
 
 import pytest
 import torch
@@ -517,9 +517,8 @@ def test_reports_text_json_dot(tmp_path):
     result = inspect(model, (1, 3, 8, 8))
     paths = write_reports(result, str(tmp_path / "inspect"))
     stem = tmp_path / "inspect" / ("inspect_" + B4096)
-    expected = {"txt": str(stem) + ".txt", "json": str(stem) + ".json", "gv": str(stem) + ".gv"}
-    if shutil.which("dot"):
-        expected["svg"] = str(stem) + ".svg"
+    expected = {"txt": str(stem) + ".txt", "json": str(stem) + ".json", "gv": str(stem) + ".gv",
+                "svg": str(stem) + ".svg"}
     assert paths == expected
     text = open(paths["txt"]).read()
     assert text.rstrip().endswith("DPU: 2 nodes, CPU: 1 nodes")
@@ -536,10 +535,33 @@ def test_reports_text_json_dot(tmp_path):
     assert not [p for p in (tmp_path / "inspect").iterdir() if p.name.startswith(".")]  # no temporaries
 
 
-@pytest.mark.skipif(not shutil.which("dot"), reason="graphviz 'dot' is not installed: no SVG is drawn")
-def test_svg_when_graphviz_is_present(tmp_path):
-    paths = write_reports(inspect(Seq(conv=nn.Conv2d(3, 8, 3)), (1, 3, 8, 8)), str(tmp_path))
-    assert open(paths["svg"]).read().lstrip().startswith(("<?xml", "<svg"))
+def test_the_svg_is_drawn_without_graphviz(tmp_path, monkeypatch):
+    """The README promises inspect_<target>.svg: it is drawn here (pipeline/inspect/svg.py), with or
+    without graphviz's dot, and says what the DOT says: every box, every edge, DPU blue, CPU red, a CPU
+    node's hardware constraints as its tooltip."""
+    monkeypatch.setenv("PATH", str(tmp_path / "nothing"))  # no dot, nor any other program
+    model = Lambda(lambda s, x: s.relu(s.pool(s.conv(x))) + s.skip(x),
+                   conv=nn.Conv2d(3, 8, 3, padding=1), pool=nn.MaxPool2d(1), relu=nn.ReLU(), skip=nn.Conv2d(3, 8, 1))
+    result = inspect(model, (1, 3, 8, 8))
+    paths = write_reports(result, str(tmp_path / "inspect"))
+    text = open(paths["svg"], encoding="utf-8").read()
+    root = ElementTree.fromstring(text)
+    svg = "{http://www.w3.org/2000/svg}"
+    nodes = {g.get("data-name"): g for g in root.iter(svg + "g") if g.get("class") == "node"}
+    assert list(nodes) == ["x"] + [n.name for n in result.nodes] + ["output"]
+    for n in result.nodes:
+        assert nodes[n.name].get("data-device") == n.device
+        assert nodes[n.name].find(svg + "rect").get("fill") == {"DPU": "#cfe2ff", "CPU": "#f8d7da"}[n.device]
+        assert [t.text for t in nodes[n.name].iter(svg + "text")][:2] == [n.name, n.op]
+    relu = result.node("relu")
+    assert relu.device == "CPU" and nodes["relu"].find(svg + "title").text == " ".join(relu.reasons)
+    assert "can&#39;t be assigned" in text  # escaped
+    edges = [(p.get("data-from"), p.get("data-to")) for p in root.iter(svg + "path") if p.get("class") == "edge"]
+    assert sorted(edges) == sorted([(i, n.name) for n in result.nodes for i in n.inputs]
+                                   + [(o, "output") for o in result.outputs])
+    assert root.find(svg + "title").text == "Lambda on %s: %s" % (B4096, result.summary_line())
+    assert write_reports(result, str(tmp_path / "again"))["svg"] and \
+        open(str(tmp_path / "again" / ("inspect_%s.svg" % B4096)), encoding="utf-8").read() == text  # same bytes
 
 
 def test_callers_model_and_example_are_not_modified():
