@@ -154,15 +154,21 @@ def traced_otherwise(what: str, traced: str, instead: str) -> str:
             "quantizer does; %s" % (what, traced, instead))
 
 
+class NotSimulated(QuantizationError):
+    """The simulation has no form for a call of the model (a row of this table): raised by the capture
+    before any work. Whoever only analyses a calibration the real quantizer made (the nndct backend's
+    per-layer sensitivity) leaves that analysis out on it."""
+
+
 def refuse_in_simulation(root: nn.Module, fx_node: torch.fx.Node) -> None:
     """Raise for a call the simulation refuses (a row whose ``stops`` holds ``SIMULATION``), naming the node.
 
     Raises:
-        QuantizationError: the node, the call and :func:`reason`.
+        NotSimulated: the node, the call and :func:`reason`.
     """
     known = lookup(fx_node, root)
     if known is not None and SIMULATION in known.stops:
-        raise QuantizationError("node %r (%s): %s" % (fx_node.name, known.what, reason(known, SIMULATION)))
+        raise NotSimulated("node %r (%s): %s" % (fx_node.name, known.what, reason(known, SIMULATION)))
 
 
 def explain(fx_node: Optional[torch.fx.Node], root: Optional[nn.Module], stage: str, default: str,
