@@ -37,6 +37,13 @@ class StorageError(PipelineError):
     """A file could not be written (disk full, quota, read-only folder); nothing half-written was left."""
 
 
+class RunFolderError(PipelineError):
+    """A run folder cannot be used as asked: a state file (status.json, source.json, steps/<step>.json, ...)
+    is damaged, of the wrong kind or type; the folder is not the pipeline's; or a run holds it while
+    something else would write into it. The message names the file or folder, what was expected, what was
+    found and what to do."""
+
+
 class ExportError(PipelineError):
     """An export failed or its verification found mismatches (all of them are listed at once)."""
 

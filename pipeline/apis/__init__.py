@@ -65,12 +65,26 @@ What differs, on purpose:
   mode or before a forward.
 - Calibration data that cannot calibrate warns (a single sample, inputs that are all zeros, an
   empty batch); all-empty calibration raises before anything is written.
+- ``output_dir`` is checked when the quantizer is made (a file in its place, or a folder that cannot
+  be made, is a ``StorageError``; the real one fails later, in ``os.makedirs``), and no call writes
+  into a run folder that a pipeline run holds now (its lock, ``pipeline.runlock``): calib mode's
+  construction, ``fast_finetune``, ``export_quant_config`` (again right before it writes), the exports
+  and ``Inspector.inspect`` raise a ``RunFolderError`` naming the run folder and the run's pid, and
+  write nothing. Reading a run's calibration in test mode is allowed.
+- The notes (``=>Exporting quant config.(...)``, each export's file, fast finetune's phases and a
+  line per finetuned layer) are shown by default on stderr as ``[VAIQ_NOTE]: ...`` lines, as the real
+  quantizer prints them (``notes``); ``logging.getLogger("pipeline.apis").setLevel(logging.WARNING)``
+  silences them.
 
 Modules: ``quantizer`` (``torch_quantizer``, ``TorchQuantizer``, ``dump_xmodel``), ``calib_mode``
 (calibration forwards, ``export_quant_config``, ``fast_finetune``), ``exports`` (test-mode
-``load_ft_param`` and the exports), ``checks`` (argument checks), ``inspector`` (``Inspector``).
+``load_ft_param`` and the exports), ``checks`` (argument checks, ``output_dir``), ``inspector``
+(``Inspector``), ``notes`` (the ``[VAIQ_NOTE]`` lines).
 """
+from . import notes
 from .inspector import Inspector
 from .quantizer import TorchQuantizer, dump_xmodel, torch_quantizer
+
+notes.install()  # the notes are shown by default, as the real quantizer's [VAIQ_NOTE] lines
 
 __all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]

@@ -14,6 +14,8 @@ from ..fileio import json_bytes
 from ..quantizers import calib_commit
 from ..quantizers.fingerprint import FILE_NAME as FINGERPRINT_FILE
 from ..quantizers.quant_info import QUANT_INFO_FILE
+from .checks import refuse_running_run
+from .notes import note
 
 LOG = logging.getLogger(__name__)
 
@@ -88,7 +90,7 @@ class FinetunePhase:
 
 def log_layer(index: int, count: int, trace: Any) -> None:
     """Log one finetuned layer of ``fast_finetune`` (its ``LayerTrace``: passes, codes changed, loss)."""
-    LOG.info("fast finetune: layer %d/%d %s: %d passes, %d weight and %d bias codes changed, net loss %s -> %s (%.1f s)",
+    note("fast finetune: layer %d/%d %s: %d passes, %d weight and %d bias codes changed, net loss %s -> %s (%.1f s)",
              index, count, trace.node, len(trace.evals), trace.weight_changed, trace.bias_changed,
              ", ".join("%.6g" % v for v in trace.loss_in), ", ".join("%.6g" % v for v in trace.loss_out),
              trace.seconds)
@@ -116,6 +118,8 @@ class CalibModeMethods:
         Raises:
             QuantizationError: the calibration cannot be written (an incomplete calibration; on the
                 other ranks: rank 0 failed to write, with its error).
+            RunFolderError: ``output_dir`` lies in a run folder that a pipeline run holds now (it would
+                replace that run's calibration); nothing was written.
             DistributedError: under torch.distributed, a rank failed, exited or did not call this
                 within the bounded wait (the message says what every rank must call).
         """
@@ -162,10 +166,13 @@ class CalibModeMethods:
         # the files below are one unit, written under the folder's lock and committed with the sha256 of
         # the bytes written here: another process's export into this folder never mixes in (calib_commit)
         with calib_commit.exclusive(self.output_dir):
+            refuse_running_run(self.output_dir, "export_quant_config")  # again: a run may have started since
             calib_commit.begin(self.output_dir)
             files = self._session.export_quant_config(self._calibrator, self.output_dir, info, extra=[fp_item],
                                                       sha256=written)
             calib_commit.commit(self.output_dir, files, written)
+        note("=>Exporting quant config.(%s); with it: %s", files[-2],
+             ", ".join([os.path.basename(p) for p in files if p != files[-2]] + [calib_commit.MANIFEST_FILE]))
         return files[-2]  # quant_info.json; the fingerprint follows it
 
     def _check_calibration_data(self) -> None:
@@ -209,6 +216,8 @@ class CalibModeMethods:
                 two batches, batches of another per-sample shape than ``input_args``, run_fn feeding a
                 different number of batches the second time, or under torch.distributed (not
                 simulated).
+            RunFolderError: ``output_dir`` lies in a run folder that a pipeline run holds now (checked
+                before the minutes of finetuning: ``export_quant_config`` could not write param.pth).
         """
         from ..quantizers.sim.finetune import FastFinetune, FinetuneOptions
         if self.quant_mode != "calib":
@@ -218,6 +227,7 @@ class CalibModeMethods:
                 "on torch_quantizer('calib', ...), then in test mode call load_ft_param()")
         if getattr(self._calibrator, "comm", None) is not None:
             raise QuantizationError("fast_finetune is not simulated under torch.distributed: run it in one process")
+        refuse_running_run(self.output_dir, "fast_finetune")
         if self._calibrator.batches:
             warnings.warn("fast_finetune: the %d calibration forwards run before it are discarded; the finetune "
                           "calibrates on its own data, and the forwards after it give the bias correction"
@@ -226,12 +236,13 @@ class CalibModeMethods:
         expect = tuple(tuple(int(d) for d in e.shape[1:]) for e in self._examples)
         try:
             self._calibrator = FinetunePhase(ft.record, expect)
-            LOG.info("=>Preparing data for fast finetuning module parameters ...")
+            note("=>Preparing data for fast finetuning module parameters ...")
             run_fn(*run_args)
             self._calibrator = FinetunePhase(ft.calibrate, expect)
-            LOG.info("=>Find initial quantization steps for fast finetuning...")
+            note("=>Find initial quantization steps for fast finetuning...")
             run_fn(*run_args)
-            LOG.info("=>Fast finetuning module parameters for better quantization accuracy...")
+            note("=>Fast finetuning module parameters for better quantization accuracy (%d batches; a line per "
+                 "layer follows) ...", len(ft.inputs))
             ft.finetune(log_layer)
             self._calibrator = ft.recalibrator()
         finally:

@@ -163,3 +163,68 @@ def target_name(value: Any, what: str) -> str:
                               "`python -m pipeline targets` lists names and fingerprints" % (what, value))
         return known[0][0]
     return get_target(value).name  # ConfigError naming the closest registered names
+
+
+def output_folder(output_dir: Any, what: str, create: bool = False, writes: bool = True,
+                  error: type = ConfigError) -> str:
+    """``output_dir`` checked as a folder the drop-in may write into (or, ``writes`` False, read from);
+    returns it as a str.
+
+    The folder must be a non-empty path and not a file; one written into must not lie in a run folder
+    a pipeline run holds now (``refuse_running_run``); with ``create`` it is made (with its parents) when
+    missing.
+
+    Args:
+        output_dir: the caller's argument. what: the call, for the messages (``"torch_quantizer"``).
+        create: make the folder now (calib mode, which writes there later).
+        writes: the call will write into it (False: test mode's construction, which only reads).
+        error: the class raised for a value that is no path (``ExportError`` for the exports, which
+            raised it before).
+
+    Raises:
+        ConfigError (or ``error``): not a str/PathLike, or empty.
+        StorageError: a file (or a file above it) is in the way, or the folder cannot be made
+            (no permission, read-only file system); nothing was written.
+        RunFolderError: it is written into and lies in a run folder a run holds (``refuse_running_run``).
+    """
+    import errno
+    import os
+
+    from ..errors import StorageError
+    if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir):
+        raise error("%s: output_dir must be a folder path (a str), got %r; nothing was written" % (what, output_dir))
+    path = os.fspath(output_dir)
+    if os.path.exists(path) and not os.path.isdir(path):
+        raise StorageError("%s: output_dir %s is a file, not a folder; give a folder path (it is created when "
+                           "missing); nothing was written" % (what, path))
+    if writes:
+        refuse_running_run(path, what)
+    if create:
+        try:
+            os.makedirs(path, exist_ok=True)
+        except OSError as exc:
+            blocked = exc.errno in (errno.EEXIST, errno.ENOTDIR)  # a file above it
+            raise StorageError("%s: output_dir %s cannot be created (%s); %s; nothing was written"
+                               % (what, path, "a file is in the way above it" if blocked else exc.strerror or exc,
+                                  "give a folder path" if blocked else "give a folder you may write to"))
+    return path
+
+
+def refuse_running_run(path: str, what: str) -> None:
+    """Raise when ``path`` lies in a run folder that a pipeline run holds now (its lock,
+    ``pipeline.runlock``): the drop-in writing there would replace that run's files while it runs
+    (its committed calibration, its exports), with no word to either side.
+
+    Raises:
+        RunFolderError: naming the run folder, the run's pid (as its lock says) and what to do.
+    """
+    from ..errors import RunFolderError
+    from ..runlock import locked_run_of
+    found = locked_run_of(path)
+    if found is None:
+        return
+    folder, who = found
+    raise RunFolderError("%s: %s lies in the run folder %s, which a pipeline run holds now (%s): writing there "
+                         "would replace that run's files while it runs. Nothing was written. Wait for the run to "
+                         "finish (python -m pipeline status %s shows it), or give an output_dir outside the run "
+                         "folder" % (what, path, folder, who, folder))

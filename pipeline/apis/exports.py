@@ -3,7 +3,6 @@ exports of the test-mode model (``export_onnx_model``, ``export_xmodel``, ``expo
 as ``TestModeMethods``, a part of ``TorchQuantizer``."""
 import copy
 import io
-import logging
 import os
 import warnings
 from typing import Any, Optional
@@ -13,8 +12,7 @@ import torch
 from ..errors import ExportError, QuantizationError
 from ..fileio import write_bytes
 from ..quantizers.quant_info import QUANT_INFO_FILE
-
-LOG = logging.getLogger(__name__)
+from .notes import note
 
 
 class TestModeMethods:
@@ -80,8 +78,10 @@ class TestModeMethods:
         from ..quantizers.sim.export import export_onnx
         path = os.path.join(output_dir, "%s_int.onnx" % self._session.graph.class_name)
         example1 = self._example1()
-        return export_onnx(self._model, example1[0] if len(example1) == 1 else example1, path,
-                           "qdq" if native_onnx else "exact")
+        written = export_onnx(self._model, example1[0] if len(example1) == 1 else example1, path,
+                              "qdq" if native_onnx else "exact")
+        note("=>Exporting quant model to ONNX.(%s)", written)
+        return written
 
     def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
                       dynamic_batch: bool = False) -> str:
@@ -125,7 +125,7 @@ class TestModeMethods:
                           "is not written by the simulation; the xmodel is")
         from ..quantizers.sim.xmodel import write_xmodel
         report = write_xmodel(self._session, self._model, self._first_inputs, output_dir)
-        LOG.info("=>Successfully convert '%s' to xmodel.(%s)", self._session.graph.class_name, report["path"])
+        note("=>Successfully convert '%s' to xmodel.(%s)", self._session.graph.class_name, report["path"])
         return report["path"]
 
     def export_torch_script(self, output_dir: str = "quantize_result",
@@ -172,7 +172,7 @@ class TestModeMethods:
             print(script.inlined_graph)
         path = os.path.join(output_dir, "%s_int.pt" % self._session.graph.class_name)
         write_bytes(path, buf.getvalue())
-        LOG.info("%s is generated.", path)
+        note("=>Exporting torch script model.(%s)", path)
         return script
 
 

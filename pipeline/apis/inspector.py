@@ -15,7 +15,8 @@ from torch import nn
 
 from .. import fileio
 from ..errors import ConfigError, PipelineError
-from .checks import target_name
+from .checks import output_folder, target_name
+from .notes import note
 
 IMAGE_FORMATS = ("svg", "png")
 
@@ -52,17 +53,21 @@ class Inspector:
             The :class:`pipeline.inspect.Inspection` (the real one returns None).
 
         Raises:
-            ConfigError: ``image_format`` not None, "svg" or "png".
+            ConfigError: ``image_format`` not None, "svg" or "png"; ``output_dir`` no path.
+            StorageError: ``output_dir`` is a file.
+            RunFolderError: ``output_dir`` lies in a run folder that a pipeline run holds now.
             PipelineError: the model cannot be traced or fails on the example (node named).
         """
         from ..inspect import inspect_model, write_reports
         if image_format is not None and image_format not in IMAGE_FORMATS:
             raise ConfigError("Inspector.inspect: image_format must be None, 'svg' or 'png', got %r" % (image_format,))
+        output_dir = output_folder(output_dir, "Inspector.inspect")
         args = tuple(input_args) if isinstance(input_args, (tuple, list)) else (input_args,)
         inspection = inspect_model(module, args[0] if len(args) == 1 else args, self.target)
         paths = write_reports(inspection, output_dir)
         if image_format is not None:
             self._draw(paths, image_format)
+        note("=>Inspection reports written: %s", ", ".join(paths[k] for k in sorted(paths)))
         if verbose_level >= 1:
             shown = [n for n in inspection.nodes if verbose_level >= 2 or n.device != "DPU"]
             for n in shown:

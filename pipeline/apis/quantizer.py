@@ -2,8 +2,6 @@
 checks and forward hooks, ``quant_model``; ``dump_xmodel``. The calib-mode methods are in
 ``calib_mode``, the test-mode ones in ``exports``."""
 import copy
-import logging
-import os
 import warnings
 from typing import Any, Dict, Optional, Tuple
 
@@ -19,10 +17,9 @@ from ..quantizers.fingerprint import make_fingerprint
 from ..quantizers.quant_config import load_quant_config
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
-from .checks import check_input, check_mode, check_target, cpu_device, example_inputs
+from .checks import check_input, check_mode, check_target, cpu_device, example_inputs, output_folder
 from .exports import TestModeMethods
-
-LOG = logging.getLogger(__name__)
+from .notes import note
 
 # Keyword arguments of the real torch_quantizer (3.5) that the simulation accepts and ignores,
 # with their defaults (docs/quantizer.md#torch_quantizer-arguments).
@@ -50,15 +47,16 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
             warnings.warn("DataParallel is not supported; its module is quantized instead")
             module = module.module
         self.quant_mode = check_mode(quant_mode)
+        # calib mode writes there (export_quant_config): made now, and refused inside a run folder a run holds
+        calib = self.quant_mode == "calib"
+        self.output_dir = output_folder(output_dir, "torch_quantizer", create=calib, writes=calib)
         self.device = cpu_device(device)
-        self.output_dir = output_dir
         self.target = check_target(target, quant_config_file)
         if state_dict_file is not None:
             module = copy.deepcopy(module)
             module.load_state_dict(load_state_dict_file(state_dict_file))
         self.config = load_quant_config(quant_config_file, bitwidth)
         examples = example_inputs(input_args)
-        os.makedirs(output_dir, exist_ok=True)
         # the session's own copies (shape propagation runs the model on them): see _examples
         self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
         self._examples = examples
@@ -90,6 +88,7 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
                                 warn_only=("weights_hash",))
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
+        note("=>Get module with quantization.")
 
     def _make_fingerprint(self, module: nn.Module, examples: Tuple[torch.Tensor, ...],
                           quant_config_file: Optional[str]) -> Dict[str, Any]:
@@ -141,9 +140,7 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
         return tuple(e[:1].clone().contiguous() for e in self._examples)
 
     def _check_exportable(self, method: str, output_dir: Any) -> None:
-        if not isinstance(output_dir, (str, os.PathLike)) or not str(output_dir):
-            raise ExportError("%s: output_dir must be a folder path (a str), got %r; nothing was written"
-                              % (method, output_dir))
+        output_folder(output_dir, method, error=ExportError)  # a folder path, outside a run folder a run holds
         if self.quant_mode != "test":
             raise QuantizationError(
                 "%s needs test mode: this quantizer was created in calib mode. Call "
@@ -164,7 +161,6 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
         Either raises QuantizationError on inputs that are not float32 torch.Tensors of the
         example inputs' number and ranks.
         """
-        LOG.info("=>Get module with quantization.")
         return self._model
 
 
@@ -183,7 +179,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
             tuple/list with one per ``forward`` argument. Not modified. Every ``quant_model`` call
             takes as many float32 tensors, each of its example's rank.
         state_dict_file: optional float weights, loaded into a copy of ``module``.
-        output_dir: folder of ``quant_info.json``, ``bias_corr.pth`` and exports (created).
+        output_dir: folder of ``quant_info.json`` and ``bias_corr.pth`` (calib mode creates it; test mode
+            reads it).
         bitwidth: bit width of every tensor without a config file (None means 8).
         device: requested device; the simulation runs on the CPU (warning for CUDA).
         quant_config_file: quant_config_file JSON (docs/quant_config.md) or None for the defaults
@@ -199,7 +196,10 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         ``export_torch_script()`` and ``export_xmodel()``.
 
     Raises:
-        ConfigError: bad quant_config_file, unknown ``target``. QuantizationError: unsupported
+        ConfigError: bad quant_config_file, unknown ``target``, an ``output_dir`` that is no path.
+        StorageError: ``output_dir`` is a file, or (calib mode) cannot be created.
+        RunFolderError: (calib mode) ``output_dir`` lies in a run folder that a pipeline run holds now.
+        QuantizationError: unsupported
         model or config, no ``input_args``, one that is not a float32 tensor (a numpy array), as
         many tensors as ``forward`` takes, or (test mode) missing/mismatching quant_info.json or
         bias_corr.pth.
