@@ -5,7 +5,8 @@ Commands:
     inspect    which nodes of the float model run on the DPU for the configured target, and why not
     targets    the DPU target registry, fingerprints in hex
     check-env  what is installed here and which steps can run
-    status     the state of a run folder: running (pid, step), ok, failed or interrupted (also after a kill)
+    status     the state of a run folder: running (pid, step), ok, failed or interrupted (also after a kill),
+               the times and what to do next; ``--json`` prints status.json's content instead
     schema     the config's JSON Schema, for editor completion
 
 ``run`` and ``inspect`` (a step with ``Step.command``: run alone through the driver) take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
@@ -61,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
         add_config_args(sub.add_parser(step.name, help=step.command))
     p_status = sub.add_parser("status", help="the state of a run folder (a killed run shows as interrupted)")
     p_status.add_argument("work_dir", metavar="RUN_DIR", help="the run folder (run.work_dir)")
+    p_status.add_argument("--json", action="store_true",
+                          help="print the status as JSON (status.json's content, a killed run shown as interrupted)")
     sub.add_parser("targets", help="list the DPU targets with their fingerprints")
     env_cmd = sub.add_parser("check-env", help="what is installed and which steps can run here (each step probed on "
                                                "a tiny model)")
@@ -98,12 +101,23 @@ def _run(args: argparse.Namespace) -> int:
         gc.enable()
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, args.steps)
+    from .runner.report import render_summary
     from .runner.status import is_step_child
     # under torchrun only rank 0 reports, and a step's child process leaves it to the run; -q hides
-    # the progress, not this summary
+    # the progress, not this summary, whose paths are shown against the run folder as the user names it
     if report and not is_step_child(loaded.work_dir):
-        print("\n".join(report["summary"]))
+        print("\n".join(render_summary(report, shown_path(loaded.work_dir))))
     return 0
+
+
+def shown_path(path: str) -> str:
+    """``path`` as the command line shows it: relative to the current folder when it lies below it
+    (``runs/digits_sim_zcu102``), else absolute."""
+    try:
+        rel = os.path.relpath(path)
+    except ValueError:  # another drive (Windows)
+        return path
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
 
 
 def _step_command(args: argparse.Namespace) -> int:
@@ -115,7 +129,24 @@ def _step_command(args: argparse.Namespace) -> int:
     loaded = load_config(_config_path(args), args.overrides)
     report = run_steps(loaded, [step.name])
     if report:  # under torchrun only rank 0 reports, as for run
-        print("\n".join(step.result.from_json(report["steps"][step.name]).summary_lines(loaded.work_dir)))
+        print("\n".join(step.result.from_json(report["steps"][step.name]).summary_lines(shown_path(loaded.work_dir))))
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    """``python -m pipeline status RUN_DIR [--json]``: a run folder's state for people (or as JSON)."""
+    from .runmark import MARK_FILE
+    from .runner.state import check_owned
+    from .runner.status import format_status, read_status
+    folder = args.work_dir
+    if not os.path.isdir(folder) or not os.path.exists(os.path.join(folder, MARK_FILE)):
+        what = ("does not exist" if not os.path.exists(folder) else "is not a folder" if not os.path.isdir(folder)
+                else "has no %s mark, which the pipeline leaves in every folder it runs in" % MARK_FILE)
+        raise PipelineError("%s %s: not a run folder (give the folder of run.work_dir, e.g. runs/<run.name>)"
+                            % (folder, what))
+    check_owned(folder)  # the mark is the pipeline's, each state file is a file
+    status = read_status(folder, strict=True)
+    print(json.dumps(status, indent=2, sort_keys=True) if args.json else format_status(shown_path(folder), status))
     return 0
 
 
@@ -140,14 +171,8 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command in STEP_COMMANDS:
             return _step_command(args)
         if args.command == "status":
-            from .runner.status import STATUS_FILE, read_status
-            if not os.path.isfile(os.path.join(args.work_dir, STATUS_FILE)):
-                what = "is not a folder" if not os.path.isdir(args.work_dir) else "holds no %s" % STATUS_FILE
-                print("error: %s %s: not a run folder (give the folder of run.work_dir, e.g. runs/<run.name>)"
-                      % (args.work_dir, what), file=sys.stderr)
-                return 2
-            print(json.dumps(read_status(args.work_dir), indent=2, sort_keys=True))
-        elif args.command == "targets":
+            return _status(args)
+        if args.command == "targets":
             from .targets import format_targets
             print(format_targets())
         elif args.command == "check-env":

@@ -19,7 +19,7 @@ from .. import fileio, steps as step_graph
 from ..config import LoadedConfig
 from ..errors import ConfigError, PipelineError
 from ..quantizers.base import backend_class, backend_classes
-from .folder import SOURCE_FILE, RunDir, lock_work_dir, unlock
+from .folder import SOURCE_FILE, RunDir, check_owned, lock_work_dir, unlock
 from .status import LOCK_ENV, RunStatus, is_step_child
 from ..steps.context import StepContext
 
@@ -87,7 +87,10 @@ def _run_steps(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any)
 
 def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, comm: Any) -> Dict[str, Any]:
     from .report import remove_report, write_report
+    check_owned(loaded.work_dir)  # before anything reads it: a folder the pipeline did not mark is refused
     run = StepContext(loaded, RunDir(loaded, comm), source, comm)
+    # the saved results this run removes before anything reads them: a damaged one does not stop it
+    run.folder.replacing = {name for s in ordered for name, _ in step_graph.invalidated(s, loaded.cfg)}
     step_graph.check_requirements(ordered, run.folder, loaded.cfg)
     run.preflight([step_graph.BY_NAME[s] for s in ordered])
     backend = backend_class(loaded.cfg.quantizer.backend)

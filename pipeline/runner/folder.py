@@ -9,7 +9,8 @@ Layout (``work_dir``)::
     export/                     export: the backend's formats (e.g. <Model>_int*.onnx, <Model>_int.xmodel)
     compile/                    compile: compiled xmodel and log, or compile.sh + compile_plan.md
     deploy/                     deploy: the deploy bundle and its manifest
-    steps/<step>.json           each step's results (pipeline.steps: one dataclass per step)
+    steps/<step>.json           each step's results (pipeline.steps: one dataclass per step), paths in it
+                                relative to the run folder
     steps/<step>.files.json     the files the step wrote in its folder (what invalidation removes)
     source.json                 the source: kind, shape, layout, splits, sha256 before and after the run
     status.json                 running (pid, step) from the start; ok, failed or interrupted at the end
@@ -19,28 +20,36 @@ Layout (``work_dir``)::
 This module knows no step: the driver (``pipeline.runner.driver``) passes each step's name and folder
 as the step declarations (``pipeline.steps``) give them, and which results derive from which.
 
-Ownership: the pipeline runs only in a folder it marked (``.pipeline-run``): a new or empty folder
-gets the mark, a non-empty folder without it is refused (a user's project folder named as the run
-folder), and a run folder made before the mark existed (``status.json`` and ``steps/``) is adopted.
-Invalidation removes only the files a step's record lists, then the folders that became empty:
-never a folder, nor a file a user put next to the results.
+Ownership: the pipeline reads and writes only a folder it marked (``.pipeline-run``): a new or empty
+folder gets the mark; a folder without it that holds anything is refused with nothing changed and
+nothing read (``pipeline.runner.state.check_owned``), a user's project folder named as the run folder
+and a run folder from before the mark alike (no adoption by shape). Invalidation removes only the
+files a step's record lists, then the folders that became empty: never a folder, nor a file a user
+put next to the results.
+
+Every state file is read through ``pipeline.runner.state`` (typed, bounded, a ``RunFolderError`` naming
+the file and what to do), and the paths a saved step result holds are stored relative to the run
+folder, so the folder can be moved or copied.
 """
 import json
 import logging
 import os
 import time
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Set, Tuple
 
 import yaml
 
 from .. import fileio
-from ..errors import PipelineError
+from ..errors import PipelineError, RunFolderError
 from ..runmark import MARK_FILE
-from .status import LOCK_FILE, STATUS_FILE, is_step_child
+from . import state
+from .state import SOURCE_FILE, check_owned
+from ..runlock import LOCK_FILE
+from .status import is_step_child
 
 log = logging.getLogger("pipeline")
 
-SOURCE_FILE = "source.json"  # the source's description, its splits, its sha256 before and after the run
+__all__ = ["RunDir", "lock_work_dir", "unlock", "MARK_FILE", "SOURCE_FILE", "check_owned"]
 Snapshot = Dict[str, Tuple[int, int, int]]  # relative path -> (inode, size, mtime_ns)
 
 
@@ -56,6 +65,9 @@ class RunDir:
         self.loaded = loaded
         self.work_dir = loaded.work_dir
         self.comm = comm  # pipeline.distributed.Comm under torchrun: rank 0 alone writes
+        # steps whose saved results this run replaces (the driver sets it): a damaged one reads as absent
+        self.replacing = set()  # type: Set[str]
+        self._warned = set()  # type: Set[str]
 
     @property
     def is_main(self) -> bool:
@@ -67,14 +79,39 @@ class RunDir:
         return os.path.join(self.work_dir, *parts)
 
     def save_step(self, step: str, result: Dict[str, Any]) -> Dict[str, Any]:
-        """Write steps/<step>.json (rank 0 only); returns ``result``."""
+        """Write steps/<step>.json (rank 0 only), every path inside the run folder in it made relative to
+        the folder (``state.relative_paths``: a moved or copied folder reads the same); returns ``result``."""
         if self.is_main:
-            fileio.write_json(self.path("steps", step + ".json"), result)
+            fileio.write_json(self.path("steps", step + ".json"), state.relative_paths(result, self.work_dir))
         return result
 
     def load_step(self, step: str) -> Optional[Dict[str, Any]]:
-        p = self.path("steps", step + ".json")
-        return fileio.read_json(p) if os.path.isfile(p) else None
+        """The saved results of ``step`` (``steps/<step>.json``), or None when it has none; its paths
+        inside the run folder are relative to it (``pipeline.steps.base.in_run_folder`` joins them).
+
+        Read as typed, bounded data (``state.read_json_state``; each field checked against the step's
+        result class). A damaged file of a step this run replaces (``replacing``) reads as None, with a
+        warning: the run removes it before anything could read it.
+
+        Raises:
+            RunFolderError: the file is damaged (a folder, truncated JSON, another JSON type, a field of
+                another type): which file, what was expected and found, and to run the step again.
+        """
+        from ..steps import BY_NAME  # the result class of the step named: the driver's floor knows no step
+        path = self.path("steps", step + ".json")
+        what, fix = "the %s step's results" % step, state.step_fix(step)
+        try:
+            data = state.read_json_state(path, dict, what, fix)
+            if data is not None and step in BY_NAME:
+                state.check_fields(data, state.field_hints(BY_NAME[step].result), path, what, fix)
+        except RunFolderError as exc:
+            if step not in self.replacing:
+                raise
+            if step not in self._warned:
+                self._warned.add(step)
+                log.warning("%s. This run replaces it", str(exc).split("; ")[0])
+            return None
+        return data
 
     def require(self, step: str, by: str) -> Dict[str, Any]:
         """The results of an earlier ``step`` that ``by`` needs; PipelineError saying to run it first."""
@@ -154,9 +191,10 @@ class RunDir:
 
     def _recorded(self, name: str) -> List[str]:
         path = self._record_path(name)
-        if not os.path.isfile(path):
-            return []
-        files = fileio.read_json(path).get("files", [])
+        record, damaged = state.read_record(path)
+        if damaged:  # nothing is removed on its word: what it listed stays, and is reported as unrecorded
+            log.warning("%s; it is ignored and replaced: the files it listed stay until you remove them", damaged)
+        files = (record or {}).get("files", [])
         # only paths inside the run folder: the record is data, a hand-edited one must not reach outside
         return [f for f in files if isinstance(f, str) and not os.path.isabs(f)
                 and os.path.normpath(f) == f and not f.startswith("..")]
@@ -174,8 +212,8 @@ def lock_work_dir(work_dir: str) -> Any:
     as a run folder (the module docstring, "Ownership").
 
     Raises:
-        PipelineError: the folder cannot be created or written, another run holds the lock, or it
-            holds files the pipeline did not write (nothing in it is changed).
+        PipelineError: the folder cannot be created or written, or another run holds the lock.
+        RunFolderError: it is not the pipeline's (``state.check_owned``; nothing in it is changed).
     """
     if is_step_child(work_dir):
         return None  # a child process of the run that holds the lock
@@ -208,25 +246,18 @@ def lock_work_dir(work_dir: str) -> Any:
 
 
 def _claim(work_dir: str, made_lock: bool) -> None:
-    """Mark ``work_dir`` as a run folder, or refuse a folder that holds files the pipeline did not
-    write (the lock file it just made is removed again then)."""
-    mark = os.path.join(work_dir, MARK_FILE)
-    if os.path.exists(mark):
-        return
-    others = sorted(n for n in os.listdir(work_dir) if n not in (LOCK_FILE, MARK_FILE))
-    legacy = os.path.isfile(os.path.join(work_dir, STATUS_FILE)) and os.path.isdir(os.path.join(work_dir, "steps"))
-    if others and not legacy:
+    """Mark ``work_dir`` as a run folder when it is empty, or refuse a folder that is not the pipeline's
+    (``state.check_owned``; the lock file it just made is removed again then)."""
+    try:
+        owned = check_owned(work_dir)
+    except RunFolderError:
         if made_lock:
             os.remove(os.path.join(work_dir, LOCK_FILE))
-        raise PipelineError(
-            "run.work_dir %s already holds files the pipeline did not write (%s%s): a run replaces and removes "
-            "model/, export/, quantize_result/, compile/, deploy/ and more in its folder. Name a new or empty "
-            "folder with --set run.work_dir=...; nothing was changed"
-            % (work_dir, ", ".join(others[:5]), ", ..." if len(others) > 5 else ""))
-    if legacy:
-        log.info("%s: a run folder from before the ownership mark; marked as the pipeline's", work_dir)
-    fileio.write_text(mark, json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-                                        "by": "pipeline (python -m pipeline run)"}) + "\n")
+        raise
+    if not owned:
+        fileio.write_text(os.path.join(work_dir, MARK_FILE),
+                          json.dumps({"created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                                      "by": "pipeline (python -m pipeline run)"}) + "\n")
 
 
 def _files(work_dir: str, folder: str) -> Snapshot:

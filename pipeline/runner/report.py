@@ -4,19 +4,28 @@ The report is rebuilt from ``steps/*.json`` after every invocation, so it always
 whole run folder, whichever steps ran in which process. This module is the frame (status, warnings,
 the quantizer's changes, the source, artifacts, versions) and names no step: each step result
 renders its own keys, section and summary lines (``pipeline.steps.base.StepResult``).
+
+report.json and report.md hold no path of the run folder: the paths inside it are relative to it, so
+a moved or copied folder's report stays true. The summary the command line prints shows them against
+the folder's path as the user named it (``render_summary``).
 """
+import logging
 import os
 import platform
 import sys
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence
 
 from .. import fileio, support
 from .._version import __version__
+from ..errors import RunFolderError
 from ..steps import ORDER, load_results
-from .folder import SOURCE_FILE
+from .state import SOURCE_FILE, read_json_state, step_fix
+
+log = logging.getLogger("pipeline")
 
 # Files that describe the invocation rather than hold its results: not listed as artifacts.
 REPORT_FILES = ("report.json", "report.md", "status.json")
+SOURCE_FIX = "every run writes it anew at its end; remove it to go on without the source's description"
 
 
 # module name -> distribution name, for the versions of packages the run did not import
@@ -68,40 +77,80 @@ def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, A
     return sorted(rows, key=lambda row: row["path"])
 
 
+def rendered(name: str, what: Callable[[], Any]) -> Any:
+    """``what()``, a step result's rendering; a saved result whose content the rendering cannot use
+    (a key missing or of another type deep inside it) is a RunFolderError naming its file and the fix."""
+    try:
+        return what()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise RunFolderError("%s: expected the %s step's results as this version of the pipeline writes them, "
+                             "found content it cannot use (%s: %s); %s" % (os.path.join("steps", name + ".json"), name,
+                                                                        type(exc).__name__, exc, step_fix(name)))
+
+
+def read_source(run: Any) -> Optional[Dict[str, Any]]:
+    """source.json's content (typed, bounded); a damaged one is left out with a warning: every run writes
+    it anew at its end."""
+    try:
+        return read_json_state(run.path(SOURCE_FILE), dict, "the source's description", SOURCE_FIX)
+    except RunFolderError as exc:
+        log.warning("%s", exc)
+        return None
+
+
 def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
     """report.json's content for the run folder ``run`` (``pipeline.runner.folder.RunDir``) from ``results``, the
     typed step results in the run folder (``pipeline.steps.load_results``): the frame (status, run,
     warnings, the quantizer's changes, the source, every step's saved result, artifacts, versions),
     each step's ``REPORT_KEYS`` (None while it has no result) and ``summary``, the lines the command
-    line prints."""
+    line prints (``render_summary``: paths relative to the run folder).
+
+    Raises:
+        RunFolderError: a saved step result the rendering cannot use (``rendered``).
+    """
     from .status import read_status
-    from ..data.summary import source_summary
     cfg = run.loaded.cfg
-    source_path = run.path(SOURCE_FILE)
-    source = fileio.read_json(source_path) if os.path.isfile(source_path) else None
     report = {
         "status": read_status(run.work_dir),
-        "run": {"name": cfg.run.name, "work_dir": run.work_dir, "config": run.loaded.path,
+        "run": {"name": cfg.run.name, "config": run.loaded.path,
                 "config_sha256": run.loaded.hash(), "backend": cfg.quantizer.backend,
                 "target": run.loaded.target.name},
     }  # type: Dict[str, Any]
     for step in ORDER:
         report.update(dict.fromkeys(step.result.REPORT_KEYS))
         if step.name in results:
-            report.update(results[step.name].report_fields(run.work_dir))
+            result = results[step.name]
+            report.update(rendered(step.name, lambda: result.report_fields("")))
     verdict = support.current()
-    warnings = [w for r in results.values() for w in r.step_warnings()]
-    report.update(warnings=warnings, support={"kind": verdict.kind, "text": verdict.text}, quantizer_changes=quantizer_changes(results), source=source,
+    warnings = [w for name, r in results.items() for w in rendered(name, r.step_warnings)]
+    report.update(warnings=warnings, support={"kind": verdict.kind, "text": verdict.text},
+                  quantizer_changes=quantizer_changes(results), source=read_source(run),
                   steps={name: r.to_json() for name, r in results.items()},
                   artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in results]),
                   versions=versions())
-    report["summary"] = (["warning: %s" % w for w in warnings]
-                         + [line for r in results.values() for line in r.summary_lines(run.work_dir)]
-                         + source_summary(source)
-                         # an environment outside the proven matrix says so with the results it gave
-                         + ([] if verdict.kind == "proven" else ["environment: %s" % verdict.text])
-                         + ["report: %s" % os.path.join(run.work_dir, "report.md")])
+    report["summary"] = render_summary(report, "")
     return report
+
+
+def render_summary(report: Dict[str, Any], root: str) -> List[str]:
+    """The summary lines of ``report`` (report.json's content): warnings, each step's summary lines, the
+    source's, the environment's verdict when it is not proven, the report's path; the run folder's paths
+    shown against ``root`` ("" in report.json: relative to the folder; the folder's path for the
+    command line)."""
+    from ..data.summary import source_summary
+    lines = ["warning: %s" % w for w in report["warnings"]]
+    for step in ORDER:  # in pipeline order, whatever the order of the keys
+        if step.name in report["steps"]:
+            result = step.result.from_json(report["steps"][step.name])
+            lines += rendered(step.name, lambda: result.summary_lines(root))
+    try:
+        lines += source_summary(report.get("source"))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        log.warning("%s: its content cannot be shown (%s: %s); %s", SOURCE_FILE, type(exc).__name__, exc, SOURCE_FIX)
+    support_kind = (report.get("support") or {}).get("kind")
+    if support_kind not in (None, "proven"):  # an environment outside the proven matrix says so with its results
+        lines.append("environment: %s" % report["support"]["text"])
+    return lines + ["report: %s" % (os.path.join(root, "report.md") if root else "report.md")]
 
 
 def quantizer_changes(results: Dict[str, Any]) -> List[str]:
@@ -110,8 +159,8 @@ def quantizer_changes(results: Dict[str, Any]) -> List[str]:
     ``quantizer_changes`` (the inspect step's node notes, the per-layer sensitivity notes), one line
     per change with the nodes it applies to."""
     by_change = {}  # type: Dict[str, List[str]]
-    for result in results.values():
-        for change, node in result.quantizer_changes():
+    for name, result in results.items():
+        for change, node in rendered(name, result.quantizer_changes):
             by_change.setdefault(change, []).append(node)
     return ["%s (%s)" % (change, ", ".join(_ordered_unique(nodes))) for change, nodes in by_change.items()]
 
@@ -139,17 +188,19 @@ def render_markdown(r: Dict[str, Any], results: Dict[str, Any]) -> str:
              "- config: `%s` (hash of the resolved settings `%s`)" % (r["run"]["config"],
                                                                         r["run"]["config_sha256"][:16]),
              "- backend: `%s`, target: `%s`" % (r["run"]["backend"], r["run"]["target"]), ""]
-    work_dir = r["run"]["work_dir"]
-    headlines = [line for result in results.values() for line in result.summary_lines(work_dir)]
+    headlines = [line for name, result in results.items() for line in rendered(name, lambda: result.summary_lines(""))]
     if headlines:
         lines += ["## Summary", ""] + ["- %s" % line for line in headlines] + [""]
     if r["warnings"]:
         lines += ["## Warnings", ""] + ["- %s" % w for w in r["warnings"]] + [""]
     if r["quantizer_changes"]:
         lines += ["## Changes the quantizer makes for the DPU", ""] + ["- %s" % c for c in r["quantizer_changes"]] + [""]
-    for result in results.values():
-        lines += result.report_section(work_dir)
-    lines += source_section(r.get("source"))
+    for name, result in results.items():
+        lines += rendered(name, lambda: result.report_section(""))
+    try:
+        lines += source_section(r.get("source"))
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        log.warning("%s: its content cannot be shown (%s: %s); %s", SOURCE_FILE, type(exc).__name__, exc, SOURCE_FIX)
     lines += ["## Artifacts", "", "| file | bytes | sha256 |", "|---|---|---|"]
     lines += ["| %s%s | %d | `%s` |" % (a["path"], " (left by an unfinished step)" if a.get("incomplete") else "",
                                        a["bytes"], a["sha256"][:16]) for a in r["artifacts"]]

@@ -17,9 +17,16 @@ import socket
 from typing import Any, Dict, List, Optional
 
 from .. import fileio
+from ..errors import RunFolderError
+from ..runlock import LOCK_FILE, holder
+from .state import STATUS_FILE, check_fields, read_json_state
 
-STATUS_FILE = "status.json"
-LOCK_FILE = ".pipeline.lock"
+__all__ = ["STATUS_FILE", "LOCK_FILE", "LOCK_ENV", "is_step_child", "read_status", "RunStatus", "format_status"]
+# the keys of status.json a reader relies on, with their types (pipeline.runner.state.check_fields)
+STATUS_FIELDS = {"state": str, "steps": List[str], "step": Optional[str], "pid": int, "host": str, "started": str,
+                 "step_started": str, "finished": str, "error": str, "world_size": int,
+                 "previous": Optional[Dict[str, Any]]}
+STATUS_FIX = "it is written anew by the next run into this folder; remove it to read the folder as never run"
 LOCK_ENV = "PIPELINE_LOCKED_WORK_DIR"  # set for the child processes of the run that holds the lock
 
 
@@ -35,19 +42,9 @@ def _now() -> str:
 
 def _lock_held(work_dir: str) -> Optional[bool]:
     """Whether some process holds the run folder's flock (None when there is no lock file)."""
-    import fcntl
-    path = os.path.join(work_dir, LOCK_FILE)
-    try:
-        handle = open(path, "r")
-    except OSError:
+    if not os.path.isfile(os.path.join(work_dir, LOCK_FILE)):
         return None
-    try:
-        fcntl.flock(handle.fileno(), fcntl.LOCK_SH | fcntl.LOCK_NB)
-    except OSError:
-        return True
-    finally:
-        handle.close()  # also drops the shared lock taken just now
-    return False
+    return holder(work_dir) is not None
 
 
 def _pid_alive(pid: Any) -> bool:
@@ -62,23 +59,31 @@ def _pid_alive(pid: Any) -> bool:
     return True
 
 
-def read_status(work_dir: str) -> Dict[str, Any]:
+def read_status(work_dir: str, strict: bool = False) -> Dict[str, Any]:
     """The state of the run folder ``work_dir``, as ``status.json`` says, corrected for a dead run.
 
     Returns:
-        ``status.json``'s content; when it says ``running`` but the run is gone (its lock is free,
-        or without a lock file its pid is dead or on another host), ``state`` is ``interrupted``
-        and ``error`` says at which step and since when. ``{"state": "unknown"}`` without a file.
+        ``status.json``'s content (read as typed, bounded data: ``STATUS_FIELDS``); when it says
+        ``running`` but the run is gone (its lock is free, or without a lock file its pid is dead or on
+        another host), ``state`` is ``interrupted`` and ``error`` says at which step and since when.
+        ``{"state": "unknown"}`` without a file; with a damaged one (not ``strict``), ``"unknown"`` and
+        ``error`` saying which file, what was found and what to do.
+
+    Raises:
+        RunFolderError: ``strict`` and status.json is damaged (a folder, truncated JSON, not an object,
+            a key of another type).
     """
     path = os.path.join(work_dir, STATUS_FILE)
-    if not os.path.isfile(path):
-        return {"state": "unknown"}
     try:
-        status = fileio.read_json(path)
-    except ValueError:
-        return {"state": "unknown", "error": "%s is not valid JSON" % path}
-    if not isinstance(status, dict):
-        return {"state": "unknown", "error": "%s holds a JSON %s, not an object" % (path, type(status).__name__)}
+        status = read_json_state(path, dict, "the run's status", STATUS_FIX)
+        if status is not None:
+            check_fields(status, STATUS_FIELDS, path, "the run's status", STATUS_FIX)
+    except RunFolderError as exc:
+        if strict:
+            raise
+        return {"state": "unknown", "error": str(exc)}
+    if status is None:
+        return {"state": "unknown"}
     if status.get("state") != "running":
         return status
     held = _lock_held(work_dir)
@@ -140,3 +145,50 @@ class RunStatus:
     def _write(self) -> None:
         if self.owner:
             fileio.write_json(os.path.join(self.work_dir, STATUS_FILE), self.status)
+
+
+def format_status(work_dir: str, status: Dict[str, Any]) -> str:
+    """``python -m pipeline status``'s text for people: the state, the step, the pid, the times, and what
+    to do next (``status`` is ``read_status``'s result)."""
+    state = status.get("state", "unknown")
+    steps = status.get("steps") or []
+    step = status.get("step")
+    lines = ["run folder: %s" % work_dir]
+    if state == "running":
+        lines += ["state: running step %s (pid %s on %s)" % (step or "(starting)", status.get("pid"), status.get("host")),
+                  "started: %s%s" % (status.get("started"), ", this step since %s" % status["step_started"]
+                                     if status.get("step_started") else "")]
+    elif state == "ok":
+        lines += ["state: ok", "started: %s, finished: %s" % (status.get("started"), status.get("finished"))]
+    elif state in ("failed", "interrupted"):
+        lines += ["state: %s %s" % (state, "at step %s" % step if step else "before its first step"),
+                  "started: %s%s" % (status.get("started"), ", stopped: %s" % status["finished"]
+                                     if status.get("finished") else "")]
+    else:
+        lines.append("state: unknown: no run has recorded its status here")
+    if steps:
+        lines.append("steps of the run: %s" % ", ".join(steps))
+    if status.get("error"):
+        lines.append("%s: %s" % ("error" if state != "interrupted" else "why", status["error"]))
+    previous = status.get("previous")
+    if isinstance(previous, dict) and previous.get("pid") is not None:
+        lines.append("the run before it (pid %s) was interrupted during step %s" % (previous.get("pid"), previous.get("step")))
+    report = os.path.join(work_dir, "report.md")
+    if os.path.isfile(report) and state != "unknown":
+        lines.append("report: %s" % report)
+    lines.append("next: %s" % _next_action(state, steps, step, status.get("pid")))
+    return "\n".join(lines)
+
+
+def _next_action(state: str, steps: List[str], step: Optional[str], pid: Any) -> str:
+    if state == "running":
+        return "wait for it to finish (run this command again to follow it), or stop it with kill %s" % pid
+    if state == "ok":
+        return "the results are in the report; run the steps again to redo them"
+    if state in ("failed", "interrupted"):
+        rest = steps[steps.index(step):] if step in steps else steps
+        return ("%srun the same command again%s: the results of the steps before %s are kept"
+                % ("fix the cause above, then " if state == "failed" else "",
+                   " with --steps %s" % ",".join(rest) if rest and rest != steps else "", step or "it")
+                if step else "run the same command again")
+    return "run a config into this folder: python -m pipeline run CONFIG --set run.work_dir=<this folder>"

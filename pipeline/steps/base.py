@@ -4,8 +4,20 @@ A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; `
 checks ``requires``, runs it, saves the result as steps/<name>.json and then calls ``check`` (a verdict
 that fails the step after its results are saved); the driver (``pipeline.runner.driver``) calls it.
 """
+import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple
+
+
+def in_run_folder(path: Any, root: str) -> Any:
+    """A path a saved step result holds, shown against ``root``: the run folder stores the paths inside
+    it relative to itself (a moved or copied folder reads the same), so a relative ``path`` is joined to
+    ``root`` ("" for the run folder's own reports: the path stays relative to it; the folder's current
+    path for the command line); an absolute one (outside the folder, or saved by an older version) is
+    kept. Anything else (None, "") comes back as it is."""
+    if not isinstance(path, str) or not path or os.path.isabs(path):
+        return path
+    return os.path.join(root, path) if root else path
 
 
 def omitted_when_none(default: Any = None) -> Any:
@@ -46,8 +58,10 @@ class StepResult:
     # report.json it fills, None there while the step has no result.
     REPORT_KEYS = ()  # type: Tuple[str, ...]
 
+    # ``work_dir`` below is the folder the result's paths are shown against (``in_run_folder``): "" for
+    # report.json and report.md (paths relative to the run folder), its current path for the command line.
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
-        """This result's keys of report.json (``REPORT_KEYS``); paths relative to ``work_dir``."""
+        """This result's keys of report.json (``REPORT_KEYS``); paths shown against ``work_dir``."""
         return {}
 
     def report_section(self, work_dir: str) -> List[str]:

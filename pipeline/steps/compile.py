@@ -5,7 +5,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .base import Step, StepResult, omitted_when_none
+from .base import Step, StepResult, in_run_folder, omitted_when_none
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
@@ -34,14 +34,25 @@ class CompileResult(StepResult):
         if self.compiled:
             line = "compiled: `%s`" % self.compiled
         else:
+            plan = self._plan(work_dir)
             line = "not compiled: %s. Next: %s. The exact command is in `%s`." % (
-                self.reason, self.next or "see `%s`" % (self.plan or {}).get("plan"), (self.plan or {}).get("script"))
+                self.reason, self._next(work_dir) or "see `%s`" % plan.get("plan"), plan.get("script"))
         return ["## Compile", "", line, ""]
 
     def summary_lines(self, work_dir: str) -> List[str]:
         if self.compiled:
             return ["compiled: %s" % self.compiled]
-        return ["not compiled: %s; %s" % (self.reason, self.next or "%s says how" % (self.plan or {}).get("plan"))]
+        return ["not compiled: %s; %s" % (self.reason, self._next(work_dir) or "%s says how" % self._plan(work_dir).get("plan"))]
+
+    def _plan(self, work_dir: str) -> Dict[str, str]:
+        return {k: in_run_folder(v, work_dir) for k, v in (self.plan or {}).items()}
+
+    def _next(self, work_dir: str) -> Optional[str]:
+        """``next`` with the script's path (stored relative to the run folder) shown against ``work_dir``."""
+        script = (self.plan or {}).get("script")
+        if not self.next or not script or os.path.isabs(script):
+            return self.next
+        return self.next.replace(script, in_run_folder(script, work_dir), 1)
 
 
 def preflight(ctx: "StepContext") -> None:
@@ -88,7 +99,7 @@ def run(ctx: "StepContext") -> CompileResult:
     if not os.path.relpath(config).startswith(".."):
         config = os.path.relpath(config)  # as the user passes it from the repository root
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config,
-                                         release_warnings=export.get("release_warnings"))
+                                         release_warnings=export.get("release_warnings"), root=ctx.folder.work_dir)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,
                          next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files))
@@ -98,13 +109,14 @@ def _no_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> str:
     """Why there is no xmodel to compile, in one sentence."""
     recorded = (export.get("files") or {}).get("xmodel")
     if recorded:
-        return "the exported xmodel %s is missing from %s" % (os.path.basename(recorded), ctx.folder.path("export"))
+        return "the exported xmodel %s is missing from the run folder's export/" % os.path.basename(recorded)
     return "no xmodel was exported (export.formats: %s)" % ", ".join(ctx.cfg.export.formats)
 
 
 def _next(ctx: "StepContext", exported: bool, compiler: bool, plan_files: Dict[str, str]) -> str:
     """What the user does next, true for this run: compile.sh compiles an xmodel only when there is one."""
-    image = "run %s inside the Vitis AI image" % plan_files["script"]  # compile_plan.md next to it says how
+    # the script's path relative to the run folder, as the result stores it (summary_lines shows it in place)
+    image = "run %s inside the Vitis AI image" % os.path.relpath(plan_files["script"], ctx.folder.work_dir)
     if exported:  # only the compiler is missing
         return image
     formats = [f for f in ctx.cfg.export.formats if f != "xmodel"] + ["xmodel"]

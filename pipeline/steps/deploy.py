@@ -2,6 +2,7 @@
 
 Reads, when present, the export step's example shape and the test step's accuracy (not required).
 """
+import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
 
@@ -30,7 +31,10 @@ def run(ctx: "StepContext") -> DeployResult:
     classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
                       "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
     from .compile import quantized_xmodel
-    manifest = build_bundle(ctx.folder.work_dir, ctx.folder.path("deploy"), comp.get("compiled"), preprocess,
+    compiled = comp.get("compiled")
+    if isinstance(compiled, dict) and isinstance(compiled.get("xmodel"), str):  # stored relative to the run folder
+        compiled = dict(compiled, xmodel=os.path.join(ctx.folder.work_dir, compiled["xmodel"]))
+    manifest = build_bundle(ctx.folder.work_dir, ctx.folder.path("deploy"), compiled, preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
                             quantized_xmodel=quantized_xmodel(ctx, export))
     return DeployResult(manifest=manifest)

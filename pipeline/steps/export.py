@@ -1,10 +1,9 @@
 """export: write the quantized model in export.formats from a batch-1 example, verified by the backend."""
 import logging
-import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List
 
-from .base import Step, StepResult
+from .base import Step, StepResult, in_run_folder
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
@@ -110,12 +109,12 @@ def run(ctx: "StepContext") -> ExportResult:
 
 
 def xmodel_summary(report: Any, work_dir: str) -> Any:
-    """The export's xmodel report for report.json: path (relative to the run folder), ops, fix ops,
+    """The export's xmodel report for report.json: path (shown against ``work_dir``), ops, fix ops,
     bytes, check, and the interpreter's comparison with the simulation; None without an xmodel."""
     if not report or "path" not in report:
         return None
     run = report.get("interpreter", {})
-    return {"path": os.path.relpath(report["path"], work_dir), "ops": report["ops"], "fix_ops": report["fix_ops"],
+    return {"path": in_run_folder(report["path"], work_dir), "ops": report["ops"], "fix_ops": report["fix_ops"],
             "bytes": report["bytes"], "check": report["check"], "elements": run.get("elements", 0),
             "mismatches": run.get("mismatches", 0)}
 

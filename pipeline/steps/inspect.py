@@ -3,7 +3,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Tuple
 
-from .base import Step, StepResult
+from .base import Step, StepResult, in_run_folder
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
@@ -22,7 +22,7 @@ class InspectResult(StepResult):
         return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
 
     def summary_lines(self, work_dir: str) -> List[str]:
-        return ["reports: %s" % ", ".join(sorted(self.files.values())), self.summary]
+        return ["reports: %s" % ", ".join(sorted(in_run_folder(p, work_dir) for p in self.files.values())), self.summary]
 
 
 def run(ctx: "StepContext") -> InspectResult:

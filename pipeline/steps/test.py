@@ -1,12 +1,11 @@
 """test: float and quantized top-1 accuracy on the eval split, and the per-layer sensitivity."""
 import logging
 import math
-import os
 import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .base import Step, StepResult, omitted_when_none, transient
+from .base import Step, StepResult, in_run_folder, omitted_when_none, transient
 from .calib import ranks
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
@@ -43,7 +42,7 @@ class TestResult(StepResult):
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"float_accuracy": self.float_accuracy, "quant_accuracy": self.quant_accuracy,
                 "accuracy_drop": self.accuracy_drop, "eval_images": self.eval_images, "sensitivity": self.sensitivity,
-                "plots": {k: os.path.relpath(v, work_dir) for k, v in self.plots.items()}}
+                "plots": {k: in_run_folder(v, work_dir) for k, v in self.plots.items()}}
 
     def report_section(self, work_dir: str) -> List[str]:
         lines = ["## Accuracy", "", "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",

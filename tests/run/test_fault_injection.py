@@ -146,8 +146,8 @@ def test_a_run_killed_at_every_rename_of_calib_and_export_reports_the_truth(tmp_
                 assert ("stopped during step %s" % step if on_disk["step"] else "before its first step") \
                     in status["error"]
             _check_report(work)
-            cli = subprocess.run([sys.executable, "-m", "pipeline", "status", work], cwd=REPO, capture_output=True,
-                                 text=True)
+            cli = subprocess.run([sys.executable, "-m", "pipeline", "status", work, "--json"], cwd=REPO,
+                                 capture_output=True, text=True)
             assert json.loads(cli.stdout)["state"] == status["state"]
             # the drop-in test mode on the run's calibration: refused, or exactly the clean one
             try:
@@ -166,15 +166,18 @@ def test_a_run_killed_at_every_rename_of_calib_and_export_reports_the_truth(tmp_
         _check_report(work)
 
 
-def test_an_early_os_error_leaves_status_failed_not_the_previous_ok(tmp_path):
+def test_an_early_os_error_leaves_status_failed_not_the_previous_ok(tmp_path, monkeypatch):
+    from pipeline.runner.folder import RunDir
     config, _ = make_case(tmp_path)
     work = tmp_path / "run"
     pipeline_run = __import__("pipeline").run
     pipeline_run(config, steps=["train"])
     with open(str(work / "status.json")) as f:
         assert json.load(f)["state"] == "ok"
-    os.remove(str(work / "config.resolved.yaml"))
-    os.mkdir(str(work / "config.resolved.yaml"))  # the run's first write now fails (EISDIR)
+
+    def fails(self):  # the run's first write fails (a folder where the file belongs is refused before the run)
+        raise IsADirectoryError(21, "Is a directory", self.path("config.resolved.yaml"))
+    monkeypatch.setattr(RunDir, "write_resolved_config", fails)
     with pytest.raises(OSError):
         pipeline_run(config, steps=["train"])
     status = read_status(str(work))

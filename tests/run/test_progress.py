@@ -74,12 +74,14 @@ def test_without_an_xmodel_the_last_lines_do_not_send_the_user_to_compile_sh(onn
 
 
 def test_next_step_names_compile_sh_only_for_an_exported_xmodel():
-    ctx = SimpleNamespace(cfg=SimpleNamespace(export=SimpleNamespace(formats=["onnx_exact"])))
-    plan = {"script": "run/compile/compile.sh", "plan": "run/compile/compile_plan.md"}
-    assert _next(ctx, True, False, plan).startswith("run run/compile/compile.sh inside the Vitis AI image")
+    # the script named relative to the run folder, as steps/compile.json stores it (summary_lines shows it in place)
+    ctx = SimpleNamespace(cfg=SimpleNamespace(export=SimpleNamespace(formats=["onnx_exact"])),
+                          folder=SimpleNamespace(work_dir="/w/run"))
+    plan = {"script": "/w/run/compile/compile.sh", "plan": "/w/run/compile/compile_plan.md"}
+    assert _next(ctx, True, False, plan).startswith("run compile/compile.sh inside the Vitis AI image")
     without = _next(ctx, False, False, plan)
     assert without.startswith("export the xmodel first: run again with --set export.formats=[onnx_exact,xmodel] "
-                              "--steps export,compile,deploy, then run run/compile/compile.sh")
+                              "--steps export,compile,deploy, then run compile/compile.sh")
     here = _next(ctx, False, True, plan)  # vai_c_xir here: the rerun compiles, no compile.sh to run
     assert "compile.sh" not in here and here.endswith("(the compile step then compiles it here)")
 

@@ -423,13 +423,14 @@ def test_a_hand_edited_record_cannot_remove_files_outside_the_run_folder(tmp_pat
     assert outside.read_text() == "keep"
 
 
-def test_a_run_folder_from_before_the_mark_is_adopted(tmp_path):
+def test_a_run_folder_from_before_the_mark_is_refused_not_adopted(tmp_path):
     cfg, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     pipeline.run(cfg, steps=["train"])
     work = tmp_path / "run"
     os.remove(str(work / ".pipeline-run"))  # as an earlier version left it: status.json and steps/
-    pipeline.run(cfg, steps=["train"])
-    assert (work / ".pipeline-run").is_file()
+    with pytest.raises(PipelineError, match="not adopted"):  # its shape proves nothing (tests/run/test_run_folder_state.py)
+        pipeline.run(cfg, steps=["train"])
+    assert not (work / ".pipeline-run").exists()
 
 
 # ---- the split: the same rows in every process, whatever the order of the keys -------------------
@@ -498,5 +499,5 @@ def test_a_status_json_that_is_not_an_object_reads_as_unknown_and_the_next_run_g
     pipeline.run(cfg, steps=["train"])
     (tmp_path / "run" / "status.json").write_text("[1, 2, 3]")
     status = read_status(str(tmp_path / "run"))
-    assert status["state"] == "unknown" and "not an object" in status["error"]
+    assert status["state"] == "unknown" and "expected the run's status (a JSON object), found a list" in status["error"]
     assert pipeline.run(cfg, steps=["train"])["status"]["state"] == "ok"
