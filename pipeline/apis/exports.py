@@ -12,6 +12,7 @@ import torch
 from ..errors import ExportError, QuantizationError
 from ..fileio import write_bytes
 from ..quantizers.quant_info import QUANT_INFO_FILE
+from ..quantizers.sim.finite import check_inputs
 from .notes import note
 
 
@@ -146,7 +147,8 @@ class TestModeMethods:
         Raises:
             QuantizationError: calib mode, or no test-mode forward yet (the real quantizer only
                 logs these and returns None).
-            ExportError: the trace does not reproduce the simulation on the example.
+            ExportError: the example input holds NaN or inf (nothing compared would be finite), or
+                the trace does not reproduce the simulation on the example.
         """
         self._check_exportable("export_torch_script", output_dir)
         gm = self._model
@@ -154,6 +156,8 @@ class TestModeMethods:
         # counter stays the user's
         plain = torch.fx.GraphModule(gm, copy.deepcopy(gm.graph), class_name=gm.__class__.__name__).eval()
         example1 = self._example1()
+        # a check on NaN would pass NaN against NaN (pipeline.quantizers.sim.finite, rule 1)
+        check_inputs(example1, "export_torch_script", "give torch_quantizer a finite example input; nothing was written")
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.x calls TorchScript deprecated; it is the format the real quantizer writes
             warnings.filterwarnings("ignore", message=r".*torch\.jit", category=DeprecationWarning)

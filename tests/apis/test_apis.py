@@ -210,6 +210,21 @@ def _bits(t):
 
 
 @pytest.mark.filterwarnings("ignore:.*torch.jit:DeprecationWarning")
+def test_export_torch_script_refuses_an_example_holding_nan(tmp_path):
+    """The bit-for-bit check of the trace would pass NaN against NaN: a NaN example is refused."""
+    from pipeline.errors import ExportError
+    calibrate_with_api(tmp_path)
+    x = small_batches(1)[0].clone()
+    x[0, 0, 0, 0] = float("nan")
+    q = torch_quantizer("test", small_net(), (x,), output_dir=str(tmp_path), device="cpu")
+    q.quant_model(x[1:])
+    with pytest.raises(ExportError, match="export_torch_script") as err:
+        q.export_torch_script(output_dir=str(tmp_path / "ts"))
+    assert "nothing was written" in str(err.value)
+    assert not (tmp_path / "ts").exists() or os.listdir(str(tmp_path / "ts")) == []
+
+
+@pytest.mark.filterwarnings("ignore:.*torch.jit:DeprecationWarning")
 def test_export_torch_script_is_bit_exact_after_reload(tmp_path):
     calibrate_with_api(tmp_path)
     x = small_batches(1)[0]
