@@ -44,6 +44,13 @@ class RunFolderError(PipelineError):
     found and what to do."""
 
 
+class HandoffError(PipelineError):
+    """A file one step handed to the next (an exported or compiled xmodel, the trained weights, the compile
+    plan, the example input) is missing, empty, truncated, corrupted or another file than the step recorded
+    (``pipeline.handoff``): the message names the file, the recorded and the found sha256, and the step to
+    run again."""
+
+
 class ExportError(PipelineError):
     """An export failed or its verification found mismatches (all of them are listed at once)."""
 

@@ -26,9 +26,10 @@ The lock is ``fcntl.flock`` on the folder itself (no lock file is left in it). W
 available (Windows) or the file system refuses it (some network mounts), the export goes on without
 the lock and warns once; the written-bytes digests still make a mix refused rather than accepted.
 
-``check_committed`` (test mode, test and export steps) refuses a folder whose manifest says
+``check_committed`` (test mode, the test, export and deploy steps) refuses a folder whose manifest says
 "writing" (an interrupted calibration), lists a file that is missing or whose bytes changed (a mix
-of two calibrations), and then compares the calibration fingerprint
+of two calibrations; the files are compared as every hand-off between steps is, ``pipeline.handoff``),
+and then compares the calibration fingerprint
 (``pipeline.quantizers.fingerprint``). A folder without a manifest was not written by this package
 (the real quantizer's ``quant_info.json``): the drop-in API accepts it, the runner does not.
 """
@@ -42,6 +43,7 @@ from typing import Any, Dict, Iterable, Iterator, List, Optional
 
 from ..errors import QuantizationError
 from ..fileio import read_json, sha256_file, write_json
+from ..handoff import mismatch
 from .fingerprint import FILE_NAME as FINGERPRINT_FILE
 from .fingerprint import check_fingerprint, read_fingerprint
 
@@ -193,17 +195,19 @@ def check_committed(out_dir: str, expected: Optional[Dict[str, Any]] = None, ign
         raise QuantizationError("the calibration in %s was interrupted while its files were written (pid %s, started "
                                 "%s): the folder may mix an old and a new calibration, so it is not used; %s"
                                 % (out_dir, manifest.get("pid"), manifest.get("started"), redo))
-    problems = []  # type: List[str]
+    problems, found_instead = [], []  # type: List[str], List[str]
     for name, digest in sorted((manifest.get("files") or {}).items()):
-        path = os.path.join(out_dir, name)
-        if not os.path.isfile(path):
+        found = mismatch(os.path.join(out_dir, name), digest)  # the hand-off check every step uses
+        if found == "it is missing":
             problems.append("%s is missing" % name)
-        elif sha256_file(path) != digest:
+        elif found is not None:
             problems.append("%s is not the file the calibration wrote" % name)
+            found_instead.append("%s: %s" % (name, found))
     if problems:
         raise QuantizationError("the calibration in %s is not the one committed in %s (%s): files from another "
-                                "calibration or edits were mixed in, so it is not used; %s"
-                                % (out_dir, MANIFEST_FILE, "; ".join(problems), redo))
+                                "calibration or edits were mixed in, so it is not used%s; %s"
+                                % (out_dir, MANIFEST_FILE, "; ".join(problems),
+                                   " (%s)" % "; ".join(found_instead) if found_instead else "", redo))
     if expected is not None and FINGERPRINT_FILE in (manifest.get("files") or {}):
         stored = read_fingerprint(out_dir)
         skip = set(ignore) | (set(stored) - set(expected))

@@ -33,7 +33,13 @@ def transient(default_factory: Callable[[], Any]) -> Any:
 @dataclass
 class StepResult:
     """Base of the step results: ``to_json`` gives steps/<step>.json's content, ``from_json`` reads it back
-    (unknown keys ignored, missing ones at their defaults)."""
+    (unknown keys ignored, missing ones at their defaults).
+
+    ``handed_on``: the files this step hands to later steps, ``{path relative to the run folder:
+    {"sha256", "bytes"}}`` (``pipeline.handoff.record``); the steps that read them check them against it
+    (``pipeline.handoff.verify``) and refuse a changed, truncated or replaced file. None: it hands on none.
+    """
+    handed_on: Optional[Dict[str, Dict[str, Any]]] = omitted_when_none()
 
     def to_json(self) -> Dict[str, Any]:
         out = {}

@@ -17,7 +17,9 @@ log = logging.getLogger("pipeline")
 class CompileResult(StepResult):
     """steps/compile.json: the compiled files (None when only a plan was written), the vai_c_xir argv,
     the target; ``reason``, ``plan`` and ``next`` (what to do, true for this run: the final summary's
-    line) when a plan was written instead."""
+    line) when a plan was written instead; ``handed_on``: the sha256 of the compiled xmodel, or of
+    compile.sh and compile_plan.md, which the deploy step checks before the bundle carries them.
+    The exported xmodel is checked against the export step's record before it is compiled."""
     compiled: Optional[Dict[str, Any]] = None
     argv: List[str] = field(default_factory=list)
     target: str = ""
@@ -77,6 +79,7 @@ def environment() -> Tuple[str, bool, Optional[str]]:
 
 def run(ctx: "StepContext") -> CompileResult:
     from ..compilers import plan, vai_c
+    from ..handoff import record
     from ..quantizers.base import artifact_name
     c = ctx.cfg.compile
     target = ctx.loaded.target  # resolved once, by the config
@@ -90,7 +93,9 @@ def run(ctx: "StepContext") -> CompileResult:
     argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
     if xmodel and vai_c.is_available():
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
-        return CompileResult(compiled=compiled, argv=argv, target=target.name)
+        # the deploy step checks the compiled model against this sha256 before the bundle carries it
+        return CompileResult(compiled=compiled, argv=argv, target=target.name,
+                             handed_on=record(ctx.folder.work_dir, [compiled["xmodel"]]))
     reasons = [] if vai_c.is_available() else ["vai_c_xir is not on this machine: compiling needs the Vitis AI image"]
     if xmodel is None:
         reasons.append(_no_xmodel(ctx, export))
@@ -102,14 +107,12 @@ def run(ctx: "StepContext") -> CompileResult:
                                          release_warnings=export.get("release_warnings"), root=ctx.folder.work_dir)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,
-                         next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files))
+                         next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files),
+                         handed_on=record(ctx.folder.work_dir, [plan_files["plan"], plan_files["script"]]))
 
 
 def _no_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> str:
-    """Why there is no xmodel to compile, in one sentence."""
-    recorded = (export.get("files") or {}).get("xmodel")
-    if recorded:
-        return "the exported xmodel %s is missing from the run folder's export/" % os.path.basename(recorded)
+    """Why there is no xmodel to compile, in one sentence (a recorded one that is missing was refused)."""
     return "no xmodel was exported (export.formats: %s)" % ", ".join(ctx.cfg.export.formats)
 
 
@@ -125,17 +128,34 @@ def _next(ctx: "StepContext", exported: bool, compiler: bool, plan_files: Dict[s
     return export + (" (the compile step then compiles it here)" if compiler else ", then " + image)
 
 
-def quantized_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> Optional[str]:
-    """The exported ``<Model>_int.xmodel`` in THIS run folder, or None when none was exported.
+REDO_EXPORT = "run the export step again: --steps export,compile,deploy"
+REDO_COMPILE = "run the compile step again: --steps compile,deploy"
 
-    Looked up by file name under ``<run folder>/export``, not by the path the export step recorded:
-    the folder may be read at another path (inside the Vitis AI image, where the repository is
-    mounted at /workspace, ``scripts/docker_run.sh ... --steps compile,deploy``)."""
+
+def exported_xmodel(export: Dict[str, Any]) -> Optional[str]:
+    """The exported ``<Model>_int.xmodel`` as the export step's record names it (``export/<file>``,
+    relative to the run folder), or None when none was exported.
+
+    By file name under ``export/``, not by the path the export step recorded: the folder may be read
+    at another path (inside the Vitis AI image, where the repository is mounted at /workspace,
+    ``scripts/docker_run.sh ... --steps compile,deploy``)."""
     recorded = (export.get("files") or {}).get("xmodel")
-    if not recorded:
+    return "export/" + os.path.basename(recorded) if recorded else None
+
+
+def quantized_xmodel(ctx: "StepContext", export: Dict[str, Any], by: str = "compile") -> Optional[str]:
+    """The exported ``<Model>_int.xmodel`` in THIS run folder, checked against the sha256 the export
+    step recorded (``pipeline.handoff``), or None when none was exported.
+
+    Raises:
+        HandoffError: the file is missing, empty, truncated, changed or another model's: it names the
+            file, the recorded and the found sha256, and to run the export step again.
+    """
+    from ..handoff import verify
+    name = exported_xmodel(export)
+    if name is None:
         return None
-    path = ctx.folder.path("export", os.path.basename(recorded))
-    return path if os.path.isfile(path) else None
+    return verify(ctx.folder.work_dir, export.get("handed_on"), name, "export", by, REDO_EXPORT)
 
 
 STEP = Step("compile", run, writes="compile", requires=("export",), preflight=preflight, environment=environment,

@@ -13,9 +13,11 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class ExportResult(StepResult):
-    """steps/export.json: ``{format: path}``, the example input, the backend's verification reports, and
+    """steps/export.json: ``{format: path}``, the example input, the backend's verification reports,
     ``release_warnings``: the Vitis AI 3.0/3.5 differences the model meets when compile.target's boards
-    run 3.0 (``pipeline.inspect.releases``; the compile plan lists them too)."""
+    run 3.0 (``pipeline.inspect.releases``; the compile plan lists them too), and ``handed_on``: the
+    sha256 of every file written (the compile and deploy steps check the xmodel and the example input
+    against it)."""
     files: Dict[str, str] = field(default_factory=dict)
     example_input: str = ""
     example_shape: List[int] = field(default_factory=list)
@@ -76,6 +78,7 @@ def run(ctx: "StepContext") -> ExportResult:
 
     from .. import fileio
     from ..boundary import contiguous_parameters
+    from ..handoff import record
     from ..inspect.releases import check_model
     from ..progress import phase
     ledger = ctx.feed.new_ledger()
@@ -104,8 +107,11 @@ def run(ctx: "StepContext") -> ExportResult:
     release = check_model(model, example, ctx.loaded.target, traced=ctx.model.trace(model))
     for line in release:
         log.warning("export: %s", line)
+    # what compile and deploy read, with the sha256 they check before using it (pipeline.handoff)
+    handed_on = record(ctx.folder.work_dir, sorted(files.values()) + [np_example])
     return ExportResult(files=files, example_input=np_example, example_shape=list(example.shape),
-                        agreement=agreement, warnings=warnings, ledger=ledger.summary(), release_warnings=release)
+                        agreement=agreement, warnings=warnings, ledger=ledger.summary(), release_warnings=release,
+                        handed_on=handed_on)
 
 
 def xmodel_summary(report: Any, work_dir: str) -> Any:

@@ -32,6 +32,7 @@ class ModelPart:
         self.folder = folder
         self._rows_sha256 = rows_sha256
         self._trace = None  # type: Any  # (model, FloatTrace): the step's one fx trace of its float model
+        self._weights_checked = None  # type: Any  # model/float.pt's (inode, size, mtime) when it matched the record
 
     @property
     def weights_path(self) -> str:
@@ -44,7 +45,8 @@ class ModelPart:
         return self.folder.path("quantize_result")
 
     def float_model(self, need_weights: bool = True) -> torch.nn.Module:
-        """The float model with its trained weights, in eval mode.
+        """The float model with its trained weights, in eval mode; the train step's file is checked
+        against its record first (``check_trained_weights``).
 
         With ``need_weights=False`` and no weights file yet, the seeded, untrained model (enough to
         inspect the architecture).
@@ -55,7 +57,26 @@ class ModelPart:
         model = build_model(m.zoo, m.factory, m.kwargs)
         if not need_weights and not os.path.isfile(self.weights_path):
             return model
+        self.check_trained_weights()
         return load_weights(model, self.weights_path)
+
+    def check_trained_weights(self) -> None:
+        """When the weights are the train step's (``model/float.pt``, no model.weights), check the file
+        against the sha256 the train step recorded (``pipeline.handoff``). Raises HandoffError."""
+        if self.cfg.model.weights is not None:
+            return  # the user's file: the calibration fingerprint records its hash
+        train = self.folder.load_step("train")
+        if train is None or train.get("skipped"):
+            return  # no train step made it in this folder (a file put there by hand is loaded as it is)
+        from ..handoff import rel, verify
+        st = os.stat(self.weights_path) if os.path.isfile(self.weights_path) else None
+        key = None if st is None else (st.st_ino, st.st_size, st.st_mtime_ns)
+        if key is not None and key == self._weights_checked:
+            return  # checked by this process, not rewritten since
+        verify(self.folder.work_dir, train.get("handed_on"), rel(self.folder.work_dir, self.weights_path), "train",
+               "loading the float model", "run the train step again, and the steps after it "
+               "(e.g. --steps train,calib,test,export,compile,deploy)")
+        self._weights_checked = key
 
     def settings(self) -> Any:
         """The quantizer settings (``pipeline.quantizers.base.QuantSettings``) of quantizer.*."""

@@ -13,7 +13,8 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class TrainResult(StepResult):
-    """steps/train.json: ``skipped`` and ``weights`` when model.weights is set; else the training metrics."""
+    """steps/train.json: ``skipped`` and ``weights`` when model.weights is set; else the training metrics
+    and ``handed_on``: the sha256 of model/float.pt, which the later steps check before they load it."""
     skipped: Optional[str] = omitted_when_none()
     epochs: Optional[int] = omitted_when_none()
     final_loss: Optional[float] = omitted_when_none()
@@ -29,6 +30,7 @@ def run(ctx: "StepContext") -> TrainResult:
 
     from .. import fileio
     from ..errors import DataError
+    from ..handoff import record
     from ..models.loading import build_model, non_finite
     from ..train import accuracy, train_model
     from ..progress import progress
@@ -74,7 +76,8 @@ def run(ctx: "StepContext") -> TrainResult:
     log.info("train: %d images, %d epochs in %.1f s, train accuracy %.4f", n, metrics["epochs"],
              metrics["seconds"], train_acc)
     return TrainResult(epochs=metrics["epochs"], final_loss=metrics["final_loss"], seconds=metrics["seconds"],
-                       train_accuracy=train_acc, train_images=n, weights=ctx.model.weights_path)
+                       train_accuracy=train_acc, train_images=n, weights=ctx.model.weights_path,
+                       handed_on=record(ctx.folder.work_dir, [ctx.model.weights_path]))
 
 
 def weights_given(cfg: Any) -> bool:
