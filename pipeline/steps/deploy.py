@@ -1,43 +1,107 @@
-"""deploy: assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, manifest).
+"""deploy: assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, class names,
+manifest) from files checked against the records of the steps that wrote them.
 
-Reads, when present, the export step's example shape and the test step's accuracy (not required).
+Before anything is written: the calibration is checked as committed (its input fix_pos goes into the
+bundle), the compiled xmodel (or compile.sh and compile_plan.md, and the quantized xmodel) against the
+compile (and export) step's sha256, the export step's example input (the model input's shape) against
+the export step's; ``pipeline.deploy.build_bundle`` then copies the bytes it matched and reads the
+quantized xmodel back and checks it. Reads, when present, the test step's accuracy (not required).
 """
 import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, Optional, Tuple
+import logging
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
 from .base import Step, StepResult
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
 
+log = logging.getLogger("pipeline")
+
 
 @dataclass
 class DeployResult(StepResult):
-    """steps/deploy.json: the bundle's manifest."""
+    """steps/deploy.json: the bundle's manifest, and ``warnings`` (a bundle without class names)."""
     manifest: Dict[str, Any] = field(default_factory=dict)
+    warnings: List[str] = field(default_factory=list)
+
+    def step_warnings(self) -> List[str]:
+        return list(self.warnings)
+
+    def summary_lines(self, work_dir: str) -> List[str]:
+        m = self.manifest
+        if not m:
+            return []
+        if m.get("compiled"):
+            what = "compiled %s.xmodel" % m["model_name"]
+        elif m.get("quantized_xmodel"):
+            what = "quantized %s + compile plan" % m["quantized_xmodel"]["path"].split("/", 1)[1]
+        else:
+            what = "compile plan (no xmodel)"
+        names = (m.get("preprocess") or {}).get("class_names")
+        return ["deploy bundle %s: %s, prototxt, preprocess.json%s; inputs checked by sha256"
+                % (os.path.join(work_dir, "deploy", m["model_dir"]), what,
+                   ", words.txt (%d classes)" % len(names) if names else "")]
 
 
 def run(ctx: "StepContext") -> DeployResult:
+    import numpy as np
+
+    from ..data.class_names import origin
     from ..deploy import build_bundle
+    from ..handoff import verify
+    from ..quantizers.calib_commit import check_committed
     from ..quantizers.quant_info import read_quant_info
+    from ..stages.geometry import source_box
+    from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
     comp = ctx.folder.require("compile", "deploy")
-    qi = read_quant_info(ctx.model.quant_dir)
     export = ctx.folder.load_step("export") or {}
+    work = ctx.folder.work_dir
+    # every file the bundle carries or reads, checked against the record of the step that wrote it
+    check_committed(ctx.model.quant_dir, redo="run the calib step again, and the steps after it")
+    expected = {}  # type: Dict[str, Any]
+
+    def checked(result: Dict[str, Any], name: str, writer: str, redo: str) -> str:
+        path = verify(work, result.get("handed_on"), name, writer, "deploy", redo)
+        expected[path] = result["handed_on"][name]  # build_bundle matches the bytes it copies with it again
+        return path
+
+    compiled, quantized = None, None
+    if comp.get("compiled"):
+        compiled = checked(comp, "compile/" + os.path.basename(comp["compiled"]["xmodel"]), "compile", REDO_COMPILE)
+    else:
+        for path in sorted((comp.get("plan") or {}).values()):
+            checked(comp, "compile/" + os.path.basename(path), "compile", REDO_COMPILE)
+        name = exported_xmodel(export)
+        quantized = checked(export, name, "export", REDO_EXPORT) if name else None
     example_shape = export.get("example_shape")
-    preprocess = dict(ctx.feed.boundary.spec(), source_color=ctx.feed.source.color, source_layout=ctx.feed.source.layout,
-                      input_fix_pos=input_fix_pos(qi), input_shape=example_shape)
-    labels = ctx.feed.source.labels  # the test step measures top-1 against them: a classifier
-    classification = {"top_k": min(5, int(labels.max()) + 1) if labels is not None and len(labels) else 5,
-                      "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
-    from .compile import quantized_xmodel
-    compiled = comp.get("compiled")
-    if isinstance(compiled, dict) and isinstance(compiled.get("xmodel"), str):  # stored relative to the run folder
-        compiled = dict(compiled, xmodel=os.path.join(ctx.folder.work_dir, compiled["xmodel"]))
-    manifest = build_bundle(ctx.folder.work_dir, ctx.folder.path("deploy"), compiled, preprocess,
+    if export.get("example_input"):  # the model input's shape, from the file the export step wrote
+        example = checked(export, "export/" + os.path.basename(export["example_input"]), "export", REDO_EXPORT)
+        example_shape = [int(d) for d in np.load(example, mmap_mode="r", allow_pickle=False).shape]
+    source = ctx.feed.source
+    image = [int(d) for d in source.shape[1:]]
+    size = [image[source.layout.index(a) - 1] for a in "HW"]
+    box = source_box(ctx.feed.compose, image, source.layout)
+    settings = getattr(source, "settings", None)  # an image folder's decode: resize, crop, mode
+    names = source.classes
+    preprocess = dict(ctx.feed.boundary.spec(), source_color=source.color, source_layout=source.layout,
+                      input_fix_pos=input_fix_pos(read_quant_info(ctx.model.quant_dir)), input_shape=example_shape,
+                      image_size=size, box=None if box is None else list(box), stages=list(ctx.cfg.preprocess.stages),
+                      decode={k: settings.get(k) for k in ("resize", "crop", "mode")} if isinstance(settings, dict)
+                      else None, class_names=names, class_names_from=origin(ctx.cfg.data.source, names))
+    labels = source.labels  # the test step measures top-1 against them: a classifier
+    classes = len(names) if names else int(labels.max()) + 1 if labels is not None and len(labels) else 5
+    classification = {"top_k": min(5, classes), "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
+    manifest = build_bundle(work, ctx.folder.path("deploy"), compiled, preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
-                            quantized_xmodel=quantized_xmodel(ctx, export))
-    return DeployResult(manifest=manifest)
+                            quantized_xmodel=quantized, expected=expected,
+                            redo="Run the step that wrote it again (the export step: --steps export,compile,deploy; "
+                                 "the compile step: --steps compile,deploy)")
+    warnings = [] if names else ["deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None)]
+    for warning in warnings:
+        log.warning("%s", warning)
+    return DeployResult(manifest=manifest, warnings=warnings)
 
 
 def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
@@ -50,7 +114,8 @@ def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
 
 def environment() -> Tuple[str, bool, Optional[str]]:
     """check-env's line: the bundle needs nothing beyond the pipeline."""
-    return ("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, checksums, manifest",
+    return ("the deploy bundle: compiled xmodel (or the compile plan), prototxt, preprocess.json, words.txt, "
+            "checksums, manifest",
             True, None)
 
 

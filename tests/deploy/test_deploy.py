@@ -25,8 +25,9 @@ def _preprocess(**over):
 def _dpu_model_param_list():
     """DpuModelParamList with the fields the bundle writes, numbered as in dpu_model_param.proto
     (src/vai_library/model_config/include/vitis/ai/proto/): DpuKernelParam{name=1, mean=2, scale=3},
-    ClassificationParam{top_k=1, test_accuracy=2}, DpuModelParam{name=1, kernel=2, model_type=3 (enum
-    ModelType, CLASSIFICATION = 4), classification_param=7}, DpuModelParamList{model=1}."""
+    ClassificationParam{top_k=1, test_accuracy=2, preprocess_type=3 (enum PreprocessType)},
+    DpuModelParam{name=1, kernel=2, model_type=3 (enum ModelType, CLASSIFICATION = 4),
+    classification_param=7}, DpuModelParamList{model=1}."""
     from google.protobuf import descriptor_pb2, descriptor_pool
 
     from pipeline.quantizers.sim.xmodel.schema import message_classes
@@ -40,6 +41,14 @@ def _dpu_model_param_list():
     cls = f.message_type.add(name="ClassificationParam")
     cls.field.add(name="top_k", number=1, type=T.TYPE_INT32, label=T.LABEL_OPTIONAL)
     cls.field.add(name="test_accuracy", number=2, type=T.TYPE_BOOL, label=T.LABEL_OPTIONAL)
+    preprocess_type = cls.enum_type.add(name="PreprocessType")
+    for name, number in [("UNKNOWN_TYPE", 0), ("CAFFE", 1), ("VGG_PREPROCESS", 2), ("INCEPTION_PREPROCESS", 3),
+                         ("INCEPTION_PT", 4), ("RESNET50_TF2", 5), ("EFFICIENTNET_PREPROCESS", 6),
+                         ("OFA_RESNET50_PT", 7), ("OFA_DEPTHWISE_RES50", 8), ("RGB_PREPROCESS", 9),
+                         ("OFA_RESNET50_PT2", 10)]:
+        preprocess_type.value.add(name=name, number=number)
+    cls.field.add(name="preprocess_type", number=3, type=T.TYPE_ENUM, label=T.LABEL_OPTIONAL,
+                  type_name=".vitis.ai.proto.ClassificationParam.PreprocessType")
     model = f.message_type.add(name="DpuModelParam")
     model_type = model.enum_type.add(name="ModelType")
     model_type.value.add(name="UNKNOWN_TYPE", number=0)
@@ -146,10 +155,14 @@ def test_prototxt_parses_as_dpu_model_param_list_with_mean_and_scale():
     assert len(msg.model) == 1 and msg.model[0].name == "net"
     kernel = msg.model[0].kernel[0]
     assert kernel.name == "net_0"
-    assert list(kernel.mean) == pytest.approx(MEAN, rel=1e-7)
-    assert list(kernel.scale) == pytest.approx([1 / s for s in STD], rel=1e-7)
-    # VEK280 quickstart: mean 123.675 -> scale 0.01712475 for std 58.395
-    assert kernel.scale[0] == pytest.approx(0.01712475, rel=1e-6)
+    # the model sees RGB: the library feeds it with setInputImageRGB (preprocess_type RGB_PREPROCESS, 9), which
+    # takes mean[c] and scale[c] for channel c of the BGR image it is given, so the kernel lists them B, G, R
+    assert msg.model[0].classification_param.preprocess_type == 9
+    assert list(kernel.mean) == pytest.approx(MEAN[::-1], rel=1e-7)
+    assert list(kernel.scale) == pytest.approx([1 / s for s in STD[::-1]], rel=1e-7)
+    # the VEK280 quickstart's resnet18_pt.prototxt: mean 103.53 116.28 123.675, scale 0.017429 0.017507 0.01712475
+    assert list(kernel.mean) == pytest.approx([103.53, 116.28, 123.675], rel=1e-7)
+    assert list(kernel.scale) == pytest.approx([0.017429, 0.017507, 0.01712475], rel=2e-5)
 
 
 def test_compiled_bundle(run, tmp_path):
@@ -201,26 +214,31 @@ def test_uncompiled_bundle_carries_the_plan_and_no_xmodel(run, tmp_path):
     assert out.stat().st_mode & 0o777 == 0o777 & ~process_umask()  # not mkdtemp's 0700: boards and users read it
 
 
+# a quantized xmodel written by the real quantizer: input [1, 16, 16, 3] NHWC quantized with fix_pos 5, as _preprocess()
+CONVNET = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "golden_xmodel", "golden", "convnet",
+                       "default", "xmodel", "ConvNet_int.xmodel")
+
+
 def test_uncompiled_bundle_carries_the_quantized_xmodel_with_its_sha256(run, tmp_path):
     import hashlib
-    quantized = run / "export" / "Net_int.xmodel"
+    quantized = run / "export" / "ConvNet_int.xmodel"
     quantized.parent.mkdir(exist_ok=True)
-    quantized.write_bytes(b"the quantized graph")
+    shutil.copyfile(CONVNET, str(quantized))
+    data = quantized.read_bytes()
     out = tmp_path / "deploy"
-    m = deploy.build_bundle(str(run), str(out), None, _preprocess(input_fix_pos=None, input_shape=None), "net",
-                            quantized_xmodel=str(quantized))
-    assert (out / "net" / "Net_int.xmodel").read_bytes() == b"the quantized graph"
-    digest = hashlib.sha256(b"the quantized graph").hexdigest()
-    assert m["quantized_xmodel"] == {"path": "net/Net_int.xmodel", "sha256": digest}
-    assert "%s  Net_int.xmodel" % digest in (out / "net" / "SHA256SUMS").read_text().splitlines()
-    assert {"path": "net/Net_int.xmodel", "sha256": digest, "bytes": 19} in m["files"]
-    assert m["compiled"] is False and "net/Net_int.xmodel is the quantized model" in m["status"]
+    m = deploy.build_bundle(str(run), str(out), None, _preprocess(), "net", quantized_xmodel=str(quantized))
+    assert (out / "net" / "ConvNet_int.xmodel").read_bytes() == data
+    digest = hashlib.sha256(data).hexdigest()
+    assert m["quantized_xmodel"] == {"path": "net/ConvNet_int.xmodel", "sha256": digest}
+    assert "%s  ConvNet_int.xmodel" % digest in (out / "net" / "SHA256SUMS").read_text().splitlines()
+    assert {"path": "net/ConvNet_int.xmodel", "sha256": digest, "bytes": len(data)} in m["files"]
+    assert m["compiled"] is False and "net/ConvNet_int.xmodel is the quantized model" in m["status"]
     assert "net/compile.sh" in _all_files(str(out))
     # compiled: the compiled model goes in, the quantized one does not
     compiled = run / "net.xmodel"
     compiled.write_bytes(b"compiled")
     m = deploy.build_bundle(str(run), str(out), str(compiled), _preprocess(), "net", quantized_xmodel=str(quantized))
-    assert m["quantized_xmodel"] is None and not (out / "net" / "Net_int.xmodel").exists()
+    assert m["quantized_xmodel"] is None and not (out / "net" / "ConvNet_int.xmodel").exists()
 
 
 def test_no_xmodel_and_no_plan_is_an_error(tmp_path):
