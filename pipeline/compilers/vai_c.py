@@ -8,6 +8,7 @@ board) and may exit 0 although compilation aborted, so the output file is always
 """
 import json
 import os
+import re
 import shutil
 import subprocess
 from typing import Any, Dict, List, Optional
@@ -81,6 +82,15 @@ def version() -> Optional[str]:
         except metadata.PackageNotFoundError:
             continue
     return None
+
+
+def release() -> Optional[str]:
+    """The Vitis AI release (``"3.5"``, ``"3.0"``) of the installed compiler package, read from its
+    version (``xcompiler 3.5.0`` -> ``"3.5"``); None when no compiler package is installed or its
+    version does not say."""
+    found = version()
+    match = re.search(r"\s(\d+)\.(\d+)", found or "")
+    return "%s.%s" % match.groups() if match else None
 
 
 def _tail(text: str, lines: int = STDERR_TAIL_LINES) -> str:

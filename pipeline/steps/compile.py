@@ -5,6 +5,7 @@ import os
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from ..targets import hex_fingerprint
 from .base import Step, StepResult, in_run_folder, omitted_when_none
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
@@ -32,9 +33,19 @@ class CompileResult(StepResult):
     def report_fields(self, work_dir: str) -> Dict[str, Any]:
         return {"compile": {k: v for k, v in self.to_json().items() if k != "argv"}, "compile_argv": self.argv}
 
+    def _compiled_line(self, work_dir: str) -> str:
+        """``compiled <net>.xmodel for <target> (fingerprint 0x...), log <vai_c_xir.log>``: paths shown
+        against ``work_dir``."""
+        c = dict(self.compiled or {})
+        fingerprint = c.get("fingerprint")
+        return "compiled %s for %s%s; log %s" % (
+            in_run_folder(c.get("xmodel", "?"), work_dir), self.target,
+            "" if fingerprint is None else " (arch.json fingerprint %s)" % hex_fingerprint(int(fingerprint)),
+            in_run_folder(c["log"], work_dir) if c.get("log") else "none")
+
     def report_section(self, work_dir: str) -> List[str]:
         if self.compiled:
-            line = "compiled: `%s`" % self.compiled
+            line = self._compiled_line(work_dir) + "."
         else:
             plan = self._plan(work_dir)
             line = "not compiled: %s. Next: %s. The exact command is in `%s`." % (
@@ -43,7 +54,7 @@ class CompileResult(StepResult):
 
     def summary_lines(self, work_dir: str) -> List[str]:
         if self.compiled:
-            return ["compiled: %s" % self.compiled]
+            return [self._compiled_line(work_dir)]
         return ["not compiled: %s; %s" % (self.reason, self._next(work_dir) or "%s says how" % self._plan(work_dir).get("plan"))]
 
     def _plan(self, work_dir: str) -> Dict[str, str]:
@@ -91,12 +102,14 @@ def run(ctx: "StepContext") -> CompileResult:
     # without an exported xmodel, the file the backend that writes xmodels writes inside the image
     expected = ctx.folder.path("export", artifact_name("xmodel", type(ctx.model.float_model(need_weights=False)).__name__))
     argv = vai_c.build_argv(xmodel or expected, arch, out_dir, net, c.options or None)
-    if xmodel and vai_c.is_available():
+    wrong = _other_release(target) if vai_c.is_available() else None
+    if xmodel and vai_c.is_available() and wrong is None:
         compiled = vai_c.compile_xmodel(xmodel, arch, out_dir, net, c.options or None, target=target.name)
         # the deploy step checks the compiled model against this sha256 before the bundle carries it
         return CompileResult(compiled=compiled, argv=argv, target=target.name,
                              handed_on=record(ctx.folder.work_dir, [compiled["xmodel"]]))
-    reasons = [] if vai_c.is_available() else ["vai_c_xir is not on this machine: compiling needs the Vitis AI image"]
+    reasons = [wrong] if wrong else [] if vai_c.is_available() else [
+        "vai_c_xir is not on this machine: compiling needs the Vitis AI image"]
     if xmodel is None:
         reasons.append(_no_xmodel(ctx, export))
     reason = "; and ".join(reasons)
@@ -107,8 +120,26 @@ def run(ctx: "StepContext") -> CompileResult:
                                          release_warnings=export.get("release_warnings"), root=ctx.folder.work_dir)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,
-                         next=_next(ctx, xmodel is not None, vai_c.is_available(), plan_files),
+                         next=_next(ctx, xmodel is not None, vai_c.is_available() and wrong is None, plan_files),
                          handed_on=record(ctx.folder.work_dir, [plan_files["plan"], plan_files["script"]]))
+
+
+def _other_release(target: Any) -> Optional[str]:
+    """Why this machine's vai_c_xir must not compile for ``target``: the target's family compiles with an
+    older Vitis AI release's compiler (``DpuTarget.release.compile_release``, docs/targets.md#releases-
+    and-images: VCK190 and VCK5000 with 3.0's, their DPU not updated after it) than the installed one
+    (``vai_c.release()``). None when the installed one is that release or older (an older compiler that
+    lacks the target says so itself) or either is unknown: then it compiles, as before."""
+    from ..compilers import vai_c
+    want, have = target.release.compile_release, vai_c.release()
+    if want is None or have is None or _release_key(want) >= _release_key(have):
+        return None
+    return ("%s compiles with Vitis AI %s's vai_c_xir (docs/targets.md#releases-and-images), and this machine's is "
+            "%s's (%s): compile.sh runs it in %s" % (target.name, want, have, vai_c.version(), target.compile_image))
+
+
+def _release_key(release: str) -> Tuple[int, ...]:
+    return tuple(int(p) for p in release.split("."))
 
 
 def _no_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> str:
@@ -119,7 +150,8 @@ def _no_xmodel(ctx: "StepContext", export: Dict[str, Any]) -> str:
 def _next(ctx: "StepContext", exported: bool, compiler: bool, plan_files: Dict[str, str]) -> str:
     """What the user does next, true for this run: compile.sh compiles an xmodel only when there is one."""
     # the script's path relative to the run folder, as the result stores it (summary_lines shows it in place)
-    image = "run %s inside the Vitis AI image" % os.path.relpath(plan_files["script"], ctx.folder.work_dir)
+    image = "run %s inside the Vitis AI image (%s)" % (os.path.relpath(plan_files["script"], ctx.folder.work_dir),
+                                                       ctx.loaded.target.compile_image)
     if exported:  # only the compiler is missing
         return image
     formats = [f for f in ctx.cfg.export.formats if f != "xmodel"] + ["xmodel"]

@@ -79,10 +79,9 @@ def choose(target: Optional[str]) -> Tuple[str, Optional[str]]:
         return release.image, None
     runs_in = RELEASES[PIPELINE_RELEASE]
     note = ("%s compiles with Vitis AI %s's vai_c_xir (%s), an image this package cannot run in (Python %s): "
-            "the pipeline runs in %s instead, where the compile step would use Vitis AI %s's compiler. Leave the "
-            "compile step out here (--steps calib,test,export), then run `python -m pipeline run CONFIG --steps "
-            "compile,deploy` with the same --set arguments outside the image: compile/compile_plan.md then gives "
-            "the docker command that compiles in %s"
+            "the pipeline runs in %s instead, whose compile step does not use its Vitis AI %s compiler for this "
+            "target and writes compile/compile.sh and compile/compile_plan.md: the plan gives the docker command "
+            "that compiles in %s"
             % (entry.name, release.version, release.image, release.python, runs_in.image, runs_in.version,
                release.image))
     return pipeline_image(), note

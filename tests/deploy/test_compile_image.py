@@ -106,3 +106,23 @@ def test_the_plans_sh_blocks_keep_their_order(tmp_path):
     assert blocks[1].startswith("vai_c_xir -x ")
     assert blocks[2].startswith(plan.docker_command(run, argv))
     assert os.path.basename(run) == "compile"
+
+
+@pytest.mark.parametrize("installed,expected", [("xcompiler 3.5.0", "3.0"), ("xcompiler 3.0.0", None), (None, None)])
+def test_the_compile_step_leaves_a_target_of_another_release_to_its_image(monkeypatch, installed, expected):
+    """VCK190 compiles with Vitis AI 3.0's vai_c_xir: a 3.5 compiler here writes the plan for the 3.0 image
+    instead of compiling; a 3.0 compiler, or one whose release is unknown, compiles. An MPSoC target
+    (compiled in 3.5 by AMD's quickstart, boards on 3.0) compiles with either."""
+    from pipeline import targets
+    from pipeline.compilers import vai_c
+    from pipeline.steps.compile import _other_release
+    monkeypatch.setattr(vai_c, "version", lambda: installed)
+    target = targets.get_target("DPUCVDX8G_ISA3_C32B3")
+    reason = _other_release(target)
+    if expected is None:
+        assert reason is None
+    else:
+        assert reason == ("DPUCVDX8G_ISA3_C32B3 compiles with Vitis AI 3.0's vai_c_xir (docs/targets.md#releases-and-"
+                          "images), and this machine's is 3.5's (xcompiler 3.5.0): compile.sh runs it in "
+                          "xilinx/vitis-ai-pytorch-cpu:ubuntu2004-3.0.0.106")
+    assert _other_release(targets.get_target("DPUCZDX8G_ISA1_B4096")) is None  # compiles in 3.5: this compiler

@@ -73,6 +73,9 @@ def test_a_run_folder_is_compiled_later_elsewhere_without_quantizing_again(tmp_p
         argv = json.load(f)
     assert argv[argv.index("-x") + 1] == str(xmodel)  # the moved folder's file, not the recorded path
     assert report["compile"]["compiled"]
+    line = [l for l in report["summary"] if l.startswith("compiled ")]
+    assert line == ["compiled compile/case.xmodel for DPUCZDX8G_ISA1_B4096 (arch.json fingerprint 0x0101000056010407); "
+                    "log compile/vai_c_xir.log"]  # the report's paths are the run folder's
     assert {p: os.path.getmtime(str(moved / p)) for p in before} == before  # nothing quantized again
     with open(str(moved / "deploy" / "manifest.json")) as f:
         manifest = json.load(f)

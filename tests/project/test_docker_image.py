@@ -59,7 +59,7 @@ def test_choose(target, image, noted):
     assert got == image == pipeline_image()
     assert (note is not None) == noted
     if noted:
-        assert IMAGE_3_0 in note and "Python 3.7" in note and "--steps calib,test,export" in note
+        assert IMAGE_3_0 in note and "Python 3.7" in note and "writes compile/compile.sh and compile/compile_plan.md" in note
 
 
 def test_the_reader_needs_only_the_standard_library(tmp_path):

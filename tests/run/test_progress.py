@@ -76,9 +76,10 @@ def test_without_an_xmodel_the_last_lines_do_not_send_the_user_to_compile_sh(onn
 def test_next_step_names_compile_sh_only_for_an_exported_xmodel():
     # the script named relative to the run folder, as steps/compile.json stores it (summary_lines shows it in place)
     ctx = SimpleNamespace(cfg=SimpleNamespace(export=SimpleNamespace(formats=["onnx_exact"])),
-                          folder=SimpleNamespace(work_dir="/w/run"))
+                          folder=SimpleNamespace(work_dir="/w/run"),
+                          loaded=SimpleNamespace(target=SimpleNamespace(compile_image="vitis-ai:3.5")))
     plan = {"script": "/w/run/compile/compile.sh", "plan": "/w/run/compile/compile_plan.md"}
-    assert _next(ctx, True, False, plan).startswith("run compile/compile.sh inside the Vitis AI image")
+    assert _next(ctx, True, False, plan) == "run compile/compile.sh inside the Vitis AI image (vitis-ai:3.5)"
     without = _next(ctx, False, False, plan)
     assert without.startswith("export the xmodel first: run again with --set export.formats=[onnx_exact,xmodel] "
                               "--steps export,compile,deploy, then run compile/compile.sh")
