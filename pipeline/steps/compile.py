@@ -126,9 +126,9 @@ def run(ctx: "StepContext") -> CompileResult:
 
 def _other_release(target: Any) -> Optional[str]:
     """Why this machine's vai_c_xir must not compile for ``target``: the target's family compiles with an
-    older Vitis AI release's compiler (``DpuTarget.release.compile_release``, docs/targets.md#releases-
-    and-images: VCK190 and VCK5000 with 3.0's, their DPU not updated after it) than the installed one
-    (``vai_c.release()``). None when the installed one is that release or older (an older compiler that
+    older Vitis AI release's compiler (``DpuTarget.release.compile_release``,
+    docs/targets.md#releases-and-images: VCK190 and VCK5000 with 3.0's, their DPU not updated after it) than
+    the installed one (``vai_c.release()``). None when the installed one is that release or older (an older compiler that
     lacks the target says so itself) or either is unknown: then it compiles, as before."""
     from ..compilers import vai_c
     want, have = target.release.compile_release, vai_c.release()
