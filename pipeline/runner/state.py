@@ -103,7 +103,7 @@ def read_json_state(path: str, expected: type, what: str, fix: str) -> Any:
     except UnicodeDecodeError:
         raise state_error(path, expect, "bytes that are not UTF-8 text", fix)
     except json.JSONDecodeError as exc:
-        raise state_error(path, expect, "%s JSON (%s at line %d, column %d)" % (
+        raise state_error(path, expect, "%s JSON (%s: line %d, column %d)" % (
             "truncated" if exc.pos >= len(exc.doc.rstrip()) else "invalid", exc.msg, exc.lineno, exc.colno), fix)
     except ValueError as exc:  # fileio.JSONDepthError
         raise state_error(path, expect, "JSON %s" % exc, fix)
