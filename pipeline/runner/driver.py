@@ -19,7 +19,7 @@ from .. import fileio, steps as step_graph
 from ..config import LoadedConfig
 from ..errors import ConfigError, PipelineError
 from ..quantizers.base import backend_class, backend_classes
-from .folder import SOURCE_FILE, RunDir, check_owned, lock_work_dir, unlock
+from .folder import SOURCE_FILE, RunDir, check_owned, in_use, lock_work_dir, unlock
 from .status import LOCK_ENV, RunStatus, is_step_child
 from ..steps.context import StepContext
 
@@ -40,7 +40,8 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     test, export) each run in a child process when more than one of them is asked for (the real
     quantizer keeps state across modes, docs/quantizer.md#calib-and-test-in-separate-processes).
 
-    An environment ``pipeline.support`` refuses (torch 1.x on Python 3.11, a torch built for NumPy 1
+    A folder another run holds is refused before the source is read (the lock is probed; under
+    torchrun only the lock itself decides). An environment ``pipeline.support`` refuses (torch 1.x on Python 3.11, a torch built for NumPy 1
     beside NumPy 2) raises PipelineError with the reason before anything is done.
 
     Under torchrun (``WORLD_SIZE`` > 1, ``pipeline.distributed``): the ``distributed`` steps (calib
@@ -51,10 +52,14 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
     anything else the ranks compare their resolved configs (``check_same_config``): ranks started with
     different ones (another ``--set``) refuse with a ConfigError naming the first differing key.
     """
-    from .. import distributed, support
+    from .. import distributed, runlock, support
     verdict = support.current()
     if verdict.kind == "refused":  # before any work: such an environment fails halfway, less clearly
         raise PipelineError("this environment cannot run the pipeline: %s" % verdict.text)
+    if distributed.env_world_size() < 2 and not is_step_child(loaded.work_dir):
+        holder = runlock.holder(loaded.work_dir)  # before the source is read: the lock itself is taken later
+        if holder is not None:
+            raise in_use(loaded.work_dir, holder)
     ordered = [s for s in step_graph.NAMES if s in steps]
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)

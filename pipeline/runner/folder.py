@@ -207,6 +207,12 @@ class RunDir:
                     os.remove(os.path.join(folder, name))
 
 
+def in_use(work_dir: str, holder: Optional[str]) -> PipelineError:
+    """The error for a run folder whose lock another run holds (``holder``: ``"pid 1234"`` or None)."""
+    return PipelineError("run.work_dir %s is in use by another run (%s); wait for it to finish or choose another "
+                         "folder with --set run.work_dir=..." % (work_dir, holder or "pid unknown"))
+
+
 def lock_work_dir(work_dir: str) -> Any:
     """Create ``work_dir``, take an exclusive lock on it (fcntl.flock on .pipeline.lock) and claim it
     as a run folder (the module docstring, "Ownership").
@@ -231,8 +237,7 @@ def lock_work_dir(work_dir: str) -> Any:
         handle.seek(0)
         holder = handle.read().strip()
         handle.close()
-        raise PipelineError("run.work_dir %s is in use by another run (%s); wait for it to finish or choose another "
-                            "folder with --set run.work_dir=..." % (work_dir, holder or "pid unknown"))
+        raise in_use(work_dir, holder)
     try:
         _claim(work_dir, made_lock)
     except PipelineError:

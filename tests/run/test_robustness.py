@@ -299,6 +299,25 @@ def test_a_second_run_into_a_busy_work_dir_is_refused(tmp_path):
     assert cli("--config", cfg, "--steps", "train").returncode == 0   # the lock died with its holder
 
 
+def test_a_busy_work_dir_is_refused_before_the_source_is_read(tmp_path):
+    """The folder is probed first: a run into a busy folder waits for no decoding (here the source is not
+    even readable: the refusal names the busy folder, not the source)."""
+    cfg, images = make_case(tmp_path)
+    with open(images, "wb") as f:
+        f.write(b"not an npy file")
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pipeline.runner.folder import lock_work_dir; "
+                               "h = lock_work_dir(sys.argv[1]); print('locked', flush=True); time.sleep(60)",
+                               str(tmp_path / "run")], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        proc = cli("--config", cfg)
+        assert proc.returncode == 2
+        assert "is in use by another run (pid %d)" % holder.pid in proc.stderr, proc.stderr
+    finally:
+        holder.kill()
+        holder.wait()
+
+
 def test_a_work_dir_that_is_a_file_is_a_clear_error(tmp_path):
     cfg, _ = make_case(tmp_path)
     (tmp_path / "afile").write_text("x")
