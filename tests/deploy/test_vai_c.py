@@ -5,27 +5,20 @@ import shlex
 import shutil
 import stat
 import subprocess
-import sys
 
 import pytest
 
 from pipeline.compilers import plan, vai_c
 from pipeline.errors import BackendUnavailableError, CompileError, ConfigError
 from tests.support import REPO
-from tests.support.fake_vai_c import B4096_ARCH, FAKE
+from tests.support import fake_vai_c
+from tests.support.fake_vai_c import B4096_ARCH
 
 @pytest.fixture
 def fake_compiler(tmp_path, monkeypatch):
     """Put a fake vai_c_xir first on PATH; returns the path of the file where it records its argv."""
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    exe = bindir / "vai_c_xir"
-    exe.write_text(FAKE.format(python=sys.executable))
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    record = tmp_path / "argv.json"
-    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
-    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(record))
-    return record
+    fake_vai_c.install(tmp_path, monkeypatch)
+    return tmp_path / "argv.json"
 
 
 @pytest.fixture

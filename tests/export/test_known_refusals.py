@@ -14,14 +14,11 @@ from torch import nn
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, QuantizationError
 from pipeline.fx import refusals
+from tests.support.dropin_flow import conv, quantize
 from tests.support.lambda_model import Lambda
 
 REAL_QUANTIZER = "the real quantizer in the Vitis AI image (the runner: quantizer.backend: nndct"
 WRONG = "torch.jit traces this call"  # the reason these ops used to get
-
-
-def conv(cin=3, cout=8, k=3):
-    return nn.Conv2d(cin, cout, k, padding=k // 2)
 
 
 class LSTMNet(nn.Module):
@@ -31,22 +28,6 @@ class LSTMNet(nn.Module):
 
     def forward(self, x):
         return self.l(self.a(x).flatten(2).transpose(1, 2))[0]
-
-
-def quantize(tmp_path, model, shape=(3, 8, 8)):
-    """calib on 2 batches of 4, then test mode with a batch-1 first forward."""
-    torch.manual_seed(0)
-    model = model.eval()
-    g = torch.Generator().manual_seed(1)
-    example = torch.randn((1,) + shape, generator=g)
-    out = str(tmp_path / "q")
-    q = torch_quantizer("calib", model, example, output_dir=out)
-    for _ in range(2):
-        q.quant_model(torch.randn((4,) + shape, generator=g))
-    q.export_quant_config()
-    q = torch_quantizer("test", model, example, output_dir=out)
-    q.quant_model(torch.randn((1,) + shape, generator=g))
-    return q
 
 
 @pytest.mark.parametrize("name,model,shape,what,real", [

@@ -11,27 +11,8 @@ from torch import nn
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, StorageError
 from pipeline.quantizers.sim.xmodel import reader, verify
+from tests.support.dropin_flow import conv, quantize
 from tests.support.lambda_model import Lambda
-
-
-def conv(cin=3, cout=8, k=3, **kw):
-    return nn.Conv2d(cin, cout, k, padding=k // 2, **kw)
-
-
-def quantize(tmp_path, model, shape=(3, 8, 8)):
-    """calib (2 batches of 4), then test mode with a batch-1 first forward; the test quantizer."""
-    torch.manual_seed(0)
-    model = model.eval()
-    g = torch.Generator().manual_seed(1)
-    example = torch.randn((1,) + shape, generator=g)
-    out = str(tmp_path / "q")
-    q = torch_quantizer("calib", model, example, output_dir=out)
-    for _ in range(2):
-        q.quant_model(torch.randn((4,) + shape, generator=g))
-    q.export_quant_config()
-    q = torch_quantizer("test", model, example, output_dir=out)
-    q.quant_model(torch.randn((1,) + shape, generator=g))
-    return q
 
 
 @pytest.mark.parametrize("name,fn,modules", [

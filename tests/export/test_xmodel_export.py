@@ -52,21 +52,14 @@ def test_a_run_folder_is_compiled_later_elsewhere_without_quantizing_again(tmp_p
     (here moved, as the image sees the repository at another path) is compiled from its exported
     xmodel; calib, test and export are not run again; the bundle holds the compiled model."""
     import shutil
-    import sys
-    from tests.support.fake_vai_c import B4096_ARCH, FAKE
+    from tests.support import fake_vai_c
     config, _ = make_case(tmp_path, model={"train": {"epochs": 1}})
     pipeline.run(config, steps=["train", "calib", "export"])
     moved = tmp_path / "mounted" / "run"
     shutil.move(str(tmp_path / "run"), str(moved))
     xmodel = moved / "export" / "DigitsCNN_int.xmodel"
     before = {p: os.path.getmtime(str(moved / p)) for p in ("quantize_result/quant_info.json", "export/DigitsCNN_int.xmodel")}
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vai_c_xir").write_text(FAKE.format(python=sys.executable))
-    (bindir / "vai_c_xir").chmod(0o755)
-    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(tmp_path / "argv.json"))
-    (tmp_path / "arch.json").write_text(json.dumps(B4096_ARCH))
+    fake_vai_c.install(tmp_path, monkeypatch)
     report = pipeline.run(config, steps=["compile", "deploy"],
                           overrides=["run.work_dir=" + str(moved), "compile.arch_json=" + str(tmp_path / "arch.json")])
     with open(str(tmp_path / "argv.json")) as f:

@@ -6,7 +6,6 @@ no bundle."""
 import json
 import os
 import shutil
-import sys
 
 import pytest
 
@@ -200,15 +199,8 @@ def _config_of(work):
 
 @pytest.fixture
 def fake_compiler(tmp_path, monkeypatch):
-    from tests.support.fake_vai_c import B4096_ARCH, FAKE
-    bindir = tmp_path / "bin"
-    bindir.mkdir()
-    (bindir / "vai_c_xir").write_text(FAKE.format(python=sys.executable))
-    (bindir / "vai_c_xir").chmod(0o755)
-    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ["PATH"])
-    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(tmp_path / "argv.json"))
-    (tmp_path / "arch.json").write_text(json.dumps(B4096_ARCH))
-    return str(tmp_path / "arch.json")
+    from tests.support import fake_vai_c
+    return fake_vai_c.install(tmp_path, monkeypatch)[1]
 
 
 def test_the_compiled_xmodel_is_recorded_and_checked_by_deploy(made, tmp_path, fake_compiler):

@@ -1,5 +1,10 @@
 """A fake ``vai_c_xir`` for the compile tests: ``FAKE`` (a script template, ``{python}`` the interpreter)
-records its argv and behaves as ``FAKE_VAI_C_MODE`` says; ``B4096_ARCH``, an arch.json of DPUCZDX8G_ISA1_B4096."""
+records its argv and behaves as ``FAKE_VAI_C_MODE`` says; ``B4096_ARCH``, an arch.json of DPUCZDX8G_ISA1_B4096;
+``install`` puts the fake first on PATH."""
+import json
+import os
+import stat
+import sys
 
 B4096_ARCH = {"fingerprint": "0x101000056010407"}
 
@@ -28,3 +33,18 @@ if mode == "sleep":
 sys.stderr.write("[UNILOG][FATAL] aborted\n")
 sys.exit(0)
 '''
+
+
+def install(tmp_path, monkeypatch):
+    """Put the fake ``vai_c_xir`` first on PATH (in ``tmp_path/bin``), have it record its argv in
+    ``tmp_path/argv.json`` and write ``tmp_path/arch.json`` (``B4096_ARCH``). Returns
+    ``(path of argv.json, path of arch.json)``, as strings."""
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    exe = bindir / "vai_c_xir"
+    exe.write_text(FAKE.format(python=sys.executable))
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv("PATH", str(bindir) + os.pathsep + os.environ.get("PATH", ""))
+    monkeypatch.setenv("FAKE_VAI_C_RECORD", str(tmp_path / "argv.json"))
+    (tmp_path / "arch.json").write_text(json.dumps(B4096_ARCH))
+    return str(tmp_path / "argv.json"), str(tmp_path / "arch.json")
