@@ -34,7 +34,6 @@ against the pinned one (Python 3.11, torch 2.13.0: ``.venv``); any two environme
 Prints one line per artifact and exits 0 when all agree, 1 otherwise.
 """
 import argparse
-import hashlib
 import json
 import os
 import re
@@ -44,6 +43,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+from pipeline.fileio import sha256_file  # noqa: E402
+
 STEPS = "calib,test,export,compile,deploy"
 RECORDS = re.compile(r"^(steps/.*|report\.(json|md)|status\.json|plots/.*|\.pipeline-run|\.pipeline\.lock)$")
 DIGEST_FILES = re.compile(r"(^|/)(calib_manifest\.json|SHA256SUMS|manifest\.json)$")
@@ -64,11 +65,6 @@ def _files(root):
             path = os.path.join(folder, name)
             out[os.path.relpath(path, root)] = path
     return out
-
-
-def _sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _same_xmodel(a, b):
@@ -136,13 +132,14 @@ def compare(this, other):
             continue
         rule = ruled.get(os.path.splitext(rel)[1]) or (_same_fingerprint if rel.endswith("calib_fingerprint.json")
                                                       else None)
-        if _sha(a) == _sha(b):
+        digest_a, digest_b = sha256_file(a), sha256_file(b)
+        if digest_a == digest_b:
             rows.append((rel, "bytes", None))
         elif rule is None:
             rows.append((rel, "bytes", "the bytes differ"))
         else:
             rows.append((rel, rule.__name__.strip("_").replace("_", " "), rule(a, b)))
-            exchanged[_sha(a)] = _sha(b)
+            exchanged[digest_a] = digest_b
     for rel in sorted(set(mine) & set(theirs)):
         if DIGEST_FILES.search(rel) and not RECORDS.match(rel):
             with open(mine[rel]) as f:
@@ -152,7 +149,7 @@ def compare(this, other):
             with open(theirs[rel]) as f:
                 rows.append((rel, "digests exchanged", None if text == f.read() else
                              "differs beyond the digests of the files above"))
-            exchanged[_sha(mine[rel])] = _sha(theirs[rel])  # manifest.json lists SHA256SUMS's digest
+            exchanged[sha256_file(mine[rel])] = sha256_file(theirs[rel])  # manifest.json lists SHA256SUMS's digest
     a, b = _results(this), _results(other)
     rows.append(("report.json: accuracy, agreement, ledger", "values", None if a == b else "%s against %s" % (a, b)))
     return rows
@@ -177,7 +174,8 @@ def main(argv=None):
     versions = [subprocess.run([p, "-c", "import platform, torch; print('Python', platform.python_version(), "
                                 "'torch', torch.__version__)"], stdout=subprocess.PIPE, universal_newlines=True
                                ).stdout.strip() for p in (sys.executable, args.other)]
-    print("this: %s; other: %s; weights %s (sha256 %s)" % (versions[0], versions[1], weights, _sha(weights)[:16]))
+    print("this: %s; other: %s; weights %s (sha256 %s)"
+          % (versions[0], versions[1], weights, sha256_file(weights)[:16]))
     rows = compare(os.path.join(work, "this"), os.path.join(work, "other"))
     for rel, how, verdict in rows:
         print("%-52s %-18s %s" % (rel, how, "same" if verdict is None else "DIFFERS: %s" % verdict))

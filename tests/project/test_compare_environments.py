@@ -1,6 +1,5 @@
 """scripts/compare_environments.py's rules (CI runs the script itself on the main job of the two
 environments): what may differ between two environments' run folders, and that anything else is seen."""
-import hashlib
 import importlib.util
 import json
 import os
@@ -9,6 +8,7 @@ import shutil
 
 import torch
 
+from pipeline.fileio import sha256_file
 from tests.support import DATA, REPO
 from tests.support import xmodel_compare
 
@@ -21,11 +21,6 @@ def _script():
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
-
-
-def _sha(path):
-    with open(path, "rb") as f:
-        return hashlib.sha256(f.read()).hexdigest()
 
 
 def _folder(root, xmodel_bytes, bias, accuracy=0.9852):
@@ -42,7 +37,7 @@ def _folder(root, xmodel_bytes, bias, accuracy=0.9852):
     with open(os.path.join(root, "quantize_result", "calib_fingerprint.json"), "w") as f:
         json.dump({"target": "DPUCZDX8G_ISA1_B4096", "torch_version": torch.__version__, "graph_hash": root}, f)
     with open(os.path.join(root, "deploy", "net", "SHA256SUMS"), "w") as f:
-        f.write("%s  MLP_int.xmodel\n" % _sha(os.path.join(root, "deploy", "net", "MLP_int.xmodel")))
+        f.write("%s  MLP_int.xmodel\n" % sha256_file(os.path.join(root, "deploy", "net", "MLP_int.xmodel")))
     with open(os.path.join(root, "steps", "test.json"), "w") as f:
         f.write(root)  # a record: times and paths, never compared as a file
     steps = {"test": {"float_accuracy": accuracy, "quant_accuracy": accuracy}, "export": {"agreement": {}},
