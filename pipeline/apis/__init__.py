@@ -1,5 +1,5 @@
 """Drop-in for ``pytorch_nndct.apis`` backed by the CPU simulation (``sim`` backend):
-``torch_quantizer``, ``dump_xmodel`` and ``Inspector``.
+``torch_quantizer``, ``dump_xmodel``, ``Inspector`` and ``QatProcessor`` (quantization-aware training, ``qat``).
 
 Scripts written for ``pytorch_nndct.apis.torch_quantizer`` (Vitis AI 3.5; docs/quantizer.md#torch_quantizer-arguments, docs/quantizer.md#methods-and-exports) run
 unchanged with ``from pipeline.apis import torch_quantizer``::
@@ -83,8 +83,9 @@ Modules: ``quantizer`` (``torch_quantizer``, ``TorchQuantizer``, ``dump_xmodel``
 """
 from . import notes
 from .inspector import Inspector
+from .qat import QatProcessor
 from .quantizer import TorchQuantizer, dump_xmodel, torch_quantizer
 
 notes.install()  # the notes are shown by default, as the real quantizer's [VAIQ_NOTE] lines
 
-__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel"]
+__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel", "QatProcessor"]

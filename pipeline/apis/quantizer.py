@@ -14,7 +14,7 @@ from ..quantizers import calib_commit
 from ..quantizers.base import QuantSettings
 from ..quantizers.calib_commit import check_committed
 from ..quantizers.fingerprint import make_fingerprint
-from ..quantizers.quant_config import load_quant_config
+from ..quantizers.quant_config import QuantConfig, load_quant_config
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
 from .checks import check_input, check_mode, check_target, cpu_device, example_inputs, output_folder
@@ -55,7 +55,9 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
         if state_dict_file is not None:
             module = copy.deepcopy(module)
             module.load_state_dict(load_state_dict_file(state_dict_file))
-        self.config = load_quant_config(quant_config_file, bitwidth)
+        resolved = isinstance(quant_config_file, QuantConfig)  # the project's own callers (QatProcessor)
+        self.config = quant_config_file if resolved else load_quant_config(quant_config_file, bitwidth)
+        quant_config_file = None if resolved else quant_config_file
         examples = example_inputs(input_args)
         # the session's own copies (shape propagation runs the model on them): see _examples
         self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
@@ -184,7 +186,8 @@ def torch_quantizer(quant_mode: Any, module: nn.Module, input_args: Any = None,
         bitwidth: bit width of every tensor without a config file (None means 8).
         device: requested device; the simulation runs on the CPU (warning for CUDA).
         quant_config_file: quant_config_file JSON (docs/quant_config.md) or None for the defaults
-            (CLE and bias correction on).
+            (CLE and bias correction on); the project's own callers may pass a resolved
+            ``QuantConfig`` (``pipeline.apis.qat`` does).
         target: DPU target name (or ``0x`` fingerprint) of ``pipeline.targets``;
             checked, then recorded only, with a warning (no hardware-aware quantization).
         **ignored_known_kwargs: the real API's other keyword arguments (``input_kwargs``,

@@ -52,7 +52,7 @@ them). This module is the driver; the steps live in ``rewrites.py`` and ``attent
 order and names, 4), ``example_run.py`` (the graph's GraphModule and shapes on the example) and
 ``graph.py`` (``SimNode``, ``SimGraph``, the result).
 """
-from typing import Any, Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.fx
@@ -150,11 +150,14 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     remove_shape_checks(fx_graph)
     split_select_index(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
+    folded = {}  # type: Dict[str, str]
     if rewrite:
         remove_passthrough(work, fx_graph)
-        fold_bn(work, fx_graph)
+        folded = fold_bn(work, fx_graph)
     fx_graph.lint()
     run = ExampleRun(work, fx_graph, tuple(e.detach().cpu() for e in examples))
     nodes, steps, outputs = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank), rewrite,
                                         param_names)
-    return SimGraph(type(model).__name__, run, nodes, steps, outputs)
+    graph = SimGraph(type(model).__name__, run, nodes, steps, outputs)
+    graph.folded_bn = folded
+    return graph

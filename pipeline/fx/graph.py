@@ -89,6 +89,8 @@ class SimGraph:
             order; None marks a helper step that is no nndct node (``x.shape`` and the sizes read
             from it, a chunk's tuple, a ``get_attr``): it is run as the fx node says.
         outputs: the SimNodes whose values the model returns, in return order.
+        folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
+            empty without rewrites.
         example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
             first use (test mode needs them; calibration does not; the capture does when a
             torch.Size is sliced or used whole).
@@ -97,6 +99,7 @@ class SimGraph:
     def __init__(self, class_name: str, run: ExampleRun, nodes: List[SimNode],
                  steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode]) -> None:
         self.class_name = class_name
+        self.folded_bn = {}  # type: Dict[str, str]
         self.root = run.root
         self.fx_graph = run.fx_graph
         self._run = run

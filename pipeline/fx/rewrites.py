@@ -6,7 +6,7 @@ Conv+BatchNorm folding or, for any other BatchNorm, nndct's scale/offset convers
 nndct's order of operations. They change capture's own deep copy of the model only."""
 import operator
 from dataclasses import dataclass
-from typing import List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -297,7 +297,15 @@ def _converted_bn(bn: nn.Module) -> nn.Module:
     return new.eval()
 
 
-def fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
+def fold_bn(root: nn.Module, graph: torch.fx.Graph) -> Dict[str, str]:
+    """Fold each BatchNorm2d that follows a Conv2d/ConvTranspose2d into it (in ``root``, capture's own
+    copy) and convert every other BatchNorm to nndct's scale/offset form (module docstring).
+
+    Returns:
+        conv module path -> the path of the BatchNorm folded into it (paths of the traced model:
+        QAT trains the two apart, ``pipeline.quantizers.sim.qat``).
+    """
+    folded = {}  # type: Dict[str, str]
     for node in list(graph.nodes):
         if node.op != "call_module" or not isinstance(root.get_submodule(node.target),
                                                       nn.modules.batchnorm._BatchNorm):
@@ -320,5 +328,7 @@ def fold_bn(root: nn.Module, graph: torch.fx.Graph) -> None:
         # this module names the same target path, so none could still see the unfolded conv)
         conv.weight = nn.Parameter(w, requires_grad=False)
         conv.bias = nn.Parameter(b, requires_grad=False)
+        folded[src.target] = node.target
         node.replace_all_uses_with(src)
         graph.erase_node(node)
+    return folded

@@ -1,0 +1,90 @@
+"""``to_deployable``'s files from a trained QAT model (docs/qat.md#to_deployable).
+
+As the real ``QatProcessor.to_deployable`` (vai_q_pytorch 3.5 ``quantization/quant_aware_training.py``)
+writes them:
+
+- ``<out>/test/quant_info.json``: every fix position as the thresholds give it
+  (``b - 1 - ceil(log_threshold)``), no adjustment;
+- ``<out>/quant_info.json``: the same after the DPU constraint pass (``plan.adjust_fix_pos``: shift_cut
+  and shift_bias ranges, hard-sigmoid/swish limits, the optional concat/pool alignment): what ships;
+- ``<out>/deployable.pth``: the float model's state_dict with the trained weights, biases and BN
+  state (the BN stays unfolded: the test-mode capture folds it, as the real one does).
+
+Written as one batch of atomic files (``pipeline.fileio.write_files``): a run that fails leaves the
+folder as it was. Here, unlike the real one, a threshold or weight that is NaN or infinite is
+refused (named) before anything is written.
+"""
+import io
+import os
+from typing import Any, Dict, List, Tuple
+
+import torch
+
+from ....errors import QuantizationError
+from ....fileio import write_files
+from ...quant_info import make_quant_info, quant_info_bytes
+from .trainable import QatModel
+
+DEPLOYABLE_FILE = "deployable.pth"
+RAW_DIR = "test"
+
+
+def check_finite(model: QatModel) -> None:
+    """Raise QuantizationError naming the first parameter or buffer of ``model`` that holds NaN or Inf."""
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if t.is_floating_point() and not bool(torch.isfinite(t.detach()).all()):
+            bad = int((~torch.isfinite(t.detach())).sum())
+            raise QuantizationError(
+                "QAT: %s holds %d NaN/Inf value(s) of %d; the training diverged (lower the learning rate, check the "
+                "loss); nothing was written" % (name, bad, t.numel()))
+
+
+def deployable_files(model: QatModel, float_model: torch.nn.Module,
+                     output_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any], List[Tuple[str, bytes]]]:
+    """``(raw quant_info, adjusted quant_info, [(path, bytes)])`` of ``to_deployable`` (module docstring).
+
+    Raises:
+        QuantizationError: ``model`` after ``fuse_conv_bn()``, or holding NaN/Inf.
+    """
+    if model.conv_bn_fused:
+        raise QuantizationError("to_deployable: the model went through fuse_conv_bn(), which the deployable model "
+                                "cannot be made from (the real quantizer refuses it too); call to_deployable on the "
+                                "trained model before fuse_conv_bn()")
+    check_finite(model)
+    session = model._shared.session
+    md5 = session.graph.graph_md5()
+    infos = []
+    for adjusted in (False, True):
+        param, output = model.fix_positions(adjusted)
+        infos.append(make_quant_info(param, output, session.bitwidth, False, md5))
+    buf = io.BytesIO()
+    torch.save(model.float_state_dict(float_model), buf)
+    items = [(os.path.join(output_dir, RAW_DIR, "quant_info.json"), quant_info_bytes(infos[0])),
+             (os.path.join(output_dir, "quant_info.json"), quant_info_bytes(infos[1])),
+             (os.path.join(output_dir, DEPLOYABLE_FILE), buf.getvalue())]
+    return infos[0], infos[1], items
+
+
+def write_deployable(model: QatModel, float_model: torch.nn.Module, output_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
+    """Write ``to_deployable``'s three files into ``output_dir`` (created); returns the raw and the
+    adjusted quant_info.
+
+    Raises:
+        QuantizationError: see ``deployable_files``; StorageError: the folder cannot take the files.
+    """
+    raw, adjusted, items = deployable_files(model, float_model, output_dir)
+    os.makedirs(os.path.join(output_dir, RAW_DIR), exist_ok=True)
+    write_files(items)
+    return raw, adjusted
+
+
+def moved_positions(raw: Dict[str, Any], adjusted: Dict[str, Any]) -> List[str]:
+    """``"key: raw -> shipped"`` for every fix position the constraint pass moved."""
+    out = []
+    for group in ("param", "output"):
+        for key, entry in raw[group].items():
+            a, b = entry[0][1], adjusted[group][key][0][1]
+            if a != b:
+                out.append("%s: %s -> %s" % (key, a, b))
+    return out
+
