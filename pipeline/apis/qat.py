@@ -156,8 +156,10 @@ class QatProcessor:
         """
         self._check_trained(trained_model, "to_deployable")
         folder = output_folder(output_dir, "to_deployable", create=True, writes=True)
-        for key in trained_model.untrained():
-            warnings.warn("Exported scale values are not trained: %s." % key)
+        untrained = trained_model.untrained()
+        if untrained:
+            warnings.warn("Exported scale values are not trained: %s. (%d quantizer(s) never ran a forward with "
+                          "quantization on: their fix positions are the initial ones)" % (", ".join(untrained), len(untrained)))
         raw, adjusted = write_deployable(trained_model, self._model, folder)
         for line in moved_positions(raw, adjusted):
             note("QAT: the DPU constraint pass moved %s (quant_info.json; test/quant_info.json keeps the trained "

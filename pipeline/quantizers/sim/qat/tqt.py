@@ -70,10 +70,12 @@ class TQTFunction(torch.autograd.Function):
         return grad_x, grad_logt, None, None, None, None
 
 
-def three_sigma(x: np.ndarray) -> Any:
-    """``|mean(x + 1e-6)| + 3 std(x)`` in x's dtype (float16 computed in float32): the parameters' warm-up."""
+def three_sigma(x: np.ndarray) -> float:
+    """``|mean(x + 1e-6)| + 3 std(x)``: the parameters' warm-up. The mean and the deviation are numpy's
+    float32 reductions (float16 data computed in float32); they are combined in float64, as numpy 1.x
+    (the Vitis AI image's) promotes ``3 * float32 scalar``, whatever numpy runs here."""
     y = x.astype(np.float32) if x.dtype == np.float16 else x
-    return np.abs(np.mean(y + 1e-6)) + 3 * np.std(y)
+    return abs(float(np.mean(y + 1e-6))) + 3 * float(np.std(y))
 
 
 def kl_j(x: np.ndarray, bitwidth: int) -> Any:

@@ -1,0 +1,262 @@
+"""The drop-in QatProcessor: its methods and files, exact_deploy's trained = deployed on every reference
+model, the real behaviour's gap, the official example's two-process shape, and bad input."""
+import json
+import os
+import subprocess
+import sys
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from pipeline.apis import QatProcessor
+from pipeline.errors import QuantizationError
+from tests.support.qat_models import build
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _train(qmodel, shape, steps=4, freeze_after=2, seed=0, lr=1e-3):
+    opt = torch.optim.Adam([{"params": qmodel.quantizer_parameters(), "lr": 1e-2},
+                            {"params": qmodel.non_quantizer_parameters(), "lr": lr}], weight_decay=1e-4)
+    g = torch.Generator().manual_seed(seed)
+    qmodel.train()
+    for k in range(steps):
+        x = torch.randn(8, *shape, generator=g)
+        y = torch.randint(0, 10, (8,), generator=g)
+        loss = F.cross_entropy(qmodel(x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        if k + 1 == freeze_after:
+            qmodel.freeze_bn_stats()
+    return qmodel.eval()
+
+
+@pytest.mark.parametrize("name", ["digits", "resnet", "mobilenet"])
+def test_qat_exact_deploy_deployed_outputs_equal_trainable_eval_outputs(name, tmp_path):
+    model, shape = build(name)
+    qat = QatProcessor(model, torch.randn(1, *shape), exact_deploy=True)
+    qmodel = _train(qat.trainable_model(), shape)
+    x = torch.randn(32, *shape, generator=torch.Generator().manual_seed(9))
+    with torch.no_grad():
+        trained = qmodel(x)
+    deployed = qat.to_deployable(qmodel, str(tmp_path))(x)
+    assert torch.equal(trained, deployed)
+    # and the files say the same: test/ holds the raw positions, the top one what ships
+    raw = json.loads((tmp_path / "test" / "quant_info.json").read_text())
+    shipped = json.loads((tmp_path / "quant_info.json").read_text())
+    assert set(raw["param"]) == set(shipped["param"]) and set(raw["output"]) == set(shipped["output"])
+    param, output = qmodel.fix_positions(adjusted=True)
+    assert {k: v[0][1] for k, v in shipped["output"].items()} == output
+    assert {k: v[0][1] for k, v in shipped["param"].items()} == param
+
+
+class BigHardswish(nn.Module):
+    """Hard-swish straight on an input of magnitude ~300: its threshold gives the input a negative fix
+    position, which the DPU constraint pass raises to 0 at export (hard-swish inputs >= 0): the deployed
+    model clips what the trained one kept."""
+
+    def __init__(self):
+        super().__init__()
+        self.hs = nn.Hardswish()
+        self.conv = nn.Conv2d(3, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.conv(self.hs(x))
+
+
+@pytest.mark.parametrize("exact", [False, True])
+def test_qat_real_behaviour_deploys_other_numbers_exact_deploy_does_not(exact, tmp_path):
+    torch.manual_seed(0)
+    model = BigHardswish()
+    x = torch.randn(16, 3, 8, 8, generator=torch.Generator().manual_seed(1)) * 300
+    qat = QatProcessor(model, x[:1], exact_deploy=exact)
+    qmodel = qat.trainable_model()
+    qmodel(x)  # warm-up
+    qmodel.eval()
+    with torch.no_grad():
+        trained = qmodel(x)
+    deployed = qat.to_deployable(qmodel, str(tmp_path))(x)
+    key = "BigHardswish::nndct_input_0"
+    raw = json.loads((tmp_path / "test" / "quant_info.json").read_text())["output"][key][0][1]
+    shipped = json.loads((tmp_path / "quant_info.json").read_text())["output"][key][0][1]
+    assert raw < 0 and shipped == 0  # the constraint pass moved the input's position
+    differ = int((trained != deployed).sum())
+    assert (differ == 0) if exact else (differ > trained.numel() // 10)
+
+
+def test_qat_official_example_shape_runs_in_two_processes(tmp_path):
+    script = os.path.join(REPO, "tests", "support", "qat_example_script.py")
+    env = dict(os.environ, PYTHONPATH=REPO)
+    out = str(tmp_path / "qat_result")
+    for mode in ("train", "deploy"):
+        proc = subprocess.run([sys.executable, script, "--mode", mode, "--output_dir", out], cwd=str(tmp_path),
+                              env=env, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sorted(os.listdir(out)) == ["Digits_int.xmodel", "deployable.pth", "model.pth", "quant_info.json", "test"]
+    assert os.listdir(str(tmp_path)) == ["qat_result"]  # no .vai_qat in the working directory
+
+
+def test_qat_calib_dir_starts_from_the_calibration(tmp_path):
+    from pipeline.apis import torch_quantizer
+    model, shape = build("resnet")
+    x = torch.randn(8, *shape, generator=torch.Generator().manual_seed(2))
+    cfg = tmp_path / "nocle.json"
+    cfg.write_text('{"include_cle": false, "include_bias_corr": false, "target_device": "DPU"}')
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path / "cal"), device=torch.device("cpu"),
+                        quant_config_file=str(cfg))
+    q.quant_model(x)
+    q.export_quant_config()
+    info = json.loads((tmp_path / "cal" / "quant_info.json").read_text())
+    qmodel = QatProcessor(model, x[:1]).trainable_model(calib_dir=str(tmp_path / "cal"))
+    for group, key, quantizer in qmodel.quantizers():
+        assert quantizer.own_fix_pos() == info[group][key][0][1]
+        assert quantizer.warmup_enabled[0] == 0
+
+
+def test_qat_trainable_model_helpers_and_state_dict_round_trip():
+    model, shape = build("mobilenet")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    qmodel = qat.trainable_model()
+    n_q, n_w = len(qmodel.quantizer_parameters()), len(qmodel.non_quantizer_parameters())
+    assert n_q == sum(1 for _ in qmodel.quantizers()) and n_w > 0
+    assert n_q + n_w == len(list(qmodel.parameters()))
+    x = torch.randn(4, *shape)
+    qmodel.disable_quant()
+    float_out = qmodel(x)
+    assert all(q.warmup_enabled[0] == 1 for _, _, q in qmodel.quantizers())
+    qmodel.enable_quant()
+    qmodel(x)
+    qmodel.freeze_quant()
+    assert not any(p.requires_grad for p in qmodel.quantizer_parameters())
+    copy = qat.trainable_model()
+    copy.load_state_dict(qmodel.state_dict())
+    qmodel.eval(), copy.eval()
+    assert torch.equal(qmodel(x), copy(x))
+    assert not torch.equal(qmodel(x), float_out)
+
+
+def test_qat_caller_model_and_inputs_are_never_modified(tmp_path):
+    model, shape = build("resnet")
+    model.train()
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    x = torch.randn(8, *shape)
+    x0 = x.clone()
+    qat = QatProcessor(model, x[:1])
+    qmodel = _train(qat.trainable_model(), shape)
+    qmodel(x)
+    qat.to_deployable(qmodel, str(tmp_path))(x)
+    assert torch.equal(x, x0)
+    assert all(torch.equal(v, before[k]) for k, v in model.state_dict().items())
+    assert model.training
+
+
+# ---- bad input -----------------------------------------------------------------------------------------
+def test_qat_refuses_dataparallel_and_mix_bit():
+    model, shape = build("digits")
+    with pytest.raises(QuantizationError, match="wrap the trainable model"):
+        QatProcessor(nn.DataParallel(model), torch.randn(1, *shape))
+    with pytest.raises(QuantizationError, match="mix_bit"):
+        QatProcessor(model, torch.randn(1, *shape), mix_bit=True)
+
+
+class Reused(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv1 = nn.Conv2d(3, 4, 3, padding=1)
+        self.conv2 = nn.Conv2d(4, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+
+    def forward(self, x):
+        return self.relu(self.conv2(self.relu(self.conv1(x))))
+
+
+def test_qat_reused_module_needs_the_flag_or_exact_deploy():
+    x = torch.randn(1, 3, 8, 8)
+    with pytest.raises(QuantizationError, match=r"module 'relu' is called 2 times .*allow_reused_module=True"):
+        QatProcessor(Reused(), x).trainable_model()
+    shared = QatProcessor(Reused(), x).trainable_model(allow_reused_module=True)
+    qs = shared.net.output_quantizers
+    assert qs["nndct_relu_2"] is qs["nndct_relu_4"]  # the real quantizer's: one quantizer for both calls
+    own = QatProcessor(Reused(), x, exact_deploy=True).trainable_model()
+    assert own.net.output_quantizers["nndct_relu_2"] is not own.net.output_quantizers["nndct_relu_4"]
+
+
+class WithBN1d(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(6, 4)
+        self.bn = nn.BatchNorm1d(4)
+
+    def forward(self, x):
+        return self.bn(self.fc(x))
+
+
+def test_qat_refuses_batchnorm1d_with_the_reason():
+    with pytest.raises(QuantizationError, match=r"BatchNorm that follows no conv .*#555"):
+        QatProcessor(WithBN1d().eval(), torch.randn(2, 6)).trainable_model()
+
+
+def test_qat_to_deployable_misuse_writes_nothing(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    out = tmp_path / "out"
+    with pytest.raises(QuantizationError, match=r"call trainable_model\(\) first"):
+        qat.to_deployable(None, str(out))
+    qmodel = qat.trainable_model()
+    other = QatProcessor(model, torch.randn(1, *shape)).trainable_model()
+    with pytest.raises(QuantizationError, match="expected the model this QatProcessor's trainable_model"):
+        qat.to_deployable(other, str(out))
+    qmodel(torch.randn(4, *shape))
+    with torch.no_grad():
+        qmodel.net.output_quantizers["nndct_relu_4"].log_threshold.fill_(float("nan"))
+    with pytest.raises(QuantizationError, match=r"nndct_relu_4.log_threshold holds 1 NaN/Inf"):
+        qat.to_deployable(qmodel, str(out))
+    assert not out.exists() or not any(p.is_file() for p in out.rglob("*"))
+    fused = qat.trainable_model()
+    fused(torch.randn(4, *shape))
+    fused.fuse_conv_bn()
+    with pytest.raises(QuantizationError, match="fuse_conv_bn"):
+        qat.to_deployable(fused, str(out))
+
+
+def test_qat_untrained_quantizers_warn_as_the_real_one(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    qmodel = qat.trainable_model()
+    with pytest.warns(UserWarning, match=r"Exported scale values are not trained: Digits::net.conv1.weight"):
+        qat.to_deployable(qmodel, str(tmp_path))
+
+
+def test_qat_deployable_model_needs_its_files_and_this_model(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    with pytest.raises(QuantizationError, match="needs deployable.pth and quant_info.json"):
+        qat.deployable_model(str(tmp_path))
+    with pytest.raises(QuantizationError, match=r"export_xmodel: call deployable_model"):
+        qat.export_xmodel(str(tmp_path))
+    other, other_shape = build("resnet")
+    oq = QatProcessor(other, torch.randn(1, *other_shape))
+    m = oq.trainable_model()
+    m(torch.randn(2, *other_shape))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        oq.to_deployable(m, str(tmp_path))
+    with pytest.raises(QuantizationError, match="was made for another model"):
+        qat.deployable_model(str(tmp_path))
+
+
+def test_qat_export_xmodel_needs_a_batch_1_first_forward(tmp_path):
+    from pipeline.errors import ExportError
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    qmodel = _train(qat.trainable_model(), shape, steps=1)
+    qat.to_deployable(qmodel, str(tmp_path))
+    dmodel = qat.deployable_model(str(tmp_path), used_for_xmodel=True)
+    dmodel(torch.randn(4, *shape))
+    with pytest.raises(ExportError, match="had batch size 4"):
+        qat.export_xmodel(str(tmp_path))
+    assert not (tmp_path / "Digits_int.xmodel").exists()
