@@ -163,6 +163,28 @@ def test_qat_refuses_dataparallel_and_mix_bit():
         QatProcessor(model, torch.randn(1, *shape), mix_bit=True)
 
 
+@pytest.mark.cuda
+def test_qat_trains_on_cuda_and_deploys_the_same_numbers_on_the_cpu(tmp_path):
+    model, shape = build("mobilenet")
+    model.cuda()
+    qat = QatProcessor(model, torch.randn(1, *shape, device="cuda"), exact_deploy=True)
+    qmodel = qat.trainable_model()
+    assert next(qmodel.parameters()).is_cuda
+    opt = torch.optim.Adam(qmodel.parameters(), lr=1e-3)
+    x, y = torch.randn(8, *shape, device="cuda"), torch.randint(0, 10, (8,), device="cuda")
+    loss = F.cross_entropy(qmodel(x), y)
+    opt.zero_grad()
+    loss.backward()
+    opt.step()
+    qmodel.freeze_bn_stats()
+    qmodel.eval()
+    deployed = qat.to_deployable(qmodel, str(tmp_path))  # on the CPU
+    qmodel.cpu()
+    xe = torch.randn(16, *shape)
+    with torch.no_grad():
+        assert torch.equal(qmodel(xe), deployed(xe))
+
+
 class Reused(nn.Module):
     def __init__(self):
         super().__init__()

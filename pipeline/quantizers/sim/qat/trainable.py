@@ -204,8 +204,8 @@ class QatModel(nn.Module):
     # ---- back to the float model -------------------------------------------------------------
     def float_state_dict(self, float_model: nn.Module) -> Dict[str, torch.Tensor]:
         """``float_model``'s state_dict with this model's trained weights, biases and BN state in
-        place of the float ones (what ``deployable.pth`` holds). Copies; nothing is modified."""
-        state = {k: v.detach().clone() for k, v in float_model.state_dict().items()}
+        place of the float ones (what ``deployable.pth`` holds), on the CPU. Copies; nothing is modified."""
+        state = {k: v.detach().cpu().clone() for k, v in float_model.state_dict().items()}
         for name, layer in self.layers().items():
             path, bn_path = self._shared.layer_paths[name]
             for key, value in layer.float_state().items():
@@ -218,7 +218,7 @@ class QatModel(nn.Module):
                             "QAT: %s has a bias after fuse_conv_bn() that the float model's conv %s has no "
                             "place for; call to_deployable on a model without fuse_conv_bn()" % (name, path))
                     continue
-                state[full] = value.to(state[full].dtype)
+                state[full] = value.cpu().to(state[full].dtype)
         return state
 
 
