@@ -185,6 +185,48 @@ def test_qat_trains_on_cuda_and_deploys_the_same_numbers_on_the_cpu(tmp_path):
         assert torch.equal(qmodel(xe), deployed(xe))
 
 
+class Functional(nn.Module):
+    """What the real QAT makes users rewrite as modules: ``+``, ``torch.cat``, ``torch.add``, functional ReLU and
+    pools, one ReLU module called twice."""
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Conv2d(3, 4, 3, padding=1)
+        self.b = nn.Conv2d(3, 4, 1)
+        self.c = nn.Conv2d(8, 4, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(4, 10)
+
+    def forward(self, x):
+        y = torch.cat([F.relu(self.a(x)), self.relu(self.b(x))], 1)
+        z = self.relu(self.c(y)) + F.max_pool2d(y[:, :4], 3, 1, 1)
+        z = torch.add(z, F.relu(z))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(z, 1), 1))
+
+
+def test_qat_takes_ordinary_pytorch_code_and_deploys_it_exactly(tmp_path):
+    torch.manual_seed(0)
+    qat = QatProcessor(Functional(), torch.randn(1, 3, 8, 8), exact_deploy=True)
+    qmodel = _train(qat.trainable_model(), (3, 8, 8), steps=3, freeze_after=0)
+    x = torch.randn(8, 3, 8, 8)
+    with torch.no_grad():
+        assert torch.equal(qmodel(x), qat.to_deployable(qmodel, str(tmp_path))(x))
+
+
+class ScaledByNumber(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+
+    def forward(self, x):
+        return self.conv(x) * 0.37
+
+
+def test_qat_refuses_a_quantized_python_number_with_the_rewrite():
+    with pytest.raises(QuantizationError, match=r"Python number the quantizer quantizes \(0.37\).*registered buffer"):
+        QatProcessor(ScaledByNumber(), torch.randn(1, 3, 8, 8)).trainable_model()
+
+
 class Reused(nn.Module):
     def __init__(self):
         super().__init__()
