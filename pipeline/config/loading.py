@@ -69,7 +69,7 @@ def _check_semantics(loaded: LoadedConfig) -> Any:
             problems.append("%s: %s %s" % (dotted, p, fileio.not_a_file(p)))
     from ..targets import arch_json_path, get_target
     from ..models.loading import resolve_factory
-    from ..quantizers.base import backend_class
+    from ..quantizers.base import backend_class, backend_classes
     backend = backend_class(cfg.quantizer.backend)
     if cfg.export.formats is None:
         cfg.export.formats = list(backend.default_formats)
@@ -91,6 +91,12 @@ def _check_semantics(loaded: LoadedConfig) -> Any:
     if ft.enabled and not backend.simulates and (ft.passes != 100 or ft.memory_mb != 1024):
         problems.append("quantizer.fast_finetune.passes and memory_mb apply to the sim backend only; the real "
                         "quantizer runs 100 passes and keeps every batch in memory: remove them")
+    qat = cfg.quantizer.qat
+    if qat.enabled and not backend.qat:
+        able = [c.name for c in backend_classes() if c.qat]
+        problems.append("quantizer.qat.enabled: the %s backend does not run quantization-aware training here; use "
+                        "quantizer.backend %s for the qat step, or run QAT inside the Vitis AI image with "
+                        "pytorch_nndct's QatProcessor yourself" % (backend.name, " or ".join(able) or "(none)"))
     if cfg.quantizer.target is not None:
         try:
             get_target(cfg.quantizer.target)

@@ -137,6 +137,44 @@ class FastFinetuneSection(_Strict):
                                                     "depend on it).")
 
 
+class QatSection(_Strict):
+    """Quantization-aware training, the qat step after calib (docs/quant_config.md#quantizerqat)."""
+    enabled: bool = Field(False, description="Run the qat step; the test, export and deploy steps then use its result "
+                                             "(its quant_info.json and trained weights) instead of the calibration's.")
+    epochs: int = Field(1, ge=1, le=10000, description="Passes over the train split.")
+    lr: float = Field(1e-5, gt=0, le=1, allow_inf_nan=False, description="Adam learning rate of the weights, "
+                                                                          "biases and BN parameters.")
+    threshold_lr: float = Field(1e-2, gt=0, le=10, allow_inf_nan=False,
+                                description="Adam learning rate of the quantizers' log2 thresholds.")
+    batch_size: Optional[int] = Field(None, ge=1, description="Training batch size (default: data.batch_size, the "
+                                                              "calibration's).")
+    init: str = Field("calib", pattern="^(calib|warmup)$",
+                      description="calib: the thresholds start at the calib step's fix positions; warmup: each "
+                                  "quantizer sets its own from the first training batch (3-sigma for weights, KL-J "
+                                  "for activations).")
+    freeze_bn_after: Optional[int] = Field(None, ge=0, description="Freeze the BN statistics after this many epochs "
+                                                                   "(0: from the start; null: never).")
+    exact_deploy: bool = Field(True, description="Train at the fix positions that ship, so the deployed model equals "
+                                                 "the trained one bit for bit; false: the real quantizer's behaviour "
+                                                 "(the deployed model differs).")
+    weight_decay: float = Field(1e-4, ge=0, le=1, allow_inf_nan=False, description="Adam weight decay of the weights "
+                                                                                  "(not of the thresholds).")
+    quantizer_norm: float = Field(1e-4, ge=0, le=1, allow_inf_nan=False,
+                                  description="Loss term quantizer_norm * sqrt(sum of log_threshold^2) (the Vitis AI "
+                                              "QAT example's); 0: none.")
+    seed: Optional[int] = Field(None, ge=0, le=2**32 - 1, description="Seed of the training (default: run.seed).")
+    max_steps: Optional[int] = Field(None, ge=1, description="Stop after this many optimizer steps in all "
+                                                             "(null: every batch of every epoch).")
+
+    @model_validator(mode="after")
+    def _check_freeze(self) -> "QatSection":
+        if self.freeze_bn_after is not None and self.freeze_bn_after > self.epochs:
+            raise ValueError("freeze_bn_after is %d but training runs %d epoch%s, so the BN statistics would never be "
+                             "frozen; give at most %d (0: from the start), or null for never"
+                             % (self.freeze_bn_after, self.epochs, "" if self.epochs == 1 else "s", self.epochs))
+        return self
+
+
 class QuantizerSection(_Strict):
     """The quantizer backend and torch_quantizer's own arguments (docs/quantizer.md#torch_quantizer-arguments)."""
     backend: str = Field(DEFAULT_BACKEND, pattern="^(%s)$" % "|".join(BACKENDS))
@@ -149,6 +187,7 @@ class QuantizerSection(_Strict):
                                              "at chance (it does not work on this data); false for smoke tests with "
                                              "an untrained model.")
     fast_finetune: FastFinetuneSection = Field(default_factory=FastFinetuneSection)
+    qat: QatSection = Field(default_factory=QatSection)
 
 
 class ExportSection(_Strict):

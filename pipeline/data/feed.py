@@ -116,13 +116,13 @@ class DataFeed:
 
     # ------------------------------------------------------------------ batches
     def batches(self, part: str, ledger: Any = None, limit: Optional[int] = None, batch_size: Optional[int] = None,
-                shard: bool = True) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
+                shard: bool = True, desc: Optional[str] = None) -> Iterator[Tuple[torch.Tensor, Optional[torch.Tensor]]]:
         """Boundary buffers of one split: ``(x float32 NCHW owned, labels int64 (n,) or None)``.
 
         While a distributed step runs (``sharded``, and ``shard``), only this rank's batches: batch
         ``i`` goes to rank ``i % world`` (``pipeline.distributed``); the others are not read past
         their views and not copied. Ledger rows keep the global batch index. A progress bar or
-        progress lines (``pipeline.progress``) follow the loop.
+        progress lines (``pipeline.progress``) follow the loop, named ``desc`` (default: ``part``).
 
         Raises:
             DataError: a batch holds NaN or Inf (public case P07), naming the batch and count; what
@@ -133,7 +133,7 @@ class DataFeed:
         rank, world = (self.comm.rank, self.comm.world) if (shard and self.sharded) else (0, 1)
         it = self.source.batches(self.splits[part], bs, limit, rank, world)
         total = len(range(rank, total, world))
-        for k, batch in enumerate(progress(it, part, total)):
+        for k, batch in enumerate(progress(it, desc or part, total)):
             i = k * world + rank
             view = self.compose(batch.view, ledger=ledger, batch_index=i, channel_order=batch.channel_order)
             x = self.boundary(view, ledger=ledger, batch_index=i, rows=batch.rows)

@@ -99,14 +99,18 @@ class QuantSettings:
         quant_config_file: path to a ``quant_config_file`` JSON (docs/quant_config.md), or None for the defaults
             (CLE and bias correction on).
         device: ``"cpu"`` or ``"cuda"``.
+        qat: the quantizer of a QAT-trained model (``QuantizerBackend.qat_trainable``): the default
+            strategy at ``bitwidth`` with CLE and bias correction off, as the real ``QatProcessor``
+            sets them; ``quant_config_file`` is not read then.
     """
 
     def __init__(self, target: Optional[str] = None, bitwidth: int = 8,
-                 quant_config_file: Optional[str] = None, device: str = "cpu") -> None:
+                 quant_config_file: Optional[str] = None, device: str = "cpu", qat: bool = False) -> None:
         self.target = target
         self.bitwidth = bitwidth
         self.quant_config_file = quant_config_file
         self.device = device
+        self.qat = qat
 
 
 class FinetuneRequest:
@@ -143,6 +147,8 @@ class QuantizerBackend:
     - ``distributed``: calib and test can split their batches over torchrun's ranks;
     - ``simulates``: the test handle is the simulation's lowered model (``analysis_handle`` returns it);
     - ``finetune_methods``: the fast finetune methods ``calibrate`` takes (``FinetuneRequest.method``);
+    - ``qat``: it trains quantization-aware (``qat_trainable``, ``qat_files``; ``load_test`` with
+      ``QuantSettings(qat=True)`` on the trained weights gives the deployed model);
     - ``requirements``: check-env's lines for it (``Requirement``: each step it runs and what that needs);
     - ``version()``: its quantizer's version string (the fingerprint's ``quantizer_version``).
 
@@ -156,6 +162,7 @@ class QuantizerBackend:
     distributed = False
     simulates = False
     finetune_methods = ()  # type: Tuple[str, ...]
+    qat = False
     requirements = ()  # type: Tuple[Requirement, ...]
 
     @classmethod
@@ -222,6 +229,21 @@ class QuantizerBackend:
     def export(self, handle: Any, example1: torch.Tensor, out_dir: str,
                formats: List[str]) -> Dict[str, str]:
         """Export the test-mode model from a batch-1, owned, contiguous example input."""
+        raise NotImplementedError
+
+    def qat_trainable(self, model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,
+                      exact_deploy: bool, calib_dir: Optional[str] = None) -> Any:
+        """The trainable QAT model of ``model`` (in training mode, with ``quantizer_parameters()``,
+        ``non_quantizer_parameters()``, ``freeze_bn_stats()``, ``fix_positions(adjusted)`` and
+        ``quantizers()``), its thresholds taken from ``calib_dir``'s ``quant_info.json`` when given, else
+        set by warm-up on the first batch. Only for a backend with ``qat``."""
+        raise NotImplementedError
+
+    def qat_files(self, trained: Any, model: torch.nn.Module,
+                  out_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any], List[Tuple[str, bytes]]]:
+        """``(raw quant_info, shipped quant_info, [(path, bytes)])`` of the deployable files of
+        ``trained`` under ``out_dir`` (``test/quant_info.json``, ``quant_info.json``,
+        ``deployable.pth``: ``model``'s state_dict with the trained values); nothing is written."""
         raise NotImplementedError
 
 

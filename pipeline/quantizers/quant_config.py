@@ -328,3 +328,19 @@ def load_quant_config(path: Optional[str], bitwidth: Optional[int] = None) -> Qu
         warnings.warn("bitwidth=%d differs from the bit widths in %s; the file's are used (as nndct does)"
                       % (bitwidth, path))
     return cfg
+
+
+def settings_quant_config(settings: Any) -> QuantConfig:
+    """The QuantConfig of a ``pipeline.quantizers.base.QuantSettings``: its quant_config_file read at its
+    bit width; with ``settings.qat`` (a QAT-trained model) the defaults at that bit width with CLE and
+    bias correction off, as the real ``QatProcessor`` sets them (and ``sim/qat/trainable.qat_session``).
+
+    Raises:
+        ConfigError: as ``load_quant_config``.
+    """
+    if getattr(settings, "qat", False):
+        cfg = load_quant_config(None, settings.bitwidth)
+        cfg.include_cle = False
+        cfg.include_bias_corr = False
+        return cfg
+    return load_quant_config(settings.quant_config_file, settings.bitwidth)

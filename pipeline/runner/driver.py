@@ -30,7 +30,8 @@ ROWS_ENV = "PIPELINE_ROWS_SHA256"  # the run's split rows, checked by each child
 def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dict[str, Any]:
     """Run ``steps`` in pipeline order and write the report; returns report.json's content.
 
-    Before the first step: the pre-flight checks (no work done when they fail) and an exclusive
+    Steps the config turns off (``Step.off``) are left out with a log line saying why; a run left
+    with none is a ConfigError. Before the first step: the pre-flight checks (no work done when they fail) and an exclusive
     lock on the run folder (a second run into the same folder stops with an error). Before each
     step: the results of that step and of every step that derives from it are removed, so the
     run folder never mixes a new calibration with an old export. The report is written whatever
@@ -60,7 +61,11 @@ def run_steps(loaded: LoadedConfig, steps: List[str], source: Any = None) -> Dic
         holder = runlock.holder(loaded.work_dir)  # before the source is read: the lock itself is taken later
         if holder is not None:
             raise in_use(loaded.work_dir, holder)
-    ordered = [s for s in step_graph.NAMES if s in steps]
+    ordered, left_out = step_graph.active(steps, loaded.cfg)
+    for name, why in left_out:
+        log.info("%s: not run: %s", name, why)
+    if not ordered:
+        raise ConfigError("nothing to run: %s" % "; ".join("the %s step is off (%s)" % kv for kv in left_out))
     if loaded.cfg.run.num_threads:
         torch.set_num_threads(loaded.cfg.run.num_threads)
     comm = distributed.init_from_env(loaded.cfg.run.distributed_timeout_s)

@@ -7,13 +7,13 @@ invalidation (``derived``) and the driver read it. To add a step: a module here,
 """
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from . import calib, compile, deploy, export, inspect, test, train
+from . import calib, compile, deploy, export, inspect, qat, test, train
 from .base import Step
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
 
-ORDER = (train.STEP, inspect.STEP, calib.STEP, test.STEP, export.STEP, compile.STEP, deploy.STEP)  # type: Tuple[Step, ...]
+ORDER = (train.STEP, inspect.STEP, calib.STEP, qat.STEP, test.STEP, export.STEP, compile.STEP, deploy.STEP)  # type: Tuple[Step, ...]
 BY_NAME = {s.name: s for s in ORDER}  # type: Dict[str, Step]
 NAMES = [s.name for s in ORDER]
 DEFAULT_STEPS = [s.name for s in ORDER if s.default]
@@ -45,6 +45,20 @@ def selected(names: Optional[List[str]]) -> List[str]:
     return list(names)
 
 
+def active(names: List[str], cfg: Any) -> Tuple[List[str], List[Tuple[str, str]]]:
+    """``names`` in pipeline order without the steps the config turns off (``Step.off``), and
+    ``(step, why)`` of those left out."""
+    kept, left = [], []  # type: List[str], List[Tuple[str, str]]
+    for s in ORDER:
+        if s.name in names:
+            why = s.off_reason(cfg)
+            if why:
+                left.append((s.name, why))
+            else:
+                kept.append(s.name)
+    return kept, left
+
+
 def invalidated(name: str, cfg: Any) -> List[Tuple[str, str]]:
     """``(step, folder)`` of each step whose results a new run of ``name`` makes stale: ``name`` itself
     (unless the config supplies its output, ``Step.given_by_config``) and every step ``derived`` from it."""
@@ -60,7 +74,7 @@ def check_requirements(names: List[str], folder: Any, cfg: Any) -> None:
     available = {s.name for s in ORDER if folder.load_step(s.name) is not None}
     for name in names:
         available -= {stale for stale, _ in invalidated(name, cfg)}
-        for dep in BY_NAME[name].requires:
+        for dep in BY_NAME[name].required(cfg):
             if dep not in available:
                 stale = "" if folder.load_step(dep) is None else (
                     " (its results in %s would be removed by an earlier step of this run)" % folder.work_dir)
@@ -92,5 +106,5 @@ def load_results(folder: Any) -> Dict[str, Any]:
     return out
 
 
-__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "selected", "derived", "invalidated", "check_requirements",
+__all__ = ["ORDER", "BY_NAME", "NAMES", "DEFAULT_STEPS", "selected", "active", "derived", "invalidated", "check_requirements",
            "execute", "load_results", "Step"]

@@ -113,6 +113,10 @@ class Step:
         environment: ``environment() -> (uses, can_run, why_not)``, the step's line of ``check-env``
             when it needs a tool of its own (the backends' steps come from their ``requirements``).
         default: part of a run that names no steps (``--steps all``); False: on request only.
+        requires_when: ``requires_when(cfg) -> (step, ...)``: steps whose saved results it reads under
+            this config, besides ``requires`` (test and export read the qat step's when QAT is on).
+        off: ``off(cfg) -> reason or None``: the config turns the step off (a reason, e.g. "quantizer.qat.enabled
+            is false"): the driver leaves it out of the run, saying why; None: it runs.
         result: its ``StepResult`` subclass.
     """
     name: str
@@ -130,11 +134,22 @@ class Step:
     command: Optional[str] = None
     environment: Optional[Callable[[], Tuple[str, bool, Optional[str]]]] = None
     default: bool = True
+    requires_when: Optional[Callable[[Any], Tuple[str, ...]]] = None
+    off: Optional[Callable[[Any], Optional[str]]] = None
     result: Any = None
 
     def __post_init__(self) -> None:
         if not (isinstance(self.result, type) and issubclass(self.result, StepResult)):
             raise TypeError("Step %r: result= must be its StepResult subclass, got %r" % (self.name, self.result))
+
+    def required(self, cfg: Any) -> Tuple[str, ...]:
+        """The steps whose saved results it reads under ``cfg``: ``requires`` and ``requires_when(cfg)``."""
+        extra = tuple(self.requires_when(cfg)) if self.requires_when is not None else ()
+        return self.requires + tuple(s for s in extra if s not in self.requires)
+
+    def off_reason(self, cfg: Any) -> Optional[str]:
+        """Why the config turns this step off (``off``), or None when it runs."""
+        return None if self.off is None else self.off(cfg)
 
     def given(self, cfg: Any) -> bool:
         """Whether the config supplies this step's output (``given_by_config``)."""

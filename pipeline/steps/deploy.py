@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 import logging
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from . import qat as qat_step
 from .base import Step, StepResult
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
@@ -60,6 +61,8 @@ def run(ctx: "StepContext") -> DeployResult:
     work = ctx.folder.work_dir
     # every file the bundle carries or reads, checked against the record of the step that wrote it
     check_committed(ctx.model.quant_dir, redo="run the calib step again, and the steps after it")
+    if ctx.model.qat_enabled:  # the input fix_pos that ships is the QAT result's
+        ctx.model.check_qat()
     expected = {}  # type: Dict[str, Any]
 
     def checked(result: Dict[str, Any], name: str, writer: str, redo: str) -> str:
@@ -86,7 +89,7 @@ def run(ctx: "StepContext") -> DeployResult:
     settings = getattr(source, "settings", None)  # an image folder's decode: resize, crop, mode
     names = source.classes
     preprocess = dict(ctx.feed.boundary.spec(), source_color=source.color, source_layout=source.layout,
-                      input_fix_pos=input_fix_pos(read_quant_info(ctx.model.quant_dir)), input_shape=example_shape,
+                      input_fix_pos=input_fix_pos(read_quant_info(ctx.model.deployed_dir)), input_shape=example_shape,
                       image_size=size, box=None if box is None else list(box), stages=list(ctx.cfg.preprocess.stages),
                       decode={k: settings.get(k) for k in ("resize", "crop", "mode")} if isinstance(settings, dict)
                       else None, class_names=names, class_names_from=origin(ctx.cfg.data.source, names))
@@ -120,4 +123,4 @@ def environment() -> Tuple[str, bool, Optional[str]]:
 
 
 STEP = Step("deploy", run, writes="deploy", requires=("calib", "compile"), after=("test",),  # its accuracy
-            environment=environment, result=DeployResult)
+            requires_when=qat_step.needed, environment=environment, result=DeployResult)

@@ -3,6 +3,7 @@ import logging
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List
 
+from . import qat as qat_step
 from .base import Step, StepResult, in_run_folder
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
@@ -125,5 +126,5 @@ def xmodel_summary(report: Any, work_dir: str) -> Any:
             "mismatches": run.get("mismatches", 0)}
 
 
-STEP = Step("export", run, writes="export", requires=("calib",), reads=("eval",), own_process=True,
-            result=ExportResult)
+STEP = Step("export", run, writes="export", requires=("calib",), after=("qat",), requires_when=qat_step.needed,
+            reads=("eval",), own_process=True, result=ExportResult)

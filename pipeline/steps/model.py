@@ -10,6 +10,10 @@ import torch
 
 from ..errors import DataError
 
+QAT = "qat"  # the qat step's name, and its folder in the run folder
+QAT_WEIGHTS = "deployable.pth"
+QAT_FILES = ("quant_info.json", "test/quant_info.json", QAT_WEIGHTS)  # what the qat step hands on, in qat/
+
 # Fingerprint fields recorded for the record only: compile_target (without hardware-aware
 # quantization the calibration does not depend on it) and config_hash (the config.* keys it
 # hashes are compared one by one, so a mismatch names the key).
@@ -33,6 +37,7 @@ class ModelPart:
         self._rows_sha256 = rows_sha256
         self._trace = None  # type: Any  # (model, FloatTrace): the step's one fx trace of its float model
         self._weights_checked = None  # type: Any  # model/float.pt's (inode, size, mtime) when it matched the record
+        self._deployed = None  # type: Any  # ((id(model), deployable.pth, mtime), the deployed float model)
 
     @property
     def weights_path(self) -> str:
@@ -112,13 +117,120 @@ class ModelPart:
         return fp
 
     def test_handle(self, model: torch.nn.Module, example: torch.Tensor) -> Any:
-        """The backend's test-mode model of ``model`` from the calibration in quant_dir, after checking
-        that the calibration is complete and was made for this model, data and config (fingerprint).
-        Raises QuantizationError (run the calib step again) otherwise."""
+        """The quantized model that ships, one method for the test and export steps: the backend's
+        test-mode model of ``model`` from the calibration in quant_dir, after checking that the
+        calibration is complete and was made for this model, data and config (fingerprint); with
+        quantizer.qat.enabled, the same test-mode model of the QAT-trained weights with qat/'s
+        quant_info.json (``qat_handle``), after checking the qat step's files and settings
+        (``check_qat``). Raises QuantizationError (run the calib step again), HandoffError or
+        PipelineError (run the qat step again) otherwise."""
+        if self.qat_enabled:
+            self.check_calibration(model, example)  # what QAT started from and is compared with
+            self.check_qat()
+            return self.qat_handle(model, example, self.qat_dir)
+        return self.ptq_handle(model, example)
+
+    def check_calibration(self, model: torch.nn.Module, example: torch.Tensor) -> None:
+        """Refuse a calibration in quant_dir that is incomplete or was made for another model, data or
+        config (its fingerprint). Raises QuantizationError (run the calib step again)."""
         from ..quantizers.calib_commit import check_committed
         check_committed(self.quant_dir, self.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                         redo="run the calib step again")
+
+    def ptq_handle(self, model: torch.nn.Module, example: torch.Tensor) -> Any:
+        """The backend's test-mode model of ``model`` from the calibration in quant_dir (PTQ), after
+        ``check_calibration``."""
+        self.check_calibration(model, example)
         return self.backend().load_test(model, example, self.quant_dir, self.settings(), traced=self.trace(model))
+
+    # ---- quantization-aware training (the qat step's result) ---------------------------------------
+    @property
+    def qat_enabled(self) -> bool:
+        """quantizer.qat.enabled: the test, export and deploy steps use the qat step's result."""
+        return bool(self.cfg.quantizer.qat.enabled)
+
+    @property
+    def qat_dir(self) -> str:
+        """The qat step's folder: quant_info.json (shipped), test/quant_info.json (raw), deployable.pth."""
+        return self.folder.path(QAT)
+
+    @property
+    def deployed_dir(self) -> str:
+        """The folder whose quant_info.json ships: qat/ with quantizer.qat.enabled, else quant_dir."""
+        return self.qat_dir if self.qat_enabled else self.quant_dir
+
+    def qat_settings(self) -> Any:
+        """The QuantSettings of a QAT-trained model (``QuantSettings(qat=True)``: CLE and bias correction off)."""
+        from ..quantizers.base import QuantSettings
+        q = self.cfg.quantizer
+        return QuantSettings(target=q.target, bitwidth=q.bitwidth, device=q.device, qat=True)
+
+    def deployed_float(self, model: torch.nn.Module, qat_dir: Optional[str] = None) -> torch.nn.Module:
+        """The float model the shipped quantized model is made of: ``model`` itself without QAT; else a
+        copy of it (eval mode) holding ``qat_dir``'s (default: qat/) ``deployable.pth``, the trained
+        weights. ``model`` is not modified. Raises PipelineError: a missing or damaged file;
+        QuantizationError: a file made for another model."""
+        if qat_dir is None and not self.qat_enabled:
+            return model
+        import copy
+        from ..errors import QuantizationError
+        from ..models.loading import load_state_dict_file
+        path = os.path.join(qat_dir or self.qat_dir, QAT_WEIGHTS)
+        key = (id(model), path, os.stat(path).st_mtime_ns if os.path.isfile(path) else None)
+        if self._deployed is not None and self._deployed[0] == key:
+            return self._deployed[1]
+        deployed = copy.deepcopy(model).eval()
+        try:
+            deployed.load_state_dict(load_state_dict_file(path))
+        except RuntimeError as exc:
+            raise QuantizationError("%s was made for another model (%s); run the qat step again"
+                                    % (path, str(exc).splitlines()[0]))
+        self._deployed = (key, deployed)
+        return deployed
+
+    def qat_handle(self, model: torch.nn.Module, example: torch.Tensor, qat_dir: str) -> Any:
+        """The deployed QAT model: the backend's test-mode model (as PTQ's) of ``deployed_float(model,
+        qat_dir)`` with ``qat_dir/quant_info.json`` under ``qat_settings()``; its outputs are the
+        trained model's eval-mode outputs bit for bit when it was trained with exact_deploy. Runs
+        no check of the files (``check_qat`` does; the qat step builds it from the files it wrote)."""
+        return self.backend().load_test(self.deployed_float(model, qat_dir), example, qat_dir, self.qat_settings())
+
+    def check_qat(self) -> None:
+        """The qat step's result in this run folder is the one to use: saved, its quant_info.json,
+        test/quant_info.json and deployable.pth match its record (``pipeline.handoff``), and it was
+        trained with the quantizer.qat settings of this config.
+
+        Raises:
+            PipelineError: no result; HandoffError: a changed or missing file; QuantizationError: other
+                settings (the first differing key named).
+        """
+        from ..errors import PipelineError, QuantizationError
+        from ..handoff import verify
+        redo = "run the qat step again, and the steps after it (e.g. --steps qat,test,export,compile,deploy)"
+        result = self.folder.load_step(QAT)
+        if result is None or result.get("skipped"):
+            raise PipelineError("quantizer.qat.enabled is true but the qat step has no result in %s; %s"
+                                % (self.folder.work_dir, redo))
+        for name in QAT_FILES:
+            verify(self.folder.work_dir, result.get("handed_on"), QAT + "/" + name, "qat", "loading the QAT "
+                   "result", redo)
+        trained, now = result.get("settings") or {}, qat_settings_record(self.cfg)
+        for key in sorted(now):
+            if trained.get(key) != now[key]:
+                raise QuantizationError("%s is %r in this config, but the qat step in %s trained with %r; %s"
+                                        % ("quantizer." + key if key == "bitwidth" else "quantizer.qat." + key, now[key],
+                                           self.folder.work_dir, trained.get(key, "(not set)"), redo))
+
+
+def qat_settings_record(cfg: Any) -> Dict[str, Any]:
+    """The quantizer.qat settings a QAT result was trained with (all but ``enabled``; ``seed`` resolved to
+    run.seed when null), and the bit width:
+    saved in steps/qat.json and compared by ``ModelPart.check_qat``."""
+    out = {k: v for k, v in cfg.quantizer.qat.model_dump().items() if k != "enabled"}
+    out["bitwidth"] = cfg.quantizer.bitwidth
+    if out["seed"] is None:
+        out["seed"] = cfg.run.seed  # the seed it trained with
+    return out
 
 
 def check_labels(labels: Optional[np.ndarray], model: torch.nn.Module, example: torch.Tensor, by: str) -> None:

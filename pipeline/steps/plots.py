@@ -1,5 +1,5 @@
 """PNG plots of the per-layer sensitivity rows (``pipeline.quantizers.sensitivity_rows.LayerSensitivity``,
-as the backend's ``layer_sensitivity`` gives them), drawn by the test step.
+as the backend's ``layer_sensitivity`` gives them), drawn by the test step, and the qat step's loss curve.
 
 matplotlib is optional at run time: it is imported inside the functions, :func:`is_available`
 says whether it is installed, and the report keeps its table without it. The figures are built on
@@ -244,3 +244,26 @@ def plot_activation_ranges(rows: List[Dict[str, Any]], path: str) -> str:
     """
     _render(_ranges, rows, path)
     return path
+
+
+def loss_curve_png(points: List[List[float]], epoch_ends: List[int], title: str) -> bytes:
+    """The qat step's loss curve as PNG bytes (the step writes them with its other files): loss per
+    optimizer step (``points``: ``[[step, loss], ...]``, as ``qat_train.curve`` gives them), a dotted
+    line at the last step of each epoch (``epoch_ends``), under matplotlib's default style.
+
+    Raises:
+        BackendUnavailableError: matplotlib is not installed.
+    """
+    _require()
+    import matplotlib.style
+    with matplotlib.style.context("default"):
+        fig = _figure(8, 6.4)
+        ax = fig.add_subplot(1, 1, 1)
+        ax.plot([p[0] for p in points], [p[1] for p in points], color=BAR_COLOR, linewidth=1.2)
+        for step in epoch_ends[:-1]:
+            ax.axvline(step, color=RANGE_COLOR, linestyle=":", linewidth=1)
+        ax.set_xlabel("optimizer step")
+        ax.set_ylabel("loss (cross-entropy + threshold norm)")
+        ax.grid(True, alpha=0.3)
+        _finish(fig, title)
+        return _png(fig)

@@ -5,6 +5,7 @@ import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
+from . import qat as qat_step
 from .base import Step, StepResult, in_run_folder, omitted_when_none, transient
 from .calib import ranks
 
@@ -31,6 +32,7 @@ class TestResult(StepResult):
     plots: Dict[str, str] = field(default_factory=dict)
     ledger: Dict[str, Any] = field(default_factory=dict)
     distributed: Optional[Dict[str, Any]] = omitted_when_none()
+    quantized_by: Optional[str] = omitted_when_none()  # "qat": the quantized model is the qat step's deployed one
     float_correct: int = transient(int)
     classes: Dict[int, int] = transient(dict)
 
@@ -45,7 +47,8 @@ class TestResult(StepResult):
                 "plots": {k: in_run_folder(v, work_dir) for k, v in self.plots.items()}}
 
     def report_section(self, work_dir: str) -> List[str]:
-        lines = ["## Accuracy", "", "| float | quantized | drop (points) | eval images |", "|---|---|---|---|",
+        lines = ["## Accuracy", "", "| float | quantized%s | drop (points) | eval images |"
+                 % (" (QAT deployed)" if self.quantized_by == "qat" else ""), "|---|---|---|---|",
                  "| %.4f | %.4f | %.2f | %s |" % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop,
                                                   self.eval_images), ""]
         if self.sensitivity:
@@ -60,8 +63,9 @@ class TestResult(StepResult):
         return lines
 
     def summary_lines(self, work_dir: str) -> List[str]:
-        return ["float accuracy %.4f, quant accuracy %.4f (drop %.2f points) on %d eval images"
-                % (self.float_accuracy, self.quant_accuracy, 100 * self.accuracy_drop, self.eval_images)]
+        return ["float accuracy %.4f, quant accuracy %.4f%s (drop %.2f points) on %d eval images"
+                % (self.float_accuracy, self.quant_accuracy, " (QAT)" if self.quantized_by == "qat" else "",
+                   100 * self.accuracy_drop, self.eval_images)]
 
     def quantizer_changes(self) -> List[Tuple[str, str]]:
         return [(note, row.get("float_node") or row.get("node")) for row in self.sensitivity
@@ -112,7 +116,8 @@ def run(ctx: "StepContext") -> TestResult:
     return TestResult(float_accuracy=float_acc, quant_accuracy=quant_acc, warnings=warnings, accuracy_drop=drop,
                       eval_images=n, eval_seconds=eval_seconds, max_accuracy_drop=ctx.cfg.quantizer.max_accuracy_drop,
                       sensitivity=sensitivity, plots=plot_files, ledger=ledger.summary(),
-                      distributed=ranks(ctx, ledger), float_correct=float_correct, classes=classes)
+                      distributed=ranks(ctx, ledger), quantized_by="qat" if ctx.model.qat_enabled else None,
+                      float_correct=float_correct, classes=classes)
 
 
 def check(ctx: "StepContext", result: TestResult) -> None:
@@ -126,9 +131,11 @@ def check(ctx: "StepContext", result: TestResult) -> None:
                            (ctx.folder.load_step("calib") or {}).get("warnings", []))
     if result.accuracy_drop > q.max_accuracy_drop:
         raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
-                                "quantizer.max_accuracy_drop=%.4f; use more or better calibration data"
+                                "quantizer.max_accuracy_drop=%.4f; %s"
                                 % (result.quant_accuracy, 100 * result.accuracy_drop, result.float_accuracy,
-                                   q.max_accuracy_drop))
+                                   q.max_accuracy_drop, "train QAT longer or with other rates (quantizer.qat.epochs, "
+                                   "lr, threshold_lr)" if result.quantized_by == "qat" else
+                                   "use more or better calibration data"))
 
 
 def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, limit: Optional[int],
@@ -140,11 +147,13 @@ def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, lim
     from . import plots
     from ..quantizers.quant_info import read_quant_info
     from ..progress import phase
-    handle = backend.analysis_handle(test_handle, model, example, ctx.model.quant_dir, ctx.model.settings(),
-                                     traced=ctx.model.trace(model))
+    # against the float model the quantized one is made of (with QAT: the trained weights, qat/'s quant_info.json)
+    model, qdir = ctx.model.deployed_float(model), ctx.model.deployed_dir
+    settings = ctx.model.qat_settings() if ctx.model.qat_enabled else ctx.model.settings()
+    handle = backend.analysis_handle(test_handle, model, example, qdir, settings, traced=ctx.model.trace(model))
     with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.feed.n_batches("eval", limit)):
-        rows = backend.layer_sensitivity(model, handle, read_quant_info(ctx.model.quant_dir),
-                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), ctx.model.settings(),
+        rows = backend.layer_sensitivity(model, handle, read_quant_info(qdir),
+                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), settings,
                                          comm=ctx.comm if ctx.feed.sharded else None, example=example,
                                          traced=ctx.model.trace(model))
     files = {}
@@ -202,5 +211,5 @@ def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
     return text
 
 
-STEP = Step("test", run, writes="plots", requires=("calib",), reads=("eval",), own_process=True, distributed=True, check=check,
-            result=TestResult)
+STEP = Step("test", run, writes="plots", requires=("calib",), after=("qat",), requires_when=qat_step.needed,
+            reads=("eval",), own_process=True, distributed=True, check=check, result=TestResult)

@@ -18,7 +18,7 @@ import torch
 
 from ...errors import ConfigError, QuantizationError
 from ..base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
-from ..quant_config import load_quant_config
+from ..quant_config import settings_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from . import probes
 from .session import SimSession
@@ -36,7 +36,7 @@ def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSetti
              traced: Any = None) -> SimSession:
     if str(settings.device).startswith("cuda"):
         warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
-    cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
+    cfg = settings_quant_config(settings)  # with settings.qat: the one QAT trained with (CLE, bias correction off)
     # the session's own copy: shape propagation runs the float model on it, and a model whose first
     # op writes in place would otherwise change the caller's example
     return SimSession(model, example.detach().cpu().clone(), cfg, traced)
@@ -117,6 +117,7 @@ class SimBackend(QuantizerBackend):
     distributed = True
     simulates = True
     finetune_methods = ("adaquant", "adaquant_plus")
+    qat = True
     requirements = (
         Requirement("calib/test", "the pipeline's CPU simulation of the DPU arithmetic", ("torch",),
                     why_not="torch is not installed", probe=probes.probe_calib_test),
@@ -255,6 +256,47 @@ class SimBackend(QuantizerBackend):
             else:
                 written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
         return written
+
+    def qat_trainable(self, model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,
+                      exact_deploy: bool, calib_dir: Optional[str] = None) -> Any:
+        """The trainable model of ``model`` (``sim/qat/trainable.py``'s ``QatModel``, training mode,
+        on the CPU), as ``pipeline.apis.QatProcessor.trainable_model`` builds it: with ``calib_dir``
+        every threshold starts at that folder's ``quant_info.json`` fix position (``log_threshold =
+        b - 1 - fix_pos``, no warm-up); without, each quantizer warms up on the first batch it sees.
+
+        Raises:
+            QuantizationError: what QAT cannot train (named, with the rewrite), a module called twice
+                without ``exact_deploy``, ``calib_dir`` without a fix position for every quantizer
+                (another model's calibration).
+        """
+        from .qat.trainable import build_trainable, qat_session
+        from ..quant_info import read_quant_info
+        examples = (example.detach().cpu().clone(),)
+        trainable = build_trainable(model, examples, settings.bitwidth, exact_deploy, False,
+                                    session=qat_session(model, examples, settings.bitwidth))
+        if calib_dir:
+            info, missing = read_quant_info(calib_dir), []
+            for group, key, q in trainable.quantizers():
+                entry = info.get(group, {}).get(key)
+                if not entry or entry[0][1] is None:
+                    missing.append(key)
+                    continue
+                q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
+            if missing:
+                raise QuantizationError("QAT: %s/quant_info.json has no fix position for %s; it is another model's "
+                                        "calibration: run the calib step again" % (calib_dir, ", ".join(missing[:5])))
+        return trainable
+
+    def qat_files(self, trained: Any, model: torch.nn.Module,
+                  out_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any], List[Tuple[str, bytes]]]:
+        """``sim/qat/deploy.py``'s ``deployable_files``: the raw and the shipped quant_info and the
+        ``(path, bytes)`` of ``test/quant_info.json``, ``quant_info.json`` and ``deployable.pth``.
+
+        Raises:
+            QuantizationError: NaN/Inf in a weight or threshold (named), a model after fuse_conv_bn().
+        """
+        from .qat.deploy import deployable_files
+        return deployable_files(trained, model, out_dir)
 
     def verify(self, handle: torch.fx.GraphModule, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
                max_lsb: Dict[str, int]) -> Tuple[Dict[str, Any], List[str]]:

@@ -93,7 +93,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
             its op differs), or shapes differ at a point.
         ConfigError: a bad ``settings.quant_config_file``.
     """
-    from ..quant_config import load_quant_config
+    from ..quant_config import settings_quant_config
     from .session import SimSession
 
     iterator = iter(batches)
@@ -103,7 +103,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     if first is not None:
         _check_batch(first, 0, first.dim() if isinstance(first, torch.Tensor) else 4)
         example = first[:1].detach().cpu()
-    cfg = load_quant_config(settings.quant_config_file, settings.bitwidth)
+    cfg = settings_quant_config(settings)
     session = getattr(handle, "sim_session", None)
     if session is None or vars(session.cfg) != vars(cfg):
         session = SimSession(float_model, example, cfg, traced)
