@@ -90,10 +90,11 @@ class LoadedConfig:
             "data": c.data.model_dump(exclude={"eval_batches"}),
             "preprocess": c.preprocess.model_dump(),
             "model": c.model.model_dump(include={"zoo", "factory", "kwargs"}),
-            # fast_finetune.memory_mb only moves caches between memory and files: same result
+            # fast_finetune.memory_mb only moves caches between memory and files: same result; qat comes after
+            # the calibration (the qat step's result records and checks its own settings)
             "quantizer": c.quantizer.model_dump(exclude={"max_accuracy_drop": True, "require_float_above_chance": True,
                                                          "device": True, "quant_config_file": True,
-                                                         "fast_finetune": {"memory_mb"}}),
+                                                         "fast_finetune": {"memory_mb"}, "qat": True}),
         }
         return {"%s.%s" % (section, key): value for section, values in sections.items()
                 for key, value in sorted(values.items())}

@@ -17,8 +17,9 @@ from pipeline.runner.driver import run_steps
 
 
 def test_invalidation_is_derived_from_requires():
-    assert steps.derived("train") == ("calib", "test", "export", "compile", "deploy")
-    assert steps.derived("calib") == ("test", "export", "compile", "deploy")
+    assert steps.derived("train") == ("calib", "qat", "test", "export", "compile", "deploy")
+    assert steps.derived("calib") == ("qat", "test", "export", "compile", "deploy")
+    assert steps.derived("qat") == ("test", "export", "compile", "deploy")  # they use its result when QAT is on
     assert steps.derived("export") == ("compile", "deploy")
     assert steps.derived("compile") == ("deploy",)
     assert steps.derived("test") == ("deploy",)  # the bundle's prototxt carries the measured accuracy
