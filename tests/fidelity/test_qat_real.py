@@ -153,3 +153,30 @@ def test_qat_calib_dir_start_matches_the_real_quantizer(tmp_path):
             assert torch.equal(mine[names[key]].detach(), v), key
     x, y = _load("resnet", "train_inputs.npy"), _load("resnet", "train_labels.npy")
     _check_steps(qmodel, names, _load("resnet", "calib_init", "steps.pt"), x, y, _drift())
+
+
+@pytest.mark.parametrize("name", ["digits", "resnet", "mobilenet"])
+def test_qat_deployable_xmodel_is_the_real_quantizers(name, tmp_path):
+    """The real deployable model's xmodel (deployable.xmodel: its deployable.pth and quant_info.json, a batch-1
+    forward, export_xmodel) against the drop-in's from the same files. The real model has a QuantStub and a
+    DeQuantStub: its trace numbers every op one higher, its input op is named after the stub, and nndct names the
+    quantized region's graph ``<Class>_0`` (the subgraph of the stubs' partition, ``nndct_shared/compile/
+    deploy_optimizer.py``); ops are therefore compared by position, the graph name aside."""
+    from pipeline.quantizers.sim.xmodel import schema
+    from tests.support import xmodel_compare
+    model, shape = build(name)
+    model.load_state_dict(_load(name, "float_state_dict.pt"))
+    qat = QatProcessor(model, _load(name, "example_input.npy"))
+    info = _load(name, "quant_info.json")
+    ours = [key for group, key, _ in qat.trainable_model().quantizers() if group == "output"]
+    info["output"] = dict(zip(ours, info["output"].values()))
+    (tmp_path / "quant_info.json").write_text(json.dumps(info))
+    torch.save(_load(name, "deployable.pth"), str(tmp_path / "deployable.pth"))
+    qat.deployable_model(str(tmp_path), used_for_xmodel=True)(_load(name, "eval_inputs.npy")[:1])
+    mine = xmodel_compare.load(qat.export_xmodel(str(tmp_path)))
+    real = xmodel_compare.load(os.path.join(DATA, name, "deployable.xmodel"))
+    assert [o.op_type for o in mine.op_node] == [o.op_type for o in real.op_node]
+    xmodel_compare.rename_ops(mine, xmodel_compare.op_names(real))
+    assert real.graph_name == mine.graph_name + "_0"
+    mine.graph_name = real.graph_name
+    assert schema.canonical(mine) == schema.canonical(real), xmodel_compare.differences(mine, real)
