@@ -6,6 +6,8 @@ Layout (``work_dir``)::
     config.resolved.yaml        the validated config, input paths made absolute
     model/float.pt              train: the float state_dict (or the configured model.weights)
     quantize_result/            calib: quant_info.json (+ bias_corr.pth), calib_fingerprint.json
+    qat/                        qat (quantizer.qat.enabled): quant_info.json (shipped), test/quant_info.json
+                                (raw), deployable.pth (trained weights), qat_record.json, loss.png
     export/                     export: the backend's formats (e.g. <Model>_int*.onnx, <Model>_int.xmodel)
     compile/                    compile: compiled xmodel and log, or compile.sh + compile_plan.md
     deploy/                     deploy: the deploy bundle and its manifest
