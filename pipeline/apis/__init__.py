@@ -76,16 +76,18 @@ What differs, on purpose:
   quantizer prints them (``notes``); ``logging.getLogger("pipeline.apis").setLevel(logging.WARNING)``
   silences them.
 
-Modules: ``quantizer`` (``torch_quantizer``, ``TorchQuantizer``, ``dump_xmodel``), ``calib_mode``
+Modules: ``entry`` (``torch_quantizer``), ``quantizer`` (``TorchQuantizer``, ``dump_xmodel``), ``qat``
+(``QatProcessor``, ``QatQuantizer``: quantization-aware training, docs/qat.md), ``calib_mode``
 (calibration forwards, ``export_quant_config``, ``fast_finetune``), ``exports`` (test-mode
 ``load_ft_param`` and the exports), ``checks`` (argument checks, ``output_dir``), ``inspector``
 (``Inspector``), ``notes`` (the ``[VAIQ_NOTE]`` lines).
 """
 from . import notes
+from .entry import torch_quantizer
 from .inspector import Inspector
-from .qat import QatProcessor
-from .quantizer import TorchQuantizer, dump_xmodel, torch_quantizer
+from .qat import QatProcessor, QatQuantizer
+from .quantizer import TorchQuantizer, dump_xmodel
 
 notes.install()  # the notes are shown by default, as the real quantizer's [VAIQ_NOTE] lines
 
-__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel", "QatProcessor"]
+__all__ = ["torch_quantizer", "TorchQuantizer", "Inspector", "dump_xmodel", "QatProcessor", "QatQuantizer"]

@@ -34,8 +34,10 @@ What differs, on purpose:
   modules (``functional.Add``, ...) are taken as written, as PTQ takes them; the input needs no
   ``QuantStub``.
 - Errors raise (``QuantizationError``) instead of ending the process, and nothing is half-written.
-- ``torch_quantizer(..., qat_proc=True)`` is not wired (the real one is half-wired: its
-  ``deploy_model`` raises AttributeError); use ``QatProcessor``.
+- ``torch_quantizer(..., qat_proc=True)`` works end to end (``QatQuantizer``): ``quant_model`` is the
+  trainable model, ``export_quant_config()`` writes ``to_deployable``'s files, ``deploy_model`` is the
+  deployable model, and the exports follow. The real one is half-wired: its ``deploy_model`` and
+  ``export_quant_config`` call methods its ``QatProcessor`` does not have (AttributeError).
 """
 import copy
 import os
@@ -239,3 +241,73 @@ class QatProcessor:
         model = copy.deepcopy(self._model)
         model.load_state_dict(trained_model.float_state_dict(self._model))
         return model.eval()
+
+
+class QatQuantizer:
+    """What ``torch_quantizer(quant_mode, model, inputs, qat_proc=True, output_dir=..., bitwidth=...)`` returns:
+    the real API's QAT path, wired end to end (``quant_mode`` is not used, as in the real one).
+
+    - ``quant_model``: the trainable model (``QatProcessor.trainable_model()``; the same object every time);
+    - ``export_quant_config()``: ``to_deployable(quant_model, output_dir)``; returns the path of
+      ``output_dir/quant_info.json``;
+    - ``deploy_model``: the deployable model of ``output_dir`` (``deployable_model``), on the CPU;
+    - ``export_xmodel``, ``export_onnx_model``, ``export_torch_script``: of the deployable model (run one
+      batch-1 forward of ``deploy_model`` before ``export_xmodel``).
+
+    Args: the float model, its example inputs, ``output_dir``, ``bitwidth`` (None: 8) and ``mix_bit`` (must
+    be False), as ``torch_quantizer`` takes them.
+
+    Raises:
+        QuantizationError: as ``QatProcessor``; ``deploy_model`` before ``export_quant_config()`` (and no
+            files in ``output_dir``); ``fast_finetune``/``load_ft_param`` (post-training only).
+    """
+
+    def __init__(self, module: nn.Module, input_args: Any, output_dir: str = "quantize_result",
+                 bitwidth: Optional[int] = None, mix_bit: bool = False) -> None:
+        self.processor = QatProcessor(module, input_args, 8 if bitwidth is None else bitwidth, mix_bit)
+        self.output_dir = output_dir
+        self._trainable = None  # type: Optional[QatModel]
+        self._deployable = None  # type: Optional[nn.Module]
+
+    @property
+    def quant_model(self) -> QatModel:
+        """The trainable model (made on first use)."""
+        if self._trainable is None:
+            self._trainable = self.processor.trainable_model()
+        return self._trainable
+
+    def export_quant_config(self) -> str:
+        """Write ``to_deployable``'s files of the trained ``quant_model`` into ``output_dir``; returns the
+        path of its ``quant_info.json``."""
+        self._deployable = self.processor.to_deployable(self.quant_model, self.output_dir)
+        return os.path.join(self.output_dir, "quant_info.json")
+
+    @property
+    def deploy_model(self) -> nn.Module:
+        """The deployable model of ``output_dir`` (``export_quant_config()`` wrote it, in this process or
+        another)."""
+        if self._deployable is None:
+            self._deployable = self.processor.deployable_model(self.output_dir, used_for_xmodel=True)
+        return self._deployable
+
+    def export_xmodel(self, output_dir: str = "quantize_result", deploy_check: bool = False,
+                      dynamic_batch: bool = False) -> str:
+        """``QatProcessor.export_xmodel`` of the deployable model."""
+        return self.processor.export_xmodel(output_dir, deploy_check, dynamic_batch)
+
+    def export_onnx_model(self, output_dir: str = "quantize_result", *args: Any, **kwargs: Any) -> Optional[str]:
+        """``QatProcessor.export_onnx_model`` of the deployable model."""
+        return self.processor.export_onnx_model(output_dir, *args, **kwargs)
+
+    def export_torch_script(self, output_dir: str = "quantize_result", verbose: bool = False) -> Any:
+        """``QatProcessor.export_torch_script`` of the deployable model."""
+        return self.processor.export_torch_script(output_dir, verbose)
+
+    def fast_finetune(self, run_fn: Any, run_args: Any) -> None:
+        """Refused: fast finetune is post-training; QAT trains the weights itself."""
+        raise QuantizationError("fast_finetune: this quantizer was made with qat_proc=True (quantization-aware "
+                                "training); fast finetune is for post-training quantization: drop qat_proc")
+
+    def load_ft_param(self) -> None:
+        """Refused, as ``fast_finetune``."""
+        self.fast_finetune(None, None)

@@ -324,3 +324,20 @@ def test_qat_export_xmodel_needs_a_batch_1_first_forward(tmp_path):
     with pytest.raises(ExportError, match="had batch size 4"):
         qat.export_xmodel(str(tmp_path))
     assert not (tmp_path / "Digits_int.xmodel").exists()
+
+
+def test_qat_torch_quantizer_qat_proc_works_end_to_end(tmp_path):
+    from pipeline.apis import torch_quantizer
+    model, shape = build("digits")
+    out = str(tmp_path / "qat")
+    q = torch_quantizer("calib", model, torch.randn(1, *shape), output_dir=out, qat_proc=True)
+    qmodel = q.quant_model
+    assert q.quant_model is qmodel
+    _train(qmodel, shape, steps=2)
+    assert q.export_quant_config() == os.path.join(out, "quant_info.json")
+    # another process would do this: a fresh quantizer reads the files
+    q2 = torch_quantizer("test", model, torch.randn(1, *shape), output_dir=out, qat_proc=True)
+    q2.deploy_model(torch.randn(1, *shape))
+    assert os.path.isfile(q2.export_xmodel(out))
+    with pytest.raises(QuantizationError, match="qat_proc=True"):
+        q2.fast_finetune(None, None)
