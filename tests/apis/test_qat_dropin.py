@@ -341,3 +341,25 @@ def test_qat_torch_quantizer_qat_proc_works_end_to_end(tmp_path):
     assert os.path.isfile(q2.export_xmodel(out))
     with pytest.raises(QuantizationError, match="qat_proc=True"):
         q2.fast_finetune(None, None)
+
+
+def test_qat_a_diverged_threshold_stops_the_forward_naming_it():
+    model, shape = build("digits")
+    qmodel = QatProcessor(model, torch.randn(1, *shape)).trainable_model()
+    x = torch.randn(4, *shape)
+    qmodel(x)
+    with torch.no_grad():
+        qmodel.net.output_quantizers["nndct_relu_2"].log_threshold.fill_(float("inf"))
+    with pytest.raises(QuantizationError, match=r"threshold of nndct_relu_2 is inf: the training diverged"):
+        qmodel(x)
+
+
+def test_qat_a_float_model_changed_after_trainable_model_is_refused(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    qmodel = qat.trainable_model()
+    qmodel(torch.randn(4, *shape))
+    model.net.fc = nn.Linear(64, 12)
+    with pytest.raises(QuantizationError, match="parameters changed since QatProcessor was made"):
+        qat.to_deployable(qmodel, str(tmp_path))
+    assert list(tmp_path.iterdir()) == []

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from ....errors import QuantizationError
 from ... import fixpoint
 
 PARAM, INPUT, OUTPUT = "param", "input", "output"
@@ -159,8 +160,17 @@ class TQTQuantizer(nn.Module):
             torch.distributed.broadcast(self.log_threshold.data, 0)
 
     def own_fix_pos(self) -> int:
-        """``b - 1 - ceil(log_threshold)``: the position ``log_threshold`` gives (quant_info's raw value)."""
-        return int(int(self.bitwidth[0]) - 1 - torch.ceil(self.log_threshold.detach()).item())
+        """``b - 1 - ceil(log_threshold)``: the position ``log_threshold`` gives (quant_info's raw value).
+
+        Raises:
+            QuantizationError: ``log_threshold`` is NaN or infinite (the training diverged), naming the tensor.
+        """
+        value = float(self.log_threshold.detach()[0])
+        if not math.isfinite(value):
+            raise QuantizationError("QAT: the threshold of %s is %s: the training diverged (lower the thresholds' "
+                                    "learning rate, check the loss for NaN); restart from the last good checkpoint"
+                                    % (self.name or self.tensor_type, value))
+        return int(int(self.bitwidth[0]) - 1 - math.ceil(value))
 
     def fix_pos(self) -> int:
         """The position the forward uses: ``fix_pos_override`` when set, else ``own_fix_pos()``."""
