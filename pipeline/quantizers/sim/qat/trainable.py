@@ -302,6 +302,8 @@ def build_trainable(float_model: nn.Module, example: Tuple[torch.Tensor, ...], b
             "module" % (path, len(nodes), ", ".join(nodes)))
     graph, plan = session.graph, session.plan
     net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None)
+    for attr in ("quant_info", "fast_finetuned", "output_fix_pos"):  # the test-mode model's: not this one's
+        delattr(net, attr)
     net.train()
     layers = nn.ModuleDict()
     quantizers = nn.ModuleDict()
