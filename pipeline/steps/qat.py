@@ -240,8 +240,12 @@ def needed(cfg: Any) -> Tuple[str, ...]:
 
 
 def preflight(ctx: "StepContext") -> None:
-    """Before any work: a train split with at least one batch (QAT trains on it; data.split). Raises DataError."""
-    from ..errors import DataError
+    """Before any work: one process (QuantizationError under torchrun: the trainable model's warm-up is a
+    collective the waiting ranks would never join), a train split with at least one batch (DataError)."""
+    from ..errors import DataError, QuantizationError
+    if ctx.comm is not None:
+        raise QuantizationError("the qat step runs in one process: run it without torchrun (e.g. --steps train,calib,qat "
+                                "in one process, then the other steps under torchrun if you wish)")
     if not ctx.feed.split_size("train"):
         raise DataError("the qat step trains on the train split, which is empty (data.split %s, %d images); give it "
                         "a share of the data" % (ctx.cfg.data.split, len(ctx.feed.source)))
