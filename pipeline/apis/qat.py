@@ -48,9 +48,8 @@ import torch
 from torch import nn
 
 from ..errors import QuantizationError
-from ..quantizers import quant_info as qi
 from ..quantizers.sim.qat.deploy import DEPLOYABLE_FILE, moved_positions, write_deployable
-from ..quantizers.sim.qat.trainable import QatModel, build_trainable, qat_session
+from ..quantizers.sim.qat.trainable import QatModel, build_trainable, import_calibration, qat_session
 from .checks import example_inputs, output_folder
 from .notes import note
 from .quantizer import TorchQuantizer
@@ -124,23 +123,10 @@ class QatProcessor:
         model = build_trainable(self._model, self._inputs, self._bitwidth, self._exact, allow_reused_module,
                                 session=self._session)
         if calib_dir:
-            self._import_calibration(model, calib_dir)
+            import_calibration(model, calib_dir, "calibrate this model (torch_quantizer('calib', ...)) or pass "
+                                                 "calib_dir=''")
         self._trainable = model
         return model.to(self._device)
-
-    def _import_calibration(self, model: QatModel, calib_dir: str) -> None:
-        info = qi.read_quant_info(calib_dir)
-        missing = []
-        for group, key, q in model.quantizers():
-            entry = info.get(group, {}).get(key)
-            if not entry or entry[0][1] is None:
-                missing.append(key)
-                continue
-            q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
-        if missing:
-            raise QuantizationError("trainable_model: %s/quant_info.json has no fix position for %s; it was "
-                                    "calibrated for another model: calibrate this model (torch_quantizer('calib', ...)) "
-                                    "or pass calib_dir=''" % (calib_dir, ", ".join(missing[:5])))
 
     # ---- deployable --------------------------------------------------------------------------
     def to_deployable(self, trained_model: QatModel, output_dir: str) -> nn.Module:

@@ -269,22 +269,12 @@ class SimBackend(QuantizerBackend):
                 without ``exact_deploy``, ``calib_dir`` without a fix position for every quantizer
                 (another model's calibration).
         """
-        from .qat.trainable import build_trainable, qat_session
-        from ..quant_info import read_quant_info
+        from .qat.trainable import build_trainable, import_calibration, qat_session
         examples = (example.detach().cpu().clone(),)
         trainable = build_trainable(model, examples, settings.bitwidth, exact_deploy, False,
                                     session=qat_session(model, examples, settings.bitwidth))
         if calib_dir:
-            info, missing = read_quant_info(calib_dir), []
-            for group, key, q in trainable.quantizers():
-                entry = info.get(group, {}).get(key)
-                if not entry or entry[0][1] is None:
-                    missing.append(key)
-                    continue
-                q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
-            if missing:
-                raise QuantizationError("QAT: %s/quant_info.json has no fix position for %s; it is another model's "
-                                        "calibration: run the calib step again" % (calib_dir, ", ".join(missing[:5])))
+            import_calibration(trainable, calib_dir, "run the calib step again")
         return trainable
 
     def qat_files(self, trained: Any, model: torch.nn.Module,

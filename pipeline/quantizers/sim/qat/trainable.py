@@ -351,3 +351,24 @@ def qat_session(float_model: nn.Module, example: Tuple[torch.Tensor, ...], bitwi
     cfg.include_cle = False
     cfg.include_bias_corr = False
     return SimSession(float_model, tuple(e.detach().clone() for e in example), cfg)
+
+
+def import_calibration(model: QatModel, calib_dir: str, redo: str) -> None:
+    """Start every threshold of ``model`` at ``calib_dir/quant_info.json``'s fix position (this project's or the
+    real quantizer's file): ``log_threshold = b - 1 - fix_pos``, warm-up off (the real ``import_quant_info``).
+
+    Raises:
+        QuantizationError: the file is missing or unreadable, or has no fix position for some quantizer (another
+            model's calibration); ``redo`` says what to do, e.g. "run the calib step again".
+    """
+    from ...quant_info import read_quant_info
+    info, missing = read_quant_info(calib_dir), []
+    for group, key, q in model.quantizers():
+        entry = info.get(group, {}).get(key)
+        if not entry or entry[0][1] is None:
+            missing.append(key)
+            continue
+        q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
+    if missing:
+        raise QuantizationError("QAT: %s/quant_info.json has no fix position for %s; it was calibrated for another "
+                                "model: %s" % (calib_dir, ", ".join(missing[:5]), redo))
