@@ -8,6 +8,8 @@ Commands:
     status     the state of a run folder: running (pid, step), ok, failed or interrupted (also after a kill),
                the times and what to do next; ``--json`` prints status.json's content instead
     schema     the config's JSON Schema, for editor completion
+    xmodel     any quantized .xmodel: ``check FILE`` (OK or BROKEN), ``run FILE --input X.npy [--dump DIR]``,
+               ``summary FILE [--target NAME]`` (``pipeline/inspect/xmodel_cli.py``; exit 0 ok, 1 broken, 2 cannot)
 
 ``run`` and ``inspect`` (a step with ``Step.command``: run alone through the driver) take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
 progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``)
@@ -25,7 +27,7 @@ from .steps import DEFAULT_STEPS, NAMES as STEPS, ORDER, selected
 from .errors import ConfigError, PipelineError
 
 STEP_COMMANDS = {s.name: s for s in ORDER if s.command}  # steps that are also a command of their own
-COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", "schema")
+COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", "schema", "xmodel")
 
 
 def _steps(text: str) -> List[str]:
@@ -70,6 +72,8 @@ def build_parser() -> argparse.ArgumentParser:
     env_cmd.add_argument("--no-probe", action="store_true",
                          help="judge the steps by their installed packages alone (faster, and says less)")
     sub.add_parser("schema", help="print the config JSON Schema")
+    from .inspect.xmodel_cli import add_parser as add_xmodel_parser
+    add_xmodel_parser(sub)
     return parser
 
 
@@ -172,6 +176,9 @@ def main(argv: Optional[List[str]] = None) -> int:
             return _step_command(args)
         if args.command == "status":
             return _status(args)
+        if args.command == "xmodel":
+            from .inspect.xmodel_cli import main as xmodel_main
+            return xmodel_main(args)
         if args.command == "targets":
             from .targets import format_targets
             print(format_targets())

@@ -1,0 +1,169 @@
+"""``python -m pipeline xmodel run FILE --input X.npy [--dump DIR]``: run any quantized xmodel on the CPU.
+
+The file is checked first (``xmodel_check``: a broken file is not run), rebuilt by ``reader.check``
+and run by the project's interpreter (``interp.run``: XIR's ops in float32, ``fix`` as the DPU rounds),
+bit for bit as the simulation (and the real quantizer's test mode) computes the same graph.
+
+Inputs: one float ``.npy`` per data op, in model argument order (``interp.data_ops``). The file's
+data ops are NHWC (``[1, H, W, C]``, XIR's layout); an input is taken in the model's layout as PyTorch
+gives it, NCHW ``[1, C, H, W]``, or already NHWC as the file has it (``layout="nhwc"``; "auto" takes
+NCHW when both fit, i.e. C == H == W). A missing batch axis is added; the batch must be 1 (the file's).
+Non-4-D inputs are taken as the data op's dims. Values are converted to float32.
+"""
+import io
+import json
+import os
+import re
+from typing import Any, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from pipeline.errors import PipelineError
+from pipeline.fileio import write_files
+
+LAYOUTS = ("auto", "nchw", "nhwc")
+TO_NCHW = (0, 3, 1, 2)
+
+
+class XmodelRunError(PipelineError):
+    """The file cannot be run as asked: inputs that are missing, unreadable, of another dtype or shape
+    than the data ops take, or an op the interpreter cannot compute (a custom op whose semantics the
+    file does not carry). The message says what was expected and what to do."""
+
+
+def _read_npy(path: str) -> np.ndarray:
+    try:
+        array = np.load(path, allow_pickle=False)
+    except FileNotFoundError:
+        raise XmodelRunError("--input %s: no such file; give a float .npy array" % path) from None
+    except IsADirectoryError:
+        raise XmodelRunError("--input %s: a folder; give a float .npy array" % path) from None
+    except Exception as e:  # numpy's errors for a non-.npy file vary by version
+        raise XmodelRunError("--input %s: not a .npy array (%s: %s); save the input with numpy.save(path, x) "
+                             "(an .npz or a pickled object is not taken)" % (path, type(e).__name__, str(e)[:160])) \
+            from None
+    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
+        raise XmodelRunError("--input %s: dtype %s; expected float values (float32, as the model takes them after "
+                             "preprocessing)" % (path, getattr(array, "dtype", type(array).__name__)))
+    return array.astype(np.float32)
+
+
+def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layout: str = "auto") -> np.ndarray:
+    """``array`` in the layout the interpreter takes: NCHW for a 4-D data op (whose dims are NHWC),
+    else the data op's dims.
+
+    Args:
+        path: the .npy path (for messages); array: its float32 values; dims: the data op's dims;
+        name: the data op's name; layout: "auto", "nchw" or "nhwc" (how a 4-D ``array`` is laid out).
+
+    Raises:
+        XmodelRunError: a batch other than the data op's, or a shape that fits the data op in no layout.
+    """
+    dims = [int(d) for d in dims]
+    if array.ndim == len(dims) - 1 and dims and dims[0] == 1:
+        array = array[None]  # one sample without its batch axis
+    if len(dims) == 4:
+        nchw = [dims[0], dims[3], dims[1], dims[2]]
+        fits = {"nchw": list(array.shape) == nchw, "nhwc": list(array.shape) == dims}
+        order = ("nchw", "nhwc") if layout == "auto" else (layout,)
+        for candidate in order:
+            if fits[candidate]:
+                return np.ascontiguousarray(array if candidate == "nchw" else array.transpose(TO_NCHW))
+        expected = "NCHW %s (the model's layout, as PyTorch gives it) or NHWC %s (the file's)" % (nchw, dims)
+        if layout != "auto":
+            expected = {"nchw": "NCHW %s" % nchw, "nhwc": "NHWC %s" % dims}[layout]
+    else:
+        if list(array.shape) == dims:
+            return np.ascontiguousarray(array)
+        expected = "%s" % dims
+    if array.ndim == len(dims) and dims and array.shape[0] != dims[0] and (
+            sorted(array.shape[1:]) == sorted(dims[1:])):
+        raise XmodelRunError("--input %s: a batch of %d, but the file's data op %r takes batch %d (the quantizer "
+                             "writes batch 1): give one sample, e.g. numpy.save(path, x[:1])"
+                             % (path, array.shape[0], name, dims[0]))
+    raise XmodelRunError("--input %s: shape %s does not fit the file's data op %r: expected %s. Give the input "
+                         "of this model (another model's input, or one of another size, does not run)"
+                         % (path, list(array.shape), name, expected))
+
+
+def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Dict[str, Any]:
+    """Run a checked graph (``reader.check``) on the given .npy inputs.
+
+    Returns:
+        ``{"inputs": [{"name", "file", "shape" (as given), "dims" (the data op's)}],
+        "values": {op name: float32 torch tensor in the file's dims and layout (NHWC for 4-D)},
+        "outputs": [op names of the graph's outputs, in file order]}``.
+
+    Raises:
+        XmodelRunError: the input count differs from the data ops', an input does not fit (see
+            :func:`fit_input`), or the interpreter cannot compute an op (named).
+    """
+    import torch
+    from pipeline.quantizers.sim.xmodel import interp
+    datas = interp.data_ops(graph)
+    if len(input_paths) != len(datas):
+        raise XmodelRunError("%d --input given, the file has %d data op%s: %s (in model argument order); give one "
+                             "--input X.npy per data op, in that order"
+                             % (len(input_paths), len(datas), "" if len(datas) == 1 else "s",
+                                ", ".join("%s %s" % (op.name, list(op.shape)) for op in datas)))
+    tensors, described = [], []
+    for path, op in zip(input_paths, datas):
+        raw = _read_npy(path)
+        tensors.append(torch.from_numpy(fit_input(path, raw, op.shape, op.name, layout)))
+        described.append({"name": op.name, "file": path, "shape": list(raw.shape), "dims": list(op.shape)})
+    try:
+        values = interp.run(graph, tensors)
+    except PipelineError as e:
+        raise XmodelRunError("cannot run the file: %s" % e) from None
+    return {"inputs": described, "values": values, "outputs": interp.outputs(graph)}
+
+
+def _file_name(name: str, used: set) -> str:
+    base = re.sub(r"[^0-9A-Za-z_.-]", "_", name).strip(".") or "tensor"
+    base, candidate, k = base[:150], base[:150], 1
+    while candidate.lower() in used:
+        k += 1
+        candidate = "%s__%d" % (base, k)
+    used.add(candidate.lower())
+    return candidate + ".npy"
+
+
+def write_dump(folder: str, graph: Any, values: Dict[str, Any], fix_points: Dict[str, int]) -> str:
+    """Write every tensor of a run to ``folder`` (created): one float32 ``.npy`` per op, in the file's dims
+    and layout (NHWC for 4-D), named after the op (characters outside ``[0-9A-Za-z_.-]`` as ``_``), and
+    ``index.json``: ``[{"name", "file", "shape", "fix_pos" (the fix op's fix_point, else null), "op"
+    (the op type), "dtype": "float32"}]`` in the file's op order. The one place the dump format lives
+    (the real quantizer's deploy-check dump format could replace it here).
+
+    Returns:
+        The path of ``index.json``.
+    """
+    os.makedirs(folder, exist_ok=True)
+    used, index, items = set(), [], []  # type: set, List[Dict[str, Any]], List[Any]
+    for op in graph.ops:
+        value = values[op.name].detach().contiguous().numpy().astype(np.float32)
+        name = _file_name(op.name, used)
+        buffer = io.BytesIO()
+        np.save(buffer, value)
+        items.append((os.path.join(folder, name), buffer.getvalue()))
+        index.append({"name": op.name, "file": name, "shape": list(value.shape), "fix_pos": fix_points.get(op.name),
+                      "op": op.type, "dtype": "float32"})
+    index_path = os.path.join(folder, "index.json")
+    write_files(items + [(index_path, (json.dumps(index, indent=1) + "\n").encode())])
+    return index_path
+
+
+def describe_value(name: str, op_type: str, value: Any, fix_pos: Optional[int]) -> Dict[str, Any]:
+    """One output's summary: ``{"name", "op", "shape" (file's), "model_shape" (NCHW for 4-D), "fix_pos",
+    "min", "max", "mean", "argmax" (flat index over the whole tensor), "first" (up to 8 values)}``."""
+    x = value.detach().contiguous().float()
+    flat = x.reshape(-1)
+    finite = flat[flat.isfinite()] if flat.numel() else flat
+    shape = list(x.shape)
+    return {"name": name, "op": op_type, "shape": shape,
+            "model_shape": [shape[i] for i in TO_NCHW] if len(shape) == 4 else shape, "fix_pos": fix_pos,
+            "min": float(finite.min()) if finite.numel() else None,
+            "max": float(finite.max()) if finite.numel() else None,
+            "mean": float(finite.mean()) if finite.numel() else None,
+            "argmax": int(flat.argmax()) if flat.numel() else None,
+            "first": [float(v) for v in flat[:8]]}
