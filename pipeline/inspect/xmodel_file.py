@@ -43,12 +43,13 @@ _MAGICS = (  # (prefix, what it is, what to do instead)
 
 
 def _onnx_like(data: bytes) -> bool:
-    """True for bytes that start like an ONNX ModelProto: field 1 (ir_version, a varint) and, soon
-    after, a producer name, a graph or an opset import."""
-    if len(data) < 4 or data[0] != 0x08:
+    """True for bytes that start like an ONNX ModelProto: field 1 (ir_version, a small varint), then
+    a producer name, domain, version, graph or opset import (fields 2-8), or an ONNX word early on."""
+    if len(data) < 4 or data[0] != 0x08 or data[1] > 0x7f:
         return False
     head = data[:256]
-    return any(word in head for word in (b"pytorch", b"onnx", b"ai.onnx", b"tf2onnx", b"skl2onnx"))
+    return data[2] in (0x12, 0x1a, 0x22, 0x28, 0x32, 0x3a, 0x42) or any(
+        word in head for word in (b"pytorch", b"onnx", b"tf2onnx", b"skl2onnx"))
 
 
 def sniff(data: bytes) -> Optional[Tuple[str, str]]:
