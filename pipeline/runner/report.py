@@ -24,7 +24,7 @@ from .state import SOURCE_FILE, read_json_state, step_fix
 log = logging.getLogger("pipeline")
 
 # Files that describe the invocation rather than hold its results: not listed as artifacts.
-REPORT_FILES = ("report.json", "report.md", "status.json")
+REPORT_FILES = ("report.json", "report.md", "report.html", "status.json")
 SOURCE_FIX = "every run writes it anew at its end; remove it to go on without the source's description"
 
 
@@ -211,18 +211,20 @@ def render_markdown(r: Dict[str, Any], results: Dict[str, Any]) -> str:
 
 
 def remove_report(work_dir: str) -> None:
-    """Delete report.json and report.md (before files they list are removed; a new report follows)."""
-    for name in ("report.json", "report.md"):
+    """Delete report.json, report.md and report.html (before files they list are removed; a new report follows)."""
+    for name in ("report.json", "report.md", "report.html"):
         path = os.path.join(work_dir, name)
         if os.path.exists(path):
             os.remove(path)
 
 
 def write_report(run: Any) -> Dict[str, Any]:
-    """Write report.json and report.md into the run folder ``run`` (``pipeline.runner.folder.RunDir``)
-    and return the report dict."""
+    """Write report.json, report.md and report.html (``report_html``) into the run folder ``run``
+    (``pipeline.runner.folder.RunDir``) and return the report dict."""
+    from .report_html import render_html
     results = load_results(run)
     report = build_report(run, results)
     fileio.write_json(run.path("report.json"), report)
     fileio.write_text(run.path("report.md"), render_markdown(report, results))
+    fileio.write_text(run.path("report.html"), render_html(report, results, run.work_dir))
     return report

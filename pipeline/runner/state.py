@@ -34,11 +34,12 @@ MAX_STATE_BYTES = 64 << 20  # the largest state file: report.json of a big model
 STATUS_FILE = "status.json"
 SOURCE_FILE = "source.json"  # the source's description, its splits, its sha256 before and after the run
 RESOLVED_CONFIG = "config.resolved.yaml"
-REPORT_FILES = ("report.json", "report.md")
+REPORT_FILES = ("report.json", "report.md", "report.html")
 STEPS_DIR = "steps"
 # entries every run rewrites or reads, with the kind each must be
 STATE_ENTRIES = ((MARK_FILE, "file"), (LOCK_FILE, "file"), (STATUS_FILE, "file"), (SOURCE_FILE, "file"),
-                 (RESOLVED_CONFIG, "file"), (REPORT_FILES[0], "file"), (REPORT_FILES[1], "file"), (STEPS_DIR, "folder"))
+                 (RESOLVED_CONFIG, "file"), (REPORT_FILES[0], "file"), (REPORT_FILES[1], "file"), (REPORT_FILES[2], "file"),
+                 (STEPS_DIR, "folder"))
 
 
 def kind_of(path: str) -> str:

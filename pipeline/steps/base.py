@@ -74,6 +74,13 @@ class StepResult:
         """report.md's section(s) of this step, Markdown lines (empty: none)."""
         return []
 
+    def report_html(self, work_dir: str) -> List[Dict[str, Any]]:
+        """report.html's blocks of this step, plain data that ``pipeline.runner.html_parts`` renders and
+        escapes (``{"markdown": lines}``, ``{"table": ...}``, ``{"pre": text}``, ``{"svg": text}``,
+        ``{"markdown_file": path}``): its report.md section unless the step shows more."""
+        lines = self.report_section(work_dir)
+        return [{"markdown": lines}] if lines else []
+
     def summary_lines(self, work_dir: str) -> List[str]:
         """The lines the command line prints for this step at the end of a run."""
         return []

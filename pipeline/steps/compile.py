@@ -52,6 +52,19 @@ class CompileResult(StepResult):
                 self.reason, self._next(work_dir) or "see `%s`" % plan.get("plan"), plan.get("script"))
         return ["## Compile", "", line, ""]
 
+    def report_html(self, work_dir: str) -> List[Dict[str, Any]]:
+        """The section, the vai_c_xir command, and the compile plan when one was written (shown when its
+        sha256 is the one recorded in ``handed_on``)."""
+        import shlex
+        blocks = [{"markdown": self.report_section(work_dir)}]  # type: List[Dict[str, Any]]
+        if self.argv:
+            blocks.append({"title": "The vai_c_xir command", "pre": " ".join(shlex.quote(a) for a in self.argv)})
+        plan = (self.plan or {}).get("plan")
+        if plan:
+            blocks.append({"title": "Compile plan (%s)" % in_run_folder(plan, work_dir), "markdown_file": plan,
+                           "sha256": ((self.handed_on or {}).get(plan) or {}).get("sha256")})
+        return blocks
+
     def summary_lines(self, work_dir: str) -> List[str]:
         if self.compiled:
             return [self._compiled_line(work_dir)]

@@ -1,9 +1,10 @@
 """inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List, Tuple
+from types import SimpleNamespace
+from typing import TYPE_CHECKING, Any, Dict, List, Optional, Tuple
 
-from .base import Step, StepResult, in_run_folder
+from .base import Step, StepResult, in_run_folder, omitted_when_none
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
@@ -13,10 +14,29 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class InspectResult(StepResult):
-    """steps/inspect.json: the one-line summary, the report files, each node's quantizer change."""
+    """steps/inspect.json: the one-line summary, the report files, each node's quantizer change, and
+    ``graph``: the DPU/CPU partition (``graph_of``), drawn in report.html."""
     summary: str = ""
     files: Dict[str, str] = field(default_factory=dict)
     changes: List[str] = field(default_factory=list)
+    graph: Optional[Dict[str, Any]] = omitted_when_none()
+
+    def report_html(self, work_dir: str) -> List[Dict[str, Any]]:
+        """The partition: the graph as inline SVG (``pipeline.inspect.svg``, no graphviz) and each node's verdict."""
+        blocks = [{"markdown": ["## DPU/CPU partition (%s)" % ((self.graph or {}).get("target") or "inspection"), "",
+                                self.summary, ""]}]  # type: List[Dict[str, Any]]
+        if not self.graph:
+            return blocks
+        nodes = self.graph["nodes"]
+        blocks.append({"svg": graph_svg(self.graph)})
+        blocks.append({"table": {"title": "Nodes (%d)" % len(nodes),
+                                 "columns": ["#", "node", "op", "device", "shape", "inputs", "hardware constraints",
+                                             "notes"],
+                                 "rows": [[i, n["name"], n["op"], n["device"],
+                                           "x".join(str(d) for d in n.get("shape") or []), ", ".join(n["inputs"]),
+                                           " ".join(n.get("reasons") or []), " ".join(n.get("notes") or [])]
+                                          for i, n in enumerate(nodes)]}})
+        return blocks
 
     def quantizer_changes(self) -> List[Tuple[str, str]]:
         return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
@@ -35,7 +55,31 @@ def run(ctx: "StepContext") -> InspectResult:
         paths = write_reports(inspection, ctx.folder.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
     changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
-    return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes)
+    return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes, graph=graph_of(inspection))
+
+
+GRAPH_NODE_KEYS = ("name", "op", "device", "shape", "inputs", "reasons", "notes")
+
+
+def graph_of(inspection: Any) -> Dict[str, Any]:
+    """The partition as plain data: model, target, summary line, inputs, outputs, and per node (topological
+    order) ``GRAPH_NODE_KEYS`` of ``Inspection.to_json``."""
+    data = inspection.to_json()
+    return {"model": data["model"], "target": data["target"], "summary": data["summary"]["line"],
+            "inputs": data["inputs"], "outputs": data["outputs"],
+            "nodes": [{k: n.get(k) for k in GRAPH_NODE_KEYS} for n in data["nodes"]]}
+
+
+def graph_svg(graph: Dict[str, Any]) -> str:
+    """``graph`` (``graph_of``) drawn by the inspection's own SVG writer, the picture of inspect_<target>.svg."""
+    from ..inspect.svg import render_svg
+    nodes = [SimpleNamespace(name=n["name"], op=n["op"], device=n["device"], shape=n.get("shape"),
+                             inputs=list(n["inputs"]), reasons=list(n.get("reasons") or []),
+                             notes=list(n.get("notes") or [])) for n in graph["nodes"]]
+    stand_in = SimpleNamespace(inputs=[(i["name"], i.get("shape")) for i in graph["inputs"]], nodes=nodes,
+                               outputs=list(graph["outputs"]), model_name=graph["model"],
+                               target=SimpleNamespace(name=graph["target"]), summary_line=lambda: graph["summary"])
+    return render_svg(stand_in)
 
 
 STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult, default=False,
