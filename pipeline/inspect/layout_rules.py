@@ -4,7 +4,7 @@ docstring: layout)."""
 from typing import Optional
 
 from pipeline.inspect.trace import OpNode
-from pipeline.inspect.verdict import DPU, Context, Verdict, cpu_verdict
+from pipeline.inspect.verdict import DPU, Context, Fix, Verdict, cpu_verdict, follows
 
 
 def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
@@ -29,7 +29,10 @@ def nhwc_permute(node: OpNode, ctx: Context) -> Verdict:
                 notes=[note, "to keep it on the DPU, flatten in NHWC order: "
                              "x.permute(0, 2, 3, 1).reshape(x.shape[0], -1) (the next layer then sees "
                              "the elements in another order: retrain, or permute its weights), or "
-                             "pool to 1 x 1 first."])
+                             "pool to 1 x 1 first."],
+                fixes=[Fix("flatten in XIR's NHWC order; the next layer then reads the elements in another order "
+                           "(permute a dense layer's weights to match, or retrain), or pool to 1 x 1 first.",
+                           "torch.flatten(x, 1) -> x.permute(0, 2, 3, 1).reshape(x.shape[0], -1)", exact=False)])
 
 
 def view_contiguity_note(node: OpNode) -> Optional[str]:
@@ -48,7 +51,7 @@ def reshape(node: OpNode, ctx: Context) -> Verdict:
     src = ctx.producer(node)
     view_note = view_contiguity_note(node)
     if not ctx.on_dpu(src.name):
-        verdict = cpu_verdict("The input of reshape is not on DPU.")
+        verdict = cpu_verdict("The input of reshape is not on DPU.", fixes=[follows(src.name)])
     else:
         verdict = nhwc_permute(node, ctx)
     if view_note:

@@ -35,6 +35,9 @@ Sources (docs/targets.md#dpuczdx8g-operator-limits unless stated):
   the quantizer insert a permute NHWC -> NCHW in front of it; that permute merges into a following
   dense layer (``dpu_op_filter.py``, ``merge_permute_to_matmul``), otherwise it and the reshape
   leave the DPU.
+Fixes: each rule gives, with a CPU verdict, the rewrites of the float model that would put the node on
+the DPU (``Verdict.fixes``, :class:`~pipeline.inspect.verdict.Fix`), next to the check they answer
+(docs/targets.md#fixes); a node on the CPU only because its input is points to that input's fix.
 Messages reuse the real Inspector's wording where one exists ("Try to assign ... to DPU failed.",
 "... can't be assigned to DPU.", "The input of reshape is not on DPU.", "DPU does not support
 output_padding."; docs/targets.md#dpuczdx8g-operator-limits).
@@ -43,12 +46,14 @@ output_padding."; docs/targets.md#dpuczdx8g-operator-limits).
 
 from typing import Callable, Dict, Optional
 
-from pipeline.inspect.activation_rules import activation, cpu_activation
+from pipeline.inspect.activation_rules import activation, cpu_activation, written_out_fix
 from pipeline.inspect.conv_rules import (check_kernel, check_padding, check_stride, check_transposed_kernel, conv2d,
-                                          conv_transpose2d, dense, depthwise_conv2d)
+                                          conv_transpose2d, dense, depthwise_conv2d, fix_kernel, fix_padding,
+                                          legal_values, nearest_legal)
 from pipeline.inspect.layout_rules import permute, reshape
 from pipeline.inspect.trace import OpNode
-from pipeline.inspect.verdict import CPU, DPU, Context, Verdict, cpu_verdict, dpu_unless
+from pipeline.inspect.verdict import (CPU, DPU, Context, Fix, Verdict, cpu_verdict, dpu_unless, follows,
+                                      tail_fix)
 
 _CONV_FAMILY = ("conv2d", "depthwise_conv2d", "conv_transpose2d")
 
@@ -64,12 +69,14 @@ def batch_norm(node: OpNode, ctx: Context) -> Verdict:
         if ctx.on_dpu(src.name):
             return Verdict(DPU, [], [note], src.name)
         return Verdict(CPU, ["folded into {} {!r}, which is on the CPU.".format(src.op, src.name)],
-                       [], src.name)
+                       [], src.name, [], [follows(src.name, "the " + src.op)])
     if ctx.target.engines.depthwise_limits() is not None:
         return Verdict(DPU, [], ["not foldable: the quantizer rewrites it as a per-channel scale and "
                                  "offset, run as a depthwise 1x1 conv."])
     return cpu_verdict("batch_norm can't be folded into a conv here, and {} has no depthwise-conv engine "
-                "to run it alone.".format(ctx.target.name))
+                "to run it alone.".format(ctx.target.name),
+                fixes=[Fix("put the BatchNorm2d right after a conv that nothing else reads, so that it folds into "
+                           "the conv's weights.", exact=False)])
 
 
 def pool(node: OpNode, ctx: Context) -> Verdict:
@@ -88,22 +95,42 @@ def pool(node: OpNode, ctx: Context) -> Verdict:
         out_hw = list(node.shape[2:]) if len(node.shape) == 4 else [1, 1]
         if any(i % o for i, o in zip(in_hw, out_hw)):
             return cpu_verdict("adaptive average pool from {} to {}: the bins differ in size, so it is "
-                        "not a fixed-kernel pool.".format(in_hw, out_hw))
+                        "not a fixed-kernel pool.".format(in_hw, out_hw), fixes=[Fix(
+                            "give the pool an input whose size is a multiple of {} (a crop or pad before it, or "
+                            "another input size), so that it is a fixed-kernel pool.".format(out_hw), exact=False)])
         kernel = [i // o for i, o in zip(in_hw, out_hw)]
         attrs = {"kernel_size": kernel, "stride": kernel, "dilation": [1, 1], "pad": [0, 0, 0, 0]}
     else:
         attrs = node.attrs
-    reasons = [
-        check_kernel(attrs["kernel_size"], limits.kernel_size, limits.engine),
-        check_stride(attrs["stride"], limits.stride, limits.engine, attrs["kernel_size"], in_hw),
-        check_padding(attrs["pad"], attrs["kernel_size"], [1, 1], limits.pad),
+    module = "nn.MaxPool2d" if kind == "max" else "nn.AvgPool2d"
+    checks = [
+        (check_kernel(attrs["kernel_size"], limits.kernel_size, limits.engine),
+         lambda: pool_kernel_fix(attrs, limits.kernel_size, module)),
+        (check_stride(attrs["stride"], limits.stride, limits.engine, attrs["kernel_size"], in_hw),
+         lambda: Fix("use a stride in {}.".format(limits.stride), exact=False)),
+        (check_padding(attrs["pad"], attrs["kernel_size"], [1, 1], limits.pad), lambda: fix_padding(attrs["pad"])),
     ]
     if attrs["dilation"] != [1, 1]:
-        reasons.append("DPU pools do not support dilation ({}).".format(attrs["dilation"]))
+        checks.append(("DPU pools do not support dilation ({}).".format(attrs["dilation"]),
+                       Fix("use dilation 1.", exact=False)))
     if kind == "avg" and limits.engine == "pool_engine" and attrs["kernel_size"][0] != attrs["kernel_size"][1]:
-        reasons.append("the pool engine only averages square kernels; this one is {} x {}.".format(
-            *attrs["kernel_size"]))
-    return dpu_unless(reasons)
+        checks.append(("the pool engine only averages square kernels; this one is {} x {}.".format(
+            *attrs["kernel_size"]), Fix("use a square kernel.", exact=False)))
+    return dpu_unless(checks)
+
+
+def pool_kernel_fix(attrs, spec: str, module: str) -> Fix:
+    """A pool kernel out of range: two pools whose kernels multiply to it when each factor is legal and
+    the pool does not overlap (stride = kernel, no pad: a max of maxes, a mean of equal means: the same
+    values), else the nearest legal kernel."""
+    kernel, legal = attrs["kernel_size"], legal_values(spec)
+    pairs = [next(((a, k // a) for a in reversed(legal) if k % a == 0 and k // a in legal), None) for k in kernel]
+    if attrs["stride"] == kernel and not any(attrs["pad"]) and None not in pairs:
+        first, second = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+        return Fix("pool in two steps, kernels {} then {} (stride = kernel): the same values as one {} pool.".format(
+            first, second, tuple(kernel)), "{0}({1}) -> nn.Sequential({0}({2}), {0}({3}))".format(
+                module, tuple(kernel), first, second))
+    return fix_kernel(kernel, spec, module)
 
 
 def mean(node: OpNode, ctx: Context) -> Verdict:
@@ -128,8 +155,25 @@ def eltwise(node: OpNode, ctx: Context) -> Verdict:
     shapes = [ctx.nodes[name].shape for name in node.inputs]
     if len(set(shapes)) != 1:
         return cpu_verdict("DPU eltwise {} needs two inputs of the same shape; got {} "
-                    "(broadcasting is not supported).".format(kind, " and ".join(map(str, shapes))))
+                    "(broadcasting is not supported).".format(kind, " and ".join(map(str, shapes))),
+                    fixes=[Fix("make both operands the same shape in the model (e.g. the smaller one made by a "
+                               "layer of the full size) instead of broadcasting.", exact=False)])
     return Verdict(DPU)
+
+
+def constant_fold_fix(node: OpNode, ctx: Context) -> Optional[Fix]:
+    """``conv(x) + c``, ``conv(x) * c``, ``conv(x) / c`` with a Python number c, the conv read by nothing
+    else: fold c into the conv's bias (and weights for * and /); the same values, one CPU op less."""
+    c, src = node.attrs.get("constant"), ctx.producer(node)
+    if (c is None or node.attrs.get("tensor_operands") != 1 or src is None or len(ctx.consumers[src.name]) != 1
+            or src.op not in ("conv2d", "depthwise_conv2d", "conv_transpose2d", "dense")):
+        return None
+    fold = {"add": "conv.bias += {c}", "mul": "conv.weight *= {c}; conv.bias *= {c}",
+            "truediv": "conv.weight /= {c}; conv.bias /= {c}", "div": "conv.weight /= {c}; conv.bias /= {c}"}
+    if node.op not in fold:
+        return None
+    return Fix("fold the constant {} into {} {!r} (with torch.no_grad(), once, after loading the weights) and drop "
+               "the {}.".format(c, src.op, src.name, node.op), fold[node.op].format(c=c))
 
 
 def concat(node: OpNode, ctx: Context) -> Verdict:
@@ -140,24 +184,24 @@ def concat(node: OpNode, ctx: Context) -> Verdict:
     if not from_cpu:
         return Verdict(DPU)
     if len(node.inputs) == len(from_cpu):
-        return cpu_verdict("All input of concat are on CPU.")
+        return cpu_verdict("All input of concat are on CPU.", fixes=[follows(n) for n in from_cpu])
     if node.shape is None or len(node.shape) != 4 or node.attrs["dim"] % 4 != 1:
         return cpu_verdict("One of the inputs ({}) is on the CPU, and this is not a channel-wise "
-                    "concatenation of 4-D tensors.".format(", ".join(from_cpu)))
+                    "concatenation of 4-D tensors.".format(", ".join(from_cpu)), fixes=[follows(n) for n in from_cpu])
     return Verdict(DPU)
 
 
 def softmax(node: OpNode, ctx: Context) -> Verdict:
     """Softmax is not a DPU engine op; Vitis AI runs it on the CPU (or a separate softmax IP)."""
     return cpu_verdict("softmax can't be assigned to DPU: it runs on the CPU or on a separate softmax IP "
-                "next to the DPU.")
+                "next to the DPU.", fixes=[tail_fix(node, ctx)])
 
 
 def unknown(node: OpNode, ctx: Context, what: Optional[str] = None) -> Verdict:
     """Anything not in :data:`OP_RULES`: expected on the CPU, said honestly."""
     return cpu_verdict("{} ({}) is not in the CPU inspector's operator table: expect it on the CPU; the "
                 "real Inspector in the Vitis AI image gives the final answer.".format(
-                    what or node.op, node.source))
+                    what or node.op, node.source), fixes=[constant_fold_fix(node, ctx), tail_fix(node, ctx)])
 
 
 def matmul(node: OpNode, ctx: Context) -> Verdict:
@@ -177,7 +221,7 @@ def float_operator(node: OpNode, ctx: Context) -> Verdict:
     real quantizer's ``QUANTIZER_TORCH_FLOAT_OP``, or an element-wise op with a constant): the
     CPU runs it in float on its quantized input."""
     return cpu_verdict("{} ({}) is a float operator of the quantizer: it runs in float on the CPU, on its "
-                "quantized input.".format(node.op, node.source))
+                "quantized input.".format(node.op, node.source), fixes=[constant_fold_fix(node, ctx), tail_fix(node, ctx)])
 
 
 def resize(node: OpNode, ctx: Context) -> Verdict:
@@ -188,7 +232,10 @@ def resize(node: OpNode, ctx: Context) -> Verdict:
     if mode == "bilinear":
         return bilinear_resize(node, ctx)
     if mode != "nearest":
-        return unknown(node, ctx, "a {} resize".format(mode))
+        verdict = unknown(node, ctx, "a {} resize".format(mode))
+        verdict.fixes.insert(0, Fix("use mode='nearest' (or 'bilinear' by 2 or 4).", "F.interpolate(..., mode={!r}) "
+                                    "-> F.interpolate(..., mode='nearest')".format(mode), exact=False))
+        return verdict
     return Verdict(DPU)
 
 
@@ -207,13 +254,18 @@ def bilinear_resize(node: OpNode, ctx: Context) -> Verdict:
     prefix = "Try to convert BlinearUpsamle2d to transpose depthwise conv2d failed: "
     src = ctx.producer(node)
     if node.attrs.get("align_corners"):
-        return cpu_verdict(prefix + "DPU does not support align_corners = True")
+        return cpu_verdict(prefix + "DPU does not support align_corners = True", fixes=[Fix(
+            "use align_corners=False (half-pixel centres).", "F.interpolate(..., align_corners=True) -> "
+            "F.interpolate(..., align_corners=False)", exact=False)])
     if src is None or src.shape is None or node.shape is None or len(node.shape) != 4:
         return unknown(node, ctx, "a bilinear resize of an unknown shape")
     scales = [node.shape[d] / src.shape[d] for d in (3, 2)]
     if any(s not in BILINEAR_DPU_SCALES for s in scales) or scales[0] != scales[1]:
         return cpu_verdict(prefix + "resize output / input scale is {} (the DPU takes {} in both directions)".format(
-            scales, " or ".join(str(s) for s in BILINEAR_DPU_SCALES)))
+            scales, " or ".join(str(s) for s in BILINEAR_DPU_SCALES)), fixes=[Fix(
+                "upsample by 2 or 4 in both directions (several steps for a larger power of two), or use "
+                "mode='nearest'.", "F.interpolate(x, scale_factor=s, mode='bilinear') -> F.interpolate(x, "
+                "scale_factor=2, mode='bilinear')  # repeated", exact=False)])
     limits = ctx.target.engines.depthwise_limits()
     if limits is None:
         return cpu_verdict(prefix + "{} has no depthwise-conv engine.".format(ctx.target.name))
@@ -228,7 +280,7 @@ def piece(node: OpNode, ctx: Context) -> Verdict:
     the producer runs."""
     src = ctx.producer(node)
     if src is not None and not ctx.on_dpu(src.name):
-        return cpu_verdict("The input of {} is not on DPU.".format(node.op))
+        return cpu_verdict("The input of {} is not on DPU.".format(node.op), fixes=[follows(src.name)])
     return Verdict(DPU)
 
 
@@ -236,7 +288,7 @@ def pad(node: OpNode, ctx: Context) -> Verdict:
     """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
     src = ctx.producer(node)
     if src is not None and not ctx.on_dpu(src.name):
-        return cpu_verdict("The input of pad is not on DPU.")
+        return cpu_verdict("The input of pad is not on DPU.", fixes=[follows(src.name)])
     return Verdict(DPU)
 
 
@@ -268,7 +320,12 @@ def decide(node: OpNode, ctx: Context) -> Verdict:
     as a float operator (``mean``) goes to the CPU."""
     rule = OP_RULES.get(node.op)
     if node.float_operator and rule not in (cpu_activation, softmax):
-        return float_operator(node, ctx)
-    if rule is None:
-        return unknown(node, ctx)
-    return rule(node, ctx)
+        verdict = float_operator(node, ctx)
+    elif rule is None:
+        verdict = unknown(node, ctx)
+    else:
+        verdict = rule(node, ctx)
+    written = written_out_fix(node, ctx) if verdict.device == CPU else None
+    if written is not None:  # a hard sigmoid / swish written out: the activation's own record
+        verdict.fixes = [written]
+    return verdict

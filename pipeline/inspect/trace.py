@@ -206,9 +206,15 @@ def _function_attrs(op: str, node: torch.fx.Node) -> Dict[str, Any]:
         return {"dim": [int(d) for d in dims], "keepdim": bool(_arg(node, 2, "keepdim", False))}
     if op == "resize":
         return {"mode": _arg(node, 3, "mode", "nearest"), "align_corners": bool(_arg(node, 4, "align_corners", False))}
-    if op in ("add", "mul"):
+    if op in ("add", "mul", "truediv", "div"):
         operands = [_arg(node, 0, "input"), _arg(node, 1, "other")]
-        return {"tensor_operands": sum(isinstance(o, torch.fx.Node) for o in operands)}
+        numbers = [float(o) for o in operands if isinstance(o, (int, float)) and not isinstance(o, bool)]
+        attrs = {"tensor_operands": sum(isinstance(o, torch.fx.Node) for o in operands)}
+        return dict(attrs, constant=numbers[0]) if numbers else attrs
+    if op in ("clamp", "clip", "hardtanh"):  # the bounds (hardtanh's default -1, 1)
+        low, high = (-1.0, 1.0) if op == "hardtanh" else (None, None)
+        return {"min": _arg(node, 1, "min_val" if op == "hardtanh" else "min", low),
+                "max": _arg(node, 2, "max_val" if op == "hardtanh" else "max", high)}
     return {}
 
 
