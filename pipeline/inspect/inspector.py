@@ -28,7 +28,8 @@ from pipeline.inspect.render import render_dot, render_text
 from pipeline.inspect.rules import decide
 from pipeline.inspect.svg import render_svg
 from pipeline.inspect.trace import trace_model
-from pipeline.inspect.verdict import CPU, DPU, Context
+from pipeline.inspect.partition import Subgraph, count_line, partition_data, subgraphs
+from pipeline.inspect.verdict import CPU, DPU, Context, Fix
 
 
 @dataclass
@@ -52,6 +53,8 @@ class InspectedNode:
         xmodel_op: the op the quantized xmodel holds for this node (docs/xmodel.md#names), e.g.
             ``Net__Net_SiLU_act__ret_5``; None for a node that becomes none (a folded BatchNorm, a
             dropout, a pad folded into its conv) or when the names could not be traced.
+        fixes: rewrites of the float model that would put it on the DPU (on a DPU node: make float
+            and DPU agree), from the rule that decided it (:class:`pipeline.inspect.verdict.Fix`).
     """
 
     name: str
@@ -67,6 +70,7 @@ class InspectedNode:
     fused_into: Optional[str] = None
     changes: List[str] = field(default_factory=list)
     xmodel_op: Optional[str] = None
+    fixes: List[Fix] = field(default_factory=list)
 
     @property
     def xir_shape(self) -> Optional[Tuple[int, ...]]:
@@ -98,6 +102,19 @@ class Inspection:
     def summary_line(self) -> str:
         """One line, e.g. ``DPU: 14 nodes, CPU: 0 nodes``."""
         return "DPU: {} nodes, CPU: {} nodes".format(self.count(DPU), self.count(CPU))
+
+    def subgraphs(self) -> List[Subgraph]:
+        """The DPU and CPU subgraphs as the compiler forms them (:mod:`pipeline.inspect.partition`)."""
+        return subgraphs(self)
+
+    def partition_line(self) -> str:
+        """The subgraph count as users give it, e.g. ``3 subgraphs: 2 DPU, 1 CPU``."""
+        return count_line(subgraphs(self))
+
+    def partition(self) -> Dict[str, Any]:
+        """The partition view as JSON-ready data: rule, caveats, count, subgraphs, and each CPU node's
+        reasons and fixes (:func:`pipeline.inspect.partition.partition_data`)."""
+        return partition_data(self)
 
     def node(self, name: str) -> InspectedNode:
         """The node called ``name``; KeyError when there is none."""
@@ -138,7 +155,9 @@ class Inspection:
                 "xir_shape": list(n.xir_shape) if n.xir_shape else None,
                 "inputs": list(n.inputs), "outputs": list(n.outputs),
                 "attrs": n.attrs, "fused_into": n.fused_into, "xmodel_op": n.xmodel_op,
+                "fixes": [f.to_json() for f in n.fixes],
             } for n in self.nodes],
+            "partition": self.partition(),
         }
 
 
@@ -187,7 +206,7 @@ def inspect_model(model: nn.Module, example: Any, target: Union[str, DpuTarget])
         nodes.append(InspectedNode(node.name, node.op, verdict.device, verdict.reasons,
                                    verdict.changes + verdict.notes, node.shape, node.inputs,
                                    outputs, node.source, node.attrs, verdict.fused_into,
-                                   verdict.changes, xmodel_ops.get(node.name)))
+                                   verdict.changes, xmodel_ops.get(node.name), list(verdict.fixes)))
     return Inspection(hardware, traced.model_name, [(n.name, n.shape) for n in traced.inputs],
                       traced.outputs, nodes)
 

@@ -6,6 +6,8 @@ assigned to the CPU with their hardware constraints, then one block per node.
 
 from typing import TYPE_CHECKING, List
 
+from pipeline.inspect.partition import partition_lines
+
 if TYPE_CHECKING:  # pragma: no cover - imports for annotations only
     from pipeline.inspect.inspector import Inspection
 
@@ -24,6 +26,8 @@ _HEADER = """\
 # assigned device: DPU or CPU.
 # hardware constraints: why the operation is not on the DPU.
 # node messages: fusions, quantizer changes, inserted permutes, hints on what to change.
+# partition: the DPU and CPU subgraphs the compiler forms (its count as vai_c_xir's "DPU subgraph number").
+# fix: a rewrite of the float model that puts the node on the DPU ("values change" when it is not exact).
 # Hints:
 # Due to data layout difference between PyTorch ('NCHW') and XIR ('NHWC'), the quantizer inserts a
 # permute before a reshape/flatten of a 4-D feature map (the node message says so). Such permutes may
@@ -88,6 +92,7 @@ def render_text(inspection: "Inspection") -> str:
     if changed:
         out += ["", "Changes the quantizer makes or offers:"]
         out += ["  {} ({}): {}".format(n.name, n.op, change) for n in changed for change in n.changes]
+    out += ["", _RULE] + partition_lines(inspection)
     out += [_RULE, "graph name: {}".format(inspection.model_name)]
     for name, shape in inspection.inputs:
         out += [_RULE, "node name: {}".format(name), "op type: input",
@@ -109,6 +114,9 @@ def render_text(inspection: "Inspection") -> str:
         if node.notes:
             out.append("node messages:")
             out += ["  " + note for note in node.notes]
+        if node.fixes:
+            out.append("fixes:")
+            out += ["  " + fix.line() for fix in node.fixes]
     out += [_RULE, inspection.summary_line(), ""]
     return "\n".join(out)
 
