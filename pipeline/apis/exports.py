@@ -92,9 +92,11 @@ class TestModeMethods:
         docs/xmodel.md): the shapes are those of the FIRST test-mode forward, which must be batch 1
         (``qproc/base.py`` ``dump_xmodel``; later forwards do not matter). The file is read back,
         checked and run by the interpreter against this simulation on that batch-1 input before
-        it is written (atomically). ``deploy_check`` dumps (the real quantizer's per-layer data for
-        checking on the board) are not written: a warning says so. ``dynamic_batch`` is ignored, as
-        the real quantizer ignores it for xmodels.
+        it is written (atomically). ``deploy_check=True`` also writes the real quantizer's per-layer
+        check data, ``<output_dir>/deploy_check_data_int/<Model>/`` (float32 ``<tensor>.bin``, int8
+        codes ``<tensor>_fix.bin``, ``shape.txt``; docs/xmodel.md#deploy-check-dumps), the same files
+        with the same bytes, together with the xmodel: all of them or none. ``dynamic_batch`` is
+        ignored, as the real quantizer ignores it for xmodels.
 
         Returns:
             The file's path (the real quantizer returns None).
@@ -121,11 +123,11 @@ class TestModeMethods:
                 "(it logs 'Batch size must be 1 when exporting xmodel.'). Create the test-mode quantizer again "
                 "and run quant_model(x[:1]) as its first forward, then evaluate; nothing was written"
                 % (self._first_batch, self._first_batch))
-        if deploy_check:
-            warnings.warn("export_xmodel: deploy_check=True: the per-layer check data the real quantizer dumps "
-                          "is not written by the simulation; the xmodel is")
         from ..quantizers.sim.xmodel import write_xmodel
-        report = write_xmodel(self._session, self._model, self._first_inputs, output_dir)
+        report = write_xmodel(self._session, self._model, self._first_inputs, output_dir,
+                              deploy_check=bool(deploy_check))
+        if deploy_check:
+            note("=>Finish dumping data.(%s)", os.path.dirname(report["deploy_check"][-1]))
         note("=>Successfully convert '%s' to xmodel.(%s)", self._session.graph.class_name, report["path"])
         return report["path"]
 

@@ -20,19 +20,19 @@ on the batch-1 example against the simulation, bit for bit.
 """
 import os
 import warnings
-from typing import Any, Dict, Sequence
+from typing import Any, Dict, List, Sequence
 
 import torch
 
 from ....errors import ExportError
-from ....fileio import write_bytes
+from ....fileio import write_bytes, write_files
 from .writer import build
 
 SUFFIX = "_int.xmodel"
 
 
 def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
-                 out_dir: str, warn: bool = True) -> Dict[str, Any]:
+                 out_dir: str, warn: bool = True, deploy_check: bool = False) -> Dict[str, Any]:
     """Write ``<out_dir>/<Model>_int.xmodel`` for the sim's test-mode model, verified.
 
     Args:
@@ -42,11 +42,14 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
         out_dir: the folder (created).
         warn: warn (``UserWarning``) when output elements were left uncompared; False where the
             caller reports them itself (the backend's ``verify``: ``finite.note``).
+        deploy_check: also write the real quantizer's deploy-check dumps under
+            ``<out_dir>/deploy_check_data_int/<Model>/`` (``deploy_check.dump_files``), computed before
+            anything is written and written with the xmodel in one ``write_files`` call.
 
     Returns:
         ``{"path", "bytes", "ops", "op_types", "fix_ops", "inputs", "outputs", "check": "ok",
-        "interpreter": {...}}``; the interpreter report (``verify.compare``) gives the output elements
-        compared and how many differ (0), those not compared (``nonfinite``: NaN or inf alike in the
+        "interpreter": {...}}`` (and ``"deploy_check": [paths]`` with ``deploy_check``); the interpreter
+        report (``verify.compare``) gives the output elements compared and how many differ (0), those not compared (``nonfinite``: NaN or inf alike in the
         file and the simulation, ``pipeline.quantizers.sim.finite``), and the intermediate ops compared
         with their simulation node.
 
@@ -83,9 +86,43 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
                           % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
                              ", ".join(ops) or "none (only the outputs)"))
     path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
-    write_bytes(path, data)
+    dumps = []  # type: list
+    if deploy_check:
+        from .deploy_check import dump_files
+        dumps = [(os.path.join(out_dir, *rel.split("/")), blob)
+                 for rel, blob in dump_files(session, lowered, examples)]
+    # the dumps first (nndct writes them before the xmodel), the xmodel last: its name appears only
+    # once everything else is in place
+    if dumps:
+        _write_all(dumps + [(path, data)])
+    else:
+        write_bytes(path, data)
     skipped = note("xmodel", compared)
     if skipped and warn:
         warnings.warn(skipped)
     report.update(path=path, bytes=len(data), check="ok", interpreter=compared)
+    if deploy_check:
+        report["deploy_check"] = [p for p, _ in dumps]
     return report
+
+
+def _write_all(items: List[Any]) -> None:
+    """``write_files``, and on failure the folders it created (left empty) removed too: nothing of the
+    export remains."""
+    created = []  # type: List[str]
+    for folder in sorted({os.path.dirname(os.path.abspath(p)) for p, _ in items}, key=len):
+        walk = folder
+        missing = []
+        while walk and not os.path.exists(walk):
+            missing.append(walk)
+            walk = os.path.dirname(walk)
+        created.extend(f for f in missing if f not in created)
+    try:
+        write_files(items)
+    except BaseException:
+        for folder in sorted(created, key=len, reverse=True):
+            try:
+                os.rmdir(folder)
+            except OSError:
+                pass
+        raise
