@@ -6,6 +6,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
@@ -363,3 +364,26 @@ def test_qat_a_float_model_changed_after_trainable_model_is_refused(tmp_path):
     with pytest.raises(QuantizationError, match="parameters changed since QatProcessor was made"):
         qat.to_deployable(qmodel, str(tmp_path))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_qat_export_xmodel_deploy_check_writes_the_dumps(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape), exact_deploy=True)
+    qmodel = _train(qat.trainable_model(), shape, steps=2)
+    qat.to_deployable(qmodel, str(tmp_path))
+    x = torch.randn(1, *shape)
+    dmodel = qat.deployable_model(str(tmp_path), used_for_xmodel=True)
+    dmodel(x)
+    qat.export_xmodel(str(tmp_path), deploy_check=True)
+    folder = tmp_path / "deploy_check_data_int" / "Digits"
+    assert (folder / "shape.txt").is_file()
+    fixed = sorted(p.name for p in folder.iterdir() if p.name.endswith("_fix.bin"))
+    assert fixed and any("Linear_fc" in n for n in fixed)
+    # the output's codes are the trained model's output on the grid of the shipped fix position
+    info = json.loads((tmp_path / "quant_info.json").read_text())
+    fp = info["output"]["Digits::nndct_dense_10"][0][1]
+    codes = np.fromfile(str(folder / [n for n in fixed if "Linear_fc" in n][0]), dtype=np.int8)
+    qmodel.eval()
+    with torch.no_grad():
+        expected = (qmodel(x) * 2.0 ** fp).round().numpy().astype(np.int8).ravel()
+    assert codes.tolist() == expected.tolist()
