@@ -41,7 +41,7 @@ figure{margin:8px 0}figure img{max-width:100%;border:1px solid #d0d7de}figcaptio
 """
 
 # The sort: a cell's key is its data-sort or its text; a column whose keys all read as numbers sorts
-# numerically (empty cells last), else as text; ties keep the table's order.
+# numerically, else as text in code point order (empty cells last); ties keep the table's order.
 SCRIPT = r"""
 (function(){
 "use strict";
@@ -55,7 +55,7 @@ function keys(table,col){var rows=Array.prototype.slice.call(table.tBodies[0].ro
  var numeric=k.every(function(s){return s===""||!isNaN(num(s));})&&k.some(function(s){return s!=="";});
  return {rows:rows,k:k,numeric:numeric};}
 function cmp(a,b,numeric){if(a===b)return 0;if(a==="")return 1;if(b==="")return -1;
- if(numeric){var x=num(a),y=num(b);return x<y?-1:x>y?1:0;}return a.localeCompare(b,undefined,{numeric:true});}
+ var x=numeric?num(a):a,y=numeric?num(b):b;return x<y?-1:x>y?1:0;}
 function sortBy(table,col,dir){var d=keys(table,col),idx=d.rows.map(function(_,i){return i;});
  idx.sort(function(i,j){var c=cmp(d.k[i],d.k[j],d.numeric);if(d.k[i]===""||d.k[j]==="")return c||i-j;return dir*c||i-j;});
  var body=table.tBodies[0];idx.forEach(function(i){body.appendChild(d.rows[i]);});
