@@ -73,6 +73,7 @@ def test_report_html_fetches_nothing(case):
         assert url.strip("'\" ").startswith("#"), url
     assert not re.search(r"""(src|href)\s*=\s*["']?\s*(https?:)?//""", html, re.I)
     assert "@import" not in html
+    assert case[2] not in html  # no path of the run folder: the plots are inlined, the paths relative to it
 
 
 def test_report_html_holds_the_numbers_and_names(case):
