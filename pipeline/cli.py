@@ -10,6 +10,8 @@ Commands:
     schema     the config's JSON Schema, for editor completion
     xmodel     any quantized .xmodel: ``check FILE`` (OK or BROKEN), ``run FILE --input X.npy [--dump DIR]``,
                ``summary FILE [--target NAME]`` (``pipeline/inspect/xmodel_cli.py``; exit 0 ok, 1 broken, 2 cannot)
+    compare    a board's layer dumps against a deploy-check reference: ``compare REFERENCE BOARD [--xmodel FILE]``
+               (``pipeline/inspect/compare_cli.py``; exit 0 match, 1 divergence, 2 unusable input)
 
 ``run`` and ``inspect`` (a step with ``Step.command``: run alone through the driver) take the config as ``CONFIG`` or ``--config CONFIG``. ``-q`` hides the
 progress messages; the final summary is always printed. Every deliberate failure (``PipelineError``)
@@ -27,7 +29,7 @@ from .steps import DEFAULT_STEPS, NAMES as STEPS, ORDER, selected
 from .errors import ConfigError, PipelineError
 
 STEP_COMMANDS = {s.name: s for s in ORDER if s.command}  # steps that are also a command of their own
-COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", "schema", "xmodel")
+COMMANDS = ("run",) + tuple(STEP_COMMANDS) + ("status", "targets", "check-env", "schema", "xmodel", "compare")
 
 
 def _steps(text: str) -> List[str]:
@@ -74,6 +76,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("schema", help="print the config JSON Schema")
     from .inspect.xmodel_cli import add_parser as add_xmodel_parser
     add_xmodel_parser(sub)
+    from .inspect.compare_cli import add_parser as add_compare_parser
+    add_compare_parser(sub)
     return parser
 
 
@@ -179,6 +183,9 @@ def main(argv: Optional[List[str]] = None) -> int:
         if args.command == "xmodel":
             from .inspect.xmodel_cli import main as xmodel_main
             return xmodel_main(args)
+        if args.command == "compare":
+            from .inspect.compare_cli import main as compare_main
+            return compare_main(args)
         if args.command == "targets":
             from .targets import format_targets
             print(format_targets())

@@ -31,7 +31,8 @@ def add_parser(sub: Any) -> None:
                           "it, or NHWC [1,H,W,C] as the file has it; batch 1 (repeatable)")
     run.add_argument("--layout", choices=("auto", "nchw", "nhwc"), default="auto",
                      help="how 4-D inputs are laid out (auto: NCHW when both fit)")
-    run.add_argument("--dump", metavar="DIR", help="write every tensor as .npy (file's layout) and index.json")
+    run.add_argument("--dump", metavar="DIR", help="write every tensor as the real quantizer's deploy-check dumps "
+                                                    "(<name>.bin float32, <name>_fix.bin int8 codes, shape.txt; NHWC)")
     summary.add_argument("--target", help=DEFAULT_TARGET_HELP)
 
 
@@ -99,10 +100,15 @@ def _run(args: argparse.Namespace) -> int:
             o["argmax"], ["%.6g" % v for v in o["first"]]))
     if args.dump:
         try:
-            payload["dump"] = write_dump(args.dump, graph, values, points)
+            payload["dump"] = write_dump(args.dump, graph, values)
         except OSError as e:
             return _fail(args, report, 2, "error: cannot write the dump to %s: %s" % (args.dump, e.strerror or e))
-        text.append("  dump: %d tensors and their index in %s" % (len(graph.ops), payload["dump"]))
+        except PipelineError as e:
+            return _fail(args, report, 2, "error: cannot write the dump: %s" % e)
+        d = payload["dump"]
+        text.append("  dump: %d tensors (%d with int8 codes) as deploy-check files in %s: the reference for "
+                    "python -m pipeline compare %s BOARD_DUMP --xmodel %s" % (d["tensors"], d["codes"], d["folder"],
+                                                                              d["folder"], args.file))
     return _emit(args, payload, text, 0)
 
 

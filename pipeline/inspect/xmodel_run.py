@@ -10,16 +10,11 @@ gives it, NCHW ``[1, C, H, W]``, or already NHWC as the file has it (``layout="n
 NCHW when both fit, i.e. C == H == W). A missing batch axis is added; the batch must be 1 (the file's).
 Non-4-D inputs are taken as the data op's dims. Values are converted to float32.
 """
-import io
-import json
-import os
-import re
 from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.fileio import write_files
 
 LAYOUTS = ("auto", "nchw", "nhwc")
 TO_NCHW = (0, 3, 1, 2)
@@ -118,39 +113,16 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
     return {"inputs": described, "values": values, "outputs": interp.outputs(graph)}
 
 
-def _file_name(name: str, used: set) -> str:
-    base = re.sub(r"[^0-9A-Za-z_.-]", "_", name).strip(".") or "tensor"
-    base, candidate, k = base[:150], base[:150], 1
-    while candidate.lower() in used:
-        k += 1
-        candidate = "%s__%d" % (base, k)
-    used.add(candidate.lower())
-    return candidate + ".npy"
-
-
-def write_dump(folder: str, graph: Any, values: Dict[str, Any], fix_points: Dict[str, int]) -> str:
-    """Write every tensor of a run to ``folder`` (created): one float32 ``.npy`` per op, in the file's dims
-    and layout (NHWC for 4-D), named after the op (characters outside ``[0-9A-Za-z_.-]`` as ``_``), and
-    ``index.json``: ``[{"name", "file", "shape", "fix_pos" (the fix op's fix_point, else null), "op"
-    (the op type), "dtype": "float32"}]`` in the file's op order. The one place the dump format lives
-    (the real quantizer's deploy-check dump format could replace it here).
+def write_dump(folder: str, graph: Any, values: Dict[str, Any]) -> Dict[str, Any]:
+    """Write a run's values to ``folder`` as the real quantizer's deploy-check dumps (``<name>.bin`` float32,
+    ``<name>_fix.bin`` codes, ``shape.txt``; ``deploy_dump.write_dump``), a reference for
+    ``python -m pipeline compare``.
 
     Returns:
-        The path of ``index.json``.
+        ``{"folder", "files", "tensors", "codes"}``.
     """
-    os.makedirs(folder, exist_ok=True)
-    used, index, items = set(), [], []  # type: set, List[Dict[str, Any]], List[Any]
-    for op in graph.ops:
-        value = values[op.name].detach().contiguous().numpy().astype(np.float32)
-        name = _file_name(op.name, used)
-        buffer = io.BytesIO()
-        np.save(buffer, value)
-        items.append((os.path.join(folder, name), buffer.getvalue()))
-        index.append({"name": op.name, "file": name, "shape": list(value.shape), "fix_pos": fix_points.get(op.name),
-                      "op": op.type, "dtype": "float32"})
-    index_path = os.path.join(folder, "index.json")
-    write_files(items + [(index_path, (json.dumps(index, indent=1) + "\n").encode())])
-    return index_path
+    from pipeline.inspect.deploy_dump import write_dump as write
+    return write(folder, graph, values)
 
 
 def describe_value(name: str, op_type: str, value: Any, fix_pos: Optional[int]) -> Dict[str, Any]:
