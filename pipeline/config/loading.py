@@ -77,6 +77,10 @@ def _check_semantics(loaded: LoadedConfig) -> Any:
     if wrong:
         problems.append("export.formats: the %s backend cannot write %s; it writes %s"
                         % (backend.name, wrong, ", ".join(backend.formats)))
+    if cfg.export.deploy_check and "xmodel" not in cfg.export.formats:
+        problems.append("export.deploy_check: the deploy-check dumps are written with the xmodel "
+                        "(export_xmodel(deploy_check=True)) but export.formats is %s; add xmodel to export.formats, "
+                        "or set export.deploy_check false" % (cfg.export.formats,))
     target = None
     try:
         target = get_target(cfg.compile.target)

@@ -198,6 +198,11 @@ class ExportSection(_Strict):
         description="Fail the export when a flavour differs from the simulation by more LSB than this. "
                     "onnx_qdq rounds ties half-to-even (ONNX QuantizeLinear), 1 LSB per quantization point, "
                     "compounding through deep graphs: it is measured and reported, and checked only if listed here.")
+    deploy_check: bool = Field(False, description="Also write the real quantizer's deploy-check dumps next to the "
+                                                  "xmodel (export_xmodel(deploy_check=True): export/"
+                                                  "deploy_check_data_int/<Model>/, each tensor as float32 and "
+                                                  "fixed-point codes, docs/xmodel.md#deploy-check-dumps); the deploy "
+                                                  "bundle carries them. Needs xmodel in export.formats.")
 
     @field_validator("formats")
     @classmethod

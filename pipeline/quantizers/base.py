@@ -136,6 +136,11 @@ class FinetuneRequest:
         self.progress = progress
 
 
+# the key of ``QuantizerBackend.export``'s result that names the deploy-check dumps' folder (not a format)
+DEPLOY_CHECK = "deploy_check"
+DEPLOY_CHECK_FOLDER = "deploy_check_data_int"  # nndct's NNDCT_KEYS.DEPLOY_CHECK_DATA_FOLDER
+
+
 class QuantizerBackend:
     """Base class of quantizer backends. Subclasses implement every method below and declare:
 
@@ -227,8 +232,11 @@ class QuantizerBackend:
         raise NotImplementedError
 
     def export(self, handle: Any, example1: torch.Tensor, out_dir: str,
-               formats: List[str]) -> Dict[str, str]:
-        """Export the test-mode model from a batch-1, owned, contiguous example input."""
+               formats: List[str], deploy_check: bool = False) -> Dict[str, str]:
+        """Export the test-mode model from a batch-1, owned, contiguous example input; ``{format: path}``.
+        ``deploy_check`` (with ``"xmodel"`` in ``formats``): also the real quantizer's deploy-check dumps,
+        ``out_dir/deploy_check_data_int/<Model>/`` (``export_xmodel(deploy_check=True)``), returned as
+        ``{DEPLOY_CHECK: that folder}`` besides the formats."""
         raise NotImplementedError
 
     def qat_trainable(self, model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,

@@ -48,8 +48,9 @@ import torch
 
 from ..errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
 from ..fileio import not_a_file
-from .base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
-from .nndct_calls import IMAGE_HINT, INSTALL_HINT, QUANT_INFO, model_device, owned, quantizer_call, read_quant_info
+from .base import DEPLOY_CHECK, CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
+from .nndct_calls import (IMAGE_HINT, INSTALL_HINT, QUANT_INFO, model_device, move_dumps, owned, quantizer_call,
+                          read_quant_info)
 
 # export.formats name -> (torch_quantizer method, suffix of the file it writes; docs/quantizer.md#methods-and-exports).
 # export_onnx_model's default native_onnx=True writes standard QuantizeLinear/DequantizeLinear: "onnx_qdq".
@@ -324,8 +325,11 @@ class NndctBackend(QuantizerBackend):
                                               example=example, traced=traced)
 
     def export(self, handle: NndctTestHandle, example1: torch.Tensor, out_dir: str,
-               formats: List[str]) -> Dict[str, str]:
+               formats: List[str], deploy_check: bool = False) -> Dict[str, str]:
         """Run one forward on ``example1`` (batch 1), then write each requested format into ``out_dir``.
+        ``deploy_check``: ``export_xmodel(deploy_check=True)``, its ``deploy_check_data_int`` folder moved
+        into ``out_dir`` in one rename (replacing an earlier one) before the xmodel, and named under
+        ``DEPLOY_CHECK`` in the result.
 
         Args:
             formats: any of ``"xmodel"`` (``<Model>_int.xmodel``, needs ``xir``), ``"onnx_qdq"``
@@ -354,8 +358,11 @@ class NndctBackend(QuantizerBackend):
             for fmt in formats:
                 method, suffix = EXPORT_FORMATS[fmt]
                 step = "export %s (%s)" % (fmt, method)
+                dumps = fmt == "xmodel" and deploy_check
                 with quantizer_call(step, ExportError):
-                    getattr(handle.quantizer, method)(output_dir=work)
+                    getattr(handle.quantizer, method)(output_dir=work, **({"deploy_check": True} if dumps else {}))
+                if dumps:  # nndct writes them before the xmodel: they come first here too
+                    written[DEPLOY_CHECK] = move_dumps(work, out_dir, step)
                 produced = sorted(n for n in os.listdir(work) if n.endswith(suffix))
                 if len(produced) != 1:
                     raise ExportError("nndct %s: expected one *%s file, the quantizer wrote %s" % (step, suffix, produced or "none"))

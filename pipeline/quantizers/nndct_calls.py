@@ -14,13 +14,15 @@ import itertools
 import logging
 import os
 import re
+import shutil
 from typing import Any, Dict, Iterator, List
 
 import torch
 
-from ..errors import BackendUnavailableError, PipelineError, QuantizationError
+from ..errors import BackendUnavailableError, ExportError, PipelineError, QuantizationError
 from ..fileio import parse_json
 from ..targets.releases import pipeline_image
+from .base import DEPLOY_CHECK_FOLDER
 
 NNDCT_LOGGER = "nndct_screen"
 # the image named by the pinned tag of pipeline.targets.releases (the one owner of the image tags)
@@ -114,3 +116,24 @@ def read_quant_info(folder: str, step: str) -> Dict[str, Any]:
         raise QuantizationError("nndct %s: %s says bias_corrected but %s is missing in %s; run the calib step "
                                 "again (test mode needs both files)" % (step, QUANT_INFO, BIAS_CORR, folder))
     return info
+
+
+def move_dumps(work: str, out_dir: str, step: str) -> str:
+    """Move the deploy-check dumps ``export_xmodel(output_dir=work, deploy_check=True)`` wrote
+    (``work/deploy_check_data_int/<Model>/``, one graph) to ``out_dir/deploy_check_data_int/<Model>``
+    in one rename, replacing an earlier folder of that name; returns the new folder.
+
+    Raises:
+        ExportError: the quantizer wrote no dumps, or dumps of several graphs (named).
+    """
+    top = os.path.join(work, DEPLOY_CHECK_FOLDER)
+    graphs = sorted(os.listdir(top)) if os.path.isdir(top) else []
+    if len(graphs) != 1 or not os.path.isdir(os.path.join(top, graphs[0])):
+        raise ExportError("nndct %s: expected the deploy-check dumps of one graph in %s/, the quantizer wrote %s"
+                          % (step, DEPLOY_CHECK_FOLDER, graphs or "none"))
+    final = os.path.join(out_dir, DEPLOY_CHECK_FOLDER, graphs[0])
+    os.makedirs(os.path.dirname(final), exist_ok=True)
+    if os.path.isdir(final):  # an earlier export's: the new dumps replace it as a whole
+        shutil.rmtree(final)
+    os.replace(os.path.join(top, graphs[0]), final)
+    return final

@@ -127,12 +127,21 @@ class torch_quantizer:
                 f.write(b"fake" + suffix.encode())
 
     def export_xmodel(self, output_dir="quantize_result", deploy_check=False, dynamic_batch=False):
-        CALLS.append(("export_xmodel", {"output_dir": output_dir, "batch_sizes": list(self.batch_sizes)}))
+        CALLS.append(("export_xmodel", {"output_dir": output_dir, "batch_sizes": list(self.batch_sizes),
+                                        "deploy_check": deploy_check}))
         if BEHAVIOUR.get("no_xir"):
             raise Exception("please install xir package")
         # the real quantizer records shapes on the FIRST test-mode forward and checks those
         if BEHAVIOUR.get("batch_error") or (self.batch_sizes and self.batch_sizes[0] != 1):
             _error("XMODEL_BATCHSIZE", "Batch size must be 1 when exporting xmodel.")
+        if deploy_check and self.forwards and not BEHAVIOUR.get("no_dumps"):
+            # the dumps before the xmodel, in <output_dir>/deploy_check_data_int/<graph name>/
+            dumps = os.path.join(output_dir, "deploy_check_data_int", self.name)
+            os.makedirs(dumps, exist_ok=True)
+            with open(os.path.join(dumps, self.name + "__input_0.bin"), "wb") as f:
+                f.write(bytes(256))
+            with open(os.path.join(dumps, "shape.txt"), "w") as f:
+                f.write("[1, 8, 8, 1]: %s::input_0\\n" % self.name)
         self._write(output_dir, "_int.xmodel")
 
     def export_onnx_model(self, output_dir="quantize_result", verbose=False, dynamic_batch=False,

@@ -17,7 +17,7 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 import torch
 
 from ...errors import ConfigError, QuantizationError
-from ..base import CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
+from ..base import DEPLOY_CHECK, CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
 from ..quant_config import settings_quant_config
 from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from . import probes
@@ -222,7 +222,7 @@ class SimBackend(QuantizerBackend):
                                  traced=traced)
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
-               formats: List[str]) -> Dict[str, str]:
+               formats: List[str], deploy_check: bool = False) -> Dict[str, str]:
         """Write ``handle`` as ONNX: ``onnx_exact`` -> ``<Model>_int_exact.onnx`` (bit-exact with the
         simulation), ``onnx_qdq`` -> ``<Model>_int.onnx`` (QuantizeLinear/DequantizeLinear); and as
         ``xmodel`` -> ``<Model>_int.xmodel``, the real quantizer's file for ``vai_c_xir``
@@ -232,7 +232,10 @@ class SimBackend(QuantizerBackend):
         A batch larger than 1 is cut to its first sample (a contiguous copy): the DPU export
         needs batch 1 (public case P04, docs/quantizer.md#export-needs-batch-1).
 
-        Returns ``{format: path}``.
+        ``deploy_check`` (with ``xmodel``): the real quantizer's deploy-check dumps too, written with the
+        xmodel in one ``write_files`` call by the drop-in's writer (``write_xmodel(..., deploy_check=True)``).
+
+        Returns ``{format: path}``, and ``{DEPLOY_CHECK: the dumps' folder}`` with ``deploy_check``.
 
         Raises:
             ConfigError: an unknown format. ExportError: the exporters' errors, e.g. a node the
@@ -251,8 +254,11 @@ class SimBackend(QuantizerBackend):
             if flavour == "xmodel":
                 from .xmodel import write_xmodel
                 # its warnings go to the report (verify)
-                handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir, warn=False)
+                handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir, warn=False,
+                                                    deploy_check=deploy_check)
                 written[fmt] = handle.xmodel_report["path"]
+                if deploy_check:
+                    written[DEPLOY_CHECK] = os.path.dirname(handle.xmodel_report["deploy_check"][-1])
             else:
                 written[fmt] = export_onnx(handle, example1, os.path.join(out_dir, name + suffix), flavour)
         return written
