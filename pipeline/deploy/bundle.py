@@ -59,7 +59,7 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
                  preprocess: Dict[str, Any], model_name: str, plan_dir: Optional[str] = None,
                  classification: Optional[Dict[str, Any]] = None,
                  quantized_xmodel: Optional[str] = None, expected: Optional[Dict[str, Any]] = None,
-                 redo: str = "") -> Dict[str, Any]:
+                 redo: str = "", deploy_check: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Assemble the deploy bundle in ``out_dir`` and return its manifest (also written to manifest.json).
 
     Layout (``out_dir``)::
@@ -75,6 +75,8 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
             SHA256SUMS           ``sha256sum -c SHA256SUMS`` checks the folder on the board
             compile_plan.md, compile.sh   instead of the xmodel when it could not be compiled here
             <Model>_int.xmodel   with them, the quantized model the plan compiles (when one was exported)
+            deploy_check_data_int/<Model>/   the export's deploy-check dumps (export.deploy_check), the
+                                 reference a board-side layer-by-layer check compares against
 
     Args:
         run_dir: the run folder (recorded in the manifest; ``<run_dir>/compile`` holds the plan).
@@ -95,12 +97,15 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
             (``{"sha256", "bytes"}``, or the bare sha256); a file's bytes must match (HandoffError
             otherwise). A path without an entry is copied as read.
         redo: what to do when a file is refused, for the message.
+        deploy_check: ``{path in the model folder: source}`` of the deploy-check dumps to carry
+            (``deploy_check_data_int/<Model>/<file>``), read and matched like the files above; None: none.
 
     Returns:
         the manifest: ``model_name``, ``compiled`` (bool), ``status`` (one sentence), ``model_dir``,
         ``files`` (list of ``{"path": relative to out_dir, "sha256", "bytes"}``), ``sources`` (each copied
         file's bundle path, the file it came from and whether its sha256 was matched with a record),
-        ``class_names``, ``preprocess``, ``install`` (the copy command for the board).
+        ``class_names``, ``preprocess``, ``install`` (the copy command for the board), ``deploy_check``
+        (the dumps' folder in the bundle, or None).
 
     Raises:
         ConfigError: bad preprocessing spec or model name, a compiled or quantized xmodel path that does
@@ -147,6 +152,8 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         else:
             status = ("not compiled: compiling needs the Vitis AI image; %s/compile_plan.md says how, and there "
                       "is no xmodel in this bundle" % model_name)
+    dumps = [(n, src, _read(src, expected, redo), 0o666) for n, src in sorted((deploy_check or {}).items())]
+    copied += dumps
     written = [(n, data, mode) for n, _, data, mode in copied]
     written.append((model_name + ".prototxt", model_prototxt(model_name, spec, classification).encode(), 0o666))
     written.append((PREPROCESS, (json.dumps(spec, indent=2, sort_keys=True) + "\n").encode(), 0o666))
@@ -172,6 +179,7 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         "class_names": spec["class_names_file"] and model_name + "/" + spec["class_names_file"],
         "preprocess": spec,
         "install": "scp -r %s root@<board>:%s/" % (model_name, BOARD_MODELS),
+        "deploy_check": model_name + "/" + os.path.dirname(dumps[0][0]) if dumps else None,
     }
     parent = os.path.dirname(out_dir)
     os.makedirs(parent, exist_ok=True)
@@ -181,6 +189,8 @@ def build_bundle(run_dir: str, out_dir: str, compiled_xmodel: Union[None, str, D
         model_dir = os.path.join(work, model_name)
         os.makedirs(model_dir)
         for n, data, mode in written + [(SUMS, sums, 0o666)]:
+            if "/" in n:  # the deploy-check dumps' folder
+                os.makedirs(os.path.dirname(os.path.join(model_dir, n)), exist_ok=True)
             _write(os.path.join(model_dir, n), data, mode)
         _write(os.path.join(work, MANIFEST), (json.dumps(manifest, indent=2, sort_keys=True) + "\n").encode())
         if os.path.isdir(out_dir):

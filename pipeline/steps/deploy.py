@@ -23,7 +23,8 @@ log = logging.getLogger("pipeline")
 
 @dataclass
 class DeployResult(StepResult):
-    """steps/deploy.json: the bundle's manifest, and ``warnings`` (a bundle without class names)."""
+    """steps/deploy.json: the bundle's manifest (``deploy_check``: the export's deploy-check dumps in the
+    model folder, with export.deploy_check), and ``warnings`` (a bundle without class names)."""
     manifest: Dict[str, Any] = field(default_factory=dict)
     warnings: List[str] = field(default_factory=list)
 
@@ -41,9 +42,10 @@ class DeployResult(StepResult):
         else:
             what = "compile plan (no xmodel)"
         names = (m.get("preprocess") or {}).get("class_names")
-        return ["deploy bundle %s: %s, prototxt, preprocess.json%s; inputs checked by sha256"
+        return ["deploy bundle %s: %s, prototxt, preprocess.json%s%s; inputs checked by sha256"
                 % (os.path.join(work_dir, "deploy", m["model_dir"]), what,
-                   ", words.txt (%d classes)" % len(names) if names else "")]
+                   ", words.txt (%d classes)" % len(names) if names else "",
+                   ", the deploy-check dumps" if m.get("deploy_check") else "")]
 
 
 def run(ctx: "StepContext") -> DeployResult:
@@ -51,11 +53,13 @@ def run(ctx: "StepContext") -> DeployResult:
 
     from ..data.class_names import origin
     from ..deploy import build_bundle
+    from ..errors import PipelineError
     from ..handoff import verify
     from ..quantizers.calib_commit import check_committed
     from ..quantizers.quant_info import read_quant_info
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
+    from .export import deploy_check_record
     comp = ctx.folder.require("compile", "deploy")
     export = ctx.folder.load_step("export") or {}
     work = ctx.folder.work_dir
@@ -78,6 +82,14 @@ def run(ctx: "StepContext") -> DeployResult:
             checked(comp, "compile/" + os.path.basename(path), "compile", REDO_COMPILE)
         name = exported_xmodel(export)
         quantized = checked(export, name, "export", REDO_EXPORT) if name else None
+    dumps = deploy_check_record(export)
+    if bool(dumps) != ctx.cfg.export.deploy_check:  # the export this config asks for is not the one on record
+        raise PipelineError("deploy: export.deploy_check is %s in this config, but the export step in %s ran with "
+                            "%s (%s deploy-check dumps); %s" % (str(ctx.cfg.export.deploy_check).lower(), work,
+                                                                str(bool(dumps)).lower(), "its" if dumps else "no",
+                                                                REDO_EXPORT))
+    # the dumps go into the model folder as the export wrote them: deploy_check_data_int/<Model>/...
+    deploy_check = {name.split("/", 1)[1]: checked(export, name, "export", REDO_EXPORT) for name in dumps}
     example_shape = export.get("example_shape")
     if export.get("example_input"):  # the model input's shape, from the file the export step wrote
         example = checked(export, "export/" + os.path.basename(export["example_input"]), "export", REDO_EXPORT)
@@ -98,7 +110,7 @@ def run(ctx: "StepContext") -> DeployResult:
     classification = {"top_k": min(5, classes), "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
     manifest = build_bundle(work, ctx.folder.path("deploy"), compiled, preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
-                            quantized_xmodel=quantized, expected=expected,
+                            quantized_xmodel=quantized, expected=expected, deploy_check=deploy_check,
                             redo="Run the step that wrote it again (the export step: --steps export,compile,deploy; "
                                  "the compile step: --steps compile,deploy)")
     warnings = [] if names else ["deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None)]

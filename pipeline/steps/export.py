@@ -1,10 +1,12 @@
 """export: write the quantized model in export.formats from a batch-1 example, verified by the backend."""
 import logging
+import os
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Dict, List
+from typing import TYPE_CHECKING, Any, Dict, List, Optional
 
 from . import qat as qat_step
-from .base import Step, StepResult, in_run_folder
+from ..quantizers.base import DEPLOY_CHECK
+from .base import Step, StepResult, in_run_folder, omitted_when_none
 
 if TYPE_CHECKING:  # the annotations only: importing the context imports torch
     from .context import StepContext
@@ -18,7 +20,9 @@ class ExportResult(StepResult):
     ``release_warnings``: the Vitis AI 3.0/3.5 differences the model meets when compile.target's boards
     run 3.0 (``pipeline.inspect.releases``; the compile plan lists them too), and ``handed_on``: the
     sha256 of every file written (the compile and deploy steps check the xmodel and the example input
-    against it)."""
+    against it). ``deploy_check``: with export.deploy_check, the folder of the deploy-check dumps
+    (``export/deploy_check_data_int/<Model>``, each file in ``handed_on``; the deploy step carries them
+    and refuses a record made with another export.deploy_check than the config's); None without."""
     files: Dict[str, str] = field(default_factory=dict)
     example_input: str = ""
     example_shape: List[int] = field(default_factory=list)
@@ -26,6 +30,7 @@ class ExportResult(StepResult):
     warnings: List[str] = field(default_factory=list)
     ledger: Dict[str, Any] = field(default_factory=dict)
     release_warnings: List[str] = field(default_factory=list)
+    deploy_check: Optional[str] = omitted_when_none()
 
     REPORT_KEYS = ("onnx_agreement", "xmodel")
 
@@ -70,6 +75,9 @@ class ExportResult(StepResult):
         if x:
             out.append("xmodel %s written and verified: %d ops, checked; the interpreter reproduces the simulation "
                        "(%d of %d elements differ)" % (x["path"], x["ops"], x["mismatches"], x["elements"]))
+        if self.deploy_check:
+            out.append("deploy-check dumps %s/: %d files (float32, fixed-point codes, shape.txt)"
+                       % (in_run_folder(self.deploy_check, work_dir), len(deploy_check_record(self.to_json()))))
         return out
 
 
@@ -91,28 +99,61 @@ def run(ctx: "StepContext") -> ExportResult:
     # in the order of the backend's formats table (a model one format cannot carry keeps the files written before it)
     formats = sorted(ctx.cfg.export.formats, key=list(backend.formats).index)
     for i, fmt in enumerate(formats):
-        with phase("export: writing %s (%d of %d)" % (fmt, i + 1, len(formats))):
-            files.update(backend.export(handle, example, ctx.folder.path("export"), [fmt]))
+        # export.deploy_check: the real quantizer's dumps, written with the xmodel (config checks it is listed)
+        dumps = {"deploy_check": True} if fmt == "xmodel" and ctx.cfg.export.deploy_check else {}
+        with phase("export: writing %s%s (%d of %d)" % (fmt, " and its deploy-check dumps" if dumps else "",
+                                                        i + 1, len(formats))):
+            files.update(backend.export(handle, example, ctx.folder.path("export"), [fmt], **dumps))
+    dump_dir = files.pop(DEPLOY_CHECK, None)
+    dump_files = dump_list(dump_dir)
 
     def inputs() -> torch.Tensor:
         return torch.cat([x for x, _ in ctx.feed.batches("eval", limit=ctx.cfg.data.eval_batches)])
 
     with phase("export: verifying %s against the quantized model" % ", ".join(sorted(files))):
         agreement, warnings = backend.verify(handle, files, inputs, ctx.cfg.export.verify_max_lsb)
+    agreement.get("xmodel", {}).pop(DEPLOY_CHECK, None)  # the writer's list of dumps: the result's own field
     np_example = ctx.folder.path("export", "example_input.npy")
     with fileio.atomic_path(np_example) as tmp:
         with open(tmp, "wb") as f:
             np.save(f, example.numpy())
     log.info("export: %s", ", ".join("%s -> %s" % kv for kv in sorted(files.items())))
+    if dump_dir:
+        log.info("export: deploy-check dumps -> %s (%d files)", dump_dir, len(dump_files))
     # the xmodel goes to vai_c_xir for boards that may run another release than the quantizer reproduced
     release = check_model(model, example, ctx.loaded.target, traced=ctx.model.trace(model))
     for line in release:
         log.warning("export: %s", line)
     # what compile and deploy read, with the sha256 they check before using it (pipeline.handoff)
-    handed_on = record(ctx.folder.work_dir, sorted(files.values()) + [np_example])
+    handed_on = record(ctx.folder.work_dir, sorted(files.values()) + [np_example] + dump_files)
     return ExportResult(files=files, example_input=np_example, example_shape=list(example.shape),
                         agreement=agreement, warnings=warnings, ledger=ledger.summary(), release_warnings=release,
-                        handed_on=handed_on)
+                        handed_on=handed_on, deploy_check=dump_dir)
+
+
+def dump_list(folder: Optional[str]) -> List[str]:
+    """The files under the deploy-check dumps' ``folder``, sorted (none for None).
+
+    Raises:
+        ExportError: the backend named a folder that holds no file.
+    """
+    from ..errors import ExportError
+    if folder is None:
+        return []
+    out = sorted(os.path.join(root, name) for root, _, names in os.walk(folder) for name in names)
+    if not out:
+        raise ExportError("export.deploy_check: the backend wrote no deploy-check dumps in %s" % folder)
+    return out
+
+
+def deploy_check_record(export: Dict[str, Any]) -> List[str]:
+    """The deploy-check dumps an export result (steps/export.json) records: their paths relative to the
+    run folder ('/'-separated), from ``handed_on``, sorted; none when it wrote none."""
+    folder = export.get("deploy_check")
+    if not folder:
+        return []
+    prefix = folder.replace(os.sep, "/").rstrip("/") + "/"
+    return sorted(p for p in (export.get("handed_on") or {}) if p.startswith(prefix))
 
 
 def xmodel_summary(report: Any, work_dir: str) -> Any:
