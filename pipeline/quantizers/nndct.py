@@ -361,11 +361,11 @@ class NndctBackend(QuantizerBackend):
                 dumps = fmt == "xmodel" and deploy_check
                 with quantizer_call(step, ExportError):
                     getattr(handle.quantizer, method)(output_dir=work, **({"deploy_check": True} if dumps else {}))
-                if dumps:  # nndct writes them before the xmodel: they come first here too
-                    written[DEPLOY_CHECK] = move_dumps(work, out_dir, step)
                 produced = sorted(n for n in os.listdir(work) if n.endswith(suffix))
                 if len(produced) != 1:
                     raise ExportError("nndct %s: expected one *%s file, the quantizer wrote %s" % (step, suffix, produced or "none"))
+                if dumps:  # once the xmodel is there, before it is moved: its name appears last
+                    written[DEPLOY_CHECK] = move_dumps(work, out_dir, step)
                 final = os.path.join(out_dir, produced[0])
                 os.replace(os.path.join(work, produced[0]), final)
                 written[fmt] = final

@@ -62,6 +62,10 @@ class ExportResult(StepResult):
                                                        x["mismatches"], x["elements"]),
                       "", "`vai_c_xir` compiles this file (the compile plan names it); it is the file the real "
                       "quantizer's `export_xmodel()` writes for this model and calibration.", ""]
+        if self.deploy_check:
+            lines += ["Deploy-check dumps (export.deploy_check): `%s/`, %d files, every tensor of the deploy graph on "
+                      "the batch-1 example as float32 and fixed-point codes (docs/xmodel.md#deploy-check-dumps)."
+                      % (in_run_folder(self.deploy_check, work_dir), len(deploy_check_record(self.to_json()))), ""]
         return lines
 
     def summary_lines(self, work_dir: str) -> List[str]:

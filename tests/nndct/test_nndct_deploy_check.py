@@ -53,7 +53,7 @@ def test_deploy_check_is_passed_to_export_xmodel_and_the_dumps_moved_next_to_the
     assert sorted(os.listdir(dest)) == ["Net_int.xmodel", "deploy_check_data_int"]  # no temporary folder left
 
 
-def test_deploy_check_off_by_default_and_missing_dumps_are_an_error(handle, tmp_path):
+def test_deploy_check_off_by_default_and_missing_dumps_or_xmodel_are_errors(handle, tmp_path):
     h, apis = handle
     dest = str(tmp_path / "export")
     files = nndct.NndctBackend().export(h, torch.zeros(1, 3, 2, 2), dest, ["xmodel", "onnx_qdq"])
@@ -64,3 +64,8 @@ def test_deploy_check_off_by_default_and_missing_dumps_are_an_error(handle, tmp_
                                           r"wrote none"):
         nndct.NndctBackend().export(h, torch.zeros(1, 3, 2, 2), str(tmp_path / "e"), ["xmodel"], deploy_check=True)
     assert os.listdir(str(tmp_path / "e")) == []
+    apis.BEHAVIOUR.clear()
+    apis.BEHAVIOUR["write_nothing"] = True  # dumps but no xmodel: neither is kept
+    with pytest.raises(ExportError, match=r"expected one \*_int.xmodel file, the quantizer wrote none"):
+        nndct.NndctBackend().export(h, torch.zeros(1, 3, 2, 2), str(tmp_path / "f"), ["xmodel"], deploy_check=True)
+    assert os.listdir(str(tmp_path / "f")) == []

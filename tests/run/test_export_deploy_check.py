@@ -66,6 +66,9 @@ def test_deploy_check_dumps_are_written_recorded_and_bundled(dumped):
     assert all(artifacts[p] == d["sha256"] for p, d in recorded.items())
     assert any(line.startswith("deploy-check dumps export/deploy_check_data_int/DigitsCNN/: %d files" % len(dumps))
                for line in report["summary"])
+    with open(os.path.join(work, "report.md")) as f:
+        assert "Deploy-check dumps (export.deploy_check): `export/deploy_check_data_int/DigitsCNN/`, %d files" \
+            % len(dumps) in f.read()
     # the deploy bundle carries them in the model folder, byte for byte, in SHA256SUMS and the manifest
     manifest = _json(work, "deploy", "manifest.json")
     model_dir = os.path.join(work, "deploy", manifest["model_dir"])
