@@ -17,6 +17,7 @@ import numpy as np
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
 
 MATCH, DIFFER, MISSING, SIZE, NOT_COMPARED = "match", "differ", "missing", "size", "not compared"
+REORDERED = "reordered"
 
 
 def _fp_from_files(dump: DumpSet, node: str) -> Optional[int]:
@@ -138,6 +139,12 @@ def compare_node(ctx: _Ctx, node: str) -> Dict[str, Any]:
         same = (a == b) | (np.isnan(a) & np.isnan(b))
         row["differ"] = int(np.sum(~same))
         row["max_diff"] = float(np.nanmax(np.abs(a - b))) if row["differ"] else 0.0
+        if row["differ"] and np.array_equal(np.sort(a), np.sort(b)):
+            row["status"] = REORDERED
+            row["why"] = ("the same values in another order: a flatten of a 4-D tensor is dumped in the model's "
+                          "(NCHW) order by the quantizer and in NHWC order from the xmodel's reshape; a float "
+                          "tensor (no fix), which the DPU does not dump; not counted as a divergence")
+            return row
     else:
         diff = np.abs(a.astype(np.int64) - b.astype(np.int64))
         row["differ"], row["max_diff"] = int(np.count_nonzero(diff)), int(diff.max()) if diff.size else 0
@@ -203,7 +210,7 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         if row["status"] != MISSING or got.full:
             rows.append(row)
     not_on_board = sorted(n for n in ref_nodes if n not in board_nodes)
-    compared = [r for r in rows if r["status"] in (MATCH, DIFFER, SIZE)]
+    compared = [r for r in rows if r["status"] in (MATCH, DIFFER, SIZE, REORDERED)]
     if all(r["status"] == SIZE for r in compared):
         raise CompareError("every tensor BOARD and REFERENCE share has another size (%s: %s); %s"
                            % (compared[0]["node"], compared[0]["why"], "check that both come from one model, batch 1"))
@@ -236,8 +243,11 @@ def _verdict(report: Dict[str, Any], compared: List[Dict[str, Any]]) -> str:
     first = report["first"]
     if first is None:
         kinds = [r["kind"] for r in compared]
-        return "MATCH: all %d tensors match (%d as int8 codes, %d as float32)" % (
-            len(compared), kinds.count("codes"), kinds.count("float"))
+        reordered = sum(1 for r in compared if r["status"] == REORDERED)
+        return "MATCH: all %d tensors match (%d as int8 codes, %d as float32)%s" % (
+            len(compared), kinds.count("codes"), kinds.count("float"),
+            "; %d float tensor%s in another element order (see below)" % (reordered, "" if reordered == 1 else "s")
+            if reordered else "")
     return "DIVERGED: first divergence at %s" % first["explain"]["headline"]
 
 

