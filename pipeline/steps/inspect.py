@@ -29,6 +29,19 @@ class InspectResult(StepResult):
             return blocks
         nodes = self.graph["nodes"]
         blocks.append({"svg": graph_svg(self.graph)})
+        part = self.graph.get("partition")
+        if part:
+            blocks.append({"markdown": ["### Subgraphs: %s" % part["line"], "", "Rule: " + part["rule"], ""]
+                           + ["- " + c for c in part["caveats"]] + [""]})
+            blocks.append({"table": {"title": "Subgraphs (%d)" % len(part["subgraphs"]),
+                                     "columns": ["subgraph", "device", "nodes", "inputs"],
+                                     "rows": [[g["name"], g["device"], ", ".join(g["nodes"]), ", ".join(g["inputs"])]
+                                              for g in part["subgraphs"]]}})
+            blocks.append({"table": {"title": "How to move each CPU node to the DPU (fixes)",
+                                     "columns": ["node", "op", "device", "subgraph", "breaks", "fix"],
+                                     "rows": [[r["node"], r["op"], r["device"], r["subgraph"], " ".join(r["reasons"]),
+                                               " / ".join(_fix_text(f) for f in r["fixes"]) or "none known here"]
+                                              for r in part["fixes"]]}})
         blocks.append({"table": {"title": "Nodes (%d)" % len(nodes),
                                  "columns": ["#", "node", "op", "device", "shape", "inputs", "hardware constraints",
                                              "notes"],
@@ -42,7 +55,15 @@ class InspectResult(StepResult):
         return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
 
     def summary_lines(self, work_dir: str) -> List[str]:
-        return ["reports: %s" % ", ".join(sorted(in_run_folder(p, work_dir) for p in self.files.values())), self.summary]
+        lines = ["reports: %s" % ", ".join(sorted(in_run_folder(p, work_dir) for p in self.files.values())), self.summary]
+        part = (self.graph or {}).get("partition")
+        return lines + (["partition: " + part["line"]] if part else [])
+
+
+def _fix_text(fix: Dict[str, Any]) -> str:
+    """One fix of ``partition_data`` as a line: its message, then the code change when it has one."""
+    code = fix.get("code")
+    return fix.get("message", "") + ((" `" + code + "`") if code else "")
 
 
 def run(ctx: "StepContext") -> InspectResult:
@@ -62,11 +83,12 @@ GRAPH_NODE_KEYS = ("name", "op", "device", "shape", "inputs", "reasons", "notes"
 
 
 def graph_of(inspection: Any) -> Dict[str, Any]:
-    """The partition as plain data: model, target, summary line, inputs, outputs, and per node (topological
-    order) ``GRAPH_NODE_KEYS`` of ``Inspection.to_json``."""
+    """The partition as plain data: model, target, summary line, inputs, outputs, per node (topological
+    order) ``GRAPH_NODE_KEYS`` of ``Inspection.to_json``, and ``partition`` (the subgraphs, their count
+    and each CPU node's fixes: ``pipeline.inspect.partition.partition_data``)."""
     data = inspection.to_json()
     return {"model": data["model"], "target": data["target"], "summary": data["summary"]["line"],
-            "inputs": data["inputs"], "outputs": data["outputs"],
+            "inputs": data["inputs"], "outputs": data["outputs"], "partition": data.get("partition"),
             "nodes": [{k: n.get(k) for k in GRAPH_NODE_KEYS} for n in data["nodes"]]}
 
 

@@ -82,6 +82,7 @@ def test_report_html_holds_the_numbers_and_names(case):
     for expected in ("0.9852", "0.9778", "0.74", "540",                # accuracy: float, quantized, drop, images
                      "31.25", "12.50", "47.75", "nndct_conv2d_3",     # the sensitivity rows
                      "DPU: 2 nodes, CPU: 1 nodes", "sigmoid can't be assigned to DPU.",  # the partition
+                     "3 subgraphs: 2 DPU, 1 CPU", "use nn.Hardsigmoid", "dpu_1",      # subgraphs and fixes
                      SHA, "plots/sensitivity.png",                    # the artifacts, full sha256
                      "vai_c_xir -x export/Net_int.xmodel -n digits",  # the compile command
                      "The compiler did not run here.",                # the compile plan

@@ -97,7 +97,16 @@ def make_case(work: str) -> Tuple[str, Dict[str, Any], Dict[str, Any]]:
              {"name": "fc", "op": "dense", "device": "DPU", "shape": [1, 10], "inputs": [HOSTILE], "reasons": [],
               "notes": ["a note"]}]
     graph = {"model": "Net" + HOSTILE, "target": "DPUCZDX8G_ISA1_B4096", "summary": "DPU: 2 nodes, CPU: 1 nodes",
-             "inputs": [{"name": "x", "shape": [1, 1, 8, 8]}], "outputs": ["fc"], "nodes": nodes}
+             "inputs": [{"name": "x", "shape": [1, 1, 8, 8]}], "outputs": ["fc"], "nodes": nodes,
+             "partition": {"rule": "the rule", "caveats": ["closed-source compiler"], "line": "3 subgraphs: 2 DPU, 1 CPU",
+                           "count": {"total": 3, "dpu": 2, "cpu": 1},
+                           "subgraphs": [{"name": "dpu_0", "device": "DPU", "nodes": ["conv1"], "inputs": ["x"]},
+                                         {"name": "cpu_0", "device": "CPU", "nodes": [HOSTILE], "inputs": ["conv1"]},
+                                         {"name": "dpu_1", "device": "DPU", "nodes": ["fc"], "inputs": [HOSTILE]}],
+                           "fixes": [{"node": HOSTILE, "op": "sigmoid", "device": "CPU", "subgraph": "cpu_0",
+                                      "reasons": ["sigmoid can't be assigned to DPU."],
+                                      "fixes": [{"message": "use nn.Hardsigmoid", "code": "nn.Hardsigmoid()",
+                                                 "exact": False, "follows": None}]}]}}
     inspect = InspectResult(summary="DPU: 2 nodes, CPU: 1 nodes", files={}, changes=[], graph=graph)
     compile_ = CompileResult(compiled=None, argv=["vai_c_xir", "-x", "export/Net_int.xmodel", "-n", "digits"],
                              target="DPUCZDX8G_ISA1_B4096", reason="vai_c_xir is not on this machine",
