@@ -48,7 +48,7 @@ import torch
 from torch import nn
 
 from ..errors import QuantizationError
-from ..quantizers.sim.qat.deploy import DEPLOYABLE_FILE, moved_positions, write_deployable
+from ..quantizers.sim.qat.deploy import DEPLOYABLE_FILE, check_manifest, moved_positions, write_deployable
 from ..quantizers.sim.qat.trainable import QatModel, build_trainable, import_calibration, qat_session
 from .checks import example_inputs, output_folder
 from .notes import note
@@ -158,9 +158,15 @@ class QatProcessor:
     def _check_trained(self, model: Any, method: str) -> None:
         if self._trainable is None:
             raise QuantizationError("%s: call trainable_model() first" % method)
-        if not isinstance(model, QatModel) or model._shared is not self._trainable._shared:
-            raise QuantizationError("%s: expected the model this QatProcessor's trainable_model() returned, got a %s; "
-                                    "pass that model (trained)" % (method, type(model).__name__))
+        if not isinstance(model, QatModel):
+            raise QuantizationError("%s: expected the model trainable_model() returned (trained), got a %s"
+                                    % (method, type(model).__name__))
+        mine, theirs = self._session.graph, model._shared.session.graph
+        if (theirs.class_name, theirs.graph_md5()) != (mine.class_name, mine.graph_md5()):
+            raise QuantizationError("%s: the model is the trainable model of another float model (%s, graph %s; this "
+                                    "QatProcessor's is %s, graph %s): pass the one made by this QatProcessor, or a copy of "
+                                    "it" % (method, theirs.class_name, theirs.graph_md5(), mine.class_name,
+                                            mine.graph_md5()))
         if _shape_signature(self._model) != self._signature:
             raise QuantizationError("%s: the float model's parameters changed since QatProcessor was made; make a new "
                                     "QatProcessor for the changed model" % method)
@@ -172,13 +178,15 @@ class QatProcessor:
         is accepted). Run one batch-1 forward before ``export_xmodel``.
 
         Raises:
-            QuantizationError: a missing file, or files made for another model.
+            QuantizationError: a missing file, files made for another model, or files of different
+                ``to_deployable`` runs mixed in one folder (``deployable_manifest.json``).
         """
         path = os.path.join(src_dir, DEPLOYABLE_FILE)
         if not os.path.isfile(path) or not os.path.isfile(os.path.join(src_dir, "quant_info.json")):
             raise QuantizationError("deployable_model: %s needs %s and quant_info.json, which to_deployable(model, %r) "
                                     "writes; run it first" % (src_dir, DEPLOYABLE_FILE, src_dir))
         from ..models.loading import load_state_dict_file
+        check_manifest(src_dir)
         state = load_state_dict_file(path)
         model = copy.deepcopy(self._model).cpu()
         try:

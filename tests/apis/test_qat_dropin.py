@@ -97,7 +97,8 @@ def test_qat_official_example_shape_runs_in_two_processes(tmp_path):
         proc = subprocess.run([sys.executable, script, "--mode", mode, "--output_dir", out], cwd=str(tmp_path),
                               env=env, capture_output=True, text=True, timeout=300)
         assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sorted(os.listdir(out)) == ["Digits_int.xmodel", "deployable.pth", "model.pth", "quant_info.json", "test"]
+    assert sorted(os.listdir(out)) == ["Digits_int.xmodel", "deployable.pth", "deployable_manifest.json", "model.pth",
+                                    "quant_info.json", "test"]
     assert os.listdir(str(tmp_path)) == ["qat_result"]  # no .vai_qat in the working directory
 
 
@@ -272,9 +273,12 @@ def test_qat_to_deployable_misuse_writes_nothing(tmp_path):
     with pytest.raises(QuantizationError, match=r"call trainable_model\(\) first"):
         qat.to_deployable(None, str(out))
     qmodel = qat.trainable_model()
-    other = QatProcessor(model, torch.randn(1, *shape)).trainable_model()
-    with pytest.raises(QuantizationError, match="expected the model this QatProcessor's trainable_model"):
+    other_model, other_shape = build("resnet")
+    other = QatProcessor(other_model, torch.randn(1, *other_shape)).trainable_model()
+    with pytest.raises(QuantizationError, match=r"the trainable model of another float model \(TinyResNet"):
         qat.to_deployable(other, str(out))
+    with pytest.raises(QuantizationError, match=r"expected the model trainable_model\(\) returned"):
+        qat.to_deployable(model, str(out))
     qmodel(torch.randn(4, *shape))
     with torch.no_grad():
         qmodel.net.output_quantizers["nndct_relu_4"].log_threshold.fill_(float("nan"))
@@ -387,3 +391,40 @@ def test_qat_export_xmodel_deploy_check_writes_the_dumps(tmp_path):
     with torch.no_grad():
         expected = (qmodel(x) * 2.0 ** fp).round().numpy().astype(np.int8).ravel()
     assert codes.tolist() == expected.tolist()
+
+
+def test_qat_deployable_folder_mixing_two_runs_is_refused(tmp_path):
+    model, shape = build("digits")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    runs = []
+    for seed in (0, 1):
+        out = tmp_path / str(seed)
+        qat.to_deployable(_train(qat.trainable_model(), shape, steps=2, seed=seed), str(out))
+        runs.append(out)
+    (runs[0] / "deployable.pth").write_bytes((runs[1] / "deployable.pth").read_bytes())
+    with pytest.raises(QuantizationError, match=r"deployable.pth is not the file to_deployable wrote with the others"):
+        qat.deployable_model(str(runs[0]))
+    (runs[0] / "deployable_manifest.json").unlink()  # as the real quantizer writes the folder: taken as it is
+    qat.deployable_model(str(runs[0]))
+
+
+def test_qat_calib_dir_of_another_bit_width_is_refused(tmp_path):
+    from pipeline.apis import torch_quantizer
+    model, shape = build("digits")
+    x = torch.randn(8, *shape)
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device=torch.device("cpu"))
+    q.quant_model(x)
+    q.export_quant_config()
+    with pytest.raises(QuantizationError, match=r"another bit width .*8\) than this model trains \(4 bits\)"):
+        QatProcessor(model, x[:1], bitwidth=4).trainable_model(calib_dir=str(tmp_path))
+    with pytest.warns(UserWarning, match="calibrated with bias correction"):
+        QatProcessor(model, x[:1]).trainable_model(calib_dir=str(tmp_path))
+
+
+def test_qat_nan_in_the_warm_up_batch_is_named():
+    model, shape = build("digits")
+    qmodel = QatProcessor(model, torch.randn(1, *shape)).trainable_model()
+    x = torch.randn(4, *shape)
+    x[0, 0, 0, 0] = float("nan")
+    with pytest.raises(QuantizationError, match=r"warm-up batch of nndct_input_0 holds 1 NaN/Inf"):
+        qmodel(x)

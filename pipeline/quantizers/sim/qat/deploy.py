@@ -8,24 +8,29 @@ writes them:
 - ``<out>/quant_info.json``: the same after the DPU constraint pass (``plan.adjust_fix_pos``: shift_cut
   and shift_bias ranges, hard-sigmoid/swish limits, the optional concat/pool alignment): what ships;
 - ``<out>/deployable.pth``: the float model's state_dict with the trained weights, biases and BN
-  state (the BN stays unfolded: the test-mode capture folds it, as the real one does).
+  state (the BN stays unfolded: the test-mode capture folds it, as the real one does);
+- here also ``<out>/deployable_manifest.json``: the sha256 of the three, so that ``deployable_model``
+  refuses a folder whose files come from different runs (the real one has no such check).
 
 Written as one batch of atomic files (``pipeline.fileio.write_files``): a run that fails leaves the
 folder as it was. Here, unlike the real one, a threshold or weight that is NaN or infinite is
 refused (named) before anything is written.
 """
+import hashlib
 import io
+import json
 import os
 from typing import Any, Dict, List, Tuple
 
 import torch
 
 from ....errors import QuantizationError
-from ....fileio import write_files
+from ....fileio import sha256_file, write_files
 from ...quant_info import make_quant_info, quant_info_bytes
 from .trainable import QatModel
 
 DEPLOYABLE_FILE = "deployable.pth"
+MANIFEST_FILE = "deployable_manifest.json"
 RAW_DIR = "test"
 
 
@@ -62,7 +67,28 @@ def deployable_files(model: QatModel, float_model: torch.nn.Module,
     items = [(os.path.join(output_dir, RAW_DIR, "quant_info.json"), quant_info_bytes(infos[0])),
              (os.path.join(output_dir, "quant_info.json"), quant_info_bytes(infos[1])),
              (os.path.join(output_dir, DEPLOYABLE_FILE), buf.getvalue())]
+    manifest = {os.path.relpath(path, output_dir).replace(os.sep, "/"): hashlib.sha256(data).hexdigest()
+                for path, data in items}
+    items.append((os.path.join(output_dir, MANIFEST_FILE), (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode()))
     return infos[0], infos[1], items
+
+
+def check_manifest(folder: str) -> None:
+    """Raise QuantizationError when ``folder/deployable_manifest.json`` exists and a file it lists is missing or
+    holds other bytes (files of different ``to_deployable`` runs mixed in one folder). A folder without it (the
+    real quantizer's) passes."""
+    path = os.path.join(folder, MANIFEST_FILE)
+    if not os.path.isfile(path):
+        return
+    with open(path, "r", encoding="utf-8") as f:
+        manifest = json.load(f)
+    for name, digest in sorted(manifest.items()):
+        target = os.path.join(folder, *name.split("/"))
+        if not os.path.isfile(target) or sha256_file(target) != digest:
+            raise QuantizationError(
+                "%s: %s is not the file to_deployable wrote with the others (%s lists another sha256, or it is "
+                "missing): the folder mixes the results of different runs; run to_deployable into it again"
+                % (folder, name, MANIFEST_FILE))
 
 
 def write_deployable(model: QatModel, float_model: torch.nn.Module, output_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:

@@ -151,7 +151,15 @@ class TQTQuantizer(nn.Module):
 
     def warm_up(self, x: torch.Tensor) -> None:
         """Set ``log_threshold`` from ``x`` (module docstring) and end the warm-up; under
-        torch.distributed rank 0's value is broadcast to every rank."""
+        torch.distributed rank 0's value is broadcast to every rank.
+
+        Raises:
+            QuantizationError: ``x`` holds NaN or Inf (named; nothing is changed)."""
+        bad = int((~torch.isfinite(x.detach())).sum())
+        if bad:
+            raise QuantizationError("QAT: the warm-up batch of %s holds %d NaN/Inf value(s) of %d, so no threshold can "
+                                    "be set from it: check the data (and the model's float output) for NaN/Inf"
+                                    % (self.name or self.tensor_type, bad, x.numel()))
         self.warmup_enabled[0] = 0
         data = x.detach().cpu().numpy()
         th = three_sigma(data) if self.tensor_type == PARAM else kl_j(data, int(self.bitwidth[0]))

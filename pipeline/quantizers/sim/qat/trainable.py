@@ -22,6 +22,7 @@ Two behaviours:
   values; every call of a reused module has its own quantizers, as it deploys. The eval-mode
   outputs then equal the deployed model's bit for bit.
 """
+import warnings
 from typing import Any, Dict, Iterator, List, Optional, Tuple
 
 import torch
@@ -97,7 +98,9 @@ class QatModel(nn.Module):
     # ---- quantizers and fix positions --------------------------------------------------------
     def layers(self) -> Dict[str, QatLayer]:
         """nndct node name -> its QatLayer."""
-        return dict(self.net.layers.items())
+        # _modules, not ModuleDict.items(): torch 1.13's GraphModule deepcopy and pickle rebuild ``layers``
+        # as a plain Module holding the same children (and named_children() would skip a shared quantizer)
+        return dict(self.net.layers._modules)
 
     def quantizers(self) -> Iterator[Tuple[str, str, TQTQuantizer]]:
         """``(quant_info group, key, quantizer)`` for every quantized tensor, in quant_info order
@@ -105,7 +108,8 @@ class QatModel(nn.Module):
         session = self._shared.session
         prefix = session.graph.class_name + "::"
         by_param = {}  # type: Dict[str, TQTQuantizer]
-        for name, layer in self.net.layers.items():
+        quantizers = dict(self.net.output_quantizers._modules)
+        for name, layer in self.layers().items():
             names = session.graph.by_name[name].param_names
             by_param[names["weights"]] = layer.weight_quantizer
             if layer.bias_quantizer is not None and "bias" in names:
@@ -114,8 +118,8 @@ class QatModel(nn.Module):
             if key in by_param:
                 yield "param", key, by_param[key]
         for name in session.plan.output_order:
-            if name in self.net.output_quantizers:
-                yield "output", prefix + name, self.net.output_quantizers[name]
+            if name in quantizers:
+                yield "output", prefix + name, quantizers[name]
 
     def fix_positions(self, adjusted: bool) -> Tuple[Dict[str, Optional[int]], Dict[str, Optional[int]]]:
         """The quant_info fix positions of the current thresholds: ``(param, output)`` maps over
@@ -356,19 +360,36 @@ def qat_session(float_model: nn.Module, example: Tuple[torch.Tensor, ...], bitwi
 def import_calibration(model: QatModel, calib_dir: str, redo: str) -> None:
     """Start every threshold of ``model`` at ``calib_dir/quant_info.json``'s fix position (this project's or the
     real quantizer's file): ``log_threshold = b - 1 - fix_pos``, warm-up off (the real ``import_quant_info``).
+    A calibration made with bias correction (the default config, CLE on too) warns: its weight positions belong
+    to equalized weights, while QAT trains the model's own (CLE and bias correction off).
 
     Raises:
-        QuantizationError: the file is missing or unreadable, or has no fix position for some quantizer (another
-            model's calibration); ``redo`` says what to do, e.g. "run the calib step again".
+        QuantizationError: the file is missing or unreadable, has no fix position for some quantizer (another
+            model's calibration), or another bit width than the model trains (the real quantizer silently takes
+            the file's); ``redo`` says what to do, e.g. "run the calib step again".
     """
     from ...quant_info import read_quant_info
-    info, missing = read_quant_info(calib_dir), []
+    info, missing, widths = read_quant_info(calib_dir), [], []
     for group, key, q in model.quantizers():
         entry = info.get(group, {}).get(key)
         if not entry or entry[0][1] is None:
             missing.append(key)
-            continue
-        q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
+        elif int(entry[0][0]) != int(q.bitwidth[0]):
+            widths.append("%s: %d" % (key, int(entry[0][0])))
     if missing:
         raise QuantizationError("QAT: %s/quant_info.json has no fix position for %s; it was calibrated for another "
                                 "model: %s" % (calib_dir, ", ".join(missing[:5]), redo))
+    if widths:
+        trained = int(next(model.quantizers())[2].bitwidth[0])
+        raise QuantizationError("QAT: %s/quant_info.json was calibrated at another bit width (%s) than this model "
+                                "trains (%d bits); its fix positions do not fit: calibrate at %d bits (torch_quantizer("
+                                "..., bitwidth=%d)) or train at the calibration's" % (
+                                    calib_dir, ", ".join(widths[:3]), trained, trained, trained))
+    if info.get("bias_corrected"):
+        warnings.warn("QAT: %s/quant_info.json was calibrated with bias correction (the default config, CLE on too): "
+                      "its weight fix positions belong to equalized weights, while QAT trains the model's own; for a "
+                      "start that fits, calibrate with {\"include_cle\": false, \"include_bias_corr\": false, "
+                      "\"target_device\": \"DPU\"}" % calib_dir)
+    for group, key, q in model.quantizers():
+        entry = info[group][key]
+        q.import_fix_pos(int(entry[0][0]), int(entry[0][1]))
