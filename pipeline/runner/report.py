@@ -13,7 +13,7 @@ import logging
 import os
 import platform
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 from .. import fileio, support
 from .._version import __version__
@@ -218,12 +218,29 @@ def remove_report(work_dir: str) -> None:
             os.remove(path)
 
 
+def current_results(run: Any) -> Tuple[Dict[str, Any], List[str]]:
+    """The saved step results the report describes, and a warning for each result left out: a step the
+    current config turns off (``Step.off``: e.g. qat with ``quantizer.qat.enabled: false``) keeps its folder,
+    but the later steps ran without it, so its result is no part of this run's report."""
+    results, unused = load_results(run), []
+    for step in ORDER:
+        reason = step.off_reason(run.loaded.cfg) if step.name in results else None
+        if reason:
+            del results[step.name]
+            unused.append("%s/ holds an earlier result of the %s step, which the config now turns off (%s): the "
+                          "later steps do not use it and this report leaves it out; it is kept until that step "
+                          "runs again" % (step.writes, step.name, reason))
+    return results, unused
+
+
 def write_report(run: Any) -> Dict[str, Any]:
     """Write report.json, report.md and report.html (``report_html``) into the run folder ``run``
     (``pipeline.runner.folder.RunDir``) and return the report dict."""
     from .report_html import render_html
-    results = load_results(run)
+    results, unused = current_results(run)
     report = build_report(run, results)
+    report["warnings"] += unused
+    report["summary"] = ["warning: %s" % w for w in unused] + report["summary"]
     fileio.write_json(run.path("report.json"), report)
     fileio.write_text(run.path("report.md"), render_markdown(report, results))
     fileio.write_text(run.path("report.html"), render_html(report, results, run.work_dir))

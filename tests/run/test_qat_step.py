@@ -189,6 +189,20 @@ def test_qat_off_is_left_out_and_asking_for_it_alone_is_refused(tmp_path):
     assert report["quant_accuracy"] > 0 and "QAT" not in "".join(report["summary"])
 
 
+def test_qat_turned_off_after_a_qat_run_leaves_the_report_without_it(tmp_path):
+    config = _case(tmp_path, epochs=1)
+    pipeline.run(config, steps=["train", "calib", "qat", "test"])
+    off = _case(tmp_path, epochs=1, enabled=False)
+    report = pipeline.run(off, steps=["test"])
+    assert report["qat"] is None
+    assert report["warnings"][0].startswith("qat/ holds an earlier result of the qat step, which the config now turns "
+                                            "off (quantizer.qat.enabled is false)")
+    assert "steps" in report and "qat" not in report["steps"]
+    assert os.path.isfile(str(tmp_path / "run" / "qat" / "quant_info.json"))  # kept
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        assert "QAT trainable" not in f.read()
+
+
 @pytest.mark.parametrize("override,message", [
     ("quantizer.qat.epoch=2", "quantizer.qat.epoch: unknown key; allowed keys: enabled, epochs, lr, threshold_lr, "
                               "batch_size, init, freeze_bn_after, exact_deploy, weight_decay, quantizer_norm, seed, "
