@@ -55,9 +55,9 @@ class InspectResult(StepResult):
         return [(change, node) for node, _, change in (line.partition(": ") for line in self.changes)]
 
     def summary_lines(self, work_dir: str) -> List[str]:
-        lines = ["reports: %s" % ", ".join(sorted(in_run_folder(p, work_dir) for p in self.files.values())), self.summary]
         part = (self.graph or {}).get("partition")
-        return lines + (["partition: " + part["line"]] if part else [])
+        return (["partition: " + part["line"]] if part else []) + [
+            "reports: %s" % ", ".join(sorted(in_run_folder(p, work_dir) for p in self.files.values())), self.summary]
 
 
 def _fix_text(fix: Dict[str, Any]) -> str:
