@@ -46,7 +46,7 @@ sys.path.insert(0, REPO)
 from pipeline.fileio import sha256_file  # noqa: E402
 
 STEPS = "calib,test,export,compile,deploy"
-RECORDS = re.compile(r"^(steps/.*|report\.(json|md)|status\.json|plots/.*|\.pipeline-run|\.pipeline\.lock)$")
+RECORDS = re.compile(r"^(steps/.*|report\.(json|md|html)|status\.json|plots/.*|\.pipeline-run|\.pipeline\.lock)$")
 DIGEST_FILES = re.compile(r"(^|/)(calib_manifest\.json|SHA256SUMS|manifest\.json)$")
 
 
