@@ -17,8 +17,6 @@ import hashlib
 import json
 import os
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -26,7 +24,8 @@ import pytest
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, StorageError
 from pipeline.quantizers.sim.xmodel import deploy_check
-from tests.support import REPO, SUPPORT
+from tests.export.conftest import run_phases
+from tests.support import file_tree
 from tests.support.deploy_check_helper import CASES, REAL, folder
 from tests.support.small_net import calibrate_with_api, small_batches, small_net
 from tests.support.xmodel_compare import names_differ_only_in_numbers, numbering_matches_references
@@ -38,22 +37,7 @@ _SHAPE_LINE = re.compile(r"^(\[[0-9, ]*\]): (.*)$")
 def deploy_check_dumps(tmp_path_factory):
     """The simulation's dumps of every stored case (tests/support/deploy_check_helper.py, one process per
     mode); the root folder (``deploy_check_helper.folder(root, model, config)``)."""
-    root = str(tmp_path_factory.mktemp("deploy_check"))
-    env = dict(os.environ, PYTHONPATH=REPO + os.pathsep + os.environ.get("PYTHONPATH", ""))
-    for mode in ("calib", "test"):
-        proc = subprocess.run([sys.executable, os.path.join(SUPPORT, "deploy_check_helper.py"), mode, root], env=env,
-                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, universal_newlines=True)
-        assert proc.returncode == 0, proc.stdout[-4000:]
-    return root
-
-
-def _tree(top):
-    files = {}
-    for dirpath, _, names in os.walk(top):
-        for name in names:
-            with open(os.path.join(dirpath, name), "rb") as f:
-                files[os.path.relpath(os.path.join(dirpath, name), top).replace(os.sep, "/")] = f.read()
-    return files
+    return run_phases("deploy_check_helper.py", str(tmp_path_factory.mktemp("deploy_check")))
 
 
 def _shape_lines(data):
@@ -70,7 +54,7 @@ def _reference(name, config):
     """``{path under the export folder: sha256}`` of the real dumps of a case and the real
     ``shape.txt``: the files themselves where they are stored, else ``manifest.json``."""
     top = os.path.join(REAL, name, config)
-    files = _tree(os.path.join(top, deploy_check.FOLDER))
+    files = file_tree(os.path.join(top, deploy_check.FOLDER))
     shape = [k for k in files if k.endswith("/" + deploy_check.SHAPE_FILE)]
     assert len(shape) == 1, sorted(files)
     manifest = os.path.join(top, "manifest.json")
@@ -113,7 +97,7 @@ def test_deploy_check_dumps_equal_the_real_quantizers(set_name, name, config, de
     export = os.path.join(folder(deploy_check_dumps, name, config), "export")
     assert sorted(os.listdir(export)) == sorted(
         ["deploy_check_data_int", [f for f in os.listdir(export) if f.endswith("_int.xmodel")][0]])
-    mine = _tree(os.path.join(export, deploy_check.FOLDER))
+    mine = file_tree(os.path.join(export, deploy_check.FOLDER))
     real, shape_file, real_shape = _reference(name, config)
     assert shape_file in mine, sorted(mine)
     real = _renamed_reference(real, shape_file, real_shape, mine[shape_file])
@@ -141,7 +125,7 @@ def test_deploy_check_drop_in_writes_the_dumps_with_the_xmodel(tmp_path):
     assert q.export_xmodel(str(tmp_path / "check"), deploy_check=True) == str(tmp_path / "check" / "SmallNet_int.xmodel")
     with open(path, "rb") as a, open(str(tmp_path / "check" / "SmallNet_int.xmodel"), "rb") as b:
         assert a.read() == b.read()
-    dumps = _tree(str(tmp_path / "check" / deploy_check.FOLDER))
+    dumps = file_tree(str(tmp_path / "check" / deploy_check.FOLDER))
     assert all(k.startswith("SmallNet/") for k in dumps) and "SmallNet/shape.txt" in dumps
     lines = _shape_lines(dumps["SmallNet/shape.txt"])
     assert lines[0] == ("[1, 8, 8, 3]", "SmallNet::input_0")  # batch 1, NHWC
@@ -201,4 +185,4 @@ def test_deploy_check_failure_in_the_writes_leaves_nothing_half_written(tmp_path
     monkeypatch.setattr(os, "fsync", real_fsync)
     assert os.listdir(str(tmp_path / "out")) == []  # no file, no temporary file, no folder it created
     q.export_xmodel(str(tmp_path / "out" / "x"), deploy_check=True)  # and it works once there is room
-    assert len(_tree(str(tmp_path / "out" / "x" / deploy_check.FOLDER))) > 3
+    assert len(file_tree(str(tmp_path / "out" / "x" / deploy_check.FOLDER))) > 3

@@ -16,7 +16,7 @@ from torch import nn
 from pipeline.cli import main
 from pipeline.inspect.deploy_dump import write_dump
 from pipeline.quantizers.sim.xmodel import interp, reader
-from tests.support import DATA
+from tests.support import DATA, cli_in_process, cli_json
 from tests.support.dropin_flow import conv, quantize
 
 GOLDEN = os.path.join(DATA, "golden_xmodel", "golden")
@@ -36,15 +36,11 @@ def _dump(folder, model, config="default"):
 
 
 def _cli(capsys, *argv):
-    code = main(["compare"] + [str(a) for a in argv])
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
+    return cli_in_process(capsys, "compare", *argv)
 
 
 def _json(capsys, *argv):
-    code, out, _ = _cli(capsys, *(list(argv) + ["--json"]))
-    return code, json.loads(out)
+    return cli_json(capsys, "compare", *argv)
 
 
 def _codes(folder, name):

@@ -14,9 +14,8 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.cli import main
 from pipeline.quantizers.sim.xmodel import interp, reader
-from tests.support import DATA
+from tests.support import DATA, cli_in_process, cli_json
 from tests.support.dropin_flow import conv, quantize
 
 GOLDEN = os.path.join(DATA, "golden_xmodel")
@@ -28,15 +27,11 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 
 
 def _cli(capsys, *argv):
-    code = main(["xmodel"] + list(argv))
-    out, err = capsys.readouterr()
-    assert "Traceback" not in out + err
-    return code, out, err
+    return cli_in_process(capsys, "xmodel", *argv)
 
 
 def _json(capsys, *argv):
-    code, out, _ = _cli(capsys, *(list(argv) + ["--json"]))
-    return code, json.loads(out)
+    return cli_json(capsys, "xmodel", *argv)
 
 
 def test_xmodel_cli_check_every_real_file_is_ok_as_the_real_quantizer_writes_it(capsys):

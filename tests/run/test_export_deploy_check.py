@@ -14,7 +14,7 @@ import torch
 import pipeline
 from pipeline.config import load_config
 from pipeline.errors import ConfigError, PipelineError
-from tests.support import REPO, sha
+from tests.support import REPO, file_tree, sha
 
 CONFIG = os.path.join(REPO, "configs", "digits_sim_zcu102.yaml")
 QAT_CONFIG = os.path.join(REPO, "configs", "digits_sim_zcu102_qat.yaml")
@@ -30,16 +30,6 @@ def _json(*parts):
         return json.load(f)
 
 
-def _tree(folder):
-    """``{relative path: bytes}`` of every file under ``folder``."""
-    out = {}
-    for root, _, names in os.walk(folder):
-        for name in names:
-            with open(os.path.join(root, name), "rb") as f:
-                out[os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")] = f.read()
-    return out
-
-
 @pytest.fixture(scope="module")
 def dumped(tmp_path_factory):
     """The digits config run with --set export.deploy_check=true: (run folder, report)."""
@@ -51,7 +41,7 @@ def dumped(tmp_path_factory):
 def test_deploy_check_dumps_are_written_recorded_and_bundled(dumped):
     work, report = dumped
     assert report["status"]["state"] == "ok"
-    dumps = _tree(os.path.join(work, DUMPS))
+    dumps = file_tree(os.path.join(work, DUMPS))
     assert "shape.txt" in dumps and any(n.endswith("_fix.bin") for n in dumps) and len(dumps) > 10
     names = [line.rsplit(": ", 1)[1] for line in dumps["shape.txt"].decode().splitlines()]
     assert all(n.replace(":", "_").replace("/", "_").replace(".", "_").replace("[", "_").replace("]", "_") + ".bin"
@@ -73,7 +63,7 @@ def test_deploy_check_dumps_are_written_recorded_and_bundled(dumped):
     manifest = _json(work, "deploy", "manifest.json")
     model_dir = os.path.join(work, "deploy", manifest["model_dir"])
     assert manifest["deploy_check"] == manifest["model_dir"] + "/deploy_check_data_int/DigitsCNN"
-    assert _tree(os.path.join(model_dir, "deploy_check_data_int", "DigitsCNN")) == dumps
+    assert file_tree(os.path.join(model_dir, "deploy_check_data_int", "DigitsCNN")) == dumps
     with open(os.path.join(model_dir, "SHA256SUMS")) as f:
         sums = dict(reversed(line.split("  ", 1)) for line in f.read().splitlines())
     listed = {f["path"]: f["sha256"] for f in manifest["files"]}
@@ -95,8 +85,8 @@ def test_deploy_check_dumps_equal_the_drop_ins_for_the_same_calibration(dumped, 
         q.quant_model(example.clone())
     out = str(tmp_path / "export")
     q.export_xmodel(out, deploy_check=True)
-    drop_in = _tree(os.path.join(out, "deploy_check_data_int", "DigitsCNN"))
-    assert _tree(os.path.join(work, DUMPS)) == drop_in  # float32 .bin, int8 _fix.bin and shape.txt, byte for byte
+    drop_in = file_tree(os.path.join(out, "deploy_check_data_int", "DigitsCNN"))
+    assert file_tree(os.path.join(work, DUMPS)) == drop_in  # float32 .bin, int8 _fix.bin and shape.txt, byte for byte
     with open(os.path.join(work, "export", "DigitsCNN_int.xmodel"), "rb") as f, \
             open(os.path.join(out, "DigitsCNN_int.xmodel"), "rb") as g:
         assert f.read() == g.read()
@@ -109,7 +99,7 @@ def test_deploy_check_codes_are_the_quantized_input(dumped):
     fp = [v for k, v in info["output"].items() if k.endswith("::nndct_input_0")][0][0][1]
     example = np.load(os.path.join(work, "export", "example_input.npy"))
     codes = np.clip(np.floor(example.astype(np.float64) * 2 ** fp + 0.5), -128, 127).astype(np.int8)
-    fixes = {n: b for n, b in _tree(os.path.join(work, DUMPS)).items() if n.endswith("input_0_fix.bin")}
+    fixes = {n: b for n, b in file_tree(os.path.join(work, DUMPS)).items() if n.endswith("input_0_fix.bin")}
     assert len(fixes) == 1
     assert np.frombuffer(list(fixes.values())[0], np.int8).tolist() == codes.transpose(0, 2, 3, 1).reshape(-1).tolist()
 
@@ -145,7 +135,7 @@ def test_deploy_check_rerun_without_the_key_leaves_no_dumps_and_deploy_refuses_a
         pipeline.run(CONFIG, overrides=base + ["export.deploy_check=true"], steps=["deploy"])
     # and the export run again with it writes them anew
     pipeline.run(CONFIG, overrides=base + ["export.deploy_check=true"], steps=["export"])
-    assert _tree(os.path.join(work, DUMPS)) == _tree(os.path.join(dumped[0], DUMPS))
+    assert file_tree(os.path.join(work, DUMPS)) == file_tree(os.path.join(dumped[0], DUMPS))
     with pytest.raises(PipelineError, match=r"export\.deploy_check is false in this config, but the export step"):
         pipeline.run(CONFIG, overrides=base, steps=["compile", "deploy"])
 
@@ -157,7 +147,7 @@ def test_deploy_check_with_qat_dumps_the_qat_result(tmp_path):
                                                  "quantizer.qat.freeze_bn_after=null"] + SMALL,
                           steps=["train", "calib", "qat", "test", "export"])
     assert report["status"]["state"] == "ok"
-    dumps = _tree(os.path.join(work, DUMPS))
+    dumps = file_tree(os.path.join(work, DUMPS))
     assert "shape.txt" in dumps and any(n.endswith("_fix.bin") for n in dumps)
     assert _json(work, "steps", "export.json")["deploy_check"] == DUMPS.replace(os.sep, "/")
     # the input codes are on the QAT result's grid (qat/quant_info.json), not the calibration's

@@ -48,6 +48,32 @@ def cli(*args):
     return python("-m", "pipeline", *args)
 
 
+def cli_in_process(capsys, *argv):
+    """``pipeline.cli.main(argv)`` in this process: (exit code, stdout, stderr), after asserting that neither
+    holds a Python traceback (the commands answer bad input with a message)."""
+    from pipeline.cli import main
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    assert "Traceback" not in out + err
+    return code, out, err
+
+
+def cli_json(capsys, *argv):
+    """``cli_in_process`` with ``--json``: (exit code, the parsed output)."""
+    code, out, _ = cli_in_process(capsys, *(list(argv) + ["--json"]))
+    return code, json.loads(out)
+
+
+def file_tree(folder):
+    """``{path relative to folder, with '/': bytes}`` of every file under ``folder``."""
+    out = {}
+    for root, _, names in os.walk(folder):
+        for name in names:
+            with open(os.path.join(root, name), "rb") as f:
+                out[os.path.relpath(os.path.join(root, name), folder).replace(os.sep, "/")] = f.read()
+    return out
+
+
 def sha(path):
     """sha256 (hex) of the file at ``path``."""
     with open(path, "rb") as f:

@@ -13,16 +13,14 @@ references.
 import os
 import sys
 
-import torch
-
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))
 
-from tests.support.xmodel_golden_helper import CASES as XMODEL_CASES, _quantizer  # noqa: E402
+from tests.support import xmodel_golden_helper as golden  # noqa: E402
 
 REAL = os.path.join(os.path.dirname(HERE), "data", "deploy_check_real")
 # (set, model, config) of every stored reference, in xmodel_golden_helper's order
-CASES = [(s, m, c) for s, m, c in XMODEL_CASES if os.path.isdir(os.path.join(REAL, m, c))]
+CASES = [(s, m, c) for s, m, c in golden.CASES if os.path.isdir(os.path.join(REAL, m, c))]
 
 
 def folder(root, name, config):
@@ -30,21 +28,7 @@ def folder(root, name, config):
 
 
 def run(mode, root):
-    torch.set_num_threads(2)
-    for set_name, name, config in CASES:
-        out = folder(root, name, config)
-        os.makedirs(out, exist_ok=True)
-        q, calib, evals = _quantizer(mode, set_name, name, config, out)
-        with torch.no_grad():
-            if mode == "calib":
-                for i in range(8):
-                    q.quant_model(*[c[4 * i:4 * i + 4].clone() for c in calib])
-            else:
-                q.quant_model(*[e[:1].clone() for e in evals])
-        if mode == "calib":
-            q.export_quant_config()
-        else:
-            q.export_xmodel(os.path.join(out, "export"), deploy_check=True)
+    golden.run(mode, root, CASES, lambda root_, set_name, name, config: folder(root_, name, config), deploy_check=True)
 
 
 if __name__ == "__main__":

@@ -72,10 +72,13 @@ def _quantizer(mode, set_name, name, config, out):
     return q, calib, evals
 
 
-def run(mode, root):
+def run(mode, root, cases=None, where=None, deploy_check=False):
+    """Run ``mode`` on ``cases`` (default every golden case), each in ``where(root, set, model, config)``
+    (default ``folder``). In test mode the xmodel goes to ``<folder>/xmodel`` and the batch-1 outputs are
+    saved, or, with ``deploy_check``, to ``<folder>/export`` with the deploy-check dumps."""
     torch.set_num_threads(2)
-    for set_name, name, config in CASES:
-        out = folder(root, set_name, name, config)
+    for set_name, name, config in CASES if cases is None else cases:
+        out = (where or folder)(root, set_name, name, config)
         os.makedirs(out, exist_ok=True)
         q, calib, evals = _quantizer(mode, set_name, name, config, out)
         with torch.no_grad():
@@ -84,12 +87,12 @@ def run(mode, root):
                     q.quant_model(*[c[4 * i:4 * i + 4].clone() for c in calib])
             else:
                 outputs = q.quant_model(*[e[:1].clone() for e in evals])
-                for i, o in enumerate(outputs if isinstance(outputs, tuple) else (outputs,)):
+                for i, o in enumerate(() if deploy_check else outputs if isinstance(outputs, tuple) else (outputs,)):
                     np.save(os.path.join(out, "batch1_output_%d.npy" % i), o.numpy())
         if mode == "calib":
             q.export_quant_config()
         else:
-            q.export_xmodel(os.path.join(out, "xmodel"), deploy_check=False)
+            q.export_xmodel(os.path.join(out, "export" if deploy_check else "xmodel"), deploy_check=deploy_check)
 
 
 if __name__ == "__main__":
