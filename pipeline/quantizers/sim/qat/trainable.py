@@ -357,11 +357,11 @@ def qat_session(float_model: nn.Module, example: Tuple[torch.Tensor, ...], bitwi
     return SimSession(float_model, tuple(e.detach().clone() for e in example), cfg)
 
 
-def import_calibration(model: QatModel, calib_dir: str, redo: str) -> None:
+def import_calibration(model: QatModel, calib_dir: str, redo: str, warn: bool = True) -> None:
     """Start every threshold of ``model`` at ``calib_dir/quant_info.json``'s fix position (this project's or the
     real quantizer's file): ``log_threshold = b - 1 - fix_pos``, warm-up off (the real ``import_quant_info``).
-    A calibration made with bias correction (the default config, CLE on too) warns: its weight positions belong
-    to equalized weights, while QAT trains the model's own (CLE and bias correction off).
+    With ``warn``, a calibration made with bias correction (the default config, CLE on too) warns: its weight
+    positions belong to equalized weights, while QAT trains the model's own (CLE and bias correction off).
 
     Raises:
         QuantizationError: the file is missing or unreadable, has no fix position for some quantizer (another
@@ -385,7 +385,7 @@ def import_calibration(model: QatModel, calib_dir: str, redo: str) -> None:
                                 "trains (%d bits); its fix positions do not fit: calibrate at %d bits (torch_quantizer("
                                 "..., bitwidth=%d)) or train at the calibration's" % (
                                     calib_dir, ", ".join(widths[:3]), trained, trained, trained))
-    if info.get("bias_corrected"):
+    if warn and info.get("bias_corrected"):
         warnings.warn("QAT: %s/quant_info.json was calibrated with bias correction (the default config, CLE on too): "
                       "its weight fix positions belong to equalized weights, while QAT trains the model's own; for a "
                       "start that fits, calibrate with {\"include_cle\": false, \"include_bias_corr\": false, "
