@@ -1,7 +1,9 @@
 """What the CPU says about its caches: the tile size of the passes that walk large tensors in pieces
 (the quantizer boundary's torch pass, ``fixpoint.fake_quant``); and how busy it is (``load_average``,
 printed by the benchmark scripts next to their figures); how much memory is free
-(``available_memory_bytes``, checked before a file's declared size is allocated)."""
+(``available_memory_bytes``, checked before a file's declared size is allocated); this process's
+resident memory and its peak (``resident_mib``, ``reset_peak_resident``, the benchmarks' memory
+figures)."""
 import os
 from typing import Optional
 
@@ -99,3 +101,26 @@ def available_memory_bytes() -> Optional[int]:
     except (OSError, ValueError):
         pass
     return found
+
+
+def resident_mib(key: str = "VmRSS") -> float:
+    """This process's ``VmRSS`` (resident now) or ``VmHWM`` (its peak since the last
+    ``reset_peak_resident``) of /proc/self/status, MiB (Linux only).
+
+    Raises:
+        RuntimeError: /proc/self/status has no such line.
+    """
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith(key + ":"):
+                return int(line.split()[1]) / 1024.0
+    raise RuntimeError("no %s in /proc/self/status" % key)
+
+
+def reset_peak_resident() -> float:
+    """Reset this process's ``VmHWM`` to its current resident set (``5`` into /proc/self/clear_refs) and
+    return that resident set, MiB: ``resident_mib("VmHWM")`` minus it is then what the work since added at
+    its peak (Linux only)."""
+    with open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+    return resident_mib("VmRSS")

@@ -37,7 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from pipeline.cpu import cpu_capability, load_average  # noqa: E402
+from pipeline.cpu import cpu_capability, load_average, reset_peak_resident, resident_mib  # noqa: E402
 from pipeline.models.zoo import digits_cnn, mobilenet_v2, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.finetune import FastFinetune, FinetuneOptions  # noqa: E402
@@ -138,15 +138,6 @@ def accuracy_part(args: argparse.Namespace) -> List[Dict[str, Any]]:
     return rows
 
 
-def _status_mib(key: str) -> float:
-    """``VmRSS`` / ``VmHWM`` of this process (Linux), MiB."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no %s in /proc/self/status" % key)
-
-
 def memory_child(n: int, memory_mb: int, size: int, batch: int) -> Dict[str, Any]:
     """One finetune of ResNet-18 on ``n`` images, one pass per layer: the peak resident memory of the
     finetune phase (the kernel's high-water mark, reset just before it starts) above the resident
@@ -158,16 +149,14 @@ def memory_child(n: int, memory_mb: int, size: int, batch: int) -> Dict[str, Any
     with tempfile.TemporaryDirectory() as spill:
         ft = FastFinetune(session, FinetuneOptions(passes=1, memory_mb=memory_mb, spill_dir=spill))
         gc.collect()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # resets VmHWM to the current RSS
-        before = _status_mib("VmRSS")
+        before = reset_peak_resident()
         start = time.perf_counter()
         for i in range(0, n, batch):
             ft.record(x[i:i + batch])
             ft.calibrate(x[i:i + batch])
         ft.finetune()
         est = ft.estimate()
-        out = {"images": n, "memory_mb": memory_mb, "rss_before_mib": before, "peak_rss_mib": _status_mib("VmHWM"),
+        out = {"images": n, "memory_mb": memory_mb, "rss_before_mib": before, "peak_rss_mib": resident_mib("VmHWM"),
                "estimate_mib": (est["inputs"] + est["targets"] + est["layer_cache"]) / 2.0 ** 20,
                "in_files_mib": ft.inputs.on_disk / 2.0 ** 20, "seconds": time.perf_counter() - start}
         ft.close()

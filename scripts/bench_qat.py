@@ -248,17 +248,10 @@ def time_steps(fns: List[Callable[[], None]], warmup: int, steps: int) -> List[f
 
 
 # ---- children: memory, and the real quantizer ------------------------------------------------------
-def _status_mib(key: str) -> float:
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith(key + ":"):
-                return int(line.split()[1]) / 1024.0
-    raise RuntimeError("no %s in /proc/self/status" % key)
-
-
 def memory_child(kind: str, name: str, bits: int, batch: int, threads: int) -> Dict[str, Any]:
     """The resident memory a training step adds at its peak (module docstring)."""
     import gc
+    from pipeline.cpu import reset_peak_resident, resident_mib
     torch.set_num_threads(threads)
     torch.manual_seed(0)
     model = FACTORIES[name]().eval()
@@ -276,11 +269,9 @@ def memory_child(kind: str, name: str, bits: int, batch: int, threads: int) -> D
     adds = []
     for _ in range(3):
         gc.collect()
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")  # VmHWM := VmRSS
-        before = _status_mib("VmRSS")
+        before = reset_peak_resident()
         step()
-        adds.append(_status_mib("VmHWM") - before)
+        adds.append(resident_mib("VmHWM") - before)
     return {"kind": kind, "step_peak_mib": max(adds), "all_mib": adds, "rss_between_steps_mib": before}
 
 
