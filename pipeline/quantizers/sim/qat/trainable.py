@@ -32,6 +32,7 @@ from torch import nn
 from ....errors import QuantizationError
 from ....fx import optable as g
 from ... import fixpoint
+from ...quant_info import make_quant_info, read_quant_info
 from ..lowered import build_lowered
 from ..plan import adjust_fix_pos
 from ..session import SimSession
@@ -154,29 +155,26 @@ class QatModel(nn.Module):
     def _each_quantizer(self) -> Iterator[TQTQuantizer]:
         return (m for m in self.modules() if isinstance(m, TQTQuantizer))
 
+    def _switch(self, flag: str, on: bool) -> "QatModel":
+        for q in self._each_quantizer():
+            getattr(q, flag)[0] = 1 if on else 0
+        return self
+
     def enable_quant(self) -> "QatModel":
         """Quantize (the default)."""
-        for q in self._each_quantizer():
-            q.quant_enabled[0] = 1
-        return self
+        return self._switch("quant_enabled", True)
 
     def disable_quant(self) -> "QatModel":
         """Run in float: every quantizer passes its input through."""
-        for q in self._each_quantizer():
-            q.quant_enabled[0] = 0
-        return self
+        return self._switch("quant_enabled", False)
 
     def enable_warmup(self) -> "QatModel":
         """Let every quantizer set its threshold again from the next batch it sees."""
-        for q in self._each_quantizer():
-            q.warmup_enabled[0] = 1
-        return self
+        return self._switch("warmup_enabled", True)
 
     def disable_warmup(self) -> "QatModel":
         """Keep the current thresholds (no warm-up)."""
-        for q in self._each_quantizer():
-            q.warmup_enabled[0] = 0
-        return self
+        return self._switch("warmup_enabled", False)
 
     def freeze_quant(self) -> "QatModel":
         """Stop training the thresholds (``log_threshold.requires_grad = False``)."""
@@ -233,8 +231,7 @@ def _dummy_info(session: SimSession) -> Dict[str, Any]:
     plan = session.plan
     param = {k: (None if k in plan.unquantized_params else 0) for k in plan.param_order}
     output = {prefix + k: (None if k in plan.unquantized_outputs else 0) for k in plan.output_order}
-    return {"param": {k: [[session.bitwidth, v]] for k, v in param.items()},
-            "output": {k: [[session.bitwidth, v]] for k, v in output.items()}, "input": {}}
+    return make_quant_info(param, output, session.bitwidth, False, "")
 
 
 def _refuse_untrainable(session: SimSession, float_model: nn.Module) -> None:
@@ -368,7 +365,6 @@ def import_calibration(model: QatModel, calib_dir: str, redo: str, warn: bool = 
             model's calibration), or another bit width than the model trains (the real quantizer silently takes
             the file's); ``redo`` says what to do, e.g. "run the calib step again".
     """
-    from ...quant_info import read_quant_info
     info, missing, widths = read_quant_info(calib_dir), [], []
     for group, key, q in model.quantizers():
         entry = info.get(group, {}).get(key)
