@@ -92,14 +92,13 @@ def check_manifest(folder: str) -> None:
 
 
 def write_deployable(model: QatModel, float_model: torch.nn.Module, output_dir: str) -> Tuple[Dict[str, Any], Dict[str, Any]]:
-    """Write ``to_deployable``'s three files into ``output_dir`` (created); returns the raw and the
-    adjusted quant_info.
+    """Write ``to_deployable``'s files (module docstring) into ``output_dir`` (``write_files`` makes the
+    folders); returns the raw and the adjusted quant_info.
 
     Raises:
         QuantizationError: see ``deployable_files``; StorageError: the folder cannot take the files.
     """
     raw, adjusted, items = deployable_files(model, float_model, output_dir)
-    os.makedirs(os.path.join(output_dir, RAW_DIR), exist_ok=True)
     write_files(items)
     return raw, adjusted
 
