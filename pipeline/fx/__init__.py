@@ -1,1 +1,1 @@
-"""One graph capture (``capture``) and one op table (``optable``) for the simulation, inspect and export."""
+"""One graph capture (``capture``) for the simulation, inspect and export; what each call is comes from the op list (``pipeline.ops``)."""

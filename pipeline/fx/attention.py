@@ -37,6 +37,8 @@ import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
+from ..ops.shape import trunc_div
+
 IN_PROJ = "in_proj"  # the packed input projection's nn.Linear, added to the attention module
 
 
@@ -55,12 +57,6 @@ _private_attention.__name__ = "scaled_dot_product_attention"
 # they differ in the last bits (torch 2's CPU kernel is blocked, with an online softmax).
 SCALED_DOT_PRODUCT_ATTENTION = getattr(F, "scaled_dot_product_attention", None) or _private_attention
 _WARNED = []  # the attention warned about under torch 1.13 (inline_attention), once a process
-
-
-def trunc_div(a: int, b: int) -> int:
-    """``a / b`` rounded toward zero, for Python ints (``aten::div`` with ``rounding_mode="trunc"``)."""
-    q = abs(a) // abs(b)
-    return q if (a >= 0) == (b >= 0) else -q
 
 
 def _call_kwarg(node: torch.fx.Node, name: str, index: int, default):

@@ -9,10 +9,10 @@ import torch.fx
 from torch import nn
 
 from ..errors import QuantizationError
-from . import optable as t
+from .. import ops as t
 from .classify import classify, float_operand, getitem_kind, is_number, split_pieces
 from .graph import SimNode
-from .optable import ARITHMETIC_TYPES, CONST, INPUT, PARAM_TYPES, SHAPE, STRIDED_SLICE
+from ..ops import ARITHMETIC_TYPES, CONST, INPUT, PARAM_TYPES, SHAPE, STRIDED_SLICE
 from .shape_tuples import ShapeTuples, is_access
 
 

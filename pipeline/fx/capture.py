@@ -1,7 +1,7 @@
 """The one graph capture: torch.fx trace, nndct-style rewrites and nndct node names.
 
 The simulation, its test-mode model and the ONNX exporter key on this capture and on the op
-table (``pipeline/fx/optable.py``). The real quantizer parses the model with ``torch.jit.trace``
+table (``pipeline/ops/``). The real quantizer parses the model with ``torch.jit.trace``
 into an nndct graph, rewrites it (``nndct_shared/optimization/optimizer.py``: fold Conv+BN, drop
 dropout, CLE, LeakyReLU slope) and names every node ``<type>_<index>`` in topological order
 (``assign_node_topological_name`` in ``nndct_shared/nndct_graph/base_graph.py``), e.g.

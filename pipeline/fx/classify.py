@@ -1,5 +1,5 @@
-"""The op type of one fx node of the rewritten graph (``capture``, step 4): a row of the op table
-(``optable``) or ``aten::<name>`` for a float operator nndct has no type for; and the shapes of
+"""The op type of one fx node of the rewritten graph (``capture``, step 4): a type of the op list
+(``pipeline.ops``) or ``aten::<name>`` for a float operator nndct has no type for; and the shapes of
 the calls that make several nodes (``x[idx]``, chunk/split)."""
 import inspect
 import operator
@@ -10,26 +10,10 @@ import torch.fx
 from torch import nn
 
 from ..errors import QuantizationError
-from . import optable as t
-from .optable import (CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D, FUNCTION_OPS, METHOD_OPS,
-                      MODULE_OPS, RELU6, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE)
+from .. import ops as t
+from ..ops import FUNCTION_OPS, METHOD_OPS, MODULE_OPS, MODULE_RULES, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .refusals import refuse_in_simulation
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
-
-
-def _conv_op(m: nn.Module, strict: bool = True) -> str:
-    if strict and m.padding_mode != "zeros":
-        raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
-                                "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
-                                "explicit pad" % m.padding_mode)
-    if isinstance(m, nn.Conv2d):
-        cin = m.in_channels
-        depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
-        return DEPTHWISE_CONV2D if depthwise else CONV2D
-    # nndct op_dispatcher: transposed conv is depthwise when weight (in, out/g) has out/g == 1
-    # and groups == in_channels
-    depthwise = m.weight.shape[1] == 1 and m.groups == m.weight.shape[0] and m.groups != 1
-    return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
 
 
 def classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
@@ -70,10 +54,10 @@ def _in_place(root: nn.Module, node: torch.fx.Node) -> bool:
 def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
     if node.op == "call_module":
         m = root.get_submodule(node.target)
-        if type(m) in (nn.Conv2d, nn.ConvTranspose2d):
-            return _conv_op(m, strict)
-        if type(m) is nn.Hardtanh and m.min_val == 0.0 and m.max_val == 6.0:
-            return RELU6
+        rule = MODULE_RULES.get(type(m))
+        op = rule(m, strict) if rule is not None else None
+        if op is not None:
+            return op
         if type(m) in MODULE_OPS:
             return MODULE_OPS[type(m)]
         if isinstance(m, REMOVED_MODULES):

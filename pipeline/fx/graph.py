@@ -9,9 +9,9 @@ import torch
 import torch.fx
 from torch import nn
 
-from . import optable as t
+from .. import ops as t
 from .example_run import ExampleRun
-from .optable import CONST, INPUT, RETURN
+from ..ops import CONST, INPUT, RETURN
 
 
 class SimNode:
@@ -19,7 +19,7 @@ class SimNode:
 
     Attributes:
         name: nndct node name without the class prefix, e.g. ``"nndct_conv2d_1"``.
-        op: nndct op type, e.g. ``"nndct_conv2d"`` (a row of ``optable``; ``aten::<name>`` for a
+        op: nndct op type, e.g. ``"nndct_conv2d"`` (a type of ``pipeline.ops``; ``aten::<name>`` for a
             float operator nndct has no type for).
         fx_node: the node of ``SimGraph.gm`` that computes it; None for an ``nndct_const`` and
             for the ``nndct_shape`` nndct adds before the last piece of a chunk/split.

@@ -6,10 +6,10 @@ from typing import Dict, List, Optional, Tuple
 import torch.fx
 from torch import nn
 
-from . import optable as t
+from .. import ops as t
 from .builder import NodeBuilder
 from .graph import SimNode
-from .optable import CONST
+from ..ops import CONST
 from .shape_tuples import ShapeTuples
 
 

@@ -7,11 +7,11 @@ SiLU -> Hardswish and sigmoid -> Hardsigmoid, and a hard sigmoid or hard swish w
 ``relu6(x + 3) / 6`` replaced by ``nn.Hardsigmoid``/``nn.Hardswish`` (:func:`written_out_fix`)."""
 from typing import List, Optional, Tuple
 
+from pipeline.ops.leaky_relu import LEAKY_SLOPE
 from pipeline.targets import DpuTarget
 from pipeline.inspect.trace import OpNode
 from pipeline.inspect.verdict import DPU, Context, Fix, Verdict, cpu_verdict, follows, tail_fix
 
-DPU_LEAKY_SLOPE = 26.0 / 256  # 0.1015625, docs/arithmetic.md#leakyrelu-slope
 
 # Prototxt nonlinear type of each activation op.
 NONLINEAR_NAME = {"relu": "relu", "relu6": "relu_six", "leaky_relu": "leaky_relu",
@@ -71,17 +71,17 @@ def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
 def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
     """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (docs/arithmetic.md#leakyrelu-slope)."""
     slope = node.attrs["negative_slope"]
-    if slope == DPU_LEAKY_SLOPE:
+    if slope == LEAKY_SLOPE:
         return None
     return ("negative_slope {} -> 26/256 = {} on the DPU: the quantizer forces this slope "
             "(with a warning) and the simulation uses it; retrain with "
-            "nn.LeakyReLU(26 / 256) to keep float and DPU alike.".format(slope, DPU_LEAKY_SLOPE))
+            "nn.LeakyReLU(26 / 256) to keep float and DPU alike.".format(slope, LEAKY_SLOPE))
 
 
 def leaky_relu_slope_fix(node: OpNode) -> Optional[Fix]:
     """The slope 26/256 in the float model, so that float and DPU compute the same function."""
     slope = node.attrs["negative_slope"]
-    if slope == DPU_LEAKY_SLOPE:
+    if slope == LEAKY_SLOPE:
         return None
     return Fix("use the DPU's slope 26/256 in the float model (the DPU computes that slope whatever the model "
                "says).", "nn.LeakyReLU({}) -> nn.LeakyReLU(0.1015625)  # 26 / 256".format(slope), exact=False)

@@ -42,8 +42,9 @@ def _status(rows: Dict[str, Dict[str, Any]], node: str) -> str:
 
 def approximation(graph: Any, op: Any) -> Optional[str]:
     """The DPU approximation ``op`` carries, in words with its constants, or None."""
-    from pipeline.quantizers.fixpoint import avgpool_dpu_scale
-    from pipeline.quantizers.sim.ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE
+    from pipeline.ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
+    from pipeline.ops.leaky_relu import LEAKY_SLOPE
+    from pipeline.ops.pool import avgpool_dpu_scale
     parts = [_through_fix(i) for i in op.input_list()]
     pool = op if op.type == "avgpool2d" else next((p for p in parts if p.type == "avgpool2d"), None)
     if pool is not None:

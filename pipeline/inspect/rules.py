@@ -217,7 +217,7 @@ def host_constant(node: OpNode, ctx: Context) -> Verdict:
 
 
 def float_operator(node: OpNode, ctx: Context) -> Verdict:
-    """An op the quantizer keeps as a float operator (``pipeline.fx.optable``, kind "float"; the
+    """An op the quantizer keeps as a float operator (``pipeline.ops``, kind "float"; the
     real quantizer's ``QUANTIZER_TORCH_FLOAT_OP``, or an element-wise op with a constant): the
     CPU runs it in float on its quantized input."""
     return cpu_verdict("{} ({}) is a float operator of the quantizer: it runs in float on the CPU, on its "

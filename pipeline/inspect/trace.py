@@ -46,7 +46,7 @@ class OpNode:
         contiguous: whether the output tensor was C-contiguous on the example run.
         maybe_noncontiguous: whether the output may be non-contiguous whatever the input shape
             (made by permute, transpose, expand, slicing, ...), or was on the example run.
-        quantizer_op: the op type of the one graph capture (``pipeline.fx.optable``, e.g.
+        quantizer_op: the op type of the one graph capture (``pipeline.ops``, e.g.
             ``nndct_conv2d``, ``aten::mean``), None where the capture has no node.
         float_operator: the quantizer runs it in float on the CPU (``SimNode.float_operator``).
     """

@@ -22,7 +22,6 @@ The fix_pos search (the real quantizer's "diffs" search) is in ``fix_pos_search`
 Differences from the real kernel, on purpose: a value so large that ``x * 2**p`` overflows a C
 ``int`` (|x| > 2**31 * 2**-p) saturates here, while the real kernel's int conversion is undefined.
 """
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -203,37 +202,3 @@ def cap_fix_pos(fix_pos: int, bitwidth: int, max_fix_pos: int = MAX_FIX_POS_8BIT
     return min(fix_pos, max_fix_pos if bitwidth <= 8 else MAX_FIX_POS_WIDE)
 
 
-def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
-    """The factor nndct multiplies an average pool's output by (option ``avg_pool_approximate``).
-
-    The DPU divides by ``k = kh*kw`` as a multiply by ``m / 2**s``; the quantizer reproduces that
-    as ``avg * k * m / 2**s``. Table sizes (docs/arithmetic.md#average-pool-correction;
-    ``nn/modules/avgpool.py``): 3x3 -> 63/64, 5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 ->
-    1029/1024, 14x14 -> 4116/4096. Other sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing
-    ``|m/2**s - 1/k|`` where ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g.
-    8x8 -> 1.0, 10x10 -> 1.0009765625.
-
-    Returns:
-        The factor as a Python float (exact in float32 for every table entry).
-    """
-    k = [kernel_h, kernel_w]
-    if k == [3, 3]:
-        return 9.0 * 7.0 / 64.0
-    if k == [5, 5]:
-        return 25.0 * 10.0 / 256.0
-    if k in ([6, 6], [3, 6], [6, 3]):
-        return 36.0 * 7.0 / 256.0
-    if k == [7, 7]:
-        return 49.0 * 21.0 / 1024.0
-    if k == [14, 14]:
-        return 196.0 * 21.0 / 4096.0
-    rec = kernel_h * kernel_w
-    max_shift = int(math.ceil(math.log(rec * 128, 2)))
-    best_diff = 1.0
-    mult, shift = 0.0, 0
-    for s in range(max_shift):
-        m = round((2 ** s) / rec)
-        diff = abs(m / (2 ** s) - 1.0 / rec)
-        if diff < best_diff:
-            mult, best_diff, shift = m, diff, s
-    return rec * mult / (2 ** shift)

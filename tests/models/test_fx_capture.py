@@ -1,11 +1,11 @@
-"""The one graph capture (pipeline/fx/capture.py) and the op table (pipeline/fx/optable.py)."""
+"""The one graph capture (pipeline/fx/capture.py) and the op list's capture tables (pipeline/ops/)."""
 import json
 
 import torch
 from torch import nn
 
 from pipeline.apis import torch_quantizer
-from pipeline.fx import optable
+from pipeline import ops as optable
 from pipeline.fx.capture import capture
 from pipeline.quantizers.quant_config import load_quant_config
 
@@ -179,8 +179,9 @@ def test_fx_takes_plain_rewrite_flags_and_imports_no_quantizer():
     import ast
     import pathlib
     from pipeline.fx.rewrites import Rewrites
-    folder = pathlib.Path(optable.__file__).parent
-    for path in sorted(folder.glob("*.py")):
+    import pipeline.fx
+    fx_folder, ops_folder = (pathlib.Path(m.__file__).parent for m in (pipeline.fx, optable))
+    for path in sorted(fx_folder.glob("*.py")) + sorted(ops_folder.glob("*.py")):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, ast.ImportFrom):
                 name = "." * node.level + (node.module or "")

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 from torch import nn
 
-from pipeline.fx import optable as g
+from pipeline import ops as g
 from pipeline.quantizers.sim import cle
 
 

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline.ops.pool import avgpool_dpu_scale
 from pipeline.quantizers import fix_pos_search, fixpoint
 
 TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
@@ -141,7 +142,7 @@ def test_modal_fix_pos_and_cap():
 def test_avgpool_dpu_scale(kernel, scale):
     # table of docs/arithmetic.md#average-pool-correction; 10x10 and 8x8 observed in
     # docs/quantizer.md#observed-numbers and golden/README.md
-    assert fixpoint.avgpool_dpu_scale(*kernel) == scale
+    assert avgpool_dpu_scale(*kernel) == scale
 
 
 def test_unknown_rounding_method():

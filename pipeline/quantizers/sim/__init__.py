@@ -4,7 +4,7 @@ It reproduces the real quantizer's numbers bit for bit (tests/sim/test_sim_golde
 
 - ``pipeline.fx.capture`` (shared with inspect and the exporter): torch.fx capture of a working copy (``pipeline.fx.work_copy``),
   nndct rewrites (ReLU6 -> ReLU with CLE, dropout removal, Conv+BN folding) and nndct node names
-  (``nndct_conv2d_1``, ...), graph md5; ``pipeline.fx.optable``: the op table;
+  (``nndct_conv2d_1``, ...), graph md5; ``pipeline.ops``: the op table;
 - ``plan``: where the quantization points are and the export-time fix_pos adjustments;
 - ``cle``: cross-layer equalization; ``ops``: nndct's operator approximations;
 - ``calib``: calibration (per-batch diffs search, modal fix_pos, bias correction);

@@ -41,11 +41,12 @@ import torch
 import torch.nn.functional as F
 
 from .. import fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .adaquant_calib import RawCalibration
 from .frozen import INPUT_OF, FrozenForward, Params, float_params
-from .ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, param_forward
+from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
+from .ops import param_forward
 from .plan import QuantPlan
 from .spill import BatchStore
 

@@ -13,7 +13,7 @@ import torch
 
 from ...errors import QuantizationError
 from .. import fix_pos_search, fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .calib import Calibrator, bias_corr_table, bias_step, check_batch
 from .frozen import OUTPUT, FrozenForward, Params

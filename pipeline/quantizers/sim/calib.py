@@ -36,7 +36,7 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fix_pos_search, fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .ops import float_reference, layer_norm, norm_float_params, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos

@@ -26,7 +26,7 @@ from typing import List, NamedTuple, Optional
 import numpy as np
 import torch
 
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 
 CLE_TYPES = g.CONV_TYPES

@@ -30,7 +30,7 @@ from typing import Any, Dict, List, Optional
 import torch
 from torch.fx.node import map_arg
 
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph
 from .. import fix_pos_search, fixpoint
 from .calib import Calibrator, check_batch

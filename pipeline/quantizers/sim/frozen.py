@@ -19,7 +19,7 @@ import torch
 from torch.fx.node import map_arg
 
 from .. import fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .calib import release_schedule
 from .ops import layer_norm, norm_float_params, param_forward, run_node, run_step

@@ -61,9 +61,12 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
-from .ops import (getattr_path, HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE, OUT_OF_PLACE, adaptive_output_size,
+from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
+from ...ops.leaky_relu import LEAKY_SLOPE
+from ...ops.pool import avgpool_dpu_scale
+from .ops import (getattr_path, OUT_OF_PLACE, adaptive_output_size,
                   adaptive_scale, avgpool_kernel, norm_float_params, norm_shape_eps)
 from .plan import QuantPlan
 
@@ -208,7 +211,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
                 value.args = tuple(consts[node.const_args[i]] if i in node.const_args else a
                                    for i, a in enumerate(value.args))
             if node.op == g.AVG_POOL:
-                scale = fixpoint.avgpool_dpu_scale(*avgpool_kernel(graph, node))
+                scale = avgpool_dpu_scale(*avgpool_kernel(graph, node))
                 value = _mul_const(new, value, scale)
             elif node.op == g.ADAPTIVEAVGPOOL2D:
                 shape = graph.example_shapes[fx_node.all_input_nodes[0]]

@@ -6,7 +6,7 @@
 - LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
   ``leaky_relu_approximate``).
 - AvgPool2d and AdaptiveAvgPool2d: output multiplied by the DPU factor of
-  :func:`pipeline.quantizers.fixpoint.avgpool_dpu_scale` (``avgpool.py``,
+  :func:`pipeline.ops.pool.avgpool_dpu_scale` (``avgpool.py``,
   ``adaptive_avg_pool.py``). An adaptive pool whose input size is not a multiple of its output
   size is left unscaled and unquantized.
 - Hardsigmoid: ``relu6(x + 3) * 2731/16384``; Hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``
@@ -17,7 +17,7 @@ A layer norm runs ``F.layer_norm`` with its weight and bias quantized as paramet
 (``layer_norm``; ``deephi_LayerNorm`` in ``layernorm.py``).
 
 Every other node runs its own torch operator, on the values the quantized graph gives it: a float
-operator (``pipeline.fx.optable``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
+operator (``pipeline.ops``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
 softmax, ``mean`` without any DPU factor, clamp, ``-``, ``/``, any ``aten::*`` op) computes
 ``f(x_q)`` in float32 exactly as torch does, and is quantized afterwards only where it has an
 output entry (docs/arithmetic.md#float-operators). A Python-number operand of
@@ -36,13 +36,13 @@ from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
 from .. import fixpoint
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
+from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
+from ...ops.leaky_relu import LEAKY_SLOPE
+from ...ops.pool import avgpool_dpu_scale
 from ...fx.example_run import node_error
 
-LEAKY_SLOPE = 0.1015625  # 26 / 256
-HARD_SIGMOID_SCALE = 2731.0 / 16384.0
-HSWISH_FIX_POS = 7
 OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
 
 
@@ -76,7 +76,7 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     out = tuple(in_hw[i] if o is None else int(o) for i, o in enumerate(out))
     if any(in_hw[i] % out[i] for i in range(2)):
         return None
-    return fixpoint.avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
+    return avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
 def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],
@@ -203,7 +203,7 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
     out = run_fx(graph.root, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None, consts)
     if op == g.AVG_POOL:
         kh, kw = avgpool_kernel(graph, node)
-        return out * fixpoint.avgpool_dpu_scale(kh, kw), True
+        return out * avgpool_dpu_scale(kh, kw), True
     if op == g.ADAPTIVEAVGPOOL2D:
         x = env[fx_node.all_input_nodes[0]]
         scale = adaptive_scale((int(x.shape[2]), int(x.shape[3])), adaptive_output_size(graph, node))

@@ -9,7 +9,7 @@ from typing import Any, Dict, Optional
 import torch
 
 from ...errors import QuantizationError
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .frozen import Params
 

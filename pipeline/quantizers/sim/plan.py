@@ -25,7 +25,7 @@ Re-implements, for the DPU path with the default strategy:
 from collections import OrderedDict
 from typing import Dict, List, Optional
 
-from ...fx import optable as g
+from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 
 POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)

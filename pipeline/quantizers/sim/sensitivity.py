@@ -203,7 +203,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     quantized with the handle's weight fix_pos (a fast-finetuned handle's weights differ on purpose: only
     its nodes are checked). Settings with another CLE switch fail here."""
     from .. import fixpoint
-    from ...fx.optable import PARAM_TYPES
+    from ...ops import PARAM_TYPES
 
     graph = session.graph
     unknown = sorted(set(n.meta["nndct_node"] for n in handle.graph.nodes if "nndct_node" in n.meta)

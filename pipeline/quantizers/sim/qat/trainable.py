@@ -30,7 +30,7 @@ import torch.fx
 from torch import nn
 
 from ....errors import QuantizationError
-from ....fx import optable as g
+from .... import ops as g
 from ... import fixpoint
 from ...quant_info import make_quant_info, read_quant_info
 from ..lowered import build_lowered

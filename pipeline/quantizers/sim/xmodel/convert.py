@@ -12,15 +12,17 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ....errors import ExportError
-from ....fx import optable as t
+from .... import ops as t
 from ... import fixpoint
 from .devgraph import Graph, Node
+from ....ops.hard_sigmoid import HARD_SIGMOID_SCALE as DPU_HARD_SIGMOID_SCALE
+from ....ops.pool import avgpool_dpu_scale
 from .layout import PERMUTE
 from .xgraph import XGraph, XOp, formal_name
 
 FixTable = Dict[str, Tuple[int, int]]  # nndct tensor or node name -> (bit_width, fix_pos)
 PAD_MODES = {0: "FLOOR", 1: "CEIL", 2: "SAME", 3: "VALID"}
-HARD_SIGMOID_SCALE = 6.0 * 2731.0 / 16384.0  # nndct's hsigmoid/hswish multiplier (xop_creator.py)
+HARD_SIGMOID_SCALE = 6.0 * DPU_HARD_SIGMOID_SCALE  # nndct's hsigmoid/hswish multiplier (xop_creator.py)
 
 
 class _Writer:
@@ -151,7 +153,7 @@ def _maxpool(w: _Writer, node: Node) -> None:
 def _avgpool(w: _Writer, node: Node) -> None:
     a = node.attrs
     kernel_w, kernel_h = a["kernel"]
-    scale = fixpoint.avgpool_dpu_scale(kernel_h, kernel_w)
+    scale = avgpool_dpu_scale(kernel_h, kernel_w)
     w.fixed_op(node.name + "_i0", "avgpool2d",
                {"kernel": a["kernel"], "stride": a["stride"], "pad": a["pad"], "pad_mode": PAD_MODES[a["pad_mode"]],
                 "global": a["global"], "count_include_pad": a["count_include_pad"]},

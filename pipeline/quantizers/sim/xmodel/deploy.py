@@ -22,7 +22,7 @@ from typing import List
 
 import numpy as np
 
-from ....fx import optable as t
+from .... import ops as t
 from .devgraph import Graph, Node
 from .layout import INT_MAX, PERMUTE, layout_transform
 

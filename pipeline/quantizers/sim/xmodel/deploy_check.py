@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ....errors import ExportError
-from ....fx import optable as t
+from .... import ops as t
 from . import deploy
 from .devgraph import Graph, Tensor
 from .lower import _Lowering, record_values

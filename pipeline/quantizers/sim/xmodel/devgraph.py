@@ -78,7 +78,7 @@ class Node:
 
     Attributes:
         name: nndct node name (``<Class>::<scope>/<trace value>``), the source of the xmodel op names.
-        type: nndct op type (``pipeline.fx.optable``; ``nndct_permute`` for inserted transposes).
+        type: nndct op type (``pipeline.ops``; ``nndct_permute`` for inserted transposes).
         attrs: nndct attributes by name (``kernel``, ``pad``, ``axis``, ``shape``, ``order``, ...),
             in nndct's own conventions (``kernel`` as [w, h], ``pad`` as [left, right, top, bottom]).
         params: parameter kind (``weights``, ``bias``) -> parameter Tensor, in nndct's order.

@@ -15,7 +15,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 
 import numpy as np
 
-from ....fx import optable as t
+from .... import ops as t
 from .devgraph import RETURN, Graph, Node
 
 PERMUTE = t.PERMUTE

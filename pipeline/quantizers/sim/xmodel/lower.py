@@ -24,31 +24,13 @@ import torch.fx
 from torch import nn
 
 from ....errors import ExportError
-from ....fx import optable as t
+from .... import ops as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
 from ... import fixpoint
-from ..ops import LEAKY_SLOPE
+from ....ops.leaky_relu import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
 from .layout import INT_MAX
-
-# positional parameters of the functional forms (call_function / call_method), with defaults
-_SIGNATURES = {
-    t.MAX_POOL: (("input", "kernel_size", "stride", "padding", "dilation", "ceil_mode"),
-                 {"stride": None, "padding": 0, "dilation": 1, "ceil_mode": False}),
-    t.AVG_POOL: (("input", "kernel_size", "stride", "padding", "ceil_mode", "count_include_pad", "divisor_override"),
-                 {"stride": None, "padding": 0, "ceil_mode": False, "count_include_pad": True, "divisor_override": None}),
-    t.ADAPTIVEAVGPOOL2D: (("input", "output_size"), {}),
-    t.RESIZE: (("input", "size", "scale_factor", "mode", "align_corners"),
-               {"size": None, "scale_factor": None, "mode": "nearest", "align_corners": None}),
-    t.PAD: (("input", "pad", "mode", "value"), {"mode": "constant", "value": None}),
-    t.GELU: (("input", "approximate"), {"approximate": "none"}),
-    t.SOFTMAX: (("input", "dim"), {"dim": None}),
-    t.CONCAT: (("tensors", "dim"), {"dim": 0}),
-    t.FLATTEN: (("input", "start_dim", "end_dim"), {"start_dim": 0, "end_dim": -1}),
-    t.TRANSPOSE: (("input", "dim0", "dim1"), {}),
-    t.LEAKY_RELU: (("input", "negative_slope"), {"negative_slope": 0.01}),
-}  # type: Dict[str, Tuple[Tuple[str, ...], Dict[str, Any]]]
 
 # what the xmodel writer turns into ops; anything else is refused with the node's name
 SUPPORTED = {t.INPUT, t.CONST, t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D,
@@ -97,7 +79,7 @@ class _Lowering:
 
     def call_args(self, node: SimNode) -> Dict[str, Any]:
         """The call's arguments by parameter name, defaults filled (functional and method forms)."""
-        params, defaults = _SIGNATURES[node.op]
+        params, defaults = t.SIGNATURES[node.op]
         fx_node = node.fx_node
         bound = dict(defaults)
         bound.update(zip(params, fx_node.args))

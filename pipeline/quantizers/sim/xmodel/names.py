@@ -31,7 +31,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from ....fx import optable as t
+from .... import ops as t
 from ....fx.graph import SimGraph
 
 WRAPPER = "FlattenInOutModelForTrace"

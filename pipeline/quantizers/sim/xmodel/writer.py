@@ -9,7 +9,7 @@ from typing import Any, Dict, Sequence, Tuple
 
 import torch
 
-from ....fx import optable as t
+from .... import ops as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.rewrites import swap_modules
 from ....fx.work_copy import work_copy

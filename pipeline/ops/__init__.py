@@ -1,0 +1,108 @@
+"""THE op list: every op family the project knows, one record each (``record.OpRecord``), in one literal
+list, ``RECORDS``. Adding an op is a unit under ``pipeline/ops/`` and its line here.
+
+An op type is nndct's name for it (``nndct_shared/base/key_names.py``, ``NNDCT_OP``). An operator nndct
+has no type for keeps its torch type ``aten::<name>`` and runs in float (nndct's warning
+``QUANTIZER_TORCH_FLOAT_OP``; its node is named ``aten_<name>_<index>``): :data:`GENERIC_FLOAT`.
+
+Everything below the list is read off the records: the capture's module/function/method tables, each
+type's :data:`record.OpSpec`, the functional forms' signatures and the role groups (``CONV_TYPES``,
+``PARAM_TYPES``, ...). The type names are re-exported so that ``from pipeline import ops as t`` gives
+``t.CONV2D``.
+"""
+from typing import Callable, Dict, Tuple
+
+from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
+               io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, relu, reshape, resize, shape, slicing,
+               softmax)
+from .batch_norm import BATCH_NORM
+from .concat import CONCAT
+from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
+from .dense import DENSE
+from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
+from .expand import EXPAND
+from .float_activation import CLAMP, GELU, SIGMOID, SILU, TANH
+from .float_arith import EQUAL, REMAINDER
+from .hard_sigmoid import HSIGMOID, HSWISH
+from .identity import IDENTITY
+from .io import CONST, INPUT, RETURN, ZEROS
+from .layer_norm import LAYER_NORM
+from .leaky_relu import LEAKY_RELU
+from .matmul import MATMUL
+from .mean import MEAN
+from .pad import PAD
+from .permute import PERMUTE, TRANSPOSE
+from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
+from .record import OpRecord, OpSpec, Signature
+from .relu import RELU, RELU6
+from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
+from .resize import RESIZE
+from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
+from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
+from .softmax import SOFTMAX
+
+RECORDS = (
+    io.RECORD,
+    conv.RECORD,
+    dense.RECORD,
+    batch_norm.RECORD,
+    relu.RECORD,
+    leaky_relu.RECORD,
+    pool.RECORD,
+    resize.RECORD,
+    hard_sigmoid.RECORD,
+    eltwise.RECORD,
+    concat.RECORD,
+    permute.RECORD,
+    slicing.RECORD,
+    reshape.RECORD,
+    expand.RECORD,
+    shape.RECORD,
+    matmul.RECORD,
+    float_arith.RECORD,
+    pad.RECORD,
+    float_activation.RECORD,
+    softmax.RECORD,
+    mean.RECORD,
+    layer_norm.RECORD,
+    identity.RECORD,
+)  # type: Tuple[OpRecord, ...]
+
+GENERIC_FLOAT = OpSpec("float", False, False, False)  # any aten::<name> node
+
+OPS = {op: s for r in RECORDS for op, s in r.specs.items()}  # type: Dict[str, OpSpec]
+MODULE_OPS = {cls: op for r in RECORDS for cls, op in r.modules.items()}  # type: Dict[type, str]
+MODULE_RULES = {cls: rule for r in RECORDS for cls, rule in r.module_rules.items()}
+FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # type: Dict[Callable, str]
+METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
+SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
+RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
+
+
+def with_role(role: str) -> Tuple[str, ...]:
+    """The op types that play ``role`` (``record.OpRecord.roles``), in the list's order."""
+    return tuple(op for r in RECORDS for op in r.roles.get(role, ()))
+
+
+CONV_TYPES = with_role("conv")
+PARAM_TYPES = with_role("params")
+BIAS_CORR_TYPES = with_role("bias_corr")
+NORM_TYPES = with_role("norm")
+ARITHMETIC_TYPES = with_role("arithmetic")
+BINARY_TYPES = with_role("binary")
+CONST_OPERAND_TYPES = with_role("const_operand")
+
+
+def spec(op: str) -> OpSpec:
+    """The OpSpec of an op type (``aten::*`` types: the generic float operator)."""
+    return OPS.get(op, GENERIC_FLOAT)
+
+
+def is_float_operator(op: str) -> bool:
+    """True for the op types that run in float on the CPU (not on the DPU)."""
+    return spec(op).kind == "float"
+
+
+def is_layout(op: str) -> bool:
+    """True for the op types that only move or view data."""
+    return spec(op).kind == "layout"

@@ -1,0 +1,31 @@
+"""Element-wise arithmetic of tensors (``nndct_elemwise_add``, ``nndct_elementwise_sub`` (nndct's
+spelling), ``nndct_rsub`` (a number minus a tensor: torch traces ``c - x`` as ``rsub(x, c)``),
+``nndct_elemwise_mul``, ``nndct_elemwise_div``). Add and mul run on the DPU; sub, rsub and div are
+quantized float operators. A Python number operand becomes an ``nndct_const`` node, numbered first."""
+import operator
+
+import torch
+
+from .record import Absent, OpRecord, OpSpec
+
+ADD = "nndct_elemwise_add"
+SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
+RSUB = "nndct_rsub"
+MULTIPLY = "nndct_elemwise_mul"
+DIV = "nndct_elemwise_div"
+BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
+
+_DPU_Q = OpSpec("dpu", True, False, False)
+_FLOAT_Q = OpSpec("float", True, False, False)
+
+RECORD = OpRecord(
+    family="eltwise",
+    specs={ADD: _DPU_Q, MULTIPLY: _DPU_Q, SUB: _FLOAT_Q, RSUB: _FLOAT_Q, DIV: _FLOAT_Q},
+    functions={torch.add: ADD, operator.add: ADD, operator.iadd: ADD, torch.sub: SUB, operator.sub: SUB,
+               operator.isub: SUB, torch.mul: MULTIPLY, operator.mul: MULTIPLY, operator.imul: MULTIPLY,
+               torch.div: DIV, operator.truediv: DIV, operator.itruediv: DIV},
+    methods={"add": ADD, "sub": SUB, "mul": MULTIPLY, "div": DIV},
+    roles={"arithmetic": (ADD, SUB, MULTIPLY, DIV), "binary": BINARY_TYPES, "const_operand": BINARY_TYPES},
+    approximation=Absent("add and mul are exact on aligned codes; sub, rsub and div run in float"),
+    source="nndct_shared/base/key_names.py, nndct_shared/optimization/optimizer.py",
+)

@@ -1,0 +1,22 @@
+"""Comparison and remainder: ``x == y`` (``nndct_equal``) and ``x % c`` (``aten::remainder``: nndct has no
+type for it; ``c`` becomes a const node). Float operators."""
+import operator
+
+import torch
+
+from .record import Absent, OpRecord, OpSpec
+
+EQUAL = "nndct_equal"
+REMAINDER = "aten::remainder"
+
+_FLOAT = OpSpec("float", False, False, False)
+
+RECORD = OpRecord(
+    family="float_arith",
+    specs={EQUAL: _FLOAT, REMAINDER: _FLOAT},
+    functions={operator.eq: EQUAL, torch.eq: EQUAL, operator.mod: REMAINDER, torch.remainder: REMAINDER},
+    methods={"eq": EQUAL},
+    roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
+    approximation=Absent("float operators on the CPU"),
+    source="nndct_shared/base/key_names.py",
+)

@@ -1,0 +1,12 @@
+"""Dropout and Identity (``identity``): the quantizer's rewrites remove them; the inspector sees them
+before that."""
+from .record import Absent, OpRecord, OpSpec
+
+IDENTITY = "identity"
+
+RECORD = OpRecord(
+    family="identity",
+    specs={IDENTITY: OpSpec("layout", False, True, False)},
+    approximation=Absent("removed before quantization"),
+    source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
+)

@@ -1,0 +1,19 @@
+"""Layer norm (``nndct_layer_norm``): a quantized float operator whose gamma and beta nndct's module
+quantizes as parameters in its own forward, then runs torch's operator with them
+(``pytorch_nndct/nn/modules/layernorm.py``)."""
+import torch.nn.functional as F
+from torch import nn
+
+from .record import Absent, OpRecord, OpSpec
+
+LAYER_NORM = "nndct_layer_norm"
+
+RECORD = OpRecord(
+    family="layer_norm",
+    specs={LAYER_NORM: OpSpec("float", True, False, False)},
+    modules={nn.LayerNorm: LAYER_NORM},
+    functions={F.layer_norm: LAYER_NORM},
+    roles={"norm": (LAYER_NORM,)},
+    approximation=Absent("a float operator on the CPU: torch's kernel on quantized gamma and beta"),
+    source="pytorch_nndct/nn/modules/layernorm.py",
+)

@@ -1,0 +1,32 @@
+"""Arithmetic on traced sizes (``nndct_shape`` for ``x.size()``, ``x.dim()``, ``x.numel()``;
+``nndct_floor_divide``; an int divided with ``rounding_mode="trunc"``, which torch traces as
+``aten::div``, e.g. ``nn.MultiheadAttention``'s head_dim): Python ints, never quantized."""
+import operator
+
+import torch
+
+from .record import Absent, OpRecord, OpSpec
+
+SHAPE = "nndct_shape"
+FLOOR_DIVIDE = "nndct_floor_divide"
+TRUNC_DIV = "aten::div"
+
+
+def trunc_div(a: int, b: int) -> int:
+    """``a / b`` rounded toward zero, for Python ints (``aten::div`` with ``rounding_mode="trunc"``): the
+    call the inlined attention makes for its head size."""
+    q = abs(a) // abs(b)
+    return q if (a >= 0) == (b >= 0) else -q
+
+
+_SHAPE = OpSpec("shape", False, False, False)
+
+RECORD = OpRecord(
+    family="shape",
+    specs={SHAPE: _SHAPE, FLOOR_DIVIDE: _SHAPE, TRUNC_DIV: _SHAPE},
+    functions={trunc_div: TRUNC_DIV, operator.floordiv: FLOOR_DIVIDE, torch.floor_divide: FLOOR_DIVIDE},
+    methods={"size": SHAPE, "dim": SHAPE, "numel": SHAPE},
+    roles={"arithmetic": (FLOOR_DIVIDE, TRUNC_DIV)},
+    approximation=Absent("Python integers, never on the DPU"),
+    source="nndct_shared/base/key_names.py",
+)
