@@ -1,7 +1,7 @@
 """What the first diverging op of ``python -m pipeline compare`` computes from: its inputs (and whether they
 matched), its fix positions (input, weights, bias, output) with the DPU's shifts, and the DPU approximation
 the op stands for (average-pool factor, LeakyReLU 26/256, hard-sigmoid 2731/16384 and Hardswish's Q7),
-taken from the project's own constants (``quantizers/fixpoint.py``, ``quantizers/sim/ops.py``)."""
+taken from the project's own constants (``fixpoint.py``, ``quantizers/sim/ops.py``)."""
 from typing import Any, Dict, List, Optional
 
 from pipeline.inspect.compare_load import stem
@@ -42,7 +42,7 @@ def _status(rows: Dict[str, Dict[str, Any]], node: str) -> str:
 
 def approximation(graph: Any, op: Any) -> Optional[str]:
     """The DPU approximation ``op`` carries, in words with its constants, or None."""
-    from pipeline.quantizers.fixpoint import avgpool_dpu_scale
+    from pipeline.fixpoint import avgpool_dpu_scale
     from pipeline.quantizers.sim.ops import HARD_SIGMOID_SCALE, HSWISH_FIX_POS, LEAKY_SLOPE
     parts = [_through_fix(i) for i in op.input_list()]
     pool = op if op.type == "avgpool2d" else next((p for p in parts if p.type == "avgpool2d"), None)

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.quantizers import fix_pos_search, fixpoint
+from pipeline import fixpoint
+from pipeline.quantizers import fix_pos_search
 
 TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
 

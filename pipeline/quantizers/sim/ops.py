@@ -6,7 +6,7 @@
 - LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
   ``leaky_relu_approximate``).
 - AvgPool2d and AdaptiveAvgPool2d: output multiplied by the DPU factor of
-  :func:`pipeline.quantizers.fixpoint.avgpool_dpu_scale` (``avgpool.py``,
+  :func:`pipeline.fixpoint.avgpool_dpu_scale` (``avgpool.py``,
   ``adaptive_avg_pool.py``). An adaptive pool whose input size is not a multiple of its output
   size is left unscaled and unquantized.
 - Hardsigmoid: ``relu6(x + 3) * 2731/16384``; Hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``
@@ -35,7 +35,7 @@ from torch import nn
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from .. import fixpoint
+from ... import fixpoint
 from ...fx import optable as g
 from ...fx.graph import SimGraph, SimNode
 from ...fx.example_run import node_error

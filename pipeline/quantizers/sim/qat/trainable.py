@@ -31,7 +31,7 @@ from torch import nn
 
 from ....errors import QuantizationError
 from ....fx import optable as g
-from ... import fixpoint
+from .... import fixpoint
 from ...quant_info import make_quant_info, read_quant_info
 from ..lowered import build_lowered
 from ..plan import adjust_fix_pos

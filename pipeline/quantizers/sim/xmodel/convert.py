@@ -13,10 +13,10 @@ import numpy as np
 
 from ....errors import ExportError
 from ....fx import optable as t
-from ... import fixpoint
+from .... import fixpoint
 from .devgraph import Graph, Node
 from .layout import PERMUTE
-from .xgraph import XGraph, XOp, formal_name
+from ....xir.xgraph import XGraph, XOp, formal_name
 
 FixTable = Dict[str, Tuple[int, int]]  # nndct tensor or node name -> (bit_width, fix_pos)
 PAD_MODES = {0: "FLOOR", 1: "CEIL", 2: "SAME", 3: "VALID"}
@@ -268,6 +268,6 @@ def write(graph: Graph, params: FixTable, outputs: FixTable) -> XGraph:
 
     Raises:
         ExportError: the graph refers to an op before creating it.
-        xgraph.XGraphError: an op XIR's definitions refuse (a missing attribute, a shape mismatch).
+        xir.errors.XGraphError: an op XIR's definitions refuse (a missing attribute, a shape mismatch).
     """
     return _Writer(graph, params, outputs).write()

@@ -27,7 +27,7 @@ from ....errors import ExportError
 from ....fx import optable as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
-from ... import fixpoint
+from .... import fixpoint
 from ..ops import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
 from .layout import INT_MAX
