@@ -76,16 +76,17 @@ class Requirement:
         modules: importable modules it needs (found with ``importlib.util.find_spec``, not imported).
         why_not: the reason shown when one of them is missing.
         probe: what ``check-env`` runs, once the above are installed, to see that the step works in
-            this environment (a tiny model end to end): returns one line saying what it did, raises
-            when it does not work; None where nothing can be run here (the line then rests on the
-            installed packages alone, and ``check-env`` says so).
+            this environment (a tiny model end to end), called with the backend class that declares
+            it: returns one line saying what it did, raises when it does not work; None where nothing
+            can be run here (the line then rests on the installed packages alone, and ``check-env``
+            says so).
     """
     step: str
     uses: str
     distributions: Tuple[str, ...] = ()
     modules: Tuple[str, ...] = ()
     why_not: str = ""
-    probe: Optional[Callable[[], str]] = None
+    probe: Optional[Callable[[type], str]] = None
 
 
 class QuantSettings:

@@ -162,7 +162,7 @@ def _target_name(node: torch.fx.Node) -> str:
 def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                   session: Any) -> List[Point]:
     """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
-    from .. import fixpoint
+    from ... import fixpoint
 
     _check_same_quantizer(handle, session)
     graph = session.graph
@@ -202,7 +202,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
     quantized with the handle's weight fix_pos (a fast-finetuned handle's weights differ on purpose: only
     its nodes are checked). Settings with another CLE switch fail here."""
-    from .. import fixpoint
+    from ... import fixpoint
     from ...ops import PARAM_TYPES
 
     graph = session.graph
@@ -227,7 +227,7 @@ def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch
               name: str, quant: torch.fx.Node) -> List[str]:
     """Where the quantized model computes something else than the float op, on purpose (docs/arithmetic.md):
     a module swapped (ReLU6 -> ReLU with CLE), the DPU LeakyReLU slope, a DPU pooling factor."""
-    from .. import fixpoint
+    from ... import fixpoint
 
     notes = []
     if twin.op == "call_module" and name in dict(handle.named_children()):

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from ... import fixpoint
+from .. import fixpoint
 from . import opdefs, shapes_layout
 from .interp_base import TO_NCHW, TO_NHWC, Inputs, Run, checked, in_model_layout, model_layout, nchw, op_error
 from .xgraph import XOp

@@ -33,7 +33,7 @@ import os
 from collections import Counter
 from typing import Any, Dict, List, Optional, Tuple, Union
 
-from ....errors import ExportError
+from ..errors import ExportError
 from . import opdefs, schema
 from .xgraph import FLOAT32, FLOAT32_BITS, XGraph, XGraphError, XOp
 

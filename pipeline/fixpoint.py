@@ -27,7 +27,7 @@ from typing import Optional, Tuple
 import torch
 import torch.fx
 
-from ..cpu import tile_bytes
+from .cpu import tile_bytes
 
 # float32 elements per fake_quant tile: half the per-core L2 cache, so the element-wise chain runs in cache
 _FAKE_QUANT_TILE = max(1 << 12, tile_bytes() // 4)

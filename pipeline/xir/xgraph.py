@@ -22,6 +22,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from . import opdefs, schema
+from .errors import XGraphError
 
 # every character outside [0-9A-Za-z] becomes "_" in op names (nndct_shared/compile/xgraph.py)
 _NAME_PATTERN = re.compile(r"[^0-9A-Za-z]")
@@ -73,10 +74,6 @@ class XOp:
 
     def __repr__(self) -> str:
         return "XOp(%s: %s %s)" % (self.name, self.type, self.shape)
-
-
-class XGraphError(ValueError):
-    """An op cannot be added as asked (libxir would abort with XIR_MULTI_DEFINED_OP and the like)."""
 
 
 class XGraph:

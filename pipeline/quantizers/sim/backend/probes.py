@@ -1,6 +1,6 @@
 """What ``check-env`` runs to say whether the simulation works here, not only whether its packages
-are installed: each probe runs one feature of the sim backend end to end on a tiny model, in a
-temporary folder it removes, and returns one line saying what it did; it raises whatever the feature
+are installed: each probe runs one feature of the backend class it is given (the sim's,
+``Requirement.probe``) end to end on a tiny model, in a temporary folder it removes, and returns one line saying what it did; it raises whatever the feature
 raises when the feature does not work in this environment (a torch, Python, onnx or protobuf that
 lacks something the feature uses).
 
@@ -11,12 +11,12 @@ whose capture depends most on what torch offers (docs/environment.md#supported-v
 """
 import shutil
 import tempfile
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 from torch import nn
 
-from ..base import QuantSettings
+from ...base import QuantSettings
 
 
 class TinyNet(nn.Module):
@@ -50,12 +50,11 @@ class TinyAttention(nn.Module):
         return self.head(out.mean(1))
 
 
-def _calibrated(model: nn.Module, folder: str) -> torch.fx.GraphModule:
-    """The sim backend's test-mode handle of ``model`` after a calibration of two seeded batches of 4."""
-    from .backend import SimBackend
+def _calibrated(backend: Any, model: nn.Module, folder: str) -> torch.fx.GraphModule:
+    """``backend``'s test-mode handle of ``model`` after a calibration of two seeded batches of 4."""
     g = torch.Generator().manual_seed(0)
     batches = [torch.randn(4, 3, 8, 8, generator=g) for _ in range(2)]
-    backend, settings = SimBackend(), QuantSettings()
+    settings = QuantSettings()
     backend.calibrate(model, batches[0][:1], batches, folder, settings)
     return backend.load_test(model, batches[0][:1], folder, settings)
 
@@ -70,12 +69,12 @@ def _in_temporary_folder(run: Callable[[str], str]) -> str:
         shutil.rmtree(folder, ignore_errors=True)
 
 
-def probe_calib_test() -> str:
+def probe_calib_test(backend_class: Any) -> str:
     """Calibrate and run test mode on :class:`TinyNet` and :class:`TinyAttention` (the attention is
-    inlined as the real quantizer's trace records it, ``pipeline.fx.attention``)."""
+    inlined as the real quantizer's trace records it, ``pipeline.fx.attention``) with ``backend_class``."""
     def run(folder: str) -> str:
         for model in (TinyNet().eval(), TinyAttention().eval()):
-            handle = _calibrated(model, folder)
+            handle = _calibrated(backend_class(), model, folder)
             out = handle(torch.ones(1, 3, 8, 8))
             if tuple(out.shape) != (1, 5) or not bool(torch.isfinite(out).all()):
                 raise RuntimeError("test mode of %s gave %s, expected a finite (1, 5) output"
@@ -84,13 +83,12 @@ def probe_calib_test() -> str:
     return _in_temporary_folder(run)
 
 
-def probe_export_onnx() -> str:
-    """Export :class:`TinyNet` to both ONNX flavours and check them in ONNX Runtime against the
-    simulation (exact: bit for bit; qdq: bit for bit against the half-to-even simulation)."""
+def probe_export_onnx(backend_class: Any) -> str:
+    """Export :class:`TinyNet` to both ONNX flavours with ``backend_class`` and check them in ONNX Runtime
+    against the simulation (exact: bit for bit; qdq: bit for bit against the half-to-even simulation)."""
     def run(folder: str) -> str:
-        from .backend import SimBackend
-        backend = SimBackend()
-        handle = _calibrated(TinyNet().eval(), folder)
+        backend = backend_class()
+        handle = _calibrated(backend, TinyNet().eval(), folder)
         example = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1))
         files = backend.export(handle, example, folder, ["onnx_exact", "onnx_qdq"])
         report, _ = backend.verify(handle, files, lambda: example.repeat(4, 1, 1, 1), {"onnx_exact": 0})
@@ -100,13 +98,12 @@ def probe_export_onnx() -> str:
     return _in_temporary_folder(run)
 
 
-def probe_export_xmodel() -> str:
-    """Write :class:`TinyNet`'s xmodel (read back, checked and run against the simulation before it is
-    kept, ``pipeline.quantizers.sim.xmodel``)."""
+def probe_export_xmodel(backend_class: Any) -> str:
+    """Write :class:`TinyNet`'s xmodel with ``backend_class`` (read back, checked and run against the
+    simulation before it is kept, ``pipeline.quantizers.sim.xmodel``)."""
     def run(folder: str) -> str:
-        from .backend import SimBackend
-        backend = SimBackend()
-        handle = _calibrated(TinyNet().eval(), folder)
+        backend = backend_class()
+        handle = _calibrated(backend, TinyNet().eval(), folder)
         backend.export(handle, torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(1)), folder, ["xmodel"])
         return "wrote a conv/BN/linear model's xmodel, read it back and ran it against the simulation"
     return _in_temporary_folder(run)

@@ -8,7 +8,7 @@ from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 
 import torch
 
-from ....errors import ExportError
+from ..errors import ExportError
 from .xgraph import XOp
 
 FloatOp = Callable[[List[torch.Tensor]], torch.Tensor]

@@ -1,4 +1,6 @@
-"""``SimBackend``: the quantizer backend contract (``pipeline.quantizers.base``) on the CPU simulation.
+"""``SimBackend``: the quantizer backend contract (``pipeline.quantizers.base``) on the CPU simulation, a thin
+adapter over the simulation's library (``session``, ``finetune``, ``export``, ``xmodel``, ``qat`` of
+``pipeline.quantizers.sim``), which imports nothing of it; ``probes``: what check-env runs with it.
 
 - ``calibrate`` runs the real quantizer's calibration arithmetic (``sim.calib``) and writes
   ``quant_info.json`` (+ ``bias_corr.pth``) in the real format, bit-compatible with
@@ -16,12 +18,12 @@ from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
-from ...errors import ConfigError, QuantizationError
-from ..base import DEPLOY_CHECK, CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
-from ..quant_config import settings_quant_config
-from ..quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
+from ....errors import ConfigError, QuantizationError
+from ...base import DEPLOY_CHECK, CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
+from ...quant_config import settings_quant_config
+from ...quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from . import probes
-from .session import SimSession
+from ..session import SimSession
 
 # export format -> (writer: an ONNX flavour of pipeline.quantizers.sim.export, or "xmodel"; file name suffix
 # after the model class name). The xmodel comes last: a model it cannot carry keeps its ONNX files.
@@ -78,7 +80,7 @@ def _calibrate_finetuned(session: SimSession, batches: Iterable[torch.Tensor], o
     finetuned calibration with ``param.pth``. A plain calibration runs beside the re-calibration
     for the report: both are scored (output MSE and top-1 agreement against float) on the
     finetune data."""
-    from .finetune import FastFinetune, FinetuneOptions
+    from ..finetune import FastFinetune, FinetuneOptions
     ft = FastFinetune(session, FinetuneOptions(request.method, request.passes, request.memory_mb, request.spill_dir))
     try:
         for batch in request.batches:
@@ -134,7 +136,7 @@ class SimBackend(QuantizerBackend):
     def version(cls) -> str:
         """``sim-`` + the pipeline's version (not the ``version`` field the simulation writes into
         quant_info.json, which imitates the real quantizer's: ``quant_info.SIM_VERSION``)."""
-        from ..._version import __version__
+        from ...._version import __version__
         return "sim-" + __version__
 
     @classmethod
@@ -170,7 +172,7 @@ class SimBackend(QuantizerBackend):
                 or config, a tensor that never got a fix position.
             ConfigError: bad quant_config_file.
         """
-        from ...distributed import current
+        from ....distributed import current
         comm = current()
         if finetune is not None:
             if comm is not None:
@@ -217,7 +219,7 @@ class SimBackend(QuantizerBackend):
                           batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
                           example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
         """``layer_sensitivity(...)`` of ``sim/sensitivity.py`` (its docstring: the rows, the errors)."""
-        from .sensitivity import layer_sensitivity
+        from ..sensitivity import layer_sensitivity
         return layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm, example=example,
                                  traced=traced)
 
@@ -245,14 +247,14 @@ class SimBackend(QuantizerBackend):
         if unknown:
             raise ConfigError("export.formats: the sim backend writes %s, got %s"
                               % (list(EXPORT_FORMATS), unknown))
-        from .export import export_onnx
+        from ..export import export_onnx
         example1 = example1.detach().cpu()[:1].clone().contiguous()
         name = handle.__class__.__name__
         written = {}
         for fmt in formats:
             flavour, suffix = EXPORT_FORMATS[fmt]
             if flavour == "xmodel":
-                from .xmodel import write_xmodel
+                from ..xmodel import write_xmodel
                 # its warnings go to the report (verify)
                 handle.xmodel_report = write_xmodel(handle.sim_session, handle, (example1,), out_dir, warn=False,
                                                     deploy_check=deploy_check)
@@ -275,7 +277,7 @@ class SimBackend(QuantizerBackend):
                 without ``exact_deploy``, ``calib_dir`` without a fix position for every quantizer
                 (another model's calibration).
         """
-        from .qat.trainable import build_trainable, import_calibration, qat_session
+        from ..qat.trainable import build_trainable, import_calibration, qat_session
         examples = (example.detach().cpu().clone(),)
         trainable = build_trainable(model, examples, settings.bitwidth, exact_deploy, False,
                                     session=qat_session(model, examples, settings.bitwidth))
@@ -293,7 +295,7 @@ class SimBackend(QuantizerBackend):
         Raises:
             QuantizationError: NaN/Inf in a weight or threshold (named), a model after fuse_conv_bn().
         """
-        from .qat.deploy import deployable_files
+        from ..qat.deploy import deployable_files
         return deployable_files(trained, model, out_dir)
 
     def verify(self, handle: torch.fx.GraphModule, files: Dict[str, str], inputs: Callable[[], torch.Tensor],
@@ -310,9 +312,9 @@ class SimBackend(QuantizerBackend):
         """
         import logging
 
-        from ...errors import ExportError
-        from .export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
-        from .finite import note
+        from ....errors import ExportError
+        from ..export.verify import check_agreement, qdq_warning, verify_onnx, verify_qdq
+        from ..finite import note
         log = logging.getLogger("pipeline")
         out, warnings = {}, []  # type: Dict[str, Any], List[str]
         if "xmodel" in files:  # checked and run when it was written (export): the report says so

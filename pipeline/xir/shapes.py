@@ -4,7 +4,7 @@ Every function takes an op (``xgraph.XOp``) whose attributes are already typed a
 inputs carry their output dims and tensor attributes, and returns ``(dims, tensor_attrs)``: the op's
 output dims and the tensor attributes (``{"shape_info": ("int32_vec", [...])}`` or ``{}``) that libxir's
 shape inference leaves on the output tensor. Where libxir would abort (a failed ``UNI_LOG_CHECK``, a
-thrown ``at()``), the function raises ``xgraph.XGraphError`` naming the op; where libxir's result rests on
+thrown ``at()``), the function raises ``errors.XGraphError`` naming the op; where libxir's result rests on
 undefined behaviour or on a logged-and-ignored error, it raises ``XGraphError`` saying the case is not
 supported by this writer.
 
@@ -29,13 +29,14 @@ from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from .errors import XGraphError
+
 SHAPE_INFO = "shape_info"
 Result = Tuple[List[int], Dict[str, Tuple[str, Any]]]
 
 
 def error(message: str) -> Exception:
-    """An ``xgraph.XGraphError`` (imported here: xgraph imports opdefs, which imports this module)."""
-    from .xgraph import XGraphError
+    """An ``errors.XGraphError`` with ``message``."""
     return XGraphError(message)
 
 
