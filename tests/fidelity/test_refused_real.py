@@ -54,8 +54,8 @@ GAPS = {
                             "aten::_convolution_mode (weights, bias and outputs not quantized, float xmodel op); the "
                             "simulation quantizes it as nndct_conv2d: other quant_info and outputs",
     ("calib", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
-                       "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, graph_md5; "
-                       "outputs equal",
+                       "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
+                       "graph_md5; outputs equal",
     ("calib", "max_method"): "the real quantizer's x.max(1) is one node nndct_max_3 with two outputs "
                              "([[8, 6], [8, null]]); the simulation has aten_max_3 and an nndct_tuple_index node: "
                              "other entries and numbering; outputs equal",
@@ -264,7 +264,8 @@ def test_quant_off_writes_the_real_float_xmodel(tmp_path):
     got, want = np.load(os.path.join(folder, "y_0.npy")), np.load(os.path.join(real, "y_0.npy"))
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
     assert _xmodels(os.path.join(folder, "xmodel")) == ["PlainNet_float.xmodel"]
-    assert_same_xmodel(os.path.join(folder, "xmodel", "PlainNet_float.xmodel"), os.path.join(real, "PlainNet_float.xmodel"))
+    assert_same_xmodel(os.path.join(folder, "xmodel", "PlainNet_float.xmodel"),
+                       os.path.join(real, "PlainNet_float.xmodel"))
 
 
 # ---- op_defs (field 101): what the real files carry (tests/data/refused_real/OP_DEFS.md) ----
@@ -355,6 +356,6 @@ def test_simulation_writes_the_real_op_defs(tmp_path):
     with open(os.path.join(helper.folder(str(tmp_path), *case[0]), "xmodel", "ConvNet_int.xmodel"), "rb") as f:
         data = f.read()
     from pipeline.quantizers.sim.xmodel import schema
-    raw, real = _op_defs("golden_convnet_default")
+    _, real = _op_defs("golden_convnet_default")
     mine = schema.parse_graph(data)
     assert [d.SerializeToString() for d in mine.op_defs] == [d.SerializeToString() for d in real.op_defs]
