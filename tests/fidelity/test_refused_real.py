@@ -31,58 +31,67 @@ from tests.support.xmodel_compare import assert_same_xmodel
 REAL = os.path.join(DATA, "refused_real")
 THREADS = pinned_threads(1)
 
-# What the simulation does not do yet, case by case: (check, case) -> the gap. Checks: "calib" (quant_info.json
-# and the test-mode outputs), "xmodel" (the files), "reason" (a refusal naming the real quantizer's reason).
+# What the simulation does not do yet, case by case: (check, case) -> the gap. Checks: "quant_info" (the
+# calibration's quant_info.json), "outputs" (the test-mode outputs), "xmodel" (the files), "reason" (a refusal
+# naming the real quantizer's reason), "quant_off".
 _CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
            "quantizer calibrates it"
 GAPS = {
-    ("calib", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
-    ("calib", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d" + " as nndct_instance_norm (weight and bias "
+    ("quant_info", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
+    ("quant_info", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d" + " as nndct_instance_norm (weight and bias "
                                                                  "quantized)",
-    ("calib", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
+    ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
                                "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
                                "nndct_reshape_5); outputs equal",
-    ("calib", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
+    ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
                                 "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
                                 "outputs equal",
-    ("calib", "reflect_module"): "the real quantizer parses nn.ReflectionPad2d as nndct_pad_nd (mode reflect), the "
+    ("quant_info", "reflect_module"): "the real quantizer parses nn.ReflectionPad2d as nndct_pad_nd (mode reflect), the "
                                  "simulation keeps aten_reflectionpad2d: other node name and graph_md5; outputs equal",
-    ("calib", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
+    ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
                                    "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
                                    "outputs equal",
-    ("calib", "conv_same"): "the real quantizer parses Conv2d(padding='same') as the float op "
+    ("quant_info", "conv_same"): "the real quantizer parses Conv2d(padding='same') as the float op "
                             "aten::_convolution_mode (weights, bias and outputs not quantized, float xmodel op); the "
                             "simulation quantizes it as nndct_conv2d: other quant_info and outputs",
-    ("calib", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
+    ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
-    ("calib", "max_method"): "the real quantizer's x.max(1) is one node nndct_max_3 with two outputs "
+    ("quant_info", "max_method"): "the real quantizer's x.max(1) is one node nndct_max_3 with two outputs "
                              "([[8, 6], [8, null]]); the simulation has aten_max_3 and an nndct_tuple_index node: "
                              "other entries and numbering; outputs equal",
-    ("calib", "max_function"): "the real quantizer's torch.max(x, 1) is one node nndct_max_3 with two outputs "
+    ("quant_info", "max_function"): "the real quantizer's torch.max(x, 1) is one node nndct_max_3 with two outputs "
                                "([[8, 6], [8, null]]); the simulation has aten_max_3 and two nndct_tuple_index nodes: "
                                "other entries and numbering; outputs equal",
-    ("calib", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
+    ("quant_info", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
                        "the simulation adds an nndct_tuple_index node that carries it: other entries and numbering; "
                        "outputs equal",
-    ("calib", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
+    ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
                              "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
                              "nndct_conv2d_5 here; outputs equal",
-    ("calib", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
+    ("quant_info", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
                                  "[[8, 7]]), the simulation as nndct_strided_slice without one; outputs equal",
-    ("calib", "square"): "graph_md5 only: the real quantizer's graph hash of y * y differs from the simulation's "
+    ("quant_info", "square"): "graph_md5 only: the real quantizer's graph hash of y * y differs from the simulation's "
                          "(every quant_info entry and the outputs equal)",
-    ("calib", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
+    ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
                            "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
-    ("calib", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
+    ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
-    ("calib", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
+    ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("calib", "prelu"): "the real quantizer parses nn.PReLU as nndct_prelu with its slopes quantized "
+    ("quant_info", "prelu"): "the real quantizer parses nn.PReLU as nndct_prelu with its slopes quantized "
                         "(act.weight [[8, 8]]); the simulation keeps aten_prelu in float with unquantized slopes: "
                         "other quant_info and outputs",
+    ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
+    ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
+    ("outputs", "conv_same"): "the simulation quantizes the padding='same' convs (weights, bias, outputs), the real "
+                              "quantizer runs them in float (aten::_convolution_mode): other outputs",
+    ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
+                              "QuantStub in pipeline.apis): other outputs",
+    ("outputs", "prelu"): "the simulation runs PReLU in float with unquantized slopes, the real quantizer with its "
+                          "slopes quantized (act.weight [[8, 8]]): other outputs",
     ("xmodel", "layernorm_tokens"): "the xmodel writer has no form for nndct_layer_norm; the real file has the "
                                     "custom op nndct_layer_norm (inputs x, weight, bias; attrs normalized_shape, eps, "
                                     "elementwise_affine)",
@@ -194,14 +203,22 @@ def test_seeds_make_the_reference_data(name):
             "the seeds no longer make the weights and data the reference was made from"
 
 
-@pytest.mark.parametrize("name", _cases("calib", IN_PROCESS))
-def test_calibration_and_outputs_equal_the_real_quantizer(name, sim):
+@pytest.mark.parametrize("name", _cases("quant_info", IN_PROCESS))
+def test_calibration_equals_the_real_quantizer(name, sim):
+    """Every quant_info.json entry, in order, and the graph_md5."""
     root, refused = sim
     assert refused[name] is None, refused[name]
     mine, real = _json(os.path.join(root, name, "quant_info.json")), _json(os.path.join(REAL, name, "quant_info.json"))
     for key in ("param", "output", "input"):
         assert list(mine[key].items()) == list(real[key].items()), key
     assert mine["graph_md5"] == real["graph_md5"]
+
+
+@pytest.mark.parametrize("name", _cases("outputs", IN_PROCESS))
+def test_outputs_equal_the_real_quantizer(name, sim):
+    """The test-mode outputs on the 4 eval samples, bit for bit (also where the calibration's node names differ)."""
+    root, refused = sim
+    assert refused[name] is None, refused[name]
     got, want = np.load(os.path.join(root, name, "y_0.npy")), np.load(os.path.join(REAL, name, "y_0.npy"))
     assert got.dtype == want.dtype and got.shape == want.shape
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
