@@ -79,17 +79,18 @@ def _imports(name, tree, modules, annotations):
     return out
 
 
-def _import_graph(sources=None, annotations=False):
+def _import_graph(sources=None, annotations=False, ancestors=False):
     """``{module: the modules it imports}`` of pipeline's modules, or of ``sources`` (``{dotted name: source
-    text}``, modules made up for a test). Importing a.b.c runs a/__init__ and a/b/__init__ first: those
-    edges are Python's, not the module's, and are left out."""
+    text}``, modules made up for a test). Importing a.b.c runs a/__init__ and a/b/__init__ first: for the
+    module cycles those edges are Python's, not the module's, and are left out unless ``ancestors`` (the
+    rooms count a name imported from a package's ``__init__`` as an import of its room)."""
     if sources is None:
         modules, trees = MODULES, {name: _tree(name) for name in MODULES}
     else:
         modules = {name: name.replace(".", "/") + ".py" for name in sources}
         trees = {name: ast.parse(text) for name, text in sources.items()}
-    return {name: {m for m in _imports(name, trees[name], modules, annotations) if not name.startswith(m + ".")}
-            for name in modules}
+    return {name: {m for m in _imports(name, trees[name], modules, annotations)
+                   if ancestors or not name.startswith(m + ".")} for name in modules}
 
 
 def _cycles(graph):
@@ -243,9 +244,9 @@ FLOORS = _doc_floors()
 
 
 def _room_imports(graph=None):
-    """``{(room, imported room): [module, ...]}`` over every import of every module (``graph``: pipeline's,
-    annotations-only imports included), inside functions too."""
-    graph = _import_graph(annotations=True) if graph is None else graph
+    """``{(room, imported room): [module, ...]}`` over every import of every module, inside functions too
+    (``graph``: pipeline's, with annotations-only imports and names taken from a parent package)."""
+    graph = _import_graph(annotations=True, ancestors=True) if graph is None else graph
     out = {}
     for name, targets in graph.items():
         for target in targets:
