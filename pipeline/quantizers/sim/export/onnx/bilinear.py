@@ -33,7 +33,6 @@ import torch
 import torch.fx
 
 from .builder import Builder, Unsupported, pow2
-from .float_ops import grid_of
 
 FLOAT32_BITS = 24  # the significand of float32: integers up to 2^24 are exact
 
@@ -84,7 +83,7 @@ def bilinear(b: Builder, node: torch.fx.Node, call: Callable[[torch.Tensor], tor
         raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape))
     if node.kwargs.get("antialias"):
         raise Unsupported("bilinear with antialias=True (only the plain 2-tap interpolation is written)")
-    grid = grid_of(b, x)
+    grid = b.grid(x)
     if grid is None:
         raise Unsupported("bilinear resize of %s, which is no quantization point's output: exact only on "
                           "a 2^-fix_pos grid" % getattr(x, "name", x))
