@@ -1,9 +1,22 @@
 """Fully connected layers (``nndct_dense``): ``nn.Linear`` and ``nn.MultiheadAttention``'s ``out_proj``."""
+from typing import Any
+
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import layer_inputs
 
 DENSE = "nndct_dense"
+
+def _onnx_linear(b: Any, node: Any, mod: nn.Linear) -> str:
+    """ONNX of an ``nn.Linear``: Gemm (transB) on a 2-D input, else MatMul by the transposed weight and Add
+    of the bias."""
+    inputs = layer_inputs(b, node, mod)
+    if len(b.shape(node.args[0])) == 2:
+        return b.op("Gemm", inputs, node.name, transB=1)
+    y = b.op("MatMul", inputs[:2], node.name if len(inputs) == 2 else node.name + "/matmul")
+    return y if len(inputs) == 2 else b.op("Add", [y, inputs[2]], node.name)
+
 
 RECORD = OpRecord(
     family="dense",
@@ -12,4 +25,5 @@ RECORD = OpRecord(
     roles={"params": (DENSE,), "bias_corr": (DENSE,)},
     approximation=Absent("integer multiply-accumulate, exact fixed point"),
     source="nndct_shared/base/key_names.py",
+    onnx={DENSE: _onnx_linear},
 )

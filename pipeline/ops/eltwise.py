@@ -3,10 +3,12 @@ spelling), ``nndct_rsub`` (a number minus a tensor: torch traces ``c - x`` as ``
 ``nndct_elemwise_mul``, ``nndct_elemwise_div``). Add and mul run on the DPU; sub, rsub and div are
 quantized float operators. A Python number operand becomes an ``nndct_const`` node, numbered first."""
 import operator
+from typing import Any, Callable
 
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import Unsupported, arg
 
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
@@ -18,6 +20,16 @@ BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
 
+def _onnx_binary(op_type: str) -> Callable[[Any, Any, Any], str]:
+    """The form of a binary op: ONNX ``op_type`` of the two operands, a Python number as a float32 scalar."""
+    def form(b: Any, node: Any, mod: None) -> str:
+        if b.static(node.kwargs.get("alpha", 1)) != 1 or node.kwargs.get("rounding_mode") is not None:
+            raise Unsupported("alpha != 1 or a rounding_mode")
+        a, c = arg(node, 0, "input"), arg(node, 1, "other")
+        return b.op(op_type, [b.operand(a, node.name + "/a"), b.operand(c, node.name + "/b")], node.name)
+    return form
+
+
 RECORD = OpRecord(
     family="eltwise",
     specs={ADD: _DPU_Q, MULTIPLY: _DPU_Q, SUB: _FLOAT_Q, RSUB: _FLOAT_Q, DIV: _FLOAT_Q},
@@ -28,4 +40,7 @@ RECORD = OpRecord(
     roles={"arithmetic": (ADD, SUB, MULTIPLY, DIV), "binary": BINARY_TYPES, "const_operand": BINARY_TYPES},
     approximation=Absent("add and mul are exact on aligned codes; sub, rsub and div run in float"),
     source="nndct_shared/base/key_names.py, nndct_shared/optimization/optimizer.py",
+    onnx={ADD: _onnx_binary("Add"), SUB: _onnx_binary("Sub"), MULTIPLY: _onnx_binary("Mul"), DIV: _onnx_binary("Div"),
+          RSUB: Absent("no call of the lowered model is an rsub: ``c - x`` is operator.sub, written as Sub with "
+                       "the number as a constant")},
 )

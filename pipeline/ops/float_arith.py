@@ -19,4 +19,7 @@ RECORD = OpRecord(
     roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
     approximation=Absent("float operators on the CPU"),
     source="nndct_shared/base/key_names.py",
+    onnx={EQUAL: Absent("a comparison gives a bool tensor; the exporter writes float32 tensors only"),
+          REMAINDER: Absent("not written yet: ONNX Mod of floats (fmod=1) is C's fmod, torch's remainder takes "
+                             "the divisor's sign")},
 )

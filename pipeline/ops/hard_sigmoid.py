@@ -5,7 +5,7 @@ docs/arithmetic.md)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
 
 HSIGMOID = "nndct_hsigmoid"
 HSWISH = "nndct_hswish"
@@ -22,4 +22,7 @@ RECORD = OpRecord(
     approximation="1/6 as 2731/16384 (HARD_SIGMOID_SCALE); in a Hardswish the hard sigmoid is rounded half "
                   "up at fix_pos 7 (HSWISH_FIX_POS), 8 bits",
     source="pytorch_nndct/nn/modules/hsigmoid.py, hswish.py",
+    onnx={op: Absent("the lowered model writes it out as the DPU computes it (an add, a relu6, "
+                     "a multiply by 2731/16384, a quantization point): those nodes are written")
+          for op in (HSWISH, HSIGMOID)},
 )

@@ -1,6 +1,7 @@
 """Dropout and Identity (``identity``): the quantizer's rewrites remove them; the inspector sees them
 before that."""
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import alias
 
 IDENTITY = "identity"
 
@@ -9,4 +10,5 @@ RECORD = OpRecord(
     specs={IDENTITY: OpSpec("layout", False, True, False)},
     approximation=Absent("removed before quantization"),
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
+    onnx={IDENTITY: alias},
 )

@@ -20,4 +20,8 @@ RECORD = OpRecord(
     methods={"new_zeros": ZEROS},
     approximation=Absent("data enters and leaves; nothing is computed"),
     source="nndct_shared/base/key_names.py",
+    onnx={INPUT: Absent("the graph's input: written by the exporter's walk (placeholders)"),
+          CONST: Absent("a constant: written by the exporter's walk (get_attr, folded values) or as the "
+                        "scalar operand of the op that uses it"),
+          ZEROS: Absent("not written yet: a zero tensor of a traced size that depends on the input")},
 )

@@ -1,12 +1,41 @@
 """Layer norm (``nndct_layer_norm``): a quantized float operator whose gamma and beta nndct's module
 quantizes as parameters in its own forward, then runs torch's operator with them
 (``pytorch_nndct/nn/modules/layernorm.py``)."""
+from typing import Any, Optional
+
+import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import NO_LOWERING, Unsupported
 
 LAYER_NORM = "nndct_layer_norm"
+
+def _onnx_layer_norm(b: Any, node: Any, mod: Optional[nn.LayerNorm]) -> str:
+    """An ``nn.LayerNorm`` of the lowered model (quantized weight and bias with their fix
+    positions, or none): ``Reshape`` to rows of the normalized size, torch's CPU kernel step by step
+    (the builder's ``layer_norm_kernel`` and ``layer_norm_rows``), and ``Reshape`` back to the input's
+    shape. ``F.layer_norm`` (no module: no quantized weight and bias) is not written."""
+    if mod is None:
+        raise Unsupported(NO_LOWERING)
+    if len(node.args) != 1 or node.kwargs:
+        raise Unsupported("expected one input, got %d args and kwargs %s" % (len(node.args), sorted(node.kwargs)))
+    n_elems = int(np.prod(mod.normalized_shape))
+    bits = getattr(mod, "bitwidth", None)
+    with torch.no_grad():
+        gamma = None if mod.weight is None else mod.weight.detach().reshape(-1)
+        beta = None if mod.bias is None else mod.bias.detach().reshape(-1)
+    kernel = b.layer_norm_kernel(n_elems, gamma, beta, mod.eps)
+    x = b.tensor(node.args[0])
+    name = node.name
+    rows = b.op("Reshape", [x, b.ints(name + "/rows_shape", [-1, n_elems])], name + "/rows")
+    g = None if gamma is None else b.param(node.target, "weight", gamma, getattr(mod, "weight_fix_pos", None), bits)
+    be = None if beta is None else b.param(node.target, "bias", beta, getattr(mod, "bias_fix_pos", None), bits)
+    y = b.layer_norm_rows(name, rows, n_elems, g, be, mod.eps, kernel)
+    return b.op("Reshape", [y, b.op("Shape", [x], name + "/shape")], name)
+
 
 RECORD = OpRecord(
     family="layer_norm",
@@ -16,4 +45,5 @@ RECORD = OpRecord(
     roles={"norm": (LAYER_NORM,)},
     approximation=Absent("a float operator on the CPU: torch's kernel on quantized gamma and beta"),
     source="pytorch_nndct/nn/modules/layernorm.py",
+    onnx={LAYER_NORM: _onnx_layer_norm},
 )

@@ -1,9 +1,30 @@
 """``x.mean(dims)`` (``aten::mean``): nndct has no type for it; a float operator."""
+from typing import Any
+
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import Unsupported, arg
 
 MEAN = "aten::mean"
+
+def _onnx_mean(b: Any, node: Any, mod: None) -> str:
+    """``mean(dim, keepdim)`` as ReduceSum then Div by the count: torch's sum and division, exact
+    on quantized inputs (their partial sums are exact in any order)."""
+    rank = len(b.shape(node.args[0]))
+    dim = b.static(arg(node, 1, "dim", None))
+    dims = list(range(rank)) if dim is None else ([dim] if isinstance(dim, int) else list(dim))
+    axes = sorted(int(d) % rank for d in dims)
+    keep = int(bool(b.static(arg(node, 2, "keepdim", False))))
+    if node.kwargs.get("dtype") is not None:
+        raise Unsupported("mean with a dtype")
+    count = 1
+    for a in axes:
+        count *= b.shape(node.args[0])[a]
+    total = b.op("ReduceSum", [b.tensor(node.args[0]), b.ints(node.name + "/axes", axes)], node.name + "/sum",
+                 keepdims=keep)
+    return b.op("Div", [total, b.scalar(node.name + "/count", float(count))], node.name)
+
 
 RECORD = OpRecord(
     family="mean",
@@ -12,4 +33,5 @@ RECORD = OpRecord(
     methods={"mean": MEAN},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    onnx={MEAN: _onnx_mean},
 )

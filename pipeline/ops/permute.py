@@ -1,11 +1,34 @@
 """Axis reorders (``nndct_permute``, ``nndct_transpose``). A transpose is not in nndct's
 ``QUANTIZABLE_OPS`` and joins its producer's group (``SoftFuseTranspose``)."""
+from typing import Any
+
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import arg
 
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
+
+def _onnx_permute(b: Any, node: Any, mod: None) -> str:
+    """Transpose by the dims (given as one sequence or one by one)."""
+    if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)):
+        dims = node.args[1]
+    else:
+        dims = node.args[1:] or arg(node, 1, "dims")
+    rank = len(b.shape(node))
+    perm = [int(d) % rank for d in b.static(tuple(dims))]
+    return b.op("Transpose", [b.tensor(node.args[0])], node.name, perm=perm)
+
+
+def _onnx_transpose(b: Any, node: Any, mod: None) -> str:
+    """Transpose swapping dim0 and dim1."""
+    rank = len(b.shape(node))
+    d0, d1 = (int(b.static(arg(node, i, n))) % rank for i, n in ((1, "dim0"), (2, "dim1")))
+    perm = list(range(rank))
+    perm[d0], perm[d1] = d1, d0
+    return b.op("Transpose", [b.tensor(node.args[0])], node.name, perm=perm)
+
 
 RECORD = OpRecord(
     family="permute",
@@ -15,4 +38,5 @@ RECORD = OpRecord(
     signatures={TRANSPOSE: (("input", "dim0", "dim1"), {})},
     approximation=Absent("moves no value"),
     source="nndct_shared/quantization/commander.py (SoftFuseTranspose)",
+    onnx={PERMUTE: _onnx_permute, TRANSPOSE: _onnx_transpose},
 )

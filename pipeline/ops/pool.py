@@ -3,11 +3,16 @@
 reproduces the factor (``pytorch_nndct/nn/modules/avgpool.py``, ``adaptive_avgpool.py``;
 docs/arithmetic.md#average-pool-correction)."""
 import math
+import types
+from typing import Any, Dict, Optional, Sequence
 
+import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
+from .onnx_form import Unsupported, arg, pair
 
 MAX_POOL = "nndct_maxpool"
 AVG_POOL = "nndct_avgpool"
@@ -51,6 +56,107 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 
+def _one_input(node: Any, mod: Any) -> None:
+    """A pooling module call takes its input only (functional forms carry their settings as args)."""
+    if isinstance(mod, nn.Module) and (len(node.args) != 1 or node.kwargs):
+        raise Unsupported("expected one input")
+
+
+def _settings(b: Any, node: Any, mod: Any, op: str) -> Any:
+    """The module, or for ``F.max_pool2d`` / ``F.avg_pool2d`` / ``F.adaptive_avg_pool2d`` a module-like
+    namespace of the call's arguments after the input (by the record's signature, defaults filled)."""
+    if mod is not None:
+        return mod
+    names, defaults = RECORD.signatures[op]
+    params = types.SimpleNamespace(**{
+        name: b.static(arg(node, i + 1, name, defaults.get(name, Unsupported)))
+        for i, name in enumerate(names[1:])})
+    params.return_indices = False  # the call with indices gives a tuple: refused before its form
+    return params
+
+
+def _pool_geometry(b: Any, node: Any, mod: Any, ceil_as_padding: bool = False) -> Dict[str, Any]:
+    """kernel/stride/pads/dilations of a 2-D pool. Where ceil_mode adds a last, partial window,
+    ``ceil_as_padding`` (max pool) pads the bottom/right ends by what that window lacks (ONNX's
+    MaxPool never picks a padded value, as torch's never looks past the input); otherwise refused."""
+    _one_input(node, mod)
+    kernel = pair(mod.kernel_size)
+    stride = pair(mod.stride or mod.kernel_size)  # torch: stride None (or []) means the kernel
+    pad = pair(mod.padding)
+    dil = pair(getattr(mod, "dilation", 1))
+    shape_in, shape_out = b.shape(node.args[0]), b.shape(node)
+    if len(shape_in) != 4:
+        raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape_in))
+    # the input extent the output's windows span, beyond the input and its padding
+    extra = [(shape_out[2 + i] - 1) * stride[i] + dil[i] * (kernel[i] - 1) + 1 - (shape_in[2 + i] + 2 * pad[i])
+             for i in range(2)]
+    if any(e > 0 for e in extra) and not ceil_as_padding:
+        raise Unsupported("output %s has a partial last window (ceil_mode); only max pool writes it"
+                          % (tuple(shape_out),))
+    ends = [pad[i] + max(extra[i], 0) for i in range(2)]
+    return {"kernel_shape": list(kernel), "strides": list(stride), "pads": list(pad) + ends,
+            "dilations": list(dil)}
+
+
+def _onnx_maxpool(b: Any, node: Any, mod: Optional[nn.MaxPool2d]) -> str:
+    """MaxPool; ceil_mode's partial last window as end padding."""
+    mod = _settings(b, node, mod, MAX_POOL)
+    if mod.return_indices:
+        raise Unsupported("return_indices=True")
+    return b.op("MaxPool", [b.tensor(node.args[0])], node.name, **_pool_geometry(b, node, mod, True))
+
+
+def _window_sum(b: Any, node: Any, kernel: Sequence[int], stride: Sequence[int], pads: Sequence[int]) -> str:
+    """Exact per-channel window sums: a depthwise Conv with a ones kernel (no rounding on grid values)."""
+    channels = b.shape(node.args[0])[1]
+    ones = b.init(node.name + "/window", np.ones((channels, 1) + tuple(kernel), dtype=np.float32))
+    return b.op("Conv", [b.tensor(node.args[0]), ones], node.name + "/sum", kernel_shape=list(kernel),
+                strides=list(stride), pads=list(pads), group=channels)
+
+
+def _onnx_avgpool(b: Any, node: Any, mod: Optional[nn.AvgPool2d]) -> str:
+    """The exact window sum divided by torch's divisor (kh*kw, divisor_override, or the count of input
+    pixels in each window): torch divides, a multiply by the reciprocal differs in the last bit."""
+    mod = _settings(b, node, mod, AVG_POOL)
+    geo = _pool_geometry(b, node, mod)
+    total = b.op("Div", [_window_sum(b, node, geo["kernel_shape"], geo["strides"], geo["pads"]),
+                         node.name + "/divisor"], node.name)
+    kh, kw = geo["kernel_shape"]
+    if mod.divisor_override:
+        b.scalar(node.name + "/divisor", float(mod.divisor_override))
+    elif mod.count_include_pad or not any(geo["pads"]):
+        b.scalar(node.name + "/divisor", float(kh * kw))
+    else:  # torch divides by the number of input pixels inside each window
+        h, w = b.shape(node.args[0])[2:]
+        counts = F.conv2d(torch.ones(1, 1, h, w, dtype=torch.float64),
+                          torch.ones(1, 1, kh, kw, dtype=torch.float64), stride=geo["strides"],
+                          padding=geo["pads"][:2])
+        b.init(node.name + "/divisor", counts.float().contiguous().numpy())
+    return total
+
+
+def _onnx_adaptive_avgpool(b: Any, node: Any, mod: Optional[nn.AdaptiveAvgPool2d]) -> str:
+    """Global: ReduceSum then one Div by h*w (torch's mean); even windows: the window sum divided by kh,
+    then by kw, as torch's kernel does; uneven windows are refused."""
+    mod = _settings(b, node, mod, ADAPTIVEAVGPOOL2D)
+    _one_input(node, mod)
+    shape = b.shape(node.args[0])
+    if len(shape) != 4:
+        raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape))
+    h, w = shape[2:]
+    oh, ow = b.shape(node)[2:]
+    if (oh, ow) == (1, 1):  # torch computes mean(): sum, then one division by h*w
+        total = b.op("ReduceSum", [b.tensor(node.args[0]), b.ints(node.name + "/axes", [2, 3])],
+                     node.name + "/sum", keepdims=1)
+        return b.op("Div", [total, b.scalar(node.name + "/divisor", float(h * w))], node.name)
+    if h % oh or w % ow:
+        raise Unsupported("output %s does not divide the input %s (uneven windows)" % ((oh, ow), (h, w)))
+    kh, kw = h // oh, w // ow  # torch's kernel divides by kh, then by kw
+    total = _window_sum(b, node, (kh, kw), (kh, kw), (0, 0, 0, 0))
+    total = b.op("Div", [total, b.scalar(node.name + "/kh", float(kh))], node.name + "/div_kh")
+    return b.op("Div", [total, b.scalar(node.name + "/kw", float(kw))], node.name)
+
+
 RECORD = OpRecord(
     family="pool",
     specs={MAX_POOL: _DPU_Q, AVG_POOL: _DPU_Q, ADAPTIVEAVGPOOL2D: _DPU_Q},
@@ -67,4 +173,5 @@ RECORD = OpRecord(
     },
     approximation="an average multiplied by avgpool_dpu_scale(kh, kw): the DPU's 1/k as m / 2**s",
     source="pytorch_nndct/nn/modules/avgpool.py, adaptive_avgpool.py",
+    onnx={MAX_POOL: _onnx_maxpool, AVG_POOL: _onnx_avgpool, ADAPTIVEAVGPOOL2D: _onnx_adaptive_avgpool},
 )

@@ -34,6 +34,10 @@ Signature = Tuple[Tuple[str, ...], Dict[str, Any]]
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 
+# An op's ONNX form: ``form(builder, fx node, module or None) -> ONNX name of the node's result``
+# (``onnx_form.py``: what the builder offers, the refusal ``onnx_form.Unsupported``).
+OnnxForm = Callable[[Any, Any, Optional[nn.Module]], str]
+
 
 @dataclass(frozen=True)
 class Absent:
@@ -68,11 +72,22 @@ class OpRecord:
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
+        onnx: op type -> its ONNX form (:data:`OnnxForm`), or :class:`Absent` with the reason the ONNX
+            exporter (``pipeline/quantizers/sim/export/onnx``) writes none. The exporter resolves a node
+            of the lowered test-mode model to its op type as the capture does (``fx.classify``: the
+            ``modules``, ``module_rules``, ``functions`` and ``methods`` above) and calls the form with
+            its builder, the fx node and the node's module (None for a function or method call). One
+            form serves both flavours: float32 arithmetic giving torch's bits (opset 13), where the
+            flavour-specific parts, quantized parameters (``b.param``), are written by the builder's
+            flavour (``b.flavour``: exact or QDQ). A form raises ``onnx_form.Unsupported`` with the
+            reason when one call's arguments cannot be written; an op type whose form is Absent is
+            refused as "no ONNX lowering for this op".
     """
     family: str
     specs: Mapping[str, OpSpec]
     approximation: Union[str, Absent]
     source: str
+    onnx: Mapping[str, Union[OnnxForm, Absent]]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -1,11 +1,12 @@
 """ReLU and ReLU6 (``nndct_relu``, ``nndct_relu6``); ``nn.Hardtanh(0, 6)`` is a ReLU6."""
-from typing import Optional
+from typing import Any, Optional
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import clip
 
 RELU = "nndct_relu"
 RELU6 = "nndct_relu6"
@@ -18,6 +19,18 @@ def _hardtanh(m: nn.Module, strict: bool = True) -> Optional[str]:
 
 _ACT = OpSpec("dpu", False, False, True)
 
+def _onnx_relu(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
+    """Relu."""
+    return b.op("Relu", [b.tensor(node.args[0])], node.name)
+
+
+def _onnx_relu6(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
+    """Clip to the module's bounds (``nn.ReLU6``, ``nn.Hardtanh(0, 6)``), or to [0, 6] (``F.relu6``)."""
+    if mod is not None:
+        return clip(b, node, float(mod.min_val), float(mod.max_val))
+    return clip(b, node, 0.0, 6.0)
+
+
 RECORD = OpRecord(
     family="relu",
     specs={RELU: _ACT, RELU6: _ACT},
@@ -27,4 +40,5 @@ RECORD = OpRecord(
     methods={"relu": RELU, "relu_": RELU},  # op_dispatcher.relu_: a TorchReLU (inplace), as relu
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
+    onnx={RELU: _onnx_relu, RELU6: _onnx_relu6},
 )

@@ -29,4 +29,6 @@ RECORD = OpRecord(
     roles={"arithmetic": (FLOOR_DIVIDE, TRUNC_DIV)},
     approximation=Absent("Python integers, never on the DPU"),
     source="nndct_shared/base/key_names.py",
+    onnx={op: Absent("a Python int, no tensor: read as a constant by the nodes that use it")
+          for op in (SHAPE, FLOOR_DIVIDE, TRUNC_DIV)},
 )

@@ -1,11 +1,22 @@
 """Softmax (``nndct_softmax``): a quantized float operator."""
+from typing import Any, Optional
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .onnx_form import Unsupported, arg
 
 SOFTMAX = "nndct_softmax"
+
+def _onnx_softmax(b: Any, node: Any, mod: Optional[nn.Softmax]) -> str:
+    """Softmax, the standard op, along the dim."""
+    dim = mod.dim if mod is not None else b.static(arg(node, 1, "dim"))
+    if dim is None:
+        raise Unsupported("softmax without dim")
+    return b.op("Softmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
+
 
 RECORD = OpRecord(
     family="softmax",
@@ -16,4 +27,5 @@ RECORD = OpRecord(
     signatures={SOFTMAX: (("input", "dim"), {"dim": None})},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    onnx={SOFTMAX: _onnx_softmax},
 )

@@ -604,6 +604,27 @@ def test_all_unsupported_nodes_in_one_error(tmp_path):
     assert not target.exists()
 
 
+def test_every_call_of_an_ops_record_is_written_by_its_form(tmp_path):
+    """The exporter resolves a node as the capture does (the op records' tables), so each call a record
+    lists is written by its op's ONNX form: ``torch.clip``, ``x.relu_()`` and an in-place add here."""
+    import operator
+
+    class Calls(nn.Module):
+        def forward(self, x):
+            x = fq(x, 5)
+            y = torch.clip(x, -0.5, 0.75)
+            y = operator.iadd(y, x.relu_())
+            return fq(y, 5)
+
+    gm = _lower(Calls(), 5)
+    x = _inputs((2, 3, 4, 4), 5, 21)
+    for flavour in ("exact", "qdq"):
+        path = export_onnx(gm, x[:1].clone(), str(tmp_path / ("calls_%s.onnx" % flavour)), flavour)
+        types = [n.op_type for n in onnx.load(path).graph.node]
+        assert "Clip" in types and "Relu" in types and "Add" in types
+    assert verify_onnx(gm, str(tmp_path / "calls_exact.onnx"), x)["mismatches"] == 0
+
+
 def test_weights_off_their_grid_are_refused(tmp_path):
     class Off(nn.Module):
         def __init__(self):

@@ -64,3 +64,33 @@ def test_the_tables_are_read_off_the_records():
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
     with pytest.raises(ValueError, match="reason"):
         Absent(" ")
+
+
+# --------------------------------------------------------------------------- the ONNX forms (OpRecord.onnx)
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_op_type_has_its_onnx_form_or_the_reason_it_has_none(record):
+    assert set(record.onnx) == set(record.specs), "%s: one ONNX entry per op type" % record.family
+    for op, form in record.onnx.items():
+        assert isinstance(form, Absent) or callable(form), (op, form)
+
+
+def test_the_onnx_exporter_finds_every_form_in_the_records():
+    from pipeline.quantizers.sim.export.onnx import handlers
+    # the exporter's own tables hold only calls that are no op of the op list
+    assert not set(handlers.OWN_MODULES) & set(ops.MODULE_OPS)
+    assert not set(handlers.OWN_FUNCTIONS) & set(ops.FUNCTION_OPS)
+    assert not set(handlers.OWN_METHODS) & set(ops.METHOD_OPS)
+    for op in ops.OPS:  # every op type resolves to its record's form (None where Absent)
+        form = ops.RECORD_OF[op].onnx[op]
+        assert handlers.form_of(op) is (None if isinstance(form, Absent) else form)
+    assert handlers.form_of("aten::erf") is None
+    modules, functions, methods = handlers.supported()
+    assert {"Conv2d", "Linear", "LayerNorm", "Hardtanh"} <= modules and {"roll", "cat"} <= functions
+    assert {"view", "unflatten"} <= methods
+
+
+def test_a_record_without_its_onnx_entry_is_refused():
+    with pytest.raises(TypeError, match="onnx"):
+        OpRecord(family="x", specs={"x": OpSpec("float", False, False, False)}, approximation=Absent("none"),
+                 source="here")

@@ -13,15 +13,21 @@ Input contract (the lowered test-mode model of the ``sim`` quantizer):
 - ``nn.Conv2d`` / ``nn.ConvTranspose2d`` / ``nn.Linear`` hold weights and bias that are already
   quantized (float32 values exactly ``q * 2^-fix_pos``) and carry the integer attributes
   ``weight_fix_pos``, ``bias_fix_pos`` and ``bitwidth``.
-- everything else is a standard module, function or method listed in ``MODULE_HANDLERS``,
-  ``FUNCTION_HANDLERS`` and ``METHOD_HANDLERS``; Python numbers are constants.
+- everything else is a standard module, function or method of an op of the op list
+  (``pipeline.ops``: the node is resolved to its op type as the capture does, ``fx.classify``, and
+  written by its record's ONNX form, ``OpRecord.onnx``) or of the exporter's own small table
+  (``handlers.py``: torch.roll, a Hardtanh that is no ReLU6, ``x.unflatten``); Python numbers are
+  constants.
 - attributes ``quant_info`` (the ``quant_info.json`` dict) and ``output_fix_pos`` (int or None).
 
-Layout: ``builder.py`` (recording, the Builder), ``flavours.py`` (one class per flavour: how a
-quantization point and a parameter are written), ``handlers.py`` (every other op, the same in both
-flavours, and the literal registries) with ``float_ops.py`` (the float operators, the unfused
-BatchNorm, chunk/split pieces), ``layer_norm.py`` and ``bilinear.py`` (bilinear resizing), ``export.py``
-(the graph walk and the file).
+Layout: ``builder.py`` (recording, the Builder that every form writes through), ``flavours.py`` (one
+class per flavour: how a quantization point and a parameter are written), ``handlers.py`` (which form
+writes a node: its op's, in the op's unit under ``pipeline/ops/``, the same in both flavours; the
+exporter's own forms of the calls that are no op of the list: fake_quant, the inlined attention,
+torch.roll, ...), ``layer_norm.py`` and ``bilinear.py`` (bilinear resizing): the large shared pieces the
+layer norm's and the resize's forms call through the builder, ``export.py`` (the graph walk and the
+file). The forms share ``pipeline/ops/onnx_form.py`` (the refusal ``Unsupported``, argument reading,
+a layer's parameters, Clip).
 
 Flavours (``FLAVOURS``):
 

@@ -26,14 +26,16 @@ The weights are torch's own: the resize runs on a probe whose value is the colum
 which gives ``i0 + lambda1`` per output column (row); a second probe of random codes on the
 input's grid checks the tables against torch's output bit for bit.
 """
-from typing import Any, Callable, Tuple
+from typing import TYPE_CHECKING, Any, Callable, Tuple
 
 import numpy as np
 import torch
 import torch.fx
 
-from .builder import Builder, Unsupported, pow2
-from .float_ops import grid_of
+from .....ops.onnx_form import Unsupported, pow2
+
+if TYPE_CHECKING:  # annotations only: the builder calls this module
+    from .builder import Builder
 
 FLOAT32_BITS = 24  # the significand of float32: integers up to 2^24 are exact
 
@@ -56,7 +58,7 @@ def _axis_tables(position: torch.Tensor, size: int) -> Tuple[np.ndarray, np.ndar
     return i0, i1, lam1
 
 
-def _weighted(b: Builder, x: str, name: str, axis: int, tables: Tuple[np.ndarray, np.ndarray, np.ndarray]) -> str:
+def _weighted(b: "Builder", x: str, name: str, axis: int, tables: Tuple[np.ndarray, np.ndarray, np.ndarray]) -> str:
     """``Gather(x, i0) * (1 - lambda1) + Gather(x, i1) * lambda1`` along ``axis`` (2 rows, 3 columns)."""
     i0, i1, lam1 = tables
     shape = (-1, 1) if axis == 2 else (-1,)
@@ -68,7 +70,7 @@ def _weighted(b: Builder, x: str, name: str, axis: int, tables: Tuple[np.ndarray
                         b.op("Mul", [g1, b.init(name + "/w1", w1)], name + "/m1")], name)
 
 
-def bilinear(b: Builder, node: torch.fx.Node, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
+def bilinear(b: "Builder", node: torch.fx.Node, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """An exact bilinear resize of node's input ``node.args[0]`` (4-D NCHW float32, a fake_quant's
     output); ``call`` runs the resize as the model does (same size / scale_factor /
     align_corners) on a probe of the input's (1, C, H, W) shape.
@@ -84,7 +86,7 @@ def bilinear(b: Builder, node: torch.fx.Node, call: Callable[[torch.Tensor], tor
         raise Unsupported("input is %d-D, expected 4-D NCHW" % len(shape))
     if node.kwargs.get("antialias"):
         raise Unsupported("bilinear with antialias=True (only the plain 2-tap interpolation is written)")
-    grid = grid_of(b, x)
+    grid = b.grid(x)
     if grid is None:
         raise Unsupported("bilinear resize of %s, which is no quantization point's output: exact only on "
                           "a 2^-fix_pos grid" % getattr(x, "name", x))

@@ -1,11 +1,15 @@
 """The ONNX graph builder: records what each fx node produces, then collects ONNX nodes and
 initializers for one graph (names derived from fx node names). Flavour-independent: quantization
 points and parameters are written by the flavour (``flavours.py``)."""
-from typing import Any, Dict, List, Sequence, Tuple
+from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 import torch.fx
+
+from .....ops.onnx_form import Unsupported, arg, pair, pow2
+
+__all__ = ["OPSET", "IR_VERSION", "Builder", "Unsupported", "arg", "pair", "pow2", "is_fake_quant", "record"]
 
 OPSET = 13
 IR_VERSION = 7
@@ -22,10 +26,6 @@ def is_fake_quant(target: Any) -> bool:
     not import the quantizer)."""
     return (getattr(target, "__module__", None) == FAKE_QUANT_MODULE
             and getattr(target, "__name__", None) == FAKE_QUANT_NAME)
-
-
-class Unsupported(Exception):
-    """One node cannot be written; the message says why. Collected, never shown alone."""
 
 
 # --------------------------------------------------------------------------- recording
@@ -68,29 +68,6 @@ def record(gm: torch.fx.GraphModule, xs: Sequence[torch.Tensor]) -> Dict[str, Tu
 
 
 # --------------------------------------------------------------------------- builder
-
-
-def arg(node: torch.fx.Node, index: int, name: str, default: Any = Unsupported) -> Any:
-    """Argument ``name`` of a call, given by position ``index`` or by keyword."""
-    if len(node.args) > index:
-        return node.args[index]
-    if name in node.kwargs:
-        return node.kwargs[name]
-    if default is Unsupported:
-        raise Unsupported("argument %r is missing" % name)
-    return default
-
-
-def pair(value: Any) -> Tuple[int, int]:
-    if isinstance(value, (tuple, list)):
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
-
-
-def pow2(p: int) -> float:
-    if not -126 <= p <= 126:
-        raise Unsupported("fix_pos %d is outside float32's exponent range [-126, 126]" % p)
-    return 2.0 ** p
 
 
 class Builder:
@@ -140,6 +117,12 @@ class Builder:
     def ints(self, name: str, values: Sequence[int]) -> str:
         return self.init(name, np.array(list(values), dtype=np.int64))
 
+    def cast(self, x: str, name: str, to: str) -> str:
+        """``Cast`` of ``x`` to ``to``: "float32", "float64" or "int64"."""
+        from onnx import TensorProto
+        dtype = {"float32": TensorProto.FLOAT, "float64": TensorProto.DOUBLE, "int64": TensorProto.INT64}[to]
+        return self.op("Cast", [x], name, to=dtype)
+
     # -- reading the recorded graph
     def shape(self, arg: Any) -> Tuple[int, ...]:
         if not isinstance(arg, torch.fx.Node) or self.meta1[arg.name][0] != "tensor":
@@ -172,6 +155,16 @@ class Builder:
             raise Unsupported("argument %s depends on the batch size; only reshape-like ops may "
                                "use it" % arg.name)
         return m1[1]
+
+    def grid(self, x: Any) -> Optional[Tuple[int, int]]:
+        """``(fix_pos, bitwidth)`` when tensor ``x`` is a fake_quant's output (its values lie on that
+        grid), else None."""
+        if not (isinstance(x, torch.fx.Node) and x.op == "call_function" and is_fake_quant(x.target)):
+            return None
+        fix_pos, bitwidth = self.static(arg(x, 1, "fix_pos")), self.static(arg(x, 2, "bitwidth"))
+        if isinstance(fix_pos, int) and isinstance(bitwidth, int) and 2 <= bitwidth <= 16:
+            return fix_pos, bitwidth
+        return None
 
     def operand(self, arg: Any, name: str) -> str:
         """A tensor operand, or a Python number turned into a float32 scalar initializer."""
@@ -212,3 +205,24 @@ class Builder:
         entry["%s_fix_pos" % kind] = fix_pos
         name = "%s.%s%s" % (target, kind, ".T" if transpose else "")
         return self.flavour.parameter(self, name, t, codes, fix_pos, bitwidth)
+
+    # -- the exporter's large shared pieces, handed to the units' forms (``pipeline.ops``)
+    def bilinear(self, node: torch.fx.Node, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
+        """An exact bilinear resize of ``node.args[0]`` (``bilinear.py``: its contract and refusals)."""
+        from .bilinear import bilinear
+        return bilinear(self, node, call)
+
+    def layer_norm_kernel(self, n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[torch.Tensor],
+                          eps: float) -> str:
+        """Which of torch's CPU layer norm kernels this torch runs (``layer_norm.check_kernel``; raises
+        Unsupported when none of those written)."""
+        from .layer_norm import check_kernel
+        return check_kernel(n_elems, gamma, beta, eps)
+
+    def layer_norm_rows(self, name: str, rows: str, n_elems: int, gamma: Optional[str], beta: Optional[str],
+                        eps: float, kernel: str) -> str:
+        """Torch's CPU layer norm ``kernel`` of every row of ``rows`` ((-1, n_elems) float32), step by
+        step (``layer_norm.layer_norm_rows``), with the weight and bias tensors ``gamma``, ``beta`` (or
+        None); node names under ``name``."""
+        from .layer_norm import OnnxOps, layer_norm_rows
+        return layer_norm_rows(OnnxOps(self, name), rows, n_elems, gamma, beta, eps, kernel)

@@ -10,16 +10,14 @@ from ....._version import __version__
 from .....fx.refusals import ONNX, explain
 from .....errors import ExportError
 from .....fileio import write_bytes
+from .....ops.onnx_form import NO_LOWERING
+from .....ops.slicing import is_split
 from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Builder, Unsupported, record
 from .flavours import FLAVOUR_CLASSES, FLAVOURS
-from .float_ops import is_split
 from .fold import folded_values, independent_nodes
-from .handlers import FUNCTION_HANDLERS, METHOD_HANDLERS, MODULE_HANDLERS, handler_of, target_name
+from .handlers import handler_of, supported, target_name
 
 # --------------------------------------------------------------------------- graph walk
-
-
-NO_LOWERING = "no ONNX lowering for this op"
 
 
 def _emit(b: Builder, node: torch.fx.Node) -> None:
@@ -155,14 +153,13 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
     except Unsupported as exc:
         problems.append(("output", str(exc)))
     if problems:
-        supported = ""
+        listed = ""
         if any(why == NO_LOWERING for _, why in problems):  # the op list helps only for an op without one
-            supported = ". Supported: fake_quant, modules %s, functions %s, methods %s" % (
-                ", ".join(sorted(t.__name__ for t in MODULE_HANDLERS)),
-                ", ".join(sorted({getattr(f, "__name__", str(f)) for f in FUNCTION_HANDLERS})),
-                ", ".join(sorted(METHOD_HANDLERS)))
+            modules, functions, methods = supported()
+            listed = ". Supported: fake_quant, modules %s, functions %s, methods %s" % (
+                ", ".join(sorted(modules)), ", ".join(sorted(functions)), ", ".join(sorted(methods)))
         raise ExportError("cannot export the model to ONNX (%s flavour): %d node(s) are unsupported: %s%s"
-                          % (flavour, len(problems), _grouped(problems), supported))
+                          % (flavour, len(problems), _grouped(problems), listed))
     graph = helper.make_graph(
         b.nodes, "quantized_%s" % flavour,
         [helper.make_tensor_value_info(b.input_names[p], TensorProto.FLOAT, [BATCH_DIM] + list(e.shape[1:]))

@@ -1,5 +1,6 @@
 """The two ONNX flavours, one class each: how a quantization point (``fake_quant``) and a
-quantized parameter are written. Everything else is the same in both (``handlers.py``)."""
+quantized parameter are written. Everything else is the same in both (each op's ONNX form in its
+record, ``OpRecord.onnx``, writes its parameters through ``Builder.param``, which calls the flavour)."""
 from typing import Dict
 
 import numpy as np

@@ -1,5 +1,7 @@
 """ONNX of ``nn.LayerNorm`` (the lowered model's layer norms) as torch's CPU kernel computes it, step
-for step, so that ONNX Runtime gives torch's float32 bits (both flavours write it the same way).
+for step, so that ONNX Runtime gives torch's float32 bits (both flavours write it the same way). The
+layer norm unit's ONNX form (``pipeline/ops/layer_norm.py``) calls it through the builder
+(``Builder.layer_norm_kernel``, ``Builder.layer_norm_rows``).
 
 torch's float32 layer norm on the CPU (``LayerNormKernelImpl``, ``aten/src/ATen/native/cpu``)
 computes, per row of the ``N`` normalized elements, in one of two ways (``KERNELS``):
@@ -33,15 +35,17 @@ of the node's size, weights and eps (``check_kernel``) and the one that matches 
 whose kernel is neither (the non-vectorized ``ATEN_CPU_CAPABILITY=default`` build of either torch,
 which contracts nothing) is refused with that reason rather than written inexactly. The graph is unrolled: about 45 ONNX nodes per group of 8 elements.
 """
-from typing import Any, Optional
+from typing import TYPE_CHECKING, Any, Optional
 
 import numpy as np
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
 from .....cpu import cpu_capability
-from .builder import Builder, Unsupported
+from .....ops.onnx_form import Unsupported
+
+if TYPE_CHECKING:  # annotations only: the builder calls this module
+    from .builder import Builder
 
 LANES = 8  # float lanes of torch's Vectorized<float> in the kernels measured (AVX2 and AVX-512 alike)
 CENTERED = "centered"  # torch 2 (2.13 measured), AVX2 and AVX-512 builds
@@ -101,7 +105,7 @@ class TorchOps:
 class OnnxOps:
     """The same steps as ONNX nodes of ``b``; tensors are ONNX names, names start with ``prefix``."""
 
-    def __init__(self, b: Builder, prefix: str) -> None:
+    def __init__(self, b: "Builder", prefix: str) -> None:
         self.b = b
         self.prefix = prefix
         self.count = 0
@@ -303,24 +307,3 @@ def check_kernel(n_elems: int, gamma: Optional[torch.Tensor], beta: Optional[tor
     raise Unsupported("this torch's CPU layer_norm kernel (torch %s, capability %s) computes otherwise than "
                       "both the exact ONNX lowering reproduces (torch 2's and torch 1.13's vectorized, FMA-contracted "
                       "ones)" % (torch.__version__, cpu_capability()))
-
-
-def layer_norm_module(b: Builder, node: Any, mod: nn.LayerNorm) -> str:
-    """An ``nn.LayerNorm`` of the lowered model (quantized weight and bias with their fix
-    positions, or none): ``Reshape`` to rows of the normalized size, the kernel's steps, and
-    ``Reshape`` back to the input's shape."""
-    if len(node.args) != 1 or node.kwargs:
-        raise Unsupported("expected one input, got %d args and kwargs %s" % (len(node.args), sorted(node.kwargs)))
-    n_elems = int(np.prod(mod.normalized_shape))
-    bits = getattr(mod, "bitwidth", None)
-    with torch.no_grad():
-        gamma = None if mod.weight is None else mod.weight.detach().reshape(-1)
-        beta = None if mod.bias is None else mod.bias.detach().reshape(-1)
-    kernel = check_kernel(n_elems, gamma, beta, mod.eps)
-    x = b.tensor(node.args[0])
-    name = node.name
-    rows = b.op("Reshape", [x, b.ints(name + "/rows_shape", [-1, n_elems])], name + "/rows")
-    g = None if gamma is None else b.param(node.target, "weight", gamma, getattr(mod, "weight_fix_pos", None), bits)
-    be = None if beta is None else b.param(node.target, "bias", beta, getattr(mod, "bias_fix_pos", None), bits)
-    y = layer_norm_rows(OnnxOps(b, name), rows, n_elems, g, be, mod.eps, kernel)
-    return b.op("Reshape", [y, b.op("Shape", [x], name + "/shape")], name)
