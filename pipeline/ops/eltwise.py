@@ -6,7 +6,10 @@ import operator
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
@@ -14,6 +17,25 @@ RSUB = "nndct_rsub"
 MULTIPLY = "nndct_elemwise_mul"
 DIV = "nndct_elemwise_div"
 BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
+
+
+def dpu_eltwise(node: Any, ctx: Any) -> Verdict:
+    """Element-wise add and multiply of two feature maps of the same shape on the eltwise engine
+    (DPUCV2DX8G: its ALU)."""
+    kind = "add" if node.op == "add" else "mult"
+    if node.attrs.get("tensor_operands") != 2:
+        return unknown(node, ctx, "an element-wise {} with a constant operand".format(kind))
+    engine = ctx.target.engines.eltwise_for(kind)
+    if engine is None:
+        return cpu_verdict("{} does not support eltwise {}.".format(ctx.target.name, kind.upper()))
+    shapes = [ctx.nodes[name].shape for name in node.inputs]
+    if len(set(shapes)) != 1:
+        return cpu_verdict("DPU eltwise {} needs two inputs of the same shape; got {} "
+                    "(broadcasting is not supported).".format(kind, " and ".join(map(str, shapes))),
+                    fixes=[Fix("make both operands the same shape in the model (e.g. the smaller one made by a "
+                               "layer of the full size) instead of broadcasting.", exact=False)])
+    return Verdict(DPU)
+
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
@@ -28,4 +50,7 @@ RECORD = OpRecord(
     roles={"arithmetic": (ADD, SUB, MULTIPLY, DIV), "binary": BINARY_TYPES, "const_operand": BINARY_TYPES},
     approximation=Absent("add and mul are exact on aligned codes; sub, rsub and div run in float"),
     source="nndct_shared/base/key_names.py, nndct_shared/optimization/optimizer.py",
+    dpu_rule={ADD: DpuRule(("add",), dpu_eltwise), MULTIPLY: DpuRule(("mul",), dpu_eltwise),
+              SUB: Absent("a float operator of the quantizer"), RSUB: Absent("a float operator of the quantizer"),
+              DIV: Absent("a float operator of the quantizer")},
 )

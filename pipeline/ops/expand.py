@@ -9,4 +9,5 @@ RECORD = OpRecord(
     methods={"expand": EXPAND},
     approximation=Absent("repeats values, computes none"),
     source="nndct_shared/base/key_names.py",
+    dpu_rule={EXPAND: Absent("a float operator of the quantizer")},
 )

@@ -5,7 +5,8 @@ docs/arithmetic.md)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import OpRecord, OpSpec
+from .dpu_activation import activation
+from .record import DpuRule, OpRecord, OpSpec
 
 HSIGMOID = "nndct_hsigmoid"
 HSWISH = "nndct_hswish"
@@ -22,4 +23,5 @@ RECORD = OpRecord(
     approximation="1/6 as 2731/16384 (HARD_SIGMOID_SCALE); in a Hardswish the hard sigmoid is rounded half "
                   "up at fix_pos 7 (HSWISH_FIX_POS), 8 bits",
     source="pytorch_nndct/nn/modules/hsigmoid.py, hswish.py",
+    dpu_rule={HSWISH: DpuRule(("hswish",), activation), HSIGMOID: DpuRule(("hsigmoid",), activation)},
 )

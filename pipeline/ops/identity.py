@@ -9,4 +9,5 @@ RECORD = OpRecord(
     specs={IDENTITY: OpSpec("layout", False, True, False)},
     approximation=Absent("removed before quantization"),
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
+    dpu_rule={IDENTITY: Absent("removed before deployment: the inspector re-links its readers to its input")},
 )

@@ -2,12 +2,21 @@
 ``nndct_zeros``, ``nndct_return``; ``nndct_shared/base/key_names.py``)."""
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import Verdict, cpu_verdict
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 INPUT = "nndct_input"
 CONST = "nndct_const"
 ZEROS = "nndct_zeros"  # x.new_zeros(size), torch.zeros(size)
 RETURN = "nndct_return"
+
+
+def dpu_zeros(node: Any, ctx: Any) -> Verdict:
+    """A tensor made from sizes only (``x.new_zeros(...)``, Swin's attention mask): no DPU op."""
+    return cpu_verdict("{} makes a tensor from sizes alone: it is computed on the CPU.".format(node.op))
+
 
 RECORD = OpRecord(
     family="io",
@@ -20,4 +29,5 @@ RECORD = OpRecord(
     methods={"new_zeros": ZEROS},
     approximation=Absent("data enters and leaves; nothing is computed"),
     source="nndct_shared/base/key_names.py",
+    dpu_rule={INPUT: Absent("a graph input: the load engine brings it in"), CONST: Absent("a parameter, no node of the inspector"), ZEROS: DpuRule(("new_zeros", "zeros"), dpu_zeros), RETURN: Absent("the graph output, no node of the inspector")},
 )

@@ -3,9 +3,20 @@ import operator
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import Verdict, cpu_verdict
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 MATMUL = "nndct_matmul"
+
+
+def dpu_matmul(node: Any, ctx: Any) -> Verdict:
+    """A product of two feature maps (attention's ``q @ k^T``, ``attn @ v``): the conv engines take
+    their second operand from weights, not from another layer's output."""
+    return cpu_verdict("matmul can't be assigned to DPU: it multiplies two feature maps, and {} takes the "
+                "second operand of a product from weights only.".format(ctx.target.name))
+
 
 RECORD = OpRecord(
     family="matmul",
@@ -14,4 +25,5 @@ RECORD = OpRecord(
     methods={"matmul": MATMUL},
     approximation=Absent("integer products, exact fixed point"),
     source="nndct_shared/base/key_names.py",
+    dpu_rule={MATMUL: DpuRule(("matmul",), dpu_matmul)},
 )

@@ -2,9 +2,21 @@
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 PAD = "nndct_pad_nd"
+
+
+def dpu_pad(node: Any, ctx: Any) -> Verdict:
+    """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return cpu_verdict("The input of pad is not on DPU.", fixes=[follows(src.name)])
+    return Verdict(DPU)
+
 
 RECORD = OpRecord(
     family="pad",
@@ -14,4 +26,5 @@ RECORD = OpRecord(
     signatures={PAD: (("input", "pad", "mode", "value"), {"mode": "constant", "value": None})},
     approximation=Absent("writes the pad value's code"),
     source="nndct_shared/base/key_names.py",
+    dpu_rule={PAD: DpuRule(("pad",), dpu_pad)},
 )

@@ -2,10 +2,28 @@
 ``QUANTIZABLE_OPS`` and joins its producer's group (``SoftFuseTranspose``)."""
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import DPU, Verdict, cpu_verdict
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
+
+
+def dpu_permute(node: Any, ctx: Any) -> Verdict:
+    """permute(0, 2, 3, 1) of a 4-D DPU feature map is XIR's own NHWC order: no data moves, and it
+    cancels the permute the quantizer would insert before a reshape (docs/targets.md#xir-is-nhwc). Other permutes
+    and transposes move data; no engine of these targets does that."""
+    src = ctx.producer(node)
+    order = node.attrs.get("order")
+    if (order == [0, 2, 3, 1] and src is not None and ctx.on_dpu(src.name)
+            and src.shape is not None and len(src.shape) == 4):
+        return Verdict(DPU, [], ["permute(0, 2, 3, 1) of a feature map is XIR's NHWC order: no data "
+                                 "moves, and a following reshape needs no inserted permute."])
+    return cpu_verdict("{} can't be assigned to DPU: it moves data in memory ({}), and {} has no engine "
+                "for that.".format(node.op, order or node.attrs.get("dims"), ctx.target.name))
+
 
 RECORD = OpRecord(
     family="permute",
@@ -15,4 +33,5 @@ RECORD = OpRecord(
     signatures={TRANSPOSE: (("input", "dim0", "dim1"), {})},
     approximation=Absent("moves no value"),
     source="nndct_shared/quantization/commander.py (SoftFuseTranspose)",
+    dpu_rule={PERMUTE: DpuRule(("permute",), dpu_permute), TRANSPOSE: DpuRule(("transpose",), dpu_permute)},
 )

@@ -7,7 +7,10 @@ import operator
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -18,6 +21,16 @@ FILL = "aten::fill_"
 # calls that split a tensor into a tuple; each piece taken becomes an nndct_strided_slice node
 SPLIT_FUNCTIONS = (torch.chunk, torch.split)
 SPLIT_METHODS = ("chunk", "split")
+
+
+def dpu_piece(node: Any, ctx: Any) -> Verdict:
+    """chunk / split and the pieces taken from them: channel slices of the producer's map, where
+    the producer runs."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return cpu_verdict("The input of {} is not on DPU.".format(node.op), fixes=[follows(src.name)])
+    return Verdict(DPU)
+
 
 RECORD = OpRecord(
     family="slicing",
@@ -31,4 +44,9 @@ RECORD = OpRecord(
     methods={"select": SELECT},
     approximation=Absent("moves no value"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
+    dpu_rule={STRIDED_SLICE: DpuRule(("getitem",), dpu_piece), SELECT: Absent("a float operator of the quantizer"),
+              INDEX: Absent("a float operator of the quantizer"),
+              TUPLE_INDEX: Absent("no call of its own: the capture makes it for an op returning several outputs"),
+              # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type, pieces where the producer runs
+              "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
 )

@@ -3,9 +3,19 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
+from typing import Any
+
+from .dpu_support import Verdict, cpu_verdict, tail_fix
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 SOFTMAX = "nndct_softmax"
+
+
+def dpu_softmax(node: Any, ctx: Any) -> Verdict:
+    """Softmax is not a DPU engine op; Vitis AI runs it on the CPU (or a separate softmax IP)."""
+    return cpu_verdict("softmax can't be assigned to DPU: it runs on the CPU or on a separate softmax IP "
+                "next to the DPU.", fixes=[tail_fix(node, ctx)])
+
 
 RECORD = OpRecord(
     family="softmax",
@@ -16,4 +26,5 @@ RECORD = OpRecord(
     signatures={SOFTMAX: (("input", "dim"), {"dim": None})},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    dpu_rule={SOFTMAX: DpuRule(("softmax",), dpu_softmax, True)},
 )
