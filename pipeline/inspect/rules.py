@@ -54,7 +54,8 @@ def float_operator(node: OpNode, ctx: Context) -> Verdict:
     real quantizer's ``QUANTIZER_TORCH_FLOAT_OP``, or an element-wise op with a constant): the
     CPU runs it in float on its quantized input."""
     return cpu_verdict("{} ({}) is a float operator of the quantizer: it runs in float on the CPU, on its "
-                "quantized input.".format(node.op, node.source), fixes=[constant_fold_fix(node, ctx), tail_fix(node, ctx)])
+                       "quantized input.".format(node.op, node.source),
+                       fixes=[constant_fold_fix(node, ctx), tail_fix(node, ctx)])
 
 
 def decide(node: OpNode, ctx: Context) -> Verdict:

@@ -7,7 +7,8 @@ has no type for keeps its torch type ``aten::<name>`` and runs in float (nndct's
 
 Everything below the list is read off the records: the capture's module/function/method tables, each
 type's :data:`record.OpSpec`, the functional forms' signatures, the role groups (``CONV_TYPES``,
-``PARAM_TYPES``, ...) and the inspector's DPU-support rules (``DPU_RULES``, ``DPU_RULE_BY_NAME``). The type names are re-exported so that ``from pipeline import ops as t`` gives
+``PARAM_TYPES``, ...) and the inspector's DPU-support rules (``DPU_RULES``, ``DPU_RULE_BY_NAME``). The type
+names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
 from typing import Callable, Dict, Tuple, Union

@@ -1,8 +1,8 @@
 """A batch norm with no conv before it (``nndct_batch_norm``): a per-channel scale and offset layer.
 nndct's BatchNorm module does no bias correction."""
-from torch import nn
-
 from typing import Any
+
+from torch import nn
 
 from .dpu_support import CPU, DPU, Fix, Verdict, cpu_verdict, follows
 from .record import Absent, DpuRule, OpRecord, OpSpec

@@ -1,7 +1,7 @@
 """Concatenation along one axis (``nndct_concat``): ``torch.cat``."""
-import torch
-
 from typing import Any
+
+import torch
 
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .record import Absent, DpuRule, OpRecord, OpSpec

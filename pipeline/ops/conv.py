@@ -186,7 +186,8 @@ RECORD = OpRecord(
     approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
                          "fixed point, the shifts are docs/arithmetic.md's"),
     source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py",
-    dpu_rule={CONV2D: DpuRule(("conv2d",), dpu_conv2d), DEPTHWISE_CONV2D: DpuRule(("depthwise_conv2d",), dpu_depthwise_conv2d),
+    dpu_rule={CONV2D: DpuRule(("conv2d",), dpu_conv2d),
+              DEPTHWISE_CONV2D: DpuRule(("depthwise_conv2d",), dpu_depthwise_conv2d),
               CONVTRANSPOSE2D: DpuRule(("conv_transpose2d",), dpu_conv_transpose2d),
               DEPTHWISE_CONVTRANSPOSE2D: DpuRule(("conv_transpose2d",), dpu_conv_transpose2d)},
 )

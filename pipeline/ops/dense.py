@@ -1,7 +1,7 @@
 """Fully connected layers (``nndct_dense``): ``nn.Linear`` and ``nn.MultiheadAttention``'s ``out_proj``."""
-from torch import nn
-
 from typing import Any
+
+from torch import nn
 
 from .dpu_support import DPU, Verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec

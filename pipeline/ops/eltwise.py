@@ -3,10 +3,9 @@ spelling), ``nndct_rsub`` (a number minus a tensor: torch traces ``c - x`` as ``
 ``nndct_elemwise_mul``, ``nndct_elemwise_div``). Add and mul run on the DPU; sub, rsub and div are
 quantized float operators. A Python number operand becomes an ``nndct_const`` node, numbered first."""
 import operator
+from typing import Any
 
 import torch
-
-from typing import Any
 
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
 from .record import Absent, DpuRule, OpRecord, OpSpec

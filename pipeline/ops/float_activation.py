@@ -1,11 +1,11 @@
 """Activations that run in float on the CPU (``nndct_sigmoid``, ``nndct_tanh``, ``aten::silu``,
 ``nndct_clamp``; ``nndct_GELU``, which nndct quantizes): quantized before a conv, left in float as the
 model's output (docs/arithmetic.md#float-operators)."""
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any
 
 from .dpu_activation import where_it_runs
 from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix

@@ -19,5 +19,6 @@ RECORD = OpRecord(
     roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
     approximation=Absent("float operators on the CPU"),
     source="nndct_shared/base/key_names.py",
-    dpu_rule={EQUAL: Absent("a float operator of the quantizer"), REMAINDER: Absent("a float operator of the quantizer")},
+    dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
+              REMAINDER: Absent("a float operator of the quantizer")},
 )

@@ -1,8 +1,8 @@
 """Graph inputs, constants, zero tensors and the graph's return (``nndct_input``, ``nndct_const``,
 ``nndct_zeros``, ``nndct_return``; ``nndct_shared/base/key_names.py``)."""
-import torch
-
 from typing import Any
+
+import torch
 
 from .dpu_support import Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec
@@ -29,5 +29,7 @@ RECORD = OpRecord(
     methods={"new_zeros": ZEROS},
     approximation=Absent("data enters and leaves; nothing is computed"),
     source="nndct_shared/base/key_names.py",
-    dpu_rule={INPUT: Absent("a graph input: the load engine brings it in"), CONST: Absent("a parameter, no node of the inspector"), ZEROS: DpuRule(("new_zeros", "zeros"), dpu_zeros), RETURN: Absent("the graph output, no node of the inspector")},
+    dpu_rule={INPUT: Absent("a graph input: the load engine brings it in"),
+              CONST: Absent("a parameter, no node of the inspector"),
+              ZEROS: DpuRule(("new_zeros", "zeros"), dpu_zeros)},
 )

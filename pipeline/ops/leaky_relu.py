@@ -1,9 +1,9 @@
 """LeakyReLU (``nndct_leaky_relu``): the DPU's slope is 26/256 whatever the model says; the quantizer
 forces it (``pytorch_nndct/nn/modules/leaky_relu.py``; docs/arithmetic.md#leakyrelu-slope)."""
+from typing import Any, Optional
+
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any, Optional
 
 from .dpu_activation import activation
 from .dpu_support import Fix, Verdict
@@ -33,7 +33,8 @@ def leaky_relu_slope_fix(node: Any) -> Optional[Fix]:
 
 
 def dpu_leaky_relu(node: Any, ctx: Any) -> Verdict:
-    """LeakyReLU: an activation (``dpu_activation.activation``) with the slope 26/256 the quantizer forces (the change, and the fix that makes float and DPU agree)."""
+    """LeakyReLU: an activation (``dpu_activation.activation``) with the slope 26/256 the quantizer
+    forces (the change, and the fix that makes float and DPU agree)."""
     return activation(node, ctx, changes=[leaky_relu_slope_note(node)], fixes=[leaky_relu_slope_fix(node)])
 
 

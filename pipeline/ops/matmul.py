@@ -1,9 +1,8 @@
 """Matrix products of two tensors (``nndct_matmul``): ``x @ y``, ``torch.matmul``."""
 import operator
+from typing import Any
 
 import torch
-
-from typing import Any
 
 from .dpu_support import Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec

@@ -1,7 +1,7 @@
 """``x.mean(dims)`` (``aten::mean``): nndct has no type for it; a float operator."""
-import torch
-
 from typing import Any
+
+import torch
 
 from .dpu_support import Verdict, unknown
 from .pool import dpu_pool

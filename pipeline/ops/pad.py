@@ -1,8 +1,8 @@
 """Constant (zero) padding (``nndct_pad_nd``): ``nn.ZeroPad2d``, ``F.pad``."""
+from typing import Any
+
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any
 
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .record import Absent, DpuRule, OpRecord, OpSpec

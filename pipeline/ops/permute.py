@@ -1,8 +1,8 @@
 """Axis reorders (``nndct_permute``, ``nndct_transpose``). A transpose is not in nndct's
 ``QUANTIZABLE_OPS`` and joins its producer's group (``SoftFuseTranspose``)."""
-import torch
-
 from typing import Any
+
+import torch
 
 from .dpu_support import DPU, Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec

@@ -3,11 +3,10 @@
 reproduces the factor (``pytorch_nndct/nn/modules/avgpool.py``, ``adaptive_avgpool.py``;
 docs/arithmetic.md#average-pool-correction)."""
 import math
+from typing import Any
 
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any
 
 from .dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, fix_padding, legal_values
 from .dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown

@@ -1,9 +1,9 @@
 """Ops that view data in a new shape (``nndct_flatten``, ``nndct_reshape``, ``nndct_contiguous``,
 ``nndct_squeeze``, ``nndct_unsqueeze``): never their own fix position, they defer to their producer."""
+from typing import Any, Optional
+
 import torch
 from torch import nn
-
-from typing import Any, Optional
 
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, follows
 from .record import Absent, DpuRule, OpRecord, OpSpec

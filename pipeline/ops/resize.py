@@ -1,8 +1,8 @@
 """Up- and down-sampling (``nndct_resize``): ``nn.Upsample`` and ``F.interpolate``."""
+from typing import Any
+
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any
 
 from .dpu_checks import check_transposed_kernel
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown

@@ -29,6 +29,7 @@ RECORD = OpRecord(
     roles={"arithmetic": (FLOOR_DIVIDE, TRUNC_DIV)},
     approximation=Absent("Python integers, never on the DPU"),
     source="nndct_shared/base/key_names.py",
-    dpu_rule={SHAPE: Absent("a Python int from sizes, no tensor"), FLOOR_DIVIDE: Absent("a Python int from sizes, no tensor"),
+    dpu_rule={SHAPE: Absent("a Python int from sizes, no tensor"),
+              FLOOR_DIVIDE: Absent("a Python int from sizes, no tensor"),
               TRUNC_DIV: Absent("a Python int from sizes, no tensor")},
 )

@@ -4,10 +4,9 @@ several (``nndct_tuple_index``), the in-place fill of ``x[idx] = number`` (``ate
 calls that split a tensor into pieces (chunk, split: each piece taken is an ``nndct_strided_slice``).
 nndct warns ``QUANTIZER_TORCH_FLOAT_OP`` for select and index."""
 import operator
+from typing import Any
 
 import torch
-
-from typing import Any
 
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .record import Absent, DpuRule, OpRecord, OpSpec
@@ -47,6 +46,7 @@ RECORD = OpRecord(
     dpu_rule={STRIDED_SLICE: DpuRule(("getitem",), dpu_piece), SELECT: Absent("a float operator of the quantizer"),
               INDEX: Absent("a float operator of the quantizer"),
               TUPLE_INDEX: Absent("no call of its own: the capture makes it for an op returning several outputs"),
-              # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type, pieces where the producer runs
+              # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type; the
+              # pieces run where the producer does
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
 )

@@ -1,9 +1,9 @@
 """Softmax (``nndct_softmax``): a quantized float operator."""
+from typing import Any
+
 import torch
 import torch.nn.functional as F
 from torch import nn
-
-from typing import Any
 
 from .dpu_support import Verdict, cpu_verdict, tail_fix
 from .record import Absent, DpuRule, OpRecord, OpSpec
