@@ -35,7 +35,8 @@ class OpNode:
 
     Attributes:
         name: the fx node name, unique in the graph (``layer1_0_conv1``).
-        op: canonical op type; "input" for a graph input.
+        op: the inspector's name of the op (its record's ``dpu_rule`` names, else the call's own
+            name: ``conv2d``, ``view``, ``truediv``); "input" for a graph input.
         source: what the model called: ``nn.Conv2d 'layer1.0.conv1'``, ``torch.flatten``,
             ``Tensor.view``.
         inputs: names of the OpNodes whose outputs feed this one (graph inputs included,
