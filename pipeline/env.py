@@ -61,15 +61,15 @@ def _step(uses: str, can_run: bool, why_not: Optional[str], checked: Optional[st
     return {"uses": uses, "can_run": can_run, "why_not": None if can_run else why_not, "checked": checked}
 
 
-def _probe(run: Any) -> Tuple[Optional[str], Optional[str]]:
-    """``(what it did, None)`` when the probe ``run`` works, ``(None, why not)`` when it raises (the
-    pipeline's log is held back meanwhile: the probe's progress is not the user's)."""
+def _probe(run: Any, backend_class: Any) -> Tuple[Optional[str], Optional[str]]:
+    """``(what it did, None)`` when the probe ``run`` of ``backend_class`` works, ``(None, why not)`` when
+    it raises (the pipeline's log is held back meanwhile: the probe's progress is not the user's)."""
     import logging
     log = logging.getLogger("pipeline")
     level = log.level
     log.setLevel(logging.ERROR)
     try:
-        return run(), None
+        return run(backend_class), None
     except Exception as exc:  # any failure is the answer: the step does not work here
         first = (str(exc).strip().splitlines() or [""])[0][:300]
         return None, "its packages are installed, but it fails here (probed on a tiny model): %s: %s" % (
@@ -99,7 +99,7 @@ def _backend_steps(probe: bool) -> Dict[str, Dict[str, Any]]:
                                         and all(_module_found(m) for m in req.modules)):
                     why = req.why_not
                 if why is None and probe and req.probe is not None:
-                    checked, why = _probe(req.probe)
+                    checked, why = _probe(req.probe, cls)
                 steps["%s (%s)" % (step, cls.name)] = _step(req.uses, why is None, why, checked)
     return steps
 

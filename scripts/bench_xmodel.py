@@ -37,7 +37,8 @@ from pipeline.quantizers.sim.export import export_onnx, verify_onnx  # noqa: E40
 from pipeline.models.zoo import digits_cnn, randomize_bn, resnet18  # noqa: E402
 from pipeline.quantizers.quant_config import load_quant_config  # noqa: E402
 from pipeline.quantizers.sim.session import SimSession  # noqa: E402
-from pipeline.quantizers.sim.xmodel import reader, verify, writer  # noqa: E402
+from pipeline.xir import reader  # noqa: E402
+from pipeline.quantizers.sim.xmodel import verify, writer  # noqa: E402
 
 
 def _model(name: str, size: int) -> Tuple[torch.nn.Module, Tuple[int, ...]]:

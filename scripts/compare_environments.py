@@ -71,7 +71,7 @@ def _same_xmodel(a, b):
     """None when the two files hold the same graph up to the trace's numbering (the tests' one rule,
     tests/support/xmodel_compare.py: names equal but for their runs of digits, then the graphs equal
     once ``a``'s ops carry ``b``'s names by position), else what differs."""
-    from pipeline.quantizers.sim.xmodel import schema
+    from pipeline.xir import schema
     from tests.support import xmodel_compare
     mine, theirs = xmodel_compare.load(a), xmodel_compare.load(b)
     names = xmodel_compare.op_names(theirs)

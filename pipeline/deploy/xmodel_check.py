@@ -19,7 +19,7 @@ SUFFIX = "_int.xmodel"
 
 
 def _input_fix_points(msg: Any, data_op: str) -> List[int]:
-    from ..quantizers.sim.xmodel import schema
+    from ..xir import schema
     out = []
     for node in msg.op_node:
         if node.op_type == "fix" and any(data_op in arg.arg_ops for arg in node.args) and "fix_point" in node.op_attr:
@@ -43,7 +43,7 @@ def check_quantized_xmodel(data: bytes, name: str, input_shape: Optional[List[in
         HandoffError: the bytes are not an xmodel, the graph breaks XIR's definitions, or it is not
             this model's (name, input shape, input fix_pos): every problem named.
     """
-    from ..quantizers.sim.xmodel import reader
+    from ..xir import reader
     try:
         msg = reader.read_xmodel(data)
         reader.check(msg)

@@ -232,7 +232,7 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
 def _read_xmodel(path: str) -> Any:
     from pipeline.inspect.xmodel_check import check_file
     from pipeline.inspect.xmodel_file import load as load_file
-    from pipeline.quantizers.sim.xmodel import reader
+    from pipeline.xir import reader
     report = check_file(path)
     if not report["ok"]:
         raise CompareError("--xmodel: %s" % report["verdict"])

@@ -1,7 +1,7 @@
 """What the first diverging op of ``python -m pipeline compare`` computes from: its inputs (and whether they
 matched), its fix positions (input, weights, bias, output) with the DPU's shifts, and the DPU approximation
 the op stands for (average-pool factor, LeakyReLU 26/256, hard-sigmoid 2731/16384 and Hardswish's Q7),
-taken from the project's own constants (``quantizers/fixpoint.py``, ``quantizers/sim/ops.py``)."""
+taken from the project's own constants (the op records: ``ops/pool.py``, ``ops/leaky_relu.py``, ``ops/hard_sigmoid.py``)."""
 from typing import Any, Dict, List, Optional
 
 from pipeline.inspect.compare_load import stem

@@ -23,7 +23,7 @@ import numpy as np
 from pipeline.errors import PipelineError
 from pipeline.inspect.xmodel_file import TO_DO, XmodelFileError, load
 from pipeline.quantizers.quant_info import FIX_POS_RANGE
-from pipeline.quantizers.sim.xmodel import opdefs, reader, schema
+from pipeline.xir import opdefs, reader, schema
 
 GROUPS = ("structure", "op_definitions", "fix_positions", "shapes")
 PROJECT, VITIS_AI, UNKNOWN = "this project", "Vitis AI quantizer", "unknown"

@@ -48,7 +48,7 @@ def _checked(args: argparse.Namespace):
     """(report, msg, graph) of a sound file, or (report, None, None) after printing its BROKEN verdict."""
     from pipeline.inspect.xmodel_check import check_file
     from pipeline.inspect.xmodel_file import load
-    from pipeline.quantizers.sim.xmodel import reader
+    from pipeline.xir import reader
     report = check_file(args.file)
     if not report["ok"]:
         return report, None, None

@@ -126,7 +126,7 @@ def verdicts(graph: Any, target: Any) -> List[Dict[str, Any]]:
 
 
 def _is_custom(op_type: str) -> bool:
-    from pipeline.quantizers.sim.xmodel.interp_ops import is_custom
+    from pipeline.xir.interp_ops import is_custom
     return is_custom(op_type)
 
 

@@ -10,7 +10,7 @@ import os
 from typing import Any, Optional, Tuple
 
 from pipeline.errors import PipelineError
-from pipeline.quantizers.sim.xmodel import schema
+from pipeline.xir import schema
 
 EXPECTED = ("an XIR .xmodel: one serialized serial_v2.Graph protobuf message, the <Model>_int.xmodel that the "
             "quantizer's export_xmodel() writes")

@@ -94,7 +94,7 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
             :func:`fit_input`), or the interpreter cannot compute an op (named).
     """
     import torch
-    from pipeline.quantizers.sim.xmodel import interp
+    from pipeline.xir import interp
     datas = interp.data_ops(graph)
     if len(input_paths) != len(datas):
         raise XmodelRunError("%d --input given, the file has %d data op%s: %s (in model argument order); give one "

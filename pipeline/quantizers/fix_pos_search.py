@@ -14,7 +14,7 @@ from typing import Dict, Iterable, List, Optional, Tuple
 import numpy as np
 import torch
 
-from .fixpoint import ROUNDING_METHODS, pow2
+from ..fixpoint import ROUNDING_METHODS, pow2
 
 # Scope of the diffs search (docs/arithmetic.md#fix-position-search): 5 candidates ("mse" diffs mode, the
 # default) for weights, bias and activations; 1 for the network input (INPUT / QuantStub nodes).

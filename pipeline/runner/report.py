@@ -13,13 +13,13 @@ import logging
 import os
 import platform
 import sys
-from typing import Any, Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 from .. import fileio, support
 from .._version import __version__
 from ..errors import RunFolderError
 from ..steps import ORDER, load_results
-from .state import SOURCE_FILE, read_json_state, step_fix
+from .state import SOURCE_FILE, read_json_state, rendered
 
 log = logging.getLogger("pipeline")
 
@@ -75,17 +75,6 @@ def artifacts(work_dir: str, incomplete: Sequence[str] = ()) -> List[Dict[str, A
                 row["incomplete"] = True
             rows.append(row)
     return sorted(rows, key=lambda row: row["path"])
-
-
-def rendered(name: str, what: Callable[[], Any]) -> Any:
-    """``what()``, a step result's rendering; a saved result whose content the rendering cannot use
-    (a key missing or of another type deep inside it) is a RunFolderError naming its file and the fix."""
-    try:
-        return what()
-    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        raise RunFolderError("%s: expected the %s step's results as this version of the pipeline writes them, "
-                             "found content it cannot use (%s: %s); %s" % (os.path.join("steps", name + ".json"), name,
-                                                                        type(exc).__name__, exc, step_fix(name)))
 
 
 def read_source(run: Any) -> Optional[Dict[str, Any]]:

@@ -12,10 +12,12 @@ escaped (``html_parts.esc``). Every table sorts by the column whose header is cl
 reverses); numbers sort as numbers. Opened with ``#selftest`` the page sorts each table by each column
 both ways, checks the order, and writes the verdict into ``#selftest-result`` (the browser test reads it).
 """
+import logging
 import re
 from typing import Any, Dict, List, Tuple
 
 from .html_parts import block, esc, inline, markdown, table
+from .state import SOURCE_FILE, rendered
 
 STYLE = """
 body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",Roboto,sans-serif;margin:0;color:#1b1f23;background:#fafbfc}
@@ -97,7 +99,6 @@ def render_html(r: Dict[str, Any], results: Dict[str, Any], work_dir: str) -> st
     """report.html for report.json's content ``r`` and the typed step results ``results`` (in pipeline
     order) of the run folder ``work_dir`` (its plots are read and inlined; no path of it is written)."""
     from ..data.summary import source_section
-    from .report import SOURCE_FILE, log, rendered
     run = r["run"]
     state, status = _headline(r["status"])
     parts = ['<p>status: <b class="status-%s">%s</b></p>\n<ul><li>config: <code>%s</code> (hash of the resolved '
@@ -119,7 +120,7 @@ def render_html(r: Dict[str, Any], results: Dict[str, Any], work_dir: str) -> st
     try:
         parts.append(markdown(source_section(r.get("source")), work_dir))
     except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
-        log.warning("%s: its content cannot be shown (%s: %s)", SOURCE_FILE, type(exc).__name__, exc)
+        logging.getLogger("pipeline").warning("%s: its content cannot be shown (%s: %s)", SOURCE_FILE, type(exc).__name__, exc)
     arts = [[a["path"] + (" (left by an unfinished step)" if a.get("incomplete") else ""), a["bytes"], a["sha256"]]
             for a in r["artifacts"]]
     parts.append('<h2>Artifacts</h2>\n<div class="artifacts">%s</div>' % (

@@ -23,7 +23,7 @@ import json
 import os
 import stat
 import typing
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 from .. import fileio
 from ..errors import RunFolderError
@@ -122,6 +122,17 @@ def step_fix(step: str) -> str:
     """What to do about a bad ``steps/<step>.json``."""
     return ("run the %s step again (--steps %s), which writes it anew, or remove the file (the results of %s are "
             "then gone)" % (step, step, step))
+
+
+def rendered(name: str, what: Callable[[], Any]) -> Any:
+    """``what()``, a step result's rendering; a saved result whose content the rendering cannot use
+    (a key missing or of another type deep inside it) is a RunFolderError naming its file and the fix."""
+    try:
+        return what()
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError) as exc:
+        raise RunFolderError("%s: expected the %s step's results as this version of the pipeline writes them, "
+                             "found content it cannot use (%s: %s); %s" % (os.path.join("steps", name + ".json"), name,
+                                                                        type(exc).__name__, exc, step_fix(name)))
 
 
 def field_hints(result_class: Any) -> Dict[str, Any]:

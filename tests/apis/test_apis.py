@@ -9,7 +9,7 @@ from torch import nn
 
 from pipeline.apis import dump_xmodel, torch_quantizer
 from pipeline.errors import BackendUnavailableError, ConfigError, ExportError, QuantizationError
-from pipeline.quantizers.sim.xmodel import reader
+from pipeline.xir import reader
 from pipeline.safeload import safe_torch_load
 
 from tests.support.small_net import calibrate_with_api, small_batches, small_net

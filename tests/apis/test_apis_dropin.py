@@ -11,7 +11,7 @@ from torch import nn
 
 from pipeline.apis import Inspector, dump_xmodel, torch_quantizer
 from pipeline.errors import ConfigError, ExportError, QuantizationError
-from pipeline.quantizers.sim.xmodel import reader
+from pipeline.xir import reader
 
 
 class _TwoIn(nn.Module):

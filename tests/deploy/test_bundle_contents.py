@@ -216,7 +216,7 @@ def test_the_xmodel_check_compares_graph_input_shape_and_input_fix_pos():
 
 
 def test_a_flipped_weight_passes_the_xmodel_check_which_is_why_the_sha256_is_checked_too():
-    from pipeline.quantizers.sim.xmodel import reader
+    from pipeline.xir import reader
     with open(CONVNET, "rb") as f:
         data = f.read()
     msg = reader.read_xmodel(data)

@@ -30,7 +30,7 @@ def _dpu_model_param_list():
     classification_param=7}, DpuModelParamList{model=1}."""
     from google.protobuf import descriptor_pb2, descriptor_pool
 
-    from pipeline.quantizers.sim.xmodel.schema import message_classes
+    from pipeline.xir.schema import message_classes
     f = descriptor_pb2.FileDescriptorProto(name="dpu_model_param_subset.proto", package="vitis.ai.proto",
                                            syntax="proto3")
     T = descriptor_pb2.FieldDescriptorProto

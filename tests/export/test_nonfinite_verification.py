@@ -18,7 +18,8 @@ from pipeline.errors import ExportError
 from pipeline.quantizers.sim.backend import SimBackend
 from pipeline.quantizers.sim.export import verify_onnx
 from pipeline.quantizers.sim.finite import agreement
-from pipeline.quantizers.sim.xmodel import reader, verify
+from pipeline.xir import reader
+from pipeline.quantizers.sim.xmodel import verify
 from tests.support.lambda_model import Lambda
 
 NAN, INF = float("nan"), float("inf")

@@ -1,7 +1,7 @@
 """ONNX export of lowered test-mode models (pipeline.quantizers.sim.export) and its ONNX Runtime verification.
 
 The graphs here are hand-made lowered models that follow the sim quantizer's contract: standard
-torch ops, ``pipeline.quantizers.fixpoint.fake_quant`` as the only custom call, conv/linear
+torch ops, ``pipeline.fixpoint.fake_quant`` as the only custom call, conv/linear
 modules with weights already on their 2^-fix_pos grid and ``weight_fix_pos`` / ``bias_fix_pos`` /
 ``bitwidth`` attributes. Inputs are exact half-LSB ties (positive and negative, including codes
 that saturate at -129 and 128) plus ordinary values.
@@ -27,7 +27,7 @@ pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning
 onnx = pytest.importorskip("onnx")
 pytest.importorskip("onnxruntime")
 
-import pipeline.quantizers.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
+import pipeline.fixpoint as fixpoint  # noqa: E402  (attribute access keeps fx.wrap working)
 from pipeline.errors import ExportError  # noqa: E402
 from pipeline.quantizers.sim.export import check_agreement, export_onnx, qdq_reference, qdq_warning, verify_onnx, verify_qdq  # noqa: E402
 from pipeline.models.zoo import randomize_bn  # noqa: E402

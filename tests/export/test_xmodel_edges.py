@@ -10,7 +10,8 @@ from torch import nn
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ExportError, StorageError
-from pipeline.quantizers.sim.xmodel import reader, verify
+from pipeline.xir import reader
+from pipeline.quantizers.sim.xmodel import verify
 from tests.support.dropin_flow import conv, quantize
 from tests.support.lambda_model import Lambda
 

@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from pipeline.quantizers.sim.xmodel import schema
+from pipeline.xir import schema
 from tests.support.xmodel_compare import assert_same_xmodel
 from tests.support.xmodel_golden_helper import CASES, folder, golden_file
 

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from pipeline.inspect import inspect_model
-from pipeline.quantizers.sim.xmodel import reader
+from pipeline.xir import reader
 from tests.support.xmodel_compare import numbering_matches_references, reference_for_this_torch
 from tests.support.xmodel_golden_helper import CASES, folder, golden_file, model_and_data
 

@@ -1,4 +1,4 @@
-"""The xmodel interpreter (pipeline/quantizers/sim/xmodel/interp.py) against the simulation, bit for bit.
+"""The xmodel interpreter (pipeline/xir/interp.py) against the simulation, bit for bit.
 
 The 16 real files of tests/data/golden_xmodel were written by the real quantizer, with which the
 simulation is bit-exact: running a REAL file on the batch-1 input it was exported with (row 0 of the
@@ -22,9 +22,10 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.apis import torch_quantizer
-from pipeline.quantizers.sim.xmodel import interp, reader, verify
+from pipeline.xir import interp, reader
+from pipeline.quantizers.sim.xmodel import verify
 from pipeline.quantizers.sim.xmodel.writer import build_xgraph
-from pipeline.quantizers.sim.xmodel.xgraph import XGraph, formal_name
+from pipeline.xir.xgraph import XGraph, formal_name
 from tests.support import DATA
 from tests.support.xmodel_compare import numbering_matches_references, reference_for_this_torch
 

@@ -1,4 +1,4 @@
-"""XIR op definitions and shape inference (pipeline/quantizers/sim/xmodel/opdefs.py, shapes.py), checked
+"""XIR op definitions and shape inference (pipeline/xir/opdefs.py, shapes.py), checked
 against the real quantizer's xmodel files (tests/data/golden_xmodel) and against libxir's rules."""
 import glob
 import os
@@ -6,8 +6,8 @@ import os
 import numpy as np
 import pytest
 
-from pipeline.quantizers.sim.xmodel import opdefs, schema
-from pipeline.quantizers.sim.xmodel.xgraph import XGraph, XGraphError, XOp
+from pipeline.xir import opdefs, schema
+from pipeline.xir.xgraph import XGraph, XGraphError, XOp
 from tests.support import DATA
 
 GOLDEN = os.path.join(DATA, "golden_xmodel")

@@ -1,4 +1,4 @@
-"""Reading and checking xmodel files (pipeline/quantizers/sim/xmodel/reader.py): the real quantizer's files
+"""Reading and checking xmodel files (pipeline/xir/reader.py): the real quantizer's files
 (tests/data/golden_xmodel) pass, and corrupted messages fail with every problem named."""
 import glob
 import json
@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from pipeline.errors import ExportError
-from pipeline.quantizers.sim.xmodel import reader, schema
-from pipeline.quantizers.sim.xmodel.xgraph import XGraph
+from pipeline.xir import reader, schema
+from pipeline.xir.xgraph import XGraph
 from tests.support import DATA
 
 GOLDEN = os.path.join(DATA, "golden_xmodel")

@@ -162,7 +162,7 @@ def test_qat_deployable_xmodel_is_the_real_quantizers(name, tmp_path):
     DeQuantStub: its trace numbers every op one higher, its input op is named after the stub, and nndct names the
     quantized region's graph ``<Class>_0`` (the subgraph of the stubs' partition, ``nndct_shared/compile/
     deploy_optimizer.py``); ops are therefore compared by position, the graph name aside."""
-    from pipeline.quantizers.sim.xmodel import schema
+    from pipeline.xir import schema
     from tests.support import xmodel_compare
     model, shape = build(name)
     model.load_state_dict(_load(name, "float_state_dict.pt"))

@@ -15,7 +15,7 @@ import torch.fx
 import torch.nn.functional as F
 from torch import nn
 
-import pipeline.quantizers.fixpoint as fixpoint
+import pipeline.fixpoint as fixpoint
 from tests.support import DATA, SUPPORT, torch_line_of_references
 from pipeline.cpu import cpu_capability
 from pipeline.errors import ExportError
@@ -197,7 +197,8 @@ def test_segmentation_head_xmodel_equals_the_real_one(name, phases):
     unless align_corners, the size a stack of constants): the file equals the real one, reads back
     and runs like the simulation on a batch-1 input the export did not see."""
     from pipeline.apis import torch_quantizer
-    from pipeline.quantizers.sim.xmodel import reader, verify
+    from pipeline.xir import reader
+    from pipeline.quantizers.sim.xmodel import verify
     folder = os.path.join(phases["default"], name)
     files = os.listdir(os.path.join(folder, "xmodel"))
     assert len(files) == 1 and files[0].endswith("_int.xmodel")

@@ -15,7 +15,7 @@ from torch import nn
 
 from pipeline.cli import main
 from pipeline.inspect.deploy_dump import write_dump
-from pipeline.quantizers.sim.xmodel import interp, reader
+from pipeline.xir import interp, reader
 from tests.support import DATA, cli_in_process, cli_json
 from tests.support.dropin_flow import conv, quantize
 

@@ -176,7 +176,7 @@ def test_the_sims_xmodel_equals_the_real_quantizers_for_its_calibration(tmp_path
     folder (no manifest: a folder of the real quantizer is used as it is), writes the same graph."""
     if importlib.util.find_spec("xir") is None:
         pytest.skip("needs the xir package (the real quantizer's export_xmodel)")
-    from pipeline.quantizers.sim.xmodel import schema
+    from pipeline.xir import schema
     out = tmp_path / "quantize_result"
     _run(tmp_path, "calib", out)
     test = _run(tmp_path, "test", out)

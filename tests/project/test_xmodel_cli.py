@@ -14,7 +14,7 @@ import pytest
 import torch
 from torch import nn
 
-from pipeline.quantizers.sim.xmodel import interp, reader
+from pipeline.xir import interp, reader
 from tests.support import DATA, cli_in_process, cli_json
 from tests.support.dropin_flow import conv, quantize
 

@@ -189,7 +189,7 @@ def test_a_bit_width_the_qdq_flavour_cannot_hold_is_said_once_for_all_nodes(tmp_
     import torch
     from pipeline.errors import ExportError
     from pipeline.quantizers.sim.export.onnx.export import export_onnx
-    from pipeline.quantizers import fixpoint
+    from pipeline import fixpoint
 
     class Deep(torch.nn.Module):
         def forward(self, x):
@@ -205,7 +205,7 @@ def test_a_bit_width_the_qdq_flavour_cannot_hold_is_said_once_for_all_nodes(tmp_
     message = str(err.value)
     assert message.count("holds at most 8 bits") == 1, message
     assert "40 node(s) are unsupported" in message and "40 nodes [fake_quant (op=call_function" in message
-    assert "fake_quant_3 (op=call_function, target=pipeline.quantizers.fixpoint.fake_quant) and 36 more]" in message
+    assert "fake_quant_3 (op=call_function, target=pipeline.fixpoint.fake_quant) and 36 more]" in message
     assert "Supported:" not in message  # the op list is for an op without a lowering
     assert len(message) < 1000
 

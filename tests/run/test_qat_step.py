@@ -79,7 +79,7 @@ def test_qat_step_trains_through_the_boundary_and_reports_side_by_side(qat_run):
 
 
 def test_qat_export_carries_the_qat_fix_positions_not_the_calibration(qat_run):
-    from pipeline.quantizers.sim.xmodel.reader import read_xmodel
+    from pipeline.xir.reader import read_xmodel
     _, work, _ = qat_run
     qat = _positions(_json(work, "qat", "quant_info.json"))
     ptq = _positions(_json(work, "quantize_result", "quant_info.json"))

@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from pipeline.models.zoo import digits_cnn, mobilenet_v2, randomize_bn, resnet18
-from pipeline.quantizers import fixpoint
+from pipeline import fixpoint
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.quantizers.sim import calib
 from pipeline.quantizers.sim.session import SimSession

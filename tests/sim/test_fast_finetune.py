@@ -272,7 +272,7 @@ def test_fast_finetune_exports_carry_the_finetuned_weights(tmp_path):
     """The test handle and the xmodel use param.pth: a code changed there shows in both."""
     from pipeline.quantizers.base import QuantSettings
     from pipeline.quantizers.sim.backend import SimBackend
-    from pipeline.quantizers.sim.xmodel import reader
+    from pipeline.xir import reader
     model, out, _ = _finetuned(tmp_path, _batches(3))
     state = torch.load(os.path.join(out, "param.pth"))
     info = json.load(open(os.path.join(out, "quant_info.json")))

@@ -5,8 +5,9 @@ import numpy as np
 import pytest
 import torch
 
+from pipeline import fixpoint
+from pipeline.quantizers import fix_pos_search
 from pipeline.ops.pool import avgpool_dpu_scale
-from pipeline.quantizers import fix_pos_search, fixpoint
 
 TIES = [-2.5, -1.5, -0.5, 0.5, 1.5, 2.5]
 

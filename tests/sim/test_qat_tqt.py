@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 import torch
 
-from pipeline.quantizers import fixpoint
+from pipeline import fixpoint
 from pipeline.quantizers.sim.qat.tqt import INPUT, OUTPUT, PARAM, TQTQuantizer, kl_j, three_sigma
 
 

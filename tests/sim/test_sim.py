@@ -10,7 +10,8 @@ from torch import nn
 
 from pipeline.apis import torch_quantizer
 from pipeline.errors import ConfigError, QuantizationError
-from pipeline.quantizers import fix_pos_search, fixpoint
+from pipeline import fixpoint
+from pipeline.quantizers import fix_pos_search
 from pipeline.quantizers.base import QuantSettings, get_backend
 from pipeline.quantizers.quant_config import load_quant_config
 from pipeline.fx.capture import capture

@@ -621,7 +621,8 @@ def rerun_xmodel(folder, corpus, name):
     against the simulation (the calibration in ``folder``) on a batch-1 input the export did not
     see: ``pipeline.quantizers.sim.xmodel.verify.compare``'s report."""
     from pipeline.apis import torch_quantizer
-    from pipeline.quantizers.sim.xmodel import reader, verify
+    from pipeline.xir import reader
+    from pipeline.quantizers.sim.xmodel import verify
     files = os.listdir(os.path.join(folder, "xmodel"))
     assert len(files) == 1 and files[0].endswith("_int.xmodel"), files
     graph = reader.check(reader.read_xmodel(os.path.join(folder, "xmodel", files[0])))

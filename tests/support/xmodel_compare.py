@@ -29,7 +29,7 @@ from typing import Any, Dict, List, Optional, Sequence
 
 import torch
 
-from pipeline.quantizers.sim.xmodel import schema
+from pipeline.xir import schema
 from tests.support import REFERENCE_TORCH, torch_line_of_references
 
 _DIGITS = re.compile(r"[0-9]+")

@@ -10,5 +10,6 @@ It reproduces the real quantizer's numbers bit for bit (tests/sim/test_sim_golde
 - ``calib``: calibration (per-batch diffs search, modal fix_pos, bias correction);
 - ``lowered``: the test-mode ``torch.fx.GraphModule`` of standard ops plus ``fake_quant``;
 - ``session``: one quantization session tying these together;
-- ``backend.SimBackend``: the backend contract of ``pipeline.quantizers.base``.
+- ``backend.SimBackend``: the backend contract of ``pipeline.quantizers.base`` on this library (a room of its
+  own, above the library and its ``xmodel``, ``export`` and ``qat``: docs/architecture.md#floors).
 """

@@ -40,7 +40,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from .. import fixpoint
+from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .adaquant_calib import RawCalibration

@@ -12,7 +12,8 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 
 from ...errors import QuantizationError
-from .. import fix_pos_search, fixpoint
+from ... import fixpoint
+from .. import fix_pos_search
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .calib import Calibrator, bias_corr_table, bias_step, check_batch

@@ -35,7 +35,8 @@ import torch
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from .. import fix_pos_search, fixpoint
+from ... import fixpoint
+from .. import fix_pos_search
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .ops import float_reference, layer_norm, norm_float_params, param_forward, run_node, run_step

@@ -32,7 +32,8 @@ from torch.fx.node import map_arg
 
 from ... import ops as g
 from ...fx.graph import SimGraph
-from .. import fix_pos_search, fixpoint
+from ... import fixpoint
+from .. import fix_pos_search
 from .calib import Calibrator, check_batch
 from .ops import layer_norm, param_forward, run_node, run_step
 

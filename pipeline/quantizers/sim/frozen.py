@@ -18,7 +18,7 @@ from typing import Any, Callable, Dict, Iterable, Optional, Tuple
 import torch
 from torch.fx.node import map_arg
 
-from .. import fixpoint
+from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .calib import release_schedule

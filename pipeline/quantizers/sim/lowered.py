@@ -6,7 +6,7 @@ node and relies on every point below):
 1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). The
    graph never writes its inputs. Outputs: what the model returns (a tensor or a tuple).
 2. The ONLY custom ``call_function`` is
-   ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
+   ``pipeline.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
    ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
    (Re-tracing the GraphModule keeps it as one node with
@@ -60,7 +60,7 @@ from torch import nn
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from .. import fixpoint
+from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS

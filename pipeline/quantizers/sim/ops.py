@@ -35,7 +35,7 @@ from torch import nn
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from .. import fixpoint
+from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS

@@ -35,8 +35,9 @@ values divided by ``s``), because that is where the fix_pos applies; for these r
 gives the smallest and largest ``s[k]``, as ``cle.equalize`` applied it.
 
 The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
-measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
-bias_corr.pth (the sim is bit-exact with it; tests/sim/test_sim_golden.py).
+measured the same way: ``session.load_test_model`` builds the sim handle from its quant_info.json and
+bias_corr.pth (the sim is bit-exact with it; tests/sim/test_sim_golden.py), as ``pipeline.sensitivity``
+does for the test step.
 
 Statistics are accumulated in float64 per batch; only the running sums are kept, never the
 activations. The float model and the handle run side by side, node by node (a ``torch.fx``
@@ -64,7 +65,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     Args:
         float_model: the caller's float model (eval mode). Never modified: a deep copy on the CPU,
             in eval mode, is traced and run.
-        handle: the sim backend's test-mode model (``SimBackend.load_test``; contract in
+        handle: the simulation's test-mode model (``session.load_test_model``; contract in
             ``pipeline/quantizers/sim/lowered.py``). Only run, never modified.
         quant_info: the ``quant_info.json`` dict ``handle`` was built from. Its ``output``
             entries, ``"<Class>::<node>": [[bitwidth, fix_pos]]``, choose the rows; an entry that
@@ -162,7 +163,7 @@ def _target_name(node: torch.fx.Node) -> str:
 def _match_points(float_gm: torch.fx.GraphModule, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
                   session: Any) -> List[Point]:
     """The rows: quant_info output entries that name a node of ``handle``, in graph order."""
-    from .. import fixpoint
+    from ... import fixpoint
 
     _check_same_quantizer(handle, session)
     graph = session.graph
@@ -202,7 +203,7 @@ def _check_same_quantizer(handle: torch.fx.GraphModule, session: Any) -> None:
     nodes, and every conv/linear weight equal to the session's (BN folded, CLE as configured)
     quantized with the handle's weight fix_pos (a fast-finetuned handle's weights differ on purpose: only
     its nodes are checked). Settings with another CLE switch fail here."""
-    from .. import fixpoint
+    from ... import fixpoint
     from ...ops import PARAM_TYPES
 
     graph = session.graph
@@ -227,7 +228,7 @@ def _op_notes(float_gm: torch.fx.GraphModule, twin: torch.fx.Node, handle: torch
               name: str, quant: torch.fx.Node) -> List[str]:
     """Where the quantized model computes something else than the float op, on purpose (docs/arithmetic.md):
     a module swapped (ReLU6 -> ReLU with CLE), the DPU LeakyReLU slope, a DPU pooling factor."""
-    from .. import fixpoint
+    from ... import fixpoint
 
     notes = []
     if twin.op == "call_module" and name in dict(handle.named_children()):

@@ -24,7 +24,7 @@ import numpy as np
 import torch
 
 from ....errors import ExportError
-from ... import fixpoint
+from .... import fixpoint
 from ..finite import agreement, check_compared, check_inputs
 
 

@@ -6,7 +6,7 @@ parameter ``log_threshold`` (log2 of the threshold t), per tensor, symmetric. Fo
     fix_pos = b - 1 - ceil(log_threshold)
     q(x)    = clamp(R(x * 2**fix_pos), -2**(b-1), 2**(b-1) - 1) * 2**-fix_pos
 
-R is std_round for parameters and half_up for inputs and outputs: ``pipeline.quantizers.fixpoint``,
+R is std_round for parameters and half_up for inputs and outputs: ``pipeline.fixpoint``,
 the rounding PTQ uses, so equal fix positions give equal numbers. The backward is the real
 quantizer's hand-written one (``TQTQuantize.backward`` in vai_q_pytorch 3.5
 ``nn/quantization/ops/tqt_ops.py``; Jain et al., "Trained Quantization Thresholds", arXiv
@@ -29,7 +29,7 @@ import torch
 from torch import nn
 
 from ....errors import QuantizationError
-from ... import fixpoint
+from .... import fixpoint
 
 PARAM, INPUT, OUTPUT = "param", "input", "output"
 ROUNDING = {PARAM: "std_round", INPUT: "half_up", OUTPUT: "half_up"}

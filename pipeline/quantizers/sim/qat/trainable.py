@@ -30,8 +30,8 @@ import torch.fx
 from torch import nn
 
 from ....errors import QuantizationError
+from .... import fixpoint
 from .... import ops as g
-from ... import fixpoint
 from ...quant_info import make_quant_info, read_quant_info
 from ..lowered import build_lowered
 from ..plan import adjust_fix_pos

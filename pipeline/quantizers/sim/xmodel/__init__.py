@@ -6,14 +6,14 @@ image. This package writes the same file from the simulation, with the ``protobu
 fix positions as the real quantizer writes for the same model and calibration (the golden files in
 tests/data/golden_xmodel are reproduced as parsed messages).
 
-- ``schema``: XIR's serialized graph (``serial_v2``) as protobuf descriptors;
-- ``opdefs``/``shapes``: libxir's op definitions and shape inference; ``xgraph``: a graph built the
-  way libxir builds one (defaults, kinds, topological order);
+The format itself (the serialized graph, the op definitions and shape inference, the graph as libxir
+builds one, the reader and the interpreter) is ``pipeline.xir``; this package is nndct's side of it:
+
 - ``names``: the real quantizer's node names, from a ``torch.jit`` trace as nndct makes it;
 - ``lower``/``devgraph``/``deploy``/``layout``: nndct's deploy graph and its rewrites (NHWC,
   transposes, pad folding, reshapes); ``convert``: the ops nndct creates per node;
-- ``writer``: the whole export; ``reader``: parse and check a file; ``interp``: run a file;
-  ``verify``: a file against the simulation.
+- ``writer``: the whole export; ``verify``: a file (``xir.reader``, run by ``xir.interp``) against
+  the simulation; ``deploy_check``: the real quantizer's deploy-check dumps.
 
 :func:`write_xmodel` writes a file and proves it: read back, checked, and run by the interpreter
 on the batch-1 example against the simulation, bit for bit.
@@ -61,8 +61,9 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
             or inf (a check of nothing finite); nothing is written under the final name.
     """
     from ..finite import check_inputs, note
-    from . import reader, verify
-    from .xgraph import XGraphError
+    from ....xir import reader
+    from ....xir.errors import XGraphError
+    from . import verify
     # the file is proved on the example: a NaN there proves nothing (finite.py), refused before any work
     check_inputs(examples, "xmodel", "give a finite batch-1 example (with the drop-in API: the first test-mode "
                  "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")

@@ -12,13 +12,13 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 import numpy as np
 
 from ....errors import ExportError
+from .... import fixpoint
 from .... import ops as t
-from ... import fixpoint
 from .devgraph import Graph, Node
 from ....ops.hard_sigmoid import HARD_SIGMOID_SCALE as DPU_HARD_SIGMOID_SCALE
 from ....ops.pool import avgpool_dpu_scale
 from .layout import PERMUTE
-from .xgraph import XGraph, XOp, formal_name
+from ....xir.xgraph import XGraph, XOp, formal_name
 
 FixTable = Dict[str, Tuple[int, int]]  # nndct tensor or node name -> (bit_width, fix_pos)
 PAD_MODES = {0: "FLOOR", 1: "CEIL", 2: "SAME", 3: "VALID"}
@@ -270,6 +270,6 @@ def write(graph: Graph, params: FixTable, outputs: FixTable) -> XGraph:
 
     Raises:
         ExportError: the graph refers to an op before creating it.
-        xgraph.XGraphError: an op XIR's definitions refuse (a missing attribute, a shape mismatch).
+        xir.errors.XGraphError: an op XIR's definitions refuse (a missing attribute, a shape mismatch).
     """
     return _Writer(graph, params, outputs).write()

@@ -27,7 +27,7 @@ from ....errors import ExportError
 from .... import ops as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
-from ... import fixpoint
+from .... import fixpoint
 from ....ops.leaky_relu import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
 from .layout import INT_MAX

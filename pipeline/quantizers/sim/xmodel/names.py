@@ -360,7 +360,7 @@ def xmodel_op_names(model: nn.Module, examples: Tuple[torch.Tensor, ...], cfg: A
     from ....fx.rewrites import swap_modules
     from ....fx.work_copy import work_copy
     from ...quant_config import load_quant_config
-    from .xgraph import formal_name
+    from ....xir.xgraph import formal_name
     cfg = cfg if cfg is not None else load_quant_config(None, None)
     graph = capture(model, examples, cfg.rewrites())
     swapped = work_copy(model)

@@ -11,12 +11,12 @@ import torch
 import torch.fx
 
 from ....errors import ExportError
-from ... import fixpoint
+from .... import fixpoint
 from ..finite import agreement, check_compared, check_inputs
-from .interp import by_shape, fit_layout, run, to_model_layout
-from .interp_base import FloatOp, InterpreterError, op_error
-from .interp_ops import is_custom
-from .xgraph import XGraph, XOp, formal_name
+from ....xir.interp import by_shape, fit_layout, run, to_model_layout
+from ....xir.interp_base import FloatOp, InterpreterError, op_error
+from ....xir.interp_ops import is_custom
+from ....xir.xgraph import XGraph, XOp, formal_name
 
 
 def _as_list(y: Any) -> List[torch.Tensor]:

@@ -17,7 +17,7 @@ from . import convert, deploy
 from .devgraph import Graph
 from .lower import deploy_graph
 from .names import node_names
-from .xgraph import XGraph
+from ....xir.xgraph import XGraph
 
 
 def _fix_tables(session: Any, dev: Graph, info: Dict[str, Any],
@@ -83,7 +83,7 @@ def build(session: Any, lowered: torch.fx.GraphModule,
 
     Raises:
         lower.XmodelUnsupported: a node the xmodel cannot carry (the message names it).
-        ExportError / xgraph.XGraphError: the graph cannot be built as XIR defines its ops.
+        ExportError / xir.errors.XGraphError: the graph cannot be built as XIR defines its ops.
     """
     graph = session.graph  # type: SimGraph
     swapped = work_copy(session.model)

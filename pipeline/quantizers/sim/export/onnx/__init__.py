@@ -6,7 +6,7 @@ express the DPU's half_up rounding).
 
 Input contract (the lowered test-mode model of the ``sim`` quantizer):
 
-- ``pipeline.quantizers.fixpoint.fake_quant(x, fix_pos, bitwidth, method)`` is the only custom
+- ``pipeline.fixpoint.fake_quant(x, fix_pos, bitwidth, method)`` is the only custom
   call; ``method`` is ``"half_up"`` (input and activations) or ``"std_round"``; it means
   ``q = clamp(R(x * 2^fix_pos), -2^(b-1), 2^(b-1) - 1)`` and ``x_hat = q * 2^-fix_pos``
   (docs/arithmetic.md#number-format, docs/arithmetic.md#rounding).
@@ -28,7 +28,7 @@ Flavours (``FLAVOURS``):
 - ``"exact"``: each fake_quant becomes ``v = Mul(x, 2^p)``, the rounding, ``Clip(-2^(b-1),
   2^(b-1)-1)`` and ``Mul(2^-p)``. half_up is ``r = Round(v)`` (half to even) plus 1 where
   ``v - r == 0.5``; std_round is ``Sign(v) * (Floor(|v|) + (|v| - Floor(|v|) >= 0.5))``. These
-  are the rules of ``pipeline.quantizers.fixpoint`` (``round_half_up``, ``round_std``), exact for
+  are the rules of ``pipeline.fixpoint`` (``round_half_up``, ``round_std``), exact for
   every float32 value, so ONNX Runtime reproduces the simulation bit for bit. The shortcut
   ``Floor(v + 0.5)`` is not used: for v = 0.5 - 2^-25 the addition rounds up to 1.0 and gives 1
   where the DPU kernel (``_vai_round_cpu``, docs/arithmetic.md#rounding) gives 0. Weights and bias are float32

@@ -13,12 +13,12 @@ PRODUCER_NAME = "vitis-pipeline"
 INPUT_NAME = "input"
 BATCH_DIM = "N"
 ROUNDING_METHODS = ("half_up", "std_round")
-FAKE_QUANT_MODULE = "pipeline.quantizers.fixpoint"
+FAKE_QUANT_MODULE = "pipeline.fixpoint"
 FAKE_QUANT_NAME = "fake_quant"
 
 
 def is_fake_quant(target: Any) -> bool:
-    """True for ``pipeline.quantizers.fixpoint.fake_quant`` (matched by name: the exporter does
+    """True for ``pipeline.fixpoint.fake_quant`` (matched by name: the exporter does
     not import the quantizer)."""
     return (getattr(target, "__module__", None) == FAKE_QUANT_MODULE
             and getattr(target, "__name__", None) == FAKE_QUANT_NAME)

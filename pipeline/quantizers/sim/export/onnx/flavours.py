@@ -11,7 +11,7 @@ ROUNDING_EXACT = ("bit-exact: v = x * 2^fix_pos; half_up (input and activations)
         "even) + 1 where v - Round(v) == 0.5, i.e. ties toward +inf; std_round is Sign(v) * "
         "(Floor(|v|) + (|v| - Floor(|v|) >= 0.5)), ties away from zero; then Clip to "
         "[-2^(b-1), 2^(b-1)-1] and Mul(2^-fix_pos). Same rules as "
-        "pipeline.quantizers.fixpoint, exact for every float32 value, so ONNX Runtime "
+        "pipeline.fixpoint, exact for every float32 value, so ONNX Runtime "
         "reproduces the simulation exactly.")
 ROUNDING_QDQ = ("QuantizeLinear rounds half to even (ONNX spec), the DPU rounds activations half_up "
         "(ties toward +inf) and weights std_round: a value exactly on a half-LSB tie can land "

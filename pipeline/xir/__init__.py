@@ -1,0 +1,17 @@
+"""The XIR format without ``xir``: libxir's serialized graph, op definitions and graph, and an interpreter.
+
+The Vitis AI image's ``xir`` Python package (libxir) reads, builds and checks ``.xmodel`` files; this
+package restates the part of it the pipeline needs with the ``protobuf`` package alone (docs/xmodel.md),
+and knows nothing of who made a graph (the simulation's writer, the real quantizer, a compiler):
+
+- ``schema``: XIR's serialized graph (``serial_v2``) as protobuf descriptors;
+- ``opdefs`` with ``shapes``, ``shapes_conv``, ``shapes_layout``: libxir's op definitions and shape
+  inference; ``xgraph``: a graph built the way libxir builds one (defaults, kinds, topological order);
+  ``errors``: ``XGraphError``, what they raise;
+- ``reader``: parse a file and check it against the op definitions;
+- ``interp`` with ``interp_ops`` and ``interp_base``: run a graph on the CPU, the DPU's fixed-point
+  arithmetic from ``pipeline.fixpoint``.
+
+The simulation's writer (``pipeline.quantizers.sim.xmodel``), the inspector's ``xmodel`` commands and
+the deploy step's check use it; it imports nothing of theirs.
+"""

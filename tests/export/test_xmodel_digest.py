@@ -1,0 +1,86 @@
+"""The xmodel digests of tests/support/xmodel_digest.py (the stored form of the torchvision families' real
+files), on a real file: the canonical hash does not depend on the order the maps were written in, and
+the hash and the summary see a changed constant, fix position, attribute, edge, name or shape, the
+summary saying where."""
+import gzip
+import json
+
+import pytest
+
+from pipeline.quantizers.sim.xmodel import schema
+from tests.support import xmodel_compare as xc
+from tests.support import xmodel_digest as xd
+from tests.support.xmodel_golden_helper import golden_file
+
+REAL = golden_file("golden", "resblock", "default")
+
+
+def _copy(graph):
+    copy = type(graph)()
+    copy.CopyFrom(graph)
+    return copy
+
+
+def test_the_hash_is_the_canonical_form_and_ignores_map_order():
+    real = xc.load(REAL)
+    assert xd.canonical_bytes(real) == repr(schema.canonical(real)).encode("utf-8")
+    shuffled = _copy(real)
+    for op in shuffled.op_node:  # rewrite every attribute map in reverse key order
+        items = [(k, op.op_attr[k]) for k in sorted(op.op_attr, reverse=True)]
+        saved = [(k, type(v)()) for k, v in items]
+        for (k, v), (_, c) in zip(items, saved):
+            c.CopyFrom(v)
+        op.op_attr.clear()
+        for k, c in saved:
+            op.op_attr[k].CopyFrom(c)
+    assert shuffled.SerializeToString() != real.SerializeToString()  # the maps' bytes in another order
+    again = xc.load(shuffled.SerializeToString())
+    assert xd.canonical_sha256(again) == xd.canonical_sha256(real)
+    assert xd.first_difference(xd.summary(again), xd.summary(real)) is None
+
+
+@pytest.mark.parametrize("change, words", [
+    ("constant", "attr data"), ("fix_point", "attr fix_point"), ("edge", "args"), ("name", "name"),
+    ("dims", "output dims"), ("count", "ours has"),
+])
+def test_a_change_is_seen_and_located(change, words):
+    real = xc.load(REAL)
+    mine = _copy(real)
+    if change == "constant":
+        i, op = next((i, op) for i, op in enumerate(mine.op_node) if op.op_type == "const")
+        data = bytearray(op.op_attr["data"].bytes_value.value)
+        data[0] ^= 1
+        op.op_attr["data"].bytes_value.value = bytes(data)
+    elif change == "fix_point":
+        i, op = next((i, op) for i, op in enumerate(mine.op_node) if op.op_type == "fix")
+        op.op_attr["fix_point"].int32_value += 1
+    elif change == "edge":
+        i, op = next((i, op) for i, op in enumerate(mine.op_node) if op.op_type == "add")
+        op.args[0].arg_ops[0] = mine.op_node[0].op_name
+    elif change == "name":
+        i = 3
+        xc.rename_ops(mine, [n + ("x" if k == i else "") for k, n in enumerate(xc.op_names(mine))])
+    elif change == "dims":
+        i = 5
+        mine.op_node[i].output_tensor.tensor_dim[0] += 1
+    else:
+        i = len(mine.op_node) - 1
+        del mine.op_node[-1]
+    assert xd.canonical_sha256(mine) != xd.canonical_sha256(real)
+    where = xd.first_difference(xd.summary(mine), xd.summary(real))
+    assert where is not None and words in where
+    if change != "count":
+        assert where.startswith("op %d %r" % (i, real.op_node[i].op_name))
+
+
+def test_write_and_read_give_the_same_digest(tmp_path):
+    real = xc.load(REAL)
+    xd.write(real, str(tmp_path))
+    first = (tmp_path / xd.SUMMARY_FILE).read_bytes()
+    xd.write(real, str(tmp_path))
+    assert (tmp_path / xd.SUMMARY_FILE).read_bytes() == first  # no timestamp in the gzip header
+    got = xd.read(str(tmp_path))
+    assert got["sha256"] == xd.canonical_sha256(real)
+    assert got["summary"] == json.loads(gzip.decompress(first).decode())
+    assert xd.first_difference(got["summary"], xd.summary(real)) is None
+    assert [op["name"] for op in got["summary"]["ops"]] == xc.op_names(real)

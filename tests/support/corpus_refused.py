@@ -1,0 +1,395 @@
+"""The ops the simulation refuses somewhere (pipeline/fx/refusals.py, docs/xmodel.md#known-refusals),
+one small seeded model each, with a conv or two around the op so that it sits where models put it.
+
+The same conventions as tests/support/corpus_models.py (``CORPUS``, ``make_model``, ``make_inputs``,
+``main``), so that ``corpus_models.phase`` drives either quantizer over them; :func:`staged_phase`
+runs one phase of one model and records the stage that refuses it instead of raising (the real
+quantizer refuses some of these, and the simulation others, at capture, calibration or export).
+The references are in tests/data/refused_real/ (tests/data/README.md); tests/fidelity/test_refused_real.py
+compares the simulation with them.
+
+``python tests/support/corpus_refused.py calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE] [--nndct_quant_off]``
+runs a phase of ``corpus_models.phase`` with the drop-in (``--nndct_quant_off`` is left on the command line
+for whoever reads it there, as pytorch_nndct does when imported; the drop-in does not).
+
+``quantstub``: pytorch_nndct's ``QuantStub``/``DeQuantStub`` mark where quantization starts and ends;
+placed around a float middle they make the model several graphs. ``pipeline.apis`` has no
+``QuantStub``/``DeQuantStub``: the model is built with the classes in :data:`STUBS`, plain identity
+modules of those names unless a caller puts the real ones there (the reference was made with
+``pytorch_nndct.nn.QuantStub`` and ``DeQuantStub``).
+
+``quant_off``: a plain conv net; its reference was made with the real quantizer's quantization-off
+flow: ``NndctOption.nndct_quant_off`` (name ``quant_off``), set only from the command line, as
+``--nndct_quant_off``, which ``pytorch_nndct/__init__.py`` reads from ``sys.argv`` when imported
+(``--quant_off`` is not recognised: the option is looked up by its attribute name); then every fix
+position is null, the outputs are float and ``export_xmodel`` writes ``<Model>_float.xmodel``. The
+drop-in has no such flow.
+"""
+import os
+import sys
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from tests.support import corpus_models  # noqa: E402
+from tests.support.corpus_models import seeded_inputs, seeded_model  # noqa: E402,F401
+
+
+class QuantStub(nn.Module):
+    """Stand-in for pytorch_nndct.nn.QuantStub (an identity)."""
+    def forward(self, x):
+        return x
+
+
+class DeQuantStub(nn.Module):
+    """Stand-in for pytorch_nndct.nn.DeQuantStub (an identity)."""
+    def forward(self, x):
+        return x
+
+
+# the stub classes the quantstub model is built with: {"quant": cls, "dequant": cls}
+STUBS = {"quant": QuantStub, "dequant": DeQuantStub}
+
+
+class LayerNormTokens(nn.Module):
+    """Patch embedding (4x4 conv, stride 4), tokens (N, 16, 8), nn.LayerNorm, a linear head per token."""
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.norm = nn.LayerNorm(8)
+        self.fc = nn.Linear(8, 6)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        return self.fc(self.norm(t))
+
+
+class LayerNormChannelsLast(nn.Module):
+    """ConvNeXt's block: a depthwise conv, permute to NHWC, nn.LayerNorm over C, a pointwise linear,
+    GELU, permute back, a conv."""
+    def __init__(self):
+        super().__init__()
+        self.stem = nn.Conv2d(3, 8, 3, padding=1)
+        self.dw = nn.Conv2d(8, 8, 7, padding=3, groups=8)
+        self.norm = nn.LayerNorm(8, eps=1e-6)
+        self.pw = nn.Linear(8, 16)
+        self.act = nn.GELU()
+        self.pw2 = nn.Linear(16, 8)
+        self.head = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        x = self.stem(x)
+        y = self.dw(x).permute(0, 2, 3, 1)
+        y = self.pw2(self.act(self.pw(self.norm(y)))).permute(0, 3, 1, 2)
+        return self.head(x + y)
+
+
+class ExpandClsToken(nn.Module):
+    """ViT's class token: ``cls.expand(n, -1, -1)`` concatenated before the patch tokens, the class
+    token's row to a linear head."""
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.cls = nn.Parameter(torch.randn(1, 1, 8))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(t.shape[0], -1, -1), t], dim=1)
+        return self.fc(t)
+
+
+class IndexGather(nn.Module):
+    """Swin's relative position bias: ``table[idx.view(-1)]`` of a parameter table by a constant index
+    buffer, reshaped and added to the tokens."""
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.table = nn.Parameter(0.1 * torch.randn(7, 8))
+        coords = torch.arange(4)
+        rel = (coords[:, None] - coords[None, :]) + 3  # (4, 4) in 0..6
+        self.register_buffer("idx", rel.repeat(1, 1).reshape(4, 4))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2)  # (N, 16, 8)
+        bias = self.table[self.idx.view(-1)].view(16, 8)
+        return self.fc(t + bias)
+
+
+class Conv1dNet(nn.Module):
+    """nn.Conv1d on (N, 8, 32): two convs with a ReLU, a mean over time, a linear head."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv1d(8, 16, 3, padding=1)
+        self.c2 = nn.Conv1d(16, 8, 3, stride=2)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(self.c2(F.relu(self.c1(x))).mean(2))
+
+
+class PixelShuffleNet(nn.Module):
+    """Sub-pixel upsampling: conv to 4C, nn.PixelShuffle(2), conv."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 16, 3, padding=1)
+        self.shuffle = nn.PixelShuffle(2)
+        self.c2 = nn.Conv2d(4, 4, 3, padding=1)
+
+    def forward(self, x):
+        return self.c2(self.shuffle(F.relu(self.c1(x))))
+
+
+class InstanceNormNet(nn.Module):
+    """Style-transfer block: conv, nn.InstanceNorm2d(affine=True), ReLU, conv."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.norm = nn.InstanceNorm2d(8, affine=True)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+        with torch.no_grad():
+            self.norm.weight.copy_(0.5 + torch.rand(8))
+            self.norm.bias.copy_(0.2 * torch.randn(8))
+
+    def forward(self, x):
+        return self.c2(F.relu(self.norm(self.c1(x))))
+
+
+class PadNet(nn.Module):
+    """conv, a non-constant pad of 1, a conv without padding (the CycleGAN / pix2pix form)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.pad = {"reflect_module": nn.ReflectionPad2d(1), "replicate_module": nn.ReplicationPad2d(1)}.get(kind)
+        self.c2 = nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.pad is not None:
+            y = self.pad(y)
+        else:
+            y = F.pad(y, (1, 1, 1, 1), mode="reflect")
+        return self.c2(y)
+
+
+class ConvSame(nn.Module):
+    """nn.Conv2d(padding='same') with an odd kernel and with an even one (asymmetric padding)."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding="same")
+        self.c2 = nn.Conv2d(8, 4, 4, padding="same")
+
+    def forward(self, x):
+        return self.c2(F.relu(self.c1(x)))
+
+
+class RDiv(nn.Module):
+    """A number divided by a tensor: ``1.0 / (sigmoid(conv(x)) + 0.5)``, then a conv."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 1)
+
+    def forward(self, x):
+        return self.c2(1.0 / (torch.sigmoid(self.c1(x)) + 0.5))
+
+
+class MaxDim(nn.Module):
+    """Several-output ops: the channel max ``x.max(1)[0]``, ``torch.max(x, 1)``'s values or ``topk``'s
+    values, kept as a channel, then a conv."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(2 if kind == "topk" else 1, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.kind == "max_method":
+            m = y.max(1)[0].unsqueeze(1)
+        elif self.kind == "max_function":
+            m, _ = torch.max(y, 1, keepdim=True)
+        else:
+            m = torch.topk(y, 2, dim=1)[0]
+        return self.c2(m)
+
+
+class Indexing(nn.Module):
+    """Integer, None and Ellipsis indexing between convs."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(1 if kind == "int_index" else 8, 4, 3, padding=1)
+        self.fc = nn.Linear(16, 4)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.kind == "int_index":
+            return self.c2(y[:, 0].unsqueeze(1))
+        if self.kind == "none_index":
+            return self.c2(y[:, None].squeeze(1))
+        return self.fc(self.c2(y)[..., 1])  # (N, 4, 16) -> (N, 4, 4)
+
+
+class ParamOperand(nn.Module):
+    """An nn.Parameter as an operand: ``x + self.p`` or ``x * self.scale`` (a per-channel (C, 1, 1) tensor)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.p = nn.Parameter(0.3 * torch.randn(8, 1, 1))
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        y = y + self.p if self.kind == "param_add" else y * self.p
+        return self.c2(F.relu(y))
+
+
+class ParamTokens(nn.Module):
+    """An nn.Parameter as an operand on tokens, broadcast over the last dim: ``t * self.gamma + self.beta``
+    with (C,) parameters (a layer scale as ConvNeXt and CaiT write it on channels-last tensors)."""
+    def __init__(self):
+        super().__init__()
+        self.patch = nn.Conv2d(3, 8, 4, stride=4)
+        self.gamma = nn.Parameter(0.5 + torch.rand(8))
+        self.beta = nn.Parameter(0.2 * torch.randn(8))
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        t = self.patch(x).flatten(2).transpose(1, 2)
+        return self.fc(t * self.gamma + self.beta)
+
+
+class SameTwice(nn.Module):
+    """The same tensor twice as operands: ``x * x`` or ``torch.cat([x, x], 1)``."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(16 if kind == "cat_self" else 8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        return self.c2(torch.cat([y, y], 1) if self.kind == "cat_self" else y * y)
+
+
+class LSTMNet(nn.Module):
+    """A token embedding, nn.LSTM (batch_first), the last step to a linear head."""
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Linear(8, 8)
+        self.lstm = nn.LSTM(8, 8, batch_first=True)
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x):
+        y, _ = self.lstm(F.relu(self.embed(x)))
+        return self.fc(y[:, -1])
+
+
+class QuantStubNet(nn.Module):
+    """QuantStub, conv, DeQuantStub, a float middle (a conv and a sigmoid gate), QuantStub, conv,
+    DeQuantStub: two quantized parts and a float one (several graphs)."""
+    def __init__(self):
+        super().__init__()
+        self.q1, self.dq1 = STUBS["quant"](), STUBS["dequant"]()
+        self.q2, self.dq2 = STUBS["quant"](), STUBS["dequant"]()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.mid = nn.Conv2d(8, 8, 1)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.dq1(F.relu(self.c1(self.q1(x))))
+        y = y * torch.sigmoid(self.mid(y))
+        return self.dq2(self.c2(self.q2(y)))
+
+
+class PlainNet(nn.Module):
+    """conv-BN-ReLU, max pool, conv, average pool, linear: the quant_off case (nothing refused)."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = corpus_models.cbr(3, 8)
+        self.pool = nn.MaxPool2d(2)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+        self.fc = nn.Linear(8, 5)
+
+    def forward(self, x):
+        y = F.relu(self.c2(self.pool(self.c1(x))))
+        return self.fc(torch.flatten(F.adaptive_avg_pool2d(y, 1), 1))
+
+
+class PReLUNet(nn.Module):
+    """conv, nn.PReLU(8) (per-channel slopes), conv."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.act = nn.PReLU(8)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+        with torch.no_grad():
+            self.act.weight.copy_(0.05 + 0.4 * torch.rand(8))
+
+    def forward(self, x):
+        return self.c2(self.act(self.c1(x)))
+
+
+def _kind(cls, kind):
+    return lambda: cls(kind)
+
+
+IMAGE = [(3, 16, 16)]
+# name -> (maker, input shapes without the batch dimension)
+CORPUS = {
+    "layernorm_tokens": (LayerNormTokens, IMAGE),
+    "layernorm_channels_last": (LayerNormChannelsLast, IMAGE),
+    "expand_cls": (ExpandClsToken, IMAGE),
+    "index_gather": (IndexGather, IMAGE),
+    "conv1d": (Conv1dNet, [(8, 32)]),
+    "pixel_shuffle": (PixelShuffleNet, IMAGE),
+    "instance_norm": (InstanceNormNet, IMAGE),
+    "reflect_module": (_kind(PadNet, "reflect_module"), IMAGE),
+    "reflect_fpad": (_kind(PadNet, "reflect_fpad"), IMAGE),
+    "replicate_module": (_kind(PadNet, "replicate_module"), IMAGE),
+    "conv_same": (ConvSame, IMAGE),
+    "rdiv": (RDiv, IMAGE),
+    "max_method": (_kind(MaxDim, "max_method"), IMAGE),
+    "max_function": (_kind(MaxDim, "max_function"), IMAGE),
+    "topk": (_kind(MaxDim, "topk"), IMAGE),
+    "int_index": (_kind(Indexing, "int_index"), IMAGE),
+    "none_index": (_kind(Indexing, "none_index"), IMAGE),
+    "ellipsis_index": (_kind(Indexing, "ellipsis_index"), IMAGE),
+    "param_add": (_kind(ParamOperand, "param_add"), IMAGE),
+    "param_mul": (_kind(ParamOperand, "param_mul"), IMAGE),
+    "param_tokens": (ParamTokens, IMAGE),
+    "square": (_kind(SameTwice, "square"), IMAGE),
+    "cat_self": (_kind(SameTwice, "cat_self"), IMAGE),
+    "lstm": (LSTMNet, [(6, 8)]),
+    "quantstub": (QuantStubNet, IMAGE),
+    "quant_off": (PlainNet, IMAGE),
+    "prelu": (PReLUNet, IMAGE),
+}
+
+
+def make_model(name):
+    """The seeded model (corpus_models.seeded_model)."""
+    return seeded_model(CORPUS[name][0])
+
+
+def make_inputs(name, n, seed):
+    """One float32 batch of ``n`` per model input (a list)."""
+    return seeded_inputs(CORPUS[name][1], n, seed)
+
+
+def seeded_sha256(name):
+    """corpus_models.seeded_sha256 of this corpus's model ``name``."""
+    return corpus_models.seeded_sha256(name, sys.modules[__name__])
+
+
+if __name__ == "__main__":
+    from tests.support import corpus_refused
+    # --nndct_quant_off stays on the command line (sys.argv), where the real quantizer reads it
+    corpus_models.main(corpus_refused, [a for a in sys.argv[1:] if a != "--nndct_quant_off"])
