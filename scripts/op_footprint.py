@@ -46,6 +46,8 @@ def _keys() -> Dict[str, Tuple[Set[str], Set[str]]]:
             if isinstance(table, dict):
                 strings |= {k for k in table if isinstance(k, str)}
                 strings |= {v for v in table.values() if isinstance(v, str)}
+        for rule in getattr(record, "dpu_rule", {}).values():  # the inspector's names (a DpuRule's names)
+            strings |= set(getattr(rule, "names", ()))
         keys[record.family] = (names, strings)
     return keys
 

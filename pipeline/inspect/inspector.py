@@ -2,7 +2,8 @@
 
 A CPU stand-in for the real Inspector (``pytorch_nndct.apis.Inspector``), which needs the Vitis AI
 image (docs/targets.md#inspector). It traces the model with torch.fx, applies the rules of
-:mod:`pipeline.inspect.rules` with the engine parameters of :mod:`pipeline.targets`, and
+:mod:`pipeline.inspect.rules` (each op's DPU-support rule, in its unit of :mod:`pipeline.ops`) with the
+engine parameters of :mod:`pipeline.targets`, and
 writes ``inspect_<target>.txt``/``.json``/``.gv``/``.svg`` (the picture drawn here: no graphviz
 needed, :mod:`pipeline.inspect.svg`) in the spirit of the real Inspector's output. The real Inspector, run with the same
 target in the Vitis AI image, gives the final answer.
@@ -38,7 +39,8 @@ class InspectedNode:
 
     Attributes:
         name: fx node name (unique); ``module`` in ``source`` gives the module path.
-        op: canonical op type (conv2d, depthwise_conv2d, dense, relu, max_pool2d, flatten, ...).
+        op: the inspector's name of the op (conv2d, depthwise_conv2d, dense, relu, max_pool2d, flatten, ...:
+            its record's ``dpu_rule`` names, ``pipeline.ops``).
         device: "DPU" or "CPU".
         reasons: why it is not on the DPU (hardware constraints); empty on the DPU.
         notes: node messages: quantizer changes (LeakyReLU slope, offered conversions), fusions,
@@ -54,7 +56,7 @@ class InspectedNode:
             ``Net__Net_SiLU_act__ret_5``; None for a node that becomes none (a folded BatchNorm, a
             dropout, a pad folded into its conv) or when the names could not be traced.
         fixes: rewrites of the float model that would put it on the DPU (on a DPU node: make float
-            and DPU agree), from the rule that decided it (:class:`pipeline.inspect.verdict.Fix`).
+            and DPU agree), from the rule that decided it (:class:`pipeline.ops.dpu_support.Fix`).
     """
 
     name: str

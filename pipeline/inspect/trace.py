@@ -3,10 +3,11 @@
 The model is captured by ``pipeline.fx.capture.capture(..., None)`` (the same torch.fx
 trace and op table the simulation and the exporter use, without the quantizer's rewrites: no ``Rewrites``) and
 its GraphModule run once on a clone of the example input (``ShapeProp``) to record every output
-shape. Each call that produces a tensor becomes an :class:`OpNode` with a canonical op type (the
-quantizer's names where they exist: conv2d, depthwise_conv2d, conv_transpose2d, dense,
-batch_norm, relu, relu6, ...), the attributes the rules need, and the capture's op type and
-float-operator flag. Nodes the quantizer drops before deployment (Dropout, Identity,
+shape. Each call that produces a tensor becomes an :class:`OpNode` with its op type by the capture's
+tables (``pipeline.fx.classify``, read off the records of ``pipeline.ops``: the one torch-to-op
+mapping), the inspector's name for it (its record's ``dpu_rule`` names: conv2d, depthwise_conv2d,
+conv_transpose2d, dense, batch_norm, relu, relu6, ...), the attributes the rules need, and the
+capture's node type and float-operator flag. Nodes the quantizer drops before deployment (Dropout, Identity,
 ``contiguous``) are removed and their consumers re-linked to their input; calls that produce no
 tensor (``x.size(0)``) are not nodes.
 
@@ -20,11 +21,12 @@ from typing import Any, Dict, List, Optional, Tuple
 import torch
 import torch.fx
 import torch.nn as nn
-import torch.nn.functional as F
 from torch.fx.passes.shape_prop import ShapeProp, TensorMetadata
 
+from pipeline import ops
 from pipeline.errors import PipelineError, QuantizationError
 from pipeline.fx.capture import capture
+from pipeline.fx.classify import classify
 
 
 @dataclass
@@ -33,7 +35,8 @@ class OpNode:
 
     Attributes:
         name: the fx node name, unique in the graph (``layer1_0_conv1``).
-        op: canonical op type; "input" for a graph input.
+        op: the inspector's name of the op (its record's ``dpu_rule`` names, else the call's own
+            name: ``conv2d``, ``view``, ``truediv``); "input" for a graph input.
         source: what the model called: ``nn.Conv2d 'layer1.0.conv1'``, ``torch.flatten``,
             ``Tensor.view``.
         inputs: names of the OpNodes whose outputs feed this one (graph inputs included,
@@ -49,6 +52,9 @@ class OpNode:
         quantizer_op: the op type of the one graph capture (``pipeline.ops``, e.g.
             ``nndct_conv2d``, ``aten::mean``), None where the capture has no node.
         float_operator: the quantizer runs it in float on the CPU (``SimNode.float_operator``).
+        op_type: the op type of the call by the capture's tables (``pipeline.fx.classify``), which
+            selects its DPU-support rule (``pipeline.ops.DPU_RULES``); None for a node known by name
+            only (an xmodel's op: its rule is found by ``op``).
     """
 
     name: str
@@ -61,6 +67,7 @@ class OpNode:
     maybe_noncontiguous: bool = False
     quantizer_op: Optional[str] = None
     float_operator: bool = False
+    op_type: Optional[str] = None
 
 
 @dataclass
@@ -72,38 +79,6 @@ class TracedModel:
     nodes: List[OpNode]
     outputs: List[str]
 
-
-# Module classes, most specific first (nn.ReLU6 is a subclass of nn.Hardtanh).
-_MODULE_OPS = (
-    (nn.Conv2d, "conv2d"), (nn.ConvTranspose2d, "conv_transpose2d"), (nn.Linear, "dense"),
-    (nn.BatchNorm2d, "batch_norm"), (nn.BatchNorm1d, "batch_norm"), (nn.Upsample, "resize"), (nn.ReLU6, "relu6"), (nn.ReLU, "relu"),
-    (nn.LeakyReLU, "leaky_relu"), (nn.PReLU, "prelu"), (nn.Hardsigmoid, "hsigmoid"),
-    (nn.Hardswish, "hswish"), (nn.Sigmoid, "sigmoid"), (nn.SiLU, "silu"), (nn.Tanh, "tanh"),
-    (nn.GELU, "gelu"), (nn.Softmax, "softmax"), (nn.MaxPool2d, "max_pool2d"),
-    (nn.AvgPool2d, "avg_pool2d"), (nn.AdaptiveAvgPool2d, "adaptive_avg_pool2d"), (nn.ZeroPad2d, "pad"),
-    (nn.Flatten, "flatten"), (nn.Dropout, "identity"), (nn.Dropout2d, "identity"),
-    (nn.AlphaDropout, "identity"), (nn.Identity, "identity"),
-)
-
-_FUNCTION_OPS = {
-    operator.add: "add", torch.add: "add", operator.mul: "mul", torch.mul: "mul",
-    torch.cat: "concat", torch.flatten: "flatten", torch.reshape: "reshape",
-    torch.permute: "permute", torch.transpose: "transpose", torch.relu: "relu", F.relu: "relu",
-    F.relu6: "relu6", F.leaky_relu: "leaky_relu", F.hardsigmoid: "hsigmoid",
-    F.hardswish: "hswish", torch.sigmoid: "sigmoid", F.silu: "silu", torch.tanh: "tanh",
-    F.gelu: "gelu", torch.softmax: "softmax", F.softmax: "softmax", F.max_pool2d: "max_pool2d",
-    F.avg_pool2d: "avg_pool2d", F.adaptive_avg_pool2d: "adaptive_avg_pool2d",
-    F.dropout: "identity", torch.mean: "mean", operator.getitem: "getitem", F.interpolate: "resize",
-    torch.chunk: "chunk", torch.split: "split", torch.unsqueeze: "unsqueeze", torch.matmul: "matmul",
-    operator.matmul: "matmul",
-}
-
-_METHOD_OPS = {
-    "add": "add", "mul": "mul", "flatten": "flatten", "reshape": "reshape", "view": "view",
-    "permute": "permute", "transpose": "transpose", "relu": "relu", "sigmoid": "sigmoid",
-    "tanh": "tanh", "softmax": "softmax", "mean": "mean", "contiguous": "contiguous",
-    "unsqueeze": "unsqueeze", "matmul": "matmul", "new_zeros": "new_zeros",
-}
 
 # Ops whose output may be a non-contiguous view of their input, whatever the shapes.
 _NONCONTIGUOUS_METHODS = ("permute", "transpose", "t", "expand", "expand_as", "narrow", "movedim",
@@ -140,7 +115,7 @@ def _arg(node: torch.fx.Node, index: int, name: str, default=None):
 
 def _module_attrs(op: str, module: nn.Module) -> Dict[str, Any]:
     """Attributes of a module call, in the inspector's names."""
-    if op in ("conv2d", "conv_transpose2d"):
+    if op in ("conv2d", "depthwise_conv2d", "conv_transpose2d"):
         kernel, dilation = list(module.kernel_size), list(module.dilation)
         attrs = {"kernel_size": kernel, "stride": list(module.stride), "dilation": dilation,
                  "pad": _pad_lrtb(module.padding, kernel, dilation), "groups": module.groups,
@@ -163,13 +138,6 @@ def _module_attrs(op: str, module: nn.Module) -> Dict[str, Any]:
     if op == "resize":
         return {"mode": module.mode, "align_corners": bool(module.align_corners)}
     return {}
-
-
-def _is_depthwise(attrs: Dict[str, Any]) -> bool:
-    """groups = input channels > 1 and output channels a multiple of them: the quantizer's parser
-    makes such a conv2d a depthwise conv (vai_q_pytorch ``pytorch_nndct/parse/op_dispatcher.py``)."""
-    groups, in_channels = attrs["groups"], attrs["in_channels"]
-    return groups > 1 and groups == in_channels and attrs["out_channels"] % in_channels == 0
 
 
 def _pool_attrs(op, kernel_size, stride, padding, dilation, ceil_mode) -> Dict[str, Any]:
@@ -218,28 +186,41 @@ def _function_attrs(op: str, node: torch.fx.Node) -> Dict[str, Any]:
     return {}
 
 
-def _classify(node: torch.fx.Node, modules: Dict[str, nn.Module]) -> Tuple[str, str, Dict[str, Any]]:
-    """(canonical op, source description, attributes) of one call node."""
+def _op_type(root: nn.Module, node: torch.fx.Node) -> str:
+    """The op type of a call by the capture's tables (``pipeline.fx.classify``, read off the records of
+    ``pipeline.ops``; not strict: what the simulation refuses is still described), without the
+    in-place underscore of a float operator (``aten::silu_`` is judged as ``aten::silu``)."""
+    op_type = classify(root, node, strict=False)
+    if op_type not in ops.DPU_RULES and op_type.endswith("_") and op_type[:-1] in ops.DPU_RULES:
+        return op_type[:-1]
+    return op_type
+
+
+def _classify(node: torch.fx.Node, modules: Dict[str, nn.Module],
+              root: nn.Module) -> Tuple[str, str, str, Dict[str, Any]]:
+    """(op type, the inspector's name, source description, attributes) of one call node. The name is
+    the type's first name in its record's ``dpu_rule`` (``conv2d``, ``max_pool2d``, ``concat``), or the
+    call's own name where the record lists it (``view`` for a reshape) or gives the type no rule
+    (``truediv``, ``clamp``, an unknown module's class name in lower case)."""
+    op_type = _op_type(root, node)
+    rule = ops.DPU_RULES.get(op_type)
     if node.op == "call_module":
         module = modules[node.target]
         label = "nn.{} {!r}".format(type(module).__name__, node.target)
-        for cls, op in _MODULE_OPS:
-            if isinstance(module, cls):
-                attrs = _module_attrs(op, module)
-                if op == "conv2d" and _is_depthwise(attrs):
-                    op = "depthwise_conv2d"
-                return op, label, attrs
-        return type(module).__name__.lower(), label, {}
-    if node.op == "call_method":
+        own = type(module).__name__.lower()
+    elif node.op == "call_method":
         label = "Tensor." + node.target
-        op = _METHOD_OPS.get(node.target, node.target)
-        return op, label, _function_attrs(op, node)
-    target = node.target
-    module_name = getattr(target, "__module__", None) or "torch"
-    label = "{}.{}".format("operator" if module_name == "_operator" else module_name,
-                           getattr(target, "__name__", str(target)))
-    op = _FUNCTION_OPS.get(target, getattr(target, "__name__", str(target)))
-    return op, label, _function_attrs(op, node)
+        own = node.target
+    else:
+        target = node.target
+        module_name = getattr(target, "__module__", None) or "torch"
+        label = "{}.{}".format("operator" if module_name == "_operator" else module_name,
+                               getattr(target, "__name__", str(target)))
+        own = getattr(target, "__name__", str(target))
+    name = own if not isinstance(rule, ops.DpuRule) or own in rule.names else rule.names[0]
+    if node.op == "call_module":
+        return op_type, name, label, _module_attrs(name, modules[node.target])
+    return op_type, name, label, _function_attrs(name, node)
 
 
 def _is_contiguous(meta: TensorMetadata) -> bool:
@@ -341,12 +322,12 @@ def trace_model(model: nn.Module, example: Any, traced: Any = None) -> TracedMod
         sim = sim_nodes.get(fx_node.name)
         if fx_node.op == "get_attr" or (meta is None and not (sim is not None and sim.float_operator)):
             continue  # a float operator making no tensor (x[idx] = v, a float from sizes) still runs on the CPU
-        op, source, attrs = _classify(fx_node, modules)
+        op_type, op, source, attrs = _classify(fx_node, modules, graph_module)
         known = [n.name for n in fx_node.all_input_nodes if n.name in maybe_nc]
         is_tensor = isinstance(meta, TensorMetadata)
         contiguous = _is_contiguous(meta) if is_tensor else True
         made_nc = _makes_noncontiguous(fx_node) or not contiguous
-        if op in ("identity", "contiguous") and known:
+        if op_type in (ops.IDENTITY, ops.CONTIGUOUS) and known:
             alias[fx_node.name] = alias.get(known[0], known[0])
             maybe_nc[fx_node.name] = op == "identity" and maybe_nc[known[0]]
             if maybe_nc[fx_node.name]:
@@ -360,5 +341,5 @@ def trace_model(model: nn.Module, example: Any, traced: Any = None) -> TracedMod
         nodes.append(OpNode(fx_node.name, op, source, [alias.get(n, n) for n in known],
                             tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc,
                             sim.op if sim is not None else None,
-                            sim is not None and sim.float_operator))
+                            sim is not None and sim.float_operator, op_type))
     return TracedModel(type(model).__name__, inputs, nodes, outputs)

@@ -6,11 +6,12 @@ has no type for keeps its torch type ``aten::<name>`` and runs in float (nndct's
 ``QUANTIZER_TORCH_FLOAT_OP``; its node is named ``aten_<name>_<index>``): :data:`GENERIC_FLOAT`.
 
 Everything below the list is read off the records: the capture's module/function/method tables, each
-type's :data:`record.OpSpec`, the functional forms' signatures and the role groups (``CONV_TYPES``,
-``PARAM_TYPES``, ...). The type names are re-exported so that ``from pipeline import ops as t`` gives
+type's :data:`record.OpSpec`, the functional forms' signatures, the role groups (``CONV_TYPES``,
+``PARAM_TYPES``, ...) and the inspector's DPU-support rules (``DPU_RULES``, ``DPU_RULE_BY_NAME``). The type
+names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Tuple, Union
 
 from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
                io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, relu, reshape, resize, shape, slicing,
@@ -33,7 +34,7 @@ from .mean import MEAN
 from .pad import PAD
 from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
-from .record import OpRecord, OpSpec, Signature
+from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
 from .relu import RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
@@ -77,6 +78,14 @@ FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # ty
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
+# op type (and the aten:: types a family's rule judges) -> its DpuRule or Absent (the inspector)
+DPU_RULES = {op: rule for r in RECORDS for op, rule in r.dpu_rule.items()}  # type: Dict[str, Union[DpuRule, Absent]]
+# the inspector's name -> the DpuRule that prints it (nodes known by name only: an xmodel's ops); first wins
+DPU_RULE_BY_NAME = {}  # type: Dict[str, DpuRule]
+for _rule in DPU_RULES.values():
+    if isinstance(_rule, DpuRule):
+        for _name in _rule.names:
+            DPU_RULE_BY_NAME.setdefault(_name, _rule)
 
 
 def with_role(role: str) -> Tuple[str, ...]:

@@ -3,8 +3,8 @@ from typing import Any
 
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import layer_inputs
+from .record import Absent, OpRecord, OpSpec
 
 DENSE = "nndct_dense"
 
@@ -16,6 +16,15 @@ def _onnx_linear(b: Any, node: Any, mod: nn.Linear) -> str:
         return b.op("Gemm", inputs, node.name, transB=1)
     y = b.op("MatMul", inputs[:2], node.name if len(inputs) == 2 else node.name + "/matmul")
     return y if len(inputs) == 2 else b.op("Add", [y, inputs[2]], node.name)
+from .dpu_support import DPU, Verdict
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+DENSE = "nndct_dense"
+
+
+def dpu_dense(node: Any, ctx: Any) -> Verdict:
+    """Linear layers run on the conv engine as 1x1 convs (matmul is turned into conv2d, UG1414)."""
+    return Verdict(DPU)
 
 
 RECORD = OpRecord(
@@ -26,4 +35,5 @@ RECORD = OpRecord(
     approximation=Absent("integer multiply-accumulate, exact fixed point"),
     source="nndct_shared/base/key_names.py",
     onnx={DENSE: _onnx_linear},
+    dpu_rule={DENSE: DpuRule(("dense",), dpu_dense)},
 )

@@ -7,8 +7,9 @@ from typing import Any, Callable
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
 from .onnx_form import Unsupported, arg
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
@@ -16,6 +17,25 @@ RSUB = "nndct_rsub"
 MULTIPLY = "nndct_elemwise_mul"
 DIV = "nndct_elemwise_div"
 BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
+
+
+def dpu_eltwise(node: Any, ctx: Any) -> Verdict:
+    """Element-wise add and multiply of two feature maps of the same shape on the eltwise engine
+    (DPUCV2DX8G: its ALU)."""
+    kind = "add" if node.op == "add" else "mult"
+    if node.attrs.get("tensor_operands") != 2:
+        return unknown(node, ctx, "an element-wise {} with a constant operand".format(kind))
+    engine = ctx.target.engines.eltwise_for(kind)
+    if engine is None:
+        return cpu_verdict("{} does not support eltwise {}.".format(ctx.target.name, kind.upper()))
+    shapes = [ctx.nodes[name].shape for name in node.inputs]
+    if len(set(shapes)) != 1:
+        return cpu_verdict("DPU eltwise {} needs two inputs of the same shape; got {} "
+                    "(broadcasting is not supported).".format(kind, " and ".join(map(str, shapes))),
+                    fixes=[Fix("make both operands the same shape in the model (e.g. the smaller one made by a "
+                               "layer of the full size) instead of broadcasting.", exact=False)])
+    return Verdict(DPU)
+
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
@@ -43,4 +63,7 @@ RECORD = OpRecord(
     onnx={ADD: _onnx_binary("Add"), SUB: _onnx_binary("Sub"), MULTIPLY: _onnx_binary("Mul"), DIV: _onnx_binary("Div"),
           RSUB: Absent("no call of the lowered model is an rsub: ``c - x`` is operator.sub, written as Sub with "
                        "the number as a constant")},
+    dpu_rule={ADD: DpuRule(("add",), dpu_eltwise), MULTIPLY: DpuRule(("mul",), dpu_eltwise),
+              SUB: Absent("a float operator of the quantizer"), RSUB: Absent("a float operator of the quantizer"),
+              DIV: Absent("a float operator of the quantizer")},
 )

@@ -1,8 +1,8 @@
 """``x.expand(...)`` (``nndct_expand``): a float operator in nndct's warning, joining its parent's group."""
 from typing import Any
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import Unsupported, arg
+from .record import Absent, OpRecord, OpSpec
 
 EXPAND = "nndct_expand"
 
@@ -32,4 +32,5 @@ RECORD = OpRecord(
     approximation=Absent("repeats values, computes none"),
     source="nndct_shared/base/key_names.py",
     onnx={EXPAND: _onnx_expand},
+    dpu_rule={EXPAND: Absent("a float operator of the quantizer")},
 )

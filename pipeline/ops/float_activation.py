@@ -7,14 +7,52 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_activation import where_it_runs
+from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg, clip, pow2
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 SIGMOID = "nndct_sigmoid"
 TANH = "nndct_tanh"
 SILU = "aten::silu"
 CLAMP = "nndct_clamp"
 GELU = "nndct_GELU"
+
+
+# CPU-only activations and the conversion the quantizer offers for each (docs/arithmetic.md#optional-conversions).
+_CONVERSIONS = {
+    "silu": ("hswish", "SiLU -> HardSwish (quant config key convert_silu_to_hswish)"),
+    "sigmoid": ("hsigmoid", "sigmoid -> HardSigmoid (option --nndct_convert_sigmoid_to_hsigmoid)"),
+}
+
+
+# The DPU activation nearest to each CPU-only one, and the module that computes it (the fix).
+_NEAREST = {"silu": ("hswish", "nn.SiLU() -> nn.Hardswish()  # or F.silu(x) -> F.hardswish(x)"),
+            "sigmoid": ("hsigmoid", "nn.Sigmoid() -> nn.Hardsigmoid()  # or torch.sigmoid(x) -> F.hardsigmoid(x)"),
+            "gelu": ("hswish", "nn.GELU() -> nn.Hardswish()  # a different curve: retrain")}
+
+
+def cpu_activation(node: Any, ctx: Any) -> Verdict:
+    """sigmoid, SiLU, tanh, GELU: in no engine's nonlinear or ALU types of any target here, so on
+    the CPU; where the quantizer offers a conversion, the note says whether the converted op would
+    run on the DPU of this target."""
+    reason = "{} can't be assigned to DPU: no engine of {} has it (nonlinear types: {}).".format(
+        node.op, ctx.target.name, ", ".join(ctx.target.engines.conv.nonlinear))
+    fixes = [tail_fix(node, ctx)]
+    if node.op in _NEAREST:
+        replacement, code = _NEAREST[node.op]
+        where = where_it_runs(replacement, node, ctx)
+        if where is not None:
+            fixes.insert(0, Fix("replace it with the DPU's {}: the op then {} (a piecewise-linear approximation: "
+                                "check the accuracy).".format(replacement, where), code, exact=False))
+    conversion = _CONVERSIONS.get(node.op)
+    if conversion is None:
+        return cpu_verdict(reason, fixes=fixes)
+    replacement, text = conversion
+    where = where_it_runs(replacement, node, ctx) or "would still run on the CPU"
+    return cpu_verdict(reason, changes=["the quantizer offers {}; after it, the op {} on {} (accuracy "
+                                 "changes: check it).".format(text, where, ctx.target.name)], fixes=fixes)
+
 
 _FLOAT = OpSpec("float", False, False, False)
 
@@ -97,4 +135,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={SIGMOID: _onnx_unary("Sigmoid"), TANH: _onnx_unary("Tanh"), SILU: _onnx_silu, CLAMP: _onnx_clamp,
           GELU: _onnx_gelu},
+    dpu_rule={SIGMOID: DpuRule(("sigmoid",), cpu_activation, True), TANH: DpuRule(("tanh",), cpu_activation, True),
+              SILU: DpuRule(("silu",), cpu_activation, True), CLAMP: Absent("a float operator of the quantizer"),
+              GELU: DpuRule(("gelu",), cpu_activation, True)},
 )

@@ -22,4 +22,6 @@ RECORD = OpRecord(
     onnx={EQUAL: Absent("a comparison gives a bool tensor; the exporter writes float32 tensors only"),
           REMAINDER: Absent("not written yet: ONNX Mod of floats (fmod=1) is C's fmod, torch's remainder takes "
                              "the divisor's sign")},
+    dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
+              REMAINDER: Absent("a float operator of the quantizer")},
 )

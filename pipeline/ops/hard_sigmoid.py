@@ -5,7 +5,8 @@ docs/arithmetic.md)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_activation import activation
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 HSIGMOID = "nndct_hsigmoid"
 HSWISH = "nndct_hswish"
@@ -25,4 +26,5 @@ RECORD = OpRecord(
     onnx={op: Absent("the lowered model writes it out as the DPU computes it (an add, a relu6, "
                      "a multiply by 2731/16384, a quantization point): those nodes are written")
           for op in (HSWISH, HSIGMOID)},
+    dpu_rule={HSWISH: DpuRule(("hswish",), activation), HSIGMOID: DpuRule(("hsigmoid",), activation)},
 )

@@ -1,7 +1,7 @@
 """Dropout and Identity (``identity``): the quantizer's rewrites remove them; the inspector sees them
 before that."""
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import alias
+from .record import Absent, OpRecord, OpSpec
 
 IDENTITY = "identity"
 
@@ -11,4 +11,5 @@ RECORD = OpRecord(
     approximation=Absent("removed before quantization"),
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
     onnx={IDENTITY: alias},
+    dpu_rule={IDENTITY: Absent("removed before deployment: the inspector re-links its readers to its input")},
 )

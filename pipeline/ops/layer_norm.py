@@ -8,8 +8,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import NO_LOWERING, Unsupported
+from .record import Absent, OpRecord, OpSpec
 
 LAYER_NORM = "nndct_layer_norm"
 
@@ -46,4 +46,5 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's kernel on quantized gamma and beta"),
     source="pytorch_nndct/nn/modules/layernorm.py",
     onnx={LAYER_NORM: _onnx_layer_norm},
+    dpu_rule={LAYER_NORM: Absent("a float operator of the quantizer")},
 )

@@ -4,14 +4,25 @@ from typing import Any
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import arg
+from .record import Absent, OpRecord, OpSpec
 
 MATMUL = "nndct_matmul"
 
 def _onnx_matmul(b: Any, node: Any, mod: None) -> str:
     """``a @ b`` (torch.matmul, Tensor.matmul): MatMul, the same broadcasting rules."""
     return b.op("MatMul", [b.tensor(arg(node, 0, "input")), b.tensor(arg(node, 1, "other"))], node.name)
+from .dpu_support import Verdict, cpu_verdict
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+MATMUL = "nndct_matmul"
+
+
+def dpu_matmul(node: Any, ctx: Any) -> Verdict:
+    """A product of two feature maps (attention's ``q @ k^T``, ``attn @ v``): the conv engines take
+    their second operand from weights, not from another layer's output."""
+    return cpu_verdict("matmul can't be assigned to DPU: it multiplies two feature maps, and {} takes the "
+                "second operand of a product from weights only.".format(ctx.target.name))
 
 
 RECORD = OpRecord(
@@ -22,4 +33,5 @@ RECORD = OpRecord(
     approximation=Absent("integer products, exact fixed point"),
     source="nndct_shared/base/key_names.py",
     onnx={MATMUL: _onnx_matmul},
+    dpu_rule={MATMUL: DpuRule(("matmul",), dpu_matmul)},
 )

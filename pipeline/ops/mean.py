@@ -3,8 +3,8 @@ from typing import Any
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import Unsupported, arg
+from .record import Absent, OpRecord, OpSpec
 
 MEAN = "aten::mean"
 
@@ -24,6 +24,21 @@ def _onnx_mean(b: Any, node: Any, mod: None) -> str:
     total = b.op("ReduceSum", [b.tensor(node.args[0]), b.ints(node.name + "/axes", axes)], node.name + "/sum",
                  keepdims=keep)
     return b.op("Div", [total, b.scalar(node.name + "/count", float(count))], node.name)
+from .dpu_support import Verdict, unknown
+from .pool import dpu_pool
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+MEAN = "aten::mean"
+
+
+def dpu_mean(node: Any, ctx: Any) -> Verdict:
+    """A mean over the spatial dimensions of a 4-D tensor is a global average pool; any other mean
+    is not modelled."""
+    src = ctx.producer(node)
+    dims = sorted(d % 4 for d in node.attrs.get("dim", [])) if src.shape and len(src.shape) == 4 else []
+    if dims == [2, 3]:
+        return dpu_pool(node, ctx)
+    return unknown(node, ctx)
 
 
 RECORD = OpRecord(
@@ -34,4 +49,5 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
     onnx={MEAN: _onnx_mean},
+    dpu_rule={MEAN: DpuRule(("mean",), dpu_mean)},
 )

@@ -15,7 +15,6 @@ import torch
 import torch.fx
 from torch import nn
 
-
 NO_LOWERING = "no ONNX lowering for this op"  # the exporter's reason for a call no form writes
 
 

@@ -4,8 +4,8 @@ from typing import Any, Optional
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import Unsupported, arg
+from .record import Absent, OpRecord, OpSpec
 
 PAD = "nndct_pad_nd"
 
@@ -28,6 +28,18 @@ def _onnx_pad(b: Any, node: Any, mod: Optional[nn.ZeroPad2d]) -> str:
         raise Unsupported("negative padding")
     return b.op("Pad", [b.tensor(node.args[0]), b.ints(node.name + "/pads", begins + ends),
                         b.scalar(node.name + "/value", float(value or 0.0))], node.name, mode="constant")
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+PAD = "nndct_pad_nd"
+
+
+def dpu_pad(node: Any, ctx: Any) -> Verdict:
+    """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return cpu_verdict("The input of pad is not on DPU.", fixes=[follows(src.name)])
+    return Verdict(DPU)
 
 
 RECORD = OpRecord(
@@ -39,4 +51,5 @@ RECORD = OpRecord(
     approximation=Absent("writes the pad value's code"),
     source="nndct_shared/base/key_names.py",
     onnx={PAD: _onnx_pad},
+    dpu_rule={PAD: DpuRule(("pad",), dpu_pad)},
 )

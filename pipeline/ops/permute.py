@@ -4,8 +4,9 @@ from typing import Any
 
 import torch
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_support import DPU, Verdict, cpu_verdict
 from .onnx_form import arg
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
@@ -29,6 +30,19 @@ def _onnx_transpose(b: Any, node: Any, mod: None) -> str:
     perm[d0], perm[d1] = d1, d0
     return b.op("Transpose", [b.tensor(node.args[0])], node.name, perm=perm)
 
+def dpu_permute(node: Any, ctx: Any) -> Verdict:
+    """permute(0, 2, 3, 1) of a 4-D DPU feature map is XIR's own NHWC order: no data moves, and it
+    cancels the permute the quantizer would insert before a reshape (docs/targets.md#xir-is-nhwc). Other permutes
+    and transposes move data; no engine of these targets does that."""
+    src = ctx.producer(node)
+    order = node.attrs.get("order")
+    if (order == [0, 2, 3, 1] and src is not None and ctx.on_dpu(src.name)
+            and src.shape is not None and len(src.shape) == 4):
+        return Verdict(DPU, [], ["permute(0, 2, 3, 1) of a feature map is XIR's NHWC order: no data "
+                                 "moves, and a following reshape needs no inserted permute."])
+    return cpu_verdict("{} can't be assigned to DPU: it moves data in memory ({}), and {} has no engine "
+                "for that.".format(node.op, order or node.attrs.get("dims"), ctx.target.name))
+
 
 RECORD = OpRecord(
     family="permute",
@@ -39,4 +53,5 @@ RECORD = OpRecord(
     approximation=Absent("moves no value"),
     source="nndct_shared/quantization/commander.py (SoftFuseTranspose)",
     onnx={PERMUTE: _onnx_permute, TRANSPOSE: _onnx_transpose},
+    dpu_rule={PERMUTE: DpuRule(("permute",), dpu_permute), TRANSPOSE: DpuRule(("transpose",), dpu_permute)},
 )

@@ -3,16 +3,18 @@
 reproduces the factor (``pytorch_nndct/nn/modules/avgpool.py``, ``adaptive_avgpool.py``;
 docs/arithmetic.md#average-pool-correction)."""
 import math
-import types
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+import types
 from torch import nn
 
-from .record import OpRecord, OpSpec
+from .dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, fix_padding, legal_values
+from .dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg, pair
+from .record import DpuRule, OpRecord, OpSpec
 
 MAX_POOL = "nndct_maxpool"
 AVG_POOL = "nndct_avgpool"
@@ -53,6 +55,61 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
         if diff < best_diff:
             mult, best_diff, shift = m, diff, s
     return rec * mult / (2 ** shift)
+
+
+def dpu_pool(node: Any, ctx: Any) -> Verdict:
+    """Max and average pools (adaptive average pools and spatial means as fixed-kernel pools) on
+    the ALU or the pool engine, within its kernel, stride and pad limits."""
+    kind = "max" if node.op == "max_pool2d" else "avg"
+    limits = ctx.target.engines.pool_limits(kind)
+    if limits is None:
+        return cpu_verdict("{} does not support {} (no pool engine or ALU type for it).".format(
+            ctx.target.name, node.op))
+    src = ctx.producer(node)
+    if src is None or src.shape is None or len(src.shape) != 4:
+        return unknown(node, ctx, "a {} of a tensor that is not 4-D".format(node.op))
+    in_hw = list(src.shape[2:])
+    if node.op in ("adaptive_avg_pool2d", "mean"):
+        out_hw = list(node.shape[2:]) if len(node.shape) == 4 else [1, 1]
+        if any(i % o for i, o in zip(in_hw, out_hw)):
+            return cpu_verdict("adaptive average pool from {} to {}: the bins differ in size, so it is "
+                        "not a fixed-kernel pool.".format(in_hw, out_hw), fixes=[Fix(
+                            "give the pool an input whose size is a multiple of {} (a crop or pad before it, or "
+                            "another input size), so that it is a fixed-kernel pool.".format(out_hw), exact=False)])
+        kernel = [i // o for i, o in zip(in_hw, out_hw)]
+        attrs = {"kernel_size": kernel, "stride": kernel, "dilation": [1, 1], "pad": [0, 0, 0, 0]}
+    else:
+        attrs = node.attrs
+    module = "nn.MaxPool2d" if kind == "max" else "nn.AvgPool2d"
+    checks = [
+        (check_kernel(attrs["kernel_size"], limits.kernel_size, limits.engine),
+         lambda: pool_kernel_fix(attrs, limits.kernel_size, module)),
+        (check_stride(attrs["stride"], limits.stride, limits.engine, attrs["kernel_size"], in_hw),
+         lambda: Fix("use a stride in {}.".format(limits.stride), exact=False)),
+        (check_padding(attrs["pad"], attrs["kernel_size"], [1, 1], limits.pad), lambda: fix_padding(attrs["pad"])),
+    ]
+    if attrs["dilation"] != [1, 1]:
+        checks.append(("DPU pools do not support dilation ({}).".format(attrs["dilation"]),
+                       Fix("use dilation 1.", exact=False)))
+    if kind == "avg" and limits.engine == "pool_engine" and attrs["kernel_size"][0] != attrs["kernel_size"][1]:
+        checks.append(("the pool engine only averages square kernels; this one is {} x {}.".format(
+            *attrs["kernel_size"]), Fix("use a square kernel.", exact=False)))
+    return dpu_unless(checks)
+
+
+def pool_kernel_fix(attrs, spec: str, module: str) -> Fix:
+    """A pool kernel out of range: two pools whose kernels multiply to it when each factor is legal and
+    the pool does not overlap (stride = kernel, no pad: a max of maxes, a mean of equal means: the same
+    values), else the nearest legal kernel."""
+    kernel, legal = attrs["kernel_size"], legal_values(spec)
+    pairs = [next(((a, k // a) for a in reversed(legal) if k % a == 0 and k // a in legal), None) for k in kernel]
+    if attrs["stride"] == kernel and not any(attrs["pad"]) and None not in pairs:
+        first, second = tuple(p[0] for p in pairs), tuple(p[1] for p in pairs)
+        return Fix("pool in two steps, kernels {} then {} (stride = kernel): the same values as one {} pool.".format(
+            first, second, tuple(kernel)), "{0}({1}) -> nn.Sequential({0}({2}), {0}({3}))".format(
+                module, tuple(kernel), first, second))
+    return fix_kernel(kernel, spec, module)
+
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 
@@ -174,4 +231,6 @@ RECORD = OpRecord(
     approximation="an average multiplied by avgpool_dpu_scale(kh, kw): the DPU's 1/k as m / 2**s",
     source="pytorch_nndct/nn/modules/avgpool.py, adaptive_avgpool.py",
     onnx={MAX_POOL: _onnx_maxpool, AVG_POOL: _onnx_avgpool, ADAPTIVEAVGPOOL2D: _onnx_adaptive_avgpool},
+    dpu_rule={MAX_POOL: DpuRule(("max_pool2d",), dpu_pool), AVG_POOL: DpuRule(("avg_pool2d",), dpu_pool),
+              ADAPTIVEAVGPOOL2D: DpuRule(("adaptive_avg_pool2d",), dpu_pool)},
 )

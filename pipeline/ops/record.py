@@ -30,6 +30,18 @@ OpSpec = namedtuple("OpSpec", "kind quantizable layout group_up")
 # A functional form's positional parameters and their defaults: (names, {name: default}).
 Signature = Tuple[Tuple[str, ...], Dict[str, Any]]
 
+# The DPU-support rule of an op type, read by the inspector (``pipeline.inspect``):
+# - names: the inspector's names of the type, as its reports print them; the first is the name of any
+#   call of the type, the others are call spellings printed as called (``view`` for a reshape);
+# - rule: ``rule(node, ctx) -> dpu_support.Verdict``. ``node`` is the inspector's node (``name``, ``op``
+#   (its name), ``source``, ``inputs``, ``shape`` (NCHW), ``attrs``); ``ctx`` the graph context, given
+#   at call time: ``ctx.target`` (a ``pipeline.targets.DpuTarget`` with engines), ``ctx.nodes``,
+#   ``ctx.consumers``, ``ctx.verdicts``, ``ctx.producer(node, i)``, ``ctx.on_dpu(name)``;
+# - judges_float: the rule judges the node even where the quantizer keeps it as a float operator
+#   (otherwise such a node is the inspector's generic float-operator verdict).
+DpuRule = namedtuple("DpuRule", "names rule judges_float")
+DpuRule.__new__.__defaults__ = (False,)
+
 # A module class whose op type depends on its attributes (a conv's groups, a Hardtanh's bounds):
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
@@ -82,12 +94,19 @@ class OpRecord:
             flavour (``b.flavour``: exact or QDQ). A form raises ``onnx_form.Unsupported`` with the
             reason when one call's arguments cannot be written; an op type whose form is Absent is
             refused as "no ONNX lowering for this op".
+        dpu_rule: op type -> :data:`DpuRule` (the inspector's names for it and its DPU-support rule: the
+            verdict, the reasons in the real Inspector's words, the fixes, per target through the context
+            given at call time), or :class:`Absent` with the reason (the inspector then prints the call's
+            own name and gives its generic verdict: a float operator, or "not in the operator table").
+            It may also hold ``aten::<name>`` types of calls the family's rule judges though nndct has
+            no type for them (``aten::prelu``, the ``aten::chunk``/``aten::split`` that make slices).
     """
     family: str
     specs: Mapping[str, OpSpec]
     approximation: Union[str, Absent]
     source: str
     onnx: Mapping[str, Union[OnnxForm, Absent]]
+    dpu_rule: Mapping[str, Union["DpuRule", Absent]]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

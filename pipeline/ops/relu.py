@@ -5,8 +5,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_activation import activation
+from .dpu_support import Verdict
 from .onnx_form import clip
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 RELU = "nndct_relu"
 RELU6 = "nndct_relu6"
@@ -15,6 +17,19 @@ RELU6 = "nndct_relu6"
 def _hardtanh(m: nn.Module, strict: bool = True) -> Optional[str]:
     """A ``Hardtanh`` bounded to [0, 6] is nndct's ReLU6; any other stays a float operator."""
     return RELU6 if m.min_val == 0.0 and m.max_val == 6.0 else None
+
+
+def relu6_conversion_note(node: Any) -> str:
+    """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
+    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for
+    it explicitly."""
+    return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
+            "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
+
+
+def dpu_relu6(node: Any, ctx: Any) -> Verdict:
+    """ReLU6: an activation (``dpu_activation.activation``) with the ReLU6 -> ReLU conversion the quantizer offers."""
+    return activation(node, ctx, changes=[relu6_conversion_note(node)])
 
 
 _ACT = OpSpec("dpu", False, False, True)
@@ -41,4 +56,5 @@ RECORD = OpRecord(
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     onnx={RELU: _onnx_relu, RELU6: _onnx_relu6},
+    dpu_rule={RELU: DpuRule(("relu",), activation), RELU6: DpuRule(("relu6",), dpu_relu6)},
 )

@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import Unsupported, arg
+from .record import Absent, OpRecord, OpSpec
 
 RESIZE = "nndct_resize"
 
@@ -42,6 +42,67 @@ def _onnx_resize(b: Any, node: Any, mod: Optional[nn.Upsample]) -> str:
     kwargs = {k: b.static(v) for k, v in node.kwargs.items()}
     mode = arg(node, 3, "mode", "nearest")
     return _resize(b, node, mode, lambda t: F.interpolate(t, *args, **kwargs))
+from typing import Any
+
+import torch.nn.functional as F
+from torch import nn
+
+from .dpu_checks import check_transposed_kernel
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+RESIZE = "nndct_resize"
+
+
+def dpu_resize(node: Any, ctx: Any) -> Verdict:
+    """Upsample / interpolate: nearest resizing is a DPU op of the quantizer (``nndct_resize``); a
+    bilinear one runs as a transposed depthwise conv (:func:`bilinear_resize`); other modes are
+    not modelled here."""
+    mode = node.attrs.get("mode")
+    if mode == "bilinear":
+        return dpu_bilinear_resize(node, ctx)
+    if mode != "nearest":
+        verdict = unknown(node, ctx, "a {} resize".format(mode))
+        verdict.fixes.insert(0, Fix("use mode='nearest' (or 'bilinear' by 2 or 4).", "F.interpolate(..., mode={!r}) "
+                                    "-> F.interpolate(..., mode='nearest')".format(mode), exact=False))
+        return verdict
+    return Verdict(DPU)
+
+
+# bilinear upsampling scales the DPU runs as a transposed depthwise conv (kernel 2s, stride s):
+# half-pixel centres (torch's align_corners=False) 2 and 4 (vai_q_pytorch
+# ``pytorch_nndct/hardware/dpu_op_filter.py``, ``check_bilinear_upsample_scale``)
+BILINEAR_DPU_SCALES = (2, 4)
+
+
+def dpu_bilinear_resize(node: Any, ctx: Any) -> Verdict:
+    """A bilinear upsampling by the same integer scale s (2 or 4) in height and width, without
+    align_corners: the quantizer's Inspector turns it into a transposed depthwise conv of kernel
+    2s and stride s (its weights are the interpolation factors, at most 1, within the 8-bit range
+    at the fix position it gives them) and checks that conv on the depthwise engine; anything else
+    stays on the CPU (``dpu_op_filter.py``, ``filter_upsample``)."""
+    prefix = "Try to convert BlinearUpsamle2d to transpose depthwise conv2d failed: "
+    src = ctx.producer(node)
+    if node.attrs.get("align_corners"):
+        return cpu_verdict(prefix + "DPU does not support align_corners = True", fixes=[Fix(
+            "use align_corners=False (half-pixel centres).", "F.interpolate(..., align_corners=True) -> "
+            "F.interpolate(..., align_corners=False)", exact=False)])
+    if src is None or src.shape is None or node.shape is None or len(node.shape) != 4:
+        return unknown(node, ctx, "a bilinear resize of an unknown shape")
+    scales = [node.shape[d] / src.shape[d] for d in (3, 2)]
+    if any(s not in BILINEAR_DPU_SCALES for s in scales) or scales[0] != scales[1]:
+        return cpu_verdict(prefix + "resize output / input scale is {} (the DPU takes {} in both directions)".format(
+            scales, " or ".join(str(s) for s in BILINEAR_DPU_SCALES)), fixes=[Fix(
+                "upsample by 2 or 4 in both directions (several steps for a larger power of two), or use "
+                "mode='nearest'.", "F.interpolate(x, scale_factor=s, mode='bilinear') -> F.interpolate(x, "
+                "scale_factor=2, mode='bilinear')  # repeated", exact=False)])
+    limits = ctx.target.engines.depthwise_limits()
+    if limits is None:
+        return cpu_verdict(prefix + "{} has no depthwise-conv engine.".format(ctx.target.name))
+    s = int(scales[0])
+    return dpu_unless([check_transposed_kernel([2 * s, 2 * s], [s, s], limits.kernel_size)],
+                       notes=["runs on the {} as a transposed depthwise conv (kernel {}, stride {}).".format(
+                           limits.engine, 2 * s, s)])
 
 
 RECORD = OpRecord(
@@ -55,4 +116,5 @@ RECORD = OpRecord(
                          "(docs/arithmetic.md)"),
     source="nndct_shared/base/key_names.py",
     onnx={RESIZE: _onnx_resize},
+    dpu_rule={RESIZE: DpuRule(("resize",), dpu_resize)},
 )

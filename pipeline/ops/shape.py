@@ -31,4 +31,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={op: Absent("a Python int, no tensor: read as a constant by the nodes that use it")
           for op in (SHAPE, FLOOR_DIVIDE, TRUNC_DIV)},
+    dpu_rule={SHAPE: Absent("a Python int from sizes, no tensor"),
+              FLOOR_DIVIDE: Absent("a Python int from sizes, no tensor"),
+              TRUNC_DIV: Absent("a Python int from sizes, no tensor")},
 )

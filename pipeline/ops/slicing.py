@@ -10,8 +10,9 @@ import numpy as np
 import torch
 import torch.fx
 
-from .record import Absent, OpRecord, OpSpec
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -108,6 +109,14 @@ def _onnx_select(b: Any, node: Any, mod: None) -> str:
     taken = b.op("Gather", [b.tensor(x), b.ints(node.name + "/index", [index])], node.name + "/gathered", axis=dim)
     return b.op("Squeeze", [taken, b.ints(node.name + "/axes", [dim])], node.name)
 
+def dpu_piece(node: Any, ctx: Any) -> Verdict:
+    """chunk / split and the pieces taken from them: channel slices of the producer's map, where
+    the producer runs."""
+    src = ctx.producer(node)
+    if src is not None and not ctx.on_dpu(src.name):
+        return cpu_verdict("The input of {} is not on DPU.".format(node.op), fixes=[follows(src.name)])
+    return Verdict(DPU)
+
 
 RECORD = OpRecord(
     family="slicing",
@@ -126,4 +135,10 @@ RECORD = OpRecord(
                         "a tensor index)"),
           TUPLE_INDEX: Absent("no call of the lowered model resolves to it (a piece of a chunk/split is a "
                               "getitem, whose form writes it as a Slice)")},
+    dpu_rule={STRIDED_SLICE: DpuRule(("getitem",), dpu_piece), SELECT: Absent("a float operator of the quantizer"),
+              INDEX: Absent("a float operator of the quantizer"),
+              TUPLE_INDEX: Absent("no call of its own: the capture makes it for an op returning several outputs"),
+              # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type; the
+              # pieces run where the producer does
+              "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
 )

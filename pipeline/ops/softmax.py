@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord, OpSpec
 from .onnx_form import Unsupported, arg
+from .record import Absent, OpRecord, OpSpec
 
 SOFTMAX = "nndct_softmax"
 
@@ -16,6 +16,16 @@ def _onnx_softmax(b: Any, node: Any, mod: Optional[nn.Softmax]) -> str:
     if dim is None:
         raise Unsupported("softmax without dim")
     return b.op("Softmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
+from .dpu_support import Verdict, cpu_verdict, tail_fix
+from .record import Absent, DpuRule, OpRecord, OpSpec
+
+SOFTMAX = "nndct_softmax"
+
+
+def dpu_softmax(node: Any, ctx: Any) -> Verdict:
+    """Softmax is not a DPU engine op; Vitis AI runs it on the CPU (or a separate softmax IP)."""
+    return cpu_verdict("softmax can't be assigned to DPU: it runs on the CPU or on a separate softmax IP "
+                "next to the DPU.", fixes=[tail_fix(node, ctx)])
 
 
 RECORD = OpRecord(
@@ -28,4 +38,5 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
     onnx={SOFTMAX: _onnx_softmax},
+    dpu_rule={SOFTMAX: DpuRule(("softmax",), dpu_softmax, True)},
 )

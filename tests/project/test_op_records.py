@@ -6,7 +6,7 @@ import pkgutil
 import pytest
 
 from pipeline import ops
-from pipeline.ops.record import Absent, OpRecord, OpSpec
+from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
 ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand")
@@ -43,6 +43,34 @@ def test_every_piece_of_a_record_is_given_or_declared_absent_with_its_reason(rec
     assert set(record.signatures) <= own
     for role, types in record.roles.items():
         assert role in ROLES and set(types) <= own, (role, types)
+    assert own <= set(record.dpu_rule), "%s: a DPU-support rule (or Absent) for every type" % record.family
+    for op, rule in record.dpu_rule.items():
+        assert op in own or op.startswith("aten::"), "%s judges another family's type %r" % (record.family, op)
+        if isinstance(rule, Absent):
+            continue
+        assert isinstance(rule, DpuRule) and callable(rule.rule) and isinstance(rule.judges_float, bool), (op, rule)
+        assert rule.names and all(isinstance(n, str) and n for n in rule.names), (op, rule.names)
+
+
+def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_record():
+    seen = {}
+    for record in ops.RECORDS:
+        for op in record.dpu_rule:
+            assert op not in seen, "%r is judged by both %s and %s" % (op, seen[op], record.family)
+            assert op in ops.OPS or op not in ops.RECORD_OF, op
+            seen[op] = record.family
+    assert ops.DPU_RULES == {op: r for rec in ops.RECORDS for op, r in rec.dpu_rule.items()}
+    # every call the capture's tables recognise has its rule or its reason
+    for op in set(ops.MODULE_OPS.values()) | set(ops.FUNCTION_OPS.values()) | set(ops.METHOD_OPS.values()):
+        assert op in ops.DPU_RULES, op
+    # the inspector removes these (re-links their readers): no rule, a reason
+    assert isinstance(ops.DPU_RULES[ops.IDENTITY], Absent) and isinstance(ops.DPU_RULES[ops.CONTIGUOUS], Absent)
+    # a name is one rule: the xmodel's ops, known by name only, find theirs
+    for rule in ops.DPU_RULES.values():
+        if isinstance(rule, DpuRule):
+            assert all(ops.DPU_RULE_BY_NAME[n].rule is rule.rule for n in rule.names), rule.names
+    from pipeline.inspect.xmodel_dpu import _TYPES
+    assert {n for n in _TYPES.values()} <= set(ops.DPU_RULE_BY_NAME), set(_TYPES.values()) - set(ops.DPU_RULE_BY_NAME)
 
 
 def test_no_op_type_or_call_is_claimed_twice():
@@ -93,4 +121,10 @@ def test_the_onnx_exporter_finds_every_form_in_the_records():
 def test_a_record_without_its_onnx_entry_is_refused():
     with pytest.raises(TypeError, match="onnx"):
         OpRecord(family="x", specs={"x": OpSpec("float", False, False, False)}, approximation=Absent("none"),
-                 source="here")
+                 source="here", dpu_rule={})
+
+
+def test_a_record_without_its_dpu_rule_is_refused():
+    with pytest.raises(TypeError, match="dpu_rule"):
+        OpRecord(family="x", specs={"x": OpSpec("float", False, False, False)}, approximation=Absent("none"),
+                 source="here", onnx={})

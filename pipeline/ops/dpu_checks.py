@@ -1,17 +1,17 @@
-"""DPU assignment rules of the conv engine: each constraint's ``check_*`` (the reason a parameter is out
-of the engine's limits, or None) and the conv2d, depthwise_conv2d, conv_transpose2d and dense
-rules that combine them; next to each check, the ``fix_*`` that gives the rewrite putting the node
-back within the limit (:class:`~pipeline.inspect.verdict.Fix`). Sources in ``pipeline.inspect.rules``'
-docstring (conv2d, transposed conv); the fixes are equalities of convolution arithmetic (a stride split
-into a conv and a 1 x 1 max pool, a channel split into convs summed or concatenated) or say that the
-values change.
+"""The engine-limit checks of the DPU-support rules (``record.OpRecord.dpu_rule``): each constraint's
+``check_*`` (the reason a parameter is out of the engine's limits, or None) and, next to it, the ``fix_*``
+that gives the rewrite putting the node back within the limit (``dpu_support.Fix``). The conv, pool and
+resize units combine them. Sources (docs/targets.md#dpuczdx8g-operator-limits): the target's
+``conv_limit``/``pool_limit``/``dwconv_limit`` ranges, UG1414 (channels, dilation x input channels), the
+weight-bank formulas of vai_q_pytorch ``pytorch_nndct/hardware/dpu_op_filter.py``; the fixes are
+equalities of convolution arithmetic (a stride split into a conv and a 1 x 1 max pool, a channel split into
+convs summed or concatenated) or say that the values change. A support module of ``pipeline/ops/``.
 """
 import math
 from typing import List, Optional
 
-from pipeline.targets import DpuTarget, EngineLimits, allows
-from pipeline.inspect.trace import OpNode
-from pipeline.inspect.verdict import DPU, Context, Fix, Verdict, cpu_verdict, dpu_unless
+from ..targets import DpuTarget, EngineLimits, allows
+from .dpu_support import Fix
 
 
 def legal_values(spec: str) -> List[int]:
@@ -68,8 +68,6 @@ def fix_channels(in_channels: int, out_channels: int, dilation: List[int], chann
                "xs = torch.split(x, {}, 1); y = convs[0](xs[0]); y = y + convs[1](xs[1])  # ... one add "
                "per slice: not sum(), whose 0 + ... runs on the CPU".format(per))
 
-
-# ---- conv family checks ------------------------------------------------------------------------
 
 def check_kernel(kernel_size: List[int], spec: str, engine: str) -> Optional[str]:
     """Kernel height and width within the engine's ``kernel_size`` range."""
@@ -175,69 +173,6 @@ def fix_padding(pad: List[int]) -> Fix:
                    tuple(pad)))
 
 
-def fix_padding_mode(node: OpNode) -> Fix:
-    """padding_mode other than zeros: zero padding (the border values change)."""
-    return Fix("use zero padding; a reflect/replicate pad would itself run on the CPU.",
-               "nn.Conv2d(..., padding_mode={!r}) -> nn.Conv2d(..., padding_mode='zeros')".format(
-                   node.attrs.get("padding_mode")), exact=False)
-
-
-def fix_groups(node: OpNode) -> Fix:
-    """groups = g: g convs over ``torch.chunk(x, g, 1)``, concatenated (same values)."""
-    a, g = node.attrs, node.attrs["groups"]
-    return Fix("split the grouped conv into {} convs over channel slices and concatenate them; apply a following "
-               "activation to each conv's output before the concatenation, so that it fuses.".format(g),
-               "nn.Conv2d({0}, {1}, k, groups={2}) -> xs = torch.chunk(x, {2}, 1); torch.cat([convs[i](xs[i]) "
-               "for i in range({2})], 1)  # convs: {2} x nn.Conv2d({3}, {4}, k); index xs, torch.fx cannot "
-               "iterate it".format(
-                   a["in_channels"], a["out_channels"], g, a["in_channels"] // g, a["out_channels"] // g))
-
-
-def fix_no_depthwise(node: OpNode) -> Fix:
-    """No depthwise engine: a groups=1 conv with block-diagonal weights, on the conv engine."""
-    a = node.attrs
-    return Fix("run it as an ordinary conv (groups=1) whose weights are zero outside each channel's own block: "
-               "the same values on the conv engine, at {} times the weights.".format(a["in_channels"]),
-               "nn.Conv2d({0}, {1}, k, groups={0}) -> nn.Conv2d({0}, {1}, k)  # weight[o, o // {2}] = "
-               "depthwise weight[o, 0], else 0".format(a["in_channels"], a["out_channels"],
-                                                      a["out_channels"] // a["in_channels"]))
-
-
-def check_padding_mode(node: OpNode) -> Optional[str]:
-    """Zero padding only: other modes become a separate pad op the conv cannot absorb."""
-    mode = node.attrs.get("padding_mode", "zeros")
-    if mode == "zeros":
-        return None
-    return "padding_mode '{}' is not supported by the DPU conv (zero padding only).".format(mode)
-
-
-def check_groups(node: OpNode) -> Optional[str]:
-    """Conv groups 1 or depthwise (groups = input channels); other group counts go to the CPU
-    (UG1414 "Operators Supported by PyTorch")."""
-    groups = node.attrs["groups"]
-    if groups == 1:
-        return None
-    return ("DPU runs conv2d with groups = 1 or depthwise conv (groups = input channels = {}); "
-            "this conv has groups = {}. Split it into {} convs and concatenate them.".format(
-                node.attrs["in_channels"], groups, groups))
-
-
-def check_output_padding(node: OpNode) -> Optional[str]:
-    """Transposed conv with ``output_padding`` != 0 goes to the CPU (UG1414)."""
-    if not any(node.attrs.get("output_padding", [0, 0])):
-        return None
-    return ("DPU does not support output_padding ({}): drop output_padding and pad or crop the "
-            "output instead.".format(node.attrs["output_padding"]))
-
-
-def fix_output_padding(node: OpNode) -> Fix:
-    """output_padding: 0, and an ``nn.ZeroPad2d`` on the output (the added border differs)."""
-    h, w = node.attrs["output_padding"]
-    return Fix("drop output_padding and pad the output with zeros (torch's extra row/column differs: retrain).",
-               "nn.ConvTranspose2d(..., output_padding={}) -> nn.Sequential(nn.ConvTranspose2d(...), "
-               "nn.ZeroPad2d((0, {}, 0, {})))".format((h, w), w, h), exact=False)
-
-
 def fix_transposed_kernel(kernel_size: List[int], stride: List[int], spec: str) -> Fix:
     """kernel / stride out of range: a kernel that is a multiple of the stride within the range."""
     new = [s * nearest_legal(spec, max(1, k // s)) for k, s in zip(kernel_size, stride)]
@@ -253,82 +188,3 @@ def check_transposed_kernel(kernel_size: List[int], stride: List[int], spec: str
         if not (allows(spec, k // s) and (k % s == 0 or allows(spec, k // s + 1))):
             return "'kernel / stride'({} / {}) is not in the DPU supported range ({}).".format(k, s, spec)
     return None
-
-
-def _transposed_pad(node: OpNode) -> List[int]:
-    """The pad of the conv a transposed conv becomes: dilation * (k - 1) - padding per side."""
-    kernel, dil, pad = node.attrs["kernel_size"], node.attrs["dilation"], node.attrs["pad"]
-    full = [dil[1] * (kernel[1] - 1)] * 2 + [dil[0] * (kernel[0] - 1)] * 2
-    return [f - p for f, p in zip(full, pad)]
-
-
-# ---- op-type rules -----------------------------------------------------------------------------
-
-def conv2d(node: OpNode, ctx: Context) -> Verdict:
-    """conv2d on the conv engine (the tracer names depthwise convs ``depthwise_conv2d``)."""
-    if node.attrs["groups"] != 1:
-        return cpu_verdict(check_groups(node), fixes=[fix_groups(node)])
-    conv, a = ctx.target.engines.conv, node.attrs
-    in_shape = ctx.producer(node).shape
-    return dpu_unless([
-        (check_kernel(a["kernel_size"], conv.kernel_size, "conv_engine"), lambda: fix_kernel(a["kernel_size"], conv.kernel_size)),
-        (check_stride(a["stride"], conv.stride, "conv_engine", a["kernel_size"], list(in_shape[-2:])),
-         lambda: fix_stride(a["stride"], conv.stride)),
-        (check_channels(a["in_channels"], a["out_channels"], a["dilation"], conv.input_channel_parallel),
-         lambda: fix_channels(a["in_channels"], a["out_channels"], a["dilation"], conv.input_channel_parallel)),
-        (check_padding(a["pad"], a["kernel_size"], a["dilation"]), lambda: fix_padding(a["pad"])),
-        (check_padding_mode(node), lambda: fix_padding_mode(node)),
-        (check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target),
-         lambda: fix_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)),
-    ])
-
-
-def depthwise_conv2d(node: OpNode, ctx: Context) -> Verdict:
-    """Depthwise conv (groups = input channels) on the ALU or the depthwise-conv engine."""
-    limits = ctx.target.engines.depthwise_limits()
-    if limits is None:
-        return cpu_verdict("{} has no depthwise-conv engine (no ALU with dwconv, no dwconv_engine).".format(
-            ctx.target.name), fixes=[fix_no_depthwise(node)])
-    a = node.attrs
-    in_shape = ctx.producer(node).shape
-    return dpu_unless([
-        (check_kernel(a["kernel_size"], limits.kernel_size, limits.engine), lambda: fix_kernel(a["kernel_size"], limits.kernel_size)),
-        (check_stride(a["stride"], limits.stride, limits.engine, a["kernel_size"], list(in_shape[-2:])),
-         lambda: fix_stride(a["stride"], limits.stride)),
-        (check_channels(a["in_channels"], a["out_channels"], [1, 1], limits.channel_parallel),
-         lambda: fix_channels(a["in_channels"], a["out_channels"], [1, 1], limits.channel_parallel)),
-        (check_padding(a["pad"], a["kernel_size"], a["dilation"], limits.pad), lambda: fix_padding(a["pad"])),
-        (check_padding_mode(node), lambda: fix_padding_mode(node)),
-        (check_depthwise_bank_depth(a["kernel_size"], limits), lambda: fix_kernel(a["kernel_size"], limits.kernel_size)),
-    ])
-
-
-def conv_transpose2d(node: OpNode, ctx: Context) -> Verdict:
-    """Transposed conv: groups 1 on the conv engine, depthwise on the depthwise engine."""
-    a = node.attrs
-    groups = a["groups"]
-    if groups == 1:
-        spec, engine, cp = ctx.target.engines.conv.kernel_size, "conv_engine", ctx.target.engines.conv.input_channel_parallel
-        bank = check_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)
-    elif groups == a["in_channels"] == a["out_channels"]:
-        limits = ctx.target.engines.depthwise_limits()
-        if limits is None:
-            return cpu_verdict(check_output_padding(node), "{} has no depthwise-conv engine.".format(
-                ctx.target.name))
-        spec, engine, cp, bank = limits.kernel_size, limits.engine, limits.channel_parallel, None
-    else:
-        return cpu_verdict(check_output_padding(node), check_groups(node), fixes=[fix_groups(node)])
-    return dpu_unless([
-        (check_output_padding(node), lambda: fix_output_padding(node)),
-        (check_transposed_kernel(a["kernel_size"], a["stride"], spec), lambda: fix_transposed_kernel(a["kernel_size"], a["stride"], spec)),
-        (check_channels(a["in_channels"], a["out_channels"], a["dilation"], cp),
-         lambda: fix_channels(a["in_channels"], a["out_channels"], a["dilation"], cp)),
-        check_padding(_transposed_pad(node), a["kernel_size"], [1, 1]),
-        (check_padding_mode(node), lambda: fix_padding_mode(node)),
-        (bank, lambda: fix_conv_bank_depth(a["kernel_size"], a["in_channels"], ctx.target)),
-    ], notes=["runs on the {} as a conv over the zero-upsampled input.".format(engine)])
-
-
-def dense(node: OpNode, ctx: Context) -> Verdict:
-    """Linear layers run on the conv engine as 1x1 convs (matmul is turned into conv2d, UG1414)."""
-    return Verdict(DPU)

@@ -1,21 +1,29 @@
-"""DPU assignment rules for activations: fusion into the producer's engine, an engine that runs
-the activation alone, the CPU-only ones and the conversions the quantizer offers (sources in
-``pipeline.inspect.rules``' docstring: activation fusion, LeakyReLU, standalone activations,
-quantizer conversions, P10). Each rule gives its fixes (:class:`~pipeline.inspect.verdict.Fix`):
-the ReLU moved before a max pool, the producer duplicated for another reader, the slope 26/256,
-SiLU -> Hardswish and sigmoid -> Hardsigmoid, and a hard sigmoid or hard swish written out as
-``relu6(x + 3) / 6`` replaced by ``nn.Hardsigmoid``/``nn.Hardswish`` (:func:`written_out_fix`)."""
-from typing import List, Optional, Tuple
+"""The activations' DPU-support machinery (``record.OpRecord.dpu_rule`` of relu, leaky_relu, hard_sigmoid;
+float_activation reads it for the conversions): fusion into the producer's engine, an engine that runs
+the activation alone, the rule after a pool (P10), and the hard sigmoid or hard swish written out as
+``relu6(x + 3) / 6`` (:func:`written_out_fix`). A support module of ``pipeline/ops/`` (no record).
 
-from pipeline.ops.leaky_relu import LEAKY_SLOPE
-from pipeline.targets import DpuTarget
-from pipeline.inspect.trace import OpNode
-from pipeline.inspect.verdict import DPU, Context, Fix, Verdict, cpu_verdict, follows, tail_fix
+Sources (docs/targets.md#dpuczdx8g-operator-limits):
+- Activation fusion: an activation fuses into its producer when the producer has no other consumer
+  and the producer's engine lists it as ``nonlinear``; conv fuses relu, relu6, leaky_relu, prelu,
+  hswish, hsigmoid, depthwise and transposed conv relu, relu6, leaky_relu, prelu
+  (``dpu_op_filter.py``, ``check_nonlinear``); the eltwise engine fuses relu. Nothing fuses into a
+  pool (P10): a dedicated pool engine lists no nonlinear type, and the 3.5 Inspector reports a ReLU
+  after a MaxPool2d on the CPU even where the ALU that runs the pool lists relu (Vitis-AI issue
+  #1501; see :func:`_after_pool`).
+- Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
+  need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``).
+"""
+from typing import Any, List, Optional, Sequence, Tuple
 
+from ..targets import DpuTarget
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, follows
 
 # Prototxt nonlinear type of each activation op.
 NONLINEAR_NAME = {"relu": "relu", "relu6": "relu_six", "leaky_relu": "leaky_relu",
                   "prelu": "prelu", "hsigmoid": "hsigmoid", "hswish": "hswish"}
+
+
 # Which activations each producer type may fuse at most (before the engine's own list).
 _FUSABLE_AFTER = {
     "conv2d": ("relu", "relu6", "prelu", "leaky_relu", "hswish", "hsigmoid"),
@@ -25,10 +33,12 @@ _FUSABLE_AFTER = {
     "add": ("relu",),
     "mul": ("relu",),
 }
+
+
 _POOLS = ("max_pool2d", "avg_pool2d", "adaptive_avg_pool2d")
 
 
-def _fusion_base(src: OpNode, ctx: Context) -> Optional[OpNode]:
+def fusion_base(src: Any, ctx: Any) -> Optional[Any]:
     """The node an activation after ``src`` would fuse into: ``src`` itself, or the conv a
     batch norm ``src`` is folded into (on either device). None when ``src`` already carries an
     activation or is not a fusing op."""
@@ -40,7 +50,7 @@ def _fusion_base(src: OpNode, ctx: Context) -> Optional[OpNode]:
     return src if src.op in _FUSABLE_AFTER else None
 
 
-def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
+def fusable_types(base: Any, ctx: Any) -> List[str]:
     """Activation ops that ``base``'s engine fuses on this target."""
     target = ctx.target
     if base.op in ("conv2d", "dense", "conv_transpose2d"):
@@ -54,7 +64,7 @@ def _fusable_types(base: OpNode, ctx: Context) -> List[str]:
     return [op for op in _FUSABLE_AFTER[base.op] if NONLINEAR_NAME[op] in engine_nl]
 
 
-def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
+def standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
     """The engine that runs activation ``op`` on its own, or None."""
     alu = target.engines.alu
     if alu is None:
@@ -68,33 +78,6 @@ def _standalone_engine(op: str, target: DpuTarget) -> Optional[str]:
     return None
 
 
-def leaky_relu_slope_note(node: OpNode) -> Optional[str]:
-    """The slope change the quantizer makes: every LeakyReLU gets slope 26/256 (docs/arithmetic.md#leakyrelu-slope)."""
-    slope = node.attrs["negative_slope"]
-    if slope == LEAKY_SLOPE:
-        return None
-    return ("negative_slope {} -> 26/256 = {} on the DPU: the quantizer forces this slope "
-            "(with a warning) and the simulation uses it; retrain with "
-            "nn.LeakyReLU(26 / 256) to keep float and DPU alike.".format(slope, LEAKY_SLOPE))
-
-
-def leaky_relu_slope_fix(node: OpNode) -> Optional[Fix]:
-    """The slope 26/256 in the float model, so that float and DPU compute the same function."""
-    slope = node.attrs["negative_slope"]
-    if slope == LEAKY_SLOPE:
-        return None
-    return Fix("use the DPU's slope 26/256 in the float model (the DPU computes that slope whatever the model "
-               "says).", "nn.LeakyReLU({}) -> nn.LeakyReLU(0.1015625)  # 26 / 256".format(slope), exact=False)
-
-
-def relu6_conversion_note(node: OpNode) -> str:
-    """ReLU6 -> ReLU: CLE (on by default) rewrites ReLU6 as ReLU in the model it is given
-    (docs/quantizer.md#the-callers-model-is-rewritten); the config key ``convert_relu6_to_relu`` asks for
-    it explicitly."""
-    return ("the quantizer offers ReLU6 -> ReLU (convert_relu6_to_relu); with the default config "
-            "(CLE on) it makes this change itself, in the model it is given: pass a copy.")
-
-
 # Where the "no activation after a pool" rule comes from (public case P10), for the reports.
 POOL_ACTIVATION_SOURCE = (
     "the Vitis AI 3.5 Inspector assigns devices by matching the compiler's patterns, and it reports a "
@@ -102,7 +85,7 @@ POOL_ACTIVATION_SOURCE = (
     "issue #1501, a known issue for AMD)")
 
 
-def _after_pool(node: OpNode, src: OpNode, ctx: Context) -> Tuple[str, str]:
+def _after_pool(node: Any, src: Any, ctx: Any) -> Tuple[str, str]:
     """``(reason, source note)`` for activation ``node`` right after pool ``src`` (public case P10).
 
     Which engine runs the pool decides the wording: a dedicated pool engine fuses nothing (its
@@ -137,23 +120,25 @@ def _after_pool(node: OpNode, src: OpNode, ctx: Context) -> Tuple[str, str]:
             "not after a pool.".format(POOL_ACTIVATION_SOURCE, ", ".join(listed) or "empty"))
 
 
-def activation(node: OpNode, ctx: Context) -> Verdict:
+def activation(node: Any, ctx: Any, changes: Sequence[Optional[str]] = (),
+               fixes: Sequence[Optional[Fix]] = ()) -> Verdict:
     """relu, relu6, leaky_relu, prelu, hsigmoid, hswish: fused into the producer when its engine
     allows, else on an engine that runs it alone, else on the CPU. After a pool nothing fuses
-    (``_after_pool``): the reason names the pool, a note gives the source, another the fix (P10)."""
-    changes = [n for n in (leaky_relu_slope_note(node) if node.op == "leaky_relu" else None,
-                           relu6_conversion_note(node) if node.op == "relu6" else None) if n]
-    fixes = [f for f in (leaky_relu_slope_fix(node) if node.op == "leaky_relu" else None,) if f]
+    (``_after_pool``): the reason names the pool, a note gives the source, another the fix (P10).
+    ``changes`` and ``fixes``: the op's own (its unit's: the LeakyReLU slope, ReLU6 -> ReLU), first in
+    the verdict; None ones are dropped."""
+    changes = [n for n in changes if n]
+    fixes = [f for f in fixes if f]
     notes = []  # type: List[str]
     src = ctx.producer(node)
     target = ctx.target
     fuse_failure = None
-    base = _fusion_base(src, ctx) if src is not None else None
+    base = fusion_base(src, ctx) if src is not None else None
     if base is not None and len(ctx.consumers[src.name]) == 1 and not ctx.on_dpu(base.name):
         return cpu_verdict("{} stays with the {} {!r} it fuses into, which is on the CPU.".format(
             node.op, base.op, base.name), changes=changes, fixes=fixes + [follows(base.name, "the " + base.op)])
     if base is not None and len(ctx.consumers[src.name]) == 1:
-        allowed = _fusable_types(base, ctx)
+        allowed = fusable_types(base, ctx)
         if node.op in allowed:
             return Verdict(DPU, [], ["fused into {} {!r}.".format(base.op, base.name)], base.name, changes, fixes)
         fuse_failure = "Try to assign {} + {} to DPU failed: on {} a {} fuses only {}.".format(
@@ -177,7 +162,7 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
             notes.append("put the {} before the MaxPool2d: max pooling commutes with it "
                          "(relu(maxpool(x)) == maxpool(relu(x))), and it then fuses into the conv."
                          .format(node.op))
-    engine = _standalone_engine(node.op, target)
+    engine = standalone_engine(node.op, target)
     if engine is not None:
         return Verdict(DPU, [], ["runs on its own on the {}.".format(engine)] + notes, None, changes, fixes)
     alone = "{} has no engine that runs a {} on its own.".format(target.name, node.op)
@@ -189,7 +174,7 @@ def activation(node: OpNode, ctx: Context) -> Verdict:
 _MONOTONIC = ("relu", "relu6", "leaky_relu", "hsigmoid")
 
 
-def _move_before_pool_fix(node: OpNode, pool: OpNode) -> Fix:
+def _move_before_pool_fix(node: Any, pool: Any) -> Fix:
     """An activation after a DPU pool: put it before the pool, where it fuses into the conv. The
     same values after a max pool when the activation is non-decreasing; else they change."""
     exact = pool.op == "max_pool2d" and node.op in _MONOTONIC
@@ -201,66 +186,33 @@ def _move_before_pool_fix(node: OpNode, pool: OpNode) -> Fix:
         "nn.ReLU()) -> nn.Sequential(conv, nn.ReLU(), nn.MaxPool2d(2))", exact=exact)
 
 
-# CPU-only activations and the conversion the quantizer offers for each (docs/arithmetic.md#optional-conversions).
-_CONVERSIONS = {
-    "silu": ("hswish", "SiLU -> HardSwish (quant config key convert_silu_to_hswish)"),
-    "sigmoid": ("hsigmoid", "sigmoid -> HardSigmoid (option --nndct_convert_sigmoid_to_hsigmoid)"),
-}
-# The DPU activation nearest to each CPU-only one, and the module that computes it (the fix).
-_NEAREST = {"silu": ("hswish", "nn.SiLU() -> nn.Hardswish()  # or F.silu(x) -> F.hardswish(x)"),
-            "sigmoid": ("hsigmoid", "nn.Sigmoid() -> nn.Hardsigmoid()  # or torch.sigmoid(x) -> F.hardsigmoid(x)"),
-            "gelu": ("hswish", "nn.GELU() -> nn.Hardswish()  # a different curve: retrain")}
-
-
-def cpu_activation(node: OpNode, ctx: Context) -> Verdict:
-    """sigmoid, SiLU, tanh, GELU: in no engine's nonlinear or ALU types of any target here, so on
-    the CPU; where the quantizer offers a conversion, the note says whether the converted op would
-    run on the DPU of this target."""
-    reason = "{} can't be assigned to DPU: no engine of {} has it (nonlinear types: {}).".format(
-        node.op, ctx.target.name, ", ".join(ctx.target.engines.conv.nonlinear))
-    fixes = [tail_fix(node, ctx)]
-    if node.op in _NEAREST:
-        replacement, code = _NEAREST[node.op]
-        where = _where(replacement, node, ctx)
-        if where is not None:
-            fixes.insert(0, Fix("replace it with the DPU's {}: the op then {} (a piecewise-linear approximation: "
-                                "check the accuracy).".format(replacement, where), code, exact=False))
-    conversion = _CONVERSIONS.get(node.op)
-    if conversion is None:
-        return cpu_verdict(reason, fixes=fixes)
-    replacement, text = conversion
-    where = _where(replacement, node, ctx) or "would still run on the CPU"
-    return cpu_verdict(reason, changes=["the quantizer offers {}; after it, the op {} on {} (accuracy "
-                                 "changes: check it).".format(text, where, ctx.target.name)], fixes=fixes)
-
-
-def _where(replacement: str, node: OpNode, ctx: Context) -> Optional[str]:
+def where_it_runs(replacement: str, node: Any, ctx: Any) -> Optional[str]:
     """Where DPU activation ``replacement`` would run in ``node``'s place ("would fuse into ...",
     "would run on the ..."), or None when it would be on the CPU too."""
     src = ctx.producer(node)
-    base = _fusion_base(src, ctx) if src is not None else None
+    base = fusion_base(src, ctx) if src is not None else None
     if (base is not None and len(ctx.consumers[src.name]) == 1 and ctx.on_dpu(base.name)
-            and replacement in _fusable_types(base, ctx)):
+            and replacement in fusable_types(base, ctx)):
         return "would fuse into {} {!r}".format(base.op, base.name)
-    if _standalone_engine(replacement, ctx.target) and (src is None or ctx.on_dpu(src.name)):
-        return "would run on the {}".format(_standalone_engine(replacement, ctx.target))
+    if standalone_engine(replacement, ctx.target) and (src is None or ctx.on_dpu(src.name)):
+        return "would run on the {}".format(standalone_engine(replacement, ctx.target))
     return None
 
 
-def _clips_0_6(node: OpNode) -> bool:
+def _clips_0_6(node: Any) -> bool:
     """relu6(x), clamp(x, 0, 6), hardtanh(x, 0, 6)."""
     return node.op == "relu6" or (node.op in ("clamp", "clip", "hardtanh")
                                   and node.attrs.get("min") == 0 and node.attrs.get("max") == 6)
 
 
-def _scales_by_sixth(node: OpNode) -> bool:
+def _scales_by_sixth(node: Any) -> bool:
     """x / 6 or x * (1 / 6) (a constant operand)."""
     c = node.attrs.get("constant")
     return c is not None and node.attrs.get("tensor_operands") == 1 and (
         (node.op in ("truediv", "div") and c == 6) or (node.op == "mul" and abs(c - 1 / 6) < 1e-6))
 
 
-def written_out_fix(node: OpNode, ctx: Context) -> Optional[Fix]:
+def written_out_fix(node: Any, ctx: Any) -> Optional[Fix]:
     """The fix for a node of a hard sigmoid or hard swish written out: ``relu6(x + 3) / 6`` (or
     clamp/hardtanh to [0, 6], ``* (1 / 6)``), times x for the swish. These ops are float operators of
     the quantizer (CPU); ``nn.Hardsigmoid``/``nn.Hardswish`` compute the same values as DPU ops.
