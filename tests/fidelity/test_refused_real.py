@@ -81,17 +81,12 @@ GAPS = {
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("quant_info", "prelu"): "the real quantizer parses nn.PReLU as nndct_prelu with its slopes quantized "
-                        "(act.weight [[8, 8]]); the simulation keeps aten_prelu in float with unquantized slopes: "
-                        "other quant_info and outputs",
     ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
     ("outputs", "conv_same"): "the simulation quantizes the padding='same' convs (weights, bias, outputs), the real "
                               "quantizer runs them in float (aten::_convolution_mode): other outputs",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
-    ("outputs", "prelu"): "the simulation runs PReLU in float with unquantized slopes, the real quantizer with its "
-                          "slopes quantized (act.weight [[8, 8]]): other outputs",
     ("xmodel", "layernorm_tokens"): "the xmodel writer has no form for nndct_layer_norm; the real file has the "
                                     "custom op nndct_layer_norm (inputs x, weight, bias; attrs normalized_shape, eps, "
                                     "elementwise_affine)",
