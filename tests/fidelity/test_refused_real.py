@@ -132,8 +132,6 @@ GAPS = {
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("xmodel", "prelu"): "the simulation writes nn.PReLU as the custom op aten::prelu without slopes; the real file "
-                         "has XIR prelu with input weight (the slopes' const + fix) and attr num_parameters",
     ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
                              "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
                              "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",

@@ -221,6 +221,11 @@ def _hswish(w: _Writer, node: Node) -> None:
     w.fixed_op(node.name, "mul", None, {"input": [mul, x]})
 
 
+def _prelu(w: _Writer, node: Node) -> None:
+    # to_xir("prelu"): the default creator, the bound slopes as input "weight" (xop_creator.default_xop)
+    _with_params(w, node, "prelu", {"num_parameters": node.attrs["num_parameters"]})
+
+
 def _custom(w: _Writer, node: Node) -> None:
     w.fixed_op(node.name, node.type, {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"},
                {"input": w.data_inputs(node)})
@@ -238,6 +243,7 @@ CREATORS = {
     t.RELU: _simple("relu"),
     t.RELU6: _simple("relu6"),
     t.LEAKY_RELU: _simple("leaky-relu", ("alpha",)),
+    t.PRELU: _prelu,
     t.SIGMOID: _simple("sigmoid"),
     t.TANH: _simple("tanh"),
     t.GELU: _simple("gelu", ("approximate",)),

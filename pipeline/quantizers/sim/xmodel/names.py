@@ -41,6 +41,7 @@ KINDS = {
     t.CONV2D: ("_convolution",), t.DEPTHWISE_CONV2D: ("_convolution",), t.CONVTRANSPOSE2D: ("_convolution",),
     t.DEPTHWISE_CONVTRANSPOSE2D: ("_convolution",), t.DENSE: ("linear", "addmm", "matmul"),
     t.BATCH_NORM: ("batch_norm",), t.RELU: ("relu",), t.RELU6: ("hardtanh", "relu6"), t.LEAKY_RELU: ("leaky_relu",),
+    t.PRELU: ("prelu",),
     t.MAX_POOL: ("max_pool2d",), t.AVG_POOL: ("avg_pool2d",), t.ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",),
     t.FLATTEN: ("flatten",), t.RESHAPE: ("view", "reshape"), t.CONTIGUOUS: ("contiguous",), t.PERMUTE: ("permute",),
     t.TRANSPOSE: ("transpose",), t.STRIDED_SLICE: ("slice",),
