@@ -1,6 +1,13 @@
 """The 2-D convolutions: plain, depthwise, transposed and transposed depthwise (``nndct_conv2d``,
 ``nndct_depthwise_conv2d``, ``nndct_conv_transpose_2d``, ``nndct_depthwise_conv_transpose_2d``), told
-apart by the module's groups as nndct's ``op_dispatcher`` does."""
+apart by the module's groups as nndct's ``op_dispatcher`` does.
+
+An ``nn.Conv2d`` whose padding is a string (``padding='same'`` or ``'valid'``) is none of them: torch.jit
+traces it as ``aten::_convolution_mode``, for which nndct's ``op_dispatcher`` has no op, so the real
+quantizer keeps it as a float operator of that type (warning ``QUANTIZER_TORCH_FLOAT_OP``): weights, bias and
+output not quantized, its xmodel op the custom ``aten::_convolution_mode`` on the float weight and bias
+consts (tests/data/refused_real/conv_same). The rule gives that type (:data:`CONVOLUTION_MODE`); the generic
+float operator runs the module's own float conv."""
 from torch import nn
 
 from ..errors import QuantizationError
@@ -11,11 +18,14 @@ DEPTHWISE_CONV2D = "nndct_depthwise_conv2d"
 CONVTRANSPOSE2D = "nndct_conv_transpose_2d"
 DEPTHWISE_CONVTRANSPOSE2D = "nndct_depthwise_conv_transpose_2d"
 CONV_TYPES = (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONVTRANSPOSE2D)
+# a Conv2d with string padding as torch.jit traces it: a float operator with no nndct type
+CONVOLUTION_MODE = "aten::_convolution_mode"
 
 
 def conv_type(m: nn.Module, strict: bool = True) -> str:
     """The nndct type of an ``nn.Conv2d`` or ``nn.ConvTranspose2d``: depthwise when ``groups`` equals the
-    input channels (a transposed conv: weight ``(in, out/g)`` with ``out/g == 1`` and ``groups == in``).
+    input channels (a transposed conv: weight ``(in, out/g)`` with ``out/g == 1`` and ``groups == in``);
+    :data:`CONVOLUTION_MODE` (a float operator) for a Conv2d with string padding (``'same'``, ``'valid'``).
 
     Raises:
         QuantizationError: with ``strict``, a ``padding_mode`` other than zeros (nndct's conv module calls
@@ -25,6 +35,8 @@ def conv_type(m: nn.Module, strict: bool = True) -> str:
                                 "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
                                 "explicit pad" % m.padding_mode)
     if isinstance(m, nn.Conv2d):
+        if isinstance(m.padding, str):  # torch: aten::_convolution_mode; nndct: no op, a float operator
+            return CONVOLUTION_MODE
         cin = m.in_channels
         depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
         return DEPTHWISE_CONV2D if depthwise else CONV2D

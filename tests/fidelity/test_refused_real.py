@@ -51,9 +51,6 @@ GAPS = {
     ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
                                    "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
                                    "outputs equal",
-    ("quant_info", "conv_same"): "the real quantizer parses Conv2d(padding='same') as the float op "
-                            "aten::_convolution_mode (weights, bias and outputs not quantized, float xmodel op); the "
-                            "simulation quantizes it as nndct_conv2d: other quant_info and outputs",
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
@@ -83,8 +80,6 @@ GAPS = {
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
     ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
-    ("outputs", "conv_same"): "the simulation quantizes the padding='same' convs (weights, bias, outputs), the real "
-                              "quantizer runs them in float (aten::_convolution_mode): other outputs",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "layernorm_tokens"): "the xmodel writer has no form for nndct_layer_norm; the real file has the "
@@ -108,8 +103,6 @@ GAPS = {
     ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
     ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
                                     "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
-    ("xmodel", "conv_same"): "the writer refuses padding='same' (traced otherwise); the real file has two float "
-                             "custom ops aten::_convolution_mode on unquantized weights, no fix at all",
     ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
                         "aten::reciprocal between transposes, then mul by the number's const",
     ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "

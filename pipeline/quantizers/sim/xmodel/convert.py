@@ -227,8 +227,11 @@ def _prelu(w: _Writer, node: Node) -> None:
 
 
 def _custom(w: _Writer, node: Node) -> None:
+    # custom_xop: every input tensor in order, a parameter tensor as its const (aten::_convolution_mode: x, weight,
+    # bias)
+    params = [w.op_of(tensor.name) for tensor in node.params.values()]
     w.fixed_op(node.name, node.type, {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"},
-               {"input": w.data_inputs(node)})
+               {"input": w.data_inputs(node) + params})
 
 
 CREATORS = {

@@ -28,6 +28,7 @@ from .... import ops as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
 from .... import fixpoint
+from ....ops.conv import CONVOLUTION_MODE
 from ....ops.leaky_relu import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
 from .layout import INT_MAX
@@ -144,6 +145,14 @@ class _Lowering:
         return v.detach().float().numpy()
 
     def add_params(self, node: SimNode, dev: Node) -> None:
+        if node.op == CONVOLUTION_MODE:  # a float operator: the module's weight and bias as float consts, OIHW
+            m = self.module(node)
+            for kind in ("weight", "bias"):
+                p = getattr(m, kind)
+                if p is not None:
+                    dev.params[kind] = Tensor("%s::%s.%s" % (self.graph.class_name, node.module_path, kind))
+                    dev.params[kind].from_ndarray(np.ascontiguousarray(p.detach().float().numpy()))
+            return
         if node.op == t.PRELU:  # nndct binds the slopes as the node's parameter "weight" (op_dispatcher.prelu)
             slopes = self.slopes(node)
             dev.params["weight"] = Tensor(node.param_names["weights"])
@@ -185,8 +194,6 @@ class _Lowering:
         op = node.op
         if op in t.CONV_TYPES:
             m = self.module(node)
-            if isinstance(m.padding, str):
-                raise unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
             if node.op == t.CONVTRANSPOSE2D and m.groups != 1:
                 raise unsupported(node, "groups=%d: a grouped transposed conv is not written yet (depthwise, groups = "
                                         "in_channels = out_channels, is)" % m.groups)
