@@ -175,6 +175,25 @@ def fix_padding(pad: List[int]) -> Fix:
                    tuple(pad)))
 
 
+def convolution_mode(node: OpNode, ctx: Context) -> Verdict:
+    """A conv with string padding (``'same'``, ``'valid'``): torch.jit traces it as
+    ``aten::_convolution_mode``, for which the real quantizer has no op: it keeps it as a float operator
+    (weights, bias and output not quantized) on the CPU (``pipeline/ops/conv.py``). The fix gives the padding as
+    numbers (``attrs["pad"]``, XIR ``[left, right, top, bottom]``): the same values, and the conv is a DPU conv."""
+    left, right, top, bottom = node.attrs["pad"]
+    if left == right and top == bottom:
+        fix = Fix("give the padding as numbers (the same values): the conv is then quantized as a DPU conv.",
+                  "nn.Conv2d(..., padding='same') -> nn.Conv2d(..., padding=({}, {}))".format(top, left))
+    else:  # an even kernel: torch pads one more at the end
+        fix = Fix("pad explicitly (torch pads one more row/column at the end for an even kernel) and give the conv "
+                  "padding=0 (the same values): the conv is then quantized as a DPU conv.",
+                  "nn.Conv2d(..., padding='same') -> nn.Sequential(nn.ZeroPad2d({}), nn.Conv2d(..., padding=0))".format(
+                      (left, right, top, bottom)))
+    return cpu_verdict("{} with string padding is traced as aten::_convolution_mode, which the quantizer has no op "
+                       "for: it runs in float on the CPU (weights, bias and output not quantized).".format(node.source),
+                       fixes=[fix])
+
+
 def fix_padding_mode(node: OpNode) -> Fix:
     """padding_mode other than zeros: zero padding (the border values change)."""
     return Fix("use zero padding; a reflect/replicate pad would itself run on the CPU.",

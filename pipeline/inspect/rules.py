@@ -48,10 +48,11 @@ from typing import Callable, Dict, Optional
 
 from pipeline.inspect.activation_rules import activation, cpu_activation, written_out_fix
 from pipeline.inspect.conv_rules import (check_kernel, check_padding, check_stride, check_transposed_kernel, conv2d,
-                                          conv_transpose2d, dense, depthwise_conv2d, fix_kernel, fix_padding,
-                                          legal_values, nearest_legal)
+                                          conv_transpose2d, convolution_mode, dense, depthwise_conv2d, fix_kernel,
+                                          fix_padding, legal_values, nearest_legal)
 from pipeline.inspect.layout_rules import permute, reshape
 from pipeline.inspect.trace import OpNode
+from pipeline.ops.conv import CONVOLUTION_MODE
 from pipeline.inspect.verdict import (CPU, DPU, Context, Fix, Verdict, cpu_verdict, dpu_unless, follows,
                                       tail_fix)
 
@@ -319,7 +320,9 @@ def decide(node: OpNode, ctx: Context) -> Verdict:
     as float operators); an op whose rule could put it on the DPU but which the quantizer keeps
     as a float operator (``mean``) goes to the CPU."""
     rule = OP_RULES.get(node.op)
-    if node.float_operator and rule not in (cpu_activation, softmax):
+    if node.quantizer_op == CONVOLUTION_MODE:  # a conv with padding='same': a float operator, and why
+        verdict = convolution_mode(node, ctx)
+    elif node.float_operator and rule not in (cpu_activation, softmax):
         verdict = float_operator(node, ctx)
     elif rule is None:
         verdict = unknown(node, ctx)
