@@ -32,6 +32,13 @@ def _conv_weights(b: Builder, node: torch.fx.Node, mod: nn.Module) -> List[str]:
 
 
 def conv(b: Builder, node: torch.fx.Node, mod: nn.Conv2d) -> str:
+    if isinstance(mod.padding, str) and getattr(mod, "weight_fix_pos", None) is None:
+        # the capture's aten::_convolution_mode (pipeline/ops/conv.py): the model's own float conv
+        raise Unsupported("a Conv2d with padding=%r is a float operator of the real quantizer (torch.jit traces "
+                          "aten::_convolution_mode, which it has no op for: weights, bias and output stay float), "
+                          "and ONNX Runtime's float conv is not bit-exact with torch's; give the padding as numbers "
+                          "(padding=k // 2, or nn.ZeroPad2d before the conv for an even kernel) and the conv is a "
+                          "quantized DPU conv that both exports carry" % mod.padding)
     inputs = _conv_weights(b, node, mod)
     if isinstance(mod.padding, str):
         total = [d * (k - 1) if mod.padding == "same" else 0
