@@ -64,3 +64,17 @@ def test_the_tables_are_read_off_the_records():
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
     with pytest.raises(ValueError, match="reason"):
         Absent(" ")
+
+
+def test_a_conv_with_string_padding_is_the_float_operator_torch_traces():
+    from torch import nn
+    from pipeline.ops.conv import CONVOLUTION_MODE, conv_type
+    assert conv_type(nn.Conv2d(3, 8, 3, padding="same")) == CONVOLUTION_MODE == "aten::_convolution_mode"
+    assert conv_type(nn.Conv2d(3, 8, 3, padding="valid")) == CONVOLUTION_MODE
+    assert ops.is_float_operator(CONVOLUTION_MODE) and conv_type(nn.Conv2d(3, 8, 3, padding=1)) == ops.CONV2D
+
+
+def test_prelu_quantizes_its_slopes_in_its_own_module():
+    from torch import nn
+    assert ops.MODULE_OPS[nn.PReLU] == ops.PRELU and ops.PRELU in ops.NORM_TYPES
+    assert ops.spec(ops.PRELU).quantizable and not ops.spec(ops.PRELU).group_up
