@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from pipeline.quantizers.sim.xmodel import schema
+from pipeline.xir import schema
 from tests.support import xmodel_compare as xc
 from tests.support import xmodel_digest as xd
 from tests.support.xmodel_golden_helper import golden_file

@@ -310,7 +310,7 @@ def _defs_order(builtins, customs, buckets=127):
 
 
 def _op_defs(sub):
-    from pipeline.quantizers.sim.xmodel import schema
+    from pipeline.xir import schema
     with open(os.path.join(OP_DEFS, sub, "op_defs.pb"), "rb") as f:
         raw = f.read()
     return raw, schema.parse_graph(raw)
@@ -358,7 +358,7 @@ def test_simulation_writes_the_real_op_defs(tmp_path):
         torch.set_num_threads(saved)
     with open(os.path.join(helper.folder(str(tmp_path), *case[0]), "xmodel", "ConvNet_int.xmodel"), "rb") as f:
         data = f.read()
-    from pipeline.quantizers.sim.xmodel import schema
+    from pipeline.xir import schema
     _, real = _op_defs("golden_convnet_default")
     mine = schema.parse_graph(data)
     assert [d.SerializeToString() for d in mine.op_defs] == [d.SerializeToString() for d in real.op_defs]

@@ -25,7 +25,7 @@ import sys
 from typing import Any, Dict, List, Optional
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
-from pipeline.quantizers.sim.xmodel import schema  # noqa: E402
+from pipeline.xir import schema  # noqa: E402
 
 SHA_FILE, SUMMARY_FILE = "canonical.sha256", "summary.json.gz"
 
