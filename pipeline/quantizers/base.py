@@ -151,7 +151,8 @@ class QuantizerBackend:
     - ``separate_processes``: calib, test and export must each run in their own process when one
       invocation runs more than one of them (docs/quantizer.md#calib-and-test-in-separate-processes);
     - ``distributed``: calib and test can split their batches over torchrun's ranks;
-    - ``simulates``: the test handle is the simulation's lowered model (``analysis_handle`` returns it);
+    - ``simulates``: the test handle is the simulation's lowered model (the per-layer sensitivity,
+      ``pipeline.sensitivity``, runs on it; for any other, on the simulation built from the calibration files);
     - ``finetune_methods``: the fast finetune methods ``calibrate`` takes (``FinetuneRequest.method``);
     - ``qat``: it trains quantization-aware (``qat_trainable``, ``qat_files``; ``load_test`` with
       ``QuantSettings(qat=True)`` on the trained weights gives the deployed model);
@@ -213,23 +214,6 @@ class QuantizerBackend:
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> Any:
         """Return a test-mode handle; ``handle(batch)`` gives the quantized outputs (float32)."""
-        raise NotImplementedError
-
-    def analysis_handle(self, test_handle: Any, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
-                        settings: QuantSettings, traced: Any = None) -> Any:
-        """The simulation's test-mode model (a ``torch.fx.GraphModule``, ``pipeline/quantizers/sim/lowered.py``)
-        of the calibration in ``out_dir``, which the per-layer sensitivity runs on: ``test_handle``
-        itself when it is one (``load_test``'s result with the same arguments), else built from the
-        calibration files. Raises QuantizationError as ``load_test`` does."""
-        raise NotImplementedError
-
-    def layer_sensitivity(self, model: torch.nn.Module, handle: Any, quant_info: Dict[str, Any],
-                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
-        """The per-layer SQNR, cosine and value ranges of ``handle`` (``analysis_handle``'s) against the
-        float ``model`` on ``batches`` (float32 NCHW, consumed once, not modified), one
-        ``pipeline.quantizers.sensitivity_rows.LayerSensitivity`` per quantized node in graph order:
-        ``layer_sensitivity`` of ``pipeline/quantizers/sim/sensitivity.py``, whose arguments these are."""
         raise NotImplementedError
 
     def export(self, handle: Any, example1: torch.Tensor, out_dir: str,

@@ -296,34 +296,6 @@ class NndctBackend(QuantizerBackend):
                 quantizer.load_ft_param()
         return NndctTestHandle(quantizer, quant_model, device)
 
-    def analysis_handle(self, test_handle: NndctTestHandle, model: torch.nn.Module, example: torch.Tensor,
-                        out_dir: str, settings: QuantSettings, traced: Any = None) -> Optional[torch.fx.GraphModule]:
-        """The sim backend's test-mode model built from the calibration files in ``out_dir`` (the sim reads
-        the real quantizer's ``quant_info.json`` and ``bias_corr.pth``); ``test_handle`` is not used. None
-        when the simulation has no form for a call of the model (``pipeline.fx.refusals.NotSimulated``, a
-        Conv1d say): the real quantizer quantized it, and only this analysis is left out (logged)."""
-        import logging
-
-        from ..fx.refusals import NotSimulated
-        from .sim.backend import SimBackend
-        try:
-            return SimBackend().load_test(model, example, out_dir, settings, traced=traced)
-        except NotSimulated as e:
-            logging.getLogger("pipeline").warning("test: per-layer sensitivity left out: it runs on the simulation, "
-                                                  "and %s" % e)
-            return None
-
-    def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
-                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
-        """The sim backend's sensitivity on ``analysis_handle``'s model (``SimBackend.layer_sensitivity``); no
-        rows without one (the simulation refused the model)."""
-        if handle is None:
-            return []
-        from .sim.backend import SimBackend
-        return SimBackend().layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm,
-                                              example=example, traced=traced)
-
     def export(self, handle: NndctTestHandle, example1: torch.Tensor, out_dir: str,
                formats: List[str], deploy_check: bool = False) -> Dict[str, str]:
         """Run one forward on ``example1`` (batch 1), then write each requested format into ``out_dir``.

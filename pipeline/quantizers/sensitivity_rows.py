@@ -1,6 +1,7 @@
 """The per-layer sensitivity row: one quantized point against the float model (typed, backend-neutral).
 
-The sim computes the rows (``pipeline.quantizers.sim.sensitivity.layer_sensitivity``); the test step
+The sim computes the rows (``pipeline.quantizers.sim.sensitivity.layer_sensitivity``, through
+``pipeline.sensitivity`` for either backend's calibration); the test step
 stores them in ``steps/test.json`` (:meth:`LayerSensitivity.to_json`), the report and the plots
 read them back (:meth:`LayerSensitivity.of`). Importing this module imports no backend.
 """

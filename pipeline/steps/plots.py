@@ -1,5 +1,5 @@
 """PNG plots of the per-layer sensitivity rows (``pipeline.quantizers.sensitivity_rows.LayerSensitivity``,
-as the backend's ``layer_sensitivity`` gives them), drawn by the test step, and the qat step's loss curve.
+as ``pipeline.sensitivity.layer_sensitivity`` gives them), drawn by the test step, and the qat step's loss curve.
 
 matplotlib is optional at run time: it is imported inside the functions, :func:`is_available`
 says whether it is installed, and the report keeps its table without it. The figures are built on

@@ -141,21 +141,23 @@ def check(ctx: "StepContext", result: TestResult) -> None:
 def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, limit: Optional[int],
                  test_handle: Any) -> Tuple[List[Dict[str, Any]], Dict[str, str]]:
     """Per-layer SQNR and cosine of the simulated model against float on the eval data (JSON-safe rows),
-    and the PNG plots of that table and of the activation ranges (``backend.layer_sensitivity``, plots.py).
-    The simulated model is ``backend.analysis_handle``: the test handle when it is one, else built from
-    the calibration files, so this works after either backend's calib."""
+    and the PNG plots of that table and of the activation ranges (``pipeline.sensitivity``, plots.py).
+    The simulated model is ``sensitivity.simulated_model``: the test handle when the backend's is the
+    simulation's, else built from the calibration files, so this works after either backend's calib."""
     from . import plots
     from ..quantizers.quant_info import read_quant_info
     from ..progress import phase
+    from ..sensitivity import layer_sensitivity, simulated_model
     # against the float model the quantized one is made of (with QAT: the trained weights, qat/'s quant_info.json)
     model, qdir = ctx.model.deployed_float(model), ctx.model.deployed_dir
     settings = ctx.model.qat_settings() if ctx.model.qat_enabled else ctx.model.settings()
-    handle = backend.analysis_handle(test_handle, model, example, qdir, settings, traced=ctx.model.trace(model))
+    handle = simulated_model(test_handle, backend.simulates, model, example, qdir, settings,
+                             traced=ctx.model.trace(model))
     with phase("test: per-layer sensitivity (SQNR, cosine) on %d eval batches" % ctx.feed.n_batches("eval", limit)):
-        rows = backend.layer_sensitivity(model, handle, read_quant_info(qdir),
-                                         (x for x, _ in ctx.feed.batches("eval", limit=limit)), settings,
-                                         comm=ctx.comm if ctx.feed.sharded else None, example=example,
-                                         traced=ctx.model.trace(model))
+        rows = layer_sensitivity(model, handle, read_quant_info(qdir),
+                                 (x for x, _ in ctx.feed.batches("eval", limit=limit)), settings,
+                                 comm=ctx.comm if ctx.feed.sharded else None, example=example,
+                                 traced=ctx.model.trace(model))
     files = {}
     if plots.is_available() and ctx.is_main:
         with phase("test: plots"):
@@ -177,7 +179,7 @@ def sensitivity_table(rows: List[Dict[str, Any]]) -> str:
     percentage. Ranges of CLE rows (marked ``*``) are in the quantized graph's scale. Below the
     table: a footnote when there are CLE rows, and each note with the nodes it applies to.
 
-    ``rows``: ``LayerSensitivity`` rows as the backend's ``layer_sensitivity`` returns them, or after
+    ``rows``: ``LayerSensitivity`` rows as ``pipeline.sensitivity.layer_sensitivity`` returns them, or after
     ``LayerSensitivity.to_json`` and a JSON round trip (``steps/test.json``).
     """
     from ..quantizers.sensitivity_rows import LayerSensitivity

@@ -52,17 +52,19 @@ def test_what_the_simulation_has_no_form_for_is_refused_before_calibration(tmp_p
 
 
 def test_the_nndct_backend_leaves_only_its_simulated_sensitivity_out(tmp_path, caplog):
-    """The real quantizer quantizes a Conv1d (the remedy the refusal gives): the nndct backend's per-layer
-    sensitivity, which runs on the simulation, is left out with the reason, and nothing else stops."""
+    """The real quantizer quantizes a Conv1d (the remedy the refusal gives): the per-layer sensitivity of
+    its calibration, which runs on the simulation, is left out with the reason, and nothing else stops."""
     from pipeline.quantizers.base import QuantSettings
     from pipeline.quantizers.nndct import NndctBackend
+    from pipeline.sensitivity import layer_sensitivity, simulated_model
     model = Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)).eval()
     with caplog.at_level("WARNING", logger="pipeline"):
-        handle = NndctBackend().analysis_handle(None, model, torch.randn(1, 3, 16), str(tmp_path), QuantSettings())
+        handle = simulated_model(None, NndctBackend.simulates, model, torch.randn(1, 3, 16), str(tmp_path),
+                                 QuantSettings())
     assert handle is None
     assert "per-layer sensitivity left out: it runs on the simulation, and node 'c' (Conv1d): the simulation has " \
            "no form for Conv1d yet" in caplog.text
-    assert NndctBackend().layer_sensitivity(model, None, {}, iter(()), QuantSettings()) == []
+    assert layer_sensitivity(model, None, {}, iter(()), QuantSettings()) == []
 
 
 def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path):

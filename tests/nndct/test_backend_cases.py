@@ -89,11 +89,12 @@ def test_p04_export_with_batch_4(backend, tmp_path):
     assert dims[0].dim_value == 1 or dims[0].dim_param
 
 
-def test_the_analysis_handle_is_the_simulation_of_the_calibration(tmp_path):
-    """The sensitivity runs on ``analysis_handle``: the sim's test handle itself; for nndct, the sim's
-    model built from the calibration files (nothing of pytorch_nndct is needed for it)."""
+def test_the_sensitivity_runs_on_the_simulation_of_the_calibration(tmp_path):
+    """The sensitivity runs on ``pipeline.sensitivity.simulated_model``: the sim's test handle itself; for
+    nndct, the sim's model built from the calibration files (nothing of pytorch_nndct is needed for it)."""
     from pipeline.quantizers.base import CalibrationSummary
     from pipeline.quantizers.quant_info import read_quant_info
+    from pipeline.sensitivity import layer_sensitivity, simulated_model
     model, batches, settings = _model(), _batches(2), QuantSettings()
     out = str(tmp_path / "quantize_result")
     sim = get_backend("sim")
@@ -102,11 +103,12 @@ def test_the_analysis_handle_is_the_simulation_of_the_calibration(tmp_path):
     assert summary.batches == 2 and summary.quantizer_version == sim.version() and summary.fast_finetune is None
     assert sorted(summary.sha256) == sorted(summary.files)
     handle = sim.load_test(model, batches[0], out, settings)
-    assert sim.analysis_handle(handle, model, batches[0], out, settings) is handle
+    assert simulated_model(handle, sim.simulates, model, batches[0], out, settings) is handle
     real = get_backend("nndct")
-    built = real.analysis_handle(object(), model, batches[0], out, settings)
+    built = simulated_model(object(), real.simulates, model, batches[0], out, settings)
     assert built is not handle and torch.equal(built(batches[1]), handle(batches[1]))
     info = read_quant_info(out)
-    rows = real.layer_sensitivity(model, built, info, iter(batches), settings)
-    assert rows and rows == sim.layer_sensitivity(model, handle, info, iter(batches), settings)
+    rows = layer_sensitivity(model, built, info, iter(batches), settings)
+    assert rows and rows == layer_sensitivity(model, handle, info, iter(batches), settings)
+    assert not hasattr(real, "analysis_handle") and not hasattr(real, "layer_sensitivity")
     assert "pytorch_nndct" not in sys.modules

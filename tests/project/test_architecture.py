@@ -1,6 +1,8 @@
-"""The layout's rules, checked on the source (docs/architecture.md, "Rules the code keeps"): no import
-cycle between pipeline's modules, no module over 400 lines, the driver floor and the data room
-name no backend, and only ``pipeline/steps/`` names a step."""
+"""The layout's rules, checked on the source (docs/architecture.md, "Floors" and "Rules the code keeps"): no
+import cycle between pipeline's modules (an import inside a function counts: it runs when the function is
+called), no module over 400 lines, the floors and rooms of the Floors block, the driver floor and the
+data room name no backend, and only ``pipeline/steps/`` names a step. Each rule has a test that it
+catches a violation, on modules made up for it."""
 import ast
 import os
 import re
@@ -37,9 +39,11 @@ def _tree(name):
         return ast.parse(f.read(), MODULES[name])
 
 
-def _imported(name, node):
-    """The pipeline modules an import statement names (relative imports resolved)."""
-    package = name if MODULES[name].endswith("__init__.py") else name.rpartition(".")[0]
+def _imported(name, node, modules=None):
+    """The pipeline modules an import statement names (relative imports resolved); ``modules``:
+    ``{dotted name: path}`` (pipeline's own by default)."""
+    modules = MODULES if modules is None else modules
+    package = name if modules[name].endswith("__init__.py") else name.rpartition(".")[0]
     if isinstance(node, ast.Import):
         return [a.name for a in node.names if a.name.split(".")[0] == "pipeline"]
     base = package.split(".")
@@ -53,25 +57,40 @@ def _imported(name, node):
     found = []
     for alias in node.names:
         sub = target + "." + alias.name
-        found.append(sub if sub in MODULES else target)
+        found.append(sub if sub in modules else target)
     return found
 
 
-def _module_level_imports(name):
-    """The pipeline modules ``name`` imports when it is imported (not the ones imported inside functions,
-    nor under ``if TYPE_CHECKING:``)."""
+def _imports(name, tree, modules, annotations):
+    """The pipeline modules (of ``modules``) that the module ``name`` (parsed: ``tree``) imports, at the
+    top of the file or inside a function or class alike: an import inside a function runs when the function
+    is called, so it makes the same dependency. Those under ``if TYPE_CHECKING:`` (for annotations only,
+    never run) only with ``annotations``."""
     out = set()
-    for node in _tree(name).body:
-        stack = [node]
-        while stack:  # module-level statements, including those under if/try
-            n = stack.pop()
-            if isinstance(n, (ast.Import, ast.ImportFrom)):
-                out.update(m for m in _imported(name, n) if m in MODULES and m != name)
-            elif isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test):
-                stack.extend(n.orelse)  # imports for annotations only: never run
-            elif not isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef, ast.Lambda)):
-                stack.extend(ast.iter_child_nodes(n))
+    stack = list(tree.body)
+    while stack:
+        n = stack.pop()
+        if isinstance(n, (ast.Import, ast.ImportFrom)):
+            out.update(m for m in _imported(name, n, modules) if m in modules and m != name)
+        elif isinstance(n, ast.If) and "TYPE_CHECKING" in ast.dump(n.test) and not annotations:
+            stack.extend(n.orelse)
+        else:
+            stack.extend(ast.iter_child_nodes(n))
     return out
+
+
+def _import_graph(sources=None, annotations=False, ancestors=False):
+    """``{module: the modules it imports}`` of pipeline's modules, or of ``sources`` (``{dotted name: source
+    text}``, modules made up for a test). Importing a.b.c runs a/__init__ and a/b/__init__ first: for the
+    module cycles those edges are Python's, not the module's, and are left out unless ``ancestors`` (the
+    rooms count a name imported from a package's ``__init__`` as an import of its room)."""
+    if sources is None:
+        modules, trees = MODULES, {name: _tree(name) for name in MODULES}
+    else:
+        modules = {name: name.replace(".", "/") + ".py" for name in sources}
+        trees = {name: ast.parse(text) for name, text in sources.items()}
+    return {name: {m for m in _imports(name, trees[name], modules, annotations)
+                   if ancestors or not name.startswith(m + ".")} for name in modules}
 
 
 def _cycles(graph):
@@ -106,15 +125,25 @@ def _cycles(graph):
 
 
 def test_no_import_cycle_between_pipeline_modules():
-    graph = {}
-    for name in MODULES:
-        # importing a.b.c runs a/__init__ and a/b/__init__ first: those edges are Python's, not the module's
-        graph[name] = {m for m in _module_level_imports(name) if not name.startswith(m + ".")}
-    assert _cycles(graph) == []
+    assert _cycles(_import_graph()) == []
 
 
 def test_the_cycle_finder_finds_a_cycle():
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_an_import_inside_a_function_closes_a_cycle():
+    sources = {"pipeline.a": "from pipeline import b\n",
+               "pipeline.b": "import os\n\n\ndef f():\n    from . import a\n    return a, os\n",
+               "pipeline.c": "class C:\n    def m(self):\n        from pipeline.a import x\n        return x\n"}
+    assert _import_graph(sources) == {"pipeline.a": {"pipeline.b"}, "pipeline.b": {"pipeline.a"},
+                                      "pipeline.c": {"pipeline.a"}}
+    assert _cycles(_import_graph(sources)) == [["pipeline.a", "pipeline.b"]]
+    # an import for annotations only never runs: no cycle, but the room rules below still see it
+    typing_only = dict(sources, **{"pipeline.b": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
+                                                 "    from pipeline import a\n"})
+    assert _cycles(_import_graph(typing_only)) == []
+    assert _import_graph(typing_only, annotations=True)["pipeline.b"] == {"pipeline.a"}
 
 
 def test_no_module_is_over_400_lines():
@@ -177,10 +206,17 @@ def test_the_command_line_imports_no_torch_before_a_command_needs_it():
 
 # ---- the floors of docs/architecture.md ------------------------------------------------------------
 
-def _room(name):
-    """A module's room: the package under pipeline/ it is in, or the module itself."""
-    parts = name.split(".")
-    return "__init__" if len(parts) == 1 else parts[1]
+def _room(name, floors=None):
+    """A module's room: the deepest package inside a room that the Floors block names as a room of its own
+    (``quantizers/sim/xmodel``), else the package under pipeline/ it is in, or the module itself."""
+    floors = FLOORS if floors is None else floors
+    parts = name.split(".")[1:]
+    if not parts:
+        return "__init__"
+    for n in range(len(parts), 1, -1):
+        if "/".join(parts[:n]) in floors:
+            return "/".join(parts[:n])
+    return parts[0]
 
 
 def _doc_floors():
@@ -207,14 +243,31 @@ def _doc_floors():
 FLOORS = _doc_floors()
 
 
-def _room_imports():
-    """``{(room, imported room): [module, ...]}`` over every import of every module, also inside functions."""
+def _room_imports(graph=None):
+    """``{(room, imported room): [module, ...]}`` over every import of every module, inside functions too
+    (``graph``: pipeline's, with annotations-only imports and names taken from a parent package)."""
+    graph = _import_graph(annotations=True, ancestors=True) if graph is None else graph
     out = {}
-    for name in MODULES:
-        for target in _all_imports(name):
-            if target in MODULES and _room(target) != _room(name):
+    for name, targets in graph.items():
+        for target in targets:
+            if _room(target) != _room(name):
                 out.setdefault((_room(name), _room(target)), []).append(name)
     return out
+
+
+def _upward(graph=None):
+    """Each import of a room from a floor above its own, as one line."""
+    return sorted("%s (floor %d) imports %s (floor %d): %s" % (a, FLOORS[a], b, FLOORS[b], sorted(set(ms)))
+                  for (a, b), ms in _room_imports(graph).items() if FLOORS[b] > FLOORS[a])
+
+
+def _room_cycles(graph=None):
+    """The groups of rooms that import each other (directly or round a circle)."""
+    rooms = {}
+    for a, b in _room_imports(graph):
+        rooms.setdefault(a, set()).add(b)
+        rooms.setdefault(b, set())
+    return _cycles(rooms)
 
 
 def test_every_room_is_on_a_floor_of_the_architecture_doc():
@@ -223,17 +276,34 @@ def test_every_room_is_on_a_floor_of_the_architecture_doc():
 
 
 def test_no_module_imports_from_a_floor_above_its_own():
-    upward = sorted("%s (floor %d) imports %s (floor %d): %s" % (a, FLOORS[a], b, FLOORS[b], sorted(set(ms)))
-                    for (a, b), ms in _room_imports().items() if FLOORS[b] > FLOORS[a])
-    assert upward == []
+    assert _upward() == []
 
 
 def test_no_two_rooms_import_each_other():
-    graph = {}
-    for a, b in _room_imports():
-        graph.setdefault(a, set()).add(b)
-        graph.setdefault(b, set())
-    assert _cycles(graph) == []
+    assert _room_cycles() == []
+
+
+def test_the_floor_rule_counts_an_import_inside_a_function():
+    sources = {"pipeline.data.feed": "def f():\n    from pipeline.runner import driver\n    return driver\n",
+               "pipeline.runner.driver": "from pipeline.data import feed\n"}
+    assert _upward(_import_graph(sources)) == ["data (floor %d) imports runner (floor %d): ['pipeline.data.feed']"
+                                               % (FLOORS["data"], FLOORS["runner"])]
+    assert _room_cycles(_import_graph(sources)) == [["data", "runner"]]
+
+
+def test_the_rooms_inside_quantizers_are_rooms_of_their_own():
+    assert [_room("pipeline.quantizers." + m) for m in ("base", "sim.calib", "sim.xmodel", "sim.xmodel.lower",
+                                                         "sim.export.onnx.builder", "sim.qat.tqt", "sim.backend")] == [
+        "quantizers", "quantizers/sim", "quantizers/sim/xmodel", "quantizers/sim/xmodel", "quantizers/sim/export",
+        "quantizers/sim/qat", "quantizers/sim/backend"]
+    # the simulation's library importing its xmodel writer (which builds on it), inside a function
+    sources = {"pipeline.quantizers.sim.ops": "def f():\n    from .xmodel import lower\n    return lower\n",
+               "pipeline.quantizers.sim.xmodel.lower": "from ..ops import LEAKY_SLOPE\n"}
+    graph = _import_graph(sources)
+    assert _upward(graph) == ["quantizers/sim (floor %d) imports quantizers/sim/xmodel (floor %d): "
+                              "['pipeline.quantizers.sim.ops']" % (FLOORS["quantizers/sim"],
+                                                                   FLOORS["quantizers/sim/xmodel"])]
+    assert _room_cycles(graph) == [["quantizers/sim", "quantizers/sim/xmodel"]]
 
 
 def test_a_step_declares_every_result_it_reads():

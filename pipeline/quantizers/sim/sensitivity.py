@@ -35,8 +35,9 @@ values divided by ``s``), because that is where the fix_pos applies; for these r
 gives the smallest and largest ``s[k]``, as ``cle.equalize`` applied it.
 
 The handle must be the sim's. A calibration made by the real quantizer (``nndct`` backend) is
-measured the same way: ``SimBackend.load_test`` builds the sim handle from its quant_info.json and
-bias_corr.pth (the sim is bit-exact with it; tests/sim/test_sim_golden.py).
+measured the same way: ``session.load_test_model`` builds the sim handle from its quant_info.json and
+bias_corr.pth (the sim is bit-exact with it; tests/sim/test_sim_golden.py), as ``pipeline.sensitivity``
+does for the test step.
 
 Statistics are accumulated in float64 per batch; only the running sums are kept, never the
 activations. The float model and the handle run side by side, node by node (a ``torch.fx``
@@ -64,7 +65,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     Args:
         float_model: the caller's float model (eval mode). Never modified: a deep copy on the CPU,
             in eval mode, is traced and run.
-        handle: the sim backend's test-mode model (``SimBackend.load_test``; contract in
+        handle: the simulation's test-mode model (``session.load_test_model``; contract in
             ``pipeline/quantizers/sim/lowered.py``). Only run, never modified.
         quant_info: the ``quant_info.json`` dict ``handle`` was built from. Its ``output``
             entries, ``"<Class>::<node>": [[bitwidth, fix_pos]]``, choose the rows; an entry that

@@ -7,6 +7,7 @@ then CLE (``cle.equalize``) when ``include_cle`` is on; quantization points come
 test-mode model made in the same process as the calibration equals the two-process result.
 """
 import os
+import warnings
 from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import torch
@@ -14,7 +15,7 @@ import torch
 from ...errors import QuantizationError
 from ...fileio import write_files
 from .. import quant_info as qi
-from ..quant_config import TENSOR_TYPES, QuantConfig
+from ..quant_config import TENSOR_TYPES, QuantConfig, settings_quant_config
 from .calib import Calibrator
 from .cle import ClePair, equalize
 from ...fx.graph import SimGraph
@@ -171,3 +172,35 @@ class SimSession:
         except PipelineError as exc:
             raise QuantizationError(str(exc)) from exc
         return params_from_state_dict(self.graph, state, path)
+
+
+def session_for(model: torch.nn.Module, example: torch.Tensor, settings: Any, traced: Any = None) -> SimSession:
+    """The session of ``model`` under the backend contract's ``QuantSettings`` (``settings``: with
+    ``qat``, the config QAT trained with; a ``cuda`` device is warned about and not used)."""
+    if str(settings.device).startswith("cuda"):
+        warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
+    cfg = settings_quant_config(settings)  # with settings.qat: the one QAT trained with (CLE, bias correction off)
+    # the session's own copy: shape propagation runs the float model on it, and a model whose first
+    # op writes in place would otherwise change the caller's example
+    return SimSession(model, example.detach().cpu().clone(), cfg, traced)
+
+
+def load_test_model(model: torch.nn.Module, example: torch.Tensor, out_dir: str, settings: Any,
+                    traced: Any = None) -> torch.fx.GraphModule:
+    """The lowered test-mode model (``lowered.py``'s contract) of the calibration files in ``out_dir``,
+    whichever quantizer wrote them (the sim's or the real one's ``quant_info.json``, ``bias_corr.pth``,
+    ``param.pth``), under ``settings`` (``session_for``). It carries its session as ``sim_session``:
+    the sensitivity of the same model and settings reuses its capture.
+
+    ``handle(batch)`` takes float32 NCHW of any batch size and returns float32 outputs on the output's
+    fix_pos grid; it never writes its input.
+
+    Raises:
+        QuantizationError: ``quant_info.json`` (or, with bias correction, ``bias_corr.pth``) missing or
+            made for another model.
+        pipeline.fx.refusals.NotSimulated: a call of the model the simulation has no form for.
+    """
+    session = session_for(model, example, settings, traced)
+    handle = session.load_test(out_dir)
+    handle.sim_session = session
+    return handle

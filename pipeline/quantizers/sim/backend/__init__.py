@@ -13,17 +13,15 @@ The caller's model and batches are never modified; everything runs on the CPU.
 """
 import itertools
 import os
-import warnings
 from typing import Any, Callable, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
 from ....errors import ConfigError, QuantizationError
 from ...base import DEPLOY_CHECK, CalibrationSummary, FinetuneRequest, QuantizerBackend, QuantSettings, Requirement
-from ...quant_config import settings_quant_config
 from ...quant_info import BIAS_CORR_FILE, QUANT_INFO_FILE
 from . import probes
-from ..session import SimSession
+from ..session import SimSession, load_test_model, session_for
 
 # export format -> (writer: an ONNX flavour of pipeline.quantizers.sim.export, or "xmodel"; file name suffix
 # after the model class name). The xmodel comes last: a model it cannot carry keeps its ONNX files.
@@ -32,16 +30,6 @@ EXPORT_FORMATS = {
     "onnx_qdq": ("qdq", "_int.onnx"),
     "xmodel": ("xmodel", "_int.xmodel"),
 }
-
-
-def _session(model: torch.nn.Module, example: torch.Tensor, settings: QuantSettings,
-             traced: Any = None) -> SimSession:
-    if str(settings.device).startswith("cuda"):
-        warnings.warn("the sim quantizer runs on the CPU; device %r is not used" % settings.device)
-    cfg = settings_quant_config(settings)  # with settings.qat: the one QAT trained with (CLE, bias correction off)
-    # the session's own copy: shape propagation runs the float model on it, and a model whose first
-    # op writes in place would otherwise change the caller's example
-    return SimSession(model, example.detach().cpu().clone(), cfg, traced)
 
 
 def _summary(session: SimSession, batches: int, files: List[str], info: Dict[str, Any], notes: List[str],
@@ -55,7 +43,7 @@ def _calibrate_distributed(comm: Any, model: torch.nn.Module, example: torch.Ten
                            out_dir: str, settings: QuantSettings, traced: Any = None) -> CalibrationSummary:
     """SimBackend.calibrate on one rank of a torch.distributed run: ``batches`` is this rank's shard
     (``pipeline.distributed``); the result is one process's on every rank; rank 0 alone writes."""
-    session = _session(model, example, settings, traced)
+    session = session_for(model, example, settings, traced)
     calibrator = session.calibrator(comm)
     for batch in batches:
         calibrator.step(batch)
@@ -177,7 +165,7 @@ class SimBackend(QuantizerBackend):
         if finetune is not None:
             if comm is not None:
                 raise QuantizationError("fast finetune runs in one process: run the calib step without torchrun")
-            return _calibrate_finetuned(_session(model, example, settings, traced), batches, out_dir, finetune)
+            return _calibrate_finetuned(session_for(model, example, settings, traced), batches, out_dir, finetune)
         if comm is not None:
             return _calibrate_distributed(comm, model, example, batches, out_dir, settings, traced)
         iterator = iter(batches)
@@ -185,7 +173,7 @@ class SimBackend(QuantizerBackend):
         if first is None:
             raise QuantizationError("calibration saw 0 batches: the calib data is empty (check the data "
                                     "source and the calibration batch limit); nothing was written")
-        session = _session(model, example, settings, traced)
+        session = session_for(model, example, settings, traced)
         calibrator = session.calibrator()
         for batch in itertools.chain([first], iterator):
             calibrator.step(batch)
@@ -196,32 +184,9 @@ class SimBackend(QuantizerBackend):
 
     def load_test(self, model: torch.nn.Module, example: torch.Tensor, out_dir: str,
                   settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
-        """The lowered test-mode model (``sim/lowered.py`` contract) from ``out_dir``'s files.
-
-        ``handle(batch)`` takes float32 NCHW of any batch size and returns float32 outputs on the
-        output's fix_pos grid; it never writes its input.
-
-        Raises:
-            QuantizationError: ``quant_info.json`` (or, with bias correction, ``bias_corr.pth``)
-                missing or made for another model.
-        """
-        session = _session(model, example, settings, traced)
-        handle = session.load_test(out_dir)
-        handle.sim_session = session  # the sensitivity of the same model and settings reuses its capture
-        return handle
-
-    def analysis_handle(self, test_handle: torch.fx.GraphModule, model: torch.nn.Module, example: torch.Tensor,
-                        out_dir: str, settings: QuantSettings, traced: Any = None) -> torch.fx.GraphModule:
-        """``test_handle`` itself: the sim's test handle is the simulation's test-mode model."""
-        return test_handle
-
-    def layer_sensitivity(self, model: torch.nn.Module, handle: torch.fx.GraphModule, quant_info: Dict[str, Any],
-                          batches: Iterable[torch.Tensor], settings: QuantSettings, comm: Any = None,
-                          example: Optional[torch.Tensor] = None, traced: Any = None) -> List[Any]:
-        """``layer_sensitivity(...)`` of ``sim/sensitivity.py`` (its docstring: the rows, the errors)."""
-        from ..sensitivity import layer_sensitivity
-        return layer_sensitivity(model, handle, quant_info, batches, settings, comm=comm, example=example,
-                                 traced=traced)
+        """The lowered test-mode model from ``out_dir``'s files: ``session.load_test_model`` (its docstring:
+        the handle, the errors)."""
+        return load_test_model(model, example, out_dir, settings, traced)
 
     def export(self, handle: torch.fx.GraphModule, example1: torch.Tensor, out_dir: str,
                formats: List[str], deploy_check: bool = False) -> Dict[str, str]:
