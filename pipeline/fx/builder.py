@@ -193,10 +193,11 @@ class NodeBuilder:
                 arg = fx_node.args[index] if len(fx_node.args) > index else fx_node.kwargs.get(a)
                 if arg is not None and not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
                     family = t.RECORD_OF[node.op].family
+                    what, how = _OWN.get(family, ("parameters", "the module, or the model's own tensor"))
                     raise QuantizationError(
                         "node %r (%s): its %s is computed in forward(); the real quantizer quantizes a "
                         "%s's %s as parameters of the model: pass the module's own parameter (%s)"
-                        % (fx_node.name, family, a, family.replace("_", " "), _OWN[family][0], _OWN[family][1]))
+                        % (fx_node.name, family, a, family.replace("_", " "), what, how))
                 given.append((k, None if arg is None else arg.target))
         for k, path in given:
             if path is not None:
