@@ -297,6 +297,17 @@ def test_functional_prelu_quantizes_the_parameter_it_is_given():
     assert QuantPlan(graph).param_order[-1] == "_FunctionalPReLU::slopes"
 
 
+class _ComputedSlopes(_FunctionalPReLU):
+    def forward(self, x):
+        return F.prelu(self.conv(x), self.slopes * 0.5)
+
+
+def test_functional_prelu_with_slopes_computed_in_forward_is_refused_naming_the_fix():
+    model = _ComputedSlopes().eval()
+    with pytest.raises(QuantizationError, match=r"prelu's slopes .*nn\.PReLU, or F\.prelu\(x, self\.weight\)"):
+        capture(model, torch.zeros(1, 3, 8, 8), load_quant_config(None).rewrites())
+
+
 # -- speed-ups of the sim keep its results (scripts/bench_quant.py) -----------------------------
 
 def _nndct_diffs_fix_pos(x, scope=5):
