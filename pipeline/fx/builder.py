@@ -16,6 +16,13 @@ from ..ops import ARITHMETIC_TYPES, CONST, INPUT, PARAM_TYPES, SHAPE, STRIDED_SL
 from .shape_tuples import ShapeTuples, is_access
 
 
+# F.layer_norm's positional parameters (the op's record gives no signature: the xmodel writer reads the module's)
+_LAYER_NORM_ARGS = ("input", "normalized_shape", "weight", "bias", "eps")
+# what a functional form's message asks for, by family
+_OWN = {"layer_norm": ("weight and bias", "nn.LayerNorm, or F.layer_norm(x, shape, self.weight, self.bias, eps)"),
+        "prelu": ("slopes", "nn.PReLU, or F.prelu(x, self.weight)")}
+
+
 class NodeBuilder:
     """Turns the rewritten fx graph into SimNodes (nndct's nodes, in nndct's order)."""
 
@@ -168,22 +175,29 @@ class NodeBuilder:
         return self._state
 
     def norm_params(self, fx_node: torch.fx.Node, node: SimNode) -> None:
-        """A layer norm's weight and bias names: the module's, or the tensors ``F.layer_norm(x,
-        shape, weight, bias, eps)`` is given, which must be the model's own (a get_attr)."""
+        """The weight and bias names of a node whose module quantizes its own parameters (a layer norm's
+        gamma and beta, PReLU's slopes): the module's, or the tensors the functional form is given
+        (``F.layer_norm(x, shape, weight, bias, eps)``, ``F.prelu(x, weight)``: the positions of the op's
+        signature), which must be the model's own (a get_attr)."""
         if fx_node.op == "call_module":
             m = self.root.get_submodule(fx_node.target)
             given = [(k, fx_node.target + "." + a if getattr(m, a, None) is not None else None)
                      for k, a in (("weights", "weight"), ("bias", "bias"))]
         else:
             given = []
-            for k, index, a in (("weights", 2, "weight"), ("bias", 3, "bias")):
+            names = t.SIGNATURES.get(node.op, (_LAYER_NORM_ARGS, {}))[0]
+            for k, a in (("weights", "weight"), ("bias", "bias")):
+                if a not in names:
+                    continue
+                index = names.index(a)
                 arg = fx_node.args[index] if len(fx_node.args) > index else fx_node.kwargs.get(a)
                 if arg is not None and not (isinstance(arg, torch.fx.Node) and arg.op == "get_attr"):
+                    family = t.RECORD_OF[node.op].family
+                    what, how = _OWN.get(family, ("parameters", "the module, or the model's own tensor"))
                     raise QuantizationError(
-                        "node %r (layer_norm): its %s is computed in forward(); the real quantizer quantizes a "
-                        "layer norm's weight and bias as parameters of the model: pass the module's own "
-                        "parameter (nn.LayerNorm, or F.layer_norm(x, shape, self.weight, self.bias, eps))"
-                        % (fx_node.name, a))
+                        "node %r (%s): its %s is computed in forward(); the real quantizer quantizes a "
+                        "%s's %s as parameters of the model: pass the module's own parameter (%s)"
+                        % (fx_node.name, family, a, family.replace("_", " "), what, how))
                 given.append((k, None if arg is None else arg.target))
         for k, path in given:
             if path is not None:

@@ -9,7 +9,8 @@ Where an op stops matters less than why, and the why is one of three:
 - ``TRACED_OTHERWISE``: torch.jit traces the call as other ops, and the xmodel takes its op names
   from that trace, as the real quantizer does (docs/xmodel.md#names); it is also the xmodel writer's
   reason for a node with no row whose op it finds no traced op for (:func:`traced_otherwise`: a
-  ``padding='same'`` conv, a reflection pad, a number divided by a tensor);
+  reflection pad, a number divided by a tensor; a ``padding='same'`` conv is no longer one: the capture
+  takes it as torch.jit's ``aten::_convolution_mode``, as the real quantizer does, ``pipeline/ops/conv.py``);
 - ``NOT_IN_REAL``: the real quantizer does not take it either.
 
 Each :class:`Known` row names the stages of this project that refuse the call (``SIMULATION``: the

@@ -13,6 +13,7 @@ import torch.fx
 from torch import nn
 
 from ..errors import QuantizationError
+from ..ops.conv import CONV_TYPES, conv_type
 
 REMOVED_MODULES = (nn.Dropout, nn.Dropout2d, nn.Dropout1d, nn.Identity) if hasattr(nn, "Dropout1d") \
     else (nn.Dropout, nn.Dropout2d, nn.Identity)
@@ -313,8 +314,10 @@ def fold_bn(root: nn.Module, graph: torch.fx.Graph) -> Dict[str, str]:
         bn = root.get_submodule(node.target)
         src = node.args[0]
         conv = root.get_submodule(src.target) if isinstance(src, torch.fx.Node) and src.op == "call_module" else None
-        if not isinstance(bn, nn.BatchNorm2d) or not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)):
-            # nndct keeps it as a batch_norm node (QUANTIZER_TORCH_NOT_FUSED_BN)
+        if not isinstance(bn, nn.BatchNorm2d) or not isinstance(conv, (nn.Conv2d, nn.ConvTranspose2d)) \
+                or conv_type(conv, False) not in CONV_TYPES:
+            # nndct keeps it as a batch_norm node (QUANTIZER_TORCH_NOT_FUSED_BN); its conv+BN patterns
+            # (optimization/commander.py) are of conv types, which a padding='same' conv is not (ops/conv.py)
             _set_submodule(root, node.target, _converted_bn(bn))
             continue
         if len(src.users) != 1:

@@ -14,8 +14,8 @@ names are re-exported so that ``from pipeline import ops as t`` gives
 from typing import Callable, Dict, Tuple, Union
 
 from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
-               io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, relu, reshape, resize, shape, slicing,
-               softmax)
+               io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, prelu, relu, reshape, resize, shape,
+               slicing, softmax)
 from .batch_norm import BATCH_NORM
 from .concat import CONCAT
 from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
@@ -34,6 +34,7 @@ from .mean import MEAN
 from .pad import PAD
 from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
+from .prelu import PRELU
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
 from .relu import RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
@@ -49,6 +50,7 @@ RECORDS = (
     batch_norm.RECORD,
     relu.RECORD,
     leaky_relu.RECORD,
+    prelu.RECORD,
     pool.RECORD,
     resize.RECORD,
     hard_sigmoid.RECORD,

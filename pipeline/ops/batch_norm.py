@@ -5,10 +5,12 @@ from typing import Any
 import numpy as np
 from torch import nn
 
+from .dpu_support import CPU, DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 BATCH_NORM = "nndct_batch_norm"
+
 
 def _onnx_batch_norm(b: Any, node: Any, mod: nn.modules.batchnorm._BatchNorm) -> str:
     """An unfused BatchNorm of the lowered model (quantized weight and bias, mean 0, var 1, eps 0:
@@ -25,12 +27,6 @@ def _onnx_batch_norm(b: Any, node: Any, mod: nn.modules.batchnorm._BatchNorm) ->
                                        b.init(node.name + "/mean", np.zeros(c, np.float32)),
                                        b.init(node.name + "/var", np.ones(c, np.float32))],
                 node.name, epsilon=0.0)
-from torch import nn
-
-from .dpu_support import CPU, DPU, Fix, Verdict, cpu_verdict, follows
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-BATCH_NORM = "nndct_batch_norm"
 
 
 _CONV_FAMILY = ("conv2d", "depthwise_conv2d", "conv_transpose2d")

@@ -3,20 +3,18 @@ from typing import Any
 
 import torch
 
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import arg
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 CONCAT = "nndct_concat"
+
 
 def _onnx_cat(b: Any, node: Any, mod: None) -> str:
     """Concat along the dim (negative dims counted from the output's rank)."""
     tensors = arg(node, 0, "tensors")
     dim = int(b.static(arg(node, 1, "dim", 0)))
     return b.op("Concat", [b.tensor(t) for t in tensors], node.name, axis=dim % len(b.shape(node)))
-from .dpu_support import DPU, Verdict, cpu_verdict, follows
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-CONCAT = "nndct_concat"
 
 
 def dpu_concat(node: Any, ctx: Any) -> Verdict:

@@ -3,10 +3,12 @@ from typing import Any
 
 from torch import nn
 
+from .dpu_support import DPU, Verdict
 from .onnx_form import layer_inputs
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 DENSE = "nndct_dense"
+
 
 def _onnx_linear(b: Any, node: Any, mod: nn.Linear) -> str:
     """ONNX of an ``nn.Linear``: Gemm (transB) on a 2-D input, else MatMul by the transposed weight and Add
@@ -16,10 +18,6 @@ def _onnx_linear(b: Any, node: Any, mod: nn.Linear) -> str:
         return b.op("Gemm", inputs, node.name, transB=1)
     y = b.op("MatMul", inputs[:2], node.name if len(inputs) == 2 else node.name + "/matmul")
     return y if len(inputs) == 2 else b.op("Add", [y, inputs[2]], node.name)
-from .dpu_support import DPU, Verdict
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-DENSE = "nndct_dense"
 
 
 def dpu_dense(node: Any, ctx: Any) -> Verdict:

@@ -40,6 +40,7 @@ def dpu_eltwise(node: Any, ctx: Any) -> Verdict:
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
 
+
 def _onnx_binary(op_type: str) -> Callable[[Any, Any, Any], str]:
     """The form of a binary op: ONNX ``op_type`` of the two operands, a Python number as a float32 scalar."""
     def form(b: Any, node: Any, mod: None) -> str:

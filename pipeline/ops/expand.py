@@ -6,6 +6,7 @@ from .record import Absent, OpRecord, OpSpec
 
 EXPAND = "nndct_expand"
 
+
 def _onnx_expand(b: Any, node: Any, mod: None) -> str:
     """``x.expand(n, -1, ...)`` where only batch-size-1 dimensions grow with the batch (ViT's class
     token): an Expand to the recorded shape whose batch dimension is the model input's (copies, no

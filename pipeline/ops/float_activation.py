@@ -56,6 +56,7 @@ def cpu_activation(node: Any, ctx: Any) -> Verdict:
 
 _FLOAT = OpSpec("float", False, False, False)
 
+
 def _element_table(b: Any, node: Any, mod: Any, standard: Callable[[], str]) -> str:
     """An element-wise float operator. When its input lies on a fake_quant grid (always, unless
     it follows an unquantized node): a Gather from the table of torch's own values for every code

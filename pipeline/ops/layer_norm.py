@@ -13,6 +13,7 @@ from .record import Absent, OpRecord, OpSpec
 
 LAYER_NORM = "nndct_layer_norm"
 
+
 def _onnx_layer_norm(b: Any, node: Any, mod: Optional[nn.LayerNorm]) -> str:
     """An ``nn.LayerNorm`` of the lowered model (quantized weight and bias with their fix
     positions, or none): ``Reshape`` to rows of the normalized size, torch's CPU kernel step by step

@@ -13,6 +13,7 @@ from .record import DpuRule, OpRecord, OpSpec
 LEAKY_RELU = "nndct_leaky_relu"
 LEAKY_SLOPE = 0.1015625  # 26 / 256
 
+
 def _onnx_leaky_relu(b: Any, node: Any, mod: Optional[nn.LeakyReLU]) -> str:
     """LeakyRelu with the model's slope (the lowered model's module or argument: already the DPU's)."""
     slope = mod.negative_slope if mod is not None else b.static(arg(node, 1, "negative_slope", 0.01))
@@ -52,7 +53,5 @@ RECORD = OpRecord(
     approximation="negative slope 26/256 = 0.1015625 (LEAKY_SLOPE), whatever the model's",
     source="pytorch_nndct/nn/modules/leaky_relu.py",
     onnx={LEAKY_RELU: _onnx_leaky_relu},
-    dpu_rule={LEAKY_RELU: DpuRule(("leaky_relu",), dpu_leaky_relu),
-              # nn.PReLU: a float operator of the quantizer (no nndct type); the DPU's ALU has prelu
-              "aten::prelu": DpuRule(("prelu",), activation)},
+    dpu_rule={LEAKY_RELU: DpuRule(("leaky_relu",), dpu_leaky_relu)},
 )

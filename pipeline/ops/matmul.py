@@ -4,18 +4,16 @@ from typing import Any
 
 import torch
 
+from .dpu_support import Verdict, cpu_verdict
 from .onnx_form import arg
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 MATMUL = "nndct_matmul"
+
 
 def _onnx_matmul(b: Any, node: Any, mod: None) -> str:
     """``a @ b`` (torch.matmul, Tensor.matmul): MatMul, the same broadcasting rules."""
     return b.op("MatMul", [b.tensor(arg(node, 0, "input")), b.tensor(arg(node, 1, "other"))], node.name)
-from .dpu_support import Verdict, cpu_verdict
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-MATMUL = "nndct_matmul"
 
 
 def dpu_matmul(node: Any, ctx: Any) -> Verdict:

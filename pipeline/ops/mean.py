@@ -3,10 +3,13 @@ from typing import Any
 
 import torch
 
+from .dpu_support import Verdict, unknown
 from .onnx_form import Unsupported, arg
-from .record import Absent, OpRecord, OpSpec
+from .pool import dpu_pool
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 MEAN = "aten::mean"
+
 
 def _onnx_mean(b: Any, node: Any, mod: None) -> str:
     """``mean(dim, keepdim)`` as ReduceSum then Div by the count: torch's sum and division, exact
@@ -24,11 +27,6 @@ def _onnx_mean(b: Any, node: Any, mod: None) -> str:
     total = b.op("ReduceSum", [b.tensor(node.args[0]), b.ints(node.name + "/axes", axes)], node.name + "/sum",
                  keepdims=keep)
     return b.op("Div", [total, b.scalar(node.name + "/count", float(count))], node.name)
-from .dpu_support import Verdict, unknown
-from .pool import dpu_pool
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-MEAN = "aten::mean"
 
 
 def dpu_mean(node: Any, ctx: Any) -> Verdict:

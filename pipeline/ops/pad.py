@@ -4,10 +4,12 @@ from typing import Any, Optional
 import torch.nn.functional as F
 from torch import nn
 
+from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 PAD = "nndct_pad_nd"
+
 
 def _onnx_pad(b: Any, node: Any, mod: Optional[nn.ZeroPad2d]) -> str:
     """Constant padding (F.pad mode 'constant', nn.ZeroPad2d) as Pad; torch lists the last
@@ -28,10 +30,6 @@ def _onnx_pad(b: Any, node: Any, mod: Optional[nn.ZeroPad2d]) -> str:
         raise Unsupported("negative padding")
     return b.op("Pad", [b.tensor(node.args[0]), b.ints(node.name + "/pads", begins + ends),
                         b.scalar(node.name + "/value", float(value or 0.0))], node.name, mode="constant")
-from .dpu_support import DPU, Verdict, cpu_verdict, follows
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-PAD = "nndct_pad_nd"
 
 
 def dpu_pad(node: Any, ctx: Any) -> Verdict:

@@ -11,6 +11,7 @@ from .record import Absent, DpuRule, OpRecord, OpSpec
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
 
+
 def _onnx_permute(b: Any, node: Any, mod: None) -> str:
     """Transpose by the dims (given as one sequence or one by one)."""
     if len(node.args) == 2 and isinstance(node.args[1], (tuple, list)):

@@ -113,6 +113,7 @@ def pool_kernel_fix(attrs, spec: str, module: str) -> Fix:
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 
+
 def _one_input(node: Any, mod: Any) -> None:
     """A pooling module call takes its input only (functional forms carry their settings as args)."""
     if isinstance(mod, nn.Module) and (len(node.args) != 1 or node.kwargs):

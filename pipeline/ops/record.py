@@ -77,7 +77,8 @@ class OpRecord:
             name, defaults filled; the xmodel lowering and the ONNX export read them).
         roles: role -> op types of this family that play it. Roles: ``conv`` (the 2-D convolutions),
             ``params`` (layers with weights the quantizer quantizes), ``bias_corr`` (nndct corrects their
-            bias), ``norm`` (float operators whose gamma and beta nndct's module quantizes), ``arithmetic``
+            bias), ``norm`` (ops whose own module quantizes their weight and bias, those they have, at its first
+            call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
             numbered first: ``OptPass.transform_const_scalar_to_const_tensor``).

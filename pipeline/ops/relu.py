@@ -34,6 +34,7 @@ def dpu_relu6(node: Any, ctx: Any) -> Verdict:
 
 _ACT = OpSpec("dpu", False, False, True)
 
+
 def _onnx_relu(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
     """Relu."""
     return b.op("Relu", [b.tensor(node.args[0])], node.name)

@@ -15,6 +15,7 @@ CONTIGUOUS = "nndct_contiguous"
 SQUEEZE = "nndct_squeeze"
 UNSQUEEZE = "nndct_unsqueeze"
 
+
 def _onnx_reshape(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
     """flatten / view / reshape / squeeze / unsqueeze: Reshape to the recorded output shape, -1 at the one
     dimension that follows the batch size."""

@@ -5,10 +5,13 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dpu_checks import check_transposed_kernel
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 RESIZE = "nndct_resize"
+
 
 def _resize(b: Any, node: Any, mode: str, call: Callable[[torch.Tensor], torch.Tensor]) -> str:
     """Nearest resize as Gather(rows) then Gather(cols), with the source indices torch computes;
@@ -42,16 +45,6 @@ def _onnx_resize(b: Any, node: Any, mod: Optional[nn.Upsample]) -> str:
     kwargs = {k: b.static(v) for k, v in node.kwargs.items()}
     mode = arg(node, 3, "mode", "nearest")
     return _resize(b, node, mode, lambda t: F.interpolate(t, *args, **kwargs))
-from typing import Any
-
-import torch.nn.functional as F
-from torch import nn
-
-from .dpu_checks import check_transposed_kernel
-from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-RESIZE = "nndct_resize"
 
 
 def dpu_resize(node: Any, ctx: Any) -> Verdict:

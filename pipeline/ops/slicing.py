@@ -24,6 +24,7 @@ FILL = "aten::fill_"
 SPLIT_FUNCTIONS = (torch.chunk, torch.split)
 SPLIT_METHODS = ("chunk", "split")
 
+
 def is_split(node: Any) -> bool:
     """True for an fx node calling chunk or split (a tuple of pieces: each piece taken is a getitem)."""
     return isinstance(node, torch.fx.Node) and (

@@ -5,10 +5,12 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .dpu_support import Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 
 SOFTMAX = "nndct_softmax"
+
 
 def _onnx_softmax(b: Any, node: Any, mod: Optional[nn.Softmax]) -> str:
     """Softmax, the standard op, along the dim."""
@@ -16,10 +18,6 @@ def _onnx_softmax(b: Any, node: Any, mod: Optional[nn.Softmax]) -> str:
     if dim is None:
         raise Unsupported("softmax without dim")
     return b.op("Softmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
-from .dpu_support import Verdict, cpu_verdict, tail_fix
-from .record import Absent, DpuRule, OpRecord, OpSpec
-
-SOFTMAX = "nndct_softmax"
 
 
 def dpu_softmax(node: Any, ctx: Any) -> Verdict:

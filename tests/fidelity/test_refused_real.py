@@ -51,9 +51,6 @@ GAPS = {
     ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
                                    "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
                                    "outputs equal",
-    ("quant_info", "conv_same"): "the real quantizer parses Conv2d(padding='same') as the float op "
-                            "aten::_convolution_mode (weights, bias and outputs not quantized, float xmodel op); the "
-                            "simulation quantizes it as nndct_conv2d: other quant_info and outputs",
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
@@ -81,17 +78,10 @@ GAPS = {
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("quant_info", "prelu"): "the real quantizer parses nn.PReLU as nndct_prelu with its slopes quantized "
-                        "(act.weight [[8, 8]]); the simulation keeps aten_prelu in float with unquantized slopes: "
-                        "other quant_info and outputs",
     ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
-    ("outputs", "conv_same"): "the simulation quantizes the padding='same' convs (weights, bias, outputs), the real "
-                              "quantizer runs them in float (aten::_convolution_mode): other outputs",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
-    ("outputs", "prelu"): "the simulation runs PReLU in float with unquantized slopes, the real quantizer with its "
-                          "slopes quantized (act.weight [[8, 8]]): other outputs",
     ("xmodel", "layernorm_tokens"): "the xmodel writer has no form for nndct_layer_norm; the real file has the "
                                     "custom op nndct_layer_norm (inputs x, weight, bias; attrs normalized_shape, eps, "
                                     "elementwise_affine)",
@@ -113,8 +103,6 @@ GAPS = {
     ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
     ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
                                     "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
-    ("xmodel", "conv_same"): "the writer refuses padding='same' (traced otherwise); the real file has two float "
-                             "custom ops aten::_convolution_mode on unquantized weights, no fix at all",
     ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
                         "aten::reciprocal between transposes, then mul by the number's const",
     ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
@@ -137,8 +125,6 @@ GAPS = {
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("xmodel", "prelu"): "the simulation writes nn.PReLU as the custom op aten::prelu without slopes; the real file "
-                         "has XIR prelu with input weight (the slopes' const + fix) and attr num_parameters",
     ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
                              "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
                              "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",

@@ -170,6 +170,21 @@ def test_conv_padding_no_larger_than_the_kernel():
     assert conv.device == "CPU" and "padding_mode 'reflect'" in only_reason(conv)
 
 
+def test_a_conv_with_string_padding_is_a_float_operator_and_the_fix_gives_the_padding_as_numbers():
+    # torch.jit traces aten::_convolution_mode, which the real quantizer has no op for (pipeline/ops/conv.py)
+    conv = inspect(Seq(conv=nn.Conv2d(3, 8, 3, padding="same")), (1, 3, 8, 8)).node("conv")
+    assert conv.device == "CPU" and "aten::_convolution_mode" in only_reason(conv)
+    assert [f.code for f in conv.fixes] == ["nn.Conv2d(..., padding='same') -> nn.Conv2d(..., padding=(1, 1))"]
+    assert inspect(Seq(conv=nn.Conv2d(3, 8, 3, padding=(1, 1))), (1, 3, 8, 8)).node("conv").device == "DPU"
+    even = inspect(Seq(conv=nn.Conv2d(3, 8, 4, padding="same")), (1, 3, 8, 8)).node("conv")
+    assert even.device == "CPU" and "nn.ZeroPad2d((1, 2, 1, 2))" in even.fixes[0].code and even.fixes[0].exact
+
+
+def test_prelu_after_a_conv_is_a_dpu_activation():
+    result = inspect(Seq(conv=nn.Conv2d(3, 8, 3), act=nn.PReLU(8)), (1, 3, 8, 8))
+    assert result.summary_line() == "DPU: 2 nodes, CPU: 0 nodes"
+
+
 def test_conv_groups_1_or_depthwise():
     conv = inspect(Seq(conv=nn.Conv2d(8, 8, 3, padding=1, groups=2)), (1, 8, 8, 8)).node("conv")
     assert conv.op == "conv2d" and conv.device == "CPU" and "groups = 2" in only_reason(conv)

@@ -142,6 +142,21 @@ def test_partition_fix_conv_kernel_and_stride_out_of_range():
     assert after.partition_line() == "1 subgraph: 1 DPU, 0 CPU" and equal(slow, split, (1, 3, 50, 50))
 
 
+def test_partition_fix_padding_same_given_as_numbers_or_an_explicit_pad_with_the_same_values():
+    # torch.jit traces padding='same' as aten::_convolution_mode: a float operator of the quantizer
+    for k, explicit in ((3, lambda: nn.Conv2d(8, 8, 3, padding=(1, 1))),
+                        (4, lambda: nn.Sequential(nn.ZeroPad2d((1, 2, 1, 2)), nn.Conv2d(8, 8, 4, padding=0)))):
+        same = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.Conv2d(8, 8, k, padding="same"), nn.ReLU())
+        before = inspect(same)
+        assert before.node("_1").fixes[0].exact
+        fixed = nn.Sequential(same[0], explicit(), nn.ReLU())
+        conv = fixed[1] if k == 3 else fixed[1][1]
+        conv.load_state_dict(same[1].state_dict())
+        after = inspect(fixed)
+        assert before.node("_1").device == "CPU" and after.count("CPU") == 0 and equal(same, fixed)
+        assert len(after.subgraphs()) < len(before.subgraphs())
+
+
 def test_partition_fix_output_channels_over_the_limit_split_and_concatenated():
     wide = nn.Conv2d(8, 4100, 1)  # 256 x 16 = 4096 on B4096
     model = nn.Sequential(nn.Conv2d(3, 8, 1), wide)

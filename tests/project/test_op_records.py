@@ -65,10 +65,15 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
         assert op in ops.DPU_RULES, op
     # the inspector removes these (re-links their readers): no rule, a reason
     assert isinstance(ops.DPU_RULES[ops.IDENTITY], Absent) and isinstance(ops.DPU_RULES[ops.CONTIGUOUS], Absent)
-    # a name is one rule: the xmodel's ops, known by name only, find theirs
+    # a name finds the first rule that lists it (the xmodel's ops, known by name only: a conv2d is the DPU
+    # conv's, not the float aten::_convolution_mode's that prints the same name)
+    first = {}
     for rule in ops.DPU_RULES.values():
         if isinstance(rule, DpuRule):
-            assert all(ops.DPU_RULE_BY_NAME[n].rule is rule.rule for n in rule.names), rule.names
+            for n in rule.names:
+                first.setdefault(n, rule)
+    assert {n: r.rule for n, r in ops.DPU_RULE_BY_NAME.items()} == {n: r.rule for n, r in first.items()}
+    assert ops.DPU_RULE_BY_NAME["conv2d"] is ops.DPU_RULES[ops.CONV2D]
     from pipeline.inspect.xmodel_dpu import _TYPES
     assert {n for n in _TYPES.values()} <= set(ops.DPU_RULE_BY_NAME), set(_TYPES.values()) - set(ops.DPU_RULE_BY_NAME)
 
@@ -128,3 +133,17 @@ def test_a_record_without_its_dpu_rule_is_refused():
     with pytest.raises(TypeError, match="dpu_rule"):
         OpRecord(family="x", specs={"x": OpSpec("float", False, False, False)}, approximation=Absent("none"),
                  source="here", onnx={})
+
+
+def test_a_conv_with_string_padding_is_the_float_operator_torch_traces():
+    from torch import nn
+    from pipeline.ops.conv import CONVOLUTION_MODE, conv_type
+    assert conv_type(nn.Conv2d(3, 8, 3, padding="same")) == CONVOLUTION_MODE == "aten::_convolution_mode"
+    assert conv_type(nn.Conv2d(3, 8, 3, padding="valid")) == CONVOLUTION_MODE
+    assert ops.is_float_operator(CONVOLUTION_MODE) and conv_type(nn.Conv2d(3, 8, 3, padding=1)) == ops.CONV2D
+
+
+def test_prelu_quantizes_its_slopes_in_its_own_module():
+    from torch import nn
+    assert ops.MODULE_OPS[nn.PReLU] == ops.PRELU and ops.PRELU in ops.NORM_TYPES
+    assert ops.spec(ops.PRELU).quantizable and not ops.spec(ops.PRELU).group_up

@@ -260,6 +260,54 @@ def test_batchnorm_without_conv_stays_a_converted_batch_norm_node():
     assert graph.by_name["nndct_batch_norm_2"].param_names == {"weights": "_LoneBN::bn.weight", "bias": "_LoneBN::bn.bias"}
 
 
+class _SameConvBN(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3, padding="same")
+        self.bn = nn.BatchNorm2d(4)
+
+    def forward(self, x):
+        return self.bn(self.conv(x))
+
+
+def test_a_padding_same_conv_is_a_float_operator_and_keeps_its_batch_norm():
+    """torch.jit traces aten::_convolution_mode, nndct has no op for it (a float operator) and its conv+BN
+    patterns are of conv types: the BN stays a converted batch_norm node (docs/arithmetic.md#float-operators)."""
+    graph = capture(_SameConvBN().eval(), torch.zeros(1, 3, 8, 8), load_quant_config(None).rewrites())
+    assert [n.name for n in graph.nodes] == ["nndct_input_0", "aten__convolution_mode_1", "nndct_batch_norm_2"]
+    assert graph.by_name["aten__convolution_mode_1"].float_operator and not graph.folded_bn
+    assert QuantPlan(graph).output_order == ["nndct_batch_norm_2", "aten__convolution_mode_1"]
+
+
+class _FunctionalPReLU(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.slopes = nn.Parameter(torch.full((4,), 0.2))
+
+    def forward(self, x):
+        return F.prelu(self.conv(x), self.slopes)
+
+
+def test_functional_prelu_quantizes_the_parameter_it_is_given():
+    """aten::prelu(x, weight) is nndct_prelu with the weight bound as its parameter (op_dispatcher.prelu)."""
+    graph = capture(_FunctionalPReLU().eval(), torch.zeros(1, 3, 8, 8), load_quant_config(None).rewrites())
+    node = graph.by_name["nndct_prelu_2"]
+    assert node.param_names == {"weights": "_FunctionalPReLU::slopes"}
+    assert QuantPlan(graph).param_order[-1] == "_FunctionalPReLU::slopes"
+
+
+class _ComputedSlopes(_FunctionalPReLU):
+    def forward(self, x):
+        return F.prelu(self.conv(x), self.slopes * 0.5)
+
+
+def test_functional_prelu_with_slopes_computed_in_forward_is_refused_naming_the_fix():
+    model = _ComputedSlopes().eval()
+    with pytest.raises(QuantizationError, match=r"prelu's slopes .*nn\.PReLU, or F\.prelu\(x, self\.weight\)"):
+        capture(model, torch.zeros(1, 3, 8, 8), load_quant_config(None).rewrites())
+
+
 # -- speed-ups of the sim keep its results (scripts/bench_quant.py) -----------------------------
 
 def _nndct_diffs_fix_pos(x, scope=5):

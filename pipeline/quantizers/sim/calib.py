@@ -39,7 +39,7 @@ from ... import fixpoint
 from .. import fix_pos_search
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
-from .ops import float_reference, layer_norm, norm_float_params, param_forward, run_node, run_step
+from .ops import float_reference, norm_float_params, norm_forward, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
 BIAS_CORR_RATE = 0.05  # option param_corr_rate
@@ -304,7 +304,7 @@ class Calibrator:
         return state
 
     def _norm_node(self, node: SimNode, env: Dict[Any, Any]) -> torch.Tensor:
-        return layer_norm(self.graph, node, env[node.fx_node.all_input_nodes[0]], *self._norm_state(node))
+        return norm_forward(self.graph, node, env[node.fx_node.all_input_nodes[0]], *self._norm_state(node))
 
     def _norm_state(self, node: SimNode) -> Tuple[Optional[torch.Tensor], Optional[torch.Tensor]]:
         """A layer norm's ``(weight, bias)``, quantized at its first call from the float tensors

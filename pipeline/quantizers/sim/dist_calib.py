@@ -35,7 +35,7 @@ from ...fx.graph import SimGraph
 from ... import fixpoint
 from .. import fix_pos_search
 from .calib import Calibrator, check_batch
-from .ops import layer_norm, param_forward, run_node, run_step
+from .ops import norm_forward, param_forward, run_node, run_step
 
 
 class DistributedCalibrator(Calibrator):
@@ -114,7 +114,7 @@ class DistributedCalibrator(Calibrator):
                 elif node.op in g.NORM_TYPES:
                     pair = self._norm_state(node)  # on every rank: from the weights alone, as a conv's
                     if mine:
-                        value = layer_norm(self.graph, node, env[fx_node.all_input_nodes[0]], *pair)
+                        value = norm_forward(self.graph, node, env[fx_node.all_input_nodes[0]], *pair)
                 elif mine:
                     value, quantizable = run_node(self.graph, node, env)
                 if node.name in self.quantized:  # a collective on every rank, quantizable or not

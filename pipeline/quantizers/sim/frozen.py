@@ -22,7 +22,7 @@ from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .calib import release_schedule
-from .ops import layer_norm, norm_float_params, param_forward, run_node, run_step
+from .ops import norm_float_params, norm_forward, param_forward, run_node, run_step
 
 INPUT_OF = "<input of>"
 OUTPUT = "<output>"
@@ -135,7 +135,7 @@ class FrozenForward:
             return self.quantize(node, param_forward(self.graph, node, env[fx_node.all_input_nodes[0]], w, b))
         if node.op in g.NORM_TYPES:
             pair = norm_float_params(self.graph, node) if self.norm_params is None else self.norm_params[node.name]
-            return self.quantize(node, layer_norm(self.graph, node, env[fx_node.all_input_nodes[0]], *pair))
+            return self.quantize(node, norm_forward(self.graph, node, env[fx_node.all_input_nodes[0]], *pair))
         if self.out_fp is None and node.op in (g.HSWISH, g.HSIGMOID):
             return float_hard_act(node.op, env[fx_node.all_input_nodes[0]])
         value, quantizable = run_node(self.graph, node, env)

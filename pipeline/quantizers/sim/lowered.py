@@ -21,7 +21,9 @@ node and relies on every point below):
    ``F.layer_norm``) is a ``call_module`` on a new ``nn.LayerNorm`` named after its node, in the
    same way: weight and bias (where it has them; else None) rounded std_round at their fix
    positions, the same three attributes; it runs ``F.layer_norm`` in float32 on its quantized
-   input, as nndct's LayerNorm module does.
+   input, as nndct's LayerNorm module does. A PReLU (``nn.PReLU`` or ``F.prelu``) is a ``call_module`` on
+   a new ``nn.PReLU`` named after its node in the same way: its slopes (``weight``) rounded std_round at
+   their fix position, the same three attributes (``bias_fix_pos`` None); it runs ``F.prelu``.
 4. Everything else is standard: ``call_module`` on ``nn.ReLU``, ``nn.ReLU6``, ``nn.LeakyReLU``
    (slope 0.1015625), ``nn.Hardtanh``, ``nn.MaxPool2d``, ``nn.AvgPool2d``,
    ``nn.AdaptiveAvgPool2d``, ``nn.Upsample``, ``nn.Flatten``; ``call_function`` on
@@ -101,13 +103,18 @@ def _quantized_module(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitw
     return m
 
 
-def _quantized_norm(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwidth: int) -> nn.LayerNorm:
-    """A layer norm node as a new ``nn.LayerNorm`` (its normalized_shape and eps; module or
-    ``F.layer_norm`` alike) whose weight and bias are the float ones rounded std_round at their
-    quant_info fix positions, with ``weight_fix_pos``, ``bias_fix_pos`` (None where it has no
-    such parameter) and ``bitwidth``: what nndct's LayerNorm module runs in test mode."""
-    shape, eps = norm_shape_eps(graph, node)
-    m = nn.LayerNorm(shape, eps=eps)
+def _quantized_norm(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwidth: int) -> nn.Module:
+    """A node whose module quantizes its own parameters (role ``norm``) as a new module named after it: a
+    layer norm an ``nn.LayerNorm`` (its normalized_shape and eps; module or ``F.layer_norm`` alike), a
+    PReLU an ``nn.PReLU`` (``num_parameters`` the slopes' count; module or ``F.prelu`` alike), whose weight
+    and bias are the float ones rounded std_round at their quant_info fix positions, with
+    ``weight_fix_pos``, ``bias_fix_pos`` (None where it has no such parameter) and ``bitwidth``: what
+    nndct's LayerNorm and PReLU modules run in test mode."""
+    if node.op == g.PRELU:
+        m = nn.PReLU(int(norm_float_params(graph, node)[0].numel()))  # type: nn.Module
+    else:
+        shape, eps = norm_shape_eps(graph, node)
+        m = nn.LayerNorm(shape, eps=eps)
     fix = {}  # type: Dict[str, Optional[int]]
     for kind, attr, t in zip(("weights", "bias"), ("weight", "bias"), norm_float_params(graph, node)):
         fix[kind] = None
@@ -228,7 +235,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         value.meta["nndct_node"] = node.name
         env[fx_node] = value
     new.output(map_arg(graph.output_node.args[0], lookup))
-    for attr in norm_attrs:  # F.layer_norm's float weight and bias, now held by its module
+    for attr in norm_attrs:  # F.layer_norm's float weight and bias (F.prelu's slopes), now held by its module
         if attr in new.nodes and not attr.users:
             new.erase_node(attr)
             if hasattr(root, attr.target):

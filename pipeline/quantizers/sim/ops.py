@@ -14,7 +14,8 @@
   ``hardswish.py``).
 
 A layer norm runs ``F.layer_norm`` with its weight and bias quantized as parameters
-(``layer_norm``; ``deephi_LayerNorm`` in ``layernorm.py``).
+(``layer_norm``; ``deephi_LayerNorm`` in ``layernorm.py``), a PReLU ``F.prelu`` with its slopes
+quantized as a parameter (``norm_forward``; ``deephi_PReLU`` in ``prelu.py``).
 
 Every other node runs its own torch operator, on the values the quantized graph gives it: a float
 operator (``pipeline.ops``, kind "float": sigmoid, tanh, GELU in its erf form, SiLU,
@@ -41,6 +42,7 @@ from ...fx.graph import SimGraph, SimNode
 from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
 from ...ops.leaky_relu import LEAKY_SLOPE
 from ...ops.pool import avgpool_dpu_scale
+from ...ops.prelu import simulate as simulate_prelu
 from ...fx.example_run import node_error
 
 OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
@@ -257,6 +259,16 @@ def layer_norm(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Optional
     (``deephi_LayerNorm.forward``, ``pytorch_nndct/nn/modules/layernorm.py``). A new float32 tensor."""
     shape, eps = norm_shape_eps(graph, node)
     return F.layer_norm(x, shape, weight, bias, eps)
+
+
+def norm_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Optional[torch.Tensor],
+                 bias: Optional[torch.Tensor]) -> torch.Tensor:
+    """A node whose module quantizes its own parameters (role ``norm``), with the given (quantized) weight
+    and bias: a PReLU as its unit simulates it (``pipeline.ops.prelu.simulate``), a layer norm as
+    :func:`layer_norm`. A new float32 tensor."""
+    if node.op == g.PRELU:
+        return simulate_prelu(x, weight)
+    return layer_norm(graph, node, x, weight, bias)
 
 
 def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,

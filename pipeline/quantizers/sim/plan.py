@@ -14,8 +14,10 @@ Re-implements, for the DPU path with the default strategy:
   of every layer norm, and any state-dict tensor another quantizable node takes directly (an
   entry without a fix position: ``SimNode.free_params``); the quant output of every quantizable node (conv, linear, pools, add, mul,
   concat, resize, hswish, hsigmoid, input, ...); and the quant output of every parent of a
-  quantizable node. Nothing else is quantized; in particular a node's own output is quantized
-  only if its name has an ``output`` entry (``need_quantize_tensor``).
+  quantizable node, except an input whose one consumer is a float operator nndct has no type for
+  (``aten::<name>``, a CustomOp: the input is then left out of the quantized part). Nothing else is
+  quantized; in particular a node's own output is quantized only if its name has an ``output`` entry
+  (``need_quantize_tensor``).
 - the export-time adjustments (``QuantizeFixPosChecker`` in ``torchquantizer.py`` and
   ``nndct_shared/quantization/fix_pos_adjust.py``; docs/arithmetic.md#export-time-adjustments): nearest
   resize takes its input's fix_pos, hsigmoid output >= 7, hsigmoid/hswish inputs >= 0, hswish output <=
@@ -98,6 +100,13 @@ class QuantPlan:
                 end = self.quant_output(parent)
                 if not end.shape_value:
                     outputs.setdefault(end.name, None)
+        for node in self.graph.nodes:
+            # an input whose one consumer is a float operator nndct has no type for (a CustomOp: aten::<name>,
+            # e.g. a padding='same' conv's aten::_convolution_mode) loses its entry (create_quant_config, the
+            # loop that checks the input fix of the quantized ops)
+            consumers = set(node.users)
+            if node.op == g.INPUT and len(consumers) == 1 and next(iter(consumers)).op.startswith("aten::"):
+                outputs.pop(self.quant_output(node).name, None)
         self.output_order = list(outputs)
 
 

@@ -249,8 +249,9 @@ def _refuse_untrainable(session: SimSession, float_model: nn.Module) -> None:
                 "(the real quantizer neither: Vitis-AI issue #555). Fold it into the layer before it, or drop it"
                 % where)
         if node.op in g.NORM_TYPES:
-            raise QuantizationError("QAT: %s: layer norm is not trained by this QAT; use PTQ (calib + fast "
-                                    "finetune) for this model" % where)
+            raise QuantizationError("QAT: %s: %s is not trained by this QAT; use PTQ (calib + fast "
+                                    "finetune) for this model"
+                                    % (where, "PReLU" if node.op == g.PRELU else "layer norm"))
         if node.op in g.PARAM_TYPES:
             path = node.module_path
             try:

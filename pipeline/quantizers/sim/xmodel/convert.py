@@ -221,9 +221,17 @@ def _hswish(w: _Writer, node: Node) -> None:
     w.fixed_op(node.name, "mul", None, {"input": [mul, x]})
 
 
+def _prelu(w: _Writer, node: Node) -> None:
+    # to_xir("prelu"): the default creator, the bound slopes as input "weight" (xop_creator.default_xop)
+    _with_params(w, node, "prelu", {"num_parameters": node.attrs["num_parameters"]})
+
+
 def _custom(w: _Writer, node: Node) -> None:
+    # custom_xop: every input tensor in order, a parameter tensor as its const (aten::_convolution_mode: x, weight,
+    # bias)
+    params = [w.op_of(tensor.name) for tensor in node.params.values()]
     w.fixed_op(node.name, node.type, {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"},
-               {"input": w.data_inputs(node)})
+               {"input": w.data_inputs(node) + params})
 
 
 CREATORS = {
@@ -238,6 +246,7 @@ CREATORS = {
     t.RELU: _simple("relu"),
     t.RELU6: _simple("relu6"),
     t.LEAKY_RELU: _simple("leaky-relu", ("alpha",)),
+    t.PRELU: _prelu,
     t.SIGMOID: _simple("sigmoid"),
     t.TANH: _simple("tanh"),
     t.GELU: _simple("gelu", ("approximate",)),

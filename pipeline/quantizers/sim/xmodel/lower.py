@@ -28,6 +28,7 @@ from .... import ops as t
 from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
 from .... import fixpoint
+from ....ops.conv import CONVOLUTION_MODE
 from ....ops.leaky_relu import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
 from .layout import INT_MAX
@@ -37,7 +38,7 @@ SUPPORTED = {t.INPUT, t.CONST, t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, 
              t.DENSE, t.BATCH_NORM, t.RELU, t.RELU6, t.LEAKY_RELU, t.MAX_POOL, t.AVG_POOL, t.ADAPTIVEAVGPOOL2D,
              t.FLATTEN, t.RESHAPE, t.CONTIGUOUS, t.PERMUTE, t.TRANSPOSE, t.STRIDED_SLICE, t.RESIZE, t.HSWISH,
              t.HSIGMOID, t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV, t.CONCAT, t.PAD, t.SIGMOID, t.TANH, t.GELU, t.SOFTMAX,
-             t.CLAMP}
+             t.CLAMP, t.PRELU}
 
 
 class XmodelUnsupported(ExportError):
@@ -144,6 +145,19 @@ class _Lowering:
         return v.detach().float().numpy()
 
     def add_params(self, node: SimNode, dev: Node) -> None:
+        if node.op == CONVOLUTION_MODE:  # a float operator: the module's weight and bias as float consts, OIHW
+            m = self.module(node)
+            for kind in ("weight", "bias"):
+                p = getattr(m, kind)
+                if p is not None:
+                    dev.params[kind] = Tensor("%s::%s.%s" % (self.graph.class_name, node.module_path, kind))
+                    dev.params[kind].from_ndarray(np.ascontiguousarray(p.detach().float().numpy()))
+            return
+        if node.op == t.PRELU:  # nndct binds the slopes as the node's parameter "weight" (op_dispatcher.prelu)
+            slopes = self.slopes(node)
+            dev.params["weight"] = Tensor(node.param_names["weights"])
+            dev.params["weight"].from_ndarray(slopes)
+            return
         if node.op not in t.PARAM_TYPES:
             return
         m = self.lowered.get_submodule(node.name) if self.lowered is not None else self.graph.module(node)
@@ -166,13 +180,20 @@ class _Lowering:
             dev.params["bias"] = Tensor(node.param_names["bias"])
             dev.params["bias"].from_ndarray(bias)
 
+    def slopes(self, node: SimNode) -> np.ndarray:
+        """A PReLU's slopes, shape ``(num_parameters,)`` float32: the lowered model's (quantized), or the float
+        ones without it."""
+        if self.lowered is not None:
+            weight = self.lowered.get_submodule(node.name).weight
+        else:
+            weight = self.graph.parameter(node.param_names["weights"])
+        return np.ascontiguousarray(weight.detach().float().numpy().reshape(-1), np.float32)
+
     # ---------------------------------------------------------------- attributes per type
     def attrs(self, node: SimNode) -> Dict[str, Any]:
         op = node.op
         if op in t.CONV_TYPES:
             m = self.module(node)
-            if isinstance(m.padding, str):
-                raise unsupported(node, "padding=%r (give the padding as numbers)" % m.padding)
             if node.op == t.CONVTRANSPOSE2D and m.groups != 1:
                 raise unsupported(node, "groups=%d: a grouped transposed conv is not written yet (depthwise, groups = "
                                         "in_channels = out_channels, is)" % m.groups)
@@ -189,6 +210,8 @@ class _Lowering:
                     "in_dim": m.in_channels, "out_dim": m.out_channels}
         if op == t.LEAKY_RELU:
             return {"alpha": LEAKY_SLOPE}
+        if op == t.PRELU:  # op_dispatcher.prelu: num_parameters = weight.shape[0]
+            return {"num_parameters": int(self.graph.parameter(node.param_names["weights"]).shape[0])}
         if op == t.GELU:
             m = self.module(node)
             approximate = m.approximate if m is not None else self.call_args(node)["approximate"]

@@ -41,6 +41,7 @@ KINDS = {
     t.CONV2D: ("_convolution",), t.DEPTHWISE_CONV2D: ("_convolution",), t.CONVTRANSPOSE2D: ("_convolution",),
     t.DEPTHWISE_CONVTRANSPOSE2D: ("_convolution",), t.DENSE: ("linear", "addmm", "matmul"),
     t.BATCH_NORM: ("batch_norm",), t.RELU: ("relu",), t.RELU6: ("hardtanh", "relu6"), t.LEAKY_RELU: ("leaky_relu",),
+    t.PRELU: ("prelu",),
     t.MAX_POOL: ("max_pool2d",), t.AVG_POOL: ("avg_pool2d",), t.ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",),
     t.FLATTEN: ("flatten",), t.RESHAPE: ("view", "reshape"), t.CONTIGUOUS: ("contiguous",), t.PERMUTE: ("permute",),
     t.TRANSPOSE: ("transpose",), t.STRIDED_SLICE: ("slice",),
@@ -327,8 +328,8 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             from ....fx.refusals import XMODEL, explain, traced_otherwise
             from .lower import unsupported
             generic = traced_otherwise(
-                "this call", "no traced op of kind %s follows the ops before it, as for padding='same' convs, "
-                "reflection pads, a number divided by a tensor" % "/".join(kinds),
+                "this call", "no traced op of kind %s follows the ops before it, as for reflection pads, a "
+                "number divided by a tensor" % "/".join(kinds),
                 "this form is not written yet. The ONNX exports do not depend on it: drop xmodel from export.formats "
                 "to go on, or write the call in a form the table in docs/xmodel.md lists")
             several = graph.example_shapes.get(node.fx_node) is None  # not one tensor: values and indices, say

@@ -72,11 +72,20 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     # the file holds every value as float32 (a custom op's data_type, docs/xmodel.md#ops); the simulation's
     # call takes its inputs in the dtypes they had there (torch.where's condition is a bool tensor)
     dtypes = [values[n].dtype for n in data]
+    # a module's float parameters follow its data inputs as consts (custom_xop writes every input tensor, a
+    # parameter as its const: aten::_convolution_mode's weight and bias); the module holds the same values
+    params = [] if fx_node.op != "call_module" else \
+        [p for p in (getattr(lowered.get_submodule(fx_node.target), k, None) for k in ("weight", "bias"))
+         if isinstance(p, torch.Tensor)]
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
-        if len(xs) != len(data):
+        if len(xs) not in (len(data), len(data) + len(params)):
             raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
                            % (fx_node.name, len(data), len(xs)))
+        for p, x in zip(params, xs[len(data):]):
+            if tuple(x.shape) != tuple(p.shape) or not torch.equal(x.to(p.dtype), p.detach()):
+                raise op_error(op, "a parameter const differs from the simulation's %s" % fx_node.name)
+        xs = xs[:len(data)]
         env = dict(fixed)
         env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
         return run_fx(lowered, fx_node, env)
