@@ -10,7 +10,7 @@ type's :data:`record.OpSpec`, the functional forms' signatures and the role grou
 ``PARAM_TYPES``, ...). The type names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
-from typing import Callable, Dict, Tuple
+from typing import Callable, Dict, Optional, Tuple
 
 from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
                io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, relu, reshape, resize, shape, slicing,
@@ -40,6 +40,7 @@ from .resize import RESIZE
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
 from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
 from .softmax import SOFTMAX
+from .xmodel_support import XmodelForm
 
 RECORDS = (
     io.RECORD,
@@ -77,6 +78,14 @@ FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # ty
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
+XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
+
+
+def xmodel_form(op: str) -> Optional[XmodelForm]:
+    """How the xmodel writer carries an op type (``record.OpRecord.xmodel``): its form, or None where the
+    writer refuses the type (its record declares it Absent) or no record holds it (an ``aten::*`` type)."""
+    form = XMODEL.get(op)
+    return form if isinstance(form, XmodelForm) else None
 
 
 def with_role(role: str) -> Tuple[str, ...]:

@@ -2,8 +2,15 @@
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, simple
 
 CONCAT = "nndct_concat"
+
+
+def _lower_concat(lo, node) -> dict:
+    """The concatenated dimension (``axis``, as the call gives it; ``deploy`` makes it positive)."""
+    return {"axis": lo.call_args(node)["dim"]}
+
 
 RECORD = OpRecord(
     family="concat",
@@ -12,4 +19,5 @@ RECORD = OpRecord(
     signatures={CONCAT: (("tensors", "dim"), {"dim": 0})},
     approximation=Absent("copies codes (inputs aligned to the output's fix position)"),
     source="nndct_shared/base/key_names.py",
+    xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)))},
 )

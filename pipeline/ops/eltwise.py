@@ -7,6 +7,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, no_attrs
 
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
@@ -18,6 +19,18 @@ BINARY_TYPES = (ADD, SUB, RSUB, MULTIPLY, DIV)
 _DPU_Q = OpSpec("dpu", True, False, False)
 _FLOAT_Q = OpSpec("float", True, False, False)
 
+
+def _create_binary(type_: str):
+    """The creator of XIR ``type_`` on the node's two operands (``xop_creator.py``); nndct's
+    ``convert_rsub_to_sub`` writes ``rsub(x, c)`` as ``sub(c, x)``."""
+    def create(w, node) -> None:
+        inputs = w.data_inputs(node)
+        if node.type == RSUB:
+            inputs = inputs[::-1]
+        w.fixed_op(node.name, type_, None, {"input": inputs})
+    return create
+
+
 RECORD = OpRecord(
     family="eltwise",
     specs={ADD: _DPU_Q, MULTIPLY: _DPU_Q, SUB: _FLOAT_Q, RSUB: _FLOAT_Q, DIV: _FLOAT_Q},
@@ -28,4 +41,7 @@ RECORD = OpRecord(
     roles={"arithmetic": (ADD, SUB, MULTIPLY, DIV), "binary": BINARY_TYPES, "const_operand": BINARY_TYPES},
     approximation=Absent("add and mul are exact on aligned codes; sub, rsub and div run in float"),
     source="nndct_shared/base/key_names.py, nndct_shared/optimization/optimizer.py",
+    xmodel={ADD: XmodelForm(no_attrs, _create_binary("add")), MULTIPLY: XmodelForm(no_attrs, _create_binary("mul")),
+            SUB: XmodelForm(no_attrs, _create_binary("sub")), RSUB: XmodelForm(no_attrs, _create_binary("sub")),
+            DIV: XmodelForm(no_attrs, _create_binary("div"))},
 )

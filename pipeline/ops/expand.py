@@ -9,4 +9,5 @@ RECORD = OpRecord(
     methods={"expand": EXPAND},
     approximation=Absent("repeats values, computes none"),
     source="nndct_shared/base/key_names.py",
+    xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
 )

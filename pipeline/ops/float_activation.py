@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
 TANH = "nndct_tanh"
@@ -14,6 +15,14 @@ CLAMP = "nndct_clamp"
 GELU = "nndct_GELU"
 
 _FLOAT = OpSpec("float", False, False, False)
+
+
+def _lower_gelu(lo, node) -> dict:
+    """``approximate`` quoted, as nndct writes it (``'none'`` or ``'tanh'``)."""
+    m = lo.module(node)
+    approximate = m.approximate if m is not None else lo.call_args(node)["approximate"]
+    return {"approximate": "'%s'" % approximate}
+
 
 RECORD = OpRecord(
     family="float_activation",
@@ -25,4 +34,8 @@ RECORD = OpRecord(
     signatures={GELU: (("input", "approximate"), {"approximate": "none"})},
     approximation=Absent("float operators on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    # silu and clamp: custom ops (types XIR does not define), as the real quantizer writes them
+    xmodel={SIGMOID: XmodelForm(no_attrs, simple("sigmoid")), TANH: XmodelForm(no_attrs, simple("tanh")),
+            SILU: XmodelForm(no_attrs, custom), CLAMP: XmodelForm(no_attrs, custom),
+            GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",)))},
 )

@@ -5,6 +5,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 EQUAL = "nndct_equal"
 REMAINDER = "aten::remainder"
@@ -19,4 +20,6 @@ RECORD = OpRecord(
     roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
     approximation=Absent("float operators on the CPU"),
     source="nndct_shared/base/key_names.py",
+    xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            REMAINDER: XmodelForm(no_attrs, custom)},
 )

@@ -6,6 +6,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
+import numpy as np
+from .xmodel_support import XmodelForm, no_attrs
 
 HSIGMOID = "nndct_hsigmoid"
 HSWISH = "nndct_hswish"
@@ -13,6 +15,36 @@ HARD_SIGMOID_SCALE = 2731.0 / 16384.0  # the DPU's 1/6
 HSWISH_FIX_POS = 7  # the hard sigmoid inside a Hardswish is rounded at this fix position, 8 bits
 
 _DPU_Q = OpSpec("dpu", True, False, False)
+
+
+XMODEL_HARD_SIGMOID_SCALE = 6.0 * HARD_SIGMOID_SCALE  # nndct's hsigmoid/hswish multiplier (xop_creator.py)
+
+
+def _hsigmoid_part(w, node):
+    return w.fixed_op(node.name + "_i0", "hard-sigmoid", None, {"input": w.data_inputs(node)})
+
+
+def _create_hsigmoid(w, node) -> None:
+    """XIR ``hard-sigmoid`` ``<node>_i0`` times a const ``<node>_i1`` of :data:`XMODEL_HARD_SIGMOID_SCALE`
+    (``xop_creator.py`` ``hsigmoid``)."""
+    _hsigmoid_part(w, node)
+    w.fixed_const(node.name + "_i1", np.array([XMODEL_HARD_SIGMOID_SCALE], dtype=np.float32))
+    w.fixed_op(node.name, "mul", None, {"input": [w.op_of(node.name + "_i0"), w.op_of(node.name + "_i1")]})
+
+
+def _create_hswish(w, node) -> None:
+    """``x`` times the hard sigmoid: ``hard-sigmoid`` ``<node>_i0``, a ``mul`` ``<node>_mul`` by the const
+    ``<node>_i1`` (both named with the raw node name, as nndct does), its fix at ``bit_width - 1`` when the
+    node's output has one, then the ``mul`` by ``x`` (``xop_creator.py`` ``hswish``)."""
+    x = w.data_inputs(node)[0]
+    sigmoid = _hsigmoid_part(w, node)
+    const = w.x.create_const_op(node.name + "_i1", np.array([XMODEL_HARD_SIGMOID_SCALE], dtype=np.float32))
+    mul = w.x.create_op(node.name + "_mul", "mul", None, {"input": [sigmoid, const]})
+    if node.name in w.outputs:
+        bit_width = w.outputs[node.name][0]
+        mul = w.fix_op(mul, bit_width, bit_width - 1)
+    w.fixed_op(node.name, "mul", None, {"input": [mul, x]})
+
 
 RECORD = OpRecord(
     family="hard_sigmoid",
@@ -22,4 +54,5 @@ RECORD = OpRecord(
     approximation="1/6 as 2731/16384 (HARD_SIGMOID_SCALE); in a Hardswish the hard sigmoid is rounded half "
                   "up at fix_pos 7 (HSWISH_FIX_POS), 8 bits",
     source="pytorch_nndct/nn/modules/hsigmoid.py, hswish.py",
+    xmodel={HSWISH: XmodelForm(no_attrs, _create_hswish), HSIGMOID: XmodelForm(no_attrs, _create_hsigmoid)},
 )

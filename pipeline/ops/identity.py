@@ -9,4 +9,5 @@ RECORD = OpRecord(
     specs={IDENTITY: OpSpec("layout", False, True, False)},
     approximation=Absent("removed before quantization"),
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
+    xmodel={IDENTITY: Absent("not written yet: the xmodel writer has no XIR form for it")},
 )

@@ -3,11 +3,31 @@
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+import numpy as np
+from .xmodel_support import XmodelForm, no_attrs
 
 INPUT = "nndct_input"
 CONST = "nndct_const"
 ZEROS = "nndct_zeros"  # x.new_zeros(size), torch.zeros(size)
 RETURN = "nndct_return"
+
+
+def _create_data(w, node) -> None:
+    """A graph input: XIR ``data`` of the node's output shape, float32 (``xop_creator.py`` ``data``)."""
+    shape = node.out.shape or [1]
+    w.fixed_op(node.name, "data", {"shape": list(shape), "data_type": "FLOAT32"})
+
+
+def _create_const(w, node) -> None:
+    """A constant: XIR ``const`` of its value (a scalar as one element), in the node's NHWC order if it
+    has one (``xop_creator.py`` ``const``)."""
+    data = np.asarray(node.attrs["data"], dtype=np.float32)
+    if data.ndim == 0:
+        data = data.reshape(1)
+    if node.transpose_out_order:
+        data = np.transpose(data, node.transpose_out_order)
+    w.fixed_const(node.name, data)
+
 
 RECORD = OpRecord(
     family="io",
@@ -20,4 +40,6 @@ RECORD = OpRecord(
     methods={"new_zeros": ZEROS},
     approximation=Absent("data enters and leaves; nothing is computed"),
     source="nndct_shared/base/key_names.py",
+    xmodel={INPUT: XmodelForm(no_attrs, _create_data), CONST: XmodelForm(no_attrs, _create_const),
+            ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
 )

@@ -4,9 +4,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
+from .xmodel_support import XmodelForm, simple
 
 LEAKY_RELU = "nndct_leaky_relu"
 LEAKY_SLOPE = 0.1015625  # 26 / 256
+
+
+def _lower_leaky_relu(lo, node) -> dict:
+    """The slope nndct forces on every LeakyReLU (``alpha``: :data:`LEAKY_SLOPE`)."""
+    return {"alpha": LEAKY_SLOPE}
+
 
 RECORD = OpRecord(
     family="leaky_relu",
@@ -16,4 +23,5 @@ RECORD = OpRecord(
     signatures={LEAKY_RELU: (("input", "negative_slope"), {"negative_slope": 0.01})},
     approximation="negative slope 26/256 = 0.1015625 (LEAKY_SLOPE), whatever the model's",
     source="pytorch_nndct/nn/modules/leaky_relu.py",
+    xmodel={LEAKY_RELU: XmodelForm(_lower_leaky_relu, simple("leaky-relu", ("alpha",)))},
 )

@@ -14,4 +14,5 @@ RECORD = OpRecord(
     methods={"matmul": MATMUL},
     approximation=Absent("integer products, exact fixed point"),
     source="nndct_shared/base/key_names.py",
+    xmodel={MATMUL: Absent("not written yet: the real quantizer writes it as XIR matmul (fx/refusals.py MATMUL)")},
 )

@@ -2,6 +2,7 @@
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 MEAN = "aten::mean"
 
@@ -12,4 +13,5 @@ RECORD = OpRecord(
     methods={"mean": MEAN},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    xmodel={MEAN: XmodelForm(no_attrs, custom)},  # a custom op: XIR's reduction_mean is not what nndct writes
 )

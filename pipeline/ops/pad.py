@@ -3,8 +3,36 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm
 
 PAD = "nndct_pad_nd"
+
+
+def _lower_pad(lo, node) -> dict:
+    """pad_with (torch's pad list), mode CONSTANT and constant_values.
+
+    Raises:
+        XmodelUnsupported: a mode other than constant, a negative pad (a crop)."""
+    m = lo.module(node)
+    if m is not None:
+        pad, mode, value = list(m.padding), "constant", float(m.value)
+    else:
+        a = lo.call_args(node)
+        pad, mode, value = list(a["pad"]), a["mode"], a["value"]
+    if mode != "constant":
+        raise lo.unsupported(node, "pad mode %r (the xmodel writer folds constant pads)" % mode)
+    if any(int(p) < 0 for p in pad):
+        raise lo.unsupported(node, "negative padding %s (a crop): the DPU pads, it does not crop; slice the tensor "
+                                   "instead (x[:, :, a:b, c:d])" % (list(pad),))
+    return {"pad_with": [int(p) for p in pad], "mode": "CONSTANT", "constant_values": float(value or 0.0)}
+
+
+def _create_pad(w, node) -> None:
+    """XIR ``pad``: a pad the deploy graph could not fold into its consumer (``deploy._fuse_pads``)."""
+    a = node.attrs
+    w.fixed_op(node.name, "pad", {"paddings": a["pad_with"], "mode": a["mode"],
+                                  "constant_values": a["constant_values"]}, {"input": w.data_inputs(node)})
+
 
 RECORD = OpRecord(
     family="pad",
@@ -14,4 +42,5 @@ RECORD = OpRecord(
     signatures={PAD: (("input", "pad", "mode", "value"), {"mode": "constant", "value": None})},
     approximation=Absent("writes the pad value's code"),
     source="nndct_shared/base/key_names.py",
+    xmodel={PAD: XmodelForm(_lower_pad, _create_pad)},
 )

@@ -3,9 +3,22 @@
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, simple
 
 PERMUTE = "nndct_permute"
 TRANSPOSE = "nndct_transpose"
+
+
+def _lower_permute(lo, node) -> dict:
+    """The permutation (``order``)."""
+    return {"order": lo.shape_args(node)}
+
+
+def _lower_transpose(lo, node) -> dict:
+    """The two swapped dims (``dims``); ``deploy.optimize`` makes the node a permute."""
+    a = lo.call_args(node)
+    return {"dims": [a["dim0"], a["dim1"]]}
+
 
 RECORD = OpRecord(
     family="permute",
@@ -15,4 +28,7 @@ RECORD = OpRecord(
     signatures={TRANSPOSE: (("input", "dim0", "dim1"), {})},
     approximation=Absent("moves no value"),
     source="nndct_shared/quantization/commander.py (SoftFuseTranspose)",
+    # a transpose: deploy.optimize makes it a permute before the writer runs
+    xmodel={PERMUTE: XmodelForm(_lower_permute, simple("transpose", ("order",))),
+            TRANSPOSE: XmodelForm(_lower_transpose, custom)},
 )

@@ -8,6 +8,8 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
+import numpy as np
+from .xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs, pair
 
 MAX_POOL = "nndct_maxpool"
 AVG_POOL = "nndct_avgpool"
@@ -51,6 +53,57 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 
+
+def _lower_pool(lo, node) -> dict:
+    """A max or average pool's deploy attributes: kernel, stride ``[w, h]`` (stride None: the kernel),
+    pad ``[left, right, top, bottom]``, pad_mode (1 with ceil_mode), global False; an average pool's
+    count_include_pad.
+
+    Raises:
+        XmodelUnsupported: divisor_override, a dilation other than 1."""
+    m = lo.module(node)
+    if m is not None:
+        a = {k: getattr(m, k, None) for k in ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
+                                              "count_include_pad", "divisor_override")}
+    else:
+        a = lo.call_args(node)
+    if a.get("divisor_override") is not None:
+        raise lo.unsupported(node, "divisor_override is not carried by the xmodel")
+    if any(d != 1 for d in pair(a.get("dilation") or 1)):
+        raise lo.unsupported(node, "dilation=%s: the xmodel's pool has no dilation (nndct writes the pool without "
+                                   "it); use dilation 1" % (tuple(pair(a["dilation"])),))
+    (kh, kw) = pair(a["kernel_size"])
+    (sh, sw) = pair(a["stride"]) if a["stride"] not in (None, []) else (kh, kw)
+    (ph, pw) = pair(a["padding"])
+    attrs = {"kernel": [kw, kh], "stride": [sw, sh], "pad": [pw, pw, ph, ph], "pad_mode": int(bool(a["ceil_mode"])),
+             "global": False}
+    if node.op == AVG_POOL:
+        attrs["count_include_pad"] = bool(a["count_include_pad"])
+    return attrs
+
+
+def _create_maxpool(w, node) -> None:
+    """XIR ``maxpool2d`` (``xop_creator.py`` ``maxpool``)."""
+    a = node.attrs
+    w.fixed_op(node.name, "maxpool2d", {"kernel": a["kernel"], "stride": a["stride"], "pad": a["pad"],
+                                        "pad_mode": PAD_MODES[a["pad_mode"]], "global": a["global"]},
+               {"input": w.data_inputs(node)})
+
+
+def _create_avgpool(w, node) -> None:
+    """XIR ``avgpool2d`` named ``<node>_i0``, times a const ``<node>_i1`` holding
+    :func:`avgpool_dpu_scale` (``xop_creator.py`` ``avgpool``: the DPU's factor written as a mul)."""
+    a = node.attrs
+    kernel_w, kernel_h = a["kernel"]
+    scale = avgpool_dpu_scale(kernel_h, kernel_w)
+    w.fixed_op(node.name + "_i0", "avgpool2d",
+               {"kernel": a["kernel"], "stride": a["stride"], "pad": a["pad"], "pad_mode": PAD_MODES[a["pad_mode"]],
+                "global": a["global"], "count_include_pad": a["count_include_pad"]},
+               {"input": w.data_inputs(node)})
+    w.fixed_const(node.name + "_i1", np.array([scale], dtype=np.float32))
+    w.fixed_op(node.name, "mul", None, {"input": [w.op_of(node.name + "_i0"), w.op_of(node.name + "_i1")]})
+
+
 RECORD = OpRecord(
     family="pool",
     specs={MAX_POOL: _DPU_Q, AVG_POOL: _DPU_Q, ADAPTIVEAVGPOOL2D: _DPU_Q},
@@ -67,4 +120,8 @@ RECORD = OpRecord(
     },
     approximation="an average multiplied by avgpool_dpu_scale(kh, kw): the DPU's 1/k as m / 2**s",
     source="pytorch_nndct/nn/modules/avgpool.py, adaptive_avgpool.py",
+    # an adaptive pool: deploy.optimize makes it an average pool where the sizes divide; any other is a
+    # custom op
+    xmodel={MAX_POOL: XmodelForm(_lower_pool, _create_maxpool), AVG_POOL: XmodelForm(_lower_pool, _create_avgpool),
+            ADAPTIVEAVGPOOL2D: XmodelForm(no_attrs, custom)},
 )

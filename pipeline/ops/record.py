@@ -68,11 +68,17 @@ class OpRecord:
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
+        xmodel: nndct op type -> ``xmodel_support.XmodelForm`` (how the xmodel writer carries it: ``lower(lo,
+            node) -> attrs``, the nndct deploy-graph attributes, given the room's lowering context at call
+            time; ``create(w, node)``, the XIR ops nndct's ``xop_creator.py`` makes for it, given the room's
+            writer at call time), or :class:`Absent` with the reason the writer refuses the type (the
+            refusal's message is the writer's own: ``fx/refusals.py``). Every type of the family has one.
     """
     family: str
     specs: Mapping[str, OpSpec]
     approximation: Union[str, Absent]
     source: str
+    xmodel: Mapping[str, Any]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, no_attrs, simple
 
 RELU = "nndct_relu"
 RELU6 = "nndct_relu6"
@@ -27,4 +28,5 @@ RECORD = OpRecord(
     methods={"relu": RELU, "relu_": RELU},  # op_dispatcher.relu_: a TorchReLU (inplace), as relu
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
+    xmodel={RELU: XmodelForm(no_attrs, simple("relu")), RELU6: XmodelForm(no_attrs, simple("relu6"))},
 )

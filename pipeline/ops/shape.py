@@ -6,6 +6,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 SHAPE = "nndct_shape"
 FLOOR_DIVIDE = "nndct_floor_divide"
@@ -29,4 +30,9 @@ RECORD = OpRecord(
     roles={"arithmetic": (FLOOR_DIVIDE, TRUNC_DIV)},
     approximation=Absent("Python integers, never on the DPU"),
     source="nndct_shared/base/key_names.py",
+    # shape arithmetic is evaluated on the example and folded into the attributes that use it (nndct's
+    # constant folding); a trunc division of tensors is a custom op
+    xmodel={SHAPE: Absent("folded: evaluated on the example into the attributes that use it"),
+            FLOOR_DIVIDE: Absent("folded: evaluated on the example into the attributes that use it"),
+            TRUNC_DIV: XmodelForm(no_attrs, custom)},
 )

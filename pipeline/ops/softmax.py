@@ -4,8 +4,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, simple
 
 SOFTMAX = "nndct_softmax"
+
+
+def _lower_softmax(lo, node) -> dict:
+    """The softmax's dimension (``axis``), from the module or the call."""
+    m = lo.module(node)
+    return {"axis": m.dim if m is not None else lo.call_args(node)["dim"]}
+
 
 RECORD = OpRecord(
     family="softmax",
@@ -16,4 +24,5 @@ RECORD = OpRecord(
     signatures={SOFTMAX: (("input", "dim"), {"dim": None})},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
+    xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)))},
 )

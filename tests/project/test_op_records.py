@@ -64,3 +64,36 @@ def test_the_tables_are_read_off_the_records():
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
     with pytest.raises(ValueError, match="reason"):
         Absent(" ")
+
+
+# ------------------------------------------------------------------------------------------ the xmodel
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_type_has_its_xmodel_form_or_the_reason_the_writer_refuses_it(record):
+    from pipeline.ops.xmodel_support import XmodelForm
+    assert set(record.xmodel) == set(record.specs), "%s: xmodel gives every type of the family" % record.family
+    for op, form in record.xmodel.items():
+        assert isinstance(form, (XmodelForm, Absent)), (op, form)
+        if isinstance(form, XmodelForm):
+            assert callable(form.lower) and callable(form.create), op
+
+
+def test_the_xmodel_rooms_read_their_forms_off_the_records():
+    from pipeline.quantizers.sim.xmodel import convert, lower
+    assert not hasattr(lower, "SUPPORTED") and not hasattr(convert, "CREATORS")
+    assert ops.XMODEL == {op: f for r in ops.RECORDS for op, f in r.xmodel.items()}
+    assert ops.xmodel_form(ops.CONV2D) is ops.RECORD_OF[ops.CONV2D].xmodel[ops.CONV2D]
+    assert ops.xmodel_form(ops.MATMUL) is None and ops.xmodel_form("aten::erf") is None  # refused; custom op
+    # the types the writer writes today (before the records: lower.SUPPORTED and the aten:: types)
+    written = {op for op in ops.OPS if ops.xmodel_form(op) is not None}
+    assert written == {ops.INPUT, ops.CONST, ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D,
+                       ops.DEPTHWISE_CONVTRANSPOSE2D, ops.DENSE, ops.BATCH_NORM, ops.RELU, ops.RELU6, ops.LEAKY_RELU,
+                       ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.FLATTEN, ops.RESHAPE, ops.CONTIGUOUS,
+                       ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
+                       ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
+                       ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV}
+
+
+def test_a_record_without_its_xmodel_piece_is_refused():
+    with pytest.raises(TypeError, match="xmodel"):
+        OpRecord(family="x", specs={"t": OpSpec("io", False, False, False)}, approximation=Absent("none"),
+                 source="s")

@@ -19,7 +19,7 @@ from .... import ops as t
 from .devgraph import RETURN, Graph, Node
 
 PERMUTE = t.PERMUTE
-INT_MAX = 2147483647  # nndct's NNDCT_CONSTANT.INT_MAX: an open slice end
+from ....ops.xmodel_support import INT_MAX  # nndct's NNDCT_CONSTANT.INT_MAX: an open slice end
 
 IMPLICIT_OPS = (t.CONV2D, t.DEPTHWISE_CONV2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.CONVTRANSPOSE2D, t.MAX_POOL,
                 t.AVG_POOL, t.ADAPTIVEAVGPOOL2D, t.RESIZE, t.BATCH_NORM)
