@@ -33,7 +33,7 @@ from .mean import MEAN
 from .pad import PAD
 from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
-from .record import OpRecord, OpSpec, Signature
+from .record import Absent, OpRecord, OpSpec, Signature
 from .relu import RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
@@ -79,6 +79,8 @@ METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # ty
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
+# XIR op type -> xir_support.XirOp, for the XIR types the units write (the XIR format's room adds its own)
+XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 
 
 def xmodel_form(op: str) -> Optional[XmodelForm]:

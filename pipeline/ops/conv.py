@@ -1,10 +1,13 @@
 """The 2-D convolutions: plain, depthwise, transposed and transposed depthwise (``nndct_conv2d``,
 ``nndct_depthwise_conv2d``, ``nndct_conv_transpose_2d``, ``nndct_depthwise_conv_transpose_2d``), told
 apart by the module's groups as nndct's ``op_dispatcher`` does."""
+import torch.nn.functional as F
 from torch import nn
 
 from ..errors import QuantizationError
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import (IN, OPTIONAL, REQUIRED, TO_NCHW, TO_NHWC, ArgDef, OpDef, XirOp, attr, fail, nhwc_dims, one,
+                          op_input, opt, optional, padded, req, unsupported, vec, window, window_dims)
 from .xmodel_support import PAD_MODES, XmodelForm, pair
 
 CONV2D = "nndct_conv2d"
@@ -70,6 +73,105 @@ def _create_conv(type_: str):
 
 _DPU_Q = OpSpec("dpu", True, False, False)
 
+
+def _conv_dims(op):
+    """(input dims, weight dims OHWI, [oh, ow]) of a 2-d convolution."""
+    dims, weights = nhwc_dims(op), list(op_input(op, "weights").shape)
+    if len(weights) != 4:
+        raise fail(op, "weights must be 4-d, got %s" % weights)
+    return dims, weights, window_dims(op, dims, vec(op, "kernel", 2), vec(op, "stride", 2), vec(op, "dilation", 2))
+
+
+def _shape_conv2d(op):
+    """conv2d: [n, oh, ow, weights[0]], with the group checks on channels (``shape_infer_conv2d``)."""
+    dims, weights, hw = _conv_dims(op)
+    group = attr(op, "group", "int32")
+    if group <= 0:
+        raise unsupported(op, "group %d" % group)
+    if weights[-1] != dims[-1] // group or dims[-1] % group or weights[0] % group:
+        raise fail(op, "weights %s do not fit input %s with group %d" % (weights, dims, group))
+    return [dims[0]] + hw + [weights[0]], {}
+
+
+def _shape_depthwise_conv2d(op):
+    """depthwise-conv2d: [n, oh, ow, weights[0] * weights[3]]; weights[3] must equal the input channels."""
+    dims, weights, hw = _conv_dims(op)
+    if weights[3] != dims[3]:
+        raise fail(op, "weights %s: channel must equal the input's %d" % (weights, dims[3]))
+    return [dims[0]] + hw + [weights[0] * weights[3]], {}
+
+
+def _transposed_window(op, dims):
+    kernel, stride, dilation = vec(op, "kernel", 2), vec(op, "stride", 2), vec(op, "dilation", 2)
+    pad, mode = vec(op, "pad", 4), attr(op, "pad_mode", "string")
+    out = []
+    for size, k, s, d, lo, hi in ((dims[1], kernel[1], stride[1], dilation[1], pad[2], pad[3]),
+                                  (dims[2], kernel[0], stride[0], dilation[0], pad[0], pad[1])):
+        if mode in ("FLOOR", "CEIL"):
+            out.append((size - 1) * s + d * (k - 1) + 1 - lo - hi)
+        elif mode == "SAME":
+            out.append(size * s)
+        elif mode == "VALID":
+            out.append((size - 1) * s + k)
+        else:
+            raise fail(op, "pad_mode %r is none of FLOOR, CEIL, SAME, VALID" % mode)
+    return out
+
+
+def _shape_transposed_conv2d(op):
+    """transposed-conv2d: [n, oh, ow, weights[0]]."""
+    dims, weights = nhwc_dims(op), list(op_input(op, "weights").shape)
+    if not weights:
+        raise unsupported(op, "0-d weights")
+    return [dims[0]] + _transposed_window(op, dims) + [weights[0]], {}
+
+
+def _shape_transposed_depthwise_conv2d(op):
+    """transposed-depthwise-conv2d: [n, oh, ow, input channels] (weights unchecked)."""
+    dims = nhwc_dims(op)
+    return [dims[0]] + _transposed_window(op, dims) + [dims[3]], {}
+
+
+def _run_conv(run, op, ins):
+    """conv2d/depthwise-conv2d: ``F.conv2d`` on NCHW, weights OHWI -> OIHW (depthwise: the file's
+    ``(multiplier, kh, kw, C)`` is torch's ``(C * multiplier, 1, kh, kw)``, nndct's reshape); an
+    asymmetric pad padded explicitly first."""
+    x, w = run.nchw(op, one(ins)), one(ins, "weights")
+    kernel, stride, dilation, pad = window(op)
+    if op.type == "conv2d":
+        weight, groups = w.permute(TO_NCHW).contiguous(), op.attr("group", 1)
+    else:  # depthwise: (multiplier, kh, kw, C) -> (multiplier, C, kh, kw) -> (multiplier * C, 1, kh, kw)
+        mult, kh, kw, channels = w.shape
+        weight, groups = w.permute(TO_NCHW).reshape(mult * channels, 1, kh, kw), channels
+    x, padding = padded(x, pad)
+    return run.checked(op, F.conv2d(x, weight, optional(ins, "bias"), stride, padding, dilation, groups)
+                       .permute(TO_NHWC))
+
+
+def _run_conv_transpose(run, op, ins):
+    """transposed-conv2d/transposed-depthwise-conv2d: the H/W flip undone, ``(out/groups, kh, kw, in)`` ->
+    torch's ``(in, out/groups, kh, kw)``, ``F.conv_transpose2d`` with ``output_padding = pad_top -
+    pad_bottom, pad_left - pad_right``."""
+    x, w = run.nchw(op, one(ins)), one(ins, "weights")
+    kernel, stride, dilation, (left, right, top, bottom) = window(op)
+    # the file's (out/groups, kh, kw, in), flipped in H and W, is torch's (in, out/groups, kh, kw);
+    # a transposed depthwise conv's (multiplier, kh, kw, C) is torch's (C, multiplier, kh, kw)
+    weight = w.flip((1, 2)).permute(3, 0, 1, 2).contiguous()
+    groups = op.attr("group", 1) if op.type == "transposed-conv2d" else int(w.shape[3])
+    out_pad = (top - bottom, left - right)
+    if min(out_pad) < 0:
+        raise run.error(op, "pad %s: a bottom/right pad larger than the top/left one is not run"
+                            % ([left, right, top, bottom],))
+    y = F.conv_transpose2d(x, weight, optional(ins, "bias"), stride, (top, left), out_pad, groups, dilation)
+    return run.checked(op, y.permute(TO_NHWC))
+
+
+_CONV_ARGS = IN + (ArgDef("weights", REQUIRED), ArgDef("bias", OPTIONAL))
+# kernel, stride, dilation: [w, h]; pad: [left, right, top, bottom]
+_CONV = (req("kernel", "int32_vec"), req("stride", "int32_vec"), opt("dilation", "int32_vec", [1, 1]),
+         req("pad_mode", "string"), opt("pad", "int32_vec", [0, 0, 0, 0]))
+
+
 RECORD = OpRecord(
     family="conv",
     specs={t: _DPU_Q for t in CONV_TYPES},
@@ -82,4 +184,12 @@ RECORD = OpRecord(
             DEPTHWISE_CONV2D: XmodelForm(lower_conv, _create_conv("depthwise-conv2d")),
             CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-conv2d")),
             DEPTHWISE_CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-depthwise-conv2d"))},
+    xir_ops={"conv2d": XirOp(OpDef("conv2d", _CONV_ARGS, _CONV + (opt("group", "int32", 1),), _shape_conv2d),
+                             _run_conv),
+             "depthwise-conv2d": XirOp(OpDef("depthwise-conv2d", _CONV_ARGS, _CONV, _shape_depthwise_conv2d),
+                                       _run_conv),
+             "transposed-conv2d": XirOp(OpDef("transposed-conv2d", _CONV_ARGS, _CONV, _shape_transposed_conv2d),
+                                        _run_conv_transpose),
+             "transposed-depthwise-conv2d": XirOp(OpDef("transposed-depthwise-conv2d", _CONV_ARGS, _CONV,
+                                                        _shape_transposed_depthwise_conv2d), _run_conv_transpose)},
 )

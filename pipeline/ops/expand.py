@@ -10,4 +10,5 @@ RECORD = OpRecord(
     approximation=Absent("repeats values, computes none"),
     source="nndct_shared/base/key_names.py",
     xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
 )

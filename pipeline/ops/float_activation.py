@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, one, unary
 from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
@@ -24,6 +25,12 @@ def _lower_gelu(lo, node) -> dict:
     return {"approximate": "'%s'" % approximate}
 
 
+def _run_gelu(run, op, ins):
+    """``F.gelu`` with ``approximate`` (``'none'`` or ``'tanh'``, quotes included as nndct writes it)."""
+    approximate = str(op.attr("approximate", "none")).strip("'\"")
+    return F.gelu(one(ins), approximate=approximate)
+
+
 RECORD = OpRecord(
     family="float_activation",
     specs={SIGMOID: _FLOAT, TANH: _FLOAT, SILU: _FLOAT, CLAMP: _FLOAT, GELU: OpSpec("float", True, False, False)},
@@ -38,4 +45,7 @@ RECORD = OpRecord(
     xmodel={SIGMOID: XmodelForm(no_attrs, simple("sigmoid")), TANH: XmodelForm(no_attrs, simple("tanh")),
             SILU: XmodelForm(no_attrs, custom), CLAMP: XmodelForm(no_attrs, custom),
             GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",)))},
+    xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid)),
+             "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh)),
+             "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu)},
 )

@@ -22,4 +22,5 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
             REMAINDER: XmodelForm(no_attrs, custom)},
+    xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
 )

@@ -2,11 +2,13 @@
 ``relu6(x + 3) * 2731/16384`` for 1/6, and a Hardswish multiplies ``x`` by that hard sigmoid rounded
 half up at fix position 7, 8 bits (``pytorch_nndct/nn/modules/hsigmoid.py``, ``hswish.py``;
 docs/arithmetic.md)."""
+import numpy as np
+import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
-import numpy as np
+from .xir_support import IN, OpDef, XirOp, like_input, unary
 from .xmodel_support import XmodelForm, no_attrs
 
 HSIGMOID = "nndct_hsigmoid"
@@ -46,6 +48,35 @@ def _create_hswish(w, node) -> None:
     w.fixed_op(node.name, "mul", None, {"input": [mul, x]})
 
 
+def xir_hard_sigmoid(x):
+    """XIR's ``hard-sigmoid``: ``relu6(x + 3) / 6``."""
+    return torch.div(torch.clamp(torch.add(x, 3.0), 0.0, 6.0), 6.0)
+
+
+def _const_input(op) -> bool:
+    """A const op, or a fix of one."""
+    while op.type == "fix":
+        op = op.inputs["input"][0]
+    return op.type == "const"
+
+
+def hard_sigmoid_mul(run, op, ins):
+    """The writer's hsigmoid/hswish pair ``mul(hard-sigmoid(x), c)`` (``c`` a 1-element const or its
+    fix) as the simulation computes it: ``torch.mul(torch.clamp(torch.add(x, 3.0), 0.0, 6.0),
+    float32(c / 6))`` with ``x`` the hard-sigmoid's input; None for any other op (the ``mul`` kernel
+    asks first)."""
+    srcs = op.inputs.get("input", [])
+    if op.type != "mul" or len(srcs) != 2:
+        return None
+    for i in (0, 1):
+        sig, const = srcs[i], srcs[1 - i]
+        if sig.type == "hard-sigmoid" and _const_input(const) and ins["input"][1 - i].numel() == 1:
+            x = run.values[sig.inputs["input"][0].name]
+            scale = float(np.float32(float(ins["input"][1 - i].reshape(-1)[0]) / 6.0))
+            return torch.mul(torch.clamp(torch.add(x, 3.0), 0.0, 6.0), scale)
+    return None
+
+
 RECORD = OpRecord(
     family="hard_sigmoid",
     specs={HSWISH: _DPU_Q, HSIGMOID: _DPU_Q},
@@ -55,4 +86,5 @@ RECORD = OpRecord(
                   "up at fix_pos 7 (HSWISH_FIX_POS), 8 bits",
     source="pytorch_nndct/nn/modules/hsigmoid.py, hswish.py",
     xmodel={HSWISH: XmodelForm(no_attrs, _create_hswish), HSIGMOID: XmodelForm(no_attrs, _create_hsigmoid)},
+    xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid))},
 )

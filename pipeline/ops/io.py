@@ -1,9 +1,9 @@
 """Graph inputs, constants, zero tensors and the graph's return (``nndct_input``, ``nndct_const``,
 ``nndct_zeros``, ``nndct_return``; ``nndct_shared/base/key_names.py``)."""
+import numpy as np
 import torch
 
 from .record import Absent, OpRecord, OpSpec
-import numpy as np
 from .xmodel_support import XmodelForm, no_attrs
 
 INPUT = "nndct_input"
@@ -42,4 +42,5 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={INPUT: XmodelForm(no_attrs, _create_data), CONST: XmodelForm(no_attrs, _create_const),
             ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
 )

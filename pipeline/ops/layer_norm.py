@@ -17,4 +17,5 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's kernel on quantized gamma and beta"),
     source="pytorch_nndct/nn/modules/layernorm.py",
     xmodel={LAYER_NORM: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
 )

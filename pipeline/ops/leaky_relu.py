@@ -4,6 +4,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, req, unary
 from .xmodel_support import XmodelForm, simple
 
 LEAKY_RELU = "nndct_leaky_relu"
@@ -24,4 +25,6 @@ RECORD = OpRecord(
     approximation="negative slope 26/256 = 0.1015625 (LEAKY_SLOPE), whatever the model's",
     source="pytorch_nndct/nn/modules/leaky_relu.py",
     xmodel={LEAKY_RELU: XmodelForm(_lower_leaky_relu, simple("leaky-relu", ("alpha",)))},
+    xir_ops={"leaky-relu": XirOp(OpDef("leaky-relu", IN, (req("alpha", "float"),), like_input),
+                                 unary(F.leaky_relu, "alpha"))},
 )

@@ -15,4 +15,5 @@ RECORD = OpRecord(
     approximation=Absent("integer products, exact fixed point"),
     source="nndct_shared/base/key_names.py",
     xmodel={MATMUL: Absent("not written yet: the real quantizer writes it as XIR matmul (fx/refusals.py MATMUL)")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it yet"),
 )

@@ -3,6 +3,7 @@
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, attr, one, op_input, req, unsupported
 from .xmodel_support import XmodelForm, custom, simple
 
 PERMUTE = "nndct_permute"
@@ -20,6 +21,14 @@ def _lower_transpose(lo, node) -> dict:
     return {"dims": [a["dim0"], a["dim1"]]}
 
 
+def _shape_transpose(op):
+    """The input's dims in ``order``."""
+    dims, order = list(op_input(op).shape), attr(op, "order", "int32_vec")
+    if any(not 0 <= o < len(dims) for o in order):
+        raise unsupported(op, "order %s of input %s" % (order, dims))
+    return [dims[o] for o in order], {}
+
+
 RECORD = OpRecord(
     family="permute",
     specs={PERMUTE: OpSpec("layout", False, True, True), TRANSPOSE: OpSpec("layout", False, False, True)},
@@ -31,4 +40,6 @@ RECORD = OpRecord(
     # a transpose: deploy.optimize makes it a permute before the writer runs
     xmodel={PERMUTE: XmodelForm(_lower_permute, simple("transpose", ("order",))),
             TRANSPOSE: XmodelForm(_lower_transpose, custom)},
+    xir_ops={"transpose": XirOp(OpDef("transpose", IN, (req("order", "int32_vec"),), _shape_transpose),
+                                lambda run, op, ins: one(ins).permute(list(op.attr("order"))))},
 )

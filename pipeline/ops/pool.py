@@ -4,11 +4,13 @@ reproduces the factor (``pytorch_nndct/nn/modules/avgpool.py``, ``adaptive_avgpo
 docs/arithmetic.md#average-pool-correction)."""
 import math
 
+import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
 from .record import OpRecord, OpSpec
-import numpy as np
+from .xir_support import (IN, TO_NHWC, OpDef, XirOp, attr, fail, one, op_input, opt, padded, req, vec, window,
+                          window_dims)
 from .xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs, pair
 
 MAX_POOL = "nndct_maxpool"
@@ -104,6 +106,43 @@ def _create_avgpool(w, node) -> None:
     w.fixed_op(node.name, "mul", None, {"input": [w.op_of(node.name + "_i0"), w.op_of(node.name + "_i1")]})
 
 
+def _shape_pool2d(op):
+    """maxpool2d, avgpool2d: [n, oh, ow, c]; [n, 1, 1, c] when ``global`` (``shape_infer_pool2d``)."""
+    dims = list(op_input(op).shape)
+    if len(dims) != 4:
+        raise fail(op, "input %s is not 4-d (NHWC)" % dims)
+    vec(op, "pad", 4)
+    hw = [1, 1] if attr(op, "global", "bool") else window_dims(op, dims, vec(op, "kernel", 2),
+                                                               vec(op, "stride", 2), [1, 1])
+    return [dims[0]] + hw + [dims[3]], {}
+
+
+def _run_pool(run, op, ins):
+    """maxpool2d/avgpool2d: ``F.max_pool2d``/``F.avg_pool2d`` (``ceil_mode`` from pad_mode CEIL,
+    ``count_include_pad``); ``global``: ``F.adaptive_avg_pool2d(x, 1)`` (the simulation's
+    AdaptiveAvgPool2d) / ``F.adaptive_max_pool2d(x, 1)``."""
+    x, is_max = run.nchw(op, one(ins)), op.type == "maxpool2d"
+    if op.attr("global", False):
+        y = F.adaptive_max_pool2d(x, 1) if is_max else F.adaptive_avg_pool2d(x, 1)
+        return run.checked(op, y.permute(TO_NHWC))
+    kernel, stride, _, pad = window(op)
+    ceil = op.attr("pad_mode") == "CEIL"
+    if is_max:
+        x, padding = padded(x, pad, float("-inf"))
+        y = F.max_pool2d(x, kernel, stride, padding, 1, ceil)
+    else:
+        include = bool(op.attr("count_include_pad", True))
+        if not include and (pad[0] != pad[1] or pad[2] != pad[3]):
+            raise run.error(op, "an asymmetric pad %s without count_include_pad is not run" % (pad,))
+        x, padding = padded(x, pad)
+        y = F.avg_pool2d(x, kernel, stride, padding, ceil, include)
+    return run.checked(op, y.permute(TO_NHWC))
+
+
+_POOL = (req("kernel", "int32_vec"), req("stride", "int32_vec"), req("pad_mode", "string"),
+         opt("pad", "int32_vec", [0, 0, 0, 0]), opt("global", "bool", False))
+
+
 RECORD = OpRecord(
     family="pool",
     specs={MAX_POOL: _DPU_Q, AVG_POOL: _DPU_Q, ADAPTIVEAVGPOOL2D: _DPU_Q},
@@ -124,4 +163,8 @@ RECORD = OpRecord(
     # custom op
     xmodel={MAX_POOL: XmodelForm(_lower_pool, _create_maxpool), AVG_POOL: XmodelForm(_lower_pool, _create_avgpool),
             ADAPTIVEAVGPOOL2D: XmodelForm(no_attrs, custom)},
+    xir_ops={"maxpool2d": XirOp(OpDef("maxpool2d", IN, _POOL, _shape_pool2d), _run_pool),
+             "avgpool2d": XirOp(OpDef("avgpool2d", IN, _POOL + (opt("count_include_pad", "bool", True),
+                                                                opt("count_include_invalid", "bool", True)),
+                                      _shape_pool2d), _run_pool)},
 )

@@ -73,12 +73,19 @@ class OpRecord:
             time; ``create(w, node)``, the XIR ops nndct's ``xop_creator.py`` makes for it, given the room's
             writer at call time), or :class:`Absent` with the reason the writer refuses the type (the
             refusal's message is the writer's own: ``fx/refusals.py``). Every type of the family has one.
+        xir_ops: XIR op type -> ``xir_support.XirOp`` for every XIR op type the family's creators write
+            (its op definition with its shape inference, and its interpreter kernel ``kernel(run, op,
+            ins)``), or :class:`Absent` with the reason where the family writes none of its own. A type
+            several families write is held by one (``mul``: eltwise; ``stack``: reshape); XIR's types no
+            family writes (``data``, ``const``, ``fix``, ``prelu``, ...) are the XIR format's own
+            (``xir/opdefs.py``, ``xir/interp_ops.py``).
     """
     family: str
     specs: Mapping[str, OpSpec]
     approximation: Union[str, Absent]
     source: str
     xmodel: Mapping[str, Any]
+    xir_ops: Union[Mapping[str, Any], Absent]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

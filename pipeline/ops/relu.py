@@ -6,6 +6,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, unary
 from .xmodel_support import XmodelForm, no_attrs, simple
 
 RELU = "nndct_relu"
@@ -29,4 +30,6 @@ RECORD = OpRecord(
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     xmodel={RELU: XmodelForm(no_attrs, simple("relu")), RELU6: XmodelForm(no_attrs, simple("relu6"))},
+    xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu)),
+             "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6))},
 )

@@ -1,8 +1,12 @@
 """Up- and down-sampling (``nndct_resize``): ``nn.Upsample`` and ``F.interpolate``."""
+import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .reshape import pack
+from .xir_support import (IN, OPTIONAL, SHAPE_INFO, TO_NHWC, ArgDef, OpDef, XirOp, attr, const_ints, fail, one,
+                          op_input, opt, req, shape_info, unsupported)
 from .xmodel_support import XmodelForm, pair
 
 RESIZE = "nndct_resize"
@@ -42,8 +46,71 @@ def _create_resize(w, node) -> None:
         attrs["scale"] = a["scale"]
         w.fixed_op(node.name, "resize", attrs, {"input": w.data_inputs(node)})
     else:
-        size_op = w.pack(node, "size", a["size"])
+        size_op = pack(w, node, "size", a["size"])
         w.fixed_op(node.name, "resize", attrs, {"size": [size_op], "input": w.data_inputs(node)})
+
+
+_PLANAR_MODES = ("NEAREST", "BILINEAR")  # resize modes of 4-d feature maps; TRILINEAR is 5-d
+
+
+def _shape_resize(op):
+    """New height and width (and depth) from const or ``shape_info`` inputs, when the op has more
+    than one input, else from the ``scale`` attribute ([w, h(, d)], each dim * scale in float32,
+    truncated)."""
+    dims, mode = list(op_input(op).shape), attr(op, "mode", "string")
+    if mode not in _PLANAR_MODES + ("TRILINEAR",):
+        raise unsupported(op, "mode %r" % mode)
+    if len(dims) != (4 if mode in _PLANAR_MODES else 5):
+        raise fail(op, "mode %s does not fit input %s" % (mode, dims))
+    if len(op.input_list()) > 1:
+        return _resize_to_inputs(op, dims, mode), {}
+    scale = attr(op, "scale", "float_vec")
+    if len(scale) != (2 if mode in _PLANAR_MODES else 3) or min(scale) <= 0:
+        raise fail(op, "scale %s does not fit mode %s" % (scale, mode))
+    out = list(dims)
+    for axis, s in zip((2, 1, 3), scale):
+        out[axis] = int(np.float32(dims[axis]) * np.float32(s))
+    return out, {}
+
+
+def _resize_to_inputs(op, dims, mode):
+    out = list(dims)
+    for src in op.input_list():
+        if "data" in src.attrs:
+            size = const_ints(op, src)
+            if len(size) in (2, 4) and mode not in _PLANAR_MODES or len(size) in (3, 5) and mode != "TRILINEAR":
+                raise fail(op, "size %s does not fit mode %s" % (size, mode))
+            if len(size) in (2, 3):
+                out[1:1 + len(size)] = size
+            elif len(size) == len(out):
+                if out[0] != size[0] or out[-1] != size[-1]:
+                    raise fail(op, "size %s changes batch or channels of %s" % (size, out))
+                out = list(size)
+        elif SHAPE_INFO in src.tensor_attrs:
+            size = shape_info(src)
+            if len(size) not in (2, 3):
+                raise fail(op, "shape_info %s of input %r is not [h, w(, d)]" % (size, src.name))
+            out[1:1 + len(size)] = size
+    return out
+
+
+def _run_resize(run, op, ins):
+    """``F.interpolate`` on NCHW; NEAREST (``nearest-exact`` with ``half_pixel_centers``) or BILINEAR
+    (``align_corners``), with ``scale_factor = (scale[1], scale[0])`` from the ``scale`` attribute
+    ``[w, h]``, or the output size when the op has a ``size`` input."""
+    x, mode = run.nchw(op, one(ins)), op.attr("mode")
+    if mode == "NEAREST":
+        kwargs = {"mode": "nearest-exact" if op.attr("half_pixel_centers") else "nearest"}
+    elif mode == "BILINEAR":
+        kwargs = {"mode": "bilinear", "align_corners": bool(op.attr("align_corners"))}
+    else:
+        raise run.error(op, "mode %r is not run (NEAREST, BILINEAR)" % mode)
+    scale = op.attr("scale") or []
+    if not op.inputs.get("size") and len(scale) == 2:
+        y = F.interpolate(x, scale_factor=(float(scale[1]), float(scale[0])), **kwargs)
+    else:
+        y = F.interpolate(x, size=(op.shape[1], op.shape[2]), **kwargs)
+    return run.checked(op, y.permute(TO_NHWC))
 
 
 RECORD = OpRecord(
@@ -57,4 +124,8 @@ RECORD = OpRecord(
                          "(docs/arithmetic.md)"),
     source="nndct_shared/base/key_names.py",
     xmodel={RESIZE: XmodelForm(_lower_resize, _create_resize)},
+    xir_ops={"resize": XirOp(OpDef("resize", IN + (ArgDef("size", OPTIONAL),),
+                                   (req("mode", "string"), opt("align_corners", "bool", False),
+                                    opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),
+                                   _shape_resize), _run_resize)},
 )

@@ -3,12 +3,14 @@ traces ``aten::select``), ``x[t]`` with a tensor (``nndct_index``), one output o
 several (``nndct_tuple_index``), the in-place fill of ``x[idx] = number`` (``aten::fill_``), and the
 calls that split a tensor into pieces (chunk, split: each piece taken is an ``nndct_strided_slice``).
 nndct warns ``QUANTIZER_TORCH_FLOAT_OP`` for select and index."""
+import math
 import operator
 
 import torch
 import torch.fx
 
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported, with_info
 from .xmodel_support import INT_MAX, XmodelForm
 
 STRIDED_SLICE = "nndct_strided_slice"
@@ -93,6 +95,110 @@ def _create_slice(w, node) -> None:
                {"input": w.data_inputs(node)})
 
 
+def strided_dense(op, dims):
+    """``validate_strided_slice``: TensorFlow's sparse slice spec (begin, end, strides and the five
+    masks) made dense over the input's dims, with begin and end clamped into them. Returns the dense
+    begin, end, strides and the output dims."""
+    n = len(dims)
+    begin, end, strides = (list(attr(op, key, "int32_vec")) for key in ("begin", "end", "strides"))
+    if not len(begin) == len(end) == len(strides) == n:
+        raise unsupported(op, "begin, end and strides need one value per input dim")
+    masks = {key: attr(op, key, "int32") if key in op.attrs else 0
+             for key in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
+    ellipsis, new_axis = masks["ellipsis_mask"], masks["new_axis_mask"]
+    if ellipsis & (ellipsis - 1):
+        raise unsupported(op, "more than one ellipsis")
+    seen, extra = False, 0
+    for i in range(n):
+        extra += seen and bool(new_axis >> i & 1)
+        seen = seen or bool(ellipsis >> i & 1)
+    sparse = n if seen else n + 1
+    ellipsis = ellipsis if seen else ellipsis | 1 << n
+    d_begin, d_end, d_strides = [0] * n, [0] * n, [0] * n
+    begin_mask = end_mask = shrink_mask = 0
+    gather = []  # dense index, -1 for a shrunk dim, -2 for a new axis
+    full = 0
+    for i in range(sparse):
+        if ellipsis >> i & 1:
+            while full < min(n - (sparse - i) + 1 + extra, n):
+                d_strides[full] = 1
+                begin_mask, end_mask = begin_mask | 1 << full, end_mask | 1 << full
+                gather.append(full)
+                full += 1
+        elif new_axis >> i & 1:
+            gather.append(-2)
+        else:
+            if full == n:
+                raise unsupported(op, "the slice spec indexes more dims than input %s has" % dims)
+            d_begin[full], d_end[full], d_strides[full] = begin[i], end[i], strides[i]
+            begin_mask |= (masks["begin_mask"] >> i & 1) << full
+            end_mask |= (masks["end_mask"] >> i & 1) << full
+            shrink_mask |= (masks["shrink_axis_mask"] >> i & 1) << full
+            gather.append(-1 if masks["shrink_axis_mask"] >> i & 1 else full)
+            full += 1
+    sizes = [_slice_size(op, i, dims[i], d_begin, d_end, d_strides[i], begin_mask, end_mask, shrink_mask)
+             for i in range(n)]
+    return d_begin, d_end, d_strides, [sizes[g] if g >= 0 else 1 for g in gather if g != -1]
+
+
+def _slice_size(op, i, dim, begin, end, stride, begin_mask, end_mask, shrink_mask):
+    """Dim ``i`` of a strided slice; canonicalizes ``begin[i]`` and ``end[i]`` in place."""
+    if stride == 0:
+        raise fail(op, "strides[%d] is zero" % i)
+    if shrink_mask >> i & 1:
+        b = begin[i] + dim if begin[i] < 0 else begin[i]
+        if stride < 0 or not 0 <= b < dim:
+            raise unsupported(op, "shrunk dim %d at %d of %d, stride %d" % (i, begin[i], dim, stride))
+        begin[i], end[i] = b, b + 1
+    else:
+        low, high = (0, dim) if stride > 0 else (-1, dim - 1)
+        for values, masked, which in ((begin, begin_mask >> i & 1, 0), (end, end_mask >> i & 1, 1)):
+            x = values[i] + dim if values[i] < 0 else values[i]
+            values[i] = ((low, high)[which if stride > 0 else 1 - which] if masked
+                         else min(max(x, low), high))
+    length = end[i] - begin[i]
+    return 0 if length == 0 or (length < 0) != (stride < 0) else -(-abs(length) // abs(stride))
+
+
+def _shape_strided_slice(op):
+    """The slice's dims ([1] when every dim is shrunk); an input ``shape_info`` is sliced along
+    (``forward_strided_slice``, reproduced with its flat-index arithmetic)."""
+    dims = list(op_input(op).shape)
+    begin, end, strides, out = strided_dense(op, dims)
+    info = last_shape_info(op)
+    if not info:
+        return out or [1], {}
+    count = math.prod(dims)
+    if len(info) < count:
+        raise unsupported(op, "shape_info %s shorter than input %s" % (info, dims))
+    steps = [1]  # libxir's flat-index divisors: [prod(dims), prod(dims[1:]), ..., dims[-1], 1]
+    if len(dims) > 1:
+        for d in reversed(dims):
+            steps.insert(0, steps[0] * d)
+    kept = []
+    for i in range(count):
+        x, keep = i, True
+        for j in range(len(dims)):
+            q = x // steps[j]
+            if q < begin[j] or q >= end[j] or abs(x - begin[j]) % strides[j]:
+                keep = False
+                break
+            x %= steps[j]
+        if keep:
+            kept.append(info[i])
+    return with_info(out or [1], kept)
+
+
+def _run_strided_slice(run, op, ins):
+    """TensorFlow's begin/end/strides and masks made dense as libxir does (:func:`strided_dense`);
+    negative strides are not run."""
+    x = one(ins)
+    begin, end, strides, _ = strided_dense(op, list(x.shape))  # libxir's dense form
+    if any(s < 0 for s in strides):
+        raise run.error(op, "negative strides %s are not run" % (strides,))
+    return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))].reshape(op.shape)
+
+
 RECORD = OpRecord(
     family="slicing",
     specs={
@@ -109,4 +215,7 @@ RECORD = OpRecord(
             SELECT: Absent("not written yet: the xmodel writer has no XIR form for it"),
             INDEX: Absent("not written yet: the xmodel writer has no XIR form for it"),
             TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
+                                                              req("strides", "int32_vec")), _shape_strided_slice),
+                                    _run_strided_slice)},
 )

@@ -4,6 +4,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, one, req
 from .xmodel_support import XmodelForm, simple
 
 SOFTMAX = "nndct_softmax"
@@ -13,6 +14,11 @@ def _lower_softmax(lo, node) -> dict:
     """The softmax's dimension (``axis``), from the module or the call."""
     m = lo.module(node)
     return {"axis": m.dim if m is not None else lo.call_args(node)["dim"]}
+
+
+def _run_softmax(run, op, ins):
+    """``F.softmax`` over ``axis``, in the simulation's memory layout."""
+    return run.in_model_layout(one(ins), [op.attr("axis")], lambda t, a: F.softmax(t, a[0]))
 
 
 RECORD = OpRecord(
@@ -25,4 +31,5 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
     xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)))},
+    xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax)},
 )

@@ -97,3 +97,113 @@ def test_a_record_without_its_xmodel_piece_is_refused():
     with pytest.raises(TypeError, match="xmodel"):
         OpRecord(family="x", specs={"t": OpSpec("io", False, False, False)}, approximation=Absent("none"),
                  source="s")
+
+
+# ------------------------------------------------------------------------------------------ XIR op types
+class _Op:
+    def __init__(self, type_):
+        self.type, self.name = type_, type_
+
+
+class _Attrs(dict):
+    def __missing__(self, key):
+        return 0 if key in ("pad_mode", "axis") else [1, 1]
+
+
+class _Param:
+    name = "n.weight"
+
+
+class _Node:
+    def __init__(self, op):
+        self.type, self.name, self.attrs, self.transpose_out_order = op, "n", _Attrs(), None
+        self.params = {"weights": _Param(), "bias": _Param()}
+        self.out = type("Out", (), {"shape": [1, 1]})()
+
+
+class _RecordingWriter:
+    """The xmodel writer's methods a creator calls (xmodel_support's docstring), recording the XIR op
+    types the creator asks for by name. Consts and fixes are the writer's own (``fixed_const``,
+    ``fix_op``); a custom op is a type XIR does not define."""
+
+    def __init__(self):
+        self.types, self.outputs, self.x = [], {"n": (8, 7)}, self
+
+    def fixed_op(self, name, type_, attrs=None, inputs=None):
+        self.types.append(type_)
+        return _Op(type_)
+
+    create_op = fixed_op  # w.x.create_op
+
+    def with_params(self, node, type_, attrs):
+        self.types.append(type_)
+
+    def fixed_const(self, name, data):
+        return _Op("const")
+
+    def create_const_op(self, name, data):
+        return _Op("const")
+
+    def fix_op(self, op, bit_width, fix_pos):
+        return _Op("fix")
+
+    def op_of(self, name):
+        return _Op("x")
+
+    def data_inputs(self, node):
+        return [_Op("x"), _Op("y")]
+
+    def custom(self, node):
+        pass
+
+
+def _written(record):
+    """The XIR op types the record's creators write."""
+    from pipeline.ops.xmodel_support import XmodelForm
+    w = _RecordingWriter()
+    for op, form in record.xmodel.items():
+        if isinstance(form, XmodelForm):
+            form.create(w, _Node(op))
+    return set(w.types)
+
+
+# the XIR format's own type a unit writes: the graph's input, which the interpreter feeds itself (xir/interp.py)
+FORMAT_TYPES_WRITTEN_BY_UNITS = {"data"}
+
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_xir_type_a_unit_writes_is_defined_shaped_and_run_by_one_unit(record):
+    from pipeline.ops.xir_support import OpDef, XirOp
+    written = _written(record)
+    if isinstance(record.xir_ops, Absent):
+        assert written <= FORMAT_TYPES_WRITTEN_BY_UNITS | set(ops.XIR_OPS), (record.family, written)
+        return
+    assert record.xir_ops, "%s: give its XIR ops, or declare them Absent with the reason" % record.family
+    for type_, piece in record.xir_ops.items():
+        assert isinstance(piece, XirOp) and isinstance(piece.definition, OpDef), type_
+        assert piece.definition.type == type_ and callable(piece.definition.shape) and callable(piece.kernel)
+    assert set(record.xir_ops) <= written, "%s defines XIR types it does not write" % record.family
+    # a type several units write is held by one of them (mul: eltwise; stack: reshape)
+    assert written <= set(record.xir_ops) | set(ops.XIR_OPS) | FORMAT_TYPES_WRITTEN_BY_UNITS, written
+
+
+def test_no_xir_type_is_held_twice_and_the_format_holds_only_types_no_unit_writes():
+    from pipeline.xir import interp_ops, opdefs
+    seen = {}
+    for record in ops.RECORDS:
+        for type_ in ({} if isinstance(record.xir_ops, Absent) else record.xir_ops):
+            assert type_ not in seen, "XIR %s is in both %s and %s" % (type_, seen[type_], record.family)
+            seen[type_] = record.family
+    written = set().union(*(_written(r) for r in ops.RECORDS))
+    assert set(seen) <= written
+    format_types = set(opdefs._FORMAT_DEFS) | set(interp_ops._FORMAT_OPS)
+    assert not format_types & set(seen), "a type in both the format's table and a unit"
+    assert format_types & written == FORMAT_TYPES_WRITTEN_BY_UNITS
+    for type_, piece in ops.XIR_OPS.items():  # the format's tables are read off the records
+        assert opdefs.get(type_) is piece.definition and interp_ops.OPS[type_] is piece.kernel
+
+
+def test_a_record_without_its_xir_piece_is_refused():
+    with pytest.raises(TypeError, match="xir_ops"):
+        OpRecord(family="x", specs={"t": OpSpec("io", False, False, False)}, approximation=Absent("none"),
+                 source="s", xmodel={"t": Absent("none")})

@@ -68,13 +68,6 @@ class _Writer:
         inputs["input"] = self.data_inputs(node)
         self.fixed_op(node.name, type_, attrs, inputs)
 
-    def pack(self, node: Node, what: str, items: List[int]) -> XOp:
-        """``items`` as consts ``<node>_<what>_attr[i]`` stacked into ``<node>_<what>_i0`` (a reshape's
-        shape, a resize's size)."""
-        consts = [self.fixed_const("%s_%s_attr[%d]" % (node.name, what, i), np.array([item], dtype=np.float32))
-                  for i, item in enumerate(items)]
-        return self.fixed_op("%s_%s_i0" % (node.name, what), "stack", {"axis": 0}, {"input": consts})
-
     def custom(self, node: Node) -> None:
         """A custom op (a type XIR does not define): the node's type, its output shape and data type."""
         self.fixed_op(node.name, node.type, {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"},
