@@ -38,7 +38,7 @@ RECORD = OpRecord(
     roles={"params": (BATCH_NORM,)},
     approximation=Absent("folded into a scale and an offset, quantized as parameters"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/nn/modules/batchnorm.py",
-    xmodel={BATCH_NORM: XmodelForm(no_attrs, _create_scale)},
+    xmodel={BATCH_NORM: XmodelForm(no_attrs, _create_scale, nhwc=True)},
     xir_ops={"scale": XirOp(OpDef("scale", IN + (ArgDef("scale", REQUIRED), ArgDef("bias", OPTIONAL)),
                                   (opt("axis", "int32", -1),), like_input), _run_scale)},
 )

@@ -3,7 +3,7 @@ import torch
 
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import INS, TO_NCHW, TO_NHWC, OpDef, XirOp, attr, fail, req
-from .xmodel_support import XmodelForm, simple
+from .xmodel_support import XmodelForm, rewrite_axis, simple
 
 CONCAT = "nndct_concat"
 
@@ -44,6 +44,6 @@ RECORD = OpRecord(
     signatures={CONCAT: (("tensors", "dim"), {"dim": 0})},
     approximation=Absent("copies codes (inputs aligned to the output's fix position)"),
     source="nndct_shared/base/key_names.py",
-    xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)))},
+    xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat)},
 )

@@ -161,8 +161,9 @@ RECORD = OpRecord(
     source="pytorch_nndct/nn/modules/avgpool.py, adaptive_avgpool.py",
     # an adaptive pool: deploy.optimize makes it an average pool where the sizes divide; any other is a
     # custom op
-    xmodel={MAX_POOL: XmodelForm(_lower_pool, _create_maxpool), AVG_POOL: XmodelForm(_lower_pool, _create_avgpool),
-            ADAPTIVEAVGPOOL2D: XmodelForm(no_attrs, custom)},
+    xmodel={MAX_POOL: XmodelForm(_lower_pool, _create_maxpool, nhwc=True),
+            AVG_POOL: XmodelForm(_lower_pool, _create_avgpool, nhwc=True),
+            ADAPTIVEAVGPOOL2D: XmodelForm(no_attrs, custom, nhwc=True)},
     xir_ops={"maxpool2d": XirOp(OpDef("maxpool2d", IN, _POOL, _shape_pool2d), _run_pool),
              "avgpool2d": XirOp(OpDef("avgpool2d", IN, _POOL + (opt("count_include_pad", "bool", True),
                                                                 opt("count_include_invalid", "bool", True)),

@@ -30,6 +30,12 @@ def _lower_reshape(lo, node) -> dict:
     return {"shape": lo.shape_args(node)}
 
 
+def _rewrite_shape(node, order) -> None:
+    """The target ``shape`` permuted with the layout ``order`` (``attr_transform.py``)."""
+    shape = node.attrs["shape"]
+    node.attrs["shape"] = [shape[d] for d in order]
+
+
 def _create_reshape(w, node) -> None:
     """XIR ``reshape`` with a ``shape`` input: one const per dim, stacked (``xop_creator.py`` ``reshape``)."""
     shape_op = pack(w, node, "shape", node.attrs["shape"])
@@ -100,7 +106,8 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     # flatten and contiguous: deploy.optimize makes a flatten a reshape and removes contiguous before the
     # writer runs
-    xmodel={FLATTEN: XmodelForm(_lower_flatten, custom), RESHAPE: XmodelForm(_lower_reshape, _create_reshape),
+    xmodel={FLATTEN: XmodelForm(_lower_flatten, custom),
+            RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape),
             CONTIGUOUS: XmodelForm(no_attrs, custom),
             UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
             SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},

@@ -123,7 +123,7 @@ RECORD = OpRecord(
     approximation=Absent("nearest copies codes; bilinear's weights are the quantizer's own fixed point "
                          "(docs/arithmetic.md)"),
     source="nndct_shared/base/key_names.py",
-    xmodel={RESIZE: XmodelForm(_lower_resize, _create_resize)},
+    xmodel={RESIZE: XmodelForm(_lower_resize, _create_resize, nhwc=True)},
     xir_ops={"resize": XirOp(OpDef("resize", IN + (ArgDef("size", OPTIONAL),),
                                    (req("mode", "string"), opt("align_corners", "bool", False),
                                     opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),

@@ -85,6 +85,21 @@ def _piece_attrs(lo, node, split, shape) -> dict:
             "end": [stop if d == dim else INT_MAX for d in range(rank)], "strides": [1] * rank}
 
 
+def _rewrite_slice(node, order) -> None:
+    """begin, end and strides moved with the layout ``order`` (a dim not sliced: None, stride 1), and the
+    begin and end masks set from them (``attr_transform.py``)."""
+    order = list(order)
+    for key in ("begin", "end", "strides"):
+        old = node.attrs[key]
+        new = [1 if key == "strides" else None] * len(old)
+        for dim, value in enumerate(old):
+            new[order.index(dim)] = value
+        node.attrs[key] = new
+    node.attrs["begin_mask"] = sum(1 << d for d, v in enumerate(node.attrs["begin"]) if v == 0)
+    node.attrs["end_mask"] = sum(1 << d for d, v in enumerate(node.attrs["end"])
+                                 if isinstance(v, int) and v >= INT_MAX)
+
+
 def _create_slice(w, node) -> None:
     """XIR ``strided_slice``: nndct's StridedSlice carries all five TensorFlow masks; it never sets the
     last three (``xop_creator.py`` ``strided_slice``)."""
@@ -211,7 +226,7 @@ RECORD = OpRecord(
     methods={"select": SELECT},
     approximation=Absent("moves no value"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
-    xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice),
+    xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
             SELECT: Absent("not written yet: the xmodel writer has no XIR form for it"),
             INDEX: Absent("not written yet: the xmodel writer has no XIR form for it"),
             TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},

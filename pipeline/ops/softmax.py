@@ -5,7 +5,7 @@ from torch import nn
 
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import IN, OpDef, XirOp, like_input, one, req
-from .xmodel_support import XmodelForm, simple
+from .xmodel_support import XmodelForm, rewrite_axis, simple
 
 SOFTMAX = "nndct_softmax"
 
@@ -30,6 +30,6 @@ RECORD = OpRecord(
     signatures={SOFTMAX: (("input", "dim"), {"dim": None})},
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
-    xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)))},
+    xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax)},
 )

@@ -17,7 +17,7 @@ A unit's lowering is called with the room's lowering context (``quantizers/sim/x
   does not define), ``w.x`` (the ``XGraph``) and ``w.outputs`` (node name -> (bit_width, fix_pos)).
 """
 from dataclasses import dataclass
-from typing import Any, Callable, Dict, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
 
 from .record import Absent
 
@@ -39,9 +39,16 @@ class XmodelForm:
             ``lo.unsupported(node, why)`` for a form the xmodel cannot carry.
         create: ``create(w, node)``: the XIR ops the real quantizer's ``xop_creator.py`` makes for a
             deploy-graph node of the type, in its order, through the writer's methods.
+        nhwc: the type's XIR form is NHWC (an "implicit" op of nndct's ``layout_tranform``: convs, pools,
+            resize, batch norm): the layout pass starts from it (``quantizers/sim/xmodel/layout.py``).
+        layout_rewrite: ``rewrite(node, order)``: how a node of the type rewrites its attributes when it
+            takes a layout ``order`` (``attr_transform.py``: an axis, a shape, a slice's dims); None when
+            it has none to rewrite.
     """
     lower: Lowering
     create: Creator
+    nhwc: bool = False
+    layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
 
 
 XmodelPiece = Union[XmodelForm, Absent]
@@ -60,6 +67,11 @@ def no_attrs(lo: Any, node: Any) -> Dict[str, Any]:
 def custom(w: Any, node: Any) -> None:
     """Written as a custom op (a type XIR does not define: its output ``shape`` and ``data_type``)."""
     w.custom(node)
+
+
+def rewrite_axis(node: Any, order: Sequence[int]) -> None:
+    """The ``axis`` attribute moved with the layout ``order`` (``attr_transform.py``)."""
+    node.attrs["axis"] = list(order).index(node.attrs["axis"])
 
 
 def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:

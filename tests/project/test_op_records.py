@@ -207,3 +207,12 @@ def test_a_record_without_its_xir_piece_is_refused():
     with pytest.raises(TypeError, match="xir_ops"):
         OpRecord(family="x", specs={"t": OpSpec("io", False, False, False)}, approximation=Absent("none"),
                  source="s", xmodel={"t": Absent("none")})
+
+
+def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_records():
+    from pipeline.ops.xmodel_support import XmodelForm
+    from pipeline.quantizers.sim.xmodel import layout
+    forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
+    assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
+    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
