@@ -80,6 +80,7 @@ SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # t
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
 # XIR op type -> xir_support.XirOp, for the XIR types the units write (the XIR format's room adds its own)
+TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type -> torch.jit kinds (names.py)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 
 

@@ -40,5 +40,6 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py, pytorch_nndct/nn/modules/batchnorm.py",
     xmodel={BATCH_NORM: XmodelForm(no_attrs, _create_scale, nhwc=True)},
     xir_ops={"scale": XirOp(OpDef("scale", IN + (ArgDef("scale", REQUIRED), ArgDef("bias", OPTIONAL)),
-                                  (opt("axis", "int32", -1),), like_input), _run_scale)},
+                                  (opt("axis", "int32", -1),), like_input), _run_scale, "batch_norm")},
+    traced={BATCH_NORM: ("batch_norm",)},
 )

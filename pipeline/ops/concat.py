@@ -45,5 +45,6 @@ RECORD = OpRecord(
     approximation=Absent("copies codes (inputs aligned to the output's fix position)"),
     source="nndct_shared/base/key_names.py",
     xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)), layout_rewrite=rewrite_axis)},
-    xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat)},
+    xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat, "concat")},
+    traced={CONCAT: ("cat",)},
 )

@@ -66,5 +66,6 @@ RECORD = OpRecord(
     xmodel={DENSE: XmodelForm(no_attrs, _create_dense)},
     xir_ops={"matmul": XirOp(OpDef("matmul", INS + (ArgDef("bias", OPTIONAL),),
                                    (req("transpose_a", "bool"), req("transpose_b", "bool")), _shape_matmul),
-                             _run_matmul)},
+                             _run_matmul, "dense")},
+    traced={DENSE: ("linear", "addmm", "matmul")},
 )

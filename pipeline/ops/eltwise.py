@@ -88,8 +88,9 @@ RECORD = OpRecord(
     xmodel={ADD: XmodelForm(no_attrs, _create_binary("add")), MULTIPLY: XmodelForm(no_attrs, _create_binary("mul")),
             SUB: XmodelForm(no_attrs, _create_binary("sub")), RSUB: XmodelForm(no_attrs, _create_binary("sub")),
             DIV: XmodelForm(no_attrs, _create_binary("div"))},
-    xir_ops={"add": XirOp(OpDef("add", INS, (), broadcast), fold(torch.add)),
-             "sub": XirOp(OpDef("sub", INS, (), broadcast), fold(torch.sub)),
-             "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul),
-             "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div))},
+    xir_ops={"add": XirOp(OpDef("add", INS, (), broadcast), fold(torch.add), "add"),
+             "sub": XirOp(OpDef("sub", INS, (), broadcast), fold(torch.sub), "sub"),
+             "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul, "mul"),
+             "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div), "div")},
+    traced={ADD: ("add",), SUB: ("sub",), RSUB: ("rsub",), MULTIPLY: ("mul",), DIV: ("div",)},
 )

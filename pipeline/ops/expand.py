@@ -11,4 +11,5 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},  # each type traced under its own name
 )

@@ -45,7 +45,8 @@ RECORD = OpRecord(
     xmodel={SIGMOID: XmodelForm(no_attrs, simple("sigmoid")), TANH: XmodelForm(no_attrs, simple("tanh")),
             SILU: XmodelForm(no_attrs, custom), CLAMP: XmodelForm(no_attrs, custom),
             GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",)))},
-    xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid)),
-             "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh)),
-             "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu)},
+    xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid), "sigmoid"),
+             "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
+             "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
+    traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",)},
 )

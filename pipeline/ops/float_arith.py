@@ -23,4 +23,5 @@ RECORD = OpRecord(
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
             REMAINDER: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
+    traced={},  # each type traced under its own name
 )

@@ -86,5 +86,6 @@ RECORD = OpRecord(
                   "up at fix_pos 7 (HSWISH_FIX_POS), 8 bits",
     source="pytorch_nndct/nn/modules/hsigmoid.py, hswish.py",
     xmodel={HSWISH: XmodelForm(no_attrs, _create_hswish), HSIGMOID: XmodelForm(no_attrs, _create_hsigmoid)},
-    xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid))},
+    xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid), "hsigmoid")},
+    traced={HSWISH: ("hardswish",), HSIGMOID: ("hardsigmoid",)},
 )

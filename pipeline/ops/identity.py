@@ -11,4 +11,5 @@ RECORD = OpRecord(
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
     xmodel={IDENTITY: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},  # each type traced under its own name
 )

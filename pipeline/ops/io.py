@@ -43,4 +43,5 @@ RECORD = OpRecord(
     xmodel={INPUT: XmodelForm(no_attrs, _create_data), CONST: XmodelForm(no_attrs, _create_const),
             ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
+    traced={},  # each type traced under its own name
 )

@@ -18,4 +18,5 @@ RECORD = OpRecord(
     source="pytorch_nndct/nn/modules/layernorm.py",
     xmodel={LAYER_NORM: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={LAYER_NORM: ("layer_norm",)},
 )

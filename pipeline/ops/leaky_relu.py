@@ -26,5 +26,6 @@ RECORD = OpRecord(
     source="pytorch_nndct/nn/modules/leaky_relu.py",
     xmodel={LEAKY_RELU: XmodelForm(_lower_leaky_relu, simple("leaky-relu", ("alpha",)))},
     xir_ops={"leaky-relu": XirOp(OpDef("leaky-relu", IN, (req("alpha", "float"),), like_input),
-                                 unary(F.leaky_relu, "alpha"))},
+                                 unary(F.leaky_relu, "alpha"), "leaky_relu")},
+    traced={LEAKY_RELU: ("leaky_relu",)},
 )

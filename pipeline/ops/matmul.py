@@ -16,4 +16,5 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={MATMUL: Absent("not written yet: the real quantizer writes it as XIR matmul (fx/refusals.py MATMUL)")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it yet"),
+    traced={},  # each type traced under its own name
 )

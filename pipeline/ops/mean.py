@@ -15,4 +15,5 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={MEAN: XmodelForm(no_attrs, custom)},  # a custom op: XIR's reduction_mean is not what nndct writes
     xir_ops=Absent("a custom op (aten::mean: a type XIR does not define; the interpreter's own)"),
+    traced={MEAN: ("mean",)},
 )

@@ -67,5 +67,6 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     xmodel={PAD: XmodelForm(_lower_pad, _create_pad)},
     xir_ops={"pad": XirOp(OpDef("pad", IN, (req("paddings", "int32_vec"), req("mode", "string"),
-                                          opt("constant_values", "float_vec", [])), _shape_pad), _run_pad)},
+                                          opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad")},
+    traced={PAD: ("pad", "constant_pad_nd")},
 )

@@ -41,5 +41,6 @@ RECORD = OpRecord(
     xmodel={PERMUTE: XmodelForm(_lower_permute, simple("transpose", ("order",))),
             TRANSPOSE: XmodelForm(_lower_transpose, custom)},
     xir_ops={"transpose": XirOp(OpDef("transpose", IN, (req("order", "int32_vec"),), _shape_transpose),
-                                lambda run, op, ins: one(ins).permute(list(op.attr("order"))))},
+                                lambda run, op, ins: one(ins).permute(list(op.attr("order"))), "permute")},
+    traced={PERMUTE: ("permute",), TRANSPOSE: ("transpose",)},
 )

@@ -164,8 +164,9 @@ RECORD = OpRecord(
     xmodel={MAX_POOL: XmodelForm(_lower_pool, _create_maxpool, nhwc=True),
             AVG_POOL: XmodelForm(_lower_pool, _create_avgpool, nhwc=True),
             ADAPTIVEAVGPOOL2D: XmodelForm(no_attrs, custom, nhwc=True)},
-    xir_ops={"maxpool2d": XirOp(OpDef("maxpool2d", IN, _POOL, _shape_pool2d), _run_pool),
+    xir_ops={"maxpool2d": XirOp(OpDef("maxpool2d", IN, _POOL, _shape_pool2d), _run_pool, "max_pool2d"),
              "avgpool2d": XirOp(OpDef("avgpool2d", IN, _POOL + (opt("count_include_pad", "bool", True),
                                                                 opt("count_include_invalid", "bool", True)),
-                                      _shape_pool2d), _run_pool)},
+                                      _shape_pool2d), _run_pool, "avg_pool2d")},
+    traced={MAX_POOL: ("max_pool2d",), AVG_POOL: ("avg_pool2d",), ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",)},
 )

@@ -79,6 +79,10 @@ class OpRecord:
             several families write is held by one (``mul``: eltwise; ``stack``: reshape); XIR's types no
             family writes (``data``, ``const``, ``fix``, ``prelu``, ...) are the XIR format's own
             (``xir/opdefs.py``, ``xir/interp_ops.py``).
+        traced: nndct op type -> the torch.jit kinds (without ``aten::``) whose traced op nndct's parser
+            makes the type from: the xmodel's op names are that op's (``quantizers/sim/xmodel/names.py``,
+            docs/xmodel.md#names). A type not listed is looked for under its own name (``aten::silu_``:
+            ``silu_``); ``{}`` where every type of the family is.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -86,6 +90,7 @@ class OpRecord:
     source: str
     xmodel: Mapping[str, Any]
     xir_ops: Union[Mapping[str, Any], Absent]
+    traced: Mapping[str, Tuple[str, ...]]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -30,6 +30,7 @@ RECORD = OpRecord(
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     xmodel={RELU: XmodelForm(no_attrs, simple("relu")), RELU6: XmodelForm(no_attrs, simple("relu6"))},
-    xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu)),
-             "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6))},
+    xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu), "relu"),
+             "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
+    traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6")},
 )

@@ -112,7 +112,8 @@ RECORD = OpRecord(
             UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
             SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"reshape": XirOp(OpDef("reshape", IN + (ArgDef("shape", OPTIONAL),), (opt("shape", "int32_vec", [0]),),
-                                    _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape)),
+                                    _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape), "reshape"),
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),
-                            lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")))},
+                            lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
+    traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
 )

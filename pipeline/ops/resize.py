@@ -127,5 +127,6 @@ RECORD = OpRecord(
     xir_ops={"resize": XirOp(OpDef("resize", IN + (ArgDef("size", OPTIONAL),),
                                    (req("mode", "string"), opt("align_corners", "bool", False),
                                     opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),
-                                   _shape_resize), _run_resize)},
+                                   _shape_resize), _run_resize, "resize")},
+    traced={RESIZE: ("upsample_nearest2d", "upsample_bilinear2d")},
 )

@@ -36,4 +36,5 @@ RECORD = OpRecord(
             FLOOR_DIVIDE: Absent("folded: evaluated on the example into the attributes that use it"),
             TRUNC_DIV: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("folded, or a custom op (aten::div: a type XIR does not define)"),
+    traced={},  # each type traced under its own name
 )

@@ -232,5 +232,6 @@ RECORD = OpRecord(
             TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
-                                    _run_strided_slice)},
+                                    _run_strided_slice, "getitem")},
+    traced={STRIDED_SLICE: ("slice",)},
 )

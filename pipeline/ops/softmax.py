@@ -31,5 +31,6 @@ RECORD = OpRecord(
     approximation=Absent("a float operator on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
     xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)), layout_rewrite=rewrite_axis)},
-    xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax)},
+    xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax, "softmax")},
+    traced={SOFTMAX: ("softmax",)},
 )

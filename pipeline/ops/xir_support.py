@@ -52,9 +52,11 @@ Kernel = Callable[[Any, Any, Inputs], torch.Tensor]  # (run, op, inputs) -> the 
 @dataclass(frozen=True)
 class XirOp:
     """One XIR op type a unit writes (``OpRecord.xir_ops``): its definition (with its shape inference,
-    ``definition.shape``) and its interpreter kernel."""
+    ``definition.shape``), its interpreter kernel, and the op name the DPU inspector's rules know it by
+    (``inspect/xmodel_dpu.py``: ``conv_transpose2d``, ``getitem``, ...)."""
     definition: OpDef
     kernel: Kernel
+    inspected_as: str
 
 
 def req(name: str, kind: str) -> AttrDef:

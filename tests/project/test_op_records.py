@@ -216,3 +216,20 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
         ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
+
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_trace_kinds_and_inspector_names_are_the_records(record):
+    assert set(record.traced) <= set(record.specs)
+    for op, kinds in record.traced.items():
+        assert kinds and all(isinstance(k, str) and not k.startswith("aten::") for k in kinds), op
+    for type_, piece in ({} if isinstance(record.xir_ops, Absent) else record.xir_ops).items():
+        assert piece.inspected_as.strip(), type_
+
+
+def test_the_trace_names_and_the_inspector_read_their_tables_off_the_records():
+    from pipeline.inspect import xmodel_dpu
+    from pipeline.quantizers.sim.xmodel import names
+    assert names.KINDS == ops.TRACED == {op: k for r in ops.RECORDS for op, k in r.traced.items()}
+    assert not set(xmodel_dpu._FORMAT_TYPES) & set(ops.XIR_OPS)
+    assert all(xmodel_dpu._TYPES[x] == piece.inspected_as for x, piece in ops.XIR_OPS.items())
