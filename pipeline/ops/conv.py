@@ -1,6 +1,7 @@
 """The 2-D convolutions: plain, depthwise, transposed and transposed depthwise (``nndct_conv2d``,
 ``nndct_depthwise_conv2d``, ``nndct_conv_transpose_2d``, ``nndct_depthwise_conv_transpose_2d``), told
 apart by the module's groups as nndct's ``op_dispatcher`` does."""
+import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
@@ -59,6 +60,34 @@ def lower_conv(lo, node) -> dict:
     return {"kernel": [kw, kh], "stride": [sw, sh], "dilation": [dw, dh], "pad_mode": 0,
             "pad": [pw, pw, ph, ph], "group": m.groups, "bias_term": m.bias is not None,
             "in_dim": m.in_channels, "out_dim": m.out_channels}
+
+
+def _ohwi(m, weight):
+    """A conv's ``(out, in/g, kh, kw)`` as nndct's OHWI."""
+    return weight.transpose(0, 2, 3, 1)
+
+
+def _transposed_ohwi(m, weight):
+    """A transposed conv's ``(in, out/g, kh, kw)`` as nndct's ``(out/g, kh, kw, in)``."""
+    return weight.swapaxes(0, 1).transpose(0, 2, 3, 1)
+
+
+def _depthwise_ohwi(m, weight):
+    """A depthwise conv's ``(C * multiplier, 1, kh, kw)`` as nndct's ``(multiplier, kh, kw, C)``."""
+    c = m.in_channels
+    return weight.reshape((m.out_channels // c, c) + tuple(weight.shape[2:])).transpose(0, 2, 3, 1)
+
+
+def _depthwise_transposed_ohwi(m, weight):
+    """A transposed depthwise conv's ``(C, multiplier, kh, kw)`` as nndct's ``(multiplier, kh, kw, C)``."""
+    c = m.in_channels
+    weight = weight.reshape((c, m.out_channels // c) + tuple(weight.shape[2:])).swapaxes(0, 1)
+    return weight.transpose(0, 2, 3, 1)
+
+
+def _flip_hw(weight):
+    """A transposed conv's weights flipped in H and W, as ``xop_creator.py`` writes them."""
+    return np.ascontiguousarray(np.flip(weight, (1, 2)))
 
 
 def _create_conv(type_: str):
@@ -180,10 +209,13 @@ RECORD = OpRecord(
     approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
                          "fixed point, the shifts are docs/arithmetic.md's"),
     source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py",
-    xmodel={CONV2D: XmodelForm(lower_conv, _create_conv("conv2d"), nhwc=True),
-            DEPTHWISE_CONV2D: XmodelForm(lower_conv, _create_conv("depthwise-conv2d"), nhwc=True),
-            CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-conv2d"), nhwc=True),
-            DEPTHWISE_CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-depthwise-conv2d"), nhwc=True)},
+    xmodel={CONV2D: XmodelForm(lower_conv, _create_conv("conv2d"), nhwc=True, weights=_ohwi),
+            DEPTHWISE_CONV2D: XmodelForm(lower_conv, _create_conv("depthwise-conv2d"), nhwc=True,
+                                         weights=_depthwise_ohwi),
+            CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-conv2d"), nhwc=True,
+                                        weights=_transposed_ohwi, const_weights=_flip_hw),
+            DEPTHWISE_CONVTRANSPOSE2D: XmodelForm(lower_conv, _create_conv("transposed-depthwise-conv2d"), nhwc=True,
+                                                  weights=_depthwise_transposed_ohwi, const_weights=_flip_hw)},
     xir_ops={"conv2d": XirOp(OpDef("conv2d", _CONV_ARGS, _CONV + (opt("group", "int32", 1),), _shape_conv2d),
                              _run_conv, "conv2d"),
              "depthwise-conv2d": XirOp(OpDef("depthwise-conv2d", _CONV_ARGS, _CONV, _shape_depthwise_conv2d),

@@ -44,11 +44,18 @@ class XmodelForm:
         layout_rewrite: ``rewrite(node, order)``: how a node of the type rewrites its attributes when it
             takes a layout ``order`` (``attr_transform.py``: an axis, a shape, a slice's dims); None when
             it has none to rewrite.
+        weights: ``weights(module, w) -> w``: a layer's weights (float32 ndarray, the module's torch
+            layout) in nndct's layout (``parser.py`` ``_load_data``: conv OHWI, ...); None: as torch holds
+            them (linear ``[out, in]``, batch norm ``[C]``).
+        const_weights: ``const_weights(w) -> w``: the weights as ``xop_creator.py`` writes them into their
+            ``const`` op (a transposed conv's flipped in H and W); None: as the deploy graph holds them.
     """
     lower: Lowering
     create: Creator
     nhwc: bool = False
     layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
+    weights: Optional[Callable[[Any, Any], Any]] = None
+    const_weights: Optional[Callable[[Any], Any]] = None
 
 
 XmodelPiece = Union[XmodelForm, Absent]

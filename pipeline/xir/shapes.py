@@ -28,8 +28,6 @@ What libxir does that matters here:
 """
 from typing import Any, Callable, List, Optional
 
-import numpy as np
-
 # the common checks and helpers: with the vocabulary the op units build their XIR pieces from
 from ..ops.xir_support import (SHAPE_INFO, Result, attr, broadcast, broadcast_dims, cdiv, const_ints, error, fail,
                                last_shape_info, like_input, op_input, shape_info, unsupported, vec, with_info)

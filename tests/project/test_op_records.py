@@ -233,3 +233,14 @@ def test_the_trace_names_and_the_inspector_read_their_tables_off_the_records():
     assert names.KINDS == ops.TRACED == {op: k for r in ops.RECORDS for op, k in r.traced.items()}
     assert not set(xmodel_dpu._FORMAT_TYPES) & set(ops.XIR_OPS)
     assert all(xmodel_dpu._TYPES[x] == piece.inspected_as for x, piece in ops.XIR_OPS.items())
+
+
+def test_the_weights_layouts_are_the_conv_records():
+    import numpy as np
+    from torch import nn
+    conv_t = nn.ConvTranspose2d(4, 4, 3, groups=4)
+    form = ops.xmodel_form(ops.DEPTHWISE_CONVTRANSPOSE2D)
+    w = form.weights(conv_t, conv_t.weight.detach().numpy())
+    assert w.shape == (1, 3, 3, 4) and form.const_weights(w).shape == (1, 3, 3, 4)
+    assert np.array_equal(form.const_weights(w)[:, ::-1, ::-1], w)
+    assert ops.xmodel_form(ops.DENSE).weights is None and ops.xmodel_form(ops.CONV2D).const_weights is None

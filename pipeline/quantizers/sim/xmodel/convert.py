@@ -80,8 +80,9 @@ class _Writer:
                 if self.x.get_op(formal_name(tensor.name) + "_fix") or self.x.get_op(formal_name(tensor.name)):
                     continue
                 data = tensor.data
-                if node.type in (t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D) and kind == "weights":
-                    data = np.ascontiguousarray(np.flip(data, (1, 2)))
+                form = t.xmodel_form(node.type)
+                if kind == "weights" and form is not None and form.const_weights is not None:
+                    data = form.const_weights(data)  # a transposed conv's, flipped (the record's)
                 self.fixed_const(tensor.name, data)
         for node in self.graph.nodes:
             form = t.xmodel_form(node.type)  # the op's record; none: a custom op (aten::*)

@@ -16,7 +16,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 import numpy as np
 
 from .... import ops as t
-from ....ops.xmodel_support import INT_MAX, XmodelForm, rewrite_axis  # INT_MAX: nndct's open slice end
+from ....ops.xmodel_support import XmodelForm, rewrite_axis
 from .devgraph import RETURN, Graph, Node
 
 PERMUTE = t.PERMUTE

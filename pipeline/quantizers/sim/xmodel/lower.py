@@ -140,17 +140,9 @@ class _Lowering:
             return
         m = self.lowered.get_submodule(node.name) if self.lowered is not None else self.graph.module(node)
         weight = m.weight.detach().float().numpy()
-        if node.op in (t.CONV2D, t.CONVTRANSPOSE2D):
-            if node.op == t.CONVTRANSPOSE2D:
-                weight = weight.swapaxes(0, 1)
-            weight = weight.transpose(0, 2, 3, 1)
-        elif node.op == t.DEPTHWISE_CONV2D:
-            c = m.in_channels
-            weight = weight.reshape((m.out_channels // c, c) + tuple(weight.shape[2:])).transpose(0, 2, 3, 1)
-        elif node.op == t.DEPTHWISE_CONVTRANSPOSE2D:
-            c = m.in_channels
-            weight = weight.reshape((c, m.out_channels // c) + tuple(weight.shape[2:])).swapaxes(0, 1)
-            weight = weight.transpose(0, 2, 3, 1)
+        form = t.xmodel_form(node.op)
+        if form is not None and form.weights is not None:  # nndct's layout (the record's)
+            weight = form.weights(m, weight)
         dev.params["weights"] = Tensor(node.param_names["weights"], data=np.ascontiguousarray(weight, np.float32))
         dev.params["weights"].from_ndarray(dev.params["weights"].data)
         if "bias" in node.param_names:
