@@ -19,19 +19,18 @@ What this can and cannot do (docs/xmodel.md#check-and-run-any-xmodel):
 """
 from typing import Any, Dict, List, Optional, Tuple
 
+from pipeline import ops
 from pipeline.inspect.rules import decide
 from pipeline.inspect.trace import OpNode
 from pipeline.inspect.verdict import CPU, Context, Verdict
 
 NOT_JUDGED = "-"
-_TYPES = {"conv2d": "conv2d", "depthwise-conv2d": "depthwise_conv2d", "transposed-conv2d": "conv_transpose2d",
-          "transposed-depthwise-conv2d": "conv_transpose2d", "maxpool2d": "max_pool2d", "avgpool2d": "avg_pool2d",
-          "relu": "relu", "relu6": "relu6", "leaky-relu": "leaky_relu", "prelu": "prelu",
-          "hard-sigmoid": "hsigmoid", "hard-swish": "hswish", "sigmoid": "sigmoid", "swish": "silu",
-          "tanh": "tanh", "gelu": "gelu", "softmax": "softmax", "add": "add", "mul": "mul", "concat": "concat",
-          "reshape": "reshape", "flatten": "flatten", "squeeze": "squeeze", "transpose": "permute",
-          "resize": "resize", "strided_slice": "getitem", "pad": "pad", "matmul": "dense",
-          "reduction_mean": "mean", "scale": "batch_norm"}
+# XIR op type -> the op name the rules know it by: the op units' (``OpRecord.xir_ops``), and the XIR
+# format's own types no unit writes (what files from the real quantizer or elsewhere carry)
+_FORMAT_TYPES = {"hard-swish": "hswish", "swish": "silu", "flatten": "flatten", "squeeze": "squeeze",
+                 "reduction_mean": "mean"}
+_TYPES = dict(_FORMAT_TYPES)
+_TYPES.update({type_: piece.inspected_as for type_, piece in ops.XIR_OPS.items()})
 _FLOAT_OPERATORS = ("div", "sub")
 _MACRO_HEADS = ("avgpool2d", "hard-sigmoid")
 

@@ -11,7 +11,7 @@ type's :data:`record.OpSpec`, the functional forms' signatures, the role groups 
 names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
-from typing import Callable, Dict, Tuple, Union
+from typing import Callable, Dict, Optional, Tuple, Union
 
 from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
                io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, prelu, relu, reshape, resize, shape,
@@ -42,6 +42,7 @@ from .resize import RESIZE
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
 from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
 from .softmax import SOFTMAX
+from .xmodel_support import XmodelForm
 
 RECORDS = (
     io.RECORD,
@@ -88,6 +89,18 @@ for _rule in DPU_RULES.values():
     if isinstance(_rule, DpuRule):
         for _name in _rule.names:
             DPU_RULE_BY_NAME.setdefault(_name, _rule)
+
+XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
+# XIR op type -> xir_support.XirOp, for the XIR types the units write (the XIR format's room adds its own)
+TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type -> torch.jit kinds (names.py)
+XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
+
+
+def xmodel_form(op: str) -> Optional[XmodelForm]:
+    """How the xmodel writer carries an op type (``record.OpRecord.xmodel``): its form, or None where the
+    writer refuses the type (its record declares it Absent) or no record holds it (an ``aten::*`` type)."""
+    form = XMODEL.get(op)
+    return form if isinstance(form, XmodelForm) else None
 
 
 def with_role(role: str) -> Tuple[str, ...]:

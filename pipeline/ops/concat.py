@@ -6,6 +6,9 @@ import torch
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import INS, TO_NCHW, TO_NHWC, OpDef, XirOp, attr, fail, req
+from .xmodel_support import XmodelForm, rewrite_axis, simple
 
 CONCAT = "nndct_concat"
 
@@ -32,6 +35,35 @@ def dpu_concat(node: Any, ctx: Any) -> Verdict:
     return Verdict(DPU)
 
 
+def _lower_concat(lo, node) -> dict:
+    """The concatenated dimension (``axis``, as the call gives it; ``deploy`` makes it positive)."""
+    return {"axis": lo.call_args(node)["dim"]}
+
+
+def _shape_concat(op):
+    """The inputs joined along ``axis``; every other dim must match ``input[0]``'s."""
+    ins = op.input_list()
+    first = list(ins[0].shape)
+    axis = attr(op, "axis", "int32")
+    axis = axis + len(first) if axis < 0 else axis
+    for other in ins:
+        if len(other.shape) < len(first) or not 0 <= axis < len(other.shape):
+            raise fail(op, "input shape %s does not fit axis %d" % (list(other.shape), axis))
+        if any(other.shape[d] != first[d] for d in range(len(first)) if d != axis):
+            raise fail(op, "input shapes %s and %s differ off axis %d" % (first, list(other.shape), axis))
+    return [sum(o.shape[axis] for o in ins) if d == axis else n for d, n in enumerate(first)], {}
+
+
+def _run_concat(run, op, ins):
+    """``torch.cat`` along ``axis``; inputs all held in NCHW memory are concatenated there."""
+    xs, axis = ins["input"], op.attr("axis")
+    held = [run.model_layout(x) for x in xs]
+    if len({p for _, p in held}) == 1 and held[0][1] == TO_NCHW:  # all in NCHW memory: concatenate there
+        y = torch.cat([t for t, _ in held], TO_NCHW.index(axis % 4))
+        return y.permute(TO_NHWC)
+    return torch.cat(xs, axis)
+
+
 RECORD = OpRecord(
     family="concat",
     specs={CONCAT: OpSpec("dpu", True, False, False)},
@@ -41,4 +73,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={CONCAT: _onnx_cat},
     dpu_rule={CONCAT: DpuRule(("concat",), dpu_concat)},
+    xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)), layout_rewrite=rewrite_axis)},
+    xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat, "concat")},
+    traced={CONCAT: ("cat",)},
 )

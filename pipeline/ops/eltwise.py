@@ -10,6 +10,11 @@ import torch
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .hard_sigmoid import hard_sigmoid_mul
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import (INS, OpDef, XirOp, broadcast, cdiv, const_ints, fail, fold, op_input, shape_info, unsupported,
+                          with_info)
+from .xmodel_support import XmodelForm, no_attrs
 
 ADD = "nndct_elemwise_add"
 SUB = "nndct_elementwise_sub"  # sic: nndct's spelling
@@ -51,6 +56,58 @@ def _onnx_binary(op_type: str) -> Callable[[Any, Any, Any], str]:
     return form
 
 
+def _create_binary(type_: str):
+    """The creator of XIR ``type_`` on the node's two operands (``xop_creator.py``); nndct's
+    ``convert_rsub_to_sub`` writes ``rsub(x, c)`` as ``sub(c, x)``."""
+    def create(w, node) -> None:
+        inputs = w.data_inputs(node)
+        if node.type == RSUB:
+            inputs = inputs[::-1]
+        w.fixed_op(node.name, type_, None, {"input": inputs})
+    return create
+
+
+def _shape_mul(op):
+    """mul: broadcast; when ``input[0]`` has ``shape_info``, the element-wise product of it and the data
+    of the last const input (an empty ``shape_info`` when their lengths differ)."""
+    dims, _ = broadcast(op)
+    info = shape_info(op_input(op))
+    if info is None:
+        return dims, {}
+    factors = []
+    for src in op.input_list():
+        if "data" in src.attrs:
+            factors = const_ints(op, src)
+    return with_info(dims, [a * b for a, b in zip(info, factors)] if len(info) == len(factors) else [])
+
+
+def _shape_div(op):
+    """div: broadcast; when ``input[0]`` has ``shape_info``, it divided (C++ integer division) by the data
+    of ``input[1]``, one value for all or one per entry."""
+    dims, _ = broadcast(op)
+    info = shape_info(op_input(op))
+    if info is None:
+        return dims, {}
+    base = const_ints(op, op_input(op, "input", 1))
+    if len(base) == 1:
+        base = base * len(info)
+    elif len(base) != len(info):
+        raise fail(op, "shape_info %s and divisor %s differ in length" % (info, base))
+    if 0 in base:
+        raise unsupported(op, "shape_info divided by zero")
+    return with_info(dims, [cdiv(a, b) for a, b in zip(info, base)])
+
+
+_run_mul_fold = fold(torch.mul)
+
+
+def _run_mul(run, op, ins):
+    """torch.mul folded over the inputs; the writer's hsigmoid/hswish pair as the simulation computes it
+    (:func:`hard_sigmoid.hard_sigmoid_mul`)."""
+    pair = hard_sigmoid_mul(run, op, ins)
+    return pair if pair is not None else _run_mul_fold(run, op, ins)
+
+
 RECORD = OpRecord(
     family="eltwise",
     specs={ADD: _DPU_Q, MULTIPLY: _DPU_Q, SUB: _FLOAT_Q, RSUB: _FLOAT_Q, DIV: _FLOAT_Q},
@@ -67,4 +124,12 @@ RECORD = OpRecord(
     dpu_rule={ADD: DpuRule(("add",), dpu_eltwise), MULTIPLY: DpuRule(("mul",), dpu_eltwise),
               SUB: Absent("a float operator of the quantizer"), RSUB: Absent("a float operator of the quantizer"),
               DIV: Absent("a float operator of the quantizer")},
+    xmodel={ADD: XmodelForm(no_attrs, _create_binary("add")), MULTIPLY: XmodelForm(no_attrs, _create_binary("mul")),
+            SUB: XmodelForm(no_attrs, _create_binary("sub")), RSUB: XmodelForm(no_attrs, _create_binary("sub")),
+            DIV: XmodelForm(no_attrs, _create_binary("div"))},
+    xir_ops={"add": XirOp(OpDef("add", INS, (), broadcast), fold(torch.add), "add"),
+             "sub": XirOp(OpDef("sub", INS, (), broadcast), fold(torch.sub), "sub"),
+             "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul, "mul"),
+             "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div), "div")},
+    traced={ADD: ("add",), SUB: ("sub",), RSUB: ("rsub",), MULTIPLY: ("mul",), DIV: ("div",)},
 )

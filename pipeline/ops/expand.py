@@ -34,4 +34,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={EXPAND: _onnx_expand},
     dpu_rule={EXPAND: Absent("a float operator of the quantizer")},
+    xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},  # each type traced under its own name
 )

@@ -11,6 +11,9 @@ from .dpu_activation import where_it_runs
 from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg, clip, pow2
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, one, unary
+from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
 TANH = "nndct_tanh"
@@ -124,6 +127,19 @@ def _onnx_clamp(b: Any, node: Any, mod: None) -> str:
     return clip(b, node, arg(node, 1, "min", None), arg(node, 2, "max", None))
 
 
+def _lower_gelu(lo, node) -> dict:
+    """``approximate`` quoted, as nndct writes it (``'none'`` or ``'tanh'``)."""
+    m = lo.module(node)
+    approximate = m.approximate if m is not None else lo.call_args(node)["approximate"]
+    return {"approximate": "'%s'" % approximate}
+
+
+def _run_gelu(run, op, ins):
+    """``F.gelu`` with ``approximate`` (``'none'`` or ``'tanh'``, quotes included as nndct writes it)."""
+    approximate = str(op.attr("approximate", "none")).strip("'\"")
+    return F.gelu(one(ins), approximate=approximate)
+
+
 RECORD = OpRecord(
     family="float_activation",
     specs={SIGMOID: _FLOAT, TANH: _FLOAT, SILU: _FLOAT, CLAMP: _FLOAT, GELU: OpSpec("float", True, False, False)},
@@ -139,4 +155,12 @@ RECORD = OpRecord(
     dpu_rule={SIGMOID: DpuRule(("sigmoid",), cpu_activation, True), TANH: DpuRule(("tanh",), cpu_activation, True),
               SILU: DpuRule(("silu",), cpu_activation, True), CLAMP: Absent("a float operator of the quantizer"),
               GELU: DpuRule(("gelu",), cpu_activation, True)},
+    # silu and clamp: custom ops (types XIR does not define), as the real quantizer writes them
+    xmodel={SIGMOID: XmodelForm(no_attrs, simple("sigmoid")), TANH: XmodelForm(no_attrs, simple("tanh")),
+            SILU: XmodelForm(no_attrs, custom), CLAMP: XmodelForm(no_attrs, custom),
+            GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",)))},
+    xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid), "sigmoid"),
+             "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
+             "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
+    traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",)},
 )

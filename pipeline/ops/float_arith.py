@@ -5,6 +5,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 EQUAL = "nndct_equal"
 REMAINDER = "aten::remainder"
@@ -24,4 +25,8 @@ RECORD = OpRecord(
                              "the divisor's sign")},
     dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
               REMAINDER: Absent("a float operator of the quantizer")},
+    xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            REMAINDER: XmodelForm(no_attrs, custom)},
+    xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
+    traced={},  # each type traced under its own name
 )

@@ -12,4 +12,7 @@ RECORD = OpRecord(
     source="pytorch_nndct/parse/parse_utils.py (dropout removed)",
     onnx={IDENTITY: alias},
     dpu_rule={IDENTITY: Absent("removed before deployment: the inspector re-links its readers to its input")},
+    xmodel={IDENTITY: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},  # each type traced under its own name
 )

@@ -6,6 +6,11 @@ import torch
 
 from .dpu_support import Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec
+import numpy as np
+import torch
+
+from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, no_attrs
 
 INPUT = "nndct_input"
 CONST = "nndct_const"
@@ -16,6 +21,23 @@ RETURN = "nndct_return"
 def dpu_zeros(node: Any, ctx: Any) -> Verdict:
     """A tensor made from sizes only (``x.new_zeros(...)``, Swin's attention mask): no DPU op."""
     return cpu_verdict("{} makes a tensor from sizes alone: it is computed on the CPU.".format(node.op))
+
+
+def _create_data(w, node) -> None:
+    """A graph input: XIR ``data`` of the node's output shape, float32 (``xop_creator.py`` ``data``)."""
+    shape = node.out.shape or [1]
+    w.fixed_op(node.name, "data", {"shape": list(shape), "data_type": "FLOAT32"})
+
+
+def _create_const(w, node) -> None:
+    """A constant: XIR ``const`` of its value (a scalar as one element), in the node's NHWC order if it
+    has one (``xop_creator.py`` ``const``)."""
+    data = np.asarray(node.attrs["data"], dtype=np.float32)
+    if data.ndim == 0:
+        data = data.reshape(1)
+    if node.transpose_out_order:
+        data = np.transpose(data, node.transpose_out_order)
+    w.fixed_const(node.name, data)
 
 
 RECORD = OpRecord(
@@ -36,4 +58,8 @@ RECORD = OpRecord(
     dpu_rule={INPUT: Absent("a graph input: the load engine brings it in"),
               CONST: Absent("a parameter, no node of the inspector"),
               ZEROS: DpuRule(("new_zeros", "zeros"), dpu_zeros)},
+    xmodel={INPUT: XmodelForm(no_attrs, _create_data), CONST: XmodelForm(no_attrs, _create_const),
+            ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
+    traced={},  # each type traced under its own name
 )

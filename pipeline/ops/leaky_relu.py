@@ -9,6 +9,9 @@ from .dpu_activation import activation
 from .dpu_support import Fix, Verdict
 from .onnx_form import arg
 from .record import DpuRule, OpRecord, OpSpec
+from .record import OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, req, unary
+from .xmodel_support import XmodelForm, simple
 
 LEAKY_RELU = "nndct_leaky_relu"
 LEAKY_SLOPE = 0.1015625  # 26 / 256
@@ -44,6 +47,11 @@ def dpu_leaky_relu(node: Any, ctx: Any) -> Verdict:
     return activation(node, ctx, changes=[leaky_relu_slope_note(node)], fixes=[leaky_relu_slope_fix(node)])
 
 
+def _lower_leaky_relu(lo, node) -> dict:
+    """The slope nndct forces on every LeakyReLU (``alpha``: :data:`LEAKY_SLOPE`)."""
+    return {"alpha": LEAKY_SLOPE}
+
+
 RECORD = OpRecord(
     family="leaky_relu",
     specs={LEAKY_RELU: OpSpec("dpu", False, False, True)},
@@ -54,4 +62,8 @@ RECORD = OpRecord(
     source="pytorch_nndct/nn/modules/leaky_relu.py",
     onnx={LEAKY_RELU: _onnx_leaky_relu},
     dpu_rule={LEAKY_RELU: DpuRule(("leaky_relu",), dpu_leaky_relu)},
+    xmodel={LEAKY_RELU: XmodelForm(_lower_leaky_relu, simple("leaky-relu", ("alpha",)))},
+    xir_ops={"leaky-relu": XirOp(OpDef("leaky-relu", IN, (req("alpha", "float"),), like_input),
+                                 unary(F.leaky_relu, "alpha"), "leaky_relu")},
+    traced={LEAKY_RELU: ("leaky_relu",)},
 )

@@ -32,4 +32,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={MATMUL: _onnx_matmul},
     dpu_rule={MATMUL: DpuRule(("matmul",), dpu_matmul)},
+    xmodel={MATMUL: Absent("not written yet: the real quantizer writes it as XIR matmul (fx/refusals.py MATMUL)")},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it yet"),
+    traced={},  # each type traced under its own name
 )

@@ -7,6 +7,8 @@ from .dpu_support import Verdict, unknown
 from .onnx_form import Unsupported, arg
 from .pool import dpu_pool
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 MEAN = "aten::mean"
 
@@ -48,4 +50,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={MEAN: _onnx_mean},
     dpu_rule={MEAN: DpuRule(("mean",), dpu_mean)},
+    xmodel={MEAN: XmodelForm(no_attrs, custom)},  # a custom op: XIR's reduction_mean is not what nndct writes
+    xir_ops=Absent("a custom op (aten::mean: a type XIR does not define; the interpreter's own)"),
+    traced={MEAN: ("mean",)},
 )

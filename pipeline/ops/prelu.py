@@ -10,12 +10,16 @@ The parser (``pytorch_nndct/parse/op_dispatcher.py`` ``prelu``) makes it from to
 parameter ``weight``, attribute ``num_parameters = weight.shape[0]``. The xmodel op is XIR ``prelu``
 (``nndct_shared/compile/xop_creator.py``: ``to_xir("prelu")``, the default form): inputs ``input`` and
 ``weight`` (the slopes' const and its fix), attribute ``num_parameters``."""
+from typing import Any, Dict
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from .dpu_activation import activation
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .xir_support import IN, REQUIRED, ArgDef, OpDef, XirOp, like_input, one
+from .xmodel_support import XmodelForm
 
 PRELU = "nndct_prelu"
 
@@ -25,6 +29,24 @@ def simulate(x: torch.Tensor, weight: torch.Tensor) -> torch.Tensor:
     quantized) input with the quantized slopes ``weight`` (shape ``(num_parameters,)``, 1 or the channels
     of dimension 1). A new tensor; ``x`` is not written."""
     return F.prelu(x, weight)
+
+
+def _lower_prelu(lo: Any, node: Any) -> Dict[str, Any]:
+    """``num_parameters``: the slopes' count (``op_dispatcher.prelu``: ``weight.shape[0]``)."""
+    return {"num_parameters": int(lo.graph.parameter(node.param_names["weights"]).shape[0])}
+
+
+def _create_prelu(w: Any, node: Any) -> None:
+    """XIR ``prelu`` (``xop_creator.py``'s default creator): the data input and the bound slopes as input
+    ``weight``, attribute ``num_parameters``."""
+    w.with_params(node, "prelu", {"num_parameters": node.attrs["num_parameters"]})
+
+
+def _run_prelu(run: Any, op: Any, ins: Any) -> torch.Tensor:
+    """XIR ``prelu`` on NHWC data: ``x`` where ``x >= 0``, else ``x * weight`` (one slope, or one per channel:
+    the last axis)."""
+    x, w = one(ins), one(ins, "weight")
+    return torch.where(x >= 0, x, torch.mul(x, w))
 
 
 RECORD = OpRecord(
@@ -41,4 +63,7 @@ RECORD = OpRecord(
     onnx={PRELU: Absent("not written yet: ONNX Runtime's PRelu can give a zero another sign than torch where a "
                         "slope is negative, so an exact form needs its own care")},
     dpu_rule={PRELU: DpuRule(("prelu",), activation)},
+    xmodel={PRELU: XmodelForm(_lower_prelu, _create_prelu)},
+    xir_ops={"prelu": XirOp(OpDef("prelu", IN + (ArgDef("weight", REQUIRED),), (), like_input), _run_prelu, "prelu")},
+    traced={PRELU: ("prelu",)},
 )

@@ -101,6 +101,23 @@ class OpRecord:
             own name and gives its generic verdict: a float operator, or "not in the operator table").
             It may also hold ``aten::<name>`` types of calls the family's rule judges though nndct has
             no type for them (``aten::prelu``, the ``aten::chunk``/``aten::split`` that make slices).
+        xmodel: nndct op type -> ``xmodel_support.XmodelForm`` (how the xmodel writer carries it: ``lower(lo,
+            node) -> attrs``, the nndct deploy-graph attributes, given the room's lowering context at call
+            time; ``create(w, node)``, the XIR ops nndct's ``xop_creator.py`` makes for it, given the room's
+            writer at call time; and its layout facts: NHWC form, layout attribute rewrite, weights
+            layout), or :class:`Absent` with the reason the writer refuses the type (the refusal's
+            message is the writer's own: ``fx/refusals.py``). Every type of the family has one.
+        xir_ops: XIR op type -> ``xir_support.XirOp`` for every XIR op type the family's creators write
+            (its op definition with its shape inference, its interpreter kernel ``kernel(run, op, ins)``
+            and the DPU inspector's name for it), or :class:`Absent` with the reason where the family
+            writes none of its own. A type several families write is held by one (``mul``: eltwise;
+            ``stack``: reshape). The XIR format's own types (``xir/opdefs.py``, ``xir/interp_ops.py``) are
+            the graph's structure, ``data`` (io writes it; the interpreter feeds it the caller's input),
+            ``const`` and ``fix`` (the writer's own), and XIR's types no family writes (``prelu``, ...).
+        traced: nndct op type -> the torch.jit kinds (without ``aten::``) whose traced op nndct's parser
+            makes the type from: the xmodel's op names are that op's (``quantizers/sim/xmodel/names.py``,
+            docs/xmodel.md#names). A type not listed is looked for under its own name (``aten::silu_``:
+            ``silu_``); ``{}`` where every type of the family is.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -108,6 +125,9 @@ class OpRecord:
     source: str
     onnx: Mapping[str, Union[OnnxForm, Absent]]
     dpu_rule: Mapping[str, Union["DpuRule", Absent]]
+    xmodel: Mapping[str, Any]
+    xir_ops: Union[Mapping[str, Any], Absent]
+    traced: Mapping[str, Tuple[str, ...]]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

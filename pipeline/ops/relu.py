@@ -9,6 +9,9 @@ from .dpu_activation import activation
 from .dpu_support import Verdict
 from .onnx_form import clip
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, unary
+from .xmodel_support import XmodelForm, no_attrs, simple
 
 RELU = "nndct_relu"
 RELU6 = "nndct_relu6"
@@ -58,4 +61,8 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     onnx={RELU: _onnx_relu, RELU6: _onnx_relu6},
     dpu_rule={RELU: DpuRule(("relu",), activation), RELU6: DpuRule(("relu6",), dpu_relu6)},
+    xmodel={RELU: XmodelForm(no_attrs, simple("relu")), RELU6: XmodelForm(no_attrs, simple("relu6"))},
+    xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu), "relu"),
+             "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
+    traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6")},
 )

@@ -9,6 +9,15 @@ from .dpu_checks import check_transposed_kernel
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+import numpy as np
+import torch.nn.functional as F
+from torch import nn
+
+from .record import Absent, OpRecord, OpSpec
+from .reshape import pack
+from .xir_support import (IN, OPTIONAL, SHAPE_INFO, TO_NHWC, ArgDef, OpDef, XirOp, attr, const_ints, fail, one,
+                          op_input, opt, req, shape_info, unsupported)
+from .xmodel_support import XmodelForm, pair
 
 RESIZE = "nndct_resize"
 
@@ -98,6 +107,107 @@ def dpu_bilinear_resize(node: Any, ctx: Any) -> Verdict:
                            limits.engine, 2 * s, s)])
 
 
+def _lower_resize(lo, node) -> dict:
+    """mode (``NEAREST``/``BILINEAR``), align_corners, half_pixel_centers, size ``[h, w]`` (``[0, 0]``
+    when a scale is given) and scale ``[w, h]``: the real quantizer's xmodel writes nearest without
+    half-pixel centers, bilinear with them unless align_corners (torch's half-pixel source index).
+
+    Raises:
+        XmodelUnsupported: a mode other than nearest and bilinear."""
+    m = lo.module(node)
+    a = {"size": m.size, "scale_factor": m.scale_factor, "mode": m.mode, "align_corners": m.align_corners} \
+        if m is not None else lo.call_args(node)
+    if a["mode"] not in ("nearest", "bilinear"):
+        raise lo.unsupported(node, "resize mode %r (the xmodel writer writes nearest and bilinear)" % a["mode"])
+    scale = a["scale_factor"]
+    if a["size"] is not None:
+        size = list(pair(a["size"]))
+        scale_wh = [1.0, 1.0]
+    else:
+        size = [0, 0]
+        scale_wh = [float(scale)] * 2 if not isinstance(scale, (list, tuple)) else [float(s) for s in scale[::-1]]
+    corners = bool(a["align_corners"] or False)
+    bilinear = a["mode"] == "bilinear"
+    return {"mode": "BILINEAR" if bilinear else "NEAREST", "align_corners": corners,
+            "half_pixel_centers": bilinear and not corners, "size": size, "scale": scale_wh}
+
+
+def _create_resize(w, node) -> None:
+    """XIR ``resize`` with its ``scale`` attribute, or with a ``size`` input (consts stacked) when a size
+    is given (``xop_creator.py`` ``resize``)."""
+    a = node.attrs
+    attrs = {"align_corners": a["align_corners"], "half_pixel_centers": a["half_pixel_centers"], "mode": a["mode"]}
+    if all(s == 0 for s in a["size"]):
+        attrs["scale"] = a["scale"]
+        w.fixed_op(node.name, "resize", attrs, {"input": w.data_inputs(node)})
+    else:
+        size_op = pack(w, node, "size", a["size"])
+        w.fixed_op(node.name, "resize", attrs, {"size": [size_op], "input": w.data_inputs(node)})
+
+
+_PLANAR_MODES = ("NEAREST", "BILINEAR")  # resize modes of 4-d feature maps; TRILINEAR is 5-d
+
+
+def _shape_resize(op):
+    """New height and width (and depth) from const or ``shape_info`` inputs, when the op has more
+    than one input, else from the ``scale`` attribute ([w, h(, d)], each dim * scale in float32,
+    truncated)."""
+    dims, mode = list(op_input(op).shape), attr(op, "mode", "string")
+    if mode not in _PLANAR_MODES + ("TRILINEAR",):
+        raise unsupported(op, "mode %r" % mode)
+    if len(dims) != (4 if mode in _PLANAR_MODES else 5):
+        raise fail(op, "mode %s does not fit input %s" % (mode, dims))
+    if len(op.input_list()) > 1:
+        return _resize_to_inputs(op, dims, mode), {}
+    scale = attr(op, "scale", "float_vec")
+    if len(scale) != (2 if mode in _PLANAR_MODES else 3) or min(scale) <= 0:
+        raise fail(op, "scale %s does not fit mode %s" % (scale, mode))
+    out = list(dims)
+    for axis, s in zip((2, 1, 3), scale):
+        out[axis] = int(np.float32(dims[axis]) * np.float32(s))
+    return out, {}
+
+
+def _resize_to_inputs(op, dims, mode):
+    out = list(dims)
+    for src in op.input_list():
+        if "data" in src.attrs:
+            size = const_ints(op, src)
+            if len(size) in (2, 4) and mode not in _PLANAR_MODES or len(size) in (3, 5) and mode != "TRILINEAR":
+                raise fail(op, "size %s does not fit mode %s" % (size, mode))
+            if len(size) in (2, 3):
+                out[1:1 + len(size)] = size
+            elif len(size) == len(out):
+                if out[0] != size[0] or out[-1] != size[-1]:
+                    raise fail(op, "size %s changes batch or channels of %s" % (size, out))
+                out = list(size)
+        elif SHAPE_INFO in src.tensor_attrs:
+            size = shape_info(src)
+            if len(size) not in (2, 3):
+                raise fail(op, "shape_info %s of input %r is not [h, w(, d)]" % (size, src.name))
+            out[1:1 + len(size)] = size
+    return out
+
+
+def _run_resize(run, op, ins):
+    """``F.interpolate`` on NCHW; NEAREST (``nearest-exact`` with ``half_pixel_centers``) or BILINEAR
+    (``align_corners``), with ``scale_factor = (scale[1], scale[0])`` from the ``scale`` attribute
+    ``[w, h]``, or the output size when the op has a ``size`` input."""
+    x, mode = run.nchw(op, one(ins)), op.attr("mode")
+    if mode == "NEAREST":
+        kwargs = {"mode": "nearest-exact" if op.attr("half_pixel_centers") else "nearest"}
+    elif mode == "BILINEAR":
+        kwargs = {"mode": "bilinear", "align_corners": bool(op.attr("align_corners"))}
+    else:
+        raise run.error(op, "mode %r is not run (NEAREST, BILINEAR)" % mode)
+    scale = op.attr("scale") or []
+    if not op.inputs.get("size") and len(scale) == 2:
+        y = F.interpolate(x, scale_factor=(float(scale[1]), float(scale[0])), **kwargs)
+    else:
+        y = F.interpolate(x, size=(op.shape[1], op.shape[2]), **kwargs)
+    return run.checked(op, y.permute(TO_NHWC))
+
+
 RECORD = OpRecord(
     family="resize",
     specs={RESIZE: OpSpec("dpu", True, False, False)},
@@ -110,4 +220,10 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={RESIZE: _onnx_resize},
     dpu_rule={RESIZE: DpuRule(("resize",), dpu_resize)},
+    xmodel={RESIZE: XmodelForm(_lower_resize, _create_resize, nhwc=True)},
+    xir_ops={"resize": XirOp(OpDef("resize", IN + (ArgDef("size", OPTIONAL),),
+                                   (req("mode", "string"), opt("align_corners", "bool", False),
+                                    opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),
+                                   _shape_resize), _run_resize, "resize")},
+    traced={RESIZE: ("upsample_nearest2d", "upsample_bilinear2d")},
 )

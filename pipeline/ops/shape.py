@@ -6,6 +6,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 SHAPE = "nndct_shape"
 FLOOR_DIVIDE = "nndct_floor_divide"
@@ -34,4 +35,11 @@ RECORD = OpRecord(
     dpu_rule={SHAPE: Absent("a Python int from sizes, no tensor"),
               FLOOR_DIVIDE: Absent("a Python int from sizes, no tensor"),
               TRUNC_DIV: Absent("a Python int from sizes, no tensor")},
+    # shape arithmetic is evaluated on the example and folded into the attributes that use it (nndct's
+    # constant folding); a trunc division of tensors is a custom op
+    xmodel={SHAPE: Absent("folded: evaluated on the example into the attributes that use it"),
+            FLOOR_DIVIDE: Absent("folded: evaluated on the example into the attributes that use it"),
+            TRUNC_DIV: XmodelForm(no_attrs, custom)},
+    xir_ops=Absent("folded, or a custom op (aten::div: a type XIR does not define)"),
+    traced={},  # each type traced under its own name
 )

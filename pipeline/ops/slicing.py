@@ -3,6 +3,7 @@ traces ``aten::select``), ``x[t]`` with a tensor (``nndct_index``), one output o
 several (``nndct_tuple_index``), the in-place fill of ``x[idx] = number`` (``aten::fill_``), and the
 calls that split a tensor into pieces (chunk, split: each piece taken is an ``nndct_strided_slice``).
 nndct warns ``QUANTIZER_TORCH_FLOAT_OP`` for select and index."""
+import math
 import operator
 from typing import Any
 
@@ -13,6 +14,9 @@ import torch.fx
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported, with_info
+from .xmodel_support import INT_MAX, XmodelForm
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -119,6 +123,196 @@ def dpu_piece(node: Any, ctx: Any) -> Verdict:
     return Verdict(DPU)
 
 
+def _is_split(node) -> bool:
+    target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
+    return target in ("chunk", "split")
+
+
+def _lower_slice(lo, node) -> dict:
+    """dims, begin, end (:data:`INT_MAX` for an open end) and strides of ``x[a:b, ...]``, or of one piece
+    of chunk/split (:func:`_piece_attrs`).
+
+    Raises:
+        XmodelUnsupported: an index that is not a slice."""
+    fx_node = node.fx_node
+    source = fx_node.args[0]
+    shape = list(lo.values[node.inputs[0].fx_node].shape)
+    # a slice of a graph input has no base
+    base = source.args[0] if isinstance(source, torch.fx.Node) and source.args else None
+    if base is not None and isinstance(source, torch.fx.Node) and source in lo.graph.fx_graph.nodes \
+            and source.op in ("call_function", "call_method") and _is_split(source):
+        return _piece_attrs(lo, node, source, shape)
+    index = fx_node.args[1]
+    index = index if isinstance(index, tuple) else (index,)
+    dims, begin, end, strides = [], [], [], []
+    for dim, item in enumerate(index):
+        if not isinstance(item, slice):
+            raise lo.unsupported(node, "indexing with %r (only slices are written)" % (item,))
+        start, stop, step = (lo.value(item.start), lo.value(item.stop), lo.value(item.step))
+        dims.append(dim)
+        begin.append(0 if start is None else int(start))
+        end.append(INT_MAX if stop is None else min(int(stop), INT_MAX))
+        strides.append(1 if step is None else int(step))
+    return {"dims": dims, "begin": begin, "end": end, "strides": strides}
+
+
+def _piece_attrs(lo, node, split, shape) -> dict:
+    """One piece of chunk/split as nndct's replacement slices it: every dimension sliced, the
+    split dimension from the piece's start to its end (the last piece to the dimension's size)."""
+    target = split.target if isinstance(split.target, str) else split.target.__name__
+    second = lo.value(split.args[1] if len(split.args) > 1 else
+                      split.kwargs.get("chunks", split.kwargs.get("split_size_or_sections",
+                                                                 split.kwargs.get("split_size"))))
+    dim = lo.value(split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0))
+    dim = dim + len(shape) if dim < 0 else dim
+    size = shape[dim]
+    if target == "chunk":
+        step = -(-size // second)
+        count = -(-size // step) if step else second
+        bounds = [(k * step, size if k == count - 1 else (k + 1) * step) for k in range(count)]
+    elif isinstance(second, (list, tuple)):
+        bounds, start = [], 0
+        for s in second:
+            bounds.append((start, start + s))
+            start += s
+    else:
+        count = max(1, -(-size // second))
+        bounds = [(k * second, size if k == count - 1 else (k + 1) * second) for k in range(count)]
+    start, stop = bounds[node.fx_node.args[1]]
+    rank = len(shape)
+    return {"dims": list(range(rank)), "begin": [start if d == dim else 0 for d in range(rank)],
+            "end": [stop if d == dim else INT_MAX for d in range(rank)], "strides": [1] * rank}
+
+
+def _rewrite_slice(node, order) -> None:
+    """begin, end and strides moved with the layout ``order`` (a dim not sliced: None, stride 1), and the
+    begin and end masks set from them (``attr_transform.py``)."""
+    order = list(order)
+    for key in ("begin", "end", "strides"):
+        old = node.attrs[key]
+        new = [1 if key == "strides" else None] * len(old)
+        for dim, value in enumerate(old):
+            new[order.index(dim)] = value
+        node.attrs[key] = new
+    node.attrs["begin_mask"] = sum(1 << d for d, v in enumerate(node.attrs["begin"]) if v == 0)
+    node.attrs["end_mask"] = sum(1 << d for d, v in enumerate(node.attrs["end"])
+                                 if isinstance(v, int) and v >= INT_MAX)
+
+
+def _create_slice(w, node) -> None:
+    """XIR ``strided_slice``: nndct's StridedSlice carries all five TensorFlow masks; it never sets the
+    last three (``xop_creator.py`` ``strided_slice``)."""
+    a = node.attrs
+    w.fixed_op(node.name, "strided_slice", {"begin": a["begin"], "end": a["end"], "strides": a["strides"],
+                                            "begin_mask": a["begin_mask"], "end_mask": a["end_mask"],
+                                            "ellipsis_mask": 0, "new_axis_mask": 0, "shrink_axis_mask": 0},
+               {"input": w.data_inputs(node)})
+
+
+def strided_dense(op, dims):
+    """``validate_strided_slice``: TensorFlow's sparse slice spec (begin, end, strides and the five
+    masks) made dense over the input's dims, with begin and end clamped into them. Returns the dense
+    begin, end, strides and the output dims."""
+    n = len(dims)
+    begin, end, strides = (list(attr(op, key, "int32_vec")) for key in ("begin", "end", "strides"))
+    if not len(begin) == len(end) == len(strides) == n:
+        raise unsupported(op, "begin, end and strides need one value per input dim")
+    masks = {key: attr(op, key, "int32") if key in op.attrs else 0
+             for key in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")}
+    ellipsis, new_axis = masks["ellipsis_mask"], masks["new_axis_mask"]
+    if ellipsis & (ellipsis - 1):
+        raise unsupported(op, "more than one ellipsis")
+    seen, extra = False, 0
+    for i in range(n):
+        extra += seen and bool(new_axis >> i & 1)
+        seen = seen or bool(ellipsis >> i & 1)
+    sparse = n if seen else n + 1
+    ellipsis = ellipsis if seen else ellipsis | 1 << n
+    d_begin, d_end, d_strides = [0] * n, [0] * n, [0] * n
+    begin_mask = end_mask = shrink_mask = 0
+    gather = []  # dense index, -1 for a shrunk dim, -2 for a new axis
+    full = 0
+    for i in range(sparse):
+        if ellipsis >> i & 1:
+            while full < min(n - (sparse - i) + 1 + extra, n):
+                d_strides[full] = 1
+                begin_mask, end_mask = begin_mask | 1 << full, end_mask | 1 << full
+                gather.append(full)
+                full += 1
+        elif new_axis >> i & 1:
+            gather.append(-2)
+        else:
+            if full == n:
+                raise unsupported(op, "the slice spec indexes more dims than input %s has" % dims)
+            d_begin[full], d_end[full], d_strides[full] = begin[i], end[i], strides[i]
+            begin_mask |= (masks["begin_mask"] >> i & 1) << full
+            end_mask |= (masks["end_mask"] >> i & 1) << full
+            shrink_mask |= (masks["shrink_axis_mask"] >> i & 1) << full
+            gather.append(-1 if masks["shrink_axis_mask"] >> i & 1 else full)
+            full += 1
+    sizes = [_slice_size(op, i, dims[i], d_begin, d_end, d_strides[i], begin_mask, end_mask, shrink_mask)
+             for i in range(n)]
+    return d_begin, d_end, d_strides, [sizes[g] if g >= 0 else 1 for g in gather if g != -1]
+
+
+def _slice_size(op, i, dim, begin, end, stride, begin_mask, end_mask, shrink_mask):
+    """Dim ``i`` of a strided slice; canonicalizes ``begin[i]`` and ``end[i]`` in place."""
+    if stride == 0:
+        raise fail(op, "strides[%d] is zero" % i)
+    if shrink_mask >> i & 1:
+        b = begin[i] + dim if begin[i] < 0 else begin[i]
+        if stride < 0 or not 0 <= b < dim:
+            raise unsupported(op, "shrunk dim %d at %d of %d, stride %d" % (i, begin[i], dim, stride))
+        begin[i], end[i] = b, b + 1
+    else:
+        low, high = (0, dim) if stride > 0 else (-1, dim - 1)
+        for values, masked, which in ((begin, begin_mask >> i & 1, 0), (end, end_mask >> i & 1, 1)):
+            x = values[i] + dim if values[i] < 0 else values[i]
+            values[i] = ((low, high)[which if stride > 0 else 1 - which] if masked
+                         else min(max(x, low), high))
+    length = end[i] - begin[i]
+    return 0 if length == 0 or (length < 0) != (stride < 0) else -(-abs(length) // abs(stride))
+
+
+def _shape_strided_slice(op):
+    """The slice's dims ([1] when every dim is shrunk); an input ``shape_info`` is sliced along
+    (``forward_strided_slice``, reproduced with its flat-index arithmetic)."""
+    dims = list(op_input(op).shape)
+    begin, end, strides, out = strided_dense(op, dims)
+    info = last_shape_info(op)
+    if not info:
+        return out or [1], {}
+    count = math.prod(dims)
+    if len(info) < count:
+        raise unsupported(op, "shape_info %s shorter than input %s" % (info, dims))
+    steps = [1]  # libxir's flat-index divisors: [prod(dims), prod(dims[1:]), ..., dims[-1], 1]
+    if len(dims) > 1:
+        for d in reversed(dims):
+            steps.insert(0, steps[0] * d)
+    kept = []
+    for i in range(count):
+        x, keep = i, True
+        for j in range(len(dims)):
+            q = x // steps[j]
+            if q < begin[j] or q >= end[j] or abs(x - begin[j]) % strides[j]:
+                keep = False
+                break
+            x %= steps[j]
+        if keep:
+            kept.append(info[i])
+    return with_info(out or [1], kept)
+
+
+def _run_strided_slice(run, op, ins):
+    """TensorFlow's begin/end/strides and masks made dense as libxir does (:func:`strided_dense`);
+    negative strides are not run."""
+    x = one(ins)
+    begin, end, strides, _ = strided_dense(op, list(x.shape))  # libxir's dense form
+    if any(s < 0 for s in strides):
+        raise run.error(op, "negative strides %s are not run" % (strides,))
+    return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))].reshape(op.shape)
+
+
 RECORD = OpRecord(
     family="slicing",
     specs={
@@ -142,4 +336,12 @@ RECORD = OpRecord(
               # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type; the
               # pieces run where the producer does
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
+    xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
+            SELECT: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            INDEX: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
+                                                              req("strides", "int32_vec")), _shape_strided_slice),
+                                    _run_strided_slice, "getitem")},
+    traced={STRIDED_SLICE: ("slice",)},
 )

@@ -8,6 +8,9 @@ from torch import nn
 from .dpu_support import Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, OpRecord, OpSpec
+from .xir_support import IN, OpDef, XirOp, like_input, one, req
+from .xmodel_support import XmodelForm, rewrite_axis, simple
 
 SOFTMAX = "nndct_softmax"
 
@@ -26,6 +29,17 @@ def dpu_softmax(node: Any, ctx: Any) -> Verdict:
                 "next to the DPU.", fixes=[tail_fix(node, ctx)])
 
 
+def _lower_softmax(lo, node) -> dict:
+    """The softmax's dimension (``axis``), from the module or the call."""
+    m = lo.module(node)
+    return {"axis": m.dim if m is not None else lo.call_args(node)["dim"]}
+
+
+def _run_softmax(run, op, ins):
+    """``F.softmax`` over ``axis``, in the simulation's memory layout."""
+    return run.in_model_layout(one(ins), [op.attr("axis")], lambda t, a: F.softmax(t, a[0]))
+
+
 RECORD = OpRecord(
     family="softmax",
     specs={SOFTMAX: OpSpec("float", True, False, False)},
@@ -37,4 +51,7 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={SOFTMAX: _onnx_softmax},
     dpu_rule={SOFTMAX: DpuRule(("softmax",), dpu_softmax, True)},
+    xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)), layout_rewrite=rewrite_axis)},
+    xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax, "softmax")},
+    traced={SOFTMAX: ("softmax",)},
 )

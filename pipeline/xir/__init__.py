@@ -5,13 +5,17 @@ package restates the part of it the pipeline needs with the ``protobuf`` package
 and knows nothing of who made a graph (the simulation's writer, the real quantizer, a compiler):
 
 - ``schema``: XIR's serialized graph (``serial_v2``) as protobuf descriptors;
-- ``opdefs`` with ``shapes``, ``shapes_conv``, ``shapes_layout``: libxir's op definitions and shape
-  inference; ``xgraph``: a graph built the way libxir builds one (defaults, kinds, topological order);
+- ``opdefs`` with ``shapes``, ``shapes_layout``: libxir's op definitions and shape inference (the XIR
+  types the op units write are defined, shaped and run by their units, ``pipeline.ops`` records'
+  ``xir_ops``, read off ``pipeline.ops.XIR_OPS``; the tables here hold the format's own types: ``data``,
+  ``const``, ``fix`` and the built-in types no unit writes); ``xgraph``: a graph built the way libxir builds one (defaults, kinds, topological order);
   ``errors``: ``XGraphError``, what they raise;
 - ``reader``: parse a file and check it against the op definitions;
 - ``interp`` with ``interp_ops`` and ``interp_base``: run a graph on the CPU, the DPU's fixed-point
   arithmetic from ``pipeline.fixpoint``.
 
 The simulation's writer (``pipeline.quantizers.sim.xmodel``), the inspector's ``xmodel`` commands and
-the deploy step's check use it; it imports nothing of theirs.
+the deploy step's check use it; it imports nothing of theirs. It imports ``pipeline.ops`` (the records
+and ``ops/xir_support.py``, the definitions' vocabulary and the shape and kernel helpers), which imports
+nothing of it.
 """

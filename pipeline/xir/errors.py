@@ -1,7 +1,7 @@
-"""The error of an XIR graph built against XIR's op definitions, in a module of its own so that the
-shape inference (``shapes``), the op definitions (``opdefs``) and the graph (``xgraph``) all raise it
-without importing each other in a circle."""
+"""The error of an XIR graph built against XIR's op definitions. The class is defined with the vocabulary
+the op units build their XIR pieces from (``pipeline/ops/xir_support.py``: the units' shape inference
+raises it without importing this room); the shape inference (``shapes``), the op definitions
+(``opdefs``) and the graph (``xgraph``) raise it from here."""
+from ..ops.xir_support import XGraphError
 
-
-class XGraphError(ValueError):
-    """An op cannot be added as asked (libxir would abort with XIR_MULTI_DEFINED_OP and the like)."""
+__all__ = ["XGraphError"]

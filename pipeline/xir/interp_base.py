@@ -9,12 +9,13 @@ from typing import Callable, Dict, List, Mapping, Sequence, Tuple
 import torch
 
 from ..errors import ExportError
+from ..ops.xir_support import TO_NCHW, TO_NHWC, Inputs
 from .xgraph import XOp
 
+__all__ = ["TO_NCHW", "TO_NHWC", "Inputs", "FloatOp", "InterpreterError", "op_error", "nchw", "model_layout",
+           "in_model_layout", "checked", "Run"]
+
 FloatOp = Callable[[List[torch.Tensor]], torch.Tensor]
-Inputs = Dict[str, List[torch.Tensor]]
-TO_NCHW = (0, 3, 1, 2)
-TO_NHWC = (0, 2, 3, 1)
 
 
 class InterpreterError(ExportError):
@@ -69,3 +70,30 @@ class Run:
     def __init__(self, float_ops: Mapping[str, FloatOp]) -> None:
         self.float_ops = float_ops
         self.values = {}  # type: Dict[str, torch.Tensor]
+
+    # the layout helpers, for the kernels of the op units (OpRecord.xir_ops), which get the run at call time
+    @staticmethod
+    def error(op: XOp, text: str) -> InterpreterError:
+        """:func:`op_error`."""
+        return op_error(op, text)
+
+    @staticmethod
+    def nchw(op: XOp, x: torch.Tensor) -> torch.Tensor:
+        """:func:`nchw`."""
+        return nchw(op, x)
+
+    @staticmethod
+    def checked(op: XOp, y: torch.Tensor) -> torch.Tensor:
+        """:func:`checked`."""
+        return checked(op, y)
+
+    @staticmethod
+    def model_layout(x: torch.Tensor) -> Tuple[torch.Tensor, Tuple[int, ...]]:
+        """:func:`model_layout`."""
+        return model_layout(x)
+
+    @staticmethod
+    def in_model_layout(x: torch.Tensor, axes: Sequence[int],
+                        fn: Callable[[torch.Tensor, List[int]], torch.Tensor]) -> torch.Tensor:
+        """:func:`in_model_layout`."""
+        return in_model_layout(x, axes, fn)

@@ -16,87 +16,47 @@ Restated (facts only: names, kinds, occurrences, defaults) from Vitis-AI 3.5, ``
 """
 import numbers
 import re
-from collections import namedtuple
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from . import shapes, shapes_conv, shapes_layout
+from .. import ops
+from ..ops.xir_support import (INS, OPTIONAL, REPEATED, REQUIRED, REQUIRED_AND_REPEATED, ArgDef, AttrDef, OpDef,
+                               opt as _opt, req as _req)
+from . import shapes, shapes_layout
 
-REQUIRED, OPTIONAL, REPEATED, REQUIRED_AND_REPEATED = "required", "optional", "repeated", "required_and_repeated"
-
-ArgDef = namedtuple("ArgDef", "name occur")
-ArgDef.__doc__ = "An input argument: its name and occurrence (REQUIRED, OPTIONAL, REPEATED, REQUIRED_AND_REPEATED)."
-AttrDef = namedtuple("AttrDef", "name kind required default")
-AttrDef.__doc__ = ("An attribute: its name, kind (a key of schema.KIND_FIELDS), whether it is REQUIRED, and the "
-                   "value an OPTIONAL one gets when left out (None for a REQUIRED one).")
-OpDef = namedtuple("OpDef", "type args attrs shape")
-OpDef.__doc__ = ("An op type's definition: arguments and attributes in the definition's order, and its shape "
-                 "inference (op -> (dims, tensor attributes)).")
+__all__ = ["REQUIRED", "OPTIONAL", "REPEATED", "REQUIRED_AND_REPEATED", "ArgDef", "AttrDef", "OpDef", "custom_def",
+           "get", "typed_attrs", "check_args", "infer_shape"]
 
 TypedAttrs = Dict[str, Tuple[str, Any]]
 
-
-def _req(name: str, kind: str) -> AttrDef:
-    return AttrDef(name, kind, True, None)
-
-
-def _opt(name: str, kind: str, default: Any) -> AttrDef:
-    return AttrDef(name, kind, False, default)
-
-
 _IN = (ArgDef("input", REQUIRED),)
-_INS = (ArgDef("input", REQUIRED_AND_REPEATED),)
 _SOURCE = (_req("shape", "int32_vec"), _req("data_type", "string"))
-_CONV_ARGS = _IN + (ArgDef("weights", REQUIRED), ArgDef("bias", OPTIONAL))
-_CONV = (_req("kernel", "int32_vec"), _req("stride", "int32_vec"), _opt("dilation", "int32_vec", [1, 1]),
-         _req("pad_mode", "string"), _opt("pad", "int32_vec", [0, 0, 0, 0]))
-_POOL = (_req("kernel", "int32_vec"), _req("stride", "int32_vec"), _req("pad_mode", "string"),
-         _opt("pad", "int32_vec", [0, 0, 0, 0]), _opt("global", "bool", False))
 _REDUCE = (_req("axis", "int32_vec"), _req("keep_dims", "bool"))
 _ALPHA = (_opt("alpha", "float", 1.0),)
 
-_DEFS = {d.type: d for d in [
+# The XIR format's own definitions: the types no op unit writes (the graph's sources and quantization,
+# data, const, fix, which the writer itself makes, and the built-in types files from the real quantizer
+# or elsewhere carry). A type a unit writes is defined by that unit (OpRecord.xir_ops); a type is in
+# one place, never both (tests/project/test_op_records.py).
+_FORMAT_DEFS = {d.type: d for d in [
     # sources
     OpDef("data", (), _SOURCE, shapes.source),
     OpDef("const", (), _SOURCE + (_req("data", "bytes"),), shapes.source),
-    # convolution and pooling (kernel, stride, dilation: [w, h]; pad: [left, right, top, bottom])
-    OpDef("conv2d", _CONV_ARGS, _CONV + (_opt("group", "int32", 1),), shapes_conv.conv2d),
-    OpDef("depthwise-conv2d", _CONV_ARGS, _CONV, shapes_conv.depthwise_conv2d),
-    OpDef("transposed-conv2d", _CONV_ARGS, _CONV, shapes_conv.transposed_conv2d),
-    OpDef("transposed-depthwise-conv2d", _CONV_ARGS, _CONV, shapes_conv.transposed_depthwise_conv2d),
-    OpDef("maxpool2d", _IN, _POOL, shapes_conv.pool2d),
-    OpDef("avgpool2d", _IN, _POOL + (_opt("count_include_pad", "bool", True),
-                                     _opt("count_include_invalid", "bool", True)), shapes_conv.pool2d),
     # broadcasting binary ops
-    OpDef("add", _INS, (), shapes.broadcast),
-    OpDef("sub", _INS, (), shapes.broadcast),
-    OpDef("mul", _INS, (), shapes.mul),
-    OpDef("div", _INS, (), shapes.div),
-    OpDef("min", _INS, (), shapes.broadcast),
-    OpDef("max", _INS, (), shapes.broadcast),
+    OpDef("min", INS, (), shapes.broadcast),
+    OpDef("max", INS, (), shapes.broadcast),
     # activations and other element-wise ops
-    OpDef("relu", _IN, (), shapes.like_input),
-    OpDef("relu6", _IN, (), shapes.like_input),
-    OpDef("leaky-relu", _IN, (_req("alpha", "float"),), shapes.like_input),
-    OpDef("prelu", _IN + (ArgDef("weight", REQUIRED),), (), shapes.like_input),
     OpDef("elu", _IN, _ALPHA, shapes.like_input),
     OpDef("celu", _IN, _ALPHA, shapes.like_input),
-    OpDef("gelu", _IN, (), shapes.like_input),
     OpDef("mish", _IN, (), shapes.like_input),
     OpDef("selu", _IN, (), shapes.like_input),
-    OpDef("sigmoid", _IN, (), shapes.like_input),
     OpDef("swish", _IN, (), shapes.like_input),
-    OpDef("tanh", _IN, (), shapes.like_input),
-    OpDef("hard-sigmoid", _IN, (), shapes.like_input),
     OpDef("hard-swish", _IN, (), shapes.like_input),
     OpDef("hard-tanh", _IN, (), shapes.like_input),
     OpDef("exp", _IN, (), shapes.like_input),
     OpDef("neg", _IN, (), shapes.like_input),
-    OpDef("softmax", _IN, (_req("axis", "int32"),), shapes.like_input),
     OpDef("l2_normalize", _IN, (_opt("axis", "int32_vec", []), _opt("epsilon", "double", 1e-12)), shapes.like_input),
-    OpDef("scale", _IN + (ArgDef("scale", REQUIRED), ArgDef("bias", OPTIONAL)), (_opt("axis", "int32", -1),),
-          shapes.like_input),
     OpDef("fix", _IN, (_req("fix_point", "int32"), _req("bit_width", "int32"), _req("round_mode", "string"),
                        _req("if_signed", "bool")), shapes.like_input),
     OpDef("cast", _IN, (_req("data_type", "string"),), shapes.like_input),
@@ -107,25 +67,16 @@ _DEFS = {d.type: d for d in [
     OpDef("reduction_product", _IN, _REDUCE, shapes.reduction(lambda info: int(np.prod(info, dtype=np.int64)))),
     OpDef("argmax", _IN, (_req("axis", "int32"),), shapes.argmax),
     # layout
-    OpDef("concat", _INS, (_req("axis", "int32"),), shapes_layout.concat),
-    OpDef("reshape", _IN + (ArgDef("shape", OPTIONAL),), (_opt("shape", "int32_vec", [0]),), shapes_layout.reshape),
     OpDef("flatten", _IN, (_req("start_axis", "int32"), _req("end_axis", "int32")), shapes_layout.flatten),
     OpDef("squeeze", _IN, (_opt("axis", "int32_vec", []),), shapes_layout.squeeze),
-    OpDef("transpose", _IN, (_req("order", "int32_vec"),), shapes_layout.transpose),
-    OpDef("strided_slice", _IN, (_req("begin", "int32_vec"), _req("end", "int32_vec"), _req("strides", "int32_vec")),
-          shapes_layout.strided_slice),
-    OpDef("pad", _IN, (_req("paddings", "int32_vec"), _req("mode", "string"), _opt("constant_values", "float_vec", [])),
-          shapes_layout.pad),
     OpDef("pixel-shuffle", _IN, (_req("scale", "int32"), _req("upscale", "bool")), shapes_layout.pixel_shuffle),
-    OpDef("resize", _IN + (ArgDef("size", OPTIONAL),),
-          (_req("mode", "string"), _opt("align_corners", "bool", False), _opt("half_pixel_centers", "bool", False),
-           _opt("scale", "float_vec", [])), shapes_layout.resize),
     # shapes as data
     OpDef("shape", _IN, (), shapes.shape),
-    OpDef("stack", _INS, (_req("axis", "int32"),), shapes.stack),
-    OpDef("matmul", _INS + (ArgDef("bias", OPTIONAL),), (_req("transpose_a", "bool"), _req("transpose_b", "bool")),
-          shapes.matmul),
 ]}
+
+# every definition: the format's own and the units' (read off the records)
+_DEFS = dict(_FORMAT_DEFS)
+_DEFS.update({type_: piece.definition for type_, piece in ops.XIR_OPS.items()})
 
 # XIR 3.5's other built-in op types: defined there, so never custom, but not written here
 _OTHER_BUILT_INS = frozenset("""

@@ -23,8 +23,9 @@ from typing import List
 import numpy as np
 
 from .... import ops as t
+from ....ops.xmodel_support import INT_MAX
 from .devgraph import Graph, Node
-from .layout import INT_MAX, PERMUTE, layout_transform
+from .layout import PERMUTE, layout_transform
 
 POOL_OR_CONV = (t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.MAX_POOL, t.AVG_POOL)
 

@@ -16,13 +16,13 @@ from typing import Callable, Dict, List, Optional, Sequence, Set
 import numpy as np
 
 from .... import ops as t
+from ....ops.xmodel_support import XmodelForm, rewrite_axis
 from .devgraph import RETURN, Graph, Node
 
 PERMUTE = t.PERMUTE
-INT_MAX = 2147483647  # nndct's NNDCT_CONSTANT.INT_MAX: an open slice end
 
-IMPLICIT_OPS = (t.CONV2D, t.DEPTHWISE_CONV2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.CONVTRANSPOSE2D, t.MAX_POOL,
-                t.AVG_POOL, t.ADAPTIVEAVGPOOL2D, t.RESIZE, t.BATCH_NORM)
+# the ops whose XIR form is NHWC: the records' (``XmodelForm.nhwc``)
+IMPLICIT_OPS = tuple(op for op, f in t.XMODEL.items() if isinstance(f, XmodelForm) and f.nhwc)
 SOURCE_OPS = (t.INPUT, t.CONST)
 
 
@@ -67,31 +67,12 @@ def _passes_layout(node: Node, order: Sequence[int]) -> bool:
             and _keeps_memory(node, order))
 
 
-# attribute rewrites for ops that carry an axis (``attr_transform.py``)
-def _shape_attr(node: Node, order: Sequence[int]) -> None:
-    shape = node.attrs["shape"]
-    node.attrs["shape"] = [shape[d] for d in order]
-
-
-def _axis_attr(node: Node, order: Sequence[int]) -> None:
-    node.attrs["axis"] = list(order).index(node.attrs["axis"])
-
-
-def _slice_attr(node: Node, order: Sequence[int]) -> None:
-    order = list(order)
-    for key in ("begin", "end", "strides"):
-        old = node.attrs[key]
-        new = [1 if key == "strides" else None] * len(old)
-        for dim, value in enumerate(old):
-            new[order.index(dim)] = value
-        node.attrs[key] = new
-    node.attrs["begin_mask"] = sum(1 << d for d, v in enumerate(node.attrs["begin"]) if v == 0)
-    node.attrs["end_mask"] = sum(1 << d for d, v in enumerate(node.attrs["end"])
-                                 if isinstance(v, int) and v >= INT_MAX)
-
-
-SPECIAL_ATTRS = {t.RESHAPE: _shape_attr, t.CONCAT: _axis_attr, t.STRIDED_SLICE: _slice_attr,
-                 t.SHAPE: _axis_attr, t.SOFTMAX: _axis_attr}  # type: Dict[str, Callable[[Node, Sequence[int]], None]]
+# the attribute rewrites of the ops that carry an axis, a shape or a slice (``attr_transform.py``): the
+# records' (``XmodelForm.layout_rewrite``)
+SPECIAL_ATTRS = {op: f.layout_rewrite for op, f in t.XMODEL.items()
+                 if isinstance(f, XmodelForm) and f.layout_rewrite is not None}
+# a shape read (never in the deploy graph: lower.py folds shape arithmetic) takes the axis order too
+SPECIAL_ATTRS[t.SHAPE] = rewrite_axis  # type: Dict[str, Callable[[Node, Sequence[int]], None]]
 
 
 def _permute(graph: Graph, name: str, order: Sequence[int], parent: Node, child: Node) -> Node:

@@ -3,8 +3,9 @@
 Each nndct node of the capture (``pipeline.fx.capture``) becomes a ``devgraph.Node`` with:
 
 - the name nndct's parser gives it (``names.node_names``);
-- nndct's attributes, read from the module or the call (kernel/stride/dilation as ``[w, h]``, pad as
-  ``[left, right, top, bottom]``, the LeakyReLU slope nndct forces, ...);
+- nndct's attributes, read from the module or the call by the op's record (``OpRecord.xmodel``: the
+  lowering of each type, in its unit under ``pipeline/ops/``; kernel/stride/dilation as ``[w, h]``, pad
+  as ``[left, right, top, bottom]``, the LeakyReLU slope nndct forces, ...);
 - its parameters as the quantized test-mode model holds them (already on their fix-point grid, BN
   folded, CLE and bias correction applied), in nndct's layout: conv weights OHWI, a depthwise conv's
   ``(multiplier, kh, kw, channels)``, a transposed conv's ``(out/groups, kh, kw, in)``, linear
@@ -16,7 +17,7 @@ Shape arithmetic (``x.size(0)``, ``//``) is evaluated on the example and folded 
 that use it, as nndct's constant folding does. An op the xmodel cannot carry raises
 :class:`XmodelUnsupported` naming the node.
 """
-from typing import Any, Dict, List, Optional, Sequence, Tuple
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 import torch
@@ -29,16 +30,7 @@ from ....fx.graph import SimGraph, SimNode
 from ....fx.refusals import XMODEL, explain
 from .... import fixpoint
 from ....ops.conv import CONVOLUTION_MODE
-from ....ops.leaky_relu import LEAKY_SLOPE
 from .devgraph import Graph, Node, Tensor
-from .layout import INT_MAX
-
-# what the xmodel writer turns into ops; anything else is refused with the node's name
-SUPPORTED = {t.INPUT, t.CONST, t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D,
-             t.DENSE, t.BATCH_NORM, t.RELU, t.RELU6, t.LEAKY_RELU, t.MAX_POOL, t.AVG_POOL, t.ADAPTIVEAVGPOOL2D,
-             t.FLATTEN, t.RESHAPE, t.CONTIGUOUS, t.PERMUTE, t.TRANSPOSE, t.STRIDED_SLICE, t.RESIZE, t.HSWISH,
-             t.HSIGMOID, t.ADD, t.SUB, t.RSUB, t.MULTIPLY, t.DIV, t.CONCAT, t.PAD, t.SIGMOID, t.TANH, t.GELU, t.SOFTMAX,
-             t.CLAMP, t.PRELU}
 
 
 class XmodelUnsupported(ExportError):
@@ -95,7 +87,7 @@ class _Lowering:
         for node in self.graph.nodes:
             if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
                 continue
-            if node.op not in SUPPORTED and not node.op.startswith("aten::"):
+            if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
             dev = Node(self.names[node.name], node.op, self.attrs(node))
@@ -162,17 +154,9 @@ class _Lowering:
             return
         m = self.lowered.get_submodule(node.name) if self.lowered is not None else self.graph.module(node)
         weight = m.weight.detach().float().numpy()
-        if node.op in (t.CONV2D, t.CONVTRANSPOSE2D):
-            if node.op == t.CONVTRANSPOSE2D:
-                weight = weight.swapaxes(0, 1)
-            weight = weight.transpose(0, 2, 3, 1)
-        elif node.op == t.DEPTHWISE_CONV2D:
-            c = m.in_channels
-            weight = weight.reshape((m.out_channels // c, c) + tuple(weight.shape[2:])).transpose(0, 2, 3, 1)
-        elif node.op == t.DEPTHWISE_CONVTRANSPOSE2D:
-            c = m.in_channels
-            weight = weight.reshape((c, m.out_channels // c) + tuple(weight.shape[2:])).swapaxes(0, 1)
-            weight = weight.transpose(0, 2, 3, 1)
+        form = t.xmodel_form(node.op)
+        if form is not None and form.weights is not None:  # nndct's layout (the record's)
+            weight = form.weights(m, weight)
         dev.params["weights"] = Tensor(node.param_names["weights"], data=np.ascontiguousarray(weight, np.float32))
         dev.params["weights"].from_ndarray(dev.params["weights"].data)
         if "bias" in node.param_names:
@@ -191,58 +175,13 @@ class _Lowering:
 
     # ---------------------------------------------------------------- attributes per type
     def attrs(self, node: SimNode) -> Dict[str, Any]:
-        op = node.op
-        if op in t.CONV_TYPES:
-            m = self.module(node)
-            if node.op == t.CONVTRANSPOSE2D and m.groups != 1:
-                raise unsupported(node, "groups=%d: a grouped transposed conv is not written yet (depthwise, groups = "
-                                        "in_channels = out_channels, is)" % m.groups)
-            if any(_pair(getattr(m, "output_padding", 0))):
-                # nndct writes transposed-conv2d without it: the op's output would lack the last row/column
-                raise unsupported(node, "output_padding=%s: the xmodel's transposed conv has no output padding (the "
-                                        "real quantizer drops it and the compiled output is one row/column short); "
-                                        "use kernel_size = 2 * stride with padding = stride // 2 (e.g. 4, 2, 1) for "
-                                        "an exact doubling" % (tuple(_pair(m.output_padding)),))
-            (kh, kw), (sh, sw), (dh, dw), (ph, pw) = (_pair(m.kernel_size), _pair(m.stride), _pair(m.dilation),
-                                                      _pair(m.padding))
-            return {"kernel": [kw, kh], "stride": [sw, sh], "dilation": [dw, dh], "pad_mode": 0,
-                    "pad": [pw, pw, ph, ph], "group": m.groups, "bias_term": m.bias is not None,
-                    "in_dim": m.in_channels, "out_dim": m.out_channels}
-        if op == t.LEAKY_RELU:
-            return {"alpha": LEAKY_SLOPE}
-        if op == t.PRELU:  # op_dispatcher.prelu: num_parameters = weight.shape[0]
-            return {"num_parameters": int(self.graph.parameter(node.param_names["weights"]).shape[0])}
-        if op == t.GELU:
-            m = self.module(node)
-            approximate = m.approximate if m is not None else self.call_args(node)["approximate"]
-            return {"approximate": "'%s'" % approximate}
-        if op == t.SOFTMAX:
-            m = self.module(node)
-            return {"axis": m.dim if m is not None else self.call_args(node)["dim"]}
-        if op == t.CONCAT:
-            return {"axis": self.call_args(node)["dim"]}
-        if op in (t.MAX_POOL, t.AVG_POOL):
-            return self.pool_attrs(node)
-        if op == t.FLATTEN:
-            m = self.module(node)
-            a = {"start_dim": m.start_dim, "end_dim": m.end_dim} if m is not None else self.call_args(node)
-            return {"start_dim": a["start_dim"], "end_dim": a["end_dim"]}
-        if op == t.RESHAPE:
-            return {"shape": self.shape_args(node)}
-        if op == t.PERMUTE:
-            return {"order": self.shape_args(node)}
-        if op == t.TRANSPOSE:
-            a = self.call_args(node)
-            return {"dims": [a["dim0"], a["dim1"]]}
-        if op == t.STRIDED_SLICE:
-            return self.slice_attrs(node)
-        if op == t.RESIZE:
-            return self.resize_attrs(node)
-        if op == t.PAD:
-            return self.pad_attrs(node)
-        return {}
+        """nndct's attributes of a node: its record's lowering (``OpRecord.xmodel``; none for a custom op)."""
+        form = t.xmodel_form(node.op)
+        return form.lower(self, node) if form is not None else {}
 
     def shape_args(self, node: SimNode) -> List[int]:
+        """The ints of a view/reshape/permute call (``x.view(a, b)``, ``x.view((a, b))``, ``shape=``/``dims=``),
+        traced sizes evaluated on the example."""
         args = [self.value(a) for a in node.fx_node.args[1:]]
         if len(args) == 1 and isinstance(args[0], (list, tuple)):
             args = list(args[0])
@@ -250,118 +189,9 @@ class _Lowering:
             args = list(self.value(node.fx_node.kwargs.get("shape", node.fx_node.kwargs.get("dims"))))
         return [int(a) for a in args]
 
-    def pool_attrs(self, node: SimNode) -> Dict[str, Any]:
-        m = self.module(node)
-        if m is not None:
-            a = {k: getattr(m, k, None) for k in ("kernel_size", "stride", "padding", "dilation", "ceil_mode",
-                                                  "count_include_pad", "divisor_override")}
-        else:
-            a = self.call_args(node)
-        if a.get("divisor_override") is not None:
-            raise unsupported(node, "divisor_override is not carried by the xmodel")
-        if any(d != 1 for d in _pair(a.get("dilation") or 1)):
-            raise unsupported(node, "dilation=%s: the xmodel's pool has no dilation (nndct writes the pool without it); "
-                                    "use dilation 1" % (tuple(_pair(a["dilation"])),))
-        (kh, kw) = _pair(a["kernel_size"])
-        (sh, sw) = _pair(a["stride"]) if a["stride"] not in (None, []) else (kh, kw)
-        (ph, pw) = _pair(a["padding"])
-        attrs = {"kernel": [kw, kh], "stride": [sw, sh], "pad": [pw, pw, ph, ph], "pad_mode": int(bool(a["ceil_mode"])),
-                 "global": False}
-        if node.op == t.AVG_POOL:
-            attrs["count_include_pad"] = bool(a["count_include_pad"])
-        return attrs
-
-    def slice_attrs(self, node: SimNode) -> Dict[str, Any]:
-        fx_node = node.fx_node
-        source = fx_node.args[0]
-        shape = list(self.values[node.inputs[0].fx_node].shape)
-        # a slice of a graph input has no base
-        base = source.args[0] if isinstance(source, torch.fx.Node) and source.args else None
-        if base is not None and isinstance(source, torch.fx.Node) and source in self.graph.fx_graph.nodes \
-                and source.op in ("call_function", "call_method") and _is_split(source):
-            return self.piece_attrs(node, source, shape)
-        index = fx_node.args[1]
-        index = index if isinstance(index, tuple) else (index,)
-        dims, begin, end, strides = [], [], [], []
-        for dim, item in enumerate(index):
-            if not isinstance(item, slice):
-                raise unsupported(node, "indexing with %r (only slices are written)" % (item,))
-            start, stop, step = (self.value(item.start), self.value(item.stop), self.value(item.step))
-            dims.append(dim)
-            begin.append(0 if start is None else int(start))
-            end.append(INT_MAX if stop is None else min(int(stop), INT_MAX))
-            strides.append(1 if step is None else int(step))
-        return {"dims": dims, "begin": begin, "end": end, "strides": strides}
-
-    def piece_attrs(self, node: SimNode, split: torch.fx.Node, shape: List[int]) -> Dict[str, Any]:
-        """One piece of chunk/split as nndct's replacement slices it: every dimension sliced, the
-        split dimension from the piece's start to its end (the last piece to the dimension's size)."""
-        target = split.target if isinstance(split.target, str) else split.target.__name__
-        second = self.value(split.args[1] if len(split.args) > 1 else
-                            split.kwargs.get("chunks", split.kwargs.get("split_size_or_sections",
-                                                                       split.kwargs.get("split_size"))))
-        dim = self.value(split.args[2] if len(split.args) > 2 else split.kwargs.get("dim", 0))
-        dim = dim + len(shape) if dim < 0 else dim
-        size = shape[dim]
-        if target == "chunk":
-            step = -(-size // second)
-            count = -(-size // step) if step else second
-            bounds = [(k * step, size if k == count - 1 else (k + 1) * step) for k in range(count)]
-        elif isinstance(second, (list, tuple)):
-            bounds, start = [], 0
-            for s in second:
-                bounds.append((start, start + s))
-                start += s
-        else:
-            count = max(1, -(-size // second))
-            bounds = [(k * second, size if k == count - 1 else (k + 1) * second) for k in range(count)]
-        start, stop = bounds[node.fx_node.args[1]]
-        rank = len(shape)
-        return {"dims": list(range(rank)), "begin": [start if d == dim else 0 for d in range(rank)],
-                "end": [stop if d == dim else INT_MAX for d in range(rank)], "strides": [1] * rank}
-
-    def resize_attrs(self, node: SimNode) -> Dict[str, Any]:
-        m = self.module(node)
-        a = {"size": m.size, "scale_factor": m.scale_factor, "mode": m.mode, "align_corners": m.align_corners} \
-            if m is not None else self.call_args(node)
-        if a["mode"] not in ("nearest", "bilinear"):
-            raise unsupported(node, "resize mode %r (the xmodel writer writes nearest and bilinear)" % a["mode"])
-        scale = a["scale_factor"]
-        if a["size"] is not None:
-            size = list(_pair(a["size"]))
-            scale_wh = [1.0, 1.0]
-        else:
-            size = [0, 0]
-            scale_wh = [float(scale)] * 2 if not isinstance(scale, (list, tuple)) else [float(s) for s in scale[::-1]]
-        corners = bool(a["align_corners"] or False)
-        # the real quantizer's xmodel: nearest without half-pixel centers; bilinear with them
-        # unless align_corners (torch's half-pixel source index, align_corners=False)
-        bilinear = a["mode"] == "bilinear"
-        return {"mode": "BILINEAR" if bilinear else "NEAREST", "align_corners": corners,
-                "half_pixel_centers": bilinear and not corners, "size": size, "scale": scale_wh}
-
-    def pad_attrs(self, node: SimNode) -> Dict[str, Any]:
-        m = self.module(node)
-        if m is not None:
-            pad, mode, value = list(m.padding), "constant", float(m.value)
-        else:
-            a = self.call_args(node)
-            pad, mode, value = list(a["pad"]), a["mode"], a["value"]
-        if mode != "constant":
-            raise unsupported(node, "pad mode %r (the xmodel writer folds constant pads)" % mode)
-        if any(int(p) < 0 for p in pad):
-            raise unsupported(node, "negative padding %s (a crop): the DPU pads, it does not crop; slice the tensor "
-                                    "instead (x[:, :, a:b, c:d])" % (list(pad),))
-        return {"pad_with": [int(p) for p in pad], "mode": "CONSTANT", "constant_values": float(value or 0.0)}
-
-
-def _pair(v: Any) -> Tuple[int, int]:
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
-def _is_split(node: torch.fx.Node) -> bool:
-    target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return target in ("chunk", "split")
+    def unsupported(self, node: SimNode, why: str) -> XmodelUnsupported:
+        """The error for a node the xmodel cannot carry (:func:`unsupported`), for the records' lowerings."""
+        return unsupported(node, why)
 
 
 def record_values(graph: SimGraph, examples: Sequence[torch.Tensor]) -> Dict[torch.fx.Node, Any]:

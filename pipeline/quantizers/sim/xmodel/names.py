@@ -37,19 +37,7 @@ from ....fx.graph import SimGraph
 WRAPPER = "FlattenInOutModelForTrace"
 
 # nndct op type -> torch.jit kinds (without "aten::") that produce it
-KINDS = {
-    t.CONV2D: ("_convolution",), t.DEPTHWISE_CONV2D: ("_convolution",), t.CONVTRANSPOSE2D: ("_convolution",),
-    t.DEPTHWISE_CONVTRANSPOSE2D: ("_convolution",), t.DENSE: ("linear", "addmm", "matmul"),
-    t.BATCH_NORM: ("batch_norm",), t.RELU: ("relu",), t.RELU6: ("hardtanh", "relu6"), t.LEAKY_RELU: ("leaky_relu",),
-    t.PRELU: ("prelu",),
-    t.MAX_POOL: ("max_pool2d",), t.AVG_POOL: ("avg_pool2d",), t.ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",),
-    t.FLATTEN: ("flatten",), t.RESHAPE: ("view", "reshape"), t.CONTIGUOUS: ("contiguous",), t.PERMUTE: ("permute",),
-    t.TRANSPOSE: ("transpose",), t.STRIDED_SLICE: ("slice",),
-    t.RESIZE: ("upsample_nearest2d", "upsample_bilinear2d"), t.HSWISH: ("hardswish",),
-    t.HSIGMOID: ("hardsigmoid",), t.ADD: ("add",), t.SUB: ("sub",), t.RSUB: ("rsub",), t.MULTIPLY: ("mul",), t.DIV: ("div",),
-    t.CONCAT: ("cat",), t.PAD: ("pad", "constant_pad_nd"), t.SIGMOID: ("sigmoid",), t.TANH: ("tanh",),
-    t.GELU: ("gelu",), t.LAYER_NORM: ("layer_norm",), t.SOFTMAX: ("softmax",), t.CLAMP: ("clamp",), t.SILU: ("silu",), t.MEAN: ("mean",),
-}  # type: Dict[str, Tuple[str, ...]]
+KINDS = t.TRACED  # the records' (OpRecord.traced)
 
 
 # ------------------------------------------------------------------------------ nndct's trace

@@ -1,57 +1,14 @@
-"""The 2-D convolutions: plain, depthwise, transposed and transposed depthwise (``nndct_conv2d``,
-``nndct_depthwise_conv2d``, ``nndct_conv_transpose_2d``, ``nndct_depthwise_conv_transpose_2d``), told
-apart by the module's groups as nndct's ``op_dispatcher`` does.
-
-An ``nn.Conv2d`` whose padding is a string (``padding='same'`` or ``'valid'``) is none of them: torch.jit
-traces it as ``aten::_convolution_mode``, for which nndct's ``op_dispatcher`` has no op, so the real
-quantizer keeps it as a float operator of that type (warning ``QUANTIZER_TORCH_FLOAT_OP``): weights, bias and
-output not quantized, its xmodel op the custom ``aten::_convolution_mode`` on the float weight and bias
-consts (tests/data/refused_real/conv_same). The rule gives that type (:data:`CONVOLUTION_MODE`); the generic
-float operator runs the module's own float conv."""
+"""The conv family's DPU-support rules, with each constraint's reason and fix (UG1414 "Operators
+Supported by PyTorch"; the engines' limits per target through the context)."""
 from typing import Any, List, Optional
 
 from torch import nn
 
-from ..errors import QuantizationError
-from .dpu_checks import (check_channels, check_conv_bank_depth, check_depthwise_bank_depth, check_kernel,
-                         check_padding, check_stride, check_transposed_kernel, fix_channels, fix_conv_bank_depth,
-                         fix_kernel, fix_padding, fix_stride, fix_transposed_kernel)
-from .dpu_support import Fix, Verdict, cpu_verdict, dpu_unless
-from .onnx_form import Unsupported, layer_inputs
-from .record import Absent, DpuRule, OpRecord, OpSpec
+from ..dpu_checks import (check_channels, check_conv_bank_depth, check_depthwise_bank_depth, check_kernel,
+                          check_padding, check_stride, check_transposed_kernel, fix_channels, fix_conv_bank_depth,
+                          fix_kernel, fix_padding, fix_stride, fix_transposed_kernel)
+from ..dpu_support import Fix, Verdict, cpu_verdict, dpu_unless
 
-CONV2D = "nndct_conv2d"
-DEPTHWISE_CONV2D = "nndct_depthwise_conv2d"
-CONVTRANSPOSE2D = "nndct_conv_transpose_2d"
-DEPTHWISE_CONVTRANSPOSE2D = "nndct_depthwise_conv_transpose_2d"
-CONV_TYPES = (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONVTRANSPOSE2D)
-# a Conv2d with string padding as torch.jit traces it: a float operator with no nndct type
-CONVOLUTION_MODE = "aten::_convolution_mode"
-
-
-def conv_type(m: nn.Module, strict: bool = True) -> str:
-    """The nndct type of an ``nn.Conv2d`` or ``nn.ConvTranspose2d``: depthwise when ``groups`` equals the
-    input channels (a transposed conv: weight ``(in, out/g)`` with ``out/g == 1`` and ``groups == in``);
-    :data:`CONVOLUTION_MODE` (a float operator) for a Conv2d with string padding (``'same'``, ``'valid'``).
-
-    Raises:
-        QuantizationError: with ``strict``, a ``padding_mode`` other than zeros (nndct's conv module calls
-            ``F.conv2d`` with the padding, so it pads with zeros)."""
-    if strict and m.padding_mode != "zeros":
-        raise QuantizationError("conv with padding_mode=%r: the real quantizer's conv module pads with zeros "
-                                "(it calls F.conv2d with the padding); use padding_mode='zeros' or an "
-                                "explicit pad" % m.padding_mode)
-    if isinstance(m, nn.Conv2d):
-        if isinstance(m.padding, str):  # torch: aten::_convolution_mode; nndct: no op, a float operator
-            return CONVOLUTION_MODE
-        cin = m.in_channels
-        depthwise = m.groups != 1 and m.groups == cin and m.out_channels % cin == 0
-        return DEPTHWISE_CONV2D if depthwise else CONV2D
-    depthwise = m.weight.shape[1] == 1 and m.groups == m.weight.shape[0] and m.groups != 1
-    return DEPTHWISE_CONVTRANSPOSE2D if depthwise else CONVTRANSPOSE2D
-
-
-# ---- DPU support (the inspector): the conv engine's rules (sources: dpu_checks, UG1414) ----------
 
 def fix_padding_mode(node: Any) -> Fix:
     """padding_mode other than zeros: zero padding (the border values change)."""
@@ -205,59 +162,3 @@ def dpu_convolution_mode(node: Any, ctx: Any) -> Verdict:
     return cpu_verdict("{} with string padding is traced as aten::_convolution_mode, which the quantizer has no op "
                        "for: it runs in float on the CPU (weights, bias and output not quantized).".format(node.source),
                        fixes=[fix])
-
-
-_DPU_Q = OpSpec("dpu", True, False, False)
-
-
-def _onnx_conv(b: Any, node: Any, mod: nn.Conv2d) -> str:
-    """ONNX Conv of an ``nn.Conv2d`` (plain or depthwise: ``group``); ``padding="same"`` pads the odd
-    pixel last, as torch does."""
-    inputs = layer_inputs(b, node, mod)
-    if isinstance(mod.padding, str):
-        total = [d * (k - 1) if mod.padding == "same" else 0
-                 for d, k in zip(mod.dilation, mod.kernel_size)]
-        pads = [t // 2 for t in total] + [t - t // 2 for t in total]  # torch puts the odd pixel last
-    else:
-        pads = list(mod.padding) * 2
-    return b.op("Conv", inputs, node.name, kernel_shape=list(mod.kernel_size), strides=list(mod.stride),
-                pads=pads, dilations=list(mod.dilation), group=mod.groups)
-
-
-def _onnx_conv_mode(b: Any, node: Any, mod: nn.Conv2d) -> str:
-    """A Conv2d with string padding: a quantized one (a lowered model made with its fix positions) is an
-    ONNX Conv like any other; the capture's float ``aten::_convolution_mode`` is refused with the fix."""
-    if getattr(mod, "weight_fix_pos", None) is not None:
-        return _onnx_conv(b, node, mod)
-    raise Unsupported("a Conv2d with padding=%r is a float operator of the real quantizer (torch.jit traces "
-                      "aten::_convolution_mode, which it has no op for: weights, bias and output stay float), "
-                      "and ONNX Runtime's float conv is not bit-exact with torch's; give the padding as numbers "
-                      "(padding=k // 2, or nn.ZeroPad2d before the conv for an even kernel) and the conv is a "
-                      "quantized DPU conv that both exports carry" % (mod.padding,))
-
-
-def _onnx_conv_transpose(b: Any, node: Any, mod: nn.ConvTranspose2d) -> str:
-    """ONNX ConvTranspose of an ``nn.ConvTranspose2d`` (plain or depthwise), output_padding kept."""
-    inputs = layer_inputs(b, node, mod)
-    return b.op("ConvTranspose", inputs, node.name, kernel_shape=list(mod.kernel_size),
-                strides=list(mod.stride), pads=list(mod.padding) * 2, dilations=list(mod.dilation),
-                group=mod.groups, output_padding=list(mod.output_padding))
-
-
-RECORD = OpRecord(
-    family="conv",
-    specs=dict([(t, _DPU_Q) for t in CONV_TYPES] + [(CONVOLUTION_MODE, OpSpec("float", False, False, False))]),
-    module_rules={nn.Conv2d: conv_type, nn.ConvTranspose2d: conv_type},
-    roles={"conv": CONV_TYPES, "params": CONV_TYPES, "bias_corr": CONV_TYPES},
-    approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
-                         "fixed point, the shifts are docs/arithmetic.md's"),
-    source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py",
-    onnx={CONV2D: _onnx_conv, DEPTHWISE_CONV2D: _onnx_conv, CONVTRANSPOSE2D: _onnx_conv_transpose,
-          DEPTHWISE_CONVTRANSPOSE2D: _onnx_conv_transpose, CONVOLUTION_MODE: _onnx_conv_mode},
-    dpu_rule={CONV2D: DpuRule(("conv2d",), dpu_conv2d),
-              DEPTHWISE_CONV2D: DpuRule(("depthwise_conv2d",), dpu_depthwise_conv2d),
-              CONVTRANSPOSE2D: DpuRule(("conv_transpose2d",), dpu_conv_transpose2d),
-              DEPTHWISE_CONVTRANSPOSE2D: DpuRule(("conv_transpose2d",), dpu_conv_transpose2d),
-              # a conv with string padding: a float operator of the quantizer, judged as such with its fix
-              CONVOLUTION_MODE: DpuRule(("conv2d",), dpu_convolution_mode, True)},
-)

@@ -1,0 +1,89 @@
+"""The xmodel piece of an op record (:class:`XmodelForm`) and the pure helpers the units' lowerings and
+XIR creators share. A support module: it defines no RECORD.
+
+A unit's lowering is called with the room's lowering context (``quantizers/sim/xmodel/lower.py``,
+``_Lowering``) and its creator with the room's writer (``quantizers/sim/xmodel/convert.py``,
+``_Writer``); both are handed over at call time, so no unit imports the room. The methods they use:
+
+- lowering context ``lo``: ``lo.module(node)`` (the node's ``nn.Module``, None for a functional call),
+  ``lo.call_args(node)`` (the call's arguments by name, defaults filled: ``OpRecord.signatures``),
+  ``lo.value(arg)`` (an argument with traced sizes replaced by their values on the example),
+  ``lo.shape_args(node)`` (the ints of a view/permute call), ``lo.values`` (fx node -> its value),
+  ``lo.graph`` (the capture), ``lo.unsupported(node, why)`` (the error to raise for a form the xmodel
+  cannot carry);
+- writer ``w``: ``w.fixed_op(name, type, attrs, inputs)`` (an XIR op and its ``fix``),
+  ``w.fixed_const(name, data)``, ``w.op_of(name)``, ``w.data_inputs(node)``, ``w.with_params(node,
+  type, attrs)``, ``w.fix_op(op, bit_width, fix_pos)``, ``w.custom(node)`` (a custom op: a type XIR
+  does not define), ``w.x`` (the ``XGraph``) and ``w.outputs`` (node name -> (bit_width, fix_pos)).
+"""
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union
+
+from .record import Absent
+
+INT_MAX = 2147483647  # nndct's NNDCT_CONSTANT.INT_MAX: an open slice end
+PAD_MODES = {0: "FLOOR", 1: "CEIL", 2: "SAME", 3: "VALID"}  # nndct's pad_mode -> XIR's
+
+Lowering = Callable[[Any, Any], Dict[str, Any]]  # (lowering context, SimNode) -> deploy attributes
+Creator = Callable[[Any, Any], None]  # (writer, devgraph.Node) -> None; creates the node's XIR ops
+
+
+@dataclass(frozen=True)
+class XmodelForm:
+    """How the xmodel writer carries one nndct op type (``OpRecord.xmodel``).
+
+    Attributes:
+        lower: ``lower(lo, node) -> attrs``: the nndct deploy-graph attributes of a capture node
+            (``pytorch_nndct/parse/parser.py`` and the op's ``nndct_shared/nndct_graph`` attributes: kernel,
+            stride, dilation as ``[w, h]``, pad as ``[left, right, top, bottom]``, ...); raises
+            ``lo.unsupported(node, why)`` for a form the xmodel cannot carry.
+        create: ``create(w, node)``: the XIR ops the real quantizer's ``xop_creator.py`` makes for a
+            deploy-graph node of the type, in its order, through the writer's methods.
+        nhwc: the type's XIR form is NHWC (an "implicit" op of nndct's ``layout_tranform``: convs, pools,
+            resize, batch norm): the layout pass starts from it (``quantizers/sim/xmodel/layout.py``).
+        layout_rewrite: ``rewrite(node, order)``: how a node of the type rewrites its attributes when it
+            takes a layout ``order`` (``attr_transform.py``: an axis, a shape, a slice's dims); None when
+            it has none to rewrite.
+        weights: ``weights(module, w) -> w``: a layer's weights (float32 ndarray, the module's torch
+            layout) in nndct's layout (``parser.py`` ``_load_data``: conv OHWI, ...); None: as torch holds
+            them (linear ``[out, in]``, batch norm ``[C]``).
+        const_weights: ``const_weights(w) -> w``: the weights as ``xop_creator.py`` writes them into their
+            ``const`` op (a transposed conv's flipped in H and W); None: as the deploy graph holds them.
+    """
+    lower: Lowering
+    create: Creator
+    nhwc: bool = False
+    layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
+    weights: Optional[Callable[[Any, Any], Any]] = None
+    const_weights: Optional[Callable[[Any], Any]] = None
+
+
+XmodelPiece = Union[XmodelForm, Absent]
+
+
+def pair(v: Any) -> Tuple[int, int]:
+    """An int or a pair as a pair of ints (torch's ``_pair``)."""
+    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
+
+
+def no_attrs(lo: Any, node: Any) -> Dict[str, Any]:
+    """The lowering of a type nndct gives no attributes."""
+    return {}
+
+
+def custom(w: Any, node: Any) -> None:
+    """Written as a custom op (a type XIR does not define: its output ``shape`` and ``data_type``)."""
+    w.custom(node)
+
+
+def rewrite_axis(node: Any, order: Sequence[int]) -> None:
+    """The ``axis`` attribute moved with the layout ``order`` (``attr_transform.py``)."""
+    node.attrs["axis"] = list(order).index(node.attrs["axis"])
+
+
+def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:
+    """The creator of one XIR op ``type_`` on the node's data inputs, with the node's attributes ``keys``."""
+    def create(w: Any, node: Any) -> None:
+        attrs = {k: node.attrs[k] for k in keys} or None
+        w.fixed_op(node.name, type_, attrs, {"input": w.data_inputs(node)})
+    return create
