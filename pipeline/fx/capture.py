@@ -138,6 +138,16 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int
             "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
 
 
+def trace_with_defaults(model: nn.Module, n_inputs: int) -> Tuple[nn.Module, torch.fx.Graph]:
+    """``(module, graph)``: the fx trace of a working copy of ``model`` (``work_copy``) called with
+    ``n_inputs`` inputs, its other ``forward`` arguments' defaults traced in as ``capture`` does
+    (a bool default that picks the path, which plain ``torch.fx.symbolic_trace`` cannot follow).
+
+    Raises:
+        QuantizationError: the model cannot be traced (named, with fx's reason)."""
+    return _trace(lambda: work_copy(model), model, n_inputs, _given_defaults(model, n_inputs))
+
+
 def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
     try:
         return concrete_trace(work, tuple(e.detach().cpu() for e in examples))

@@ -172,3 +172,23 @@ def test_vgg11_at_64_equals_the_real_quantizer(tmp_path):
     with open(os.path.join(real, "VGG_int.xmodel.digest.json")) as f:
         stored = json.load(f)
     assert_same_digest(os.path.join(folder, "xmodel", "VGG_int.xmodel"), stored["ops"], stored["sha256"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("factory", ["digits_uneven_pool", "DigitsFlag"])
+def test_a_run_calibrates_tests_and_exports_the_form(tmp_path, factory):
+    """The pipeline's own run (train, inspect, calib, test, export of the xmodel) of a config whose model
+    has the form: a digits classifier with an AdaptiveAvgPool2d((3, 3)) of its 8x8 map, or with a
+    ``forward(x, flag=False)`` default that picks the path."""
+    import pipeline
+    from tests.support import make_case
+    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.support.corpus_calib_forms:" + factory,
+                                        "train": {"epochs": 1}},
+                       quantizer={"require_float_above_chance": False},  # one epoch: near chance
+                       export={"formats": ["xmodel"]})  # the exact ONNX flavour refuses uneven windows
+    report = pipeline.run(cfg, steps=["train", "inspect", "calib", "test", "export"])
+    assert report["status"]["state"] == "ok"
+    info = qi.read_quant_info(str(tmp_path / "run" / "quantize_result"))
+    nulls = [k for k, v in info["output"].items() if v[0][1] is None]
+    assert nulls == (["Sequential::nndct_adaptive_avg_pool2d_3"] if factory == "digits_uneven_pool" else [])
+    assert [f for f in os.listdir(str(tmp_path / "run" / "export")) if f.endswith("_int.xmodel")]

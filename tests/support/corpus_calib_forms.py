@@ -110,3 +110,25 @@ def make_inputs(name, n, seed):
 if __name__ == "__main__":
     from tests.support import corpus_calib_forms
     corpus_models.main(corpus_calib_forms, sys.argv[1:])
+
+
+class DigitsFlag(nn.Module):
+    """A digits classifier (1 x 8 x 8) whose ``forward(x, flag=False)`` default picks the path, for a run
+    of the pipeline (``model.factory``)."""
+
+    def __init__(self, num_classes=10):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.fc = nn.Linear(8 * 16, num_classes)
+
+    def forward(self, x, flag: bool = False):
+        y = self.conv(x)
+        y = torch.sigmoid(y) if flag else F.relu(y)
+        return self.fc(torch.flatten(F.max_pool2d(y, 2), 1))
+
+
+def digits_uneven_pool(num_classes=10):
+    """A digits classifier (1 x 8 x 8) whose AdaptiveAvgPool2d((3, 3)) does not divide its 8x8 map, for
+    a run of the pipeline (``model.factory``)."""
+    return nn.Sequential(nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.AdaptiveAvgPool2d((3, 3)), nn.Flatten(),
+                         nn.Linear(8 * 9, num_classes))
