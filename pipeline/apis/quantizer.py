@@ -10,16 +10,18 @@ from torch import nn
 
 from ..errors import ExportError, QuantizationError
 from ..models.loading import load_state_dict_file
+from ..ops import ADAPTIVEAVGPOOL2D
 from ..quantizers import calib_commit
 from ..quantizers.base import QuantSettings
 from ..quantizers.calib_commit import check_committed
 from ..quantizers.fingerprint import make_fingerprint
 from ..quantizers.quant_config import QuantConfig, load_quant_config
+from ..quantizers.sim.ops import adaptive_unquantized
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
 from .checks import check_input, check_mode, check_target, cpu_device, example_inputs, output_folder
 from .exports import TestModeMethods
-from .notes import note
+from .notes import log, note
 
 # Keyword arguments of the real torch_quantizer (3.5) that the simulation accepts and ignores,
 # with their defaults (docs/quantizer.md#torch_quantizer-arguments).
@@ -91,6 +93,13 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
         note("=>Get module with quantization.")
+        graph = self._session.graph
+        for node in graph.nodes:  # as nndct's deephi_AdaptiveAvgPool2d warns (adaptive_avg_pool.py), in both modes
+            if node.op == ADAPTIVEAVGPOOL2D and adaptive_unquantized(graph, node):
+                sizes = [[int(d) for d in graph.example_shapes[n][-2:]] for n in (node.fx_node, node.fx_node.args[0])]
+                log.warning("AdaptiveAvgpool2d op(%s) is not quantized: its output size %s does not divide its input "
+                            "size %s, so it runs unscaled, in float, as in the real quantizer (the DPU cannot run it)",
+                            graph.full_name(node), *sizes)
 
     def _make_fingerprint(self, module: nn.Module, examples: Tuple[torch.Tensor, ...],
                           quant_config_file: Optional[str]) -> Dict[str, Any]:

@@ -37,6 +37,12 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    (``attention.inline_attention``; its packed projection an ``nndct_dense`` named
    ``in_proj_weight`` / ``in_proj_bias``).
 
+A ``forward`` argument the example does not give takes its default, as in the real quantizer's
+``torch.jit.trace(model, input_args)``, which calls ``forward`` with the example alone: the default
+is traced as a constant (a float operand becomes an ``nndct_const``; a bool or None picks the path
+and leaves no node), through fx's ``concrete_args`` (``_given_defaults``). A missing argument
+without a default, or with a tensor default, is refused.
+
 A function registered with ``torch.fx.wrap`` (torchvision's ``shifted_window_attention``, ...) is
 traced through on the example, as torch.jit does (``concrete_trace.py``): its ops become nodes,
 branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice`` and an
@@ -52,10 +58,13 @@ them). This module is the driver; the steps live in ``rewrites.py`` and ``attent
 order and names, 4), ``example_run.py`` (the graph's GraphModule and shapes on the example) and
 ``graph.py`` (``SimNode``, ``SimGraph``, the result).
 """
-from typing import Any, Callable, Dict, Optional, Tuple
+import inspect
+import warnings
+from typing import Any, Callable, Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
+import torch.utils._pytree
 from torch import nn
 
 from .. import support
@@ -72,10 +81,50 @@ from .shape_tuples import ShapeTuples
 from .work_copy import work_copy
 
 
-def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Module, torch.fx.Graph]:
-    # torch.fx.symbolic_trace without its GraphModule (built on first use, after the rewrites)
+def _given_defaults(model: nn.Module, n_examples: int) -> Dict[str, Any]:
+    """forward()'s parameters after the first ``n_examples``, name -> default, when every one of
+    them has a default that holds no tensor (what ``torch.jit.trace`` bakes in: the real quantizer
+    traces ``model(*input_args)``); else ``{}`` (none missing, or the input count check refuses)."""
     try:
-        return fx_trace(make_root)
+        params = list(inspect.signature(type(model).forward).parameters.values())[1:]  # after self
+    except (TypeError, ValueError):  # no Python signature: fx traces it as it can
+        return {}
+    rest = params[n_examples:]
+    kinds = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    if not rest or any(p.kind not in kinds or p.default is inspect.Parameter.empty for p in rest):
+        return {}
+    holds_tensor = []  # type: List[bool]
+    torch.utils._pytree.tree_map(lambda v: holds_tensor.append(isinstance(v, torch.Tensor)), [p.default for p in rest])
+    return {} if any(holds_tensor) else {p.name: p.default for p in rest}
+
+
+def _drop_baked(fx_graph: torch.fx.Graph, n_examples: int) -> None:
+    """Remove what fx's ``concrete_args`` leaves of the baked arguments: the placeholders after the
+    first ``n_examples`` (one per baked value, ``<name>_<i>``: the value itself is traced in) and
+    the checks on them (``==`` and ``torch._assert``, ``_assert_is_none``); torch.jit records none."""
+    doomed = []  # type: List[torch.fx.Node]
+    stack = [n for n in fx_graph.nodes if n.op == "placeholder"][n_examples:]
+    while stack:  # the placeholders and everything computed from them
+        node = stack.pop()
+        if node not in doomed:
+            doomed.append(node)
+            stack.extend(node.users)
+    for node in reversed([n for n in fx_graph.nodes if n in doomed]):
+        fx_graph.erase_node(node)
+
+
+def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int,
+           baked: Dict[str, Any]) -> Tuple[nn.Module, torch.fx.Graph]:
+    # torch.fx.symbolic_trace without its GraphModule (built on first use, after the rewrites);
+    # ``baked``: forward()'s defaults the example does not give (_given_defaults), traced in
+    try:
+        if not baked:
+            return fx_trace(make_root)
+        with warnings.catch_warnings():  # fx: "Was not able to add assertion" for a str default
+            warnings.simplefilter("ignore")
+            work, fx_graph = fx_trace(make_root, baked)
+        _drop_baked(fx_graph, n_examples)
+        return work, fx_graph
     except QuantizationError:
         raise
     except Exception as e:  # fx raises many types (TraceError, TypeError, ...)
@@ -87,6 +136,16 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module) -> Tuple[nn.Mod
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
             "%s: %s. Make forward() free of data-dependent Python control flow (the real "
             "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
+
+
+def trace_with_defaults(model: nn.Module, n_inputs: int) -> Tuple[nn.Module, torch.fx.Graph]:
+    """``(module, graph)``: the fx trace of a working copy of ``model`` (``work_copy``) called with
+    ``n_inputs`` inputs, its other ``forward`` arguments' defaults traced in as ``capture`` does
+    (a bool default that picks the path, which plain ``torch.fx.symbolic_trace`` cannot follow).
+
+    Raises:
+        QuantizationError: the model cannot be traced (named, with fx's reason)."""
+    return _trace(lambda: work_copy(model), model, n_inputs, _given_defaults(model, n_inputs))
 
 
 def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
@@ -107,7 +166,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
         model: the float model (any device; the copy is moved to the CPU and put in eval mode).
             Never modified.
         example: the example input: a float32 tensor of any rank, or a tuple/list of them (one
-            per ``forward`` argument, in order); not modified.
+            per ``forward`` argument, in order; the arguments after them take their defaults,
+            traced in as the real quantizer's ``torch.jit.trace`` does); not modified.
         rewrites: the quantizer's rewrites with the module swaps ``Rewrites`` switches on (the
             quantizer's config gives them: ``QuantConfig.rewrites()``); None keeps the model as
             written (no module swaps, Dropout/Identity kept as ``identity`` nodes, BatchNorm
@@ -125,7 +185,9 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     """
     examples = tuple(example) if isinstance(example, (tuple, list)) else (example,)
     rewrite = rewrites is not None
-    if traced is not None and traced.graph is not None and (not rewrite or swaps_keep_graph(traced.module, rewrites)):
+    baked = _given_defaults(model, len(examples))  # forward()'s defaults the example does not give
+    if traced is not None and traced.graph is not None and not baked and (
+            not rewrite or swaps_keep_graph(traced.module, rewrites)):
         work = work_copy(traced.module)
         if rewrite:
             swap_modules(work, rewrites)
@@ -136,11 +198,12 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
             if rewrite:
                 swap_modules(work, rewrites)
             return work
-        work, fx_graph = _trace(make_root, model)
+        work, fx_graph = _trace(make_root, model, len(examples), baked)
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
         raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "
-                                "pass one tensor per input, in order, as a tuple"
+                                "pass one tensor per input, in order, as a tuple (an input left out must "
+                                "have a default that holds no tensor, which is then traced in)"
                                 % (type(model).__name__, len(placeholders),
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
     if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does

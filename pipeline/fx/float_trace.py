@@ -7,7 +7,7 @@ trace to each of them. Each consumer that rewrites the graph works on its own co
 (``copy.deepcopy`` of a ``torch.fx.Graph`` copies its nodes, names included; it does not trace).
 """
 import copy
-from typing import Callable, Optional, Tuple
+from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
 import torch.fx
@@ -54,8 +54,10 @@ class FloatTrace:
         return copy.deepcopy(self.graph)
 
 
-def fx_trace(make_root: Callable[[], nn.Module]) -> Tuple[nn.Module, torch.fx.Graph]:
+def fx_trace(make_root: Callable[[], nn.Module],
+             concrete_args: Optional[Dict[str, Any]] = None) -> Tuple[nn.Module, torch.fx.Graph]:
     """``torch.fx.Tracer().trace`` of the module ``make_root()`` returns; ``(module, graph)``.
+    ``concrete_args``: forward() arguments traced as these values (fx's own ``concrete_args``).
 
     torch.fx's tracer patches every function of the ``math`` module for each trace, so that
     ``math.sqrt`` of a traced value is recorded as a call: a fifth of the trace of a small model.
@@ -72,8 +74,8 @@ def fx_trace(make_root: Callable[[], nn.Module]) -> Tuple[nn.Module, torch.fx.Gr
     root = make_root()
     with recording_proxy_arguments():  # torch.arange(x.shape[2]) recorded in torch 1.13 as in torch 2
         try:
-            return root, torch.fx.Tracer(autowrap_modules=()).trace(root)
+            return root, torch.fx.Tracer(autowrap_modules=()).trace(root, concrete_args)
         except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
             pass
         root = make_root()
-        return root, torch.fx.Tracer().trace(root)
+        return root, torch.fx.Tracer().trace(root, concrete_args)

@@ -44,7 +44,9 @@ Semantics per op type (``OPS``; XIR's definitions, restated where the simulation
 - custom op types (``aten::silu``, ``aten::mean``, ``nndct_clamp``, ...): the file carries only their
   output ``shape`` and ``data_type``. The caller's ``float_ops[op name]`` computes them; without one,
   ``aten::silu`` is ``F.silu`` and ``aten::mean`` the mean over the dims the output drops (see
-  :func:`_mean`); any other raises ``interp_base.InterpreterError``.
+  :func:`_mean`); any other raises ``interp_base.InterpreterError``. ``nndct_adaptive_avg_pool2d``
+  (an adaptive pool whose output size does not divide its input, left unscaled) has NHWC input and
+  output: ``F.adaptive_avg_pool2d`` on NCHW to the op's output size, always built in.
 """
 from typing import Callable, Dict, List
 
@@ -124,10 +126,22 @@ _BUILT_IN_CUSTOM = {
 }  # type: Dict[str, Callable[[XOp, List[torch.Tensor]], torch.Tensor]]
 
 
+# custom ops the file holds in NHWC, as the DPU op they stand for (nndct lays them out so): computed here,
+# never by the caller's float_ops (the simulation's NCHW call). An adaptive average pool whose output
+# size does not divide its input is written as its nndct type, unscaled (docs/arithmetic.md)
+_NHWC_CUSTOM = {
+    "nndct_adaptive_avg_pool2d":
+        lambda op, xs: F.adaptive_avg_pool2d(nchw(op, xs[0]), [int(d) for d in op.shape[1:3]]).permute(TO_NHWC),
+}  # type: Dict[str, Callable[[XOp, List[torch.Tensor]], torch.Tensor]]
+
+
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
-    """A custom op (a type XIR does not define): the caller's ``float_ops[op.name]``, else a built-in one."""
+    """A custom op (a type XIR does not define): the caller's ``float_ops[op.name]``, else a built-in
+    one (an NHWC one of ``_NHWC_CUSTOM`` always built in)."""
     xs = [x for arg in sorted(ins) for x in ins[arg]]
-    if op.name in run.float_ops:
+    if op.type in _NHWC_CUSTOM:
+        y = _NHWC_CUSTOM[op.type](op, xs)
+    elif op.name in run.float_ops:
         y = run.float_ops[op.name](xs)
     elif op.type in _BUILT_IN_CUSTOM:
         y = _BUILT_IN_CUSTOM[op.type](op, xs)

@@ -8,7 +8,9 @@
 - AvgPool2d and AdaptiveAvgPool2d: output multiplied by the DPU factor of
   :func:`pipeline.ops.pool.avgpool_dpu_scale` (``avgpool.py``,
   ``adaptive_avg_pool.py``). An adaptive pool whose input size is not a multiple of its output
-  size is left unscaled and unquantized.
+  size is left unscaled and unquantized: ``deephi_AdaptiveAvgPool2d.forward`` warns "is not
+  quantized" and returns the plain average, so its output entry is ``[[8, null]]`` and a conv or
+  Linear after it reads float values (docs/arithmetic.md#adaptive-average-pool-that-does-not-divide).
 - Hardsigmoid: ``relu6(x + 3) * 2731/16384``; Hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``
   with ``Q7`` a half_up fake quantization at fix_pos 7, 8 bits (``hardsigmoid.py``,
   ``hardswish.py``).
@@ -79,6 +81,27 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     if any(in_hw[i] % out[i] for i in range(2)):
         return None
     return avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
+
+
+def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
+    """Whether an adaptive average pool node is one nndct leaves unscaled and unquantized: an output
+    size that does not divide the input size on the example (``deephi_AdaptiveAvgPool2d.forward``,
+    ``pytorch_nndct/nn/modules/adaptive_avg_pool.py``: ``input_size[i] % output_size[i]``; 7x7 of
+    a 2x2 map, 3x3 of 8x8). A global pool (every output size 1 or None) always divides and needs no
+    example shapes (they cost one float forward).
+
+    Args:
+        graph: the SimGraph; ``node``: one of its ``nndct_adaptive_avg_pool2d`` nodes (NCHW input).
+
+    Returns:
+        True when its output has no fix position (quant_info ``[[bitwidth, null]]``).
+    """
+    out = adaptive_output_size(graph, node)
+    sizes = (out, out) if isinstance(out, int) else tuple(out)
+    if all(s is None or int(s) == 1 for s in sizes):
+        return False
+    shape = graph.example_shapes[node.fx_node.all_input_nodes[0]]
+    return adaptive_scale((int(shape[-2]), int(shape[-1])), out) is None
 
 
 def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],

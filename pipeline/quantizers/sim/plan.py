@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
+from .ops import adaptive_unquantized
 
 POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
 
@@ -46,7 +47,9 @@ class QuantPlan:
         unquantized_outputs: the names of ``output_order`` of quantizable-type nodes computing
             integer sizes (``(4 - W % 4)``, ``B * num_windows``): torch.jit traces them as int64
             tensors, which nndct registers but never quantizes (its warning
-            ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``.
+            ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``; and adaptive
+            average pools whose output size does not divide their input size on the example
+            (``ops.adaptive_unquantized``), which nndct leaves unscaled and never quantizes.
     """
 
     def __init__(self, graph: SimGraph) -> None:
@@ -108,6 +111,8 @@ class QuantPlan:
             if node.op == g.INPUT and len(consumers) == 1 and next(iter(consumers)).op.startswith("aten::"):
                 outputs.pop(self.quant_output(node).name, None)
         self.output_order = list(outputs)
+        self.unquantized_outputs.extend(n.name for n in self.graph.nodes if n.op == g.ADAPTIVEAVGPOOL2D
+                                        and n.name in outputs and adaptive_unquantized(self.graph, n))
 
 
 def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:

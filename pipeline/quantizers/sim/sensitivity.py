@@ -52,6 +52,7 @@ import torch.fx
 from torch import nn
 
 from ...errors import DataError, QuantizationError
+from ...fx.capture import trace_with_defaults
 from ...fx.proxy_args import recording_proxy_arguments
 from ..sensitivity_rows import LayerSensitivity
 from .sensitivity_stats import Accumulator, Point, describe
@@ -148,6 +149,10 @@ def _trace_float(float_model: nn.Module, traced: Any = None) -> torch.fx.GraphMo
         with recording_proxy_arguments():  # torch.arange(x.shape[2]) traced in torch 1.13 as in torch 2
             return torch.fx.symbolic_trace(work)
     except Exception as e:  # fx raises many types; the sim's capture traced it already
+        try:  # forward(x, flag=False): its defaults traced in, as the capture traces them
+            return torch.fx.GraphModule(*trace_with_defaults(float_model, 1))
+        except QuantizationError:
+            pass
         raise QuantizationError("layer sensitivity: torch.fx.symbolic_trace of %s failed (%s), although the "
                                 "sim quantizer traced it; report this with the model" % (type(float_model).__name__, e))
 
