@@ -57,7 +57,7 @@ from .. import fixpoint, ops
 from ..ops.hard_sigmoid import xir_hard_sigmoid
 from ..ops.xir_support import Kernel, fold, one, unary
 from . import opdefs
-from .interp_base import Inputs, Run, checked, model_layout, op_error
+from .interp_base import TO_NHWC, Inputs, Run, checked, model_layout, nchw, op_error
 from .xgraph import XOp
 
 
