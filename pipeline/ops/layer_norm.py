@@ -10,6 +10,7 @@ from torch import nn
 
 from .onnx_form import NO_LOWERING, Unsupported
 from .record import Absent, OpRecord, OpSpec
+from .xmodel_support import XmodelForm
 
 LAYER_NORM = "nndct_layer_norm"
 
@@ -38,17 +39,41 @@ def _onnx_layer_norm(b: Any, node: Any, mod: Optional[nn.LayerNorm]) -> str:
     return b.op("Reshape", [y, b.op("Shape", [x], name + "/shape")], name)
 
 
+def _lower_layer_norm(lo: Any, node: Any) -> dict:
+    """nndct's attributes of a layer norm (``parser.py``, the ``nndct_layer_norm`` node's
+    ``normalized_shape``, ``eps``, ``elementwise_affine``): the module's, or those ``F.layer_norm`` is
+    called with (an affine call gives a weight)."""
+    m = lo.module(node)
+    if m is not None:
+        shape, eps, affine = m.normalized_shape, m.eps, m.elementwise_affine
+    else:
+        args = lo.call_args(node)
+        shape, eps, affine = args["normalized_shape"], args["eps"], args.get("weight") is not None
+    shape = [int(shape)] if isinstance(shape, int) else [int(d) for d in shape]
+    return {"normalized_shape": shape, "eps": float(eps), "elementwise_affine": bool(affine)}
+
+
+def _create_layer_norm(w: Any, node: Any) -> None:
+    """The custom op ``nndct_layer_norm`` (a type XIR does not define; nndct's ``custom_xop``): its inputs
+    x, then the quantized weight and bias consts (those it has); its attributes the node's
+    (``normalized_shape``, ``eps``, ``elementwise_affine``) with its output ``shape`` and ``data_type``."""
+    w.custom(node, node.attrs)
+
+
 RECORD = OpRecord(
     family="layer_norm",
     specs={LAYER_NORM: OpSpec("float", True, False, False)},
     modules={nn.LayerNorm: LAYER_NORM},
     functions={F.layer_norm: LAYER_NORM},
+    signatures={LAYER_NORM: (("input", "normalized_shape", "weight", "bias", "eps"),
+                             {"weight": None, "bias": None, "eps": 1e-5})},
     roles={"norm": (LAYER_NORM,)},
     approximation=Absent("a float operator on the CPU: torch's kernel on quantized gamma and beta"),
     source="pytorch_nndct/nn/modules/layernorm.py",
     onnx={LAYER_NORM: _onnx_layer_norm},
     dpu_rule={LAYER_NORM: Absent("a float operator of the quantizer")},
-    xmodel={LAYER_NORM: Absent("not written yet: the xmodel writer has no XIR form for it")},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    xmodel={LAYER_NORM: XmodelForm(_lower_layer_norm, _create_layer_norm)},
+    xir_ops=Absent("a custom op (nndct_layer_norm: a type XIR does not define; the interpreter runs the "
+                   "simulation's call for it)"),
     traced={LAYER_NORM: ("layer_norm",)},
 )

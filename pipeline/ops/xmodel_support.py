@@ -13,8 +13,9 @@ A unit's lowering is called with the room's lowering context (``quantizers/sim/x
   cannot carry);
 - writer ``w``: ``w.fixed_op(name, type, attrs, inputs)`` (an XIR op and its ``fix``),
   ``w.fixed_const(name, data)``, ``w.op_of(name)``, ``w.data_inputs(node)``, ``w.with_params(node,
-  type, attrs)``, ``w.fix_op(op, bit_width, fix_pos)``, ``w.custom(node)`` (a custom op: a type XIR
-  does not define), ``w.x`` (the ``XGraph``) and ``w.outputs`` (node name -> (bit_width, fix_pos)).
+  type, attrs)``, ``w.fix_op(op, bit_width, fix_pos)``, ``w.custom(node, attrs=None)`` (a custom op: a
+  type XIR does not define; ``attrs``: the node's attributes its type writes), ``w.x`` (the ``XGraph``)
+  and ``w.outputs`` (node name -> (bit_width, fix_pos)).
 """
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, Optional, Sequence, Tuple, Union

@@ -82,12 +82,6 @@ GAPS = {
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
-    ("xmodel", "layernorm_tokens"): "the xmodel writer has no form for nndct_layer_norm; the real file has the "
-                                    "custom op nndct_layer_norm (inputs x, weight, bias; attrs normalized_shape, eps, "
-                                    "elementwise_affine)",
-    ("xmodel", "layernorm_channels_last"): "the xmodel writer has no form for nndct_layer_norm; the real file has "
-                                           "the custom op nndct_layer_norm in NHWC after the depthwise conv (no "
-                                           "transposes), matmul and gelu",
     ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
                               "nndct_shape (axis 0 of the tokens) and nndct_expand on the unquantized cls const, "
                               "then concat",

@@ -68,13 +68,15 @@ class _Writer:
         inputs["input"] = self.data_inputs(node)
         self.fixed_op(node.name, type_, attrs, inputs)
 
-    def custom(self, node: Node) -> None:
-        """A custom op (a type XIR does not define): the node's type, its output shape and data type; its
-        inputs every input tensor in order, a parameter tensor as its const (nndct's ``custom_xop``:
-        ``aten::_convolution_mode`` takes x, weight, bias)."""
+    def custom(self, node: Node, attrs: Optional[Dict[str, Any]] = None) -> None:
+        """A custom op (a type XIR does not define): the node's type, ``attrs`` (the node's attributes
+        nndct's ``custom_xop`` writes for its type: a layer norm's; none by default), its output shape and
+        data type; its inputs every input tensor in order, a parameter tensor as its const (nndct's
+        ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias)."""
         params = [self.op_of(tensor.name) for tensor in node.params.values()]
-        self.fixed_op(node.name, node.type, {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"},
-                      {"input": self.data_inputs(node) + params})
+        written = dict(attrs or {})
+        written.update({"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"})
+        self.fixed_op(node.name, node.type, written, {"input": self.data_inputs(node) + params})
 
     # ---------------------------------------------------------------- the graph
     def write(self) -> XGraph:

@@ -150,6 +150,13 @@ class _Lowering:
             dev.params["weight"] = Tensor(node.param_names["weights"])
             dev.params["weight"].from_ndarray(slopes)
             return
+        if node.op in t.NORM_TYPES:  # its module quantizes its own weight and bias: those it has, in order
+            for kind in ("weights", "bias"):
+                if kind in node.param_names:
+                    p = self.norm_param(node, kind)
+                    dev.params[kind] = Tensor(node.param_names[kind])
+                    dev.params[kind].from_ndarray(p)
+            return
         if node.op not in t.PARAM_TYPES:
             return
         m = self.lowered.get_submodule(node.name) if self.lowered is not None else self.graph.module(node)
@@ -163,6 +170,15 @@ class _Lowering:
             bias = np.ascontiguousarray(m.bias.detach().float().numpy())
             dev.params["bias"] = Tensor(node.param_names["bias"])
             dev.params["bias"].from_ndarray(bias)
+
+    def norm_param(self, node: SimNode, kind: str) -> np.ndarray:
+        """A layer norm's weight or bias (``kind``: ``weights``, ``bias``), float32 as the lowered model holds
+        it (its module's own parameter), or the float one without it."""
+        if self.lowered is not None and node.fx_node.op == "call_module":
+            p = getattr(self.lowered.get_submodule(node.name), "weight" if kind == "weights" else "bias")
+        else:
+            p = self.graph.parameter(node.param_names[kind])
+        return np.ascontiguousarray(p.detach().float().numpy(), np.float32)
 
     def slopes(self, node: SimNode) -> np.ndarray:
         """A PReLU's slopes, shape ``(num_parameters,)`` float32: the lowered model's (quantized), or the float
