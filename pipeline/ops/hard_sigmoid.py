@@ -94,4 +94,5 @@ RECORD = OpRecord(
     xmodel={HSWISH: XmodelForm(no_attrs, _create_hswish), HSIGMOID: XmodelForm(no_attrs, _create_hsigmoid)},
     xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid), "hsigmoid")},
     traced={HSWISH: ("hardswish",), HSIGMOID: ("hardsigmoid",)},
+    roles={"adaquant_act": (HSWISH, HSIGMOID)},
 )

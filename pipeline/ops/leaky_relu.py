@@ -66,4 +66,5 @@ RECORD = OpRecord(
     xir_ops={"leaky-relu": XirOp(OpDef("leaky-relu", IN, (req("alpha", "float"),), like_input),
                                  unary(F.leaky_relu, "alpha"), "leaky_relu")},
     traced={LEAKY_RELU: ("leaky_relu",)},
+    roles={"fresh_output": (LEAKY_RELU,)},
 )

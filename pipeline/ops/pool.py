@@ -337,4 +337,7 @@ RECORD = OpRecord(
                                                                 opt("count_include_invalid", "bool", True)),
                                       _shape_pool2d), _run_pool, "avg_pool2d")},
     traced={MAX_POOL: ("max_pool2d",), AVG_POOL: ("avg_pool2d",), ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",)},
+    roles={"fix_align_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
+           "cle_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
+           "fresh_output": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D), "pad_fusion": (MAX_POOL, AVG_POOL)},
 )

@@ -81,7 +81,16 @@ class OpRecord:
             call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
-            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``).
+            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``). The quantization passes'
+            per-op sets: ``fix_align_pool`` (a pool whose input takes its output's fix position where
+            ``change_pool_input_fix`` is set: nndct's ``fix_pos_adjust.py``; ``sim/plan.py``), ``cle_act``
+            and ``cle_pool`` (the ops cross-layer equalization passes through between a pair's two layers:
+            nndct's ``cle`` pairs, ``optimization/cross_layer_equalization``; ``sim/cle.py``), ``adaquant``
+            (the layers AdaQuant tunes: ``is_conv_like`` of nndct's ``adaquant.py``; ``sim/adaquant.py``,
+            ``sim/finetune.py``), ``adaquant_pair_layer`` and ``adaquant_act`` (a layer and the activation
+            AdaQuant tunes with it: ``collect_layer_act_pair``), ``fresh_output`` (with ``params``: ops whose
+            output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
+            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.

@@ -9,7 +9,8 @@ from pipeline import ops
 from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
-ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand")
+ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
+         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
 
 
 def _units():
@@ -331,3 +332,18 @@ def test_the_weights_layouts_are_the_conv_records():
     assert w.shape == (1, 3, 3, 4) and form.const_weights(w).shape == (1, 3, 3, 4)
     assert np.array_equal(form.const_weights(w)[:, ::-1, ::-1], w)
     assert ops.xmodel_form(ops.DENSE).weights is None and ops.xmodel_form(ops.CONV2D).const_weights is None
+
+
+def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
+    """The passes' sets (once literal tuples in sim/plan.py, cle.py, adaquant.py, calib.py, xmodel/deploy.py)
+    are the roles of the records, with the same members."""
+    from pipeline.quantizers.sim import adaquant, calib, cle, plan
+    from pipeline.quantizers.sim.xmodel import deploy
+    pools = {ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
+    assert set(plan.POOL_TYPES) == pools and set(cle.POOL_TYPES) == pools
+    assert set(cle.ACT_TYPES) == {ops.RELU}
+    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
+    assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
+    assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
+    assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
+    assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}

@@ -54,7 +54,8 @@ RECORD = OpRecord(
     family="conv",
     specs=dict([(t, _DPU_Q) for t in CONV_TYPES] + [(CONVOLUTION_MODE, OpSpec("float", False, False, False))]),
     module_rules={nn.Conv2d: conv_type, nn.ConvTranspose2d: conv_type},
-    roles={"conv": CONV_TYPES, "params": CONV_TYPES, "bias_corr": CONV_TYPES},
+    roles={"conv": CONV_TYPES, "params": CONV_TYPES, "bias_corr": CONV_TYPES, "adaquant": CONV_TYPES,
+           "adaquant_pair_layer": (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D), "pad_fusion": CONV_TYPES},
     approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
                          "fixed point, the shifts are docs/arithmetic.md's"),
     source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py",
