@@ -11,11 +11,12 @@ type's :data:`record.OpSpec`, the functional forms' signatures, the role groups 
 names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
                io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, prelu, relu, reshape, resize, shape,
                slicing, softmax)
+from . import conv1d, group_norm, instance_norm, pixel_shuffle, reduce_max, rnn
 from .batch_norm import BATCH_NORM
 from .concat import CONCAT
 from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
@@ -70,6 +71,12 @@ RECORDS = (
     mean.RECORD,
     layer_norm.RECORD,
     identity.RECORD,
+    conv1d.RECORD,
+    instance_norm.RECORD,
+    group_norm.RECORD,
+    pixel_shuffle.RECORD,
+    rnn.RECORD,
+    reduce_max.RECORD,
 )  # type: Tuple[OpRecord, ...]
 
 GENERIC_FLOAT = OpSpec("float", False, False, False)  # any aten::<name> node
@@ -93,6 +100,8 @@ for _rule in DPU_RULES.values():
 XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
 # XIR op type -> xir_support.XirOp, for the XIR types the units write (the XIR format's room adds its own)
 TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type -> torch.jit kinds (names.py)
+# call (module class, function, method name) -> refusal.Known: the calls some stage refuses (fx/refusals.py)
+REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 
 

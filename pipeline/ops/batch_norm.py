@@ -93,4 +93,5 @@ RECORD = OpRecord(
     xir_ops={"scale": XirOp(OpDef("scale", IN + (ArgDef("scale", REQUIRED), ArgDef("bias", OPTIONAL)),
                                   (opt("axis", "int32", -1),), like_input), _run_scale, "batch_norm")},
     traced={BATCH_NORM: ("batch_norm",)},
+    refusals={},
 )

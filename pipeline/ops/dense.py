@@ -92,4 +92,5 @@ RECORD = OpRecord(
                                    (req("transpose_a", "bool"), req("transpose_b", "bool")), _shape_matmul),
                              _run_matmul, "dense")},
     traced={DENSE: ("linear", "addmm", "matmul")},
+    refusals={},
 )

@@ -132,4 +132,5 @@ RECORD = OpRecord(
              "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul, "mul"),
              "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div), "div")},
     traced={ADD: ("add",), SUB: ("sub",), RSUB: ("rsub",), MULTIPLY: ("mul",), DIV: ("div",)},
+    refusals={},
 )

@@ -37,4 +37,5 @@ RECORD = OpRecord(
     xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
+    refusals={},
 )

@@ -163,4 +163,5 @@ RECORD = OpRecord(
              "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
              "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
     traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",)},
+    refusals={},
 )

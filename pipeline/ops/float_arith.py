@@ -29,4 +29,5 @@ RECORD = OpRecord(
             REMAINDER: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
     traced={},  # each type traced under its own name
+    refusals={},
 )

@@ -95,4 +95,5 @@ RECORD = OpRecord(
     xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid), "hsigmoid")},
     traced={HSWISH: ("hardswish",), HSIGMOID: ("hardsigmoid",)},
     roles={"adaquant_act": (HSWISH, HSIGMOID)},
+    refusals={},
 )

@@ -15,4 +15,5 @@ RECORD = OpRecord(
     xmodel={IDENTITY: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
+    refusals={},
 )

@@ -62,4 +62,5 @@ RECORD = OpRecord(
             ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
     traced={},  # each type traced under its own name
+    refusals={},
 )

@@ -51,4 +51,5 @@ RECORD = OpRecord(
     xmodel={LAYER_NORM: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={LAYER_NORM: ("layer_norm",)},
+    refusals={},
 )

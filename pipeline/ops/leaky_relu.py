@@ -67,4 +67,5 @@ RECORD = OpRecord(
                                  unary(F.leaky_relu, "alpha"), "leaky_relu")},
     traced={LEAKY_RELU: ("leaky_relu",)},
     roles={"fresh_output": (LEAKY_RELU,)},
+    refusals={},
 )

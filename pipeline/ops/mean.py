@@ -53,4 +53,5 @@ RECORD = OpRecord(
     xmodel={MEAN: XmodelForm(no_attrs, custom)},  # a custom op: XIR's reduction_mean is not what nndct writes
     xir_ops=Absent("a custom op (aten::mean: a type XIR does not define; the interpreter's own)"),
     traced={MEAN: ("mean",)},
+    refusals={},
 )

@@ -105,4 +105,5 @@ RECORD = OpRecord(
     xir_ops={"pad": XirOp(OpDef("pad", IN, (req("paddings", "int32_vec"), req("mode", "string"),
                                           opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad")},
     traced={PAD: ("pad", "constant_pad_nd")},
+    refusals={},
 )

@@ -83,4 +83,5 @@ RECORD = OpRecord(
     xir_ops={"transpose": XirOp(OpDef("transpose", IN, (req("order", "int32_vec"),), _shape_transpose),
                                 lambda run, op, ins: one(ins).permute(list(op.attr("order"))), "permute")},
     traced={PERMUTE: ("permute",), TRANSPOSE: ("transpose",)},
+    refusals={},
 )

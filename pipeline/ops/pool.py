@@ -340,4 +340,5 @@ RECORD = OpRecord(
     roles={"fix_align_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
            "cle_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
            "fresh_output": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D), "pad_fusion": (MAX_POOL, AVG_POOL)},
+    refusals={},
 )

@@ -66,4 +66,5 @@ RECORD = OpRecord(
     xmodel={PRELU: XmodelForm(_lower_prelu, _create_prelu)},
     xir_ops={"prelu": XirOp(OpDef("prelu", IN + (ArgDef("weight", REQUIRED),), (), like_input), _run_prelu, "prelu")},
     traced={PRELU: ("prelu",)},
+    refusals={},
 )

@@ -127,6 +127,14 @@ class OpRecord:
             makes the type from: the xmodel's op names are that op's (``quantizers/sim/xmodel/names.py``,
             docs/xmodel.md#names). A type not listed is looked for under its own name (``aten::silu_``:
             ``silu_``); ``{}`` where every type of the family is.
+        refusals: call -> ``refusal.Known``: the calls of the family some stage of this project refuses
+            (the capture before calibration, the xmodel writer, the ONNX exporter), each with its true
+            reason and what the real quantizer does with it (docs/xmodel.md#known-refusals). A call is
+            keyed as the model calls it: an ``nn.Module`` class (exact), a function, a tensor method's
+            name. ``fx/refusals.py`` asks these rows where a stage gives up (``explain``) and before the
+            simulation runs (``refuse_in_simulation``). ``{}`` where the family's every call is taken. A
+            family known only by refused calls (Conv1d, GroupNorm, ...) has no op types (``specs`` is
+            empty) and its own unit.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -137,6 +145,7 @@ class OpRecord:
     xmodel: Mapping[str, Any]
     xir_ops: Union[Mapping[str, Any], Absent]
     traced: Mapping[str, Tuple[str, ...]]
+    refusals: Mapping[Any, Any]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -66,4 +66,5 @@ RECORD = OpRecord(
              "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
     traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6")},
     roles={"cle_act": (RELU,), "fresh_output": (RELU,), "adaquant_act": (RELU, RELU6)},
+    refusals={},
 )

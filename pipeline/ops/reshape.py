@@ -192,4 +192,5 @@ RECORD = OpRecord(
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),
                             lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
     traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
+    refusals={},
 )

@@ -226,4 +226,5 @@ RECORD = OpRecord(
                                     opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),
                                    _shape_resize), _run_resize, "resize")},
     traced={RESIZE: ("upsample_nearest2d", "upsample_bilinear2d")},
+    refusals={},
 )

@@ -42,4 +42,5 @@ RECORD = OpRecord(
             TRUNC_DIV: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("folded, or a custom op (aten::div: a type XIR does not define)"),
     traced={},  # each type traced under its own name
+    refusals={},
 )

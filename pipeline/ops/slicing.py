@@ -344,4 +344,5 @@ RECORD = OpRecord(
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
     traced={STRIDED_SLICE: ("slice",)},
+    refusals={},
 )

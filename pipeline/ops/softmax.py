@@ -54,4 +54,5 @@ RECORD = OpRecord(
     xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax, "softmax")},
     traced={SOFTMAX: ("softmax",)},
+    refusals={},
 )

@@ -33,7 +33,7 @@ def test_every_unit_is_in_the_list_once_and_is_named_after_its_family():
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
 def test_every_piece_of_a_record_is_given_or_declared_absent_with_its_reason(record):
     assert isinstance(record, OpRecord)
-    assert record.specs, "a family holds at least one op type"
+    assert record.specs or record.refusals, "a family holds at least one op type, or a refused call"
     for op, spec in record.specs.items():
         assert isinstance(spec, OpSpec) and spec.kind in KINDS, (op, spec)
     assert record.source.strip(), "the upstream source of the record's facts"
@@ -83,7 +83,7 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
 
 
 def test_no_op_type_or_call_is_claimed_twice():
-    for attr in ("specs", "modules", "module_rules", "functions", "methods"):
+    for attr in ("specs", "modules", "module_rules", "functions", "methods", "refusals"):
         seen = {}
         for record in ops.RECORDS:
             for key in getattr(record, attr):
@@ -347,3 +347,22 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
     assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
     assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
     assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
+
+
+def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():
+    from pipeline.fx import refusals
+    from pipeline.ops.refusal import ONNX, SIMULATION, XMODEL, Known
+    for record in ops.RECORDS:
+        for call, known in record.refusals.items():
+            assert isinstance(known, Known) and known.stops and known.stops <= {SIMULATION, XMODEL, ONNX}, call
+            assert known.what.strip() and known.real.strip() and known.instead.strip(), call
+    assert ops.REFUSALS == {c: k for r in ops.RECORDS for c, k in r.refusals.items()}
+    assert set(refusals.MODULES) | set(refusals.FUNCTIONS) | set(refusals.METHODS) \
+        == set(ops.REFUSALS)
+    assert refusals.METHODS["matmul"] is ops.matmul.MATMUL_ROW
+
+
+def test_a_record_without_its_refusals_is_refused():
+    with pytest.raises(TypeError, match="refusals"):
+        OpRecord(family="x", specs={}, approximation=Absent("a test"), source="a test", onnx={}, dpu_rule={},
+                 xmodel={}, xir_ops=Absent("a test"), traced={})

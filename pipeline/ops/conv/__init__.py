@@ -86,4 +86,5 @@ RECORD = OpRecord(
                                                         shape_transposed_depthwise_conv2d),
                                                   run_conv_transpose, "conv_transpose2d")},
     traced=dict([(t, ("_convolution",)) for t in CONV_TYPES] + [(CONVOLUTION_MODE, ("_convolution_mode",))]),
+    refusals={},
 )
