@@ -102,6 +102,7 @@ XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type ->
 TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type -> torch.jit kinds (names.py)
 # call (module class, function, method name) -> refusal.Known: the calls some stage refuses (fx/refusals.py)
 REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
+SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 
 
@@ -110,6 +111,13 @@ def xmodel_form(op: str) -> Optional[XmodelForm]:
     writer refuses the type (its record declares it Absent) or no record holds it (an ``aten::*`` type)."""
     form = XMODEL.get(op)
     return form if isinstance(form, XmodelForm) else None
+
+
+def sim_form(op: str) -> Optional[Any]:
+    """The simulation's form of an op type (``record.OpRecord.sim``: a ``sim_support.SimForm``), or None where
+    the simulation runs torch's own call (the record's ``sim_support.TORCH``, or an ``aten::*`` type)."""
+    form = SIM.get(op)
+    return None if form is None or isinstance(form, Absent) else form
 
 
 def with_role(role: str) -> Tuple[str, ...]:

@@ -8,6 +8,7 @@ from torch import nn
 from .dpu_support import CPU, DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -94,4 +95,5 @@ RECORD = OpRecord(
                                   (opt("axis", "int32", -1),), like_input), _run_scale, "batch_norm")},
     traced={BATCH_NORM: ("batch_norm",)},
     refusals={},
+    sim={BATCH_NORM: TORCH},
 )

@@ -6,6 +6,7 @@ import torch
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import INS, TO_NCHW, TO_NHWC, OpDef, XirOp, attr, fail, req
 from .xmodel_support import XmodelForm, rewrite_axis, simple
@@ -77,4 +78,5 @@ RECORD = OpRecord(
     xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat, "concat")},
     traced={CONCAT: ("cat",)},
     refusals={},
+    sim={CONCAT: TORCH},
 )

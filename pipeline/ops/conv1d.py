@@ -27,5 +27,7 @@ RECORD = OpRecord(
     xmodel={},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},
-    refusals={nn.Conv1d: CONV1D, nn.ConvTranspose1d: CONV_TRANSPOSE1D, F.conv1d: CONV1D, F.conv_transpose1d: CONV_TRANSPOSE1D},
+    refusals={nn.Conv1d: CONV1D, nn.ConvTranspose1d: CONV_TRANSPOSE1D, F.conv1d: CONV1D,
+              F.conv_transpose1d: CONV_TRANSPOSE1D},
+    sim={},
 )

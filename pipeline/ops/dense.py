@@ -6,6 +6,7 @@ from torch import nn
 from .dpu_support import DPU, Verdict
 from .onnx_form import layer_inputs
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -93,4 +94,5 @@ RECORD = OpRecord(
                              _run_matmul, "dense")},
     traced={DENSE: ("linear", "addmm", "matmul")},
     refusals={},
+    sim={DENSE: TORCH},
 )

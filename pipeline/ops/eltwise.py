@@ -10,6 +10,7 @@ import torch
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .hard_sigmoid import hard_sigmoid_mul
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import (INS, OpDef, XirOp, broadcast, cdiv, const_ints, fail, fold, op_input, shape_info, unsupported,
@@ -133,4 +134,5 @@ RECORD = OpRecord(
              "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div), "div")},
     traced={ADD: ("add",), SUB: ("sub",), RSUB: ("rsub",), MULTIPLY: ("mul",), DIV: ("div",)},
     refusals={},
+    sim=dict.fromkeys((ADD, MULTIPLY, SUB, RSUB, DIV), TORCH),
 )

@@ -3,6 +3,7 @@ from typing import Any
 
 from .onnx_form import Unsupported, arg
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 
 EXPAND = "nndct_expand"
 
@@ -38,4 +39,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
     refusals={},
+    sim={EXPAND: TORCH},
 )

@@ -2,6 +2,7 @@
 before that."""
 from .onnx_form import alias
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 
 IDENTITY = "identity"
 
@@ -16,4 +17,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
     refusals={},
+    sim={IDENTITY: TORCH},
 )

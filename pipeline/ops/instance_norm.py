@@ -23,4 +23,5 @@ RECORD = OpRecord(
     traced={},
     refusals={nn.InstanceNorm1d: INSTANCE_NORM, nn.InstanceNorm2d: INSTANCE_NORM, nn.InstanceNorm3d: INSTANCE_NORM,
               F.instance_norm: INSTANCE_NORM},
+    sim={},
 )

@@ -6,6 +6,7 @@ import torch
 
 from .dpu_support import Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 import numpy as np
 import torch
 
@@ -63,4 +64,5 @@ RECORD = OpRecord(
     xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
     traced={},  # each type traced under its own name
     refusals={},
+    sim=dict.fromkeys((INPUT, CONST, ZEROS), TORCH),
 )

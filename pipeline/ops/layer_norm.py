@@ -10,6 +10,7 @@ from torch import nn
 
 from .onnx_form import NO_LOWERING, Unsupported
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 
 LAYER_NORM = "nndct_layer_norm"
 
@@ -52,4 +53,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={LAYER_NORM: ("layer_norm",)},
     refusals={},
+    sim={LAYER_NORM: TORCH},
 )

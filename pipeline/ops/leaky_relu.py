@@ -11,6 +11,7 @@ from .onnx_form import arg
 from .record import DpuRule, OpRecord, OpSpec
 from .record import OpRecord, OpSpec
 from .xir_support import IN, OpDef, XirOp, like_input, req, unary
+from .sim_support import SimForm
 from .xmodel_support import XmodelForm, simple
 
 LEAKY_RELU = "nndct_leaky_relu"
@@ -52,6 +53,16 @@ def _lower_leaky_relu(lo, node) -> dict:
     return {"alpha": LEAKY_SLOPE}
 
 
+def _run_leaky_relu(s):
+    """nndct's LeakyReLU: the slope forced to :data:`LEAKY_SLOPE` (``leaky_relu.py``)."""
+    return F.leaky_relu(s.x, LEAKY_SLOPE), True
+
+
+def _lower_leaky_relu_module(lo):
+    """The lowered model's ``nn.LeakyReLU(LEAKY_SLOPE)``."""
+    return lo.call_module(nn.LeakyReLU(LEAKY_SLOPE)), True
+
+
 RECORD = OpRecord(
     family="leaky_relu",
     specs={LEAKY_RELU: OpSpec("dpu", False, False, True)},
@@ -68,4 +79,5 @@ RECORD = OpRecord(
     traced={LEAKY_RELU: ("leaky_relu",)},
     roles={"fresh_output": (LEAKY_RELU,)},
     refusals={},
+    sim={LEAKY_RELU: SimForm(_run_leaky_relu, _lower_leaky_relu_module)},
 )

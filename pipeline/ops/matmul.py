@@ -7,6 +7,7 @@ import torch
 from .dpu_support import Verdict, cpu_verdict
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .refusal import NOT_YET, REAL_QUANTIZER, XMODEL, Known
 
 MATMUL = "nndct_matmul"
@@ -43,4 +44,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it yet"),
     traced={},  # each type traced under its own name
     refusals={operator.matmul: MATMUL_ROW, torch.matmul: MATMUL_ROW, "matmul": MATMUL_ROW},
+    sim={MATMUL: TORCH},
 )

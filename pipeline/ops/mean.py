@@ -7,6 +7,7 @@ from .dpu_support import Verdict, unknown
 from .onnx_form import Unsupported, arg
 from .pool import dpu_pool
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .record import Absent, OpRecord, OpSpec
 from .xmodel_support import XmodelForm, custom, no_attrs
 
@@ -54,4 +55,5 @@ RECORD = OpRecord(
     xir_ops=Absent("a custom op (aten::mean: a type XIR does not define; the interpreter's own)"),
     traced={MEAN: ("mean",)},
     refusals={},
+    sim={MEAN: TORCH},
 )

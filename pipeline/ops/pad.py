@@ -7,6 +7,7 @@ from torch import nn
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import IN, OpDef, XirOp, attr, fail, one, op_input, opt, req
 from .xmodel_support import XmodelForm
@@ -106,4 +107,5 @@ RECORD = OpRecord(
                                           opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad")},
     traced={PAD: ("pad", "constant_pad_nd")},
     refusals={},
+    sim={PAD: TORCH},
 )

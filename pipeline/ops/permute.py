@@ -7,6 +7,7 @@ import torch
 from .dpu_support import DPU, Verdict, cpu_verdict
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import IN, OpDef, XirOp, attr, one, op_input, req, unsupported
 from .xmodel_support import XmodelForm, custom, simple
@@ -84,4 +85,5 @@ RECORD = OpRecord(
                                 lambda run, op, ins: one(ins).permute(list(op.attr("order"))), "permute")},
     traced={PERMUTE: ("permute",), TRANSPOSE: ("transpose",)},
     refusals={},
+    sim=dict.fromkeys((PERMUTE, TRANSPOSE), TORCH),
 )

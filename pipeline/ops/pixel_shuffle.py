@@ -24,4 +24,5 @@ RECORD = OpRecord(
     traced={},
     refusals={nn.PixelShuffle: PIXEL_SHUFFLE, nn.PixelUnshuffle: PIXEL_SHUFFLE, F.pixel_shuffle: PIXEL_SHUFFLE,
               F.pixel_unshuffle: PIXEL_SHUFFLE},
+    sim={},
 )

@@ -18,6 +18,7 @@ from torch import nn
 
 from .dpu_activation import activation
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, REQUIRED, ArgDef, OpDef, XirOp, like_input, one
 from .xmodel_support import XmodelForm
 
@@ -67,4 +68,5 @@ RECORD = OpRecord(
     xir_ops={"prelu": XirOp(OpDef("prelu", IN + (ArgDef("weight", REQUIRED),), (), like_input), _run_prelu, "prelu")},
     traced={PRELU: ("prelu",)},
     refusals={},
+    sim={PRELU: TORCH},
 )

@@ -135,6 +135,12 @@ class OpRecord:
             simulation runs (``refuse_in_simulation``). ``{}`` where the family's every call is taken. A
             family known only by refused calls (Conv1d, GroupNorm, ...) has no op types (``specs`` is
             empty) and its own unit.
+        sim: op type -> ``sim_support.SimForm`` (``run(s)``: the calibration's float semantics of a node,
+            where the real quantizer's module does not compute torch's own call: a DPU approximation;
+            ``lower(lo)``: the node in the lowered test-mode model; the simulation's contexts are given
+            at call time, ``ops/sim_support.py``), or ``sim_support.TORCH`` (an :class:`Absent`: "torch's
+            call is the DPU's arithmetic") where the simulation runs the op's own torch call. Every type
+            of the family has one (``pytorch_nndct/nn/modules``: the modules nndct swaps in).
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -146,6 +152,7 @@ class OpRecord:
     xir_ops: Union[Mapping[str, Any], Absent]
     traced: Mapping[str, Tuple[str, ...]]
     refusals: Mapping[Any, Any]
+    sim: Mapping[str, Any]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -23,4 +23,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},
     refusals={torch.max: MAX_DIM, "max": MAX_DIM},
+    sim={},
 )

@@ -9,6 +9,7 @@ from .dpu_activation import activation
 from .dpu_support import Verdict
 from .onnx_form import clip
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 from .record import Absent, OpRecord, OpSpec
 from .xir_support import IN, OpDef, XirOp, like_input, unary
 from .xmodel_support import XmodelForm, no_attrs, simple
@@ -67,4 +68,5 @@ RECORD = OpRecord(
     traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6")},
     roles={"cle_act": (RELU,), "fresh_output": (RELU,), "adaquant_act": (RELU, RELU6)},
     refusals={},
+    sim=dict.fromkeys((RELU, RELU6), TORCH),
 )

@@ -8,6 +8,7 @@ from torch import nn
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, alias
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 import math
 
 import numpy as np
@@ -193,4 +194,5 @@ RECORD = OpRecord(
                             lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
     traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
     refusals={},
+    sim=dict.fromkeys((FLATTEN, RESHAPE, CONTIGUOUS, UNSQUEEZE, SQUEEZE), TORCH),
 )

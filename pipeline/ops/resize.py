@@ -9,6 +9,7 @@ from .dpu_checks import check_transposed_kernel
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
+from .sim_support import TORCH
 import numpy as np
 import torch.nn.functional as F
 from torch import nn
@@ -227,4 +228,5 @@ RECORD = OpRecord(
                                    _shape_resize), _run_resize, "resize")},
     traced={RESIZE: ("upsample_nearest2d", "upsample_bilinear2d")},
     refusals={},
+    sim={RESIZE: TORCH},
 )

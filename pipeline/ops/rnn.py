@@ -22,4 +22,5 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},
     refusals={nn.LSTM: RNN, nn.GRU: RNN},
+    sim={},
 )

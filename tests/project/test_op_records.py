@@ -365,4 +365,25 @@ def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():
 def test_a_record_without_its_refusals_is_refused():
     with pytest.raises(TypeError, match="refusals"):
         OpRecord(family="x", specs={}, approximation=Absent("a test"), source="a test", onnx={}, dpu_rule={},
-                 xmodel={}, xir_ops=Absent("a test"), traced={})
+                 xmodel={}, xir_ops=Absent("a test"), traced={}, sim={})
+
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_type_has_its_simulation_piece_or_runs_torch_s_call(record):
+    from pipeline.ops.sim_support import SimForm
+    assert set(record.sim) == set(record.specs), "%s: a sim piece (or TORCH) for every type" % record.family
+    for op, form in record.sim.items():
+        assert isinstance(form, Absent) or (isinstance(form, SimForm) and callable(form.run)
+                                            and callable(form.lower)), op
+
+
+def test_the_simulation_reads_its_per_op_arithmetic_off_the_records():
+    simulated = {op for op, form in ops.SIM.items() if ops.sim_form(op) is not None}
+    assert simulated == {ops.LEAKY_RELU, ops.HSWISH, ops.HSIGMOID, ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
+    assert ops.sim_form(ops.CONV2D) is None and ops.sim_form("aten::erf") is None
+
+
+def test_a_record_without_its_sim_piece_is_refused():
+    with pytest.raises(TypeError, match="sim"):
+        OpRecord(family="x", specs={}, approximation=Absent("a test"), source="a test", onnx={}, dpu_rule={},
+                 xmodel={}, xir_ops=Absent("a test"), traced={}, refusals={})

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...errors import QuantizationError
 from ..record import Absent, DpuRule, OpRecord, OpSpec
+from ..sim_support import TORCH
 from ..xir_support import OpDef, XirOp, opt
 from ..xmodel_support import XmodelForm, custom, no_attrs
 from .dpu import dpu_conv2d, dpu_conv_transpose2d, dpu_convolution_mode, dpu_depthwise_conv2d
@@ -87,4 +88,5 @@ RECORD = OpRecord(
                                                   run_conv_transpose, "conv_transpose2d")},
     traced=dict([(t, ("_convolution",)) for t in CONV_TYPES] + [(CONVOLUTION_MODE, ("_convolution_mode",))]),
     refusals={},
+    sim=dict.fromkeys(CONV_TYPES + (CONVOLUTION_MODE,), TORCH),
 )
