@@ -345,6 +345,9 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
     assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
     assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
     assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
+    import torch.nn.functional as F
+    assert adaquant.FLOAT_ACTS == {ops.RELU: F.relu, ops.RELU6: F.relu6, ops.HSIGMOID: F.hardsigmoid,
+                                   ops.HSWISH: F.hardswish}
     assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
     assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
 

@@ -58,7 +58,9 @@ LOSS_REL_TOL = 1e-6  # AverageMeter.__eq__
 TUNED_TYPES = g.with_role("adaquant")  # is_conv_like (the 2-D ops the sim captures)
 PAIR_LAYER_TYPES = g.with_role("adaquant_pair_layer")  # collect_layer_act_pair
 PAIR_ACT_TYPES = g.with_role("adaquant_act")
-FLOAT_ACTS = {g.RELU: F.relu, g.RELU6: F.relu6, g.HSIGMOID: F.hardsigmoid, g.HSWISH: F.hardswish}
+# a paired activation's float function: the first function its record maps to it (F.relu, F.relu6,
+# F.hardswish, F.hardsigmoid), as nndct's float model runs it
+FLOAT_ACTS = {op: next(fn for fn, o in g.FUNCTION_OPS.items() if o == op) for op in PAIR_ACT_TYPES}
 METHODS = ("adaquant", "adaquant_bc")
 
 
