@@ -1,6 +1,8 @@
-"""The known refusals: calls this project refuses somewhere, each with its true reason, in one literal table.
+"""The known refusals: calls this project refuses somewhere, each with its true reason; the rows are the op
+records' (``pipeline.ops.REFUSALS``, ``OpRecord.refusals``: each in the unit of the family it belongs to, or
+in a small unit of its own for calls no family has, Conv1d, GroupNorm, ...); this module asks them.
 
-Where an op stops matters less than why, and the why is one of three:
+Where an op stops matters less than why, and the why is one of three (``pipeline/ops/refusal.py``):
 
 - ``NOT_YET``: the real quantizer handles it and this project has no form for it yet (no
   simulation of its arithmetic, no XIR form, no ONNX lowering); meanwhile the real quantizer in the
@@ -10,10 +12,10 @@ Where an op stops matters less than why, and the why is one of three:
   from that trace, as the real quantizer does (docs/xmodel.md#names); it is also the xmodel writer's
   reason for a node with no row whose op it finds no traced op for (:func:`traced_otherwise`: a
   reflection pad, a number divided by a tensor; a ``padding='same'`` conv is no longer one: the capture
-  takes it as torch.jit's ``aten::_convolution_mode``, as the real quantizer does, ``pipeline/ops/conv.py``);
+  takes it as torch.jit's ``aten::_convolution_mode``, as the real quantizer does, ``pipeline/ops/conv``);
 - ``NOT_IN_REAL``: the real quantizer does not take it either.
 
-Each :class:`Known` row names the stages of this project that refuse the call (``SIMULATION``: the
+Each ``Known`` row names the stages of this project that refuse the call (``SIMULATION``: the
 capture refuses it before calibration, because running it in float would not give the real
 quantizer's numbers; ``XMODEL``: the xmodel writer; ``ONNX``: the ONNX exporter) and what the real
 quantizer does with it, from its source (docs/xmodel.md#known-refusals). A stage that refuses a call
@@ -25,95 +27,24 @@ The rows are keyed by what the model calls: an ``nn.Module`` class, a function, 
 keyed by a call that also has forms every stage takes (``x.max()`` without a dim, a matmul the xmodel
 writer turns into a dense) is only consulted where the stage gave up on it, so it never refuses them.
 """
-import operator
-from collections import namedtuple
 from typing import Optional
 
 import torch
 import torch.fx
-import torch.nn.functional as F
 from torch import nn
 
+from .. import ops
 from ..errors import QuantizationError
+from ..ops.refusal import NOT_IN_REAL, NOT_YET, ONNX, SIMULATION, TRACED_OTHERWISE, XMODEL, Known
 
-NOT_YET = "not in this project yet"
-TRACED_OTHERWISE = "traced differently"
-NOT_IN_REAL = "not supported by the real quantizer either"
+__all__ = ["NOT_IN_REAL", "NOT_YET", "ONNX", "SIMULATION", "TRACED_OTHERWISE", "XMODEL", "Known", "MODULES",
+           "FUNCTIONS", "METHODS", "lookup", "reason", "traced_otherwise", "NotSimulated", "refuse_in_simulation",
+           "explain"]
 
-SIMULATION, XMODEL, ONNX = "simulation", "xmodel", "onnx"
-
-# what: the call as the user writes it; kind: NOT_YET, TRACED_OTHERWISE or NOT_IN_REAL; real: what the
-# real quantizer does with it; stops: the stages of this project that refuse it; instead: what to do;
-# several: the row is about the call's form with several outputs (x.max(dim) gives values and indices;
-# x.max() and torch.max(a, b) give one tensor, which the stages take or refuse for their own reasons)
-Known = namedtuple("Known", "what kind real stops instead several")
-
-_REAL_QUANTIZER = ("quantize and export it with the real quantizer in the Vitis AI image (the runner: "
-                   "quantizer.backend: nndct; a script: pytorch_nndct.apis in place of pipeline.apis)")
-
-CONV1D = Known(
-    what="Conv1d", kind=NOT_YET, stops=frozenset((SIMULATION, XMODEL, ONNX)), several=False,
-    real="the real quantizer quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on "
-         "fix-point grids, and writes XIR conv1d",
-    instead=_REAL_QUANTIZER + ", or write it as nn.Conv2d with kernel (1, k) on x.unsqueeze(2), which this "
-            "project simulates and exports")
-CONV_TRANSPOSE1D = Known(
-    what="ConvTranspose1d", kind=NOT_IN_REAL, stops=frozenset((SIMULATION, XMODEL, ONNX)), several=False,
-    real="the real quantizer's parser raises 'ConvTranpose1D is unsupported'",
-    instead="write it as nn.ConvTranspose2d with kernel (1, k) and stride (1, s) on x.unsqueeze(2)")
-INSTANCE_NORM = Known(
-    what="InstanceNorm", kind=NOT_YET, stops=frozenset((SIMULATION, XMODEL, ONNX)), several=False,
-    real="the real quantizer quantizes it as its own op, with input, weight, bias and output on fix-point grids",
-    instead=_REAL_QUANTIZER)
-GROUP_NORM = Known(
-    what="GroupNorm", kind=NOT_YET, stops=frozenset((SIMULATION, XMODEL, ONNX)), several=False,
-    real="the real quantizer quantizes it as its own op, with input, weight, bias and output on fix-point grids",
-    instead=_REAL_QUANTIZER)
-PIXEL_SHUFFLE = Known(
-    what="PixelShuffle / pixel_shuffle", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=False,
-    real="the real quantizer writes it as XIR pixel-shuffle",
-    instead=_REAL_QUANTIZER + "; calibration and test here are not affected")
-MATMUL = Known(
-    what="matmul of two tensors", kind=NOT_YET, stops=frozenset((XMODEL,)), several=False,
-    real="the real quantizer writes it as XIR matmul",
-    instead=_REAL_QUANTIZER + "; the ONNX exports carry it")
-MAX_DIM = Known(
-    what="max over a dim (values and indices)", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=True,
-    real="the real quantizer writes it as XIR reduction_max",
-    instead=_REAL_QUANTIZER + "; calibration and test here are not affected")
-RNN = Known(
-    what="LSTM / GRU", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=True,
-    real="the real quantizer quantizes recurrent layers in its RNN mode, torch_quantizer(..., lstm=True), which "
-         "this project does not simulate (the layer runs in float here)",
-    instead="quantize it with pytorch_nndct's torch_quantizer(..., lstm=True) in the Vitis AI image")
-
-MODULES = {
-    nn.Conv1d: CONV1D,
-    nn.ConvTranspose1d: CONV_TRANSPOSE1D,
-    nn.InstanceNorm1d: INSTANCE_NORM,
-    nn.InstanceNorm2d: INSTANCE_NORM,
-    nn.InstanceNorm3d: INSTANCE_NORM,
-    nn.GroupNorm: GROUP_NORM,
-    nn.PixelShuffle: PIXEL_SHUFFLE,
-    nn.PixelUnshuffle: PIXEL_SHUFFLE,
-    nn.LSTM: RNN,
-    nn.GRU: RNN,
-}
-FUNCTIONS = {
-    F.conv1d: CONV1D,
-    F.conv_transpose1d: CONV_TRANSPOSE1D,
-    F.instance_norm: INSTANCE_NORM,
-    F.group_norm: GROUP_NORM,
-    F.pixel_shuffle: PIXEL_SHUFFLE,
-    F.pixel_unshuffle: PIXEL_SHUFFLE,
-    torch.matmul: MATMUL,
-    operator.matmul: MATMUL,
-    torch.max: MAX_DIM,
-}
-METHODS = {
-    "matmul": MATMUL,
-    "max": MAX_DIM,
-}
+# the records' rows by the kind of call: a module class, a method name, a function
+MODULES = {call: known for call, known in ops.REFUSALS.items() if isinstance(call, type)}
+METHODS = {call: known for call, known in ops.REFUSALS.items() if isinstance(call, str)}
+FUNCTIONS = {call: known for call, known in ops.REFUSALS.items() if not isinstance(call, (type, str))}
 
 
 def lookup(fx_node: torch.fx.Node, root: Optional[nn.Module] = None) -> Optional[Known]:

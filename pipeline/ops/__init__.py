@@ -11,11 +11,11 @@ type's :data:`record.OpSpec`, the functional forms' signatures, the role groups 
 names are re-exported so that ``from pipeline import ops as t`` gives
 ``t.CONV2D``.
 """
-from typing import Callable, Dict, Optional, Tuple, Union
+from typing import Any, Callable, Dict, Optional, Tuple, Union
 
-from . import (batch_norm, concat, conv, dense, eltwise, expand, float_activation, float_arith, hard_sigmoid, identity,
-               io, layer_norm, leaky_relu, matmul, mean, pad, permute, pool, prelu, relu, reshape, resize, shape,
-               slicing, softmax)
+from . import (batch_norm, concat, conv, conv1d, dense, eltwise, expand, float_activation, float_arith, group_norm,
+               hard_sigmoid, identity, instance_norm, io, layer_norm, leaky_relu, matmul, mean, pad, permute,
+               pixel_shuffle, pool, prelu, reduce_max, relu, reshape, resize, rnn, shape, slicing, softmax)
 from .batch_norm import BATCH_NORM
 from .concat import CONCAT
 from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
@@ -70,6 +70,12 @@ RECORDS = (
     mean.RECORD,
     layer_norm.RECORD,
     identity.RECORD,
+    conv1d.RECORD,
+    instance_norm.RECORD,
+    group_norm.RECORD,
+    pixel_shuffle.RECORD,
+    rnn.RECORD,
+    reduce_max.RECORD,
 )  # type: Tuple[OpRecord, ...]
 
 GENERIC_FLOAT = OpSpec("float", False, False, False)  # any aten::<name> node
@@ -93,6 +99,9 @@ for _rule in DPU_RULES.values():
 XMODEL = {op: form for r in RECORDS for op, form in r.xmodel.items()}  # type -> XmodelForm or Absent
 # XIR op type -> xir_support.XirOp, for the XIR types the units write (the XIR format's room adds its own)
 TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type -> torch.jit kinds (names.py)
+# call (module class, function, method name) -> refusal.Known: the calls some stage refuses (fx/refusals.py)
+REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
+SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 
 
@@ -101,6 +110,13 @@ def xmodel_form(op: str) -> Optional[XmodelForm]:
     writer refuses the type (its record declares it Absent) or no record holds it (an ``aten::*`` type)."""
     form = XMODEL.get(op)
     return form if isinstance(form, XmodelForm) else None
+
+
+def sim_form(op: str) -> Optional[Any]:
+    """The simulation's form of an op type (``record.OpRecord.sim``: a ``sim_support.SimForm``), or None where
+    the simulation runs torch's own call (the record's ``sim_support.TORCH``, or an ``aten::*`` type)."""
+    form = SIM.get(op)
+    return None if form is None or isinstance(form, Absent) else form
 
 
 def with_role(role: str) -> Tuple[str, ...]:

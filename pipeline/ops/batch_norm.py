@@ -3,17 +3,15 @@ nndct's BatchNorm module does no bias correction."""
 from typing import Any
 
 import numpy as np
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .dpu_support import CPU, DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported
 from .record import Absent, DpuRule, OpRecord, OpSpec
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from .record import Absent, OpRecord, OpSpec
-from .xir_support import IN, OPTIONAL, REQUIRED, ArgDef, OpDef, XirOp, like_input, one, opt, optional
+from .sim_support import TORCH
+from .xir_support import ArgDef, IN, OPTIONAL, OpDef, REQUIRED, XirOp, like_input, one, opt, optional
 from .xmodel_support import XmodelForm, no_attrs
 
 BATCH_NORM = "nndct_batch_norm"
@@ -93,4 +91,6 @@ RECORD = OpRecord(
     xir_ops={"scale": XirOp(OpDef("scale", IN + (ArgDef("scale", REQUIRED), ArgDef("bias", OPTIONAL)),
                                   (opt("axis", "int32", -1),), like_input), _run_scale, "batch_norm")},
     traced={BATCH_NORM: ("batch_norm",)},
+    refusals={},
+    sim={BATCH_NORM: TORCH},
 )

@@ -6,8 +6,8 @@ import torch
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
-from .xir_support import INS, TO_NCHW, TO_NHWC, OpDef, XirOp, attr, fail, req
+from .sim_support import TORCH
+from .xir_support import INS, OpDef, TO_NCHW, TO_NHWC, XirOp, attr, fail, req
 from .xmodel_support import XmodelForm, rewrite_axis, simple
 
 CONCAT = "nndct_concat"
@@ -76,4 +76,6 @@ RECORD = OpRecord(
     xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat, "concat")},
     traced={CONCAT: ("cat",)},
+    refusals={},
+    sim={CONCAT: TORCH},
 )

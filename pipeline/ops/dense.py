@@ -1,17 +1,15 @@
 """Fully connected layers (``nndct_dense``): ``nn.Linear`` and ``nn.MultiheadAttention``'s ``out_proj``."""
 from typing import Any
 
+import torch
+import torch.nn.functional as F
 from torch import nn
 
 from .dpu_support import DPU, Verdict
 from .onnx_form import layer_inputs
 from .record import Absent, DpuRule, OpRecord, OpSpec
-import torch
-import torch.nn.functional as F
-from torch import nn
-
-from .record import Absent, OpRecord, OpSpec
-from .xir_support import INS, OPTIONAL, ArgDef, OpDef, XirOp, attr, broadcast_dims, fail, optional, req
+from .sim_support import TORCH
+from .xir_support import ArgDef, INS, OPTIONAL, OpDef, XirOp, attr, broadcast_dims, fail, optional, req
 from .xmodel_support import XmodelForm, no_attrs
 
 DENSE = "nndct_dense"
@@ -82,7 +80,7 @@ RECORD = OpRecord(
     family="dense",
     specs={DENSE: OpSpec("dpu", True, False, False)},
     modules={nn.Linear: DENSE, nn.modules.linear.NonDynamicallyQuantizableLinear: DENSE},
-    roles={"params": (DENSE,), "bias_corr": (DENSE,)},
+    roles={"params": (DENSE,), "bias_corr": (DENSE,), "adaquant": (DENSE,)},
     approximation=Absent("integer multiply-accumulate, exact fixed point"),
     source="nndct_shared/base/key_names.py",
     onnx={DENSE: _onnx_linear},
@@ -92,4 +90,6 @@ RECORD = OpRecord(
                                    (req("transpose_a", "bool"), req("transpose_b", "bool")), _shape_matmul),
                              _run_matmul, "dense")},
     traced={DENSE: ("linear", "addmm", "matmul")},
+    refusals={},
+    sim={DENSE: TORCH},
 )

@@ -8,12 +8,12 @@ from typing import Any, Callable
 import torch
 
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, unknown
+from .hard_sigmoid import hard_sigmoid_mul
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .hard_sigmoid import hard_sigmoid_mul
-from .record import Absent, OpRecord, OpSpec
-from .xir_support import (INS, OpDef, XirOp, broadcast, cdiv, const_ints, fail, fold, op_input, shape_info, unsupported,
-                          with_info)
+from .sim_support import TORCH
+from .xir_support import (INS, OpDef, XirOp, broadcast, cdiv, const_ints, fail, fold, op_input, shape_info,
+                          unsupported, with_info)
 from .xmodel_support import XmodelForm, no_attrs
 
 ADD = "nndct_elemwise_add"
@@ -132,4 +132,6 @@ RECORD = OpRecord(
              "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul, "mul"),
              "div": XirOp(OpDef("div", INS, (), _shape_div), fold(torch.div), "div")},
     traced={ADD: ("add",), SUB: ("sub",), RSUB: ("rsub",), MULTIPLY: ("mul",), DIV: ("div",)},
+    refusals={},
+    sim=dict.fromkeys((ADD, MULTIPLY, SUB, RSUB, DIV), TORCH),
 )

@@ -3,6 +3,7 @@ from typing import Any
 
 from .onnx_form import Unsupported, arg
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 
 EXPAND = "nndct_expand"
 
@@ -37,4 +38,6 @@ RECORD = OpRecord(
     xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
+    refusals={},
+    sim={EXPAND: TORCH},
 )

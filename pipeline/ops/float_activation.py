@@ -11,7 +11,7 @@ from .dpu_activation import where_it_runs
 from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg, clip, pow2
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, like_input, one, unary
 from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
@@ -163,4 +163,6 @@ RECORD = OpRecord(
              "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
              "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
     traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",)},
+    refusals={},
+    sim=dict.fromkeys((SIGMOID, TANH, SILU, CLAMP, GELU), TORCH),
 )

@@ -5,6 +5,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xmodel_support import XmodelForm, custom, no_attrs
 
 EQUAL = "nndct_equal"
@@ -29,4 +30,6 @@ RECORD = OpRecord(
             REMAINDER: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
     traced={},  # each type traced under its own name
+    refusals={},
+    sim=dict.fromkeys((EQUAL, REMAINDER), TORCH),
 )

@@ -7,9 +7,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from .. import fixpoint
 from .dpu_activation import activation
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import OpRecord, OpSpec
+from .sim_support import SimForm
 from .xir_support import IN, OpDef, XirOp, like_input, unary
 from .xmodel_support import XmodelForm, no_attrs
 
@@ -48,6 +49,33 @@ def _create_hswish(w, node) -> None:
         bit_width = w.outputs[node.name][0]
         mul = w.fix_op(mul, bit_width, bit_width - 1)
     w.fixed_op(node.name, "mul", None, {"input": [mul, x]})
+
+
+def dpu_hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
+    """nndct's DPU hardsigmoid: ``relu6(x + 3) * 2731/16384`` (float32; ``hsigmoid.py``)."""
+    return F.relu6(torch.add(x, 3.0)) * HARD_SIGMOID_SCALE
+
+
+def dpu_hard_swish(x: torch.Tensor) -> torch.Tensor:
+    """nndct's DPU hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``, Q7 = half_up at fix_pos 7, 8 bits
+    (``hswish.py``)."""
+    return torch.mul(x, fixpoint.fake_quant(dpu_hard_sigmoid(x), HSWISH_FIX_POS, 8, "half_up"))
+
+
+def _lower_hard_sigmoid(lo, swish: bool):
+    """The lowered model's hard sigmoid written out: add 3, clamp to [0, 6], multiply by 2731/16384; a
+    Hardswish rounds it at fix_pos 7 and multiplies ``x`` by it."""
+    a = lo.call(torch.add, lo.x, 3.0)
+    b = lo.call(torch.clamp, a, 0.0, 6.0)
+    value = lo.call(torch.mul, b, HARD_SIGMOID_SCALE)
+    if swish:
+        d = lo.call(fixpoint.fake_quant, value, HSWISH_FIX_POS, 8, "half_up")
+        value = lo.call(torch.mul, lo.x, d)
+    return value, True
+
+
+SIM = {HSWISH: SimForm(lambda s: (dpu_hard_swish(s.x), True), lambda lo: _lower_hard_sigmoid(lo, True)),
+       HSIGMOID: SimForm(lambda s: (dpu_hard_sigmoid(s.x), True), lambda lo: _lower_hard_sigmoid(lo, False))}
 
 
 def xir_hard_sigmoid(x):
@@ -94,4 +122,7 @@ RECORD = OpRecord(
     xmodel={HSWISH: XmodelForm(no_attrs, _create_hswish), HSIGMOID: XmodelForm(no_attrs, _create_hsigmoid)},
     xir_ops={"hard-sigmoid": XirOp(OpDef("hard-sigmoid", IN, (), like_input), unary(xir_hard_sigmoid), "hsigmoid")},
     traced={HSWISH: ("hardswish",), HSIGMOID: ("hardsigmoid",)},
+    roles={"adaquant_act": (HSWISH, HSIGMOID)},
+    refusals={},
+    sim=SIM,
 )

@@ -2,6 +2,7 @@
 before that."""
 from .onnx_form import alias
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 
 IDENTITY = "identity"
 
@@ -15,4 +16,6 @@ RECORD = OpRecord(
     xmodel={IDENTITY: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={},  # each type traced under its own name
+    refusals={},
+    sim={IDENTITY: TORCH},
 )

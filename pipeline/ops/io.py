@@ -2,14 +2,12 @@
 ``nndct_zeros``, ``nndct_return``; ``nndct_shared/base/key_names.py``)."""
 from typing import Any
 
+import numpy as np
 import torch
 
 from .dpu_support import Verdict, cpu_verdict
 from .record import Absent, DpuRule, OpRecord, OpSpec
-import numpy as np
-import torch
-
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xmodel_support import XmodelForm, no_attrs
 
 INPUT = "nndct_input"
@@ -62,4 +60,6 @@ RECORD = OpRecord(
             ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
     traced={},  # each type traced under its own name
+    refusals={},
+    sim=dict.fromkeys((INPUT, CONST, ZEROS), TORCH),
 )

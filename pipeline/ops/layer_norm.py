@@ -10,6 +10,7 @@ from torch import nn
 
 from .onnx_form import NO_LOWERING, Unsupported
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xmodel_support import XmodelForm
 
 LAYER_NORM = "nndct_layer_norm"
@@ -76,4 +77,6 @@ RECORD = OpRecord(
     xir_ops=Absent("a custom op (nndct_layer_norm: a type XIR does not define; the interpreter runs the "
                    "simulation's call for it)"),
     traced={LAYER_NORM: ("layer_norm",)},
+    refusals={},
+    sim={LAYER_NORM: TORCH},
 )

@@ -9,7 +9,7 @@ from .dpu_activation import activation
 from .dpu_support import Fix, Verdict
 from .onnx_form import arg
 from .record import DpuRule, OpRecord, OpSpec
-from .record import OpRecord, OpSpec
+from .sim_support import SimForm
 from .xir_support import IN, OpDef, XirOp, like_input, req, unary
 from .xmodel_support import XmodelForm, simple
 
@@ -52,6 +52,16 @@ def _lower_leaky_relu(lo, node) -> dict:
     return {"alpha": LEAKY_SLOPE}
 
 
+def _run_leaky_relu(s):
+    """nndct's LeakyReLU: the slope forced to :data:`LEAKY_SLOPE` (``leaky_relu.py``)."""
+    return F.leaky_relu(s.x, LEAKY_SLOPE), True
+
+
+def _lower_leaky_relu_module(lo):
+    """The lowered model's ``nn.LeakyReLU(LEAKY_SLOPE)``."""
+    return lo.call_module(nn.LeakyReLU(LEAKY_SLOPE)), True
+
+
 RECORD = OpRecord(
     family="leaky_relu",
     specs={LEAKY_RELU: OpSpec("dpu", False, False, True)},
@@ -66,4 +76,7 @@ RECORD = OpRecord(
     xir_ops={"leaky-relu": XirOp(OpDef("leaky-relu", IN, (req("alpha", "float"),), like_input),
                                  unary(F.leaky_relu, "alpha"), "leaky_relu")},
     traced={LEAKY_RELU: ("leaky_relu",)},
+    roles={"fresh_output": (LEAKY_RELU,)},
+    refusals={},
+    sim={LEAKY_RELU: SimForm(_run_leaky_relu, _lower_leaky_relu_module)},
 )

@@ -7,7 +7,7 @@ from .dpu_support import Verdict, unknown
 from .onnx_form import Unsupported, arg
 from .pool import dpu_pool
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xmodel_support import XmodelForm, custom, no_attrs
 
 MEAN = "aten::mean"
@@ -53,4 +53,6 @@ RECORD = OpRecord(
     xmodel={MEAN: XmodelForm(no_attrs, custom)},  # a custom op: XIR's reduction_mean is not what nndct writes
     xir_ops=Absent("a custom op (aten::mean: a type XIR does not define; the interpreter's own)"),
     traced={MEAN: ("mean",)},
+    refusals={},
+    sim={MEAN: TORCH},
 )

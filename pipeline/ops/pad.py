@@ -7,7 +7,7 @@ from torch import nn
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, attr, fail, one, op_input, opt, req
 from .xmodel_support import XmodelForm
 
@@ -105,4 +105,6 @@ RECORD = OpRecord(
     xir_ops={"pad": XirOp(OpDef("pad", IN, (req("paddings", "int32_vec"), req("mode", "string"),
                                           opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad")},
     traced={PAD: ("pad", "constant_pad_nd")},
+    refusals={},
+    sim={PAD: TORCH},
 )

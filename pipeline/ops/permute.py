@@ -7,7 +7,7 @@ import torch
 from .dpu_support import DPU, Verdict, cpu_verdict
 from .onnx_form import arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, attr, one, op_input, req, unsupported
 from .xmodel_support import XmodelForm, custom, simple
 
@@ -83,4 +83,6 @@ RECORD = OpRecord(
     xir_ops={"transpose": XirOp(OpDef("transpose", IN, (req("order", "int32_vec"),), _shape_transpose),
                                 lambda run, op, ins: one(ins).permute(list(op.attr("order"))), "permute")},
     traced={PERMUTE: ("permute",), TRANSPOSE: ("transpose",)},
+    refusals={},
+    sim=dict.fromkeys((PERMUTE, TRANSPOSE), TORCH),
 )

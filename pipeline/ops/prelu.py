@@ -18,7 +18,8 @@ from torch import nn
 
 from .dpu_activation import activation
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .xir_support import IN, REQUIRED, ArgDef, OpDef, XirOp, like_input, one
+from .sim_support import TORCH
+from .xir_support import ArgDef, IN, OpDef, REQUIRED, XirOp, like_input, one
 from .xmodel_support import XmodelForm
 
 PRELU = "nndct_prelu"
@@ -66,4 +67,6 @@ RECORD = OpRecord(
     xmodel={PRELU: XmodelForm(_lower_prelu, _create_prelu)},
     xir_ops={"prelu": XirOp(OpDef("prelu", IN + (ArgDef("weight", REQUIRED),), (), like_input), _run_prelu, "prelu")},
     traced={PRELU: ("prelu",)},
+    refusals={},
+    sim={PRELU: TORCH},
 )

@@ -81,7 +81,16 @@ class OpRecord:
             call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
-            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``).
+            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``). The quantization passes'
+            per-op sets: ``fix_align_pool`` (a pool whose input takes its output's fix position where
+            ``change_pool_input_fix`` is set: nndct's ``fix_pos_adjust.py``; ``sim/plan.py``), ``cle_act``
+            and ``cle_pool`` (the ops cross-layer equalization passes through between a pair's two layers:
+            nndct's ``cle`` pairs, ``optimization/cross_layer_equalization``; ``sim/cle.py``), ``adaquant``
+            (the layers AdaQuant tunes: ``is_conv_like`` of nndct's ``adaquant.py``; ``sim/adaquant.py``,
+            ``sim/finetune.py``), ``adaquant_pair_layer`` and ``adaquant_act`` (a layer and the activation
+            AdaQuant tunes with it: ``collect_layer_act_pair``), ``fresh_output`` (with ``params``: ops whose
+            output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
+            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
@@ -118,6 +127,20 @@ class OpRecord:
             makes the type from: the xmodel's op names are that op's (``quantizers/sim/xmodel/names.py``,
             docs/xmodel.md#names). A type not listed is looked for under its own name (``aten::silu_``:
             ``silu_``); ``{}`` where every type of the family is.
+        refusals: call -> ``refusal.Known``: the calls of the family some stage of this project refuses
+            (the capture before calibration, the xmodel writer, the ONNX exporter), each with its true
+            reason and what the real quantizer does with it (docs/xmodel.md#known-refusals). A call is
+            keyed as the model calls it: an ``nn.Module`` class (exact), a function, a tensor method's
+            name. ``fx/refusals.py`` asks these rows where a stage gives up (``explain``) and before the
+            simulation runs (``refuse_in_simulation``). ``{}`` where the family's every call is taken. A
+            family known only by refused calls (Conv1d, GroupNorm, ...) has no op types (``specs`` is
+            empty) and its own unit.
+        sim: op type -> ``sim_support.SimForm`` (``run(s)``: the calibration's float semantics of a node,
+            where the real quantizer's module does not compute torch's own call: a DPU approximation;
+            ``lower(lo)``: the node in the lowered test-mode model; the simulation's contexts are given
+            at call time, ``ops/sim_support.py``), or ``sim_support.TORCH`` (an :class:`Absent`: "torch's
+            call is the DPU's arithmetic") where the simulation runs the op's own torch call. Every type
+            of the family has one (``pytorch_nndct/nn/modules``: the modules nndct swaps in).
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -128,6 +151,8 @@ class OpRecord:
     xmodel: Mapping[str, Any]
     xir_ops: Union[Mapping[str, Any], Absent]
     traced: Mapping[str, Tuple[str, ...]]
+    refusals: Mapping[Any, Any]
+    sim: Mapping[str, Any]
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)

@@ -9,7 +9,7 @@ from .dpu_activation import activation
 from .dpu_support import Verdict
 from .onnx_form import clip
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, like_input, unary
 from .xmodel_support import XmodelForm, no_attrs, simple
 
@@ -65,4 +65,7 @@ RECORD = OpRecord(
     xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu), "relu"),
              "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
     traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6")},
+    roles={"cle_act": (RELU,), "fresh_output": (RELU,), "adaquant_act": (RELU, RELU6)},
+    refusals={},
+    sim=dict.fromkeys((RELU, RELU6), TORCH),
 )

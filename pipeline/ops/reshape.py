@@ -1,21 +1,17 @@
 """Ops that view data in a new shape (``nndct_flatten``, ``nndct_reshape``, ``nndct_contiguous``,
 ``nndct_squeeze``, ``nndct_unsqueeze``): never their own fix position, they defer to their producer."""
+import math
 from typing import Any, Optional
 
+import numpy as np
 import torch
 from torch import nn
 
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, alias
 from .record import Absent, DpuRule, OpRecord, OpSpec
-import math
-
-import numpy as np
-import torch
-from torch import nn
-
-from .record import Absent, OpRecord, OpSpec
-from .xir_support import (IN, INS, OPTIONAL, SHAPE_INFO, ArgDef, OpDef, XirOp, attr, const_ints, fail, one, op_input,
+from .sim_support import TORCH
+from .xir_support import (ArgDef, IN, INS, OPTIONAL, OpDef, SHAPE_INFO, XirOp, attr, const_ints, fail, one, op_input,
                           opt, req, shape_info, unsupported, with_info)
 from .xmodel_support import XmodelForm, custom, no_attrs
 
@@ -192,4 +188,6 @@ RECORD = OpRecord(
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),
                             lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
     traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
+    refusals={},
+    sim=dict.fromkeys((FLATTEN, RESHAPE, CONTIGUOUS, UNSQUEEZE, SQUEEZE), TORCH),
 )

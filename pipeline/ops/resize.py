@@ -1,6 +1,7 @@
 """Up- and down-sampling (``nndct_resize``): ``nn.Upsample`` and ``F.interpolate``."""
 from typing import Any, Callable, Optional
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -9,13 +10,9 @@ from .dpu_checks import check_transposed_kernel
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-import numpy as np
-import torch.nn.functional as F
-from torch import nn
-
-from .record import Absent, OpRecord, OpSpec
 from .reshape import pack
-from .xir_support import (IN, OPTIONAL, SHAPE_INFO, TO_NHWC, ArgDef, OpDef, XirOp, attr, const_ints, fail, one,
+from .sim_support import TORCH
+from .xir_support import (ArgDef, IN, OPTIONAL, OpDef, SHAPE_INFO, TO_NHWC, XirOp, attr, const_ints, fail, one,
                           op_input, opt, req, shape_info, unsupported)
 from .xmodel_support import XmodelForm, pair
 
@@ -226,4 +223,6 @@ RECORD = OpRecord(
                                     opt("half_pixel_centers", "bool", False), opt("scale", "float_vec", [])),
                                    _shape_resize), _run_resize, "resize")},
     traced={RESIZE: ("upsample_nearest2d", "upsample_bilinear2d")},
+    refusals={},
+    sim={RESIZE: TORCH},
 )

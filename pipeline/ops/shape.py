@@ -6,6 +6,7 @@ import operator
 import torch
 
 from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xmodel_support import XmodelForm, custom, no_attrs
 
 SHAPE = "nndct_shape"
@@ -42,4 +43,6 @@ RECORD = OpRecord(
             TRUNC_DIV: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("folded, or a custom op (aten::div: a type XIR does not define)"),
     traced={},  # each type traced under its own name
+    refusals={},
+    sim=dict.fromkeys((SHAPE, FLOOR_DIVIDE, TRUNC_DIV), TORCH),
 )

@@ -14,7 +14,7 @@ import torch.fx
 from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported, with_info
 from .xmodel_support import INT_MAX, XmodelForm
 
@@ -344,4 +344,6 @@ RECORD = OpRecord(
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
     traced={STRIDED_SLICE: ("slice",)},
+    refusals={},
+    sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX, TUPLE_INDEX), TORCH),
 )

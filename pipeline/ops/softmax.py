@@ -8,7 +8,7 @@ from torch import nn
 from .dpu_support import Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
-from .record import Absent, OpRecord, OpSpec
+from .sim_support import TORCH
 from .xir_support import IN, OpDef, XirOp, like_input, one, req
 from .xmodel_support import XmodelForm, rewrite_axis, simple
 
@@ -54,4 +54,6 @@ RECORD = OpRecord(
     xmodel={SOFTMAX: XmodelForm(_lower_softmax, simple("softmax", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"softmax": XirOp(OpDef("softmax", IN, (req("axis", "int32"),), like_input), _run_softmax, "softmax")},
     traced={SOFTMAX: ("softmax",)},
+    refusals={},
+    sim={SOFTMAX: TORCH},
 )

@@ -9,7 +9,8 @@ from pipeline import ops
 from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
-ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand")
+ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
+         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
 
 
 def _units():
@@ -32,7 +33,7 @@ def test_every_unit_is_in_the_list_once_and_is_named_after_its_family():
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
 def test_every_piece_of_a_record_is_given_or_declared_absent_with_its_reason(record):
     assert isinstance(record, OpRecord)
-    assert record.specs, "a family holds at least one op type"
+    assert record.specs or record.refusals, "a family holds at least one op type, or a refused call"
     for op, spec in record.specs.items():
         assert isinstance(spec, OpSpec) and spec.kind in KINDS, (op, spec)
     assert record.source.strip(), "the upstream source of the record's facts"
@@ -82,7 +83,7 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
 
 
 def test_no_op_type_or_call_is_claimed_twice():
-    for attr in ("specs", "modules", "module_rules", "functions", "methods"):
+    for attr in ("specs", "modules", "module_rules", "functions", "methods", "refusals"):
         seen = {}
         for record in ops.RECORDS:
             for key in getattr(record, attr):
@@ -331,3 +332,61 @@ def test_the_weights_layouts_are_the_conv_records():
     assert w.shape == (1, 3, 3, 4) and form.const_weights(w).shape == (1, 3, 3, 4)
     assert np.array_equal(form.const_weights(w)[:, ::-1, ::-1], w)
     assert ops.xmodel_form(ops.DENSE).weights is None and ops.xmodel_form(ops.CONV2D).const_weights is None
+
+
+def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
+    """The passes' sets (once literal tuples in sim/plan.py, cle.py, adaquant.py, calib.py, xmodel/deploy.py)
+    are the roles of the records, with the same members."""
+    from pipeline.quantizers.sim import adaquant, calib, cle, plan
+    from pipeline.quantizers.sim.xmodel import deploy
+    pools = {ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
+    assert set(plan.POOL_TYPES) == pools and set(cle.POOL_TYPES) == pools
+    assert set(cle.ACT_TYPES) == {ops.RELU}
+    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
+    assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
+    assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
+    import torch.nn.functional as F
+    assert adaquant.FLOAT_ACTS == {ops.RELU: F.relu, ops.RELU6: F.relu6, ops.HSIGMOID: F.hardsigmoid,
+                                   ops.HSWISH: F.hardswish}
+    assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
+    assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
+
+
+def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():
+    from pipeline.fx import refusals
+    from pipeline.ops.refusal import ONNX, SIMULATION, XMODEL, Known
+    for record in ops.RECORDS:
+        for call, known in record.refusals.items():
+            assert isinstance(known, Known) and known.stops and known.stops <= {SIMULATION, XMODEL, ONNX}, call
+            assert known.what.strip() and known.real.strip() and known.instead.strip(), call
+    assert ops.REFUSALS == {c: k for r in ops.RECORDS for c, k in r.refusals.items()}
+    assert set(refusals.MODULES) | set(refusals.FUNCTIONS) | set(refusals.METHODS) \
+        == set(ops.REFUSALS)
+    assert refusals.METHODS["matmul"] is ops.matmul.MATMUL_ROW
+
+
+def test_a_record_without_its_refusals_is_refused():
+    with pytest.raises(TypeError, match="refusals"):
+        OpRecord(family="x", specs={}, approximation=Absent("a test"), source="a test", onnx={}, dpu_rule={},
+                 xmodel={}, xir_ops=Absent("a test"), traced={}, sim={})
+
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_type_has_its_simulation_piece_or_runs_torch_s_call(record):
+    from pipeline.ops.sim_support import SimForm
+    assert set(record.sim) == set(record.specs), "%s: a sim piece (or TORCH) for every type" % record.family
+    for op, form in record.sim.items():
+        assert isinstance(form, Absent) or (isinstance(form, SimForm) and callable(form.run)
+                                            and callable(form.lower)), op
+
+
+def test_the_simulation_reads_its_per_op_arithmetic_off_the_records():
+    simulated = {op for op, form in ops.SIM.items() if ops.sim_form(op) is not None}
+    assert simulated == {ops.LEAKY_RELU, ops.HSWISH, ops.HSIGMOID, ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
+    assert ops.sim_form(ops.CONV2D) is None and ops.sim_form("aten::erf") is None
+
+
+def test_a_record_without_its_sim_piece_is_refused():
+    with pytest.raises(TypeError, match="sim"):
+        OpRecord(family="x", specs={}, approximation=Absent("a test"), source="a test", onnx={}, dpu_rule={},
+                 xmodel={}, xir_ops=Absent("a test"), traced={}, refusals={})

@@ -12,6 +12,7 @@ from torch import nn
 
 from ...errors import QuantizationError
 from ..record import Absent, DpuRule, OpRecord, OpSpec
+from ..sim_support import TORCH
 from ..xir_support import OpDef, XirOp, opt
 from ..xmodel_support import XmodelForm, custom, no_attrs
 from .dpu import dpu_conv2d, dpu_conv_transpose2d, dpu_convolution_mode, dpu_depthwise_conv2d
@@ -54,7 +55,8 @@ RECORD = OpRecord(
     family="conv",
     specs=dict([(t, _DPU_Q) for t in CONV_TYPES] + [(CONVOLUTION_MODE, OpSpec("float", False, False, False))]),
     module_rules={nn.Conv2d: conv_type, nn.ConvTranspose2d: conv_type},
-    roles={"conv": CONV_TYPES, "params": CONV_TYPES, "bias_corr": CONV_TYPES},
+    roles={"conv": CONV_TYPES, "params": CONV_TYPES, "bias_corr": CONV_TYPES, "adaquant": CONV_TYPES,
+           "adaquant_pair_layer": (CONV2D, DEPTHWISE_CONV2D, CONVTRANSPOSE2D), "pad_fusion": CONV_TYPES},
     approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
                          "fixed point, the shifts are docs/arithmetic.md's"),
     source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py",
@@ -85,4 +87,6 @@ RECORD = OpRecord(
                                                         shape_transposed_depthwise_conv2d),
                                                   run_conv_transpose, "conv_transpose2d")},
     traced=dict([(t, ("_convolution",)) for t in CONV_TYPES] + [(CONVOLUTION_MODE, ("_convolution_mode",))]),
+    refusals={},
+    sim=dict.fromkeys(CONV_TYPES + (CONVOLUTION_MODE,), TORCH),
 )

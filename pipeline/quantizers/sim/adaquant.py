@@ -55,10 +55,12 @@ HIGH_EFFICIENCY = 4.5  # quant_eff above which the learning rate is 10x smaller
 MAX_PASSES = 100  # iters of optimize_layer_v2
 MIN_LR = 1e-5
 LOSS_REL_TOL = 1e-6  # AverageMeter.__eq__
-TUNED_TYPES = g.CONV_TYPES + (g.DENSE,)  # is_conv_like (the 2-D ops the sim captures)
-PAIR_LAYER_TYPES = (g.CONV2D, g.DEPTHWISE_CONV2D, g.CONVTRANSPOSE2D)  # collect_layer_act_pair
-PAIR_ACT_TYPES = (g.RELU, g.RELU6, g.HSWISH, g.HSIGMOID)
-FLOAT_ACTS = {g.RELU: F.relu, g.RELU6: F.relu6, g.HSIGMOID: F.hardsigmoid, g.HSWISH: F.hardswish}
+TUNED_TYPES = g.with_role("adaquant")  # is_conv_like (the 2-D ops the sim captures)
+PAIR_LAYER_TYPES = g.with_role("adaquant_pair_layer")  # collect_layer_act_pair
+PAIR_ACT_TYPES = g.with_role("adaquant_act")
+# a paired activation's float function: the first function its record maps to it (F.relu, F.relu6,
+# F.hardswish, F.hardsigmoid), as nndct's float model runs it
+FLOAT_ACTS = {op: next(fn for fn, o in g.FUNCTION_OPS.items() if o == op) for op in PAIR_ACT_TYPES}
 METHODS = ("adaquant", "adaquant_bc")
 
 

@@ -46,7 +46,7 @@ BIAS_CORR_RATE = 0.05  # option param_corr_rate
 
 # Node types whose calibration value is a new tensor that nothing else holds (``param_forward`` and
 # ``run_node`` allocate it): once computed, the calibration may overwrite it in place.
-FRESH_OUTPUT_TYPES = g.PARAM_TYPES + (g.RELU, g.LEAKY_RELU, g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
+FRESH_OUTPUT_TYPES = g.PARAM_TYPES + g.with_role("fresh_output")
 
 
 def check_batch(xs: Any, n_inputs: int) -> None:

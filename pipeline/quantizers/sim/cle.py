@@ -30,8 +30,8 @@ from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 
 CLE_TYPES = g.CONV_TYPES
-ACT_TYPES = (g.RELU,)
-POOL_TYPES = (g.MAX_POOL, g.ADAPTIVEAVGPOOL2D, g.AVG_POOL)
+ACT_TYPES = g.with_role("cle_act")  # the ops cle passes through between a pair's two layers
+POOL_TYPES = g.with_role("cle_pool")
 
 
 def _outs(node: SimNode) -> int:

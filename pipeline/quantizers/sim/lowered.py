@@ -65,11 +65,7 @@ from ...errors import QuantizationError
 from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
-from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
-from ...ops.leaky_relu import LEAKY_SLOPE
-from ...ops.pool import avgpool_dpu_scale
-from .ops import (getattr_path, OUT_OF_PLACE, adaptive_output_size,
-                  adaptive_scale, avgpool_kernel, norm_float_params, norm_shape_eps)
+from .ops import getattr_path, OUT_OF_PLACE, norm_float_params, norm_shape_eps
 from .plan import QuantPlan
 
 
@@ -201,32 +197,14 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             target = add_module(node.name, _quantized_norm(graph, node, info, bitwidth))
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
             norm_attrs.extend(env[a] for a in fx_node.all_input_nodes[1:] if a.op == "get_attr")
-        elif node.op == g.LEAKY_RELU:
-            target = add_module(node.name, nn.LeakyReLU(LEAKY_SLOPE))
-            value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
-        elif node.op in (g.HSWISH, g.HSIGMOID):
-            x = env[fx_node.all_input_nodes[0]]
-            a = new.call_function(torch.add, (x, 3.0))
-            b = new.call_function(torch.clamp, (a, 0.0, 6.0))
-            value = new.call_function(torch.mul, (b, HARD_SIGMOID_SCALE))
-            if node.op == g.HSWISH:
-                d = new.call_function(fixpoint.fake_quant, (value, HSWISH_FIX_POS, 8, "half_up"))
-                value = new.call_function(torch.mul, (x, d))
         else:
-            value = _copy_node(graph, node, new, root, lookup)
-            if node.const_args:
-                value.args = tuple(consts[node.const_args[i]] if i in node.const_args else a
-                                   for i, a in enumerate(value.args))
-            if node.op == g.AVG_POOL:
-                scale = avgpool_dpu_scale(*avgpool_kernel(graph, node))
-                value = _mul_const(new, value, scale)
-            elif node.op == g.ADAPTIVEAVGPOOL2D:
-                shape = graph.example_shapes[fx_node.all_input_nodes[0]]
-                scale = adaptive_scale((int(shape[2]), int(shape[3])), adaptive_output_size(graph, node))
-                if scale is None:
-                    quantize = False
-                else:
-                    value = _mul_const(new, value, scale)
+            lo = _Lowering(graph, node, new, root, env, consts)
+            form = g.sim_form(node.op)
+            if form is None:
+                value = lo.copy()
+            else:
+                value, quantizable = form.lower(lo)
+                quantize = quantize and quantizable
         if quantize and node.inputs and all(i.shape_value for i in node.inputs):
             # a float computed from sizes: a 0-dim float32 tensor, as torch.jit traces it (ops.run_node)
             value = new.call_function(torch.as_tensor, (value,), {"dtype": torch.float32})
@@ -249,8 +227,46 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     return gm
 
 
-def _mul_const(new: torch.fx.Graph, value: torch.fx.Node, scale: float) -> torch.fx.Node:
-    return value if scale == 1.0 else new.call_function(torch.mul, (value, float(scale)))
+class _Lowering:
+    """The context of one node's lowering piece (``ops/sim_support.py``: ``lower(lo)``), given at call time."""
+
+    def __init__(self, graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Module,
+                 env: Dict[torch.fx.Node, torch.fx.Node], consts: Dict[SimNode, Any]) -> None:
+        self.graph, self.node, self.new, self.root, self.env, self.consts = graph, node, new, root, env, consts
+        self.fx_node = node.fx_node
+        self.module = graph.module(node) if self.fx_node.op == "call_module" else None
+
+    @property
+    def x(self) -> torch.fx.Node:
+        """The node's first input in the new graph."""
+        return self.env[self.fx_node.all_input_nodes[0]]
+
+    @property
+    def input_shape(self) -> Any:
+        """The example shape of the node's first input (NCHW)."""
+        return self.graph.example_shapes[self.fx_node.all_input_nodes[0]]
+
+    def call_module(self, m: nn.Module) -> torch.fx.Node:
+        """``m`` added under the node's name, called on :attr:`x`."""
+        self.root.add_module(self.node.name, m)
+        return self.new.call_module(self.node.name, (self.x,))
+
+    def call(self, fn: Any, *args: Any) -> torch.fx.Node:
+        """A ``call_function`` node of ``fn(*args)``."""
+        return self.new.call_function(fn, args)
+
+    def mul(self, value: torch.fx.Node, scale: float) -> torch.fx.Node:
+        """``value * scale`` (``value`` itself for 1.0)."""
+        return value if scale == 1.0 else self.new.call_function(torch.mul, (value, float(scale)))
+
+    def copy(self) -> torch.fx.Node:
+        """torch's own call copied, a number operand replaced by its (quantized) const's value."""
+        node = self.node
+        value = _copy_node(self.graph, node, self.new, self.root, self.env.__getitem__)
+        if node.const_args:
+            value.args = tuple(self.consts[node.const_args[i]] if i in node.const_args else a
+                               for i, a in enumerate(value.args))
+        return value
 
 
 def _copy_helper(graph: SimGraph, fx_node: torch.fx.Node, new: torch.fx.Graph, root: nn.Module,

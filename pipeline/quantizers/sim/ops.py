@@ -1,7 +1,9 @@
 """Float semantics of the nodes as the real quantizer's modules compute them (shared by calib and test).
 
 ``pytorch_nndct/nn/modules`` replaces some operators by DPU approximations
-(docs/arithmetic.md#leakyrelu-slope, #hardsigmoid-and-hardswish, #average-pool-correction):
+(docs/arithmetic.md#leakyrelu-slope, #hardsigmoid-and-hardswish, #average-pool-correction); each is
+its op record's simulation piece (``OpRecord.sim``, ``pipeline/ops/sim_support.py``), which
+:func:`run_node` calls with its context (:class:`NodeRun`):
 
 - LeakyReLU: slope forced to 26/256 = 0.1015625 (``leaky_relu.py``, option
   ``leaky_relu_approximate``).
@@ -38,49 +40,13 @@ from torch import nn
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
-from ...ops.hard_sigmoid import HARD_SIGMOID_SCALE, HSWISH_FIX_POS
-from ...ops.leaky_relu import LEAKY_SLOPE
-from ...ops.pool import avgpool_dpu_scale
+from ...ops.pool.sim import adaptive_output_size, adaptive_scale, tiled_max_pool  # noqa: F401 (tiled_max_pool: tests)
 from ...ops.prelu import simulate as simulate_prelu
 from ...fx.example_run import node_error
 
 OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
-
-
-def pair(v: Any) -> Tuple[int, int]:
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
-def avgpool_kernel(graph: SimGraph, node: SimNode) -> Tuple[int, int]:
-    """Kernel size (kh, kw) of an AvgPool2d node (module or functional)."""
-    fx_node = node.fx_node
-    if fx_node.op == "call_module":
-        return pair(graph.module(node).kernel_size)
-    return pair(fx_node.kwargs.get("kernel_size", fx_node.args[1] if len(fx_node.args) > 1 else None))
-
-
-def adaptive_output_size(graph: SimGraph, node: SimNode) -> Any:
-    fx_node = node.fx_node
-    if fx_node.op == "call_module":
-        return graph.module(node).output_size
-    return fx_node.kwargs.get("output_size", fx_node.args[1] if len(fx_node.args) > 1 else None)
-
-
-def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
-    """The DPU factor of an adaptive average pool, or None when it stays unquantized.
-
-    Args:
-        in_hw: input (H, W).
-        output_size: the pool's output size (int, pair, or pair with None entries).
-    """
-    out = (output_size, output_size) if isinstance(output_size, int) else tuple(output_size)
-    out = tuple(in_hw[i] if o is None else int(o) for i, o in enumerate(out))
-    if any(in_hw[i] % out[i] for i in range(2)):
-        return None
-    return avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
 def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
@@ -96,7 +62,7 @@ def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
     Returns:
         True when its output has no fix position (quant_info ``[[bitwidth, null]]``).
     """
-    out = adaptive_output_size(graph, node)
+    out = adaptive_output_size(graph.module(node) if node.fx_node.op == "call_module" else None, node.fx_node)
     sizes = (out, out) if isinstance(out, int) else tuple(out)
     if all(s is None or int(s) == 1 for s in sizes):
         return False
@@ -155,54 +121,24 @@ def run_step(graph: SimGraph, fx_node: torch.fx.Node, env: Dict[Any, Any]) -> An
     return run_fx(graph.root, fx_node, env)
 
 
-def tiled_max_pool(m: nn.MaxPool2d, x: Any) -> Optional[torch.Tensor]:
-    """``m(x)`` for a non-overlapping max pool (stride == kernel, no padding or dilation), as the
-    elementwise maximum of the ``kh * kw`` strided views of ``x``; None for any other pool.
+class NodeRun:
+    """The context of one node's simulation piece (``ops/sim_support.py``: ``run(s)``), given at call time."""
 
-    The values are exactly ``F.max_pool2d``'s (a maximum is exact; NaN propagates in both),
-    several times faster on the CPU for small windows, whose NCHW kernel is scalar. The one
-    possible difference is the sign of a zero when ``+0.0`` and ``-0.0`` tie in a window; every
-    pool output reaches a quantization point (``fake_quant`` gives ``+0.0`` for both) before any
-    use that could tell them apart, so calibration results are unchanged. Used in calibration
-    only; the lowered test-mode model keeps ``nn.MaxPool2d``.
+    def __init__(self, graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> None:
+        self.graph, self.node, self.env = graph, node, env
+        self.fx_node = node.fx_node
+        self.module = graph.module(node) if self.fx_node.op == "call_module" else None
 
-    Args:
-        m: the MaxPool2d module.
-        x: its input; not modified.
+    @property
+    def x(self) -> Any:
+        """The value of the node's first input."""
+        return self.env[self.fx_node.all_input_nodes[0]]
 
-    Returns:
-        A new contiguous float32 tensor (N, C, H // kh, W // kw), or None: another pool, or an
-        input that is not a plain contiguous float32 NCHW tensor.
-    """
-    kh, kw = pair(m.kernel_size)
-    stride = pair(m.stride if m.stride is not None else m.kernel_size)
-    if (stride != (kh, kw) or kh * kw < 2 or pair(m.padding) != (0, 0) or pair(m.dilation) != (1, 1)
-            or m.ceil_mode or m.return_indices or not isinstance(x, torch.Tensor) or x.dim() != 4
-            or x.dtype != torch.float32):
-        return None
-    # plain NCHW only, where F.max_pool2d's output is plain NCHW too; a channels_last (or
-    # ambiguous: C == 1, H == W == 1) input keeps F.max_pool2d and its output layout, which
-    # later reductions depend on
-    if not x.is_contiguous() or x.is_contiguous(memory_format=torch.channels_last):
-        return None
-    ho, wo = int(x.shape[2]) // kh, int(x.shape[3]) // kw
-    if ho == 0 or wo == 0:
-        return None
-    views = [x[:, :, i:ho * kh:kh, j:wo * kw:kw] for i in range(kh) for j in range(kw)]
-    out = torch.maximum(views[0], views[1])  # a new contiguous (N, C, ho, wo) tensor
-    for view in views[2:]:
-        torch.maximum(out, view, out=out)
-    return out
-
-
-def hard_sigmoid(x: torch.Tensor) -> torch.Tensor:
-    """nndct's DPU hardsigmoid: ``relu6(x + 3) * 2731/16384`` (float32)."""
-    return F.relu6(torch.add(x, 3.0)) * HARD_SIGMOID_SCALE
-
-
-def hard_swish(x: torch.Tensor) -> torch.Tensor:
-    """nndct's DPU hardswish: ``x * Q7(relu6(x + 3) * 2731/16384)``, Q7 = half_up at fix_pos 7, 8 bits."""
-    return torch.mul(x, fixpoint.fake_quant(hard_sigmoid(x), HSWISH_FIX_POS, 8, "half_up"))
+    def torch(self) -> Any:
+        """torch's own call on the node's inputs, a number operand replaced by its const node's value."""
+        node = self.node
+        consts = {i: self.env[c] for i, c in node.const_args.items()} if node.const_args else None
+        return run_fx(self.graph.root, self.fx_node, self.env, self.module, consts)
 
 
 def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> Tuple[Any, bool]:
@@ -212,29 +148,13 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         ``(value, quantizable)``: ``quantizable`` is False only for an adaptive average pool that
         the real quantizer leaves unquantized (input size not a multiple of the output size).
     """
-    op = node.op
-    fx_node = node.fx_node
-    if op == g.LEAKY_RELU:
-        return F.leaky_relu(env[fx_node.all_input_nodes[0]], LEAKY_SLOPE), True
-    if op == g.HSWISH:
-        return hard_swish(env[fx_node.all_input_nodes[0]]), True
-    if op == g.HSIGMOID:
-        return hard_sigmoid(env[fx_node.all_input_nodes[0]]), True
-    if op == g.MAX_POOL and fx_node.op == "call_module":
-        out = tiled_max_pool(graph.module(node), env[fx_node.all_input_nodes[0]])
-        if out is not None:
-            return out, True
-    consts = {i: env[c] for i, c in node.const_args.items()} if node.const_args else None
-    out = run_fx(graph.root, fx_node, env, graph.module(node) if fx_node.op == "call_module" else None, consts)
-    if op == g.AVG_POOL:
-        kh, kw = avgpool_kernel(graph, node)
-        return out * avgpool_dpu_scale(kh, kw), True
-    if op == g.ADAPTIVEAVGPOOL2D:
-        x = env[fx_node.all_input_nodes[0]]
-        scale = adaptive_scale((int(x.shape[2]), int(x.shape[3])), adaptive_output_size(graph, node))
-        if scale is None:
-            return out, False
-        return out * scale, True
+    s = NodeRun(graph, node, env)
+    form = g.sim_form(node.op)
+    if form is not None:
+        done = form.run(s)
+        if done is not None:
+            return done
+    out = s.torch()
     if isinstance(out, float) and not node.shape_value:
         # a float computed from sizes (``(C // heads) ** -0.5``): torch.jit traces a 0-dim float32
         # tensor, which nndct quantizes like any activation

@@ -31,7 +31,7 @@ from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .ops import adaptive_unquantized
 
-POOL_TYPES = (g.MAX_POOL, g.AVG_POOL, g.ADAPTIVEAVGPOOL2D)
+POOL_TYPES = g.with_role("fix_align_pool")  # fix_pos_adjust: a pool's input takes its output's fix position
 
 
 class QuantPlan:

@@ -27,7 +27,7 @@ from ....ops.xmodel_support import INT_MAX
 from .devgraph import Graph, Node
 from .layout import PERMUTE, layout_transform
 
-POOL_OR_CONV = (t.CONV2D, t.DEPTHWISE_CONV2D, t.CONVTRANSPOSE2D, t.DEPTHWISE_CONVTRANSPOSE2D, t.MAX_POOL, t.AVG_POOL)
+POOL_OR_CONV = t.with_role("pad_fusion")  # the ops a zero pad folds into
 
 
 def optimize(graph: Graph) -> None:

@@ -2,65 +2,22 @@
 ``nndct_adaptive_avg_pool2d``). The DPU divides an average by a multiply and a shift; the quantizer
 reproduces the factor (``pytorch_nndct/nn/modules/avgpool.py``, ``adaptive_avgpool.py``;
 docs/arithmetic.md#average-pool-correction)."""
-import math
 from typing import Any, Dict, Optional, Sequence
 
 import numpy as np
 import torch
-
-
 import torch.nn.functional as F
 import types
 from torch import nn
 
-from .dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, fix_padding, legal_values
-from .dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown
-from .onnx_form import Unsupported, arg, pair
-from .record import DpuRule, OpRecord, OpSpec
-from .record import OpRecord, OpSpec
-from .xir_support import (IN, TO_NHWC, OpDef, XirOp, attr, fail, one, op_input, opt, padded, req, vec, window,
-                          window_dims)
-from .xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs, pair
-
-MAX_POOL = "nndct_maxpool"
-AVG_POOL = "nndct_avgpool"
-ADAPTIVEAVGPOOL2D = "nndct_adaptive_avg_pool2d"
-
-
-def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
-    """The factor nndct multiplies an average pool's output by (option ``avg_pool_approximate``).
-
-    The DPU divides by ``k = kh*kw`` as a multiply by ``m / 2**s``; the quantizer reproduces that
-    as ``avg * k * m / 2**s``. Table sizes (docs/arithmetic.md#average-pool-correction;
-    ``nn/modules/avgpool.py``): 3x3 -> 63/64, 5x5 -> 250/256, 6x6 (also 3x6, 6x3) -> 252/256, 7x7 ->
-    1029/1024, 14x14 -> 4116/4096. Other sizes: the ``m, s`` with ``s < ceil(log2(128 k))`` minimizing
-    ``|m/2**s - 1/k|`` where ``m = round(2**s / k)`` (Python banker's ``round``, first minimum wins); e.g.
-    8x8 -> 1.0, 10x10 -> 1.0009765625.
-
-    Returns:
-        The factor as a Python float (exact in float32 for every table entry).
-    """
-    k = [kernel_h, kernel_w]
-    if k == [3, 3]:
-        return 9.0 * 7.0 / 64.0
-    if k == [5, 5]:
-        return 25.0 * 10.0 / 256.0
-    if k in ([6, 6], [3, 6], [6, 3]):
-        return 36.0 * 7.0 / 256.0
-    if k == [7, 7]:
-        return 49.0 * 21.0 / 1024.0
-    if k == [14, 14]:
-        return 196.0 * 21.0 / 4096.0
-    rec = kernel_h * kernel_w
-    max_shift = int(math.ceil(math.log(rec * 128, 2)))
-    best_diff = 1.0
-    mult, shift = 0.0, 0
-    for s in range(max_shift):
-        m = round((2 ** s) / rec)
-        diff = abs(m / (2 ** s) - 1.0 / rec)
-        if diff < best_diff:
-            mult, best_diff, shift = m, diff, s
-    return rec * mult / (2 ** shift)
+from ..dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, fix_padding, legal_values
+from ..dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown
+from ..onnx_form import Unsupported, arg, pair
+from ..record import DpuRule, OpRecord, OpSpec
+from ..xir_support import (IN, OpDef, TO_NHWC, XirOp, attr, fail, one, op_input, opt, padded, req, vec, window,
+                           window_dims)
+from ..xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs, pair
+from .sim import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL, SIM, avgpool_dpu_scale
 
 
 def dpu_pool(node: Any, ctx: Any) -> Verdict:
@@ -337,4 +294,9 @@ RECORD = OpRecord(
                                                                 opt("count_include_invalid", "bool", True)),
                                       _shape_pool2d), _run_pool, "avg_pool2d")},
     traced={MAX_POOL: ("max_pool2d",), AVG_POOL: ("avg_pool2d",), ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",)},
+    roles={"fix_align_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
+           "cle_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
+           "fresh_output": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D), "pad_fusion": (MAX_POOL, AVG_POOL)},
+    refusals={},
+    sim=SIM,
 )

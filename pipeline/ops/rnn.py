@@ -1,0 +1,26 @@
+"""Recurrent layers (``nn.LSTM``, ``nn.GRU``): the simulation runs them in float; the xmodel writer and the
+ONNX exporter refuse them (the real quantizer quantizes them in its RNN mode only)."""
+from torch import nn
+
+from .record import Absent, OpRecord
+from .refusal import Known, NOT_YET, ONNX, XMODEL
+
+RNN = Known(
+    what="LSTM / GRU", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=True,
+    real="the real quantizer quantizes recurrent layers in its RNN mode, torch_quantizer(..., lstm=True), which "
+         "this project does not simulate (the layer runs in float here)",
+    instead="quantize it with pytorch_nndct's torch_quantizer(..., lstm=True) in the Vitis AI image")
+
+RECORD = OpRecord(
+    family="rnn",
+    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
+    approximation=Absent("no op type: the calls are refused (refusals)"),
+    source="nndct_shared/base/key_names.py (LSTM, GRU), pytorch_nndct/apis (lstm=True)",
+    onnx={},
+    dpu_rule={},
+    xmodel={},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},
+    refusals={nn.LSTM: RNN, nn.GRU: RNN},
+    sim={},
+)

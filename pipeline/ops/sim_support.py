@@ -1,0 +1,29 @@
+"""What an op's simulation piece is (``record.OpRecord.sim``): how the CPU simulation computes the op where
+the real quantizer's module does not run torch's own call (a DPU approximation: LeakyReLU's slope, the hard
+sigmoid's 1/6, the average pool's factor), and how the lowered test-mode model writes that out.
+
+The rooms' machinery is handed to the piece at call time:
+
+- ``run(s) -> (value, quantizable)`` or None: the calibration's float semantics of one node
+  (``quantizers/sim/ops.py`` ``run_node``). ``s`` offers ``s.x`` (the node's first input's value),
+  ``s.module`` (its module, None for a function or method call), ``s.fx_node``, and ``s.torch()``
+  (torch's own call on the node's inputs, a Python-number operand replaced by its const node's value).
+  ``quantizable`` is False where the real quantizer leaves the output unquantized (an adaptive pool that
+  does not divide). None: torch's own call after all (``s.torch()`` as any other node).
+- ``lower(lo) -> (fx value, quantizable)``: the node in the lowered test-mode model
+  (``quantizers/sim/lowered.py``). ``lo`` offers ``lo.x`` (the input's value node in the new graph),
+  ``lo.module``, ``lo.fx_node``, ``lo.input_shape`` (the example NCHW shape of the first input),
+  ``lo.call_module(m)`` (``m`` added under the node's name, called on ``lo.x``),
+  ``lo.call(fn, *args)`` (a ``call_function`` node), ``lo.copy()`` (torch's own call copied, its
+  number operands the quantized consts) and ``lo.mul(value, scale)`` (a multiply, none for 1.0).
+
+Both compute in float32 with the bits the real quantizer's module gives (``pytorch_nndct/nn/modules``).
+"""
+from collections import namedtuple
+
+from .record import Absent
+
+SimForm = namedtuple("SimForm", "run lower")
+
+# the piece of an op the simulation runs as torch's own call
+TORCH = Absent("torch's call is the DPU's arithmetic (the simulation runs the op's own torch call)")
