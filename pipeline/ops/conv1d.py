@@ -3,7 +3,7 @@ quantizes a Conv1d as its own op ``nndct_conv1d``; it refuses a ConvTranspose1d)
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import ALL_STAGES, Known, NOT_IN_REAL, NOT_YET, REAL_QUANTIZER
 
 CONV1D = Known(
@@ -17,17 +17,6 @@ CONV_TRANSPOSE1D = Known(
     real="the real quantizer's parser raises 'ConvTranpose1D is unsupported'",
     instead="write it as nn.ConvTranspose2d with kernel (1, k) and stride (1, s) on x.unsqueeze(2)")
 
-RECORD = OpRecord(
-    family="conv1d",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py (CONV1D)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={nn.Conv1d: CONV1D, nn.ConvTranspose1d: CONV_TRANSPOSE1D, F.conv1d: CONV1D,
-              F.conv_transpose1d: CONV_TRANSPOSE1D},
-    sim={},
-)
+RECORD = refusals_only(
+    "conv1d", "pytorch_nndct/parse/op_dispatcher.py, nndct_shared/base/key_names.py (CONV1D)",
+    {nn.Conv1d: CONV1D, nn.ConvTranspose1d: CONV_TRANSPOSE1D, F.conv1d: CONV1D, F.conv_transpose1d: CONV_TRANSPOSE1D})

@@ -3,7 +3,7 @@ quantizes it as its own op ``nndct_group_norm``)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import ALL_STAGES, Known, NOT_YET, REAL_QUANTIZER
 
 GROUP_NORM = Known(
@@ -11,16 +11,6 @@ GROUP_NORM = Known(
     real="the real quantizer quantizes it as its own op, with input, weight, bias and output on fix-point grids",
     instead=REAL_QUANTIZER)
 
-RECORD = OpRecord(
-    family="group_norm",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="nndct_shared/base/key_names.py (GROUP_NORM)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={nn.GroupNorm: GROUP_NORM, F.group_norm: GROUP_NORM},
-    sim={},
-)
+RECORD = refusals_only(
+    "group_norm", "nndct_shared/base/key_names.py (GROUP_NORM)",
+    {nn.GroupNorm: GROUP_NORM, F.group_norm: GROUP_NORM})

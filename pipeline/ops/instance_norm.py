@@ -3,7 +3,7 @@ real quantizer quantizes it as its own op ``nndct_instance_norm``)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import ALL_STAGES, Known, NOT_YET, REAL_QUANTIZER
 
 INSTANCE_NORM = Known(
@@ -11,17 +11,7 @@ INSTANCE_NORM = Known(
     real="the real quantizer quantizes it as its own op, with input, weight, bias and output on fix-point grids",
     instead=REAL_QUANTIZER)
 
-RECORD = OpRecord(
-    family="instance_norm",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="nndct_shared/base/key_names.py (INSTANCE_NORM)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={nn.InstanceNorm1d: INSTANCE_NORM, nn.InstanceNorm2d: INSTANCE_NORM, nn.InstanceNorm3d: INSTANCE_NORM,
-              F.instance_norm: INSTANCE_NORM},
-    sim={},
-)
+RECORD = refusals_only(
+    "instance_norm", "nndct_shared/base/key_names.py (INSTANCE_NORM)",
+    {nn.InstanceNorm1d: INSTANCE_NORM, nn.InstanceNorm2d: INSTANCE_NORM, nn.InstanceNorm3d: INSTANCE_NORM,
+     F.instance_norm: INSTANCE_NORM})

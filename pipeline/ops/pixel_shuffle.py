@@ -4,7 +4,7 @@ writes XIR pixel-shuffle)."""
 import torch.nn.functional as F
 from torch import nn
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER, XMODEL
 
 PIXEL_SHUFFLE = Known(
@@ -12,17 +12,7 @@ PIXEL_SHUFFLE = Known(
     real="the real quantizer writes it as XIR pixel-shuffle",
     instead=REAL_QUANTIZER + "; calibration and test here are not affected")
 
-RECORD = OpRecord(
-    family="pixel_shuffle",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="nndct_shared/base/key_names.py (PIXEL_SHUFFLE, PIXEL_UNSHUFFLE)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={nn.PixelShuffle: PIXEL_SHUFFLE, nn.PixelUnshuffle: PIXEL_SHUFFLE, F.pixel_shuffle: PIXEL_SHUFFLE,
-              F.pixel_unshuffle: PIXEL_SHUFFLE},
-    sim={},
-)
+RECORD = refusals_only(
+    "pixel_shuffle", "nndct_shared/base/key_names.py (PIXEL_SHUFFLE, PIXEL_UNSHUFFLE)",
+    {nn.PixelShuffle: PIXEL_SHUFFLE, nn.PixelUnshuffle: PIXEL_SHUFFLE, F.pixel_shuffle: PIXEL_SHUFFLE,
+     F.pixel_unshuffle: PIXEL_SHUFFLE})

@@ -163,3 +163,12 @@ class OpRecord:
     def types(self) -> Tuple[str, ...]:
         """The family's nndct op types, in order."""
         return tuple(self.specs)
+
+
+def refusals_only(family: str, source: str, refusals: Mapping[Any, Any]) -> OpRecord:
+    """The record of a unit that holds only calls some stage refuses (Conv1d, GroupNorm, ...): no op type of
+    the capture's (the calls are refused, or run as generic float operators where no stage refuses them),
+    so every other piece is empty, ``approximation`` and ``xir_ops`` declared Absent."""
+    return OpRecord(family=family, specs={}, approximation=Absent("no op type: the calls are refused (refusals)"),
+                    source=source, onnx={}, dpu_rule={}, xmodel={},
+                    xir_ops=Absent("the xmodel writer writes no XIR op for it"), traced={}, refusals=refusals, sim={})

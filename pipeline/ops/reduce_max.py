@@ -4,7 +4,7 @@ XIR reduction_max). ``x.max()`` and ``torch.max(a, b)`` give one tensor: the sta
 for their own reasons."""
 import torch
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER, XMODEL
 
 MAX_DIM = Known(
@@ -12,16 +12,6 @@ MAX_DIM = Known(
     real="the real quantizer writes it as XIR reduction_max",
     instead=REAL_QUANTIZER + "; calibration and test here are not affected")
 
-RECORD = OpRecord(
-    family="reduce_max",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="nndct_shared/base/key_names.py (MAX)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={torch.max: MAX_DIM, "max": MAX_DIM},
-    sim={},
-)
+RECORD = refusals_only(
+    "reduce_max", "nndct_shared/base/key_names.py (MAX)",
+    {torch.max: MAX_DIM, "max": MAX_DIM})

@@ -2,7 +2,7 @@
 ONNX exporter refuse them (the real quantizer quantizes them in its RNN mode only)."""
 from torch import nn
 
-from .record import Absent, OpRecord
+from .record import refusals_only
 from .refusal import Known, NOT_YET, ONNX, XMODEL
 
 RNN = Known(
@@ -11,16 +11,6 @@ RNN = Known(
          "this project does not simulate (the layer runs in float here)",
     instead="quantize it with pytorch_nndct's torch_quantizer(..., lstm=True) in the Vitis AI image")
 
-RECORD = OpRecord(
-    family="rnn",
-    specs={},  # no op type of the capture's: the calls below are refused or run as generic float operators
-    approximation=Absent("no op type: the calls are refused (refusals)"),
-    source="nndct_shared/base/key_names.py (LSTM, GRU), pytorch_nndct/apis (lstm=True)",
-    onnx={},
-    dpu_rule={},
-    xmodel={},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},
-    refusals={nn.LSTM: RNN, nn.GRU: RNN},
-    sim={},
-)
+RECORD = refusals_only(
+    "rnn", "nndct_shared/base/key_names.py (LSTM, GRU), pytorch_nndct/apis (lstm=True)",
+    {nn.LSTM: RNN, nn.GRU: RNN})
