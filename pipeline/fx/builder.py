@@ -16,8 +16,6 @@ from ..ops import ARITHMETIC_TYPES, CONST, INPUT, PARAM_TYPES, SHAPE, STRIDED_SL
 from .shape_tuples import ShapeTuples, is_access
 
 
-# F.layer_norm's positional parameters (the op's record gives no signature: the xmodel writer reads the module's)
-_LAYER_NORM_ARGS = ("input", "normalized_shape", "weight", "bias", "eps")
 # what a functional form's message asks for, by family
 _OWN = {"layer_norm": ("weight and bias", "nn.LayerNorm, or F.layer_norm(x, shape, self.weight, self.bias, eps)"),
         "prelu": ("slopes", "nn.PReLU, or F.prelu(x, self.weight)")}
@@ -185,7 +183,7 @@ class NodeBuilder:
                      for k, a in (("weights", "weight"), ("bias", "bias"))]
         else:
             given = []
-            names = t.SIGNATURES.get(node.op, (_LAYER_NORM_ARGS, {}))[0]
+            names = t.SIGNATURES[node.op][0]  # every norm type's record gives its functional signature
             for k, a in (("weights", "weight"), ("bias", "bias")):
                 if a not in names:
                     continue

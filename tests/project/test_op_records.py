@@ -150,6 +150,8 @@ def test_a_conv_with_string_padding_is_the_float_operator_torch_traces():
 def test_prelu_quantizes_its_slopes_in_its_own_module():
     from torch import nn
     assert ops.MODULE_OPS[nn.PReLU] == ops.PRELU and ops.PRELU in ops.NORM_TYPES
+    # the capture reads a norm's functional form's weight (and bias) by its record's signature
+    assert all("weight" in ops.SIGNATURES[op][0] for op in ops.NORM_TYPES)
     assert ops.spec(ops.PRELU).quantizable and not ops.spec(ops.PRELU).group_up
 
 
