@@ -9,7 +9,7 @@ An ONNX form is called as ``form(b, node, mod) -> str`` by the ONNX exporter
 writes the quantization points and parameters, ``b.param``), ``node`` the ``torch.fx.Node`` of the
 lowered test-mode model, ``mod`` its module (``call_module``) or None; it returns the ONNX name of the
 node's result, or raises :class:`Unsupported` with the reason one argument cannot be written."""
-from typing import Any, List, Tuple
+from typing import Any, List
 
 import torch
 import torch.fx
@@ -35,13 +35,6 @@ def arg(node: torch.fx.Node, index: int, name: str, default: Any = Unsupported) 
     if default is Unsupported:
         raise Unsupported("argument %r is missing" % name)
     return default
-
-
-def pair(value: Any) -> Tuple[int, int]:
-    """An int or a pair of ints (torch's ``_pair`` arguments) as a pair of ints."""
-    if isinstance(value, (tuple, list)):
-        return int(value[0]), int(value[1])
-    return int(value), int(value)
 
 
 def pow2(p: int) -> float:

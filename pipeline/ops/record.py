@@ -42,6 +42,14 @@ Signature = Tuple[Tuple[str, ...], Dict[str, Any]]
 DpuRule = namedtuple("DpuRule", "names rule judges_float")
 DpuRule.__new__.__defaults__ = (False,)
 
+def pair(value: Any) -> Tuple[int, int]:
+    """An int or a pair of ints (torch's ``_pair`` arguments: a kernel, stride, padding, size) as a pair of
+    ints; the pieces of every unit that read such an argument use it."""
+    if isinstance(value, (tuple, list)):
+        return int(value[0]), int(value[1])
+    return int(value), int(value)
+
+
 # A module class whose op type depends on its attributes (a conv's groups, a Hardtanh's bounds):
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]

@@ -9,12 +9,12 @@ from torch import nn
 from .dpu_checks import check_transposed_kernel
 from .dpu_support import DPU, Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from .onnx_form import Unsupported, arg
-from .record import Absent, DpuRule, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec, pair
 from .reshape import pack
 from .sim_support import TORCH
 from .xir_support import (ArgDef, IN, OPTIONAL, OpDef, SHAPE_INFO, TO_NHWC, XirOp, attr, const_ints, fail, one,
                           op_input, opt, req, shape_info, unsupported)
-from .xmodel_support import XmodelForm, pair
+from .xmodel_support import XmodelForm
 
 RESIZE = "nndct_resize"
 

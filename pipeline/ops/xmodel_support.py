@@ -62,11 +62,6 @@ class XmodelForm:
 XmodelPiece = Union[XmodelForm, Absent]
 
 
-def pair(v: Any) -> Tuple[int, int]:
-    """An int or a pair as a pair of ints (torch's ``_pair``)."""
-    return (int(v), int(v)) if isinstance(v, int) else (int(v[0]), int(v[1]))
-
-
 def no_attrs(lo: Any, node: Any) -> Dict[str, Any]:
     """The lowering of a type nndct gives no attributes."""
     return {}

@@ -5,9 +5,10 @@ import numpy as np
 import torch.nn.functional as F
 from torch import nn
 
+from ..record import pair
 from ..xir_support import (ArgDef, IN, OPTIONAL, REQUIRED, TO_NCHW, TO_NHWC, attr, fail, nhwc_dims, one, op_input, opt,
                            optional, padded, req, unsupported, vec, window, window_dims)
-from ..xmodel_support import PAD_MODES, pair
+from ..xmodel_support import PAD_MODES
 from .names import CONVTRANSPOSE2D
 
 

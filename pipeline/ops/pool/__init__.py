@@ -12,11 +12,11 @@ from torch import nn
 
 from ..dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, fix_padding, legal_values
 from ..dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown
-from ..onnx_form import Unsupported, arg, pair
-from ..record import DpuRule, OpRecord, OpSpec
+from ..onnx_form import Unsupported, arg
+from ..record import DpuRule, OpRecord, OpSpec, pair
 from ..xir_support import (IN, OpDef, TO_NHWC, XirOp, attr, fail, one, op_input, opt, padded, req, vec, window,
                            window_dims)
-from ..xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs, pair
+from ..xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs
 from .sim import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL, SIM, avgpool_dpu_scale
 
 

@@ -7,6 +7,7 @@ from typing import Any, Optional, Tuple
 import torch
 from torch import nn
 
+from ..record import pair
 from ..sim_support import SimForm
 
 MAX_POOL = "nndct_maxpool"
@@ -48,11 +49,6 @@ def avgpool_dpu_scale(kernel_h: int, kernel_w: int) -> float:
         if diff < best_diff:
             mult, best_diff, shift = m, diff, s
     return rec * mult / (2 ** shift)
-
-
-def pair(v: Any) -> Tuple[int, int]:
-    """An int or a pair of ints as a pair."""
-    return (v, v) if isinstance(v, int) else (int(v[0]), int(v[1]))
 
 
 def avgpool_kernel(module: Optional[nn.Module], fx_node: Any) -> Tuple[int, int]:

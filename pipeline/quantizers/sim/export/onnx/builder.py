@@ -7,9 +7,9 @@ import numpy as np
 import torch
 import torch.fx
 
-from .....ops.onnx_form import Unsupported, arg, pair, pow2
+from .....ops.onnx_form import Unsupported, arg, pow2
 
-__all__ = ["OPSET", "IR_VERSION", "Builder", "Unsupported", "arg", "pair", "pow2", "is_fake_quant", "record"]
+__all__ = ["OPSET", "IR_VERSION", "Builder", "Unsupported", "arg", "pow2", "is_fake_quant", "record"]
 
 OPSET = 13
 IR_VERSION = 7
