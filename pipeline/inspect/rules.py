@@ -14,17 +14,10 @@ Sources (docs/targets.md#dpuczdx8g-operator-limits unless stated):
   (``k_h * k_w * ceil(ic / bank_width) * ceil(ocp / bank_num) <= bank_depth``), groups 1 or
   depthwise (UG1414). The stride limit is not applied when the kernel covers the whole input, and
   the formulas follow vai_q_pytorch ``pytorch_nndct/hardware/dpu_op_filter.py``.
-- Activation fusion: an activation fuses into its producer when the producer has no other consumer
-  and the producer's engine lists it as ``nonlinear``; conv fuses relu, relu6, leaky_relu, prelu,
-  hswish, hsigmoid, depthwise and transposed conv relu, relu6, leaky_relu, prelu
-  (``dpu_op_filter.py``, ``check_nonlinear``); the eltwise engine fuses relu. Nothing fuses into a
-  pool (P10): a dedicated pool engine lists no nonlinear type, and the 3.5 Inspector reports a ReLU
-  after a MaxPool2d on the CPU even where the ALU that runs the pool lists relu (Vitis-AI issue
-  #1501; see ``pipeline.ops.dpu_activation._after_pool``).
+- Activation fusion (into the producer's engine, nothing into a pool: P10) and standalone activations: the
+  rules and their sources are ``pipeline.ops.dpu_activation``'s; sigmoid, SiLU, tanh and GELU are in no engine
+  of any target here, so they go to the CPU.
 - LeakyReLU: the DPU's slope is 26/256; the quantizer forces it (docs/arithmetic.md#leakyrelu-slope).
-- Standalone activations: leaky_relu and prelu need an ALU type of that name; hsigmoid and hswish
-  need an ALU engine (``dpu_op_filter.py``, ``filter_hard_sigmoid``); sigmoid, SiLU, tanh and GELU
-  are in no engine of any target here, so they go to the CPU.
 - Quantizer conversions (docs/arithmetic.md#optional-conversions): ReLU6 -> ReLU
   (``convert_relu6_to_relu``, and CLE by default, docs/quantizer.md#the-callers-model-is-rewritten), SiLU
   -> HardSwish (``convert_silu_to_hswish``), sigmoid -> HardSigmoid
