@@ -13,7 +13,7 @@ the drop-in's ``torch_quantizer``, and is held to what the real quantizer did:
 What the simulation does not do yet is marked ``xfail(strict=True)`` with the exact gap (GAPS): such a
 check fails today and XPASSes, failing the run, the day the gap is closed, so that the mark is removed.
 tests/data/refused_real/OP_DEFS.md says what the real files carry in ``op_defs`` (field 101), which the
-stored references and the simulation's files lack.
+stored references lack and the simulation writes where libxir is installed (pipeline/xir/catalogue.py).
 """
 import json
 import os
