@@ -111,17 +111,14 @@ class _Lowering:
         return inputs
 
     def check_operands(self, node: SimNode) -> None:
-        """The operands of arithmetic and cat: each tensor once, none a parameter or buffer (the
-        capture keeps one input per distinct producer)."""
+        """The operands of arithmetic and cat: none a parameter or buffer (a tensor given twice is two
+        inputs of the capture's node, as in nndct's graph)."""
         args = node.fx_node.args
         tensors = list(args[0]) if node.op == t.CONCAT and args and isinstance(args[0], (list, tuple)) else list(args)
         tensors = [a for a in tensors if isinstance(a, torch.fx.Node)]
         if any(a.op == "get_attr" for a in tensors):
             raise unsupported(node, "a parameter or buffer of the model is an operand (the writer has no const for "
                                     "it yet); fold it into a conv/linear, or use a Python number")
-        if len(set(tensors)) != len(tensors):
-            raise unsupported(node, "the same tensor is an operand twice (y + y, y * y, torch.cat([y, y])), which the "
-                                    "writer does not carry yet; for y + y write 2 * y")
 
     def output(self, node: SimNode) -> np.ndarray:
         if node.op == t.CONST:
