@@ -106,17 +106,9 @@ GAPS = {
                               "and a reshape between transposes",
     ("xmodel", "ellipsis_index"): "the writer refuses the slice of y[..., 1]; the real file has the custom op "
                                   "nndct_select {dim 3, index 1} after a sink transpose",
-    ("xmodel", "param_tokens"): "the writer has no const for a parameter operand; the real file has each (C,) "
-                                "parameter as a float const broadcast to the tokens' shape [1, 16, 8], no fix",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
-    ("reason", "param_mul"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
     ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
                                 "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
                                 "simulation quantizes and writes PlainNet_int.xmodel",
