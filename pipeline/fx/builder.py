@@ -58,19 +58,13 @@ class NodeBuilder:
         """The producers of a call's operands in argument order (lists and tuples flattened), as nndct's
         ``in_nodes`` has them: a tensor given twice (``y * y``, ``torch.cat([y, y])``) is there twice (its
         node's output has two uses); what a helper (a size read, a getattr) stands for is added once."""
-        flat = []  # type: List[torch.fx.Node]
-        stack = [list(args)]
-        while stack:
-            items = stack.pop()
-            for i, a in enumerate(items):
-                if isinstance(a, (list, tuple)):
-                    stack.append(items[i + 1:])
-                    stack.append(list(a))
-                    break
-                if isinstance(a, torch.fx.Node):
-                    flat.append(a)
+        def flat(items: Any) -> List[torch.fx.Node]:
+            found = []  # type: List[torch.fx.Node]
+            for a in items:
+                found.extend(flat(a) if isinstance(a, (list, tuple)) else [a] if isinstance(a, torch.fx.Node) else [])
+            return found
         out = []  # type: List[SimNode]
-        for a in flat:
+        for a in flat(args):
             out.extend(s for s in self.resolve(a) if a in self.by_fx or s not in out)
         return out
 
