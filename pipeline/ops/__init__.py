@@ -131,6 +131,7 @@ NORM_TYPES = with_role("norm")
 ARITHMETIC_TYPES = with_role("arithmetic")
 BINARY_TYPES = with_role("binary")
 CONST_OPERAND_TYPES = with_role("const_operand")
+OPERAND_LIST_TYPES = with_role("operand_list")
 
 
 def spec(op: str) -> OpSpec:

@@ -89,7 +89,9 @@ class OpRecord:
             call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
-            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``). The quantization passes'
+            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``), ``operand_list`` (ops whose
+            tensors are one list argument, each an input in list order, a tensor listed twice twice: nndct's
+            ``in_nodes`` of ``torch.cat([y, y])``; ``fx/builder.py``). The quantization passes'
             per-op sets: ``fix_align_pool`` (a pool whose input takes its output's fix position where
             ``change_pool_input_fix`` is set: nndct's ``fix_pos_adjust.py``; ``sim/plan.py``), ``cle_act``
             and ``cle_pool`` (the ops cross-layer equalization passes through between a pair's two layers:

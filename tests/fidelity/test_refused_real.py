@@ -68,10 +68,6 @@ GAPS = {
                              "nndct_conv2d_5 here; outputs equal",
     ("quant_info", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
                                  "[[8, 7]]), the simulation as nndct_strided_slice without one; outputs equal",
-    ("quant_info", "square"): "graph_md5 only: the real quantizer's graph hash of y * y differs from the simulation's "
-                         "(every quant_info entry and the outputs equal)",
-    ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
-                           "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
@@ -110,21 +106,9 @@ GAPS = {
                               "and a reshape between transposes",
     ("xmodel", "ellipsis_index"): "the writer refuses the slice of y[..., 1]; the real file has the custom op "
                                   "nndct_select {dim 3, index 1} after a sink transpose",
-    ("xmodel", "param_tokens"): "the writer has no const for a parameter operand; the real file has each (C,) "
-                                "parameter as a float const broadcast to the tokens' shape [1, 16, 8], no fix",
-    ("xmodel", "square"): "the writer refuses the same tensor twice; the real file has mul with the same fix op "
-                          "twice in its input",
-    ("xmodel", "cat_self"): "the writer refuses the same tensor twice; the real file has concat {axis 3} with the "
-                            "same fix op twice",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
-    ("reason", "param_mul"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
     ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
                                 "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
                                 "simulation quantizes and writes PlainNet_int.xmodel",

@@ -9,8 +9,8 @@ from pipeline import ops
 from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
-ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
-         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
+ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "operand_list",
+         "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
 
 
 def _units():
