@@ -13,7 +13,7 @@ the drop-in's ``torch_quantizer``, and is held to what the real quantizer did:
 What the simulation does not do yet is marked ``xfail(strict=True)`` with the exact gap (GAPS): such a
 check fails today and XPASSes, failing the run, the day the gap is closed, so that the mark is removed.
 tests/data/refused_real/OP_DEFS.md says what the real files carry in ``op_defs`` (field 101), which the
-stored references and the simulation's files lack.
+stored references lack and the simulation writes where libxir is installed (pipeline/xir/catalogue.py).
 """
 import json
 import os
@@ -328,10 +328,19 @@ def test_real_op_defs_are_every_registered_op_in_hash_order():
         ("shape", 0, 0, "int32_vec_value"), ("data_type", 0, 1, "string_value")]
 
 
-@pytest.mark.xfail(strict=True, reason="the simulation's writer writes no op_defs (field 101); the real quantizer "
-                                       "writes the 106 built-in definitions of op_defs.pb (72,702 bytes)")
-def test_simulation_writes_the_real_op_defs(tmp_path):
+def _real_builtins(monkeypatch):
+    """libxir's built-in definitions as the real files carry them, given to the writer in place of libxir's."""
+    from pipeline.xir import catalogue
+    _, real = _op_defs("golden_convnet_default")
+    monkeypatch.setattr(catalogue, "builtin_op_defs", lambda: list(real.op_defs))
+    return real
+
+
+def test_simulation_writes_the_real_op_defs(tmp_path, monkeypatch):
+    """Where libxir gives the writer its built-in definitions (here: the real file's, in place of libxir), the
+    simulation's golden convnet file carries field 101 as the real one, byte for byte, after the same graph."""
     from tests.support import xmodel_golden_helper as helper
+    real = _real_builtins(monkeypatch)
     case = [("golden", "convnet", "default")]
     saved = torch.get_num_threads()
     try:
@@ -342,6 +351,24 @@ def test_simulation_writes_the_real_op_defs(tmp_path):
     with open(os.path.join(helper.folder(str(tmp_path), *case[0]), "xmodel", "ConvNet_int.xmodel"), "rb") as f:
         data = f.read()
     from pipeline.xir import schema
-    _, real = _op_defs("golden_convnet_default")
     mine = schema.parse_graph(data)
     assert [d.SerializeToString() for d in mine.op_defs] == [d.SerializeToString() for d in real.op_defs]
+    without = schema.Graph()
+    without.CopyFrom(mine)
+    del without.op_defs[:]
+    assert data == without.SerializeToString(deterministic=True) + real.SerializeToString()  # field 101 last
+
+
+def test_custom_op_defs_go_where_the_real_files_have_them():
+    """expand_cls's two custom types (``nndct_shape``, ``nndct_expand``, met in the file's creation order) in
+    the built-ins' hash order give the real file's 108 definitions byte for byte; each single custom type of
+    the real files lands at its observed position."""
+    from pipeline.xir import catalogue, schema
+    _, conv = _op_defs("golden_convnet_default")
+    exp_raw, _ = _op_defs("expand_cls")
+    made = schema.Graph()
+    made.op_defs.extend(catalogue.with_customs(list(conv.op_defs), ["data", "nndct_shape", "const", "nndct_expand"]))
+    assert made.SerializeToString() == exp_raw
+    for name, position in CUSTOM_POSITIONS.items():
+        assert [d.name for d in catalogue.with_customs(list(conv.op_defs), [name])].index(name) == position, name
+    assert all(catalogue.libstdcxx_hash(d.name) == _libstdcxx_hash(d.name) for d in conv.op_defs)
