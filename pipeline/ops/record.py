@@ -100,7 +100,9 @@ class OpRecord:
             ``sim/finetune.py``), ``adaquant_pair_layer`` and ``adaquant_act`` (a layer and the activation
             AdaQuant tunes with it: ``collect_layer_act_pair``), ``fresh_output`` (with ``params``: ops whose
             output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
-            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``).
+            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``), ``reshape_like``
+            (the ops nndct's deploy graph makes a reshape to their output shape: ``convert_reshapelike_to_reshape``;
+            ``sim/xmodel/deploy.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.

@@ -63,11 +63,6 @@ GAPS = {
     ("quant_info", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
                        "the simulation adds an nndct_tuple_index node that carries it: other entries and numbering; "
                        "outputs equal",
-    ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
-                             "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
-                             "nndct_conv2d_5 here; outputs equal",
-    ("quant_info", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
-                                 "[[8, 7]]), the simulation as nndct_strided_slice without one; outputs equal",
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
@@ -100,12 +95,6 @@ GAPS = {
     ("xmodel", "max_function"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
                                 "{axis [3], keep_dims true} in NHWC",
     ("xmodel", "topk"): "the writer refuses topk; the real file has the custom op aten::topk between transposes",
-    ("xmodel", "int_index"): "the writer refuses nndct_select; the real file has a full strided_slice, a sink "
-                             "transpose, the custom op nndct_select {dim 1, index 0} and a reshape",
-    ("xmodel", "none_index"): "the writer refuses the squeeze of y[:, None]; the real file has a full strided_slice "
-                              "and a reshape between transposes",
-    ("xmodel", "ellipsis_index"): "the writer refuses the slice of y[..., 1]; the real file has the custom op "
-                                  "nndct_select {dim 3, index 1} after a sink transpose",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",

@@ -10,7 +10,8 @@ from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
 ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "operand_list",
-         "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
+         "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output",
+         "pad_fusion", "reshape_like")
 
 
 def _units():
@@ -180,7 +181,8 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM,
+                       ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -352,6 +354,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
                                    ops.HSWISH: F.hardswish}
     assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
     assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
+    assert set(deploy.RESHAPE_LIKE) == {ops.FLATTEN, ops.SQUEEZE, ops.UNSQUEEZE}
 
 
 def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():

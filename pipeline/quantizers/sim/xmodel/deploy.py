@@ -30,6 +30,7 @@ from .layout import PERMUTE, layout_transform
 from .lower import XmodelUnsupported
 
 POOL_OR_CONV = t.with_role("pad_fusion")  # the ops a zero pad folds into
+RESHAPE_LIKE = t.with_role("reshape_like")  # the ops that become a reshape to their output shape
 
 
 def optimize(graph: Graph) -> None:
@@ -124,7 +125,7 @@ def _moves_memory(node: Node) -> bool:
 
 def _reshape_like_to_reshape(graph: Graph) -> None:
     for node in graph.nodes:
-        if node.type == t.FLATTEN or (node.type == PERMUTE and not _moves_memory(node)):
+        if node.type in RESHAPE_LIKE or (node.type == PERMUTE and not _moves_memory(node)):
             node.type = t.RESHAPE
             node.attrs = {"shape": list(node.out.shape)}
 
