@@ -54,6 +54,10 @@ def pair(value: Any) -> Tuple[int, int]:
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 
+# A function whose op type depends on its arguments (``F.hardtanh(x, 0, 6)`` is a ReLU6):
+# ``rule(fx node) -> op type`` (the node's ``args``/``kwargs`` as called; an argument may be an fx node).
+FunctionRule = Callable[[Any], str]
+
 # An op's ONNX form: ``form(builder, fx node, module or None) -> ONNX name of the node's result``
 # (``onnx_form.py``: what the builder offers, the refusal ``onnx_form.Unsupported``).
 OnnxForm = Callable[[Any, Any, Optional[nn.Module]], str]
@@ -80,6 +84,7 @@ class OpRecord:
         modules: module class -> op type (the graph capture: ``torch.fx`` ``call_module``, exact class).
         module_rules: module class -> :data:`ModuleRule`, for classes whose type depends on attributes.
         functions: callable -> op type (``call_function``).
+        function_rules: callable -> :data:`FunctionRule`, for functions whose type depends on arguments.
         methods: tensor method name -> op type (``call_method``).
         signatures: op type -> :data:`Signature` of its functional and method forms (the arguments by
             name, defaults filled; the xmodel lowering and the ONNX export read them).
@@ -168,6 +173,7 @@ class OpRecord:
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)
+    function_rules: Mapping[Callable[..., Any], FunctionRule] = field(default_factory=dict)
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)

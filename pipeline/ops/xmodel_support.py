@@ -78,6 +78,12 @@ def custom(w: Any, node: Any) -> None:
     w.custom(node)
 
 
+def custom_with_attrs(w: Any, node: Any) -> None:
+    """Written as a custom op carrying the node's deploy attributes (nndct's ``custom_xop`` writes every
+    attribute of the op: ``nndct_log_softmax``'s ``axis``)."""
+    w.custom(node, node.attrs)
+
+
 def rewrite_axis(node: Any, order: Sequence[int]) -> None:
     """The ``axis`` attribute moved with the layout ``order`` (``attr_transform.py``)."""
     node.attrs["axis"] = list(order).index(node.attrs["axis"])

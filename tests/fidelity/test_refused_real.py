@@ -46,11 +46,6 @@ GAPS = {
     ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
                                 "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
                                 "outputs equal",
-    ("quant_info", "reflect_module"): "the real quantizer parses nn.ReflectionPad2d as nndct_pad_nd (mode reflect), the "
-                                 "simulation keeps aten_reflectionpad2d: other node name and graph_md5; outputs equal",
-    ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
-                                   "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
-                                   "outputs equal",
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
