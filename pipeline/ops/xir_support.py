@@ -168,6 +168,26 @@ def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> Optional[List[int]]:
     return out
 
 
+def source(op: Any) -> Result:
+    """``data``, ``const`` and custom op types: the ``shape`` attribute, non-empty and positive."""
+    dims = attr(op, "shape", "int32_vec")
+    if not dims or any(d <= 0 for d in dims):
+        raise fail(op, "attribute shape %s must be non-empty and positive" % (dims,))
+    return list(dims), {}
+
+
+SOURCE_ATTRS = (req("shape", "int32_vec"), req("data_type", "string"))
+
+
+def custom_def(type_: str) -> OpDef:
+    """The definition libxir makes for an op type it does not define (``aten::silu``, ``nndct_clamp``): one
+    REPEATED argument ``input``, REQUIRED ``shape`` and ``data_type``, the shape of ``data``
+    (``tool_function.cpp``, ``register_customized_operator_definition``). A unit that writes such a type
+    and runs it itself (an :class:`XirOp` for it: a custom op the file holds in NHWC, which the model's
+    NCHW call cannot run) gives this definition, so the type stays custom for the format."""
+    return OpDef(type_, (ArgDef("input", REPEATED),), SOURCE_ATTRS, source)
+
+
 def like_input(op: Any) -> Result:
     """``shape_infer_remain``: the dims of ``input[0]``; ``shape_info`` of the last input that has one."""
     return with_info(op_input(op).shape, last_shape_info(op))

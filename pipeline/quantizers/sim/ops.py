@@ -208,7 +208,11 @@ def norm_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Option
                  bias: Optional[torch.Tensor]) -> torch.Tensor:
     """A node whose module quantizes its own parameters (role ``norm``), with the given (quantized) weight
     and bias: a PReLU as its unit simulates it (``pipeline.ops.prelu.simulate``), a layer norm as
-    :func:`layer_norm`. A new float32 tensor."""
+    :func:`layer_norm`, any other as its record's ``norm`` form computes it (``OpRecord.norm``). A new float32
+    tensor."""
+    form = g.norm_form(node.op)
+    if form is not None:
+        return form.forward(graph, node, x, weight, bias)
     if node.op == g.PRELU:
         return simulate_prelu(x, weight)
     return layer_norm(graph, node, x, weight, bias)
