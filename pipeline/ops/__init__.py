@@ -104,6 +104,7 @@ REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()} 
 SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 NORM = {op: form for r in RECORDS for op, form in r.norm.items()}  # norm type -> sim_support.NormForm
+LAYER = {op: form for r in RECORDS for op, form in r.layer.items()}  # params type -> sim_support.LayerForm
 
 
 def xmodel_form(op: str) -> Optional[XmodelForm]:
@@ -124,6 +125,13 @@ def norm_form(op: str) -> Optional[Any]:
     """How a ``norm``-role type computes with its quantized weight and bias (``record.OpRecord.norm``: a
     ``sim_support.NormForm``), or None where its record gives none (a layer norm, a PReLU: the simulation's own)."""
     return NORM.get(op)
+
+
+def layer_form(op: str) -> Optional[Any]:
+    """How a ``params``-role type computes with given weight and bias (``record.OpRecord.layer``: a
+    ``sim_support.LayerForm``), or None where its record gives none (the 2-D convs, linear, batch norm: the
+    simulation's own)."""
+    return LAYER.get(op)
 
 
 def with_role(role: str) -> Tuple[str, ...]:

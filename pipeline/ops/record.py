@@ -153,6 +153,10 @@ class OpRecord:
             with its quantized weight and bias, and its module in the test-mode model (the simulation's graph
             and node given at call time). A ``norm`` type without one is a layer norm or PReLU, whose forms
             ``quantizers/sim/ops.py`` and ``lowered.py`` still hold.
+        layer: op type -> ``sim_support.LayerForm`` for the family's types of role ``params``: the layer's call
+            with given weight and bias, and the dims of bias correction's error mean. A ``params`` type without
+            one is a 2-D conv, a linear or a batch norm, whose forms ``quantizers/sim/ops.py`` and ``calib.py``
+            still hold.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -172,6 +176,7 @@ class OpRecord:
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
     norm: Mapping[str, Any] = field(default_factory=dict)
+    layer: Mapping[str, Any] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:
         """The family's nndct op types, in order."""

@@ -215,6 +215,17 @@ _WINDOW = {  # output size from n = in + pad_lo + pad_hi, span = (kernel - 1) * 
 }
 
 
+def window_size(op: Any, n: int, kernel: int, stride: int, dilation: int) -> int:
+    """``cal_out_1d``: the output length of a window over ``n`` (the padded input length) under the op's
+    ``pad_mode``."""
+    mode = attr(op, "pad_mode", "string")
+    if mode not in _WINDOW:
+        raise fail(op, "pad_mode %r is none of FLOOR, CEIL, SAME, VALID" % mode)
+    if stride <= 0:
+        raise unsupported(op, "stride %d" % stride)
+    return _WINDOW[mode](n, (kernel - 1) * dilation + 1, stride)
+
+
 def nhwc_dims(op: Any) -> List[int]:
     """``input[0]``'s dims, which must be 4-d (NHWC)."""
     dims = list(op_input(op).shape)

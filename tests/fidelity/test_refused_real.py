@@ -37,7 +37,6 @@ THREADS = pinned_threads(1)
 _CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
            "quantizer calibrates it"
 GAPS = {
-    ("quant_info", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
     ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
                                "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
                                "nndct_reshape_5); outputs equal",
@@ -76,7 +75,6 @@ GAPS = {
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
@@ -84,7 +82,6 @@ GAPS = {
                               "then concat",
     ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
                                 "const and the custom op nndct_index (table const, index), then add",
-    ("xmodel", "conv1d"): "no calibration (NotSimulated); the real file has XIR conv1d (NWC) and aten::mean",
     ("xmodel", "pixel_shuffle"): "the xmodel writer has no form for PixelShuffle; the real file has XIR pixel-shuffle "
                                  "{scale 2, upscale true} without a fix after it",
     ("xmodel", "reflect_module"): "the writer refuses the reflection pad (traced otherwise); the real file has XIR "

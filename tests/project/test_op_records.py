@@ -97,7 +97,10 @@ def test_the_tables_are_read_off_the_records():
     assert ops.OPS == {op: s for r in ops.RECORDS for op, s in r.specs.items()}
     assert set(ops.MODULE_OPS.values()) | set(ops.FUNCTION_OPS.values()) | set(ops.METHOD_OPS.values()) <= set(ops.OPS)
     assert ops.RECORD_OF[ops.CONV2D].family == "conv" and ops.spec("aten::erf") == ops.GENERIC_FLOAT
-    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,)
+    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,) + (
+        ops.conv1d.CONV1D,)
+    # a params type's call and bias-correction dims are its record's where the record gives them (OpRecord.layer)
+    assert set(ops.LAYER) <= set(ops.PARAM_TYPES) and set(ops.NORM) <= set(ops.NORM_TYPES)
 
 
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
@@ -183,7 +186,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM,
-                       ops.instance_norm.INSTANCE_NORM}
+                       ops.instance_norm.INSTANCE_NORM, ops.conv1d.CONV1D}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -309,7 +312,7 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     from pipeline.quantizers.sim.xmodel import layout
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
-        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
 
 

@@ -220,8 +220,12 @@ def norm_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Option
 
 def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,
                   bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """A conv/linear node with the given parameters, as nndct's modules call it (conv.py, linear.py)."""
+    """A conv/linear node with the given parameters, as nndct's modules call it (conv.py, linear.py); a type
+    whose record gives its ``layer`` form (``OpRecord.layer``), as that form calls it."""
     m = graph.module(node)
+    form = g.layer_form(node.op)
+    if form is not None:
+        return form.forward(m, x, weight, bias)
     if node.op == g.DENSE:
         return F.linear(x, weight, bias)
     if node.op == g.BATCH_NORM:  # converted parameters: mean 0, var 1, eps 0 (capture)
