@@ -214,6 +214,26 @@ def test_xmodel_equals_the_real_one(name, sim):
         assert_same_xmodel(os.path.join(folder, "xmodel", f), os.path.join(REAL, name, f))
 
 
+# the cases whose real bias_corr.pth is stored (conv1d: nndct's Conv1d module takes the bias error's mean over dims
+# 0, 1 and 2, where a 2-D conv's is per channel over 0, 2, 3)
+BIAS_CORR = [n for n in IN_PROCESS if os.path.exists(os.path.join(REAL, n, "bias_corr.pth"))]
+
+
+@pytest.mark.parametrize("name", BIAS_CORR)
+def test_bias_corrections_equal_the_real_quantizer(name, sim):
+    """bias_corr.pth: the same nodes, each correction bit for bit (the real file holds lists of float32 values)."""
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    mine = torch.load(os.path.join(root, name, "bias_corr.pth"))
+    real = torch.load(os.path.join(REAL, name, "bias_corr.pth"))
+    assert sorted(mine) == sorted(real)
+    for key, value in real.items():
+        assert (value is None) == (mine[key] is None), key
+        if value is not None:
+            want, got = torch.tensor(value, dtype=torch.float32), torch.as_tensor(mine[key]).float()
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), key
+
+
 @pytest.mark.parametrize("name", list(REAL_REFUSES))
 def test_refused_where_the_real_quantizer_refuses(name, sim):
     """The real quantizer wrote no xmodel (refused.txt: its stage and error); the simulation writes none either and
