@@ -56,8 +56,9 @@ def _forward(graph: Any, node: Any, x: torch.Tensor, weight: Optional[torch.Tens
     weight and bias, the input's own statistics (``use_input_stats``: ``training or not track_running_stats``),
     the module's momentum and eps. A new float32 tensor of the input's shape."""
     m = graph.module(node)
+    momentum = 0.0 if m.momentum is None else m.momentum  # unused with the input's own statistics
     return F.instance_norm(x, m.running_mean, m.running_var, weight, bias, m.training or not m.track_running_stats,
-                           m.momentum, m.eps)
+                           momentum, m.eps)
 
 
 def _module(graph: Any, node: Any) -> nn.Module:
