@@ -234,6 +234,35 @@ def test_bias_corrections_equal_the_real_quantizer(name, sim):
             assert torch.equal(got.view(torch.int32), want.view(torch.int32)), key
 
 
+# cases whose real xmodel the interpreter runs without the simulation's float ops (every op built in or a unit's)
+INTERPRETED = ["conv1d", "instance_norm"]
+
+
+@pytest.mark.parametrize("name", INTERPRETED)
+def test_the_real_xmodel_run_by_the_interpreter_equals_the_simulation(name, sim):
+    """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC), run by pipeline.xir
+    on the first eval sample as the model takes it, gives the simulation's test-mode output bit for bit."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.xir import interp, reader
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    x = corpus.make_inputs(name, 4, 3)[0][:1]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        q = torch_quantizer("test", corpus.make_model(name), (x,), output_dir=os.path.join(root, name),
+                            device=torch.device("cpu"))
+        with torch.no_grad():
+            want = q.quant_model(x)
+        (path,) = [os.path.join(REAL, name, f) for f in _xmodels(os.path.join(REAL, name))]
+        with open(path, "rb") as f:
+            graph = reader.check(reader.read_xmodel(f.read()))
+        (got,) = interp.model_outputs(graph, interp.run(graph, [x]), [list(want.shape)])
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(got.contiguous().view(torch.int32), want.contiguous().view(torch.int32))
+
+
 @pytest.mark.parametrize("name", list(REAL_REFUSES))
 def test_refused_where_the_real_quantizer_refuses(name, sim):
     """The real quantizer wrote no xmodel (refused.txt: its stage and error); the simulation writes none either and
