@@ -7,7 +7,9 @@ at their first call, ``F.conv1d`` of the quantized input with them (stride, padd
 output quantized. Bias correction as a 2-D conv's, but the error's mean is taken over dims ``[0, 1, 2]``
 (nndct's ``error.mean(dim = [0, 1, 2])``: one number for every channel, not one per channel). nndct's fix
 position rules: a conv's (``fix_pos_adjust``: ``shift_cut_bias`` for ``CONV1D``); cross-layer equalization
-leaves it out (``commander._CLE_TYPES``).
+leaves it out (``commander._CLE_TYPES``); fast finetune tunes it (``adaquant``: ``is_conv_like``, nndct's
+``CONV_LIKE_OPS``), without an activation partner (``collect_layer_act_pair`` names 2-D and 3-D convs only): the
+rule, not yet checked against a real fast-finetune run.
 
 The xmodel: an "implicit" op of nndct's ``layout_tranform`` (its 3-D tensors go ``[0, 2, 1]``: NCW -> NWC),
 weights ``(out, kernel, in)`` (``parser._load_data``), XIR ``conv1d`` (``xop_creator``) with kernel, stride,
@@ -139,7 +141,7 @@ RECORD = OpRecord(
     family="conv1d",
     specs={CONV1D: OpSpec("dpu", True, False, False)},
     module_rules={nn.Conv1d: conv1d_type},
-    roles={"params": (CONV1D,), "bias_corr": (CONV1D,)},
+    roles={"params": (CONV1D,), "bias_corr": (CONV1D,), "adaquant": (CONV1D,)},  # is_conv_like: CONV_LIKE_OPS
     approximation=Absent("integer multiply-accumulate with the bias added at the accumulator's scale: exact "
                          "fixed point, as a 2-D conv's"),
     source="pytorch_nndct/parse/op_dispatcher.py, pytorch_nndct/nn/modules/conv1d.py, "

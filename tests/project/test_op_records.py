@@ -352,7 +352,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
     pools = {ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
     assert set(plan.POOL_TYPES) == pools and set(cle.POOL_TYPES) == pools
     assert set(cle.ACT_TYPES) == {ops.RELU}
-    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
+    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE, ops.conv1d.CONV1D}  # nndct's CONV_LIKE_OPS
     assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
     assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
     import torch.nn.functional as F
