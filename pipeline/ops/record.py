@@ -158,6 +158,14 @@ class OpRecord:
             at call time, ``ops/sim_support.py``), or ``sim_support.TORCH`` (an :class:`Absent`: "torch's
             call is the DPU's arithmetic") where the simulation runs the op's own torch call. Every type
             of the family has one (``pytorch_nndct/nn/modules``: the modules nndct swaps in).
+        norm: op type -> ``sim_support.NormForm`` for the family's types of role ``norm``: how the node computes
+            with its quantized weight and bias, and its module in the test-mode model (the simulation's graph
+            and node given at call time). A ``norm`` type without one is a layer norm or PReLU, whose forms
+            ``quantizers/sim/ops.py`` and ``lowered.py`` still hold.
+        layer: op type -> ``sim_support.LayerForm`` for the family's types of role ``params``: the layer's call
+            with given weight and bias, and the dims of bias correction's error mean. A ``params`` type without
+            one is a 2-D conv, a linear or a batch norm, whose forms ``quantizers/sim/ops.py`` and ``calib.py``
+            still hold.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -177,6 +185,8 @@ class OpRecord:
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    norm: Mapping[str, Any] = field(default_factory=dict)
+    layer: Mapping[str, Any] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:
         """The family's nndct op types, in order."""

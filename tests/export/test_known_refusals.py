@@ -31,12 +31,11 @@ class LSTMNet(nn.Module):
 
 
 @pytest.mark.parametrize("name,model,shape,what,real", [
-    ("conv1d", Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)), (3, 16), "Conv1d",
-     "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point grids, and "
-     "writes XIR conv1d"),
     ("conv1d_functional", Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))),
-     (3, 16), "Conv1d", "writes XIR conv1d"),
-    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.InstanceNorm2d(8)), (3, 8, 8), "InstanceNorm",
+     (3, 16), "Conv1d", "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point "
+                        "grids, and writes XIR conv1d"),
+    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x).flatten(2)), a=conv(), n=nn.InstanceNorm1d(8)), (3, 8, 8),
+     "InstanceNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
     ("groupnorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.GroupNorm(2, 8)), (3, 8, 8), "GroupNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
@@ -52,18 +51,18 @@ def test_what_the_simulation_has_no_form_for_is_refused_before_calibration(tmp_p
 
 
 def test_the_nndct_backend_leaves_only_its_simulated_sensitivity_out(tmp_path, caplog):
-    """The real quantizer quantizes a Conv1d (the remedy the refusal gives): the per-layer sensitivity of
+    """The real quantizer quantizes an F.conv1d (the remedy the refusal gives): the per-layer sensitivity of
     its calibration, which runs on the simulation, is left out with the reason, and nothing else stops."""
     from pipeline.quantizers.base import QuantSettings
     from pipeline.quantizers.nndct import NndctBackend
     from pipeline.sensitivity import layer_sensitivity, simulated_model
-    model = Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)).eval()
+    model = Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))).eval()
     with caplog.at_level("WARNING", logger="pipeline"):
         handle = simulated_model(None, NndctBackend.simulates, model, torch.randn(1, 3, 16), str(tmp_path),
                                  QuantSettings())
     assert handle is None
-    assert "per-layer sensitivity left out: it runs on the simulation, and node 'c' (Conv1d): the simulation has " \
-           "no form for Conv1d yet" in caplog.text
+    assert "per-layer sensitivity left out: it runs on the simulation, and node 'conv1d' (Conv1d): the simulation " \
+           "has no form for Conv1d yet" in caplog.text
     assert layer_sensitivity(model, None, {}, iter(()), QuantSettings()) == []
 
 
