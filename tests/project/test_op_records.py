@@ -180,7 +180,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.pixel_shuffle.PIXEL_SHUFFLE}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -304,7 +304,7 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     from pipeline.quantizers.sim.xmodel import layout
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
-        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.pixel_shuffle.PIXEL_SHUFFLE}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
 
 
