@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from .dpu_support import DPU, Verdict, cpu_verdict, follows
+from .dpu_support import DPU, Fix, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
@@ -60,11 +60,38 @@ def _onnx_pad(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
                         b.scalar(node.name + "/value", float(value or 0.0))], node.name, mode=_ONNX_MODES[mode])
 
 
+def _pad_attrs(mod: Optional[nn.Module], arg: Any) -> dict:
+    """The inspector's pad attributes: ``mode`` (torch's) and ``pad`` (torch's list)."""
+    pad, mode, _ = _call(mod, lambda name, i, default: arg(i, name, default))
+    return {"mode": mode, "pad": [int(p) for p in pad]}
+
+
+def _xir_pad_attrs(op: Any) -> dict:
+    """The inspector's pad attributes of an XIR pad: ``mode`` (XIR's, lower case: constant, reflect,
+    symmetric) and ``pad`` (XIR's per-dim ``paddings``)."""
+    return {"mode": str(op.attr("mode")).lower(), "pad": [int(p) for p in op.attr("paddings")]}
+
+
 def dpu_pad(node: Any, ctx: Any) -> Verdict:
-    """Zero padding of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``)."""
+    """A pad of a DPU feature map: the quantizer keeps it as a DPU pad (``nndct_pad_nd``) in the modes the DPU
+    pads in, CONSTANT and SYMMETRIC (nndct's ``dpu_op_filter.filter_pad``: "DPU only support CONSTANT or
+    SYMMETRIC mode."); reflect goes to the CPU. A replicate pad over 1 is written SYMMETRIC by the real
+    quantizer, which computes other values (module docstring): said, with the exact rewrite."""
+    mode = node.attrs.get("mode", "constant")
+    if mode == "reflect":
+        fix = Fix("pad with nn.ReplicationPad2d(1) (XIR SYMMETRIC, which the DPU pads in) or zeros instead of "
+                  "reflecting.", "nn.ReflectionPad2d(1) -> nn.ReplicationPad2d(1)", exact=False)
+        return cpu_verdict("DPU only support CONSTANT or SYMMETRIC mode.", fixes=[fix])
     src = ctx.producer(node)
     if src is not None and not ctx.on_dpu(src.name):
         return cpu_verdict("The input of pad is not on DPU.", fixes=[follows(src.name)])
+    if mode == "replicate" and max(node.attrs.get("pad") or [0]) > 1:
+        return Verdict(DPU, notes=["a replicate pad of %s: the real quantizer writes it as XIR pad SYMMETRIC, which "
+                                   "equals replicate for a pad of 1 only; the DPU computes other values (and this "
+                                   "project's xmodel writer refuses it)" % (node.attrs["pad"],)],
+                       fixes=[Fix("pad by 1 at a time: replicate of replicate is replicate (the same values).",
+                                  "nn.ReplicationPad2d(2) -> nn.Sequential(nn.ReplicationPad2d(1), "
+                                  "nn.ReplicationPad2d(1))")])
     return Verdict(DPU)
 
 
@@ -154,10 +181,11 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py; pytorch_nndct/parse/op_dispatcher.py (OpDispatcher.pad), "
            "torch_op_def.py (TorchPadNd.mode_map); libxir built_in_ops.cpp (pad)",
     onnx={PAD: _onnx_pad},
-    dpu_rule={PAD: DpuRule(("pad",), dpu_pad)},
+    dpu_rule={PAD: DpuRule(("pad",), dpu_pad, attrs=_pad_attrs)},
     xmodel={PAD: XmodelForm(_lower_pad, _create_pad)},
     xir_ops={"pad": XirOp(OpDef("pad", IN, (req("paddings", "int32_vec"), req("mode", "string"),
-                                          opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad")},
+                                          opt("constant_values", "float_vec", [])), _shape_pad), _run_pad, "pad",
+                          _xir_pad_attrs)},
     traced={PAD: ("pad", "constant_pad_nd")},
     refusals={},
     sim={PAD: TORCH},
