@@ -61,9 +61,14 @@ def _onnx_pad(b: Any, node: Any, mod: Optional[nn.Module]) -> str:
 
 
 def _pad_attrs(mod: Optional[nn.Module], arg: Any) -> dict:
-    """The inspector's pad attributes: ``mode`` (torch's) and ``pad`` (torch's list)."""
-    pad, mode, _ = _call(mod, lambda name, i, default: arg(i, name, default))
-    return {"mode": mode, "pad": [int(p) for p in pad]}
+    """The inspector's pad attributes: ``mode`` (torch's) and ``pad`` (torch's list; a width the trace
+    computes from sizes is None)."""
+    if mod is not None:
+        pad, mode, _ = _call(mod, None)
+    else:
+        pad, mode = arg(1, "pad", ()), arg(2, "mode", "constant")
+        pad = list(pad) if isinstance(pad, (list, tuple)) else []
+    return {"mode": mode, "pad": [int(p) if isinstance(p, int) else None for p in pad]}
 
 
 def _xir_pad_attrs(op: Any) -> dict:
@@ -85,7 +90,7 @@ def dpu_pad(node: Any, ctx: Any) -> Verdict:
     src = ctx.producer(node)
     if src is not None and not ctx.on_dpu(src.name):
         return cpu_verdict("The input of pad is not on DPU.", fixes=[follows(src.name)])
-    if mode == "replicate" and max(node.attrs.get("pad") or [0]) > 1:
+    if mode == "replicate" and max([p for p in node.attrs.get("pad", []) if p is not None] + [0]) > 1:
         return Verdict(DPU, notes=["a replicate pad of %s: the real quantizer writes it as XIR pad SYMMETRIC, which "
                                    "equals replicate for a pad of 1 only; the DPU computes other values (and this "
                                    "project's xmodel writer refuses it)" % (node.attrs["pad"],)],
