@@ -67,6 +67,7 @@ def test_written_checked_against_the_simulation_and_exact_in_onnx(tmp_path, name
     q = quantize(tmp_path, model)
     q.export_xmodel(str(tmp_path / "x"))  # the verify step runs the file against the simulation, or raises
     q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)  # checked in ONNX Runtime, or raises
+    q.export_onnx_model(str(tmp_path / "qdq"))  # the QDQ flavour, checked the same way
 
 
 def test_a_replicate_pad_over_1_is_refused_saying_why(tmp_path):
