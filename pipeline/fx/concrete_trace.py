@@ -22,6 +22,7 @@ from torch import nn
 from torch.fx._symbolic_trace import _orig_module_call, _orig_module_getattr, _wrapped_fns_to_patch
 from torch.fx.node import map_aggregate
 
+from .float_trace import LeafTracer
 from .proxy_args import recording_proxy_arguments
 
 
@@ -95,7 +96,7 @@ class _ConcreteProxy(torch.fx.Proxy):
         self.tracer.create_proxy("call_function", operator.setitem, (self, idx, v), {})
 
 
-class ConcreteTracer(torch.fx.Tracer):
+class ConcreteTracer(LeafTracer):
     """fx Tracer with example values; see the module docstring."""
 
     def __init__(self, examples: Tuple[torch.Tensor, ...]) -> None:

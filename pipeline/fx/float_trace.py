@@ -13,8 +13,19 @@ import torch
 import torch.fx
 from torch import nn
 
+from ..ops import MODULE_OPS
 from .proxy_args import recording_proxy_arguments
 from .work_copy import work_copy
+
+
+class LeafTracer(torch.fx.Tracer):
+    """``torch.fx.Tracer`` that also keeps as one call (a leaf) a module of a class the op list names that
+    is no torch.nn class (``ops.MODULE_OPS``: the drop-in's ``QuantStub``/``DeQuantStub``,
+    ``pipeline.nn``), as nndct's parser keeps ``QuantStubF`` as one node; torch.nn's classes are leaves as
+    in torch.fx."""
+
+    def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
+        return type(m) in MODULE_OPS or super().is_leaf_module(m, module_qualified_name)
 
 
 class FloatTrace:
@@ -74,8 +85,8 @@ def fx_trace(make_root: Callable[[], nn.Module],
     root = make_root()
     with recording_proxy_arguments():  # torch.arange(x.shape[2]) recorded in torch 1.13 as in torch 2
         try:
-            return root, torch.fx.Tracer(autowrap_modules=()).trace(root, concrete_args)
+            return root, LeafTracer(autowrap_modules=()).trace(root, concrete_args)
         except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
             pass
         root = make_root()
-        return root, torch.fx.Tracer().trace(root, concrete_args)
+        return root, LeafTracer().trace(root, concrete_args)

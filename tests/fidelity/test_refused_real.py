@@ -75,13 +75,8 @@ GAPS = {
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
-    ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
-                            "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
-                            "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
     ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
-    ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
-                              "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
                               "nndct_shape (axis 0 of the tokens) and nndct_expand on the unquantized cls const, "
                               "then concat",
@@ -118,7 +113,7 @@ GAPS = {
                             "same fix op twice",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
-                             "the simulation writes one QuantStubNet_int.xmodel of the whole model",
+                             "the simulation's writer refuses the stubs (quant_stub.PARTS)",
     ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
                              "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
                              "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",

@@ -10,7 +10,8 @@ from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
 ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
-         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
+         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion", "quant_start",
+         "quant_end", "input_scope")
 
 
 def _units():

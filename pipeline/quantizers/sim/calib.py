@@ -276,7 +276,7 @@ class Calibrator:
         min_max = (mn.item(), mx.item())
         if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
             return None
-        scope = fix_pos_search.SCOPE_INPUT if node.op == g.INPUT else fix_pos_search.SCOPE_DEFAULT
+        scope = fix_pos_search.SCOPE_INPUT if node.op in g.INPUT_SCOPE_TYPES else fix_pos_search.SCOPE_DEFAULT
         fp = fix_pos_search.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
         return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
@@ -298,6 +298,9 @@ class Calibrator:
             w = m.weight.detach()  # never written: quantized copies are new tensors
             b = None if m.bias is None else m.bias.detach()
             state.weight_float, state.bias_float = w, b
+            if not node.in_quant_part:  # outside the quantized parts: float, as its module computes there
+                state.weight, state.bias = w, b
+                return state
             state.weight = self._param_fix(node.param_names["weights"], w)
             if b is not None:
                 state.bias = self._param_fix(node.param_names["bias"], b)

@@ -1,0 +1,88 @@
+"""QuantStub and DeQuantStub (``nndct_quant_stub``, ``nndct_dequant_stub``): where quantization starts and
+ends in a model that marks its quantized parts (``pytorch_nndct.nn.QuantStub``/``DeQuantStub``).
+
+nndct's rule (``GraphOptimizer._tag_quant_nodes`` in ``nndct_shared/optimization/optimizer.py``): when the
+graph holds any stub, a node is in the quantized part exactly when a QuantStub reaches it along its consumers
+without passing a DeQuantStub (the DeQuantStub itself is outside), and a source node other than an input (a
+constant) joins when a consumer in the part is no QuantStub; without stubs every node is in it. Only nodes of
+the part are quantized (``NndctGraphHolder.is_node_quantizable``), grouped (``group_up``) and run with the
+DPU's arithmetic (the modules ask ``node.in_quant_part``); the rest runs in float. A QuantStub's output is
+quantized as a network input is (fix position scope 1: ``TORCHQuantizer.calibrate_int``); a DeQuantStub is an
+identity. Both stub functions return a clone of their input (``nn/modules/function.py`` ``QuantStubF``,
+``DeQuantStubF``).
+
+The classes here are the drop-in's (``pipeline.nn.QuantStub``, ``pipeline.nn.DeQuantStub``, as
+``pytorch_nndct.nn``'s): modules of their own that the capture keeps as one node each (a leaf of the trace).
+"""
+from typing import Any, Sequence
+
+from torch import nn
+import torch
+
+from .onnx_form import alias
+from .record import Absent, OpRecord, OpSpec
+from .refusal import NOT_YET, REAL_QUANTIZER, XMODEL, Known
+from .sim_support import TORCH
+
+QUANT_STUB = "nndct_quant_stub"
+DEQUANT_STUB = "nndct_dequant_stub"
+
+
+def _apply(x: Any, stub: nn.Module) -> Any:
+    """``stub`` on ``x`` as ``pytorch_nndct.nn``'s stubs take it: a tensor is cloned, a sequence stub by stub
+    (one element: that element alone), anything else returned as is."""
+    if isinstance(x, torch.Tensor):
+        return x.clone()
+    if not isinstance(x, Sequence):
+        return x
+    out = [stub(e) for e in x]
+    return out[0] if len(out) == 1 else out
+
+
+class QuantStub(nn.Module):
+    """Quantization starts here (``pytorch_nndct.nn.QuantStub``): what follows, up to a :class:`DeQuantStub`,
+    is quantized; its output is quantized as a network input is. Forward: a clone of the input tensor
+    (any shape, dtype kept); a list or tuple element by element, as the real one."""
+
+    def forward(self, inputs: Any) -> Any:
+        return _apply(inputs, self)
+
+
+class DeQuantStub(nn.Module):
+    """Quantization ends here (``pytorch_nndct.nn.DeQuantStub``): what follows, up to the next
+    :class:`QuantStub`, runs in float. Forward: a clone of the input tensor; a list or tuple element by
+    element, as the real one."""
+
+    def forward(self, inputs: Any) -> Any:
+        return _apply(inputs, self)
+
+
+_XMODEL = Absent("not written yet: the real quantizer writes one xmodel per quantized part "
+                 "(<Model>_<n>_int.xmodel, the float parts in none); the writer writes one graph")
+
+# the xmodel writer's reason (``fx/refusals.py`` asks it where the writer gives up on a stub)
+PARTS = Known(
+    what="QuantStub / DeQuantStub (quantized parts)", kind=NOT_YET, stops=frozenset((XMODEL,)), several=False,
+    real="the real quantizer writes one xmodel per quantized part (<Model>_0_int.xmodel, <Model>_1_int.xmodel, "
+         "...; a part is what one QuantStub reaches, the float parts are in none)",
+    instead=REAL_QUANTIZER + "; calibration, test and the outputs here are the real quantizer's")
+
+RECORD = OpRecord(
+    family="quant_stub",
+    specs={QUANT_STUB: OpSpec("io", True, False, False),
+           DEQUANT_STUB: OpSpec("io", False, False, False)},
+    modules={QuantStub: QUANT_STUB, DeQuantStub: DEQUANT_STUB},
+    approximation=Absent("marks where quantization starts and ends; nothing is computed"),
+    source="pytorch_nndct/nn/modules/quant_stubs.py, function.py; nndct_shared/optimization/optimizer.py "
+           "(_tag_quant_nodes); nndct_shared/nndct_graph/nndctgraph_holder.py (is_node_quantizable); "
+           "pytorch_nndct/quantization/torchquantizer.py (calibrate_int: scope 1)",
+    onnx={QUANT_STUB: alias, DEQUANT_STUB: alias},
+    dpu_rule={QUANT_STUB: Absent("a quantized part's input: the load engine brings it in"),
+              DEQUANT_STUB: Absent("a quantized part's end: the float part after it runs on the CPU")},
+    xmodel={QUANT_STUB: _XMODEL, DEQUANT_STUB: _XMODEL},
+    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
+    traced={},  # each type traced under its own name
+    refusals={QuantStub: PARTS, DeQuantStub: PARTS},
+    sim={QUANT_STUB: TORCH, DEQUANT_STUB: TORCH},
+    roles={"quant_start": (QUANT_STUB,), "quant_end": (DEQUANT_STUB,), "input_scope": (QUANT_STUB,)},
+)
