@@ -95,6 +95,8 @@ class SimGraph:
         outputs: the SimNodes whose values the model returns, in return order.
         folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
             empty without rewrites.
+        quant_off: True under nndct's quantization-off flow (``--nndct_quant_off``; the session sets it):
+            every node runs in float, nothing is quantized (:meth:`runs_float`).
         example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
             first use (test mode needs them; calibration does not; the capture does when a
             torch.Size is sliced or used whole).
@@ -114,6 +116,7 @@ class SimGraph:
         self.by_name = {n.name: n for n in nodes}
         self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
         self._modules = {}  # type: Dict[str, nn.Module]
+        self.quant_off = False
         tag_quant_part(nodes)
 
     @property
@@ -123,6 +126,12 @@ class SimGraph:
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
         return self._run.shapes
+
+    def runs_float(self, node: SimNode) -> bool:
+        """True when ``node`` runs in float as torch computes it, nothing of it quantized: outside the quantized
+        parts (``SimNode.in_quant_part``), or everywhere under :attr:`quant_off` (nndct's modules then run
+        their float forward: ``NndctOption.nndct_quant_off``)."""
+        return self.quant_off or not node.in_quant_part
 
     def full_name(self, node: SimNode) -> str:
         """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""

@@ -33,7 +33,7 @@ THREADS = pinned_threads(1)
 
 # What the simulation does not do yet, case by case: (check, case) -> the gap. Checks: "quant_info" (the
 # calibration's quant_info.json), "outputs" (the test-mode outputs), "xmodel" (the files), "reason" (a refusal
-# naming the real quantizer's reason), "quant_off".
+# naming the real quantizer's reason).
 _CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
            "quantizer calibrates it"
 GAPS = {
@@ -120,9 +120,6 @@ GAPS = {
     ("reason", "param_mul"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
                              "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
                              "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
-    ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
-                                "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
-                                "simulation quantizes and writes PlainNet_int.xmodel",
 }
 # Where the real quantizer refuses: {case: (its stage, words of the simulation's refusal at its xmodel stage)}
 REAL_REFUSES = {
@@ -239,7 +236,6 @@ def test_refusal_names_the_real_quantizers_reason(name, sim):
         assert REAL_REASON[name] in f.read()
 
 
-@pytest.mark.xfail(strict=True, reason=GAPS[("quant_off", "quant_off")])
 def test_quant_off_writes_the_real_float_xmodel(tmp_path):
     """The real quantizer's quantization-off flow: the script run with --nndct_quant_off (read from the command line
     when pytorch_nndct is imported). Both phases here in child processes run the same way."""

@@ -10,7 +10,7 @@ compares the simulation with them.
 
 ``python tests/support/corpus_refused.py calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE] [--nndct_quant_off]``
 runs a phase of ``corpus_models.phase`` with the drop-in (``--nndct_quant_off`` is left on the command line
-for whoever reads it there, as pytorch_nndct does when imported; the drop-in does not).
+for whoever reads it there: pytorch_nndct when imported, and so ``pipeline.apis``, ``pipeline/apis/options.py``).
 
 ``quantstub``: pytorch_nndct's ``QuantStub``/``DeQuantStub`` mark where quantization starts and ends;
 placed around a float middle they make the model several graphs. The model is built with the classes in
@@ -21,8 +21,8 @@ there (the reference was made with ``pytorch_nndct.nn.QuantStub`` and ``DeQuantS
 flow: ``NndctOption.nndct_quant_off`` (name ``quant_off``), set only from the command line, as
 ``--nndct_quant_off``, which ``pytorch_nndct/__init__.py`` reads from ``sys.argv`` when imported
 (``--quant_off`` is not recognised: the option is looked up by its attribute name); then every fix
-position is null, the outputs are float and ``export_xmodel`` writes ``<Model>_float.xmodel``. The
-drop-in has no such flow.
+position is null, the outputs are float and ``export_xmodel`` writes ``<Model>_float.xmodel``; the drop-in
+reads the same flag (``pipeline/apis/options.py``).
 """
 import os
 import sys

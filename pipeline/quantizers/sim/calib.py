@@ -269,8 +269,9 @@ class Calibrator:
         return None if found is None else found[0]
 
     def _fix_pos_and_range(self, node: SimNode, t: Any):
-        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None."""
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None
+        (also everywhere under quant_off: nndct's ``quantize_tensors`` returns the float tensor)."""
+        if self.graph.quant_off or not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         mn, mx = torch.aminmax(t)
         min_max = (mn.item(), mx.item())
@@ -298,7 +299,7 @@ class Calibrator:
             w = m.weight.detach()  # never written: quantized copies are new tensors
             b = None if m.bias is None else m.bias.detach()
             state.weight_float, state.bias_float = w, b
-            if not node.in_quant_part:  # outside the quantized parts: float, as its module computes there
+            if self.graph.runs_float(node):  # outside the quantized parts, or quant_off: float, as its module
                 state.weight, state.bias = w, b
                 return state
             state.weight = self._param_fix(node.param_names["weights"], w)
@@ -350,6 +351,8 @@ class Calibrator:
         if self.batches == 0:
             raise QuantizationError("calibration saw 0 batches: run at least one calibration "
                                     "batch before exporting the quantization config")
+        if self.graph.quant_off:  # every entry null, no adjustment (organize_quant_pos returns at once)
+            return dict.fromkeys(self.plan.param_order), dict.fromkeys(self.plan.output_order), []
         missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.unquantized_outputs] + \
             [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:

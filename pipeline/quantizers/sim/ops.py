@@ -149,7 +149,7 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         the real quantizer leaves unquantized (input size not a multiple of the output size).
     """
     s = NodeRun(graph, node, env)
-    form = g.sim_form(node.op) if node.in_quant_part else None  # outside the quantized parts: torch's call
+    form = None if graph.runs_float(node) else g.sim_form(node.op)  # float: torch's own call
     if form is not None:
         done = form.run(s)
         if done is not None:

@@ -29,6 +29,7 @@ from ....fileio import write_bytes, write_files
 from .writer import build
 
 SUFFIX = "_int.xmodel"
+FLOAT_SUFFIX = "_float.xmodel"  # under quant_off (``SimGraph.quant_off``; ``xir_compiler.do_compile``)
 
 
 def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
@@ -67,6 +68,9 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
     # the file is proved on the example: a NaN there proves nothing (finite.py), refused before any work
     check_inputs(examples, "xmodel", "give a finite batch-1 example (with the drop-in API: the first test-mode "
                  "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")
+    if deploy_check and session.graph.quant_off:
+        raise ExportError("xmodel: the deploy-check dumps of the quantization-off flow (the real quantizer's "
+                          "deploy_check_data_float) are not written yet; export without deploy_check")
     try:
         graph, names = build(session, lowered, examples)
     except XGraphError as e:
@@ -86,7 +90,8 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
                           "to go on, and report the model"
                           % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
                              ", ".join(ops) or "none (only the outputs)"))
-    path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
+    # quant_off: no quant info, so nndct's do_compile names the file _float
+    path = os.path.join(out_dir, session.graph.class_name + (FLOAT_SUFFIX if session.graph.quant_off else SUFFIX))
     dumps = []  # type: list
     if deploy_check:
         from .deploy_check import dump_files
