@@ -21,18 +21,43 @@ import torch
 
 from .onnx_form import alias
 from .record import Absent, OpRecord, OpSpec
-from .refusal import NOT_YET, REAL_QUANTIZER, XMODEL, Known
+from .xmodel_support import XmodelForm, no_attrs
 from .sim_support import TORCH
 
 QUANT_STUB = "nndct_quant_stub"
 DEQUANT_STUB = "nndct_dequant_stub"
 
 
-def _apply(x: Any, stub: nn.Module) -> Any:
-    """``stub`` on ``x`` as ``pytorch_nndct.nn``'s stubs take it: a tensor is cloned, a sequence stub by stub
-    (one element: that element alone), anything else returned as is."""
-    if isinstance(x, torch.Tensor):
+class QuantStubF(torch.autograd.Function):
+    """The QuantStub's function (``nn/modules/function.py``): a clone, its gradient passed through. Its name is
+    what nndct's parser knows the traced op by (``prim::PythonOp`` QuantStubF), as the xmodel's names are."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
         return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return grad.clone()
+
+
+class DeQuantStubF(torch.autograd.Function):
+    """The DeQuantStub's function (``nn/modules/function.py``): a clone, its gradient passed through."""
+
+    @staticmethod
+    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return x.clone()
+
+    @staticmethod
+    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
+        return grad.clone()
+
+
+def _apply(x: Any, stub: nn.Module, fn: Any) -> Any:
+    """``stub`` on ``x`` as ``pytorch_nndct.nn``'s stubs take it: a tensor through ``fn`` (a clone), a sequence
+    stub by stub (one element: that element alone), anything else returned as is."""
+    if isinstance(x, torch.Tensor):
+        return fn.apply(x)
     if not isinstance(x, Sequence):
         return x
     out = [stub(e) for e in x]
@@ -45,7 +70,7 @@ class QuantStub(nn.Module):
     (any shape, dtype kept); a list or tuple element by element, as the real one."""
 
     def forward(self, inputs: Any) -> Any:
-        return _apply(inputs, self)
+        return _apply(inputs, self, QuantStubF)
 
 
 class DeQuantStub(nn.Module):
@@ -54,18 +79,14 @@ class DeQuantStub(nn.Module):
     element, as the real one."""
 
     def forward(self, inputs: Any) -> Any:
-        return _apply(inputs, self)
+        return _apply(inputs, self, DeQuantStubF)
 
 
-_XMODEL = Absent("not written yet: the real quantizer writes one xmodel per quantized part "
-                 "(<Model>_<n>_int.xmodel, the float parts in none); the writer writes one graph")
+def _create_data(w: Any, node: Any) -> None:
+    """A QuantStub: its part's input, XIR ``data`` of the node's output shape, float32 (``xop_creator.py``:
+    ``QUANT_STUB: ("data", data_xop)``)."""
+    w.fixed_op(node.name, "data", {"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"})
 
-# the xmodel writer's reason (``fx/refusals.py`` asks it where the writer gives up on a stub)
-PARTS = Known(
-    what="QuantStub / DeQuantStub (quantized parts)", kind=NOT_YET, stops=frozenset((XMODEL,)), several=False,
-    real="the real quantizer writes one xmodel per quantized part (<Model>_0_int.xmodel, <Model>_1_int.xmodel, "
-         "...; a part is what one QuantStub reaches, the float parts are in none)",
-    instead=REAL_QUANTIZER + "; calibration, test and the outputs here are the real quantizer's")
 
 RECORD = OpRecord(
     family="quant_stub",
@@ -75,14 +96,16 @@ RECORD = OpRecord(
     approximation=Absent("marks where quantization starts and ends; nothing is computed"),
     source="pytorch_nndct/nn/modules/quant_stubs.py, function.py; nndct_shared/optimization/optimizer.py "
            "(_tag_quant_nodes); nndct_shared/nndct_graph/nndctgraph_holder.py (is_node_quantizable); "
-           "pytorch_nndct/quantization/torchquantizer.py (calibrate_int: scope 1)",
+           "pytorch_nndct/quantization/torchquantizer.py (calibrate_int: scope 1); "
+           "nndct_shared/compile/xop_creator.py (QUANT_STUB: data), deploy_optimizer.py (partition_by_quant_part)",
     onnx={QUANT_STUB: alias, DEQUANT_STUB: alias},
     dpu_rule={QUANT_STUB: Absent("a quantized part's input: the load engine brings it in"),
               DEQUANT_STUB: Absent("a quantized part's end: the float part after it runs on the CPU")},
-    xmodel={QUANT_STUB: _XMODEL, DEQUANT_STUB: _XMODEL},
+    xmodel={QUANT_STUB: XmodelForm(no_attrs, _create_data),
+            DEQUANT_STUB: Absent("outside every quantized part: in no file (nndct's partition_by_quant_part)")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},  # each type traced under its own name
-    refusals={QuantStub: PARTS, DeQuantStub: PARTS},
+    traced={QUANT_STUB: ("QuantStubF",), DEQUANT_STUB: ("DeQuantStubF",)},  # prim::PythonOp of these functions
+    refusals={},
     sim={QUANT_STUB: TORCH, DEQUANT_STUB: TORCH},
     roles={"quant_start": (QUANT_STUB,), "quant_end": (DEQUANT_STUB,), "input_scope": (QUANT_STUB,)},
 )

@@ -111,9 +111,6 @@ GAPS = {
                           "twice in its input",
     ("xmodel", "cat_self"): "the writer refuses the same tensor twice; the real file has concat {axis 3} with the "
                             "same fix op twice",
-    ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
-                             "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
-                             "the simulation's writer refuses the stubs (quant_stub.PARTS)",
     ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
                              "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
                              "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",

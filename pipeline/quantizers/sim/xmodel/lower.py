@@ -85,8 +85,8 @@ class _Lowering:
     # ---------------------------------------------------------------- nodes
     def build(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
-                continue
+            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value or not node.in_quant_part:
+                continue  # a node outside the quantized parts (QuantStub/DeQuantStub) is in no file
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
@@ -94,12 +94,14 @@ class _Lowering:
             self.dev.append(dev)
             self.by_sim[node.name] = dev
             for producer in self.data_inputs(node):
-                dev.add_in_tensor(self.by_sim[producer.name].out)
+                if producer.name in self.by_sim:  # a producer outside the parts: a QuantStub's data op has no input
+                    dev.add_in_tensor(self.by_sim[producer.name].out)
             self.add_params(node, dev)
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
         for node in self.graph.outputs:
-            self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
+            if node.name in self.by_sim:
+                self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
         return self.dev
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
