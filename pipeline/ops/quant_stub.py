@@ -19,8 +19,9 @@ from typing import Any, Sequence
 from torch import nn
 import torch
 
+from .dpu_support import Verdict, dpu_unless
 from .onnx_form import alias
-from .record import Absent, OpRecord, OpSpec
+from .record import Absent, DpuRule, OpRecord, OpSpec
 from .xmodel_support import XmodelForm, no_attrs
 from .sim_support import TORCH
 
@@ -82,6 +83,12 @@ class DeQuantStub(nn.Module):
         return _apply(inputs, self, DeQuantStubF)
 
 
+def _dpu_quant_stub(node: Any, ctx: Any) -> Verdict:
+    """A QuantStub is its part's input: the load engine brings it in, as a graph input (the real Inspector
+    gives it the device USER, as the inputs: ``device_allocator.py``)."""
+    return dpu_unless([], notes=["the input of a quantized part (XIR data): the load engine brings it in"])
+
+
 def _create_data(w: Any, node: Any) -> None:
     """A QuantStub: its part's input, XIR ``data`` of the node's output shape, float32 (``xop_creator.py``:
     ``QUANT_STUB: ("data", data_xop)``)."""
@@ -99,8 +106,8 @@ RECORD = OpRecord(
            "pytorch_nndct/quantization/torchquantizer.py (calibrate_int: scope 1); "
            "nndct_shared/compile/xop_creator.py (QUANT_STUB: data), deploy_optimizer.py (partition_by_quant_part)",
     onnx={QUANT_STUB: alias, DEQUANT_STUB: alias},
-    dpu_rule={QUANT_STUB: Absent("a quantized part's input: the load engine brings it in"),
-              DEQUANT_STUB: Absent("a quantized part's end: the float part after it runs on the CPU")},
+    dpu_rule={QUANT_STUB: DpuRule(("quantstub",), _dpu_quant_stub),
+              DEQUANT_STUB: Absent("outside every quantized part: the inspector's verdict for such nodes (CPU)")},
     xmodel={QUANT_STUB: XmodelForm(no_attrs, _create_data),
             DEQUANT_STUB: Absent("outside every quantized part: in no file (nndct's partition_by_quant_part)")},
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
