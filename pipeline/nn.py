@@ -7,8 +7,9 @@ QuantStub reaches it without passing a DeQuantStub; the float parts run as torch
 QuantStub's output is quantized as a network input is (``pipeline/ops/quant_stub.py`` states the rule and
 its upstream sources). In eager mode each returns a clone of its input, as the real ones.
 
-What differs: the real classes hold nothing else either; the simulation's xmodel writer does not write the
-real quantizer's one file per quantized part yet (docs/xmodel.md#known-refusals) and refuses the export.
+``export_xmodel`` writes one file per quantized part, ``<Model>_<n>_int.xmodel``, as the real quantizer
+(docs/xmodel.md#quantized-parts). What differs: the ONNX exports refuse the float layers between the parts, and
+the deploy-check dumps of several parts are not written (docs/xmodel.md#known-refusals).
 """
 from .ops.quant_stub import DeQuantStub, QuantStub
 
