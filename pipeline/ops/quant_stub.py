@@ -23,7 +23,7 @@ from .dpu_support import Verdict, dpu_unless
 from .onnx_form import alias
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .xmodel_support import XmodelForm, no_attrs
-from .sim_support import TORCH
+from .sim_support import SimForm
 
 QUANT_STUB = "nndct_quant_stub"
 DEQUANT_STUB = "nndct_dequant_stub"
@@ -89,6 +89,17 @@ def _dpu_quant_stub(node: Any, ctx: Any) -> Verdict:
     return dpu_unless([], notes=["the input of a quantized part (XIR data): the load engine brings it in"])
 
 
+def _lower_identity(lo: Any) -> Any:
+    """A stub in the lowered test-mode model: an ``nn.Identity`` under its node's name (the same values as its
+    clone), without the autograd function a TorchScript could not hold (nndct's ``remove_quant_dequant_stub``
+    drops the stubs from its TorchScript too); the ONNX exports write it as an alias."""
+    return lo.call_module(nn.Identity()), True
+
+
+# torch's own call (a clone: the same values), written as an identity in the lowered model, inside the parts or not
+_IDENTITY = SimForm(lambda s: None, _lower_identity, True)
+
+
 def _create_data(w: Any, node: Any) -> None:
     """A QuantStub: its part's input, XIR ``data`` of the node's output shape, float32 (``xop_creator.py``:
     ``QUANT_STUB: ("data", data_xop)``)."""
@@ -113,6 +124,6 @@ RECORD = OpRecord(
     xir_ops=Absent("the xmodel writer writes no XIR op for it"),
     traced={QUANT_STUB: ("QuantStubF",), DEQUANT_STUB: ("DeQuantStubF",)},  # prim::PythonOp of these functions
     refusals={},
-    sim={QUANT_STUB: TORCH, DEQUANT_STUB: TORCH},
+    sim={QUANT_STUB: _IDENTITY, DEQUANT_STUB: _IDENTITY},
     roles={"quant_start": (QUANT_STUB,), "quant_end": (DEQUANT_STUB,), "input_scope": (QUANT_STUB,)},
 )

@@ -23,7 +23,11 @@ from collections import namedtuple
 
 from .record import Absent
 
-SimForm = namedtuple("SimForm", "run lower")
+# exact: the form computes torch's own call (written another way in the lowered model: a QuantStub as a clone,
+# never its autograd function), so it applies also where a node runs in float (``SimGraph.runs_float``); a DPU
+# approximation (exact False) applies only inside the quantized parts
+SimForm = namedtuple("SimForm", "run lower exact")
+SimForm.__new__.__defaults__ = (False,)
 
 # the piece of an op the simulation runs as torch's own call
 TORCH = Absent("torch's call is the DPU's arithmetic (the simulation runs the op's own torch call)")

@@ -195,7 +195,8 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         quantize = node.name in out_fp
         if node.op == g.INPUT:
             value = new.placeholder(fx_node.target)
-        elif graph.runs_float(node):  # outside the quantized parts, or quant_off: torch's own call, in float
+        elif graph.runs_float(node) and not getattr(g.sim_form(node.op), "exact", False):
+            # outside the quantized parts, or quant_off: torch's own call, in float
             value = _Lowering(graph, node, new, root, env, consts).copy()
             if node.op in g.PARAM_TYPES or node.op in g.NORM_TYPES:
                 m = root.get_submodule(node.name)

@@ -149,7 +149,9 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
         the real quantizer leaves unquantized (input size not a multiple of the output size).
     """
     s = NodeRun(graph, node, env)
-    form = None if graph.runs_float(node) else g.sim_form(node.op)  # float: torch's own call
+    form = g.sim_form(node.op)
+    if form is not None and graph.runs_float(node) and not form.exact:  # float: torch's own call
+        form = None
     if form is not None:
         done = form.run(s)
         if done is not None:
