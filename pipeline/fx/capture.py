@@ -219,8 +219,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
         folded = fold_bn(work, fx_graph)
     fx_graph.lint()
     run = ExampleRun(work, fx_graph, tuple(e.detach().cpu() for e in examples))
-    nodes, steps, outputs = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank), rewrite,
-                                        param_names)
-    graph = SimGraph(type(model).__name__, run, nodes, steps, outputs)
+    nodes, steps, outputs, picks = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank),
+                                               rewrite, param_names)
+    graph = SimGraph(type(model).__name__, run, nodes, steps, outputs, picks)
     graph.folded_bn = folded
     return graph

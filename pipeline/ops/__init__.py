@@ -40,7 +40,7 @@ from .relu import RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
-from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
+from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .softmax import SOFTMAX
 from .xmodel_support import XmodelForm
 
@@ -86,6 +86,8 @@ MODULE_RULES = {cls: rule for r in RECORDS for cls, rule in r.module_rules.items
 FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # type: Dict[Callable, str]
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
+# aten kind -> (nndct type, outputs) of a call's form with several outputs (record.OpRecord.several)
+SEVERAL = {kind: form for r in RECORDS for kind, form in r.several.items()}  # type: Dict[str, Tuple[str, int]]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 # op type (and the aten:: types a family's rule judges) -> its DpuRule or Absent (the inspector)
 DPU_RULES = {op: rule for r in RECORDS for op, rule in r.dpu_rule.items()}  # type: Dict[str, Union[DpuRule, Absent]]

@@ -83,6 +83,12 @@ class OpRecord:
         methods: tensor method name -> op type (``call_method``).
         signatures: op type -> :data:`Signature` of its functional and method forms (the arguments by
             name, defaults filled; the xmodel lowering and the ONNX export read them).
+        several: the float-operator kind of a call (``aten::<name>``, as ``fx.classify`` names it) -> ``(type,
+            outputs)``: where the call returns several tensors (its result indexed, ``y[0]``, ``.values``),
+            nndct's parser makes it the family's type ``type``, a node of ``outputs`` tensors
+            (``x.max(dim)``: nndct_max, values and indices); the call's one-tensor form (``x.max()``)
+            stays what the tables above make it. Each output of such a node gets an entry in
+            quant_info (``TorchNndctQstrategy.create_quant_config``: one per ``out_tensors``).
         roles: role -> op types of this family that play it. Roles: ``conv`` (the 2-D convolutions),
             ``params`` (layers with weights the quantizer quantizes), ``bias_corr`` (nndct corrects their
             bias), ``norm`` (ops whose own module quantizes their weight and bias, those they have, at its first
@@ -166,6 +172,7 @@ class OpRecord:
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
+    several: Mapping[str, Tuple[str, int]] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:

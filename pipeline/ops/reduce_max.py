@@ -1,17 +1,38 @@
-"""The maximum over a dim with its indices (``x.max(dim)``, ``torch.max(x, dim)``): the simulation runs it in
-float; the xmodel writer and the ONNX exporter refuse the form with two outputs (the real quantizer writes
-XIR reduction_max). ``x.max()`` and ``torch.max(a, b)`` give one tensor: the stages take or refuse them
-for their own reasons."""
+"""The maximum over a dim with its indices (``x.max(dim)``, ``torch.max(x, dim)``): nndct's ``nndct_max``
+(``pytorch_nndct/parse/op_dispatcher.py``, ``max``: a ``TorchPermuteInvarOp`` of type MAX), a quantizable
+node (``nndct_graph/nndctgraph_holder.py``, QUANTIZABLE_OPS) with two outputs, values and indices: torch.jit
+traces ``aten::max`` with two outputs and indexing them is no op of the trace. Its quant_info entry has one
+pair per output, the indices' without a fix position (``[[8, 6], [8, null]]``: an int64 tensor nndct never
+quantizes). The simulation runs torch's call and quantizes the values. The xmodel writer and the ONNX
+exporter refuse it (the real quantizer writes XIR reduction_max). ``x.max()`` and ``torch.max(a, b)`` give
+one tensor: they stay float operators (``aten::max``), which the stages take or refuse for their own
+reasons."""
 import torch
 
-from .record import refusals_only
+from .record import Absent, OpRecord, OpSpec
 from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER, XMODEL
+from .sim_support import TORCH
+
+MAX = "nndct_max"
 
 MAX_DIM = Known(
     what="max over a dim (values and indices)", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=True,
     real="the real quantizer writes it as XIR reduction_max",
     instead=REAL_QUANTIZER + "; calibration and test here are not affected")
 
-RECORD = refusals_only(
-    "reduce_max", "nndct_shared/base/key_names.py (MAX)",
-    {torch.max: MAX_DIM, "max": MAX_DIM})
+RECORD = OpRecord(
+    family="reduce_max",
+    specs={MAX: OpSpec("dpu", True, False, False)},
+    several={"aten::max": (MAX, 2)},
+    approximation=Absent("torch's own call is the DPU's arithmetic: a maximum is exact"),
+    source="nndct_shared/base/key_names.py (MAX), pytorch_nndct/parse/op_dispatcher.py (max), "
+           "nndct_shared/nndct_graph/nndctgraph_holder.py (QUANTIZABLE_OPS), "
+           "pytorch_nndct/quantization/torch_qstrategy.py (create_quant_config)",
+    onnx={MAX: Absent("not written yet: the ONNX exporter has no lowering for max over a dim")},
+    dpu_rule={MAX: Absent("not modelled: the inspector judges it by the generic verdict")},
+    xmodel={MAX: Absent("not written yet: the xmodel writer has no XIR form for max over a dim")},
+    xir_ops=Absent("reduction_max is the XIR format's own type (xir/opdefs.py)"),
+    traced={MAX: ("max",)},
+    refusals={torch.max: MAX_DIM, "max": MAX_DIM},
+    sim={MAX: TORCH},
+)

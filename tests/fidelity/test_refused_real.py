@@ -54,15 +54,6 @@ GAPS = {
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
-    ("quant_info", "max_method"): "the real quantizer's x.max(1) is one node nndct_max_3 with two outputs "
-                             "([[8, 6], [8, null]]); the simulation has aten_max_3 and an nndct_tuple_index node: "
-                             "other entries and numbering; outputs equal",
-    ("quant_info", "max_function"): "the real quantizer's torch.max(x, 1) is one node nndct_max_3 with two outputs "
-                               "([[8, 6], [8, null]]); the simulation has aten_max_3 and two nndct_tuple_index nodes: "
-                               "other entries and numbering; outputs equal",
-    ("quant_info", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
-                       "the simulation adds an nndct_tuple_index node that carries it: other entries and numbering; "
-                       "outputs equal",
     ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
                              "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
                              "nndct_conv2d_5 here; outputs equal",
@@ -73,8 +64,8 @@ GAPS = {
     ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
                            "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
-                       "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
-                       "nndct_tuple_index: other numbering; outputs equal",
+                       "states) before aten_lstm_6; the simulation has aten_lstm_3 alone: other numbering; outputs "
+                       "equal",
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",

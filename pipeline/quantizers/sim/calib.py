@@ -38,7 +38,7 @@ from ...errors import QuantizationError
 from ... import fixpoint
 from .. import fix_pos_search
 from ... import ops as g
-from ...fx.graph import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode, first_output, with_first_output
 from .ops import float_reference, norm_float_params, norm_forward, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
@@ -250,7 +250,13 @@ class Calibrator:
     def _activation(self, node: SimNode, t: torch.Tensor, owned: bool = False) -> torch.Tensor:
         """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos
         (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
-        tensor, which nothing else reads: quantized in place when it is contiguous float32."""
+        tensor, which nothing else reads: quantized in place when it is contiguous float32. A node with
+        several outputs quantizes its first (``fx.graph.first_output``)."""
+        if node.outputs > 1:
+            return with_first_output(node, t, self._activation_one(node, first_output(node, t), False))
+        return self._activation_one(node, t, owned)
+
+    def _activation_one(self, node: SimNode, t: torch.Tensor, owned: bool) -> torch.Tensor:
         found = self._fix_pos_and_range(node, t)
         if found is None:
             return t
