@@ -32,7 +32,9 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 5. What torch.jit records and fx does not, or the other way round (rewrite or not):
    ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
-   ``x[:, i]`` is a strided slice then a select (``rewrites.split_select_index``);
+   ``x[:, i]`` is a strided slice then a select (``rewrites.split_select_index``); ``c / x`` is
+   ``x.reciprocal() * c`` (``rewrites.reciprocal_divisions``); a call returning several tensors is one
+   node with several outputs, indexing it no node (``SimNode.outputs``);
    ``nn.MultiheadAttention`` self-attention is inlined as the operations of its traced forward
    (``attention.inline_attention``; its packed projection an ``nndct_dense`` named
    ``in_proj_weight`` / ``in_proj_bias``).
@@ -75,8 +77,9 @@ from .example_run import ExampleRun
 from .float_trace import fx_trace
 from .graph import SimGraph
 from .naming import build_nodes
-from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, remove_passthrough, remove_shape_checks,
-                       remove_traced_passthrough, split_select_index, swap_modules, swaps_keep_graph)
+from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
+                       remove_shape_checks, remove_traced_passthrough, split_select_index, swap_modules,
+                       swaps_keep_graph)
 from .shape_tuples import ShapeTuples
 from .work_copy import work_copy
 
@@ -212,6 +215,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
     split_select_index(fx_graph)
+    reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]
     if rewrite:

@@ -23,7 +23,7 @@ from .dense import DENSE
 from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
 from .expand import EXPAND
 from .float_activation import CLAMP, GELU, SIGMOID, SILU, TANH
-from .float_arith import EQUAL, REMAINDER
+from .float_arith import EQUAL, RECIPROCAL, REMAINDER
 from .hard_sigmoid import HSIGMOID, HSWISH
 from .identity import IDENTITY
 from .io import CONST, INPUT, RETURN, ZEROS

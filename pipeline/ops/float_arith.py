@@ -1,35 +1,47 @@
-"""Comparison and remainder: ``x == y`` (``nndct_equal``) and ``x % c`` (``aten::remainder``: nndct has no
-type for it; ``c`` becomes a const node). Float operators."""
+"""Comparison, remainder and reciprocal: ``x == y`` (``nndct_equal``), ``x % c`` (``aten::remainder``: nndct
+has no type for it; ``c`` becomes a const node) and ``x.reciprocal()`` (``aten::reciprocal``, also what torch
+traces for ``c / x``: ``x.reciprocal() * c``, ``fx.rewrites.reciprocal_divisions``). Float operators."""
 import operator
+from typing import Any
 
 import torch
 
+from .onnx_form import arg
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
 from .xmodel_support import XmodelForm, custom, no_attrs
 
 EQUAL = "nndct_equal"
 REMAINDER = "aten::remainder"
+RECIPROCAL = "aten::reciprocal"
 
 _FLOAT = OpSpec("float", False, False, False)
 
+
+def _onnx_reciprocal(b: Any, node: Any, mod: None) -> str:
+    """``1 / x`` as ONNX Reciprocal: an IEEE float32 division, the bits of torch's ``reciprocal``."""
+    return b.op("Reciprocal", [b.tensor(arg(node, 0, "input"))], node.name)
+
 RECORD = OpRecord(
     family="float_arith",
-    specs={EQUAL: _FLOAT, REMAINDER: _FLOAT},
-    functions={operator.eq: EQUAL, torch.eq: EQUAL, operator.mod: REMAINDER, torch.remainder: REMAINDER},
-    methods={"eq": EQUAL},
+    specs={EQUAL: _FLOAT, REMAINDER: _FLOAT, RECIPROCAL: _FLOAT},
+    functions={operator.eq: EQUAL, torch.eq: EQUAL, operator.mod: REMAINDER, torch.remainder: REMAINDER,
+               torch.reciprocal: RECIPROCAL},
+    methods={"eq": EQUAL, "reciprocal": RECIPROCAL},
     roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
     approximation=Absent("float operators on the CPU"),
     source="nndct_shared/base/key_names.py",
     onnx={EQUAL: Absent("a comparison gives a bool tensor; the exporter writes float32 tensors only"),
           REMAINDER: Absent("not written yet: ONNX Mod of floats (fmod=1) is C's fmod, torch's remainder takes "
-                             "the divisor's sign")},
+                             "the divisor's sign"),
+          RECIPROCAL: _onnx_reciprocal},
     dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
-              REMAINDER: Absent("a float operator of the quantizer")},
+              REMAINDER: Absent("a float operator of the quantizer"),
+              RECIPROCAL: Absent("a float operator of the quantizer")},
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
-            REMAINDER: XmodelForm(no_attrs, custom)},
-    xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
+            REMAINDER: XmodelForm(no_attrs, custom), RECIPROCAL: XmodelForm(no_attrs, custom)},
+    xir_ops=Absent("custom ops (aten::remainder, aten::reciprocal: types XIR does not define)"),
     traced={},  # each type traced under its own name
     refusals={},
-    sim=dict.fromkeys((EQUAL, REMAINDER), TORCH),
+    sim=dict.fromkeys((EQUAL, REMAINDER, RECIPROCAL), TORCH),
 )

@@ -51,9 +51,6 @@ GAPS = {
     ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
                                    "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
                                    "outputs equal",
-    ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
-                       "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
-                       "graph_md5; outputs equal",
     ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
                              "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
                              "nndct_conv2d_5 here; outputs equal",
@@ -88,8 +85,6 @@ GAPS = {
     ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
     ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
                                     "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
-    ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
-                        "aten::reciprocal between transposes, then mul by the number's const",
     ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
                               "{axis [1], keep_dims false} (NCHW, after a sink transpose), then reshape",
     ("xmodel", "max_function"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
