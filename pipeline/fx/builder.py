@@ -104,7 +104,7 @@ class NodeBuilder:
             self.helper(fx_node, self.resolve(fx_node.args[0]))
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem \
                 and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.helper_src \
-                and fx_node.args[0].op != "get_attr":
+                and fx_node.args[0].op != "get_attr" and fx_node.args[0] not in self.picks:  # a picked output
             self.getitem(fx_node)
         elif fx_node.op == "call_function" and fx_node.target is operator.setitem:
             # x[idx] = v: torch traces a slice of x and its in-place fill_ (copy_ for a tensor v)
@@ -153,7 +153,7 @@ class NodeBuilder:
             node = self.add(fx_node, op, inputs)
             node.const_args = consts
         else:
-            node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
+            node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes) + self.prelude(fx_node))
         node.outputs = outputs
         if op in t.NORM_TYPES:
             self.norm_params(fx_node, node)
@@ -172,6 +172,23 @@ class NodeBuilder:
             node.param_names["weights"] = "%s::%s" % (self.class_name, names["weights"])
             if m.bias is not None:
                 node.param_names["bias"] = "%s::%s" % (self.class_name, names["bias"])
+
+    def prelude(self, fx_node: torch.fx.Node) -> List[SimNode]:
+        """The nodes torch.jit traces in a module's forward before its own op (``record.Prelude``: an
+        ``nn.LSTM``'s zero initial states), added before the module's node; returns those that feed it."""
+        if fx_node.op != "call_module" or not fx_node.args or not isinstance(fx_node.args[0], torch.fx.Node):
+            return []
+        m = self.root.get_submodule(fx_node.target)
+        make = t.PRELUDES.get(type(m))
+        if make is None:
+            return []
+        first = self.resolve(fx_node.args[0])
+        made, feeds = [], []  # type: List[SimNode], List[SimNode]
+        for op, inputs, feeds_it in make(m, len(fx_node.args), lambda: self.shapes.rank_of(fx_node.args[0])):
+            made.append(self.add(None, op, [s for i in inputs for s in (first if i < 0 else [made[i]])]))
+            if feeds_it:
+                feeds.append(made[-1])
+        return feeds
 
     def state_names(self) -> set:
         """The state-dict names of the working copy (parameters and persistent buffers): the tensors

@@ -88,6 +88,8 @@ METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # ty
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 # aten kind -> (nndct type, outputs) of a call's form with several outputs (record.OpRecord.several)
 SEVERAL = {kind: form for r in RECORDS for kind, form in r.several.items()}  # type: Dict[str, Tuple[str, int]]
+# module class -> its record.Prelude (the nodes torch.jit traces in its forward before its own op)
+PRELUDES = {cls: prelude for r in RECORDS for cls, prelude in r.preludes.items()}  # type: Dict[type, Callable]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 # op type (and the aten:: types a family's rule judges) -> its DpuRule or Absent (the inspector)
 DPU_RULES = {op: rule for r in RECORDS for op, rule in r.dpu_rule.items()}  # type: Dict[str, Union[DpuRule, Absent]]

@@ -54,6 +54,15 @@ def pair(value: Any) -> Tuple[int, int]:
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 
+# What torch.jit traces inside a module's forward before the module's own op, where the call leaves it work
+# (``nn.LSTM`` called without its initial states makes them: the batch size read and one zero tensor per state):
+# ``prelude(module, args, rank) -> ((op type, inputs, feeds), ...)``, given the module, the number of positional
+# arguments of the call and ``rank()`` (the rank of its first argument on the example, computed when asked).
+# ``inputs`` are indices: -1 the call's first argument, k >= 0 the k-th node of the prelude; ``feeds``: the node is
+# an input of the module's own node, after the call's arguments. Nodes of no fx node of their own: numbered,
+# linked and hashed (graph_md5) as nndct's parser makes them, never run (the module computes them itself).
+Prelude = Callable[[nn.Module, int, Callable[[], int]], Tuple[Tuple[str, Tuple[int, ...], bool], ...]]
+
 # An op's ONNX form: ``form(builder, fx node, module or None) -> ONNX name of the node's result``
 # (``onnx_form.py``: what the builder offers, the refusal ``onnx_form.Unsupported``).
 OnnxForm = Callable[[Any, Any, Optional[nn.Module]], str]
@@ -81,6 +90,8 @@ class OpRecord:
         module_rules: module class -> :data:`ModuleRule`, for classes whose type depends on attributes.
         functions: callable -> op type (``call_function``).
         methods: tensor method name -> op type (``call_method``).
+        preludes: module class -> :data:`Prelude`: the nodes nndct's parser makes from what torch.jit traces
+            inside the module's forward before its own op (``nn.LSTM``'s zero initial states).
         signatures: op type -> :data:`Signature` of its functional and method forms (the arguments by
             name, defaults filled; the xmodel lowering and the ONNX export read them).
         several: the float-operator kind of a call (``aten::<name>``, as ``fx.classify`` names it) -> ``(type,
@@ -173,6 +184,7 @@ class OpRecord:
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     several: Mapping[str, Tuple[str, int]] = field(default_factory=dict)
+    preludes: Mapping[type, Prelude] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:

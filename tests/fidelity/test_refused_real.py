@@ -60,9 +60,6 @@ GAPS = {
                          "(every quant_info entry and the outputs equal)",
     ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
                            "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
-    ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
-                       "states) before aten_lstm_6; the simulation has aten_lstm_3 alone: other numbering; outputs "
-                       "equal",
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
