@@ -3,15 +3,20 @@
 node (``nndct_graph/nndctgraph_holder.py``, QUANTIZABLE_OPS) with two outputs, values and indices: torch.jit
 traces ``aten::max`` with two outputs and indexing them is no op of the trace. Its quant_info entry has one
 pair per output, the indices' without a fix position (``[[8, 6], [8, null]]``: an int64 tensor nndct never
-quantizes). The simulation runs torch's call and quantizes the values. The xmodel writer and the ONNX
-exporter refuse it (the real quantizer writes XIR reduction_max). ``x.max()`` and ``torch.max(a, b)`` give
-one tensor: they stay float operators (``aten::max``), which the stages take or refuse for their own
-reasons."""
+quantizes). The simulation runs torch's call and quantizes the values. The xmodel writer writes XIR
+``reduction_max`` of the values (``xop_creator.py``: ``to_xir("reduction_max")``), a permute-invariant op: with
+``keepdim`` it keeps the rank and takes the NHWC layout, its axis moved (``attr_transform.py``,
+``reduce_op_attr_transform_fn``); without, it changes the rank and runs in NCHW after a sink transpose. The
+ONNX exporter refuses it. ``x.max()`` and ``torch.max(a, b)`` give one tensor: they stay float operators
+(``aten::max``), which the stages take or refuse for their own reasons."""
+from typing import Any, Dict, Sequence
+
 import torch
 
 from .record import Absent, OpRecord, OpSpec
 from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER, XMODEL
 from .sim_support import TORCH
+from .xmodel_support import XmodelForm, simple
 
 MAX = "nndct_max"
 
@@ -20,17 +25,33 @@ MAX_DIM = Known(
     real="the real quantizer writes it as XIR reduction_max",
     instead=REAL_QUANTIZER + "; calibration and test here are not affected")
 
+
+
+def _lower_max(lo: Any, node: Any) -> Dict[str, Any]:
+    """The deploy attributes of ``max(input, dim, keepdim)``: ``axis`` the dim made non-negative
+    (``deploy_optimizer.py``), ``keep_dims``."""
+    args = lo.call_args(node)
+    rank = lo.values[node.fx_node.args[0]].dim()
+    return {"axis": [int(args["dim"]) % rank], "keep_dims": bool(args["keepdim"])}
+
+
+def _rewrite_axis(node: Any, order: Sequence[int]) -> None:
+    """Each reduced axis moved with the layout ``order`` (``reduce_op_attr_transform_fn``)."""
+    node.attrs["axis"] = [list(order).index(a) for a in node.attrs["axis"]]
+
+
 RECORD = OpRecord(
     family="reduce_max",
     specs={MAX: OpSpec("dpu", True, False, False)},
     several={"aten::max": (MAX, 2)},
+    signatures={MAX: (("input", "dim", "keepdim"), {"keepdim": False})},
     approximation=Absent("torch's own call is the DPU's arithmetic: a maximum is exact"),
     source="nndct_shared/base/key_names.py (MAX), pytorch_nndct/parse/op_dispatcher.py (max), "
            "nndct_shared/nndct_graph/nndctgraph_holder.py (QUANTIZABLE_OPS), "
            "pytorch_nndct/quantization/torch_qstrategy.py (create_quant_config)",
     onnx={MAX: Absent("not written yet: the ONNX exporter has no lowering for max over a dim")},
     dpu_rule={MAX: Absent("not modelled: the inspector judges it by the generic verdict")},
-    xmodel={MAX: Absent("not written yet: the xmodel writer has no XIR form for max over a dim")},
+    xmodel={MAX: XmodelForm(_lower_max, simple("reduction_max", ("axis", "keep_dims")), layout_rewrite=_rewrite_axis)},
     xir_ops=Absent("reduction_max is the XIR format's own type (xir/opdefs.py)"),
     traced={MAX: ("max",)},
     refusals={torch.max: MAX_DIM, "max": MAX_DIM},

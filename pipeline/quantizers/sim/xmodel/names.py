@@ -271,7 +271,7 @@ def traced_ops(graph: Any) -> List[_Op]:
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
     for node in graph.nodes():
         kind = node.kind()
-        if not kind.startswith("aten::") or node.outputsSize() != 1:
+        if not kind.startswith("aten::") or node.outputsSize() < 1:  # several outputs: named by the first
             continue
         kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
         inputs = [v.debugName() for v in node.inputs()]
