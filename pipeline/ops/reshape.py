@@ -97,6 +97,12 @@ def _lower_reshape(lo, node) -> dict:
     return {"shape": lo.shape_args(node)}
 
 
+def _lower_unsqueeze(lo, node) -> dict:
+    """The dimension inserted (``dim``); ``deploy.optimize`` makes the node a reshape to its output shape
+    (``convert_reshapelike_to_reshape``)."""
+    return {"dim": lo.value(node.fx_node.args[1] if len(node.fx_node.args) > 1 else node.fx_node.kwargs["dim"])}
+
+
 def _rewrite_shape(node, order) -> None:
     """The target ``shape`` permuted with the layout ``order`` (``attr_transform.py``)."""
     shape = node.attrs["shape"]
@@ -176,18 +182,19 @@ RECORD = OpRecord(
     dpu_rule={FLATTEN: DpuRule(("flatten",), dpu_reshape), RESHAPE: DpuRule(("reshape", "view"), dpu_reshape),
               CONTIGUOUS: Absent("removed before deployment: the inspector re-links its readers to its input"),
               UNSQUEEZE: DpuRule(("unsqueeze",), dpu_reshape), SQUEEZE: DpuRule(("squeeze",), dpu_reshape)},
-    # flatten and contiguous: deploy.optimize makes a flatten a reshape and removes contiguous before the
-    # writer runs
+    # flatten, unsqueeze and contiguous: deploy.optimize makes a flatten or an unsqueeze a reshape and removes
+    # contiguous before the writer runs
     xmodel={FLATTEN: XmodelForm(_lower_flatten, custom),
             RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape),
             CONTIGUOUS: XmodelForm(no_attrs, custom),
-            UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            UNSQUEEZE: XmodelForm(_lower_unsqueeze, custom),
             SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"reshape": XirOp(OpDef("reshape", IN + (ArgDef("shape", OPTIONAL),), (opt("shape", "int32_vec", [0]),),
                                     _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape), "reshape"),
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),
                             lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
-    traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
+    traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",),
+            UNSQUEEZE: ("unsqueeze",)},
     refusals={},
     sim=dict.fromkeys((FLATTEN, RESHAPE, CONTIGUOUS, UNSQUEEZE, SQUEEZE), TORCH),
 )

@@ -122,7 +122,7 @@ def _moves_memory(node: Node) -> bool:
 
 def _reshape_like_to_reshape(graph: Graph) -> None:
     for node in graph.nodes:
-        if node.type == t.FLATTEN or (node.type == PERMUTE and not _moves_memory(node)):
+        if node.type in (t.FLATTEN, t.UNSQUEEZE) or (node.type == PERMUTE and not _moves_memory(node)):
             node.type = t.RESHAPE
             node.attrs = {"shape": list(node.out.shape)}
 
