@@ -82,7 +82,6 @@ GAPS = {
     ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
     ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
                                     "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
-    ("xmodel", "topk"): "the writer refuses topk; the real file has the custom op aten::topk between transposes",
     ("xmodel", "int_index"): "the writer refuses nndct_select; the real file has a full strided_slice, a sink "
                              "transpose, the custom op nndct_select {dim 1, index 0} and a reshape",
     ("xmodel", "none_index"): "the writer refuses the squeeze of y[:, None]; the real file has a full strided_slice "
