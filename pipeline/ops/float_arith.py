@@ -22,6 +22,13 @@ def _onnx_reciprocal(b: Any, node: Any, mod: None) -> str:
     """``1 / x`` as ONNX Reciprocal: an IEEE float32 division, the bits of torch's ``reciprocal``."""
     return b.op("Reciprocal", [b.tensor(arg(node, 0, "input"))], node.name)
 
+def run_reciprocal(op: Any, xs: Any) -> Any:
+    """The custom op ``aten::reciprocal`` without the model (an interpreter kernel of a custom type:
+    ``kernel(op, input tensors) -> tensor``): ``1 / x`` of its one input, float32, in the file's layout
+    (elementwise: any layout)."""
+    return torch.reciprocal(xs[0])
+
+
 RECORD = OpRecord(
     family="float_arith",
     specs={EQUAL: _FLOAT, REMAINDER: _FLOAT, RECIPROCAL: _FLOAT},

@@ -14,14 +14,14 @@ from typing import Any, Dict, Sequence
 import torch
 
 from .record import Absent, OpRecord, OpSpec
-from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER, XMODEL
+from .refusal import Known, NOT_YET, ONNX, REAL_QUANTIZER
 from .sim_support import TORCH
 from .xmodel_support import XmodelForm, simple
 
 MAX = "nndct_max"
 
 MAX_DIM = Known(
-    what="max over a dim (values and indices)", kind=NOT_YET, stops=frozenset((XMODEL, ONNX)), several=True,
+    what="max over a dim (values and indices)", kind=NOT_YET, stops=frozenset((ONNX,)), several=True,
     real="the real quantizer writes it as XIR reduction_max",
     instead=REAL_QUANTIZER + "; calibration and test here are not affected")
 
@@ -38,6 +38,21 @@ def _lower_max(lo: Any, node: Any) -> Dict[str, Any]:
 def _rewrite_axis(node: Any, order: Sequence[int]) -> None:
     """Each reduced axis moved with the layout ``order`` (``reduce_op_attr_transform_fn``)."""
     node.attrs["axis"] = [list(order).index(a) for a in node.attrs["axis"]]
+
+
+def run_topk(op: Any, xs: Any) -> Any:
+    """The custom op ``aten::topk`` without the model (an interpreter kernel of a custom type:
+    ``kernel(op, input tensors) -> tensor``): its values, the one output the file carries. The file keeps
+    no ``k`` or ``dim`` (nndct writes a custom op's ``shape`` and ``data_type`` only): the dim is the one
+    whose size the output changes, ``k`` its output size, largest first and sorted (torch's defaults).
+
+    Raises:
+        ValueError: not exactly one dim differs (``k`` equal to the size: which dim cannot be told)."""
+    x = xs[0]
+    dims = [i for i, (a, b) in enumerate(zip(x.shape, op.shape)) if a != b]
+    if len(op.shape) != x.dim() or len(dims) != 1:
+        raise ValueError("aten::topk %s -> %s: cannot tell the dim and k" % (list(x.shape), list(op.shape)))
+    return torch.topk(x, int(op.shape[dims[0]]), dims[0])[0]
 
 
 RECORD = OpRecord(

@@ -336,7 +336,7 @@ RECORD = OpRecord(
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
-    traced={STRIDED_SLICE: ("slice",)},
+    traced={STRIDED_SLICE: ("slice",), SELECT: ("select",)},
     refusals={},
     sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX), TORCH),
 )
