@@ -36,9 +36,11 @@ from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
+from .reduce_max import MAX
 from .relu import RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
+from .rnn import GRU, LSTM
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
 from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .softmax import SOFTMAX

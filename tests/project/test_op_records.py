@@ -180,7 +180,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.RECIPROCAL}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.RECIPROCAL, ops.MAX, ops.UNSQUEEZE}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -305,7 +305,7 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
         ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
-    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
+    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE, ops.MAX}
 
 
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
