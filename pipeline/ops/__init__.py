@@ -22,8 +22,8 @@ from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANS
 from .dense import DENSE
 from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
 from .expand import EXPAND
-from .float_activation import CLAMP, GELU, SIGMOID, SILU, TANH
-from .float_arith import EQUAL, RECIPROCAL, REMAINDER
+from .float_activation import CLAMP, GELU, LOG_SOFTMAX, MISH, SIGMOID, SILU, TANH
+from .float_arith import EQUAL, NEG, RECIPROCAL, REMAINDER
 from .hard_sigmoid import HSIGMOID, HSWISH
 from .identity import IDENTITY
 from .io import CONST, INPUT, RETURN, ZEROS
@@ -37,7 +37,7 @@ from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
 from .reduce_max import MAX
-from .relu import RELU, RELU6
+from .relu import HARDTANH, RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
 from .rnn import GRU, LSTM
@@ -86,6 +86,7 @@ OPS = {op: s for r in RECORDS for op, s in r.specs.items()}  # type: Dict[str, O
 MODULE_OPS = {cls: op for r in RECORDS for cls, op in r.modules.items()}  # type: Dict[type, str]
 MODULE_RULES = {cls: rule for r in RECORDS for cls, rule in r.module_rules.items()}
 FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # type: Dict[Callable, str]
+FUNCTION_RULES = {fn: rule for r in RECORDS for fn, rule in r.function_rules.items()}
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 # aten kind -> (nndct type, outputs) of a call's form with several outputs (record.OpRecord.several)
@@ -109,6 +110,8 @@ TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type 
 REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
 SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
+NORM = {op: form for r in RECORDS for op, form in r.norm.items()}  # norm type -> sim_support.NormForm
+LAYER = {op: form for r in RECORDS for op, form in r.layer.items()}  # params type -> sim_support.LayerForm
 
 
 def xmodel_form(op: str) -> Optional[XmodelForm]:
@@ -125,6 +128,19 @@ def sim_form(op: str) -> Optional[Any]:
     return None if form is None or isinstance(form, Absent) else form
 
 
+def norm_form(op: str) -> Optional[Any]:
+    """How a ``norm``-role type computes with its quantized weight and bias (``record.OpRecord.norm``: a
+    ``sim_support.NormForm``), or None where its record gives none (a layer norm, a PReLU: the simulation's own)."""
+    return NORM.get(op)
+
+
+def layer_form(op: str) -> Optional[Any]:
+    """How a ``params``-role type computes with given weight and bias (``record.OpRecord.layer``: a
+    ``sim_support.LayerForm``), or None where its record gives none (the 2-D convs, linear, batch norm: the
+    simulation's own)."""
+    return LAYER.get(op)
+
+
 def with_role(role: str) -> Tuple[str, ...]:
     """The op types that play ``role`` (``record.OpRecord.roles``), in the list's order."""
     return tuple(op for r in RECORDS for op in r.roles.get(role, ()))
@@ -137,6 +153,7 @@ NORM_TYPES = with_role("norm")
 ARITHMETIC_TYPES = with_role("arithmetic")
 BINARY_TYPES = with_role("binary")
 CONST_OPERAND_TYPES = with_role("const_operand")
+OPERAND_LIST_TYPES = with_role("operand_list")
 
 
 def spec(op: str) -> OpSpec:

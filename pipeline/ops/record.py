@@ -63,6 +63,10 @@ ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 # linked and hashed (graph_md5) as nndct's parser makes them, never run (the module computes them itself).
 Prelude = Callable[[nn.Module, int, Callable[[], int]], Tuple[Tuple[str, Tuple[int, ...], bool], ...]]
 
+# A function whose op type depends on its arguments (``F.hardtanh(x, 0, 6)`` is a ReLU6):
+# ``rule(fx node) -> op type`` (the node's ``args``/``kwargs`` as called; an argument may be an fx node).
+FunctionRule = Callable[[Any], str]
+
 # An op's ONNX form: ``form(builder, fx node, module or None) -> ONNX name of the node's result``
 # (``onnx_form.py``: what the builder offers, the refusal ``onnx_form.Unsupported``).
 OnnxForm = Callable[[Any, Any, Optional[nn.Module]], str]
@@ -89,6 +93,7 @@ class OpRecord:
         modules: module class -> op type (the graph capture: ``torch.fx`` ``call_module``, exact class).
         module_rules: module class -> :data:`ModuleRule`, for classes whose type depends on attributes.
         functions: callable -> op type (``call_function``).
+        function_rules: callable -> :data:`FunctionRule`, for functions whose type depends on arguments.
         methods: tensor method name -> op type (``call_method``).
         preludes: module class -> :data:`Prelude`: the nodes nndct's parser makes from what torch.jit traces
             inside the module's forward before its own op (``nn.LSTM``'s zero initial states).
@@ -106,7 +111,9 @@ class OpRecord:
             call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
-            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``). The quantization passes'
+            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``), ``operand_list`` (ops whose
+            tensors are one list argument, each an input in list order, a tensor listed twice twice: nndct's
+            ``in_nodes`` of ``torch.cat([y, y])``; ``fx/builder.py``). The quantization passes'
             per-op sets: ``fix_align_pool`` (a pool whose input takes its output's fix position where
             ``change_pool_input_fix`` is set: nndct's ``fix_pos_adjust.py``; ``sim/plan.py``), ``cle_act``
             and ``cle_pool`` (the ops cross-layer equalization passes through between a pair's two layers:
@@ -115,7 +122,9 @@ class OpRecord:
             ``sim/finetune.py``), ``adaquant_pair_layer`` and ``adaquant_act`` (a layer and the activation
             AdaQuant tunes with it: ``collect_layer_act_pair``), ``fresh_output`` (with ``params``: ops whose
             output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
-            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``).
+            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``), ``reshape_like``
+            (the ops nndct's deploy graph makes a reshape to their output shape: ``convert_reshapelike_to_reshape``;
+            ``sim/xmodel/deploy.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
@@ -166,6 +175,14 @@ class OpRecord:
             at call time, ``ops/sim_support.py``), or ``sim_support.TORCH`` (an :class:`Absent`: "torch's
             call is the DPU's arithmetic") where the simulation runs the op's own torch call. Every type
             of the family has one (``pytorch_nndct/nn/modules``: the modules nndct swaps in).
+        norm: op type -> ``sim_support.NormForm`` for the family's types of role ``norm``: how the node computes
+            with its quantized weight and bias, and its module in the test-mode model (the simulation's graph
+            and node given at call time). A ``norm`` type without one is a layer norm or PReLU, whose forms
+            ``quantizers/sim/ops.py`` and ``lowered.py`` still hold.
+        layer: op type -> ``sim_support.LayerForm`` for the family's types of role ``params``: the layer's call
+            with given weight and bias, and the dims of bias correction's error mean. A ``params`` type without
+            one is a 2-D conv, a linear or a batch norm, whose forms ``quantizers/sim/ops.py`` and ``calib.py``
+            still hold.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -181,11 +198,14 @@ class OpRecord:
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)
+    function_rules: Mapping[Callable[..., Any], FunctionRule] = field(default_factory=dict)
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     several: Mapping[str, Tuple[str, int]] = field(default_factory=dict)
     preludes: Mapping[type, Prelude] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    norm: Mapping[str, Any] = field(default_factory=dict)
+    layer: Mapping[str, Any] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:
         """The family's nndct op types, in order."""

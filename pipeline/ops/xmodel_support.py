@@ -50,6 +50,11 @@ class XmodelForm:
             them (linear ``[out, in]``, batch norm ``[C]``).
         const_weights: ``const_weights(w) -> w``: the weights as ``xop_creator.py`` writes them into their
             ``const`` op (a transposed conv's flipped in H and W); None: as the deploy graph holds them.
+        param_operands: a parameter or buffer of the model may be an operand of the type (ConvNeXt's
+            ``layer_scale * x``): the writer binds it to the node as nndct's parser does (``_bind_free_params``)
+            and writes it as a ``const`` of its full name, float (its quant_info entry has no fix position),
+            among the node's inputs at its argument position (``xop_creator.binary_op`` takes a parameter
+            tensor by its name); False: the writer refuses such an operand.
     """
     lower: Lowering
     create: Creator
@@ -57,6 +62,7 @@ class XmodelForm:
     layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
     weights: Optional[Callable[[Any, Any], Any]] = None
     const_weights: Optional[Callable[[Any], Any]] = None
+    param_operands: bool = False
 
 
 XmodelPiece = Union[XmodelForm, Absent]
@@ -70,6 +76,12 @@ def no_attrs(lo: Any, node: Any) -> Dict[str, Any]:
 def custom(w: Any, node: Any) -> None:
     """Written as a custom op (a type XIR does not define: its output ``shape`` and ``data_type``)."""
     w.custom(node)
+
+
+def custom_with_attrs(w: Any, node: Any) -> None:
+    """Written as a custom op carrying the node's deploy attributes (nndct's ``custom_xop`` writes every
+    attribute of the op: ``nndct_log_softmax``'s ``axis``)."""
+    w.custom(node, node.attrs)
 
 
 def rewrite_axis(node: Any, order: Sequence[int]) -> None:

@@ -135,8 +135,12 @@ _NHWC_CUSTOM = {
 
 
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
-    """A custom op (a type XIR does not define): the caller's ``float_ops[op.name]``, else a built-in
-    one (an NHWC one of ``_NHWC_CUSTOM`` always built in)."""
+    """A custom op (a type XIR does not define): the kernel of the unit that writes the type, where it gives
+    one (``OpRecord.xir_ops``: a custom op the file holds in NHWC, ``nndct_instance_norm``), else the
+    caller's ``float_ops[op.name]``, else a built-in one (an NHWC one of ``_NHWC_CUSTOM`` always built in)."""
+    unit = ops.XIR_OPS.get(op.type)
+    if unit is not None:
+        return checked(op, unit.kernel(run, op, ins).float())
     xs = [x for arg in sorted(ins) for x in ins[arg]]
     if op.type in _NHWC_CUSTOM:
         y = _NHWC_CUSTOM[op.type](op, xs)
@@ -164,7 +168,7 @@ _FORMAT_OPS = {
     "min": fold(torch.minimum), "max": fold(torch.maximum),
     "elu": unary(F.elu, "alpha"), "celu": unary(F.celu, "alpha"), "selu": unary(F.selu),
     "swish": unary(F.silu), "mish": unary(F.mish),
-    "exp": unary(torch.exp), "neg": unary(torch.neg),
+    "exp": unary(torch.exp),
     "hard-swish": unary(lambda x: torch.mul(x, xir_hard_sigmoid(x))),
     "hard-tanh": unary(lambda x: torch.clamp(x, -1.0, 1.0)),
     "reduction_mean": _reduction, "reduction_sum": _reduction, "reduction_product": _reduction,

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import ops
-from ..ops.xir_support import (INS, OPTIONAL, REPEATED, REQUIRED, REQUIRED_AND_REPEATED, ArgDef, AttrDef, OpDef,
-                               opt as _opt, req as _req)
+from ..ops.xir_support import (INS, OPTIONAL, REPEATED, REQUIRED, REQUIRED_AND_REPEATED, SOURCE_ATTRS, ArgDef,
+                               AttrDef, OpDef, custom_def as _custom_def, opt as _opt, req as _req)
 from . import shapes, shapes_layout
 
 __all__ = ["REQUIRED", "OPTIONAL", "REPEATED", "REQUIRED_AND_REPEATED", "ArgDef", "AttrDef", "OpDef", "custom_def",
@@ -31,7 +31,7 @@ __all__ = ["REQUIRED", "OPTIONAL", "REPEATED", "REQUIRED_AND_REPEATED", "ArgDef"
 TypedAttrs = Dict[str, Tuple[str, Any]]
 
 _IN = (ArgDef("input", REQUIRED),)
-_SOURCE = (_req("shape", "int32_vec"), _req("data_type", "string"))
+_SOURCE = SOURCE_ATTRS
 _REDUCE = (_req("axis", "int32_vec"), _req("keep_dims", "bool"))
 _ALPHA = (_opt("alpha", "float", 1.0),)
 
@@ -55,7 +55,6 @@ _FORMAT_DEFS = {d.type: d for d in [
     OpDef("hard-swish", _IN, (), shapes.like_input),
     OpDef("hard-tanh", _IN, (), shapes.like_input),
     OpDef("exp", _IN, (), shapes.like_input),
-    OpDef("neg", _IN, (), shapes.like_input),
     OpDef("l2_normalize", _IN, (_opt("axis", "int32_vec", []), _opt("epsilon", "double", 1e-12)), shapes.like_input),
     OpDef("fix", _IN, (_req("fix_point", "int32"), _req("bit_width", "int32"), _req("round_mode", "string"),
                        _req("if_signed", "bool")), shapes.like_input),
@@ -92,7 +91,7 @@ _OTHER_BUILT_INS = frozenset("""
 
 def custom_def(type_: str) -> OpDef:
     """The definition libxir makes for an op type it does not define (``aten::silu``, ``nndct_clamp``)."""
-    return OpDef(type_, (ArgDef("input", REPEATED),), _SOURCE, shapes.source)
+    return _custom_def(type_)
 
 
 def get(type_: str) -> OpDef:

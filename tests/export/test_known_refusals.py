@@ -32,12 +32,11 @@ class LSTMNet(nn.Module):
 
 
 @pytest.mark.parametrize("name,model,shape,what,real", [
-    ("conv1d", Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)), (3, 16), "Conv1d",
-     "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point grids, and "
-     "writes XIR conv1d"),
     ("conv1d_functional", Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))),
-     (3, 16), "Conv1d", "writes XIR conv1d"),
-    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.InstanceNorm2d(8)), (3, 8, 8), "InstanceNorm",
+     (3, 16), "Conv1d", "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point "
+                        "grids, and writes XIR conv1d"),
+    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x).flatten(2)), a=conv(), n=nn.InstanceNorm1d(8)), (3, 8, 8),
+     "InstanceNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
     ("groupnorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.GroupNorm(2, 8)), (3, 8, 8), "GroupNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
@@ -53,18 +52,18 @@ def test_what_the_simulation_has_no_form_for_is_refused_before_calibration(tmp_p
 
 
 def test_the_nndct_backend_leaves_only_its_simulated_sensitivity_out(tmp_path, caplog):
-    """The real quantizer quantizes a Conv1d (the remedy the refusal gives): the per-layer sensitivity of
+    """The real quantizer quantizes an F.conv1d (the remedy the refusal gives): the per-layer sensitivity of
     its calibration, which runs on the simulation, is left out with the reason, and nothing else stops."""
     from pipeline.quantizers.base import QuantSettings
     from pipeline.quantizers.nndct import NndctBackend
     from pipeline.sensitivity import layer_sensitivity, simulated_model
-    model = Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)).eval()
+    model = Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))).eval()
     with caplog.at_level("WARNING", logger="pipeline"):
         handle = simulated_model(None, NndctBackend.simulates, model, torch.randn(1, 3, 16), str(tmp_path),
                                  QuantSettings())
     assert handle is None
-    assert "per-layer sensitivity left out: it runs on the simulation, and node 'c' (Conv1d): the simulation has " \
-           "no form for Conv1d yet" in caplog.text
+    assert "per-layer sensitivity left out: it runs on the simulation, and node 'conv1d' (Conv1d): the simulation " \
+           "has no form for Conv1d yet" in caplog.text
     assert layer_sensitivity(model, None, {}, iter(()), QuantSettings()) == []
 
 
@@ -113,9 +112,19 @@ def test_max_over_a_dim_is_written_to_the_xmodel_and_refused_by_onnx(tmp_path, n
            "writes it as XIR reduction_max" in str(err.value)
 
 
+class _ClassToken(nn.Module):
+    """ViT's class token: a parameter expanded to the batch, before the tokens."""
+    def __init__(self):
+        super().__init__()
+        self.cls, self.fc = nn.Parameter(torch.randn(1, 1, 8)), nn.Linear(8, 4)
+
+    def forward(self, x):
+        return self.fc(torch.cat([self.cls.expand(x.shape[0], -1, -1), x], 1))
+
+
 def test_a_call_traced_as_other_ops_still_says_so(tmp_path):
-    q = quantize(tmp_path, Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.ReflectionPad2d(1)))
-    with pytest.raises(ExportError, match="torch.jit traces this call as other ops .*reflection pads"):
+    q = quantize(tmp_path, _ClassToken(), (6, 8))
+    with pytest.raises(ExportError, match="torch.jit traces this call as other ops .*class-token expand"):
         q.export_xmodel(str(tmp_path / "x"))
 
 

@@ -13,7 +13,7 @@ the drop-in's ``torch_quantizer``, and is held to what the real quantizer did:
 What the simulation does not do yet is marked ``xfail(strict=True)`` with the exact gap (GAPS): such a
 check fails today and XPASSes, failing the run, the day the gap is closed, so that the mark is removed.
 tests/data/refused_real/OP_DEFS.md says what the real files carry in ``op_defs`` (field 101), which the
-stored references and the simulation's files lack.
+stored references lack and the simulation writes where libxir is installed (pipeline/xir/catalogue.py).
 """
 import json
 import os
@@ -37,34 +37,15 @@ THREADS = pinned_threads(1)
 _CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
            "quantizer calibrates it"
 GAPS = {
-    ("quant_info", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
-    ("quant_info", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d" + " as nndct_instance_norm (weight and bias "
-                                                                 "quantized)",
     ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
                                "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
                                "nndct_reshape_5); outputs equal",
     ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
                                 "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
                                 "outputs equal",
-    ("quant_info", "reflect_module"): "the real quantizer parses nn.ReflectionPad2d as nndct_pad_nd (mode reflect), the "
-                                 "simulation keeps aten_reflectionpad2d: other node name and graph_md5; outputs equal",
-    ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
-                                   "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
-                                   "outputs equal",
-    ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
-                             "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
-                             "nndct_conv2d_5 here; outputs equal",
-    ("quant_info", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
-                                 "[[8, 7]]), the simulation as nndct_strided_slice without one; outputs equal",
-    ("quant_info", "square"): "graph_md5 only: the real quantizer's graph hash of y * y differs from the simulation's "
-                         "(every quant_info entry and the outputs equal)",
-    ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
-                           "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
-    ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
@@ -72,9 +53,6 @@ GAPS = {
                               "then concat",
     ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
                                 "const and the custom op nndct_index (table const, index), then add",
-    ("xmodel", "conv1d"): "no calibration (NotSimulated); the real file has XIR conv1d (NWC) and aten::mean",
-    ("xmodel", "instance_norm"): "no calibration (NotSimulated); the real file has the custom op nndct_instance_norm "
-                                 "(inputs x, weight, bias; attrs affine, eps, num_features), not XIR instancenorm",
     ("xmodel", "pixel_shuffle"): "the xmodel writer has no form for PixelShuffle; the real file has XIR pixel-shuffle "
                                  "{scale 2, upscale true} without a fix after it",
     ("xmodel", "reflect_module"): "the writer refuses the reflection pad (traced otherwise); the real file has XIR "
@@ -82,27 +60,9 @@ GAPS = {
     ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
     ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
                                     "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
-    ("xmodel", "int_index"): "the writer refuses nndct_select; the real file has a full strided_slice, a sink "
-                             "transpose, the custom op nndct_select {dim 1, index 0} and a reshape",
-    ("xmodel", "none_index"): "the writer refuses the squeeze of y[:, None]; the real file has a full strided_slice "
-                              "and a reshape between transposes",
-    ("xmodel", "ellipsis_index"): "the writer refuses the slice of y[..., 1]; the real file has the custom op "
-                                  "nndct_select {dim 3, index 1} after a sink transpose",
-    ("xmodel", "param_tokens"): "the writer has no const for a parameter operand; the real file has each (C,) "
-                                "parameter as a float const broadcast to the tokens' shape [1, 16, 8], no fix",
-    ("xmodel", "square"): "the writer refuses the same tensor twice; the real file has mul with the same fix op "
-                          "twice in its input",
-    ("xmodel", "cat_self"): "the writer refuses the same tensor twice; the real file has concat {axis 3} with the "
-                            "same fix op twice",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
-    ("reason", "param_mul"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
     ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
                                 "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
                                 "simulation quantizes and writes PlainNet_int.xmodel",
@@ -198,6 +158,55 @@ def test_xmodel_equals_the_real_one(name, sim):
     assert real and mine == real
     for f in real:
         assert_same_xmodel(os.path.join(folder, "xmodel", f), os.path.join(REAL, name, f))
+
+
+# the cases whose real bias_corr.pth is stored (conv1d: nndct's Conv1d module takes the bias error's mean over dims
+# 0, 1 and 2, where a 2-D conv's is per channel over 0, 2, 3)
+BIAS_CORR = [n for n in IN_PROCESS if os.path.exists(os.path.join(REAL, n, "bias_corr.pth"))]
+
+
+@pytest.mark.parametrize("name", BIAS_CORR)
+def test_bias_corrections_equal_the_real_quantizer(name, sim):
+    """bias_corr.pth: the same nodes, each correction bit for bit (the real file holds lists of float32 values)."""
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    mine = torch.load(os.path.join(root, name, "bias_corr.pth"))
+    real = torch.load(os.path.join(REAL, name, "bias_corr.pth"))
+    assert sorted(mine) == sorted(real)
+    for key, value in real.items():
+        assert (value is None) == (mine[key] is None), key
+        if value is not None:
+            want, got = torch.tensor(value, dtype=torch.float32), torch.as_tensor(mine[key]).float()
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), key
+
+
+# cases whose real xmodel the interpreter runs without the simulation's float ops (every op built in or a unit's)
+INTERPRETED = ["conv1d", "instance_norm"]
+
+
+@pytest.mark.parametrize("name", INTERPRETED)
+def test_the_real_xmodel_run_by_the_interpreter_equals_the_simulation(name, sim):
+    """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC), run by pipeline.xir
+    on the first eval sample as the model takes it, gives the simulation's test-mode output bit for bit."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.xir import interp, reader
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    x = corpus.make_inputs(name, 4, 3)[0][:1]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        q = torch_quantizer("test", corpus.make_model(name), (x,), output_dir=os.path.join(root, name),
+                            device=torch.device("cpu"))
+        with torch.no_grad():
+            want = q.quant_model(x)
+        (path,) = [os.path.join(REAL, name, f) for f in _xmodels(os.path.join(REAL, name))]
+        with open(path, "rb") as f:
+            graph = reader.check(reader.read_xmodel(f.read()))
+        (got,) = interp.model_outputs(graph, interp.run(graph, [x]), [list(want.shape)])
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(got.contiguous().view(torch.int32), want.contiguous().view(torch.int32))
 
 
 @pytest.mark.parametrize("name", list(REAL_REFUSES))
@@ -317,10 +326,19 @@ def test_real_op_defs_are_every_registered_op_in_hash_order():
         ("shape", 0, 0, "int32_vec_value"), ("data_type", 0, 1, "string_value")]
 
 
-@pytest.mark.xfail(strict=True, reason="the simulation's writer writes no op_defs (field 101); the real quantizer "
-                                       "writes the 106 built-in definitions of op_defs.pb (72,702 bytes)")
-def test_simulation_writes_the_real_op_defs(tmp_path):
+def _real_builtins(monkeypatch):
+    """libxir's built-in definitions as the real files carry them, given to the writer in place of libxir's."""
+    from pipeline.xir import catalogue
+    _, real = _op_defs("golden_convnet_default")
+    monkeypatch.setattr(catalogue, "builtin_op_defs", lambda: list(real.op_defs))
+    return real
+
+
+def test_simulation_writes_the_real_op_defs(tmp_path, monkeypatch):
+    """Where libxir gives the writer its built-in definitions (here: the real file's, in place of libxir), the
+    simulation's golden convnet file carries field 101 as the real one, byte for byte, after the same graph."""
     from tests.support import xmodel_golden_helper as helper
+    real = _real_builtins(monkeypatch)
     case = [("golden", "convnet", "default")]
     saved = torch.get_num_threads()
     try:
@@ -331,6 +349,24 @@ def test_simulation_writes_the_real_op_defs(tmp_path):
     with open(os.path.join(helper.folder(str(tmp_path), *case[0]), "xmodel", "ConvNet_int.xmodel"), "rb") as f:
         data = f.read()
     from pipeline.xir import schema
-    _, real = _op_defs("golden_convnet_default")
     mine = schema.parse_graph(data)
     assert [d.SerializeToString() for d in mine.op_defs] == [d.SerializeToString() for d in real.op_defs]
+    without = schema.Graph()
+    without.CopyFrom(mine)
+    del without.op_defs[:]
+    assert data == without.SerializeToString(deterministic=True) + real.SerializeToString()  # field 101 last
+
+
+def test_custom_op_defs_go_where_the_real_files_have_them():
+    """expand_cls's two custom types (``nndct_shape``, ``nndct_expand``, met in the file's creation order) in
+    the built-ins' hash order give the real file's 108 definitions byte for byte; each single custom type of
+    the real files lands at its observed position."""
+    from pipeline.xir import catalogue, schema
+    _, conv = _op_defs("golden_convnet_default")
+    exp_raw, _ = _op_defs("expand_cls")
+    made = schema.Graph()
+    made.op_defs.extend(catalogue.with_customs(list(conv.op_defs), ["data", "nndct_shape", "const", "nndct_expand"]))
+    assert made.SerializeToString() == exp_raw
+    for name, position in CUSTOM_POSITIONS.items():
+        assert [d.name for d in catalogue.with_customs(list(conv.op_defs), [name])].index(name) == position, name
+    assert all(catalogue.libstdcxx_hash(d.name) == _libstdcxx_hash(d.name) for d in conv.op_defs)

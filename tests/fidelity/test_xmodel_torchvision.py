@@ -46,11 +46,9 @@ class SimulationRefuses(Exception):
 
 # family -> the gap in the simulation's xmodel writer, as its refusal says it (the real quantizer writes
 # all thirteen: tests/data/README.md)
-# (ConvNeXt: the writer has no const for the layer scale, a parameter operand of mul; ViT's class-token
-# expand and Swin's relative-position gather: the writer finds no op in its torch.jit trace to name them after, docs/xmodel.md#names)
+# (ViT's class-token expand and Swin's relative-position gather: the writer finds no op in its torch.jit trace to
+# name them after, docs/xmodel.md#names)
 GAPS = {
-    "tv_convnext": "node nndct_elemwise_mul_12 (nndct_elemwise_mul, mul) cannot be written: a parameter or buffer "
-                   "of the model is an operand (the writer has no const for it yet)",
     "tv_vit": "node nndct_expand_21 (nndct_expand, expand) cannot be written: torch.jit traces this call as other "
               "ops (no traced op of kind nndct_expand follows the ops before it",
     "tv_swin": "node nndct_index_74 (nndct_index, getitem) cannot be written: torch.jit traces this call as other "

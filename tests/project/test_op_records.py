@@ -9,8 +9,9 @@ from pipeline import ops
 from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
-ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
-         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
+ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "operand_list",
+         "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output",
+         "pad_fusion", "reshape_like")
 
 
 def _units():
@@ -77,13 +78,15 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
     assert ops.DPU_RULE_BY_NAME["conv2d"] is ops.DPU_RULES[ops.CONV2D]
     from pipeline.inspect.xmodel_dpu import _FLOAT_OPERATORS, _TYPES
     # every name an xmodel's op is inspected as finds its rule, but the float operators sub and div (judged as
-    # such) and the writer's helper stack (reshape's shape list; "not in the operator table")
-    missing = set(_TYPES.values()) - set(ops.DPU_RULE_BY_NAME)
+    # such), the writer's helper stack (reshape's shape list; "not in the operator table") and the custom types a
+    # unit runs itself (nndct_instance_norm: a custom op, judged as a float operator by its own name)
+    from pipeline.xir.interp_ops import is_custom
+    missing = set(v for k, v in _TYPES.items() if not is_custom(k)) - set(ops.DPU_RULE_BY_NAME)
     assert missing <= set(_FLOAT_OPERATORS) | {"stack"}, missing
 
 
 def test_no_op_type_or_call_is_claimed_twice():
-    for attr in ("specs", "modules", "module_rules", "functions", "methods", "refusals"):
+    for attr in ("specs", "modules", "module_rules", "functions", "function_rules", "methods", "refusals"):
         seen = {}
         for record in ops.RECORDS:
             for key in getattr(record, attr):
@@ -94,8 +97,12 @@ def test_no_op_type_or_call_is_claimed_twice():
 def test_the_tables_are_read_off_the_records():
     assert ops.OPS == {op: s for r in ops.RECORDS for op, s in r.specs.items()}
     assert set(ops.MODULE_OPS.values()) | set(ops.FUNCTION_OPS.values()) | set(ops.METHOD_OPS.values()) <= set(ops.OPS)
+    assert not set(ops.FUNCTION_OPS) & set(ops.FUNCTION_RULES), "a function has a type or a rule, not both"
     assert ops.RECORD_OF[ops.CONV2D].family == "conv" and ops.spec("aten::erf") == ops.GENERIC_FLOAT
-    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,)
+    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,) + (
+        ops.conv1d.CONV1D,)
+    # a params type's call and bias-correction dims are its record's where the record gives them (OpRecord.layer)
+    assert set(ops.LAYER) <= set(ops.PARAM_TYPES) and set(ops.NORM) <= set(ops.NORM_TYPES)
 
 
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
@@ -115,8 +122,7 @@ def test_every_op_type_has_its_onnx_form_or_the_reason_it_has_none(record):
 def test_the_onnx_exporter_finds_every_form_in_the_records():
     from pipeline.quantizers.sim.export.onnx import handlers
     # the exporter's own tables hold only calls that are no op of the op list
-    assert not set(handlers.OWN_MODULES) & set(ops.MODULE_OPS)
-    assert not set(handlers.OWN_FUNCTIONS) & set(ops.FUNCTION_OPS)
+    assert not set(handlers.OWN_FUNCTIONS) & (set(ops.FUNCTION_OPS) | set(ops.FUNCTION_RULES))
     assert not set(handlers.OWN_METHODS) & set(ops.METHOD_OPS)
     for op in ops.OPS:  # every op type resolves to its record's form (None where Absent)
         form = ops.RECORD_OF[op].onnx[op]
@@ -180,7 +186,9 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.RECIPROCAL, ops.MAX, ops.UNSQUEEZE}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
+                       ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
+                       ops.conv1d.CONV1D, ops.RECIPROCAL, ops.MAX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -218,6 +226,7 @@ class _RecordingWriter:
 
     def __init__(self):
         self.types, self.outputs, self.x = [], {"n": (8, 7)}, self
+        self.customs = []  # the custom op types asked for (types XIR does not define)
 
     def fixed_op(self, name, type_, attrs=None, inputs=None):
         self.types.append(type_)
@@ -244,17 +253,18 @@ class _RecordingWriter:
         return [_Op("x"), _Op("y")]
 
     def custom(self, node, attrs=None):
-        pass
+        self.customs.append(node.type)
 
 
 def _written(record):
-    """The XIR op types the record's creators write."""
+    """The XIR op types the record's creators write (custom ones only where a unit runs them)."""
     from pipeline.ops.xmodel_support import XmodelForm
     w = _RecordingWriter()
     for op, form in record.xmodel.items():
         if isinstance(form, XmodelForm):
             form.create(w, _Node(op))
-    return set(w.types)
+    # a custom type counts where a unit runs it itself (its XirOp: nndct_instance_norm, held in NHWC)
+    return set(w.types) | (set(w.customs) & set(ops.XIR_OPS))
 
 
 # the XIR format's own type a unit writes: the graph's input, which the interpreter feeds itself (xir/interp.py)
@@ -304,7 +314,7 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     from pipeline.quantizers.sim.xmodel import layout
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
-        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE, ops.MAX}
 
 
@@ -344,7 +354,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
     pools = {ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
     assert set(plan.POOL_TYPES) == pools and set(cle.POOL_TYPES) == pools
     assert set(cle.ACT_TYPES) == {ops.RELU}
-    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
+    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE, ops.conv1d.CONV1D}  # nndct's CONV_LIKE_OPS
     assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
     assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
     import torch.nn.functional as F
@@ -352,6 +362,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
                                    ops.HSWISH: F.hardswish}
     assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
     assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
+    assert set(deploy.RESHAPE_LIKE) == {ops.FLATTEN, ops.SQUEEZE, ops.UNSQUEEZE}
 
 
 def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():

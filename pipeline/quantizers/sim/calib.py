@@ -252,11 +252,8 @@ class Calibrator:
         (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
         tensor, which nothing else reads: quantized in place when it is contiguous float32. A node with
         several outputs quantizes its first (``fx.graph.first_output``)."""
-        if node.outputs > 1:
-            return with_first_output(node, t, self._activation_one(node, first_output(node, t), False))
-        return self._activation_one(node, t, owned)
-
-    def _activation_one(self, node: SimNode, t: torch.Tensor, owned: bool) -> torch.Tensor:
+        if node.outputs > 1 and isinstance(t, tuple):
+            return with_first_output(node, t, self._activation(node, first_output(node, t)))
         found = self._fix_pos_and_range(node, t)
         if found is None:
             return t
@@ -384,7 +381,9 @@ def bias_step(graph: SimGraph, node: SimNode, x: torch.Tensor, output: torch.Ten
                                                            False, scratch)
     del res_f  # with the scratch, its buffer now holds the error
     if not stop and bias is not None:
-        dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
+        form = g.layer_form(node.op)
+        dims = list(form.bias_dims) if form is not None else \
+            [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
         bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
     return bias, stop, efficiency, deviation
 

@@ -13,8 +13,8 @@ import torch.fx
 from ....errors import ExportError
 from .... import fixpoint
 from ..finite import agreement, check_compared, check_inputs
-from ....xir.interp import by_shape, fit_layout, run, to_model_layout
-from ....xir.interp_base import FloatOp, InterpreterError, op_error
+from ....xir.interp import by_shape, fit_layout, model_readings, run, to_model_layout
+from ....xir.interp_base import TO_NHWC, FloatOp, InterpreterError, op_error
 from ....xir.interp_ops import is_custom
 from ....xir.xgraph import XGraph, XOp, formal_name
 
@@ -78,7 +78,18 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         [p for p in (getattr(lowered.get_submodule(fx_node.target), k, None) for k in ("weight", "bias"))
          if isinstance(p, torch.Tensor)]
 
+    # a custom op of an nndct type (nndct_log_softmax, ...) is laid out as its neighbours: where the file holds
+    # its output NHWC and the simulation NCHW, the call runs on the inputs read as NCHW, its result put back
+    out = values.get(fx_node)
+    nhwc = isinstance(out, torch.Tensor) and out.dim() == 4 and list(op.shape) != list(out.shape) \
+        and list(op.shape) == [out.shape[i] for i in TO_NHWC]
+
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
+        if nhwc:
+            return run_nchw([to_model_layout(x) for x in xs]).permute(TO_NHWC)
+        return run_nchw(xs)
+
+    def run_nchw(xs: List[torch.Tensor]) -> torch.Tensor:
         if len(xs) not in (len(data), len(data) + len(params)):
             raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
                            % (fx_node.name, len(data), len(xs)))
@@ -135,7 +146,7 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
                    values: Dict[torch.fx.Node, Any]) -> Tuple[int, List[str]]:
     """Every op standing for a simulation node (its ``_fix`` op when it has one) against the node's
     recorded value: ``(ops compared, names of those that differ)``. An op counts as equal when its
-    value, in the file's layout or the model's (:func:`to_model_layout`), or the value before its
+    value, in the file's layout or the model's (``interp.model_readings``), or the value before its
     fix (a fix the simulation applies only at the consumer: a Hardswish quantized with its group's
     fix position) has the node's dims and bits; NaN or inf count as equal nowhere, and an op whose
     every element is NaN or inf alike on both sides is not counted as compared
@@ -155,7 +166,7 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
         if producer.type in LAYOUT_ONLY:
             continue
         mines = [results[op.name]] + ([results[producer.name]] if producer is not op else [])
-        candidates = [agreement(c, value, bits=True) for m in mines for c in (m, to_model_layout(m))
+        candidates = [agreement(c, value, bits=True) for m in mines for c in model_readings(m)
                       if list(c.shape) == list(value.shape)]
         if candidates and all(c.elements == 0 for c in candidates):
             continue  # NaN or inf alike on both sides: nothing to compare (finite.py, rule 3)
