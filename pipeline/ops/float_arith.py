@@ -11,7 +11,7 @@ import torch
 from .onnx_form import arg
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xir_support import IN, OpDef, XirOp, like_input, unary
+from .xir_support import IN, OpDef, XirOp, custom_def, like_input, one, unary
 from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
 EQUAL = "nndct_equal"
@@ -32,11 +32,10 @@ def _onnx_reciprocal(b: Any, node: Any, mod: None) -> str:
     return b.op("Reciprocal", [b.tensor(arg(node, 0, "input"))], node.name)
 
 
-def run_reciprocal(op: Any, xs: Any) -> Any:
-    """The custom op ``aten::reciprocal`` without the model (an interpreter kernel of a custom type:
-    ``kernel(op, input tensors) -> tensor``): ``1 / x`` of its one input, float32, in the file's layout
-    (elementwise: any layout)."""
-    return torch.reciprocal(xs[0])
+def _run_reciprocal(run: Any, op: Any, ins: Any) -> Any:
+    """The custom op ``aten::reciprocal``, run by the interpreter without the model: ``1 / x`` of its one
+    input, float32, the bits of torch's call in any layout (element-wise)."""
+    return torch.reciprocal(one(ins))
 
 
 RECORD = OpRecord(
@@ -58,7 +57,8 @@ RECORD = OpRecord(
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
             REMAINDER: XmodelForm(no_attrs, custom), NEG: XmodelForm(no_attrs, simple("neg")),
             RECIPROCAL: XmodelForm(no_attrs, custom)},
-    xir_ops={"neg": XirOp(OpDef("neg", IN, (), like_input), unary(torch.neg), "neg")},  # reciprocal: a custom op
+    xir_ops={"neg": XirOp(OpDef("neg", IN, (), like_input), unary(torch.neg), "neg"),
+             RECIPROCAL: XirOp(custom_def(RECIPROCAL), _run_reciprocal, RECIPROCAL)},  # custom: a float op
     traced={NEG: ("neg",)},
     refusals={},
     sim=dict.fromkeys((EQUAL, REMAINDER, NEG, RECIPROCAL), TORCH),

@@ -67,21 +67,6 @@ def _run_reduction_max(run: Any, op: Any, ins: Any) -> Any:
     return y if op.attr("keep_dims") else y.reshape(op.shape)
 
 
-def run_topk(op: Any, xs: Any) -> Any:
-    """The custom op ``aten::topk`` without the model (an interpreter kernel of a custom type:
-    ``kernel(op, input tensors) -> tensor``): its values, the one output the file carries. The file keeps
-    no ``k`` or ``dim`` (nndct writes a custom op's ``shape`` and ``data_type`` only): the dim is the one
-    whose size the output changes, ``k`` its output size, largest first and sorted (torch's defaults).
-
-    Raises:
-        ValueError: not exactly one dim differs (``k`` equal to the size: which dim cannot be told)."""
-    x = xs[0]
-    dims = [i for i, (a, b) in enumerate(zip(x.shape, op.shape)) if a != b]
-    if len(op.shape) != x.dim() or len(dims) != 1:
-        raise ValueError("aten::topk %s -> %s: cannot tell the dim and k" % (list(x.shape), list(op.shape)))
-    return torch.topk(x, int(op.shape[dims[0]]), dims[0])[0]
-
-
 RECORD = OpRecord(
     family="reduce_max",
     specs={MAX: OpSpec("dpu", True, False, False)},
