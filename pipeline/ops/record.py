@@ -38,9 +38,12 @@ Signature = Tuple[Tuple[str, ...], Dict[str, Any]]
 #   at call time: ``ctx.target`` (a ``pipeline.targets.DpuTarget`` with engines), ``ctx.nodes``,
 #   ``ctx.consumers``, ``ctx.verdicts``, ``ctx.producer(node, i)``, ``ctx.on_dpu(name)``;
 # - judges_float: the rule judges the node even where the quantizer keeps it as a float operator
-#   (otherwise such a node is the inspector's generic float-operator verdict).
-DpuRule = namedtuple("DpuRule", "names rule judges_float")
-DpuRule.__new__.__defaults__ = (False,)
+#   (otherwise such a node is the inspector's generic float-operator verdict);
+# - attrs: ``attrs(module, arg) -> dict``, the call's attributes the rule reads that the inspector's trace
+#   does not already give (``module``: the called ``nn.Module`` or None; ``arg(index, name, default)``: an
+#   argument of a functional call), merged into the node's ``attrs``; None where it reads none.
+DpuRule = namedtuple("DpuRule", "names rule judges_float attrs")
+DpuRule.__new__.__defaults__ = (False, None)
 
 def pair(value: Any) -> Tuple[int, int]:
     """An int or a pair of ints (torch's ``_pair`` arguments: a kernel, stride, padding, size) as a pair of

@@ -53,10 +53,12 @@ Kernel = Callable[[Any, Any, Inputs], torch.Tensor]  # (run, op, inputs) -> the 
 class XirOp:
     """One XIR op type a unit writes (``OpRecord.xir_ops``): its definition (with its shape inference,
     ``definition.shape``), its interpreter kernel, and the op name the DPU inspector's rules know it by
-    (``inspect/xmodel_dpu.py``: ``conv_transpose2d``, ``getitem``, ...)."""
+    (``inspect/xmodel_dpu.py``: ``conv_transpose2d``, ``getitem``, ...), with ``inspected_attrs(op) -> dict``:
+    the attributes of the XIR op its rule reads that the inspector does not already give (None: none)."""
     definition: OpDef
     kernel: Kernel
     inspected_as: str
+    inspected_attrs: Optional[Callable[[Any], Dict[str, Any]]] = None
 
 
 def req(name: str, kind: str) -> AttrDef:

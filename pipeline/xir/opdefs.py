@@ -67,7 +67,6 @@ _FORMAT_DEFS = {d.type: d for d in [
     # layout
     OpDef("flatten", _IN, (_req("start_axis", "int32"), _req("end_axis", "int32")), shapes_layout.flatten),
     OpDef("squeeze", _IN, (_opt("axis", "int32_vec", []),), shapes_layout.squeeze),
-    OpDef("pixel-shuffle", _IN, (_req("scale", "int32"), _req("upscale", "bool")), shapes_layout.pixel_shuffle),
     # shapes as data
     OpDef("shape", _IN, (), shapes.shape),
 ]}

@@ -9,7 +9,7 @@ undefined behaviour or on a logged-and-ignored error, it raises ``XGraphError`` 
 supported by this writer.
 
 This module holds the shape inference of the XIR types no op unit writes (the XIR format's own:
-sources, shape, argmax, reductions; ``shapes_layout`` flatten, squeeze, pixel-shuffle). The shape
+sources, shape, argmax, reductions; ``shapes_layout`` flatten, squeeze). The shape
 inference of a type a unit writes is in that unit (``OpRecord.xir_ops``, ``pipeline/ops/``), and the
 common checks and helpers are in ``pipeline/ops/xir_support.py`` (imported here under their old names).
 

@@ -4,9 +4,9 @@ differently" and "not supported by the real quantizer either" it is, and where i
 
 The reasons are the real quantizer's, from its source (docs/xmodel.md#known-refusals): Conv1d, the
 instance and group norms are quantized ops of their own there, so the simulation refuses them before
-calibration; pixel shuffle and a matmul of two tensors are XIR ops the real quantizer writes and this
-project's writer does not; max over a dim the xmodel carries and the ONNX exporter does not; LSTM is
-quantized in the real quantizer's RNN mode only.
+calibration; a matmul of two tensors is an XIR op the real quantizer writes and this project's writer does
+not; max over a dim the xmodel carries and the ONNX exporter does not; LSTM is quantized in the real
+quantizer's RNN mode only.
 """
 import pytest
 import torch
@@ -75,8 +75,6 @@ def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path
 
 
 @pytest.mark.parametrize("name,model,what,real,onnx", [
-    ("pixelshuffle", Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.PixelShuffle(2)), "PixelShuffle / pixel_shuffle",
-     "the real quantizer writes it as XIR pixel-shuffle", True),
     ("matmul", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()), "matmul of two tensors",
      "the real quantizer writes it as XIR matmul", False),
     ("lstm", LSTMNet(), "LSTM / GRU", "the real quantizer quantizes recurrent layers in its RNN mode, "

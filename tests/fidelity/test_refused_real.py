@@ -40,9 +40,6 @@ GAPS = {
     ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
                                "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
                                "nndct_reshape_5); outputs equal",
-    ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
-                                "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
-                                "outputs equal",
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
@@ -53,13 +50,6 @@ GAPS = {
                               "then concat",
     ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
                                 "const and the custom op nndct_index (table const, index), then add",
-    ("xmodel", "pixel_shuffle"): "the xmodel writer has no form for PixelShuffle; the real file has XIR pixel-shuffle "
-                                 "{scale 2, upscale true} without a fix after it",
-    ("xmodel", "reflect_module"): "the writer refuses the reflection pad (traced otherwise); the real file has XIR "
-                                  "pad {mode REFLECT, paddings NHWC}",
-    ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
-    ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
-                                    "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",

@@ -188,7 +188,8 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
                        ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
-                       ops.conv1d.CONV1D, ops.RECIPROCAL, ops.MAX}
+                       ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE,
+                       ops.RECIPROCAL, ops.MAX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -314,7 +315,8 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     from pipeline.quantizers.sim.xmodel import layout
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
-        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D}
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D,
+        ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE, ops.MAX}
 
 
