@@ -87,6 +87,7 @@ class NodeBuilder:
             if is_access(fx_node):  # its nndct_shape nodes, made here in dimension order
                 for d in self.shapes.read[fx_node]:
                     self.size_nodes[(fx_node, d)] = self.add(None, SHAPE, self.resolve(fx_node.args[0]))
+                    self.size_nodes[(fx_node, d)].size_axis = d
             self.helper(fx_node, [self.size_nodes[e] for e in self.shapes.elements(fx_node) if e in self.size_nodes])
         elif fx_node in self.shapes.sizes:
             size = self.shapes.sizes[fx_node]

@@ -42,6 +42,8 @@ class SimNode:
         const_args: positional argument index -> the ``nndct_const`` node standing for that
             Python number (arithmetic nodes).
         shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
+        size_axis: for an ``nndct_shape`` node, the dimension of its input it reads (``x.shape[0]``,
+            ``x.size(1)``: nndct's ``axis``); None where it reads none or all (``x.size()``, ``x.numel()``).
     """
 
     def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
@@ -57,6 +59,7 @@ class SimNode:
         self.value = None  # type: Any
         self.const_args = {}  # type: Dict[int, SimNode]
         self.shape_value = False
+        self.size_axis = None  # type: Optional[int]
 
     @property
     def float_operator(self) -> bool:

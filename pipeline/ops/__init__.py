@@ -103,6 +103,8 @@ TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type 
 REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
 SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
+# custom XIR op type -> xir_support.CustomKernel, for the custom types the units write and the interpreter runs
+CUSTOM_KERNELS = {x: k for r in RECORDS for x, k in r.custom_kernels.items() if not isinstance(k, Absent)}
 
 
 def xmodel_form(op: str) -> Optional[XmodelForm]:

@@ -29,6 +29,8 @@ RECORD = OpRecord(
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
             REMAINDER: XmodelForm(no_attrs, custom)},
     xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
+    custom_kernels={REMAINDER: Absent("the file carries no divisor of its own: the caller's float_ops (the "
+                                      "simulation's call) compute it")},
     traced={},  # each type traced under its own name
     refusals={},
     sim=dict.fromkeys((EQUAL, REMAINDER), TORCH),

@@ -183,6 +183,8 @@ RECORD = OpRecord(
             CONTIGUOUS: XmodelForm(no_attrs, custom),
             UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
             SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},
+    custom_kernels={FLATTEN: Absent("never written as a custom op: deploy.optimize makes it a reshape first"),
+                    CONTIGUOUS: Absent("never written: deploy.optimize removes it first")},
     xir_ops={"reshape": XirOp(OpDef("reshape", IN + (ArgDef("shape", OPTIONAL),), (opt("shape", "int32_vec", [0]),),
                                     _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape), "reshape"),
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),

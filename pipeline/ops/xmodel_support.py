@@ -50,6 +50,14 @@ class XmodelForm:
             them (linear ``[out, in]``, batch norm ``[C]``).
         const_weights: ``const_weights(w) -> w``: the weights as ``xop_creator.py`` writes them into their
             ``const`` op (a transposed conv's flipped in H and W); None: as the deploy graph holds them.
+        traced_sizes: the type takes traced sizes as tensors (``cls.expand(x.shape[0], -1, -1)``): the
+            ``nndct_shape`` nodes feeding it are written as ops of their own (their record's form) and are
+            its inputs, where for any other type they are evaluated on the example and folded into its
+            attributes (nndct keeps a size node whose consumer is no shape-folding op).
+        param_operands: a parameter or buffer the call takes directly (the class token of ``cls.expand``, the
+            table of ``table[idx]``) is an input tensor of the node in argument order, written as its float
+            ``const`` (a ``fix`` only where quant_info has an entry for it), as nndct's parser binds it
+            (``in_tensors`` without a producer node; ``custom_xop`` writes every input tensor).
     """
     lower: Lowering
     create: Creator
@@ -57,6 +65,8 @@ class XmodelForm:
     layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
     weights: Optional[Callable[[Any, Any], Any]] = None
     const_weights: Optional[Callable[[Any], Any]] = None
+    traced_sizes: bool = False
+    param_operands: bool = False
 
 
 XmodelPiece = Union[XmodelForm, Absent]
@@ -70,6 +80,12 @@ def no_attrs(lo: Any, node: Any) -> Dict[str, Any]:
 def custom(w: Any, node: Any) -> None:
     """Written as a custom op (a type XIR does not define: its output ``shape`` and ``data_type``)."""
     w.custom(node)
+
+
+def custom_with_attrs(w: Any, node: Any) -> None:
+    """Written as a custom op with the node's deploy attributes (its lowering's: an ``nndct_shape``'s
+    ``axis`` and ``data_type``), as nndct's ``custom_xop`` writes a custom type's attributes."""
+    w.custom(node, node.attrs)
 
 
 def rewrite_axis(node: Any, order: Sequence[int]) -> None:

@@ -59,8 +59,9 @@ class _Writer:
         return op
 
     def data_inputs(self, node: Node) -> List[XOp]:
-        """The ops of the node's data inputs, in order."""
-        return [self.op_of(tensor.node.name) for tensor in node.in_tensors]
+        """The ops of the node's data inputs, in order (a parameter among them, ``XmodelForm.param_operands``:
+        its const)."""
+        return [self.op_of(tensor.node.name if tensor.node is not None else tensor.name) for tensor in node.in_tensors]
 
     def with_params(self, node: Node, type_: str, attrs: Dict[str, Any]) -> None:
         """Op ``type_`` of the node with its parameters (``weights``, ``bias``) and data inputs as arguments."""
@@ -72,10 +73,13 @@ class _Writer:
         """A custom op (a type XIR does not define): the node's type, ``attrs`` (the node's attributes
         nndct's ``custom_xop`` writes for its type: a layer norm's; none by default), its output shape and
         data type; its inputs every input tensor in order, a parameter tensor as its const (nndct's
-        ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias)."""
-        params = [self.op_of(tensor.name) for tensor in node.params.values()]
+        ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias; one among the inputs in argument
+        order, ``XmodelForm.param_operands``, is written there). ``attrs`` may name another ``data_type``
+        (``nndct_shape``: INT32)."""
+        params = [self.op_of(tensor.name) for tensor in node.params.values()
+                  if not any(tensor is i for i in node.in_tensors)]
         written = dict(attrs or {})
-        written.update({"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"})
+        written.update({"shape": list(node.out.shape or [1]), "data_type": written.get("data_type", "FLOAT32")})
         self.fixed_op(node.name, node.type, written, {"input": self.data_inputs(node) + params})
 
     # ---------------------------------------------------------------- the graph

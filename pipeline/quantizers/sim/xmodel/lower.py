@@ -85,7 +85,7 @@ class _Lowering:
     # ---------------------------------------------------------------- nodes
     def build(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
+            if (node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) and not size_kept(node):
                 continue
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
@@ -93,8 +93,12 @@ class _Lowering:
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
-            for producer in self.data_inputs(node):
-                dev.add_in_tensor(self.by_sim[producer.name].out)
+            form = t.xmodel_form(node.op)
+            if form is not None and form.param_operands:
+                self.add_operands(node, dev)
+            else:
+                for producer in self.data_inputs(node):
+                    dev.add_in_tensor(self.by_sim[producer.name].out)
             self.add_params(node, dev)
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
@@ -102,8 +106,27 @@ class _Lowering:
             self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
         return self.dev
 
+    def add_operands(self, node: SimNode, dev: Node) -> None:
+        """The inputs of a node whose type takes parameter operands (``XmodelForm.param_operands``), in
+        argument order: a parameter or buffer of the model as a parameter tensor of the node (written as its
+        float const), any other tensor argument as its producer's output (nndct's parser binds a
+        ``prim::GetAttr`` operand as an input tensor without a producer)."""
+        producers = iter(self.data_inputs(node))
+        for arg in node.fx_node.all_input_nodes:
+            if arg.op == "get_attr":
+                name = "%s::%s" % (self.graph.class_name, arg.target)
+                tensor = dev.params[name] = Tensor(name)
+                tensor.from_ndarray(np.ascontiguousarray(self.values[arg].detach().float().numpy()))
+                dev.add_in_tensor(tensor)
+            else:
+                producer = next(producers, None)
+                if producer is not None:
+                    dev.add_in_tensor(self.by_sim[producer.name].out)
+
     def data_inputs(self, node: SimNode) -> List[SimNode]:
-        inputs = [i for i in node.inputs if not (i.op == t.SHAPE or i.shape_value)]
+        form = t.xmodel_form(node.op)
+        sizes = form is not None and form.traced_sizes
+        inputs = [i for i in node.inputs if sizes and size_kept(i) or not (i.op == t.SHAPE or i.shape_value)]
         if node.op == t.DIV and 0 in node.const_args:
             raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
         if node.op in _OPERAND_TYPES:
@@ -124,6 +147,9 @@ class _Lowering:
                                     "writer does not carry yet; for y + y write 2 * y")
 
     def output(self, node: SimNode) -> np.ndarray:
+        if node.size_axis is not None and node.fx_node is None:  # a size read kept as a tensor (size_kept)
+            source = self.values[node.inputs[0].fx_node]
+            return np.array([source.shape[node.size_axis]], np.float32)
         if node.op == t.CONST:
             value = torch.tensor(float(node.value), dtype=torch.float32)
             if node.name in self.out_fp:
@@ -208,6 +234,16 @@ class _Lowering:
     def unsupported(self, node: SimNode, why: str) -> XmodelUnsupported:
         """The error for a node the xmodel cannot carry (:func:`unsupported`), for the records' lowerings."""
         return unsupported(node, why)
+
+
+def size_kept(node: SimNode) -> bool:
+    """A size read (``nndct_shape``) that some consumer takes as a tensor (``XmodelForm.traced_sizes``:
+    ``cls.expand(x.shape[0], -1, -1)``): written as an op of its own, named after its traced ``aten::size``,
+    where every other size read is folded into the attributes that use it."""
+    if node.op != t.SHAPE:
+        return False
+    forms = [t.xmodel_form(u.op) for u in node.users]
+    return any(f is not None and f.traced_sizes for f in forms)
 
 
 def record_values(graph: SimGraph, examples: Sequence[torch.Tensor]) -> Dict[torch.fx.Node, Any]:

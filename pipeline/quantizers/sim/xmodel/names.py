@@ -289,7 +289,8 @@ def traced_ops(graph: Any) -> List[_Op]:
 
 
 def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[str, str]:
-    """nndct's full name (``<Class>::<scope>/<value>``) of every node of ``graph`` but shape arithmetic.
+    """nndct's full name (``<Class>::<scope>/<value>``) of every node of ``graph`` but shape arithmetic (a
+    size read a consumer takes as a tensor, ``lower.size_kept``, is named after its ``aten::size``).
 
     Args:
         graph: the simulation's capture of ``model``.
@@ -305,9 +306,11 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
     names = {}  # type: Dict[str, str]
     for i, node in enumerate(graph.inputs):
         names[node.name] = prefix + "input_%d" % i
+    from .lower import size_kept
     position = 0
     for node in graph.nodes:
-        if node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
+        if (node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) \
+                and not size_kept(node):
             continue
         kinds = KINDS.get(node.op, (node.op.split("::")[-1].rstrip("_"),))  # aten::silu_: kind silu_, listed as silu
         while position < len(ops) and ops[position].kind not in kinds:
