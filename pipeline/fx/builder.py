@@ -65,6 +65,9 @@ class NodeBuilder:
                                            and not float_operand(fx_node)
                                            and not (fx_node is not None  # a tensor attribute (ViT's class token)
                                                     and any(a.op == "get_attr" for a in fx_node.all_input_nodes)))
+        if op == SHAPE and fx_node is not None and fx_node.op == "call_method" and len(fx_node.args) > 1 \
+                and isinstance(fx_node.args[1], int):
+            node.size_axis = fx_node.args[1]  # x.size(i): the dimension read (negative from the end)
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node

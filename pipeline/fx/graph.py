@@ -43,7 +43,8 @@ class SimNode:
             Python number (arithmetic nodes).
         shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
         size_axis: for an ``nndct_shape`` node, the dimension of its input it reads (``x.shape[0]``,
-            ``x.size(1)``: nndct's ``axis``); None where it reads none or all (``x.size()``, ``x.numel()``).
+            ``x.size(-1)``, negative from the end as the call gives it; nndct's ``axis``); None where it reads
+            none or all (``x.size()``, ``x.numel()``).
     """
 
     def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:

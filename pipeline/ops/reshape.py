@@ -179,7 +179,7 @@ RECORD = OpRecord(
     # flatten and contiguous: deploy.optimize makes a flatten a reshape and removes contiguous before the
     # writer runs
     xmodel={FLATTEN: XmodelForm(_lower_flatten, custom),
-            RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape),
+            RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape, param_operands=True),
             CONTIGUOUS: XmodelForm(no_attrs, custom),
             UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
             SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},

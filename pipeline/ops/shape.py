@@ -31,8 +31,10 @@ def _lower_shape(lo: Any, node: Any) -> Dict[str, Any]:
     ``XmodelForm.traced_sizes``): nndct's ``axis`` and the INT32 ``data_type`` its ``custom_xop`` writes
     (observed: ``tests/data/refused_real/expand_cls``, ``{axis 0, data_type INT32, shape [1]}``)."""
     if node.size_axis is None:
-        raise lo.unsupported(node, "a size read of no one dimension taken as a tensor (only x.shape[i] is written)")
-    return {"axis": int(node.size_axis), "data_type": "INT32"}
+        raise lo.unsupported(node, "a size read of no one dimension taken as a tensor (only x.shape[i] and "
+                                   "x.size(i) are written)")
+    rank = lo.values[node.inputs[0].fx_node].dim()
+    return {"axis": int(node.size_axis) % rank, "data_type": "INT32"}
 
 
 def _size_kernel(op: Any, xs: List[torch.Tensor]) -> torch.Tensor:

@@ -15,8 +15,9 @@ from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xir_support import IN, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported, with_info
-from .xmodel_support import INT_MAX, XmodelForm
+from .xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
+                          with_info)
+from .xmodel_support import INT_MAX, XmodelForm, custom, no_attrs
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -313,6 +314,12 @@ def _run_strided_slice(run, op, ins):
     return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))].reshape(op.shape)
 
 
+def _run_index(op: Any, xs: Any) -> torch.Tensor:
+    """``nndct_index``: ``x[t]``, the rows of the first input picked by the second's values (int64 indices held
+    as float32 in the run; observed: Swin's relative position bias, ``tests/data/refused_real/index_gather``)."""
+    return xs[0][xs[1].long()]
+
+
 RECORD = OpRecord(
     family="slicing",
     specs={
@@ -338,12 +345,14 @@ RECORD = OpRecord(
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
     xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
             SELECT: Absent("not written yet: the xmodel writer has no XIR form for it"),
-            INDEX: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            # the custom op on the table's float const and the index (nndct's custom_xop)
+            INDEX: XmodelForm(no_attrs, custom, param_operands=True),
             TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
-    traced={STRIDED_SLICE: ("slice",)},
+    custom_kernels={INDEX: CustomKernel(_run_index, True)},
+    traced={STRIDED_SLICE: ("slice",), INDEX: ("index",)},
     refusals={},
     sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX, TUPLE_INDEX), TORCH),
 )

@@ -41,9 +41,6 @@ GAPS = {
     ("quant_info", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
     ("quant_info", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d" + " as nndct_instance_norm (weight and bias "
                                                                  "quantized)",
-    ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
-                               "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
-                               "nndct_reshape_5); outputs equal",
     ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
                                 "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
                                 "outputs equal",
@@ -83,8 +80,6 @@ GAPS = {
     ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
-    ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
-                                "const and the custom op nndct_index (table const, index), then add",
     ("xmodel", "conv1d"): "no calibration (NotSimulated); the real file has XIR conv1d (NWC) and aten::mean",
     ("xmodel", "instance_norm"): "no calibration (NotSimulated); the real file has the custom op nndct_instance_norm "
                                  "(inputs x, weight, bias; attrs affine, eps, num_features), not XIR instancenorm",

@@ -180,7 +180,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SHAPE, ops.EXPAND}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SHAPE, ops.EXPAND, ops.INDEX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():

@@ -42,7 +42,8 @@ class _Writer:
                                 {"input": [op]})
 
     def fixed_const(self, name: str, data: np.ndarray) -> XOp:
-        op = self.x.create_const_op(formal_name(name), np.asarray(data, dtype=np.float32))
+        data = np.asarray(data)  # float32, or an index buffer's int64 (XmodelForm.param_operands)
+        op = self.x.create_const_op(formal_name(name), data if data.dtype == np.int64 else data.astype(np.float32))
         return self.fix(op, name, _merged(self.params, self.outputs))
 
     def fixed_op(self, name: str, type_: str, attrs: Optional[Dict[str, Any]] = None,

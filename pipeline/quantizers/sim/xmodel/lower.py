@@ -94,7 +94,8 @@ class _Lowering:
             self.dev.append(dev)
             self.by_sim[node.name] = dev
             form = t.xmodel_form(node.op)
-            if form is not None and form.param_operands:
+            if form is not None and form.param_operands and any(a.op == "get_attr" for a in
+                                                                node.fx_node.all_input_nodes):
                 self.add_operands(node, dev)
             else:
                 for producer in self.data_inputs(node):
@@ -116,7 +117,8 @@ class _Lowering:
             if arg.op == "get_attr":
                 name = "%s::%s" % (self.graph.class_name, arg.target)
                 tensor = dev.params[name] = Tensor(name)
-                tensor.from_ndarray(np.ascontiguousarray(self.values[arg].detach().float().numpy()))
+                value = self.values[arg].detach()  # an index buffer stays int64 (nndct's const of its dtype)
+                tensor.from_ndarray(np.ascontiguousarray((value if value.dtype == torch.int64 else value.float()).numpy()))
                 dev.add_in_tensor(tensor)
             else:
                 producer = next(producers, None)
@@ -124,8 +126,7 @@ class _Lowering:
                     dev.add_in_tensor(self.by_sim[producer.name].out)
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
-        form = t.xmodel_form(node.op)
-        sizes = form is not None and form.traced_sizes
+        sizes = takes_sizes(node.op)
         inputs = [i for i in node.inputs if sizes and size_kept(i) or not (i.op == t.SHAPE or i.shape_value)]
         if node.op == t.DIV and 0 in node.const_args:
             raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
@@ -147,7 +148,7 @@ class _Lowering:
                                     "writer does not carry yet; for y + y write 2 * y")
 
     def output(self, node: SimNode) -> np.ndarray:
-        if node.size_axis is not None and node.fx_node is None:  # a size read kept as a tensor (size_kept)
+        if node.size_axis is not None and size_kept(node):  # a size read kept as a tensor
             source = self.values[node.inputs[0].fx_node]
             return np.array([source.shape[node.size_axis]], np.float32)
         if node.op == t.CONST:
@@ -236,14 +237,21 @@ class _Lowering:
         return unsupported(node, why)
 
 
+def takes_sizes(op: str) -> bool:
+    """The type takes traced sizes as tensors: its form says so (``XmodelForm.traced_sizes``: ``nndct_expand``),
+    or it is a float operator without a record (``aten::unflatten``), written as a custom op of every input
+    tensor (nndct's ``custom_xop``; observed: ViT's attention, ``tests/data/corpus_real/tv_vit``)."""
+    form = t.xmodel_form(op)
+    if form is not None:
+        return form.traced_sizes
+    return op.startswith("aten::") and op not in t.XMODEL
+
+
 def size_kept(node: SimNode) -> bool:
-    """A size read (``nndct_shape``) that some consumer takes as a tensor (``XmodelForm.traced_sizes``:
+    """A size read (``nndct_shape``) that some consumer takes as a tensor (:func:`takes_sizes`:
     ``cls.expand(x.shape[0], -1, -1)``): written as an op of its own, named after its traced ``aten::size``,
     where every other size read is folded into the attributes that use it."""
-    if node.op != t.SHAPE:
-        return False
-    forms = [t.xmodel_form(u.op) for u in node.users]
-    return any(f is not None and f.traced_sizes for f in forms)
+    return node.op == t.SHAPE and any(takes_sizes(u.op) for u in node.users)
 
 
 def record_values(graph: SimGraph, examples: Sequence[torch.Tensor]) -> Dict[torch.fx.Node, Any]:

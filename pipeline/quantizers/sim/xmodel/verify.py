@@ -79,7 +79,12 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         [p for p in (getattr(lowered.get_submodule(fx_node.target), k, None) for k in ("weight", "bias"))
          if isinstance(p, torch.Tensor)]
 
+    # a traced size the op takes as a tensor (an nndct_shape input: lower.size_kept) is an int of the recorded run
+    # in the simulation's call, which takes it from there
+    sizes = [i for i, o in enumerate(op.input_list()) if o.type == t.SHAPE]
+
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
+        xs = [x for i, x in enumerate(xs) if i not in sizes]
         if len(xs) not in (len(data), len(data) + len(params)):
             raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
                            % (fx_node.name, len(data), len(xs)))
