@@ -112,7 +112,10 @@ class _ViewShapes(torch.fx.Interpreter):
     """Runs the graph once; records the input and output shapes of the ``view`` calls."""
 
     def __init__(self, root: nn.Module, graph: torch.fx.Graph, views: List[torch.fx.Node]) -> None:
-        super().__init__(root, graph=graph)
+        try:
+            super().__init__(root, graph=graph)
+        except TypeError:  # torch 1.13's Interpreter runs a GraphModule's graph only
+            super().__init__(torch.fx.GraphModule(root, graph))
         self.views = set(views)
         self.same = []  # type: List[torch.fx.Node]
 

@@ -90,6 +90,8 @@ class _Lowering:
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
+            if node.name not in self.names:  # a kept size read no traced aten::size of its consumer gives
+                raise unsupported(node, "a size taken as a tensor whose traced aten::size is not found")
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev

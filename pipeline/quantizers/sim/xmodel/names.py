@@ -25,7 +25,7 @@ real quantizer's under the same torch.
 import math
 import re
 import warnings
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -246,12 +246,16 @@ def _optimize(graph: Any) -> None:
 
 # ------------------------------------------------------------------------------ matching
 class _Op:
-    """One traced op: kind (``conv2d`` for ``aten::_convolution``...), nndct name, input value names."""
+    """One traced op: kind (``conv2d`` for ``aten::_convolution``...), nndct name, input value names, its output
+    value's name, and its inputs with each list (``prim::ListConstruct``) replaced by the values it holds."""
 
-    def __init__(self, kind: str, name: str, inputs: List[str]) -> None:
+    def __init__(self, kind: str, name: str, inputs: List[str], out: str = "",
+                 sources: Optional[List[str]] = None) -> None:
         self.kind = kind
         self.name = name
         self.inputs = inputs
+        self.out = out
+        self.sources = list(inputs) if sources is None else sources
 
 
 _WRAPPER_SCOPE = re.compile(r"%s/(.*?)\[nndct_st_[\w_]+_ed\]" % WRAPPER)
@@ -269,8 +273,11 @@ def traced_ops(graph: Any) -> List[_Op]:
     """The traced ops in order, a slice chain folded into its first slice."""
     ops = []  # type: List[_Op]
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
+    lists = {}  # type: Dict[str, List[str]]   # output value of a prim::ListConstruct -> the values it holds
     for node in graph.nodes():
         kind = node.kind()
+        if kind == "prim::ListConstruct" and node.outputsSize() == 1:
+            lists[node.outputsAt(0).debugName()] = [v.debugName() for v in node.inputs()]
         if not kind.startswith("aten::") or node.outputsSize() != 1:
             continue
         kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
@@ -284,7 +291,8 @@ def traced_ops(graph: Any) -> List[_Op]:
                 ops[-1].inputs.append(node.outputsAt(0).debugName())
                 continue
             slice_names[node.outputsAt(0).debugName()] = name
-        ops.append(_Op(kind, name, inputs))
+        sources = [s for v in inputs for s in lists.get(v, [v])]
+        ops.append(_Op(kind, name, inputs, node.outputsAt(0).debugName(), sources))
     return ops
 
 
@@ -308,9 +316,9 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         names[node.name] = prefix + "input_%d" % i
     from .lower import size_kept
     position = 0
+    matched = {}  # type: Dict[str, _Op]   # sim node name -> its traced op
     for node in graph.nodes:
-        if (node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) \
-                and not size_kept(node):
+        if node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
             continue
         kinds = KINDS.get(node.op, (node.op.split("::")[-1].rstrip("_"),))  # aten::silu_: kind silu_, listed as silu
         while position < len(ops) and ops[position].kind not in kinds:
@@ -327,11 +335,30 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             raise unsupported(node, explain(node.fx_node, graph.root, XMODEL, generic, several=several))
         op = ops[position]
         names[node.name] = prefix + op.name
+        matched[node.name] = op
         for index, const in node.const_args.items():
             if len(op.inputs) > 1:
                 names[const.name] = prefix + op.inputs[1]
         position += 1
+    _name_kept_sizes(graph, ops, matched, names, prefix)
     return names
+
+
+def _name_kept_sizes(graph: SimGraph, ops: List[_Op], matched: Dict[str, _Op], names: Dict[str, str],
+                     prefix: str) -> None:
+    """A size read some consumer takes as a tensor (``lower.size_kept``) is named after the traced ``aten::size``
+    whose value its consumer's traced op takes (directly or in a list: ``expand(cls, [n, -1, -1])``), the k-th
+    such size for the consumer's k-th kept size; a read whose consumer has no such size is left unnamed (the
+    writer then refuses it, naming it)."""
+    from .lower import size_kept
+    sizes = {op.out: op for op in ops if op.kind == "size"}
+    for user in graph.nodes:
+        kept = [i for i in user.inputs if size_kept(i)]
+        if not kept or user.name not in matched:
+            continue
+        feeding = [sizes[v] for v in matched[user.name].sources if v in sizes]
+        for node, op in zip(kept, feeding):
+            names.setdefault(node.name, prefix + op.name)
 
 
 def xmodel_op_names(model: nn.Module, examples: Tuple[torch.Tensor, ...], cfg: Any = None) -> Dict[str, str]:
