@@ -54,6 +54,20 @@ class NodeBuilder:
                     out.append(s)
         return out
 
+    def operands(self, args: Any) -> List[SimNode]:
+        """The producers of a call's operands in argument order (lists and tuples flattened), as nndct's
+        ``in_nodes`` has them: a tensor given twice (``y * y``, ``torch.cat([y, y])``) is there twice (its
+        node's output has two uses); what a helper (a size read, a getattr) stands for is added once."""
+        def flat(items: Any) -> List[torch.fx.Node]:
+            found = []  # type: List[torch.fx.Node]
+            for a in items:
+                found.extend(flat(a) if isinstance(a, (list, tuple)) else [a] if isinstance(a, torch.fx.Node) else [])
+            return found
+        out = []  # type: List[SimNode]
+        for a in flat(args):
+            out.extend(s for s in self.resolve(a) if a in self.by_fx or s not in out)
+        return out
+
     def helper(self, fx_node: torch.fx.Node, sources: List[SimNode]) -> None:
         self.helper_src[fx_node] = sources
         self.steps.append((fx_node, None))
@@ -139,8 +153,8 @@ class NodeBuilder:
                 if is_number(a):
                     consts[i] = self.const(a)
                     inputs.append(consts[i])
-                elif isinstance(a, torch.fx.Node):
-                    inputs.extend(s for s in self.resolve(a) if s not in inputs)
+                elif isinstance(a, torch.fx.Node):  # a tensor given twice is two inputs (nndct's in_nodes)
+                    inputs.extend(s for s in self.resolve(a) if a in self.by_fx or s not in inputs)
             kw = [v for v in fx_node.kwargs.values() if isinstance(v, torch.fx.Node)]
             inputs.extend(s for s in self.resolve_all(kw) if s not in inputs)
             if 0 in consts and op in (t.ADD, t.MULTIPLY, t.SUB) and len(inputs) == 2:
@@ -149,6 +163,8 @@ class NodeBuilder:
                 op = t.RSUB if op == t.SUB else op
             node = self.add(fx_node, op, inputs)
             node.const_args = consts
+        elif op in t.OPERAND_LIST_TYPES:
+            node = self.add(fx_node, op, self.operands(list(fx_node.args) + list(fx_node.kwargs.values())))
         else:
             node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
         if op in t.NORM_TYPES:

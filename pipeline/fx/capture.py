@@ -32,7 +32,8 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 5. What torch.jit records and fx does not, or the other way round (rewrite or not):
    ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
-   ``x[:, i]`` is a strided slice then a select (``rewrites.split_select_index``);
+   ``x[:, i]`` is a strided slice then a select, ``x[:, None]`` a strided slice then an unsqueeze
+   (``jit_index.split_select_index``);
    ``nn.MultiheadAttention`` self-attention is inlined as the operations of its traced forward
    (``attention.inline_attention``; its packed projection an ``nndct_dense`` named
    ``in_proj_weight`` / ``in_proj_bias``).
@@ -76,7 +77,8 @@ from .float_trace import fx_trace
 from .graph import SimGraph
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, remove_passthrough, remove_shape_checks,
-                       remove_traced_passthrough, split_select_index, swap_modules, swaps_keep_graph)
+                       remove_traced_passthrough, swap_modules, swaps_keep_graph)
+from .jit_index import split_select_index
 from .shape_tuples import ShapeTuples
 from .traced_views import remove_redundant_views, unfold_buffer_views
 from .work_copy import work_copy
@@ -160,6 +162,21 @@ def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Mod
                                 % (type(model).__name__, type(e).__name__, e))
 
 
+def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
+    """``rank(node)``: the rank of an fx node's tensor on the example, from one float forward of a copy of
+    the graph as it is now, made on the first call (an index with an Ellipsis asks; most models never do)."""
+    run = []  # type: List[Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]]
+
+    def rank(node: torch.fx.Node) -> int:
+        if not run:
+            copy, env = torch.fx.Graph(), {}  # type: torch.fx.Graph, Dict[torch.fx.Node, torch.fx.Node]
+            copy.output(copy.graph_copy(fx_graph, env))
+            run.append((ExampleRun(work, copy, tuple(e.detach().cpu() for e in examples)), env))
+        probe, env = run[0]
+        return probe.rank(env[node])
+    return rank
+
+
 def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced: Any = None) -> SimGraph:
     """Copy (``work_copy``), rewrite and trace ``model``; name every node as nndct does.
 
@@ -214,7 +231,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     remove_shape_checks(fx_graph)
     unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
     remove_redundant_views(work, fx_graph, examples)
-    split_select_index(fx_graph)
+    split_select_index(fx_graph, _ranks(work, fx_graph, examples))
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]
     if rewrite:

@@ -11,7 +11,8 @@ from torch import nn
 
 from ..errors import QuantizationError
 from .. import ops as t
-from ..ops import FUNCTION_OPS, METHOD_OPS, MODULE_OPS, MODULE_RULES, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
+from ..ops import (FUNCTION_OPS, FUNCTION_RULES, METHOD_OPS, MODULE_OPS, MODULE_RULES, SPLIT_FUNCTIONS, SPLIT_METHODS,
+                   STRIDED_SLICE)
 from .refusals import refuse_in_simulation
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
 
@@ -66,6 +67,8 @@ def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) ->
     if node.op == "call_function":
         if node.target in FUNCTION_OPS:
             return FUNCTION_OPS[node.target]
+        if node.target in FUNCTION_RULES:
+            return FUNCTION_RULES[node.target](node)
         if node.target in REMOVED_FUNCTIONS:
             return t.IDENTITY
         return "aten::%s" % getattr(node.target, "__name__", "op").strip("_")

@@ -23,6 +23,7 @@ from torch.fx._symbolic_trace import _orig_module_call, _orig_module_getattr, _w
 from torch.fx.node import map_aggregate
 
 from .proxy_args import recording_proxy_arguments
+from .tracer import CaptureTracer
 
 
 def _wrapped_keys() -> set:
@@ -95,8 +96,8 @@ class _ConcreteProxy(torch.fx.Proxy):
         self.tracer.create_proxy("call_function", operator.setitem, (self, idx, v), {})
 
 
-class ConcreteTracer(torch.fx.Tracer):
-    """fx Tracer with example values; see the module docstring."""
+class ConcreteTracer(CaptureTracer):
+    """The capture's tracer (``tracer.CaptureTracer``) with example values; see the module docstring."""
 
     def __init__(self, examples: Tuple[torch.Tensor, ...]) -> None:
         super().__init__()

@@ -14,11 +14,12 @@ import torch.fx
 from torch import nn
 
 from .proxy_args import recording_proxy_arguments
+from .tracer import CaptureTracer
 from .work_copy import work_copy
 
 
 class FloatTrace:
-    """``torch.fx.Tracer().trace`` of an eval-mode CPU copy of a float model (``pipeline.fx.work_copy``).
+    """``tracer.CaptureTracer().trace`` of an eval-mode CPU copy of a float model (``pipeline.fx.work_copy``).
 
     Attributes:
         module: the copy (eval mode, parameters without grad, their storage shared with the float
@@ -56,7 +57,7 @@ class FloatTrace:
 
 def fx_trace(make_root: Callable[[], nn.Module],
              concrete_args: Optional[Dict[str, Any]] = None) -> Tuple[nn.Module, torch.fx.Graph]:
-    """``torch.fx.Tracer().trace`` of the module ``make_root()`` returns; ``(module, graph)``.
+    """``tracer.CaptureTracer().trace`` (torch.fx with the capture's leaves) of the module ``make_root()`` returns; ``(module, graph)``.
     ``concrete_args``: forward() arguments traced as these values (fx's own ``concrete_args``).
 
     torch.fx's tracer patches every function of the ``math`` module for each trace, so that
@@ -69,13 +70,13 @@ def fx_trace(make_root: Callable[[], nn.Module],
     is recorded in every torch (``proxy_args.recording_proxy_arguments``).
 
     Raises:
-        whatever ``torch.fx.Tracer().trace`` raises for the model (an untraceable model).
+        whatever the trace raises for the model (an untraceable model).
     """
     root = make_root()
     with recording_proxy_arguments():  # torch.arange(x.shape[2]) recorded in torch 1.13 as in torch 2
         try:
-            return root, torch.fx.Tracer(autowrap_modules=()).trace(root, concrete_args)
+            return root, CaptureTracer(autowrap_modules=()).trace(root, concrete_args)
         except Exception:  # fx raises many types (TraceError, TypeError, ...): trace it as torch.fx does
             pass
         root = make_root()
-        return root, torch.fx.Tracer().trace(root, concrete_args)
+        return root, CaptureTracer().trace(root, concrete_args)

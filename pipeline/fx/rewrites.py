@@ -211,28 +211,6 @@ def remove_shape_checks(graph: torch.fx.Graph) -> None:
                 changed = True
 
 
-def split_select_index(graph: torch.fx.Graph) -> None:
-    """``x[:, ..., :, i, j]`` (slices, then ints): torch.jit records one ``aten::slice`` per sliced
-    dimension, which nndct merges into one ``nndct_strided_slice``, then one ``aten::select`` per
-    int (``nndct_select``). The getitem becomes ``x[slices]`` followed by ``torch.select`` calls
-    on the dimension after the slices (each select removes it); the values are the same. A tuple
-    index with a slice before an int can only index a tensor; any other index is left as it is."""
-    for node in list(graph.nodes):
-        if not (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[1], tuple)):
-            continue
-        index = node.args[1]
-        n_slices = next((i for i, a in enumerate(index) if not isinstance(a, slice)), len(index))
-        ints = index[n_slices:]
-        if n_slices == 0 or not ints or not all(type(a) is int for a in ints):
-            continue
-        with graph.inserting_before(node):
-            value = graph.call_function(operator.getitem, (node.args[0], index[:n_slices]))
-            for i in ints:
-                value = graph.call_function(torch.select, (value, n_slices, i))
-        node.replace_all_uses_with(value)
-        graph.erase_node(node)
-
-
 def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \

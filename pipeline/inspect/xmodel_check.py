@@ -107,22 +107,27 @@ def origin(data: bytes, msg: Any) -> Tuple[str, str]:
     """Who wrote the file, as far as the bytes tell: ``(PROJECT | VITIS_AI | UNKNOWN, why)``.
 
     The project's writer builds the same graph as the real quantizer (same ops, names, attributes),
-    so the graph cannot tell them apart; the serialization can. libxir (the real quantizer) writes its
-    op catalogue ``op_defs`` (field 101) into every file and stores attribute maps in no fixed order;
-    the project never writes ``op_defs`` and stores every map in key order (``XGraph.serialize``).
+    so the graph cannot tell them apart; the serialization can. libxir (the real quantizer) stores
+    attribute maps in no fixed order; the project stores every map in key order (``XGraph.serialize``).
+    libxir writes its op catalogue ``op_defs`` (field 101) into every file; the project writes it only
+    where libxir is installed (``xir.catalogue``), so it tells nothing.
     """
-    if len(msg.op_defs):
-        return VITIS_AI, "it holds libxir's op_defs catalogue (%d entries), which only libxir writes" % len(msg.op_defs)
     ordered_maps = sum(1 for node in msg.op_node for m in (node.op_attr, node.output_tensor.tensor_attr) if len(m) > 1)
     if not ordered_maps:
-        return UNKNOWN, ("no op_defs and no attribute map of two or more entries: files of both writers look "
-                         "alike then")
+        return UNKNOWN, ("%s and no attribute map of two or more entries: files of both writers look alike then"
+                         % ("libxir's op_defs catalogue" if len(msg.op_defs) else "no op_defs"))
     try:
         same = msg.SerializeToString(deterministic=True) == data
     except Exception:  # a message protobuf cannot write back: not the project's writer
         same = False
+    if same and len(msg.op_defs):
+        return PROJECT, ("every attribute map in key order, as the project's writer stores them, with libxir's "
+                         "op_defs catalogue (%d entries), as it writes it where libxir is installed" % len(msg.op_defs))
     if same:
         return PROJECT, "no op_defs and every attribute map in key order, as the project's writer stores them"
+    if len(msg.op_defs):
+        return VITIS_AI, ("it holds libxir's op_defs catalogue (%d entries) and attribute maps in libxir's order"
+                          % len(msg.op_defs))
     return VITIS_AI, ("attribute maps in libxir's order and no op_defs: as libxir writes it with op_defs removed "
                       "(the stored real files in tests/data/golden_xmodel are stripped so) or re-written by a "
                       "tool that keeps the order")

@@ -31,7 +31,7 @@ _FORMAT_TYPES = {"hard-swish": "hswish", "swish": "silu", "flatten": "flatten", 
                  "reduction_mean": "mean"}
 _TYPES = dict(_FORMAT_TYPES)
 _TYPES.update({type_: piece.inspected_as for type_, piece in ops.XIR_OPS.items()})
-_FLOAT_OPERATORS = ("div", "sub")
+_FLOAT_OPERATORS = ("div", "sub", "neg")  # the CPU-only types of nndct's DPUPartition
 _MACRO_HEADS = ("avgpool2d", "hard-sigmoid")
 
 

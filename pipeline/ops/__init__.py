@@ -22,8 +22,8 @@ from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANS
 from .dense import DENSE
 from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
 from .expand import EXPAND
-from .float_activation import CLAMP, GELU, SIGMOID, SILU, TANH
-from .float_arith import EQUAL, REMAINDER
+from .float_activation import CLAMP, GELU, LOG_SOFTMAX, MISH, SIGMOID, SILU, TANH
+from .float_arith import EQUAL, NEG, REMAINDER
 from .hard_sigmoid import HSIGMOID, HSWISH
 from .identity import IDENTITY
 from .io import CONST, INPUT, RETURN, ZEROS
@@ -36,7 +36,7 @@ from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
-from .relu import RELU, RELU6
+from .relu import HARDTANH, RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
@@ -84,6 +84,7 @@ OPS = {op: s for r in RECORDS for op, s in r.specs.items()}  # type: Dict[str, O
 MODULE_OPS = {cls: op for r in RECORDS for cls, op in r.modules.items()}  # type: Dict[type, str]
 MODULE_RULES = {cls: rule for r in RECORDS for cls, rule in r.module_rules.items()}
 FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # type: Dict[Callable, str]
+FUNCTION_RULES = {fn: rule for r in RECORDS for fn, rule in r.function_rules.items()}
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
@@ -133,6 +134,7 @@ NORM_TYPES = with_role("norm")
 ARITHMETIC_TYPES = with_role("arithmetic")
 BINARY_TYPES = with_role("binary")
 CONST_OPERAND_TYPES = with_role("const_operand")
+OPERAND_LIST_TYPES = with_role("operand_list")
 
 
 def spec(op: str) -> OpSpec:

@@ -76,6 +76,7 @@ RECORD = OpRecord(
     xmodel={CONCAT: XmodelForm(_lower_concat, simple("concat", ("axis",)), layout_rewrite=rewrite_axis)},
     xir_ops={"concat": XirOp(OpDef("concat", INS, (req("axis", "int32"),), _shape_concat), _run_concat, "concat")},
     traced={CONCAT: ("cat",)},
+    roles={"operand_list": (CONCAT,)},
     refusals={},
     sim={CONCAT: TORCH},
 )

@@ -124,9 +124,8 @@ RECORD = OpRecord(
     dpu_rule={ADD: DpuRule(("add",), dpu_eltwise), MULTIPLY: DpuRule(("mul",), dpu_eltwise),
               SUB: Absent("a float operator of the quantizer"), RSUB: Absent("a float operator of the quantizer"),
               DIV: Absent("a float operator of the quantizer")},
-    xmodel={ADD: XmodelForm(no_attrs, _create_binary("add")), MULTIPLY: XmodelForm(no_attrs, _create_binary("mul")),
-            SUB: XmodelForm(no_attrs, _create_binary("sub")), RSUB: XmodelForm(no_attrs, _create_binary("sub")),
-            DIV: XmodelForm(no_attrs, _create_binary("div"))},
+    xmodel={op: XmodelForm(no_attrs, _create_binary(x), param_operands=True)
+            for op, x in ((ADD, "add"), (MULTIPLY, "mul"), (SUB, "sub"), (RSUB, "sub"), (DIV, "div"))},
     xir_ops={"add": XirOp(OpDef("add", INS, (), broadcast), fold(torch.add), "add"),
              "sub": XirOp(OpDef("sub", INS, (), broadcast), fold(torch.sub), "sub"),
              "mul": XirOp(OpDef("mul", INS, (), _shape_mul), _run_mul, "mul"),

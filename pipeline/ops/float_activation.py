@@ -1,6 +1,6 @@
 """Activations that run in float on the CPU (``nndct_sigmoid``, ``nndct_tanh``, ``aten::silu``,
-``nndct_clamp``; ``nndct_GELU``, which nndct quantizes): quantized before a conv, left in float as the
-model's output (docs/arithmetic.md#float-operators)."""
+``nndct_clamp``, ``nndct_log_softmax``; ``nndct_GELU`` and ``nndct_mish``, which nndct quantizes): quantized
+before a conv, left in float as the model's output (docs/arithmetic.md#float-operators)."""
 from typing import Any, Callable, Optional
 
 import torch
@@ -13,13 +13,15 @@ from .onnx_form import Unsupported, arg, clip, pow2
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
 from .xir_support import IN, CustomKernel, OpDef, XirOp, like_input, one, unary
-from .xmodel_support import XmodelForm, custom, no_attrs, simple
+from .xmodel_support import XmodelForm, custom, custom_with_attrs, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
 TANH = "nndct_tanh"
 SILU = "aten::silu"
 CLAMP = "nndct_clamp"
 GELU = "nndct_GELU"
+MISH = "nndct_mish"
+LOG_SOFTMAX = "nndct_log_softmax"
 
 
 # CPU-only activations and the conversion the quantizer offers for each (docs/arithmetic.md#optional-conversions).
@@ -122,6 +124,23 @@ def _gelu_erf(b: Any, node: Any) -> str:
     return b.op("Mul", [half, one], node.name)
 
 
+def _onnx_mish(b: Any, node: Any, mod: Any) -> str:
+    """Mish: the table of torch's values, else ``x * Tanh(Softplus(x))``."""
+    def standard() -> str:
+        x = b.tensor(node.args[0])
+        soft = b.op("Softplus", [x], node.name + "/softplus")
+        return b.op("Mul", [x, b.op("Tanh", [soft], node.name + "/tanh")], node.name)
+    return _element_table(b, node, mod, standard)
+
+
+def _onnx_log_softmax(b: Any, node: Any, mod: Optional[nn.LogSoftmax]) -> str:
+    """LogSoftmax, the standard op, along the dim."""
+    dim = mod.dim if mod is not None else b.static(arg(node, 1, "dim", None))
+    if dim is None:
+        raise Unsupported("log_softmax without dim")
+    return b.op("LogSoftmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
+
+
 def _onnx_clamp(b: Any, node: Any, mod: None) -> str:
     """Clip to the call's min and max (numbers; either may be None)."""
     return clip(b, node, arg(node, 1, "min", None), arg(node, 2, "max", None))
@@ -134,6 +153,12 @@ def _lower_gelu(lo, node) -> dict:
     return {"approximate": "'%s'" % approximate}
 
 
+def _lower_log_softmax(lo, node) -> dict:
+    """The dimension (``axis``, the model's NCHW one: nndct's layout pass does not move it)."""
+    m = lo.module(node)
+    return {"axis": m.dim if m is not None else lo.call_args(node)["dim"]}
+
+
 def _run_gelu(run, op, ins):
     """``F.gelu`` with ``approximate`` (``'none'`` or ``'tanh'``, quotes included as nndct writes it)."""
     approximate = str(op.attr("approximate", "none")).strip("'\"")
@@ -142,33 +167,43 @@ def _run_gelu(run, op, ins):
 
 RECORD = OpRecord(
     family="float_activation",
-    specs={SIGMOID: _FLOAT, TANH: _FLOAT, SILU: _FLOAT, CLAMP: _FLOAT, GELU: OpSpec("float", True, False, False)},
-    modules={nn.Sigmoid: SIGMOID, nn.Tanh: TANH, nn.GELU: GELU, nn.SiLU: SILU},
+    specs={SIGMOID: _FLOAT, TANH: _FLOAT, SILU: _FLOAT, CLAMP: _FLOAT, GELU: OpSpec("float", True, False, False),
+           MISH: OpSpec("float", True, False, False), LOG_SOFTMAX: _FLOAT},  # GELU, MISH: in QUANTIZABLE_OPS
+    modules={nn.Sigmoid: SIGMOID, nn.Tanh: TANH, nn.GELU: GELU, nn.SiLU: SILU, nn.Mish: MISH,
+             nn.LogSoftmax: LOG_SOFTMAX},
     functions={torch.sigmoid: SIGMOID, F.sigmoid: SIGMOID, torch.tanh: TANH, F.tanh: TANH, F.gelu: GELU,
-               F.silu: SILU, torch.clamp: CLAMP, torch.clip: CLAMP},
-    methods={"sigmoid": SIGMOID, "tanh": TANH, "clamp": CLAMP, "clip": CLAMP},
-    signatures={GELU: (("input", "approximate"), {"approximate": "none"})},
+               F.silu: SILU, torch.clamp: CLAMP, torch.clip: CLAMP, F.mish: MISH, F.log_softmax: LOG_SOFTMAX,
+               torch.log_softmax: LOG_SOFTMAX},
+    methods={"sigmoid": SIGMOID, "tanh": TANH, "clamp": CLAMP, "clip": CLAMP, "log_softmax": LOG_SOFTMAX},
+    signatures={GELU: (("input", "approximate"), {"approximate": "none"}),
+                LOG_SOFTMAX: (("input", "dim"), {"dim": None})},
     approximation=Absent("float operators on the CPU: torch's own call"),
     source="nndct_shared/base/key_names.py",
     onnx={SIGMOID: _onnx_unary("Sigmoid"), TANH: _onnx_unary("Tanh"), SILU: _onnx_silu, CLAMP: _onnx_clamp,
-          GELU: _onnx_gelu},
+          GELU: _onnx_gelu, MISH: _onnx_mish, LOG_SOFTMAX: _onnx_log_softmax},
     dpu_rule={SIGMOID: DpuRule(("sigmoid",), cpu_activation, True), TANH: DpuRule(("tanh",), cpu_activation, True),
               SILU: DpuRule(("silu",), cpu_activation, True), CLAMP: Absent("a float operator of the quantizer"),
-              GELU: DpuRule(("gelu",), cpu_activation, True)},
+              GELU: DpuRule(("gelu",), cpu_activation, True), MISH: DpuRule(("mish",), cpu_activation, True),
+              LOG_SOFTMAX: Absent("a float operator of the quantizer")},
     # silu and clamp: custom ops (types XIR does not define), as the real quantizer writes them
     xmodel={SIGMOID: XmodelForm(no_attrs, simple("sigmoid")), TANH: XmodelForm(no_attrs, simple("tanh")),
             SILU: XmodelForm(no_attrs, custom), CLAMP: XmodelForm(no_attrs, custom),
-            GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",)))},
+            GELU: XmodelForm(_lower_gelu, simple("gelu", ("approximate",))),
+            # nndct types XIR does not define: custom ops, laid out as their neighbours (not aten::)
+            MISH: XmodelForm(no_attrs, custom), LOG_SOFTMAX: XmodelForm(_lower_log_softmax, custom_with_attrs)},
     xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid), "sigmoid"),
              "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
              "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
-    # the interpreter's fallback for silu (the caller's float_ops first); nn.SiLU(inplace=True) is traced as the
-    # float operator aten::silu_, written the same way
+    # the interpreter's fallbacks for silu and mish (the caller's float_ops first); nn.SiLU(inplace=True) is
+    # traced as the float operator aten::silu_, written the same way
     custom_kernels={SILU: CustomKernel(lambda op, xs: F.silu(xs[0]), False),
                     "aten::silu_": CustomKernel(lambda op, xs: F.silu(xs[0]), False),
+                    MISH: CustomKernel(lambda op, xs: F.mish(xs[0]), False),
                     CLAMP: Absent("the file carries no bounds: the caller's float_ops (the simulation's call) "
-                                  "compute it")},
-    traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",)},
+                                  "compute it"),
+                    LOG_SOFTMAX: Absent("the caller's float_ops (the simulation's call) compute it")},
+    traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",),
+            MISH: ("mish",), LOG_SOFTMAX: ("log_softmax",)},
     refusals={},
-    sim=dict.fromkeys((SIGMOID, TANH, SILU, CLAMP, GELU), TORCH),
+    sim=dict.fromkeys((SIGMOID, TANH, SILU, CLAMP, GELU, MISH, LOG_SOFTMAX), TORCH),
 )

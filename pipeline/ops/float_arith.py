@@ -1,37 +1,48 @@
-"""Comparison and remainder: ``x == y`` (``nndct_equal``) and ``x % c`` (``aten::remainder``: nndct has no
-type for it; ``c`` becomes a const node). Float operators."""
+"""Comparison, remainder and negation: ``x == y`` (``nndct_equal``), ``x % c`` (``aten::remainder``: nndct has
+no type for it; ``c`` becomes a const node) and ``-x`` (``nndct_neg``: XIR ``neg``). Float operators (nndct's
+``DPUPartition`` keeps ``nndct_neg`` on the CPU)."""
 import operator
+from typing import Any
 
 import torch
 
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xmodel_support import XmodelForm, custom, no_attrs
+from .xir_support import IN, OpDef, XirOp, like_input, unary
+from .xmodel_support import XmodelForm, custom, no_attrs, simple
 
 EQUAL = "nndct_equal"
 REMAINDER = "aten::remainder"
+NEG = "nndct_neg"
 
 _FLOAT = OpSpec("float", False, False, False)
 
+def _onnx_neg(b: Any, node: Any, mod: None) -> str:
+    """Neg."""
+    return b.op("Neg", [b.tensor(node.args[0])], node.name)
+
+
 RECORD = OpRecord(
     family="float_arith",
-    specs={EQUAL: _FLOAT, REMAINDER: _FLOAT},
-    functions={operator.eq: EQUAL, torch.eq: EQUAL, operator.mod: REMAINDER, torch.remainder: REMAINDER},
-    methods={"eq": EQUAL},
+    specs={EQUAL: _FLOAT, REMAINDER: _FLOAT, NEG: _FLOAT},
+    functions={operator.eq: EQUAL, torch.eq: EQUAL, operator.mod: REMAINDER, torch.remainder: REMAINDER,
+               operator.neg: NEG, torch.neg: NEG},
+    methods={"eq": EQUAL, "neg": NEG},
     roles={"arithmetic": (REMAINDER,), "const_operand": (REMAINDER,)},
     approximation=Absent("float operators on the CPU"),
     source="nndct_shared/base/key_names.py",
     onnx={EQUAL: Absent("a comparison gives a bool tensor; the exporter writes float32 tensors only"),
           REMAINDER: Absent("not written yet: ONNX Mod of floats (fmod=1) is C's fmod, torch's remainder takes "
-                             "the divisor's sign")},
+                             "the divisor's sign"),
+          NEG: _onnx_neg},
     dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
-              REMAINDER: Absent("a float operator of the quantizer")},
+              REMAINDER: Absent("a float operator of the quantizer"), NEG: Absent("a float operator of the quantizer")},
     xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
-            REMAINDER: XmodelForm(no_attrs, custom)},
-    xir_ops=Absent("a custom op (aten::remainder: a type XIR does not define)"),
+            REMAINDER: XmodelForm(no_attrs, custom), NEG: XmodelForm(no_attrs, simple("neg"))},
+    xir_ops={"neg": XirOp(OpDef("neg", IN, (), like_input), unary(torch.neg), "neg")},
     custom_kernels={REMAINDER: Absent("the file carries no divisor of its own: the caller's float_ops (the "
                                       "simulation's call) compute it")},
-    traced={},  # each type traced under its own name
+    traced={NEG: ("neg",)},
     refusals={},
-    sim=dict.fromkeys((EQUAL, REMAINDER), TORCH),
+    sim=dict.fromkeys((EQUAL, REMAINDER, NEG), TORCH),
 )

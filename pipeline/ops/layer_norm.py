@@ -11,7 +11,7 @@ from torch import nn
 from .onnx_form import NO_LOWERING, Unsupported
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xmodel_support import XmodelForm
+from .xmodel_support import XmodelForm, custom_with_attrs
 
 LAYER_NORM = "nndct_layer_norm"
 
@@ -54,13 +54,6 @@ def _lower_layer_norm(lo: Any, node: Any) -> dict:
     return {"normalized_shape": shape, "eps": float(eps), "elementwise_affine": bool(affine)}
 
 
-def _create_layer_norm(w: Any, node: Any) -> None:
-    """The custom op ``nndct_layer_norm`` (a type XIR does not define; nndct's ``custom_xop``): its inputs
-    x, then the quantized weight and bias consts (those it has); its attributes the node's
-    (``normalized_shape``, ``eps``, ``elementwise_affine``) with its output ``shape`` and ``data_type``."""
-    w.custom(node, node.attrs)
-
-
 RECORD = OpRecord(
     family="layer_norm",
     specs={LAYER_NORM: OpSpec("float", True, False, False)},
@@ -73,7 +66,7 @@ RECORD = OpRecord(
     source="pytorch_nndct/nn/modules/layernorm.py",
     onnx={LAYER_NORM: _onnx_layer_norm},
     dpu_rule={LAYER_NORM: Absent("a float operator of the quantizer")},
-    xmodel={LAYER_NORM: XmodelForm(_lower_layer_norm, _create_layer_norm)},
+    xmodel={LAYER_NORM: XmodelForm(_lower_layer_norm, custom_with_attrs)},
     xir_ops=Absent("a custom op (nndct_layer_norm: a type XIR does not define; the interpreter runs the "
                    "simulation's call for it)"),
     custom_kernels={LAYER_NORM: Absent("the caller's float_ops (the simulation's call on its quantized gamma "

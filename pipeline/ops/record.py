@@ -54,6 +54,10 @@ def pair(value: Any) -> Tuple[int, int]:
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 
+# A function whose op type depends on its arguments (``F.hardtanh(x, 0, 6)`` is a ReLU6):
+# ``rule(fx node) -> op type`` (the node's ``args``/``kwargs`` as called; an argument may be an fx node).
+FunctionRule = Callable[[Any], str]
+
 # An op's ONNX form: ``form(builder, fx node, module or None) -> ONNX name of the node's result``
 # (``onnx_form.py``: what the builder offers, the refusal ``onnx_form.Unsupported``).
 OnnxForm = Callable[[Any, Any, Optional[nn.Module]], str]
@@ -80,6 +84,7 @@ class OpRecord:
         modules: module class -> op type (the graph capture: ``torch.fx`` ``call_module``, exact class).
         module_rules: module class -> :data:`ModuleRule`, for classes whose type depends on attributes.
         functions: callable -> op type (``call_function``).
+        function_rules: callable -> :data:`FunctionRule`, for functions whose type depends on arguments.
         methods: tensor method name -> op type (``call_method``).
         signatures: op type -> :data:`Signature` of its functional and method forms (the arguments by
             name, defaults filled; the xmodel lowering and the ONNX export read them).
@@ -89,7 +94,9 @@ class OpRecord:
             call and computes with them: a layer norm's gamma and beta, PReLU's slopes), ``arithmetic``
             (a Python number operand becomes an nndct_const node), ``binary`` (element-wise binary ops of
             tensors), ``const_operand`` (nndct's parser turns a number operand into a const node,
-            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``). The quantization passes'
+            numbered first: ``OptPass.transform_const_scalar_to_const_tensor``), ``operand_list`` (ops whose
+            tensors are one list argument, each an input in list order, a tensor listed twice twice: nndct's
+            ``in_nodes`` of ``torch.cat([y, y])``; ``fx/builder.py``). The quantization passes'
             per-op sets: ``fix_align_pool`` (a pool whose input takes its output's fix position where
             ``change_pool_input_fix`` is set: nndct's ``fix_pos_adjust.py``; ``sim/plan.py``), ``cle_act``
             and ``cle_pool`` (the ops cross-layer equalization passes through between a pair's two layers:
@@ -98,7 +105,9 @@ class OpRecord:
             ``sim/finetune.py``), ``adaquant_pair_layer`` and ``adaquant_act`` (a layer and the activation
             AdaQuant tunes with it: ``collect_layer_act_pair``), ``fresh_output`` (with ``params``: ops whose
             output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
-            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``).
+            ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``), ``reshape_like``
+            (the ops nndct's deploy graph makes a reshape to their output shape: ``convert_reshapelike_to_reshape``;
+            ``sim/xmodel/deploy.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
@@ -169,6 +178,7 @@ class OpRecord:
     modules: Mapping[type, str] = field(default_factory=dict)
     module_rules: Mapping[type, ModuleRule] = field(default_factory=dict)
     functions: Mapping[Callable[..., Any], str] = field(default_factory=dict)
+    function_rules: Mapping[Callable[..., Any], FunctionRule] = field(default_factory=dict)
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)

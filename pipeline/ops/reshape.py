@@ -97,6 +97,15 @@ def _lower_reshape(lo, node) -> dict:
     return {"shape": lo.shape_args(node)}
 
 
+def _lower_squeeze(lo, node) -> dict:
+    """squeeze / unsqueeze: the dim given (None: every dim of size 1, squeeze only). ``deploy.optimize``
+    makes the node a reshape to its output shape, as nndct's ``convert_reshapelike_to_reshape`` does
+    (role ``reshape_like``), so this attribute never reaches the file."""
+    fx_node = node.fx_node
+    dim = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs.get("dim")
+    return {"dim": lo.value(dim)}
+
+
 def _rewrite_shape(node, order) -> None:
     """The target ``shape`` permuted with the layout ``order`` (``attr_transform.py``)."""
     shape = node.attrs["shape"]
@@ -176,20 +185,25 @@ RECORD = OpRecord(
     dpu_rule={FLATTEN: DpuRule(("flatten",), dpu_reshape), RESHAPE: DpuRule(("reshape", "view"), dpu_reshape),
               CONTIGUOUS: Absent("removed before deployment: the inspector re-links its readers to its input"),
               UNSQUEEZE: DpuRule(("unsqueeze",), dpu_reshape), SQUEEZE: DpuRule(("squeeze",), dpu_reshape)},
-    # flatten and contiguous: deploy.optimize makes a flatten a reshape and removes contiguous before the
-    # writer runs
+    # flatten, squeeze, unsqueeze and contiguous: deploy.optimize makes the first three reshapes (role
+    # reshape_like) and removes contiguous before the writer runs
     xmodel={FLATTEN: XmodelForm(_lower_flatten, custom),
             RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape, param_operands=True),
             CONTIGUOUS: XmodelForm(no_attrs, custom),
-            UNSQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it"),
-            SQUEEZE: Absent("not written yet: the xmodel writer has no XIR form for it")},
+            UNSQUEEZE: XmodelForm(_lower_squeeze, custom),
+            SQUEEZE: XmodelForm(_lower_squeeze, custom)},
     custom_kernels={FLATTEN: Absent("never written as a custom op: deploy.optimize makes it a reshape first"),
-                    CONTIGUOUS: Absent("never written: deploy.optimize removes it first")},
+                    CONTIGUOUS: Absent("never written: deploy.optimize removes it first"),
+                    UNSQUEEZE: Absent("never written as a custom op: deploy.optimize makes it a reshape first"),
+                    SQUEEZE: Absent("never written as a custom op: deploy.optimize makes it a reshape first")},
     xir_ops={"reshape": XirOp(OpDef("reshape", IN + (ArgDef("shape", OPTIONAL),), (opt("shape", "int32_vec", [0]),),
                                     _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape), "reshape"),
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),
                             lambda run, op, ins: torch.stack(ins["input"], op.attr("axis")), "stack")},
-    traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",)},
+    traced={FLATTEN: ("flatten",), RESHAPE: ("view", "reshape"), CONTIGUOUS: ("contiguous",),
+            UNSQUEEZE: ("unsqueeze",), SQUEEZE: ("squeeze",)},
     refusals={},
     sim=dict.fromkeys((FLATTEN, RESHAPE, CONTIGUOUS, UNSQUEEZE, SQUEEZE), TORCH),
+    # nndct's deploy graph makes these a reshape to their output shape (``convert_reshapelike_to_reshape``)
+    roles={"reshape_like": (FLATTEN, SQUEEZE, UNSQUEEZE)},
 )

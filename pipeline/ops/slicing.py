@@ -146,7 +146,7 @@ def _lower_slice(lo, node) -> dict:
     index = fx_node.args[1]
     index = index if isinstance(index, tuple) else (index,)
     dims, begin, end, strides = [], [], [], []
-    for dim, item in enumerate(index):
+    for dim, item in _slice_dims(index, len(shape)):
         if not isinstance(item, slice):
             raise lo.unsupported(node, "indexing with %r (only slices are written)" % (item,))
         start, stop, step = (lo.value(item.start), lo.value(item.stop), lo.value(item.step))
@@ -155,6 +155,42 @@ def _lower_slice(lo, node) -> dict:
         end.append(INT_MAX if stop is None else min(int(stop), INT_MAX))
         strides.append(1 if step is None else int(step))
     return {"dims": dims, "begin": begin, "end": end, "strides": strides}
+
+
+def _slice_dims(index: tuple, rank: int) -> list:
+    """``(dim, item)`` for each item of ``index`` but an Ellipsis, ``dim`` the input dimension it indexes: an
+    Ellipsis skips the dimensions it stands for, so the items after it index the last ones (torch's
+    ``applySlicing``: one ``aten::slice`` per slice, on those dimensions)."""
+    if Ellipsis not in index:
+        return list(enumerate(index))
+    at = index.index(Ellipsis)
+    after = index[at + 1:]
+    return list(enumerate(index[:at])) + [(rank - len(after) + i, item) for i, item in enumerate(after)]
+
+
+def _lower_select(lo, node) -> dict:
+    """``dim`` and ``index`` as torch.jit records ``aten::select`` (``x[:, i]``, ``x[..., i]``: the dim
+    ``pipeline/fx/jit_index.py`` gives, never negative; ``torch.select(x, -1, i)``: as written), which
+    nndct's ``TorchSelect`` keeps as its attributes (``op_dispatcher.py`` ``select``)."""
+    a = lo.call_args(node)
+    return {"dim": int(a["dim"]), "index": int(a["index"])}
+
+
+def _create_select(w, node) -> None:
+    """The custom op ``nndct_select`` {dim, index} (``TorchSelect`` is a ``CustomOp``: ``custom_xop``), on the
+    input in the model's layout (a custom op passes no layout: the layout pass puts a sink transpose before
+    it, docs/xmodel.md#layout)."""
+    w.custom(node, {"dim": node.attrs["dim"], "index": node.attrs["index"]})
+
+
+def select_kernel(op, xs):
+    """The interpreter's kernel of the custom op ``nndct_select``: ``torch.select(x, dim, index)`` on its one
+    input, which the file holds in the model's layout (a sink transpose before it); ``(op, list of input
+    tensors) -> tensor``, the form of ``xir/interp_ops.py``'s built-in custom kernels.
+
+    Raises:
+        IndexError: ``dim`` or ``index`` out of the input's range (torch's own error)."""
+    return torch.select(xs[0], int(op.attr("dim")), int(op.attr("index")))
 
 
 def _piece_attrs(lo, node, split, shape) -> dict:
@@ -314,12 +350,6 @@ def _run_strided_slice(run, op, ins):
     return x[tuple(slice(b, e, s) for b, e, s in zip(begin, end, strides))].reshape(op.shape)
 
 
-def _run_index(op: Any, xs: Any) -> torch.Tensor:
-    """``nndct_index``: ``x[t]``, the rows of the first input picked by the second's values (int64 indices held
-    as float32 in the run; observed: Swin's relative position bias, ``tests/data/refused_real/index_gather``)."""
-    return xs[0][xs[1].long()]
-
-
 RECORD = OpRecord(
     family="slicing",
     specs={
@@ -330,6 +360,7 @@ RECORD = OpRecord(
     },
     functions={operator.getitem: STRIDED_SLICE, torch.select: SELECT},
     methods={"select": SELECT},
+    signatures={SELECT: (("input", "dim", "index"), {})},
     approximation=Absent("moves no value"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     onnx={STRIDED_SLICE: _onnx_getitem, SELECT: _onnx_select,
@@ -344,15 +375,18 @@ RECORD = OpRecord(
               # pieces run where the producer does
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
     xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
-            SELECT: Absent("not written yet: the xmodel writer has no XIR form for it"),
+            SELECT: XmodelForm(_lower_select, _create_select),
             # the custom op on the table's float const and the index (nndct's custom_xop)
             INDEX: XmodelForm(no_attrs, custom, param_operands=True),
             TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
-    custom_kernels={INDEX: CustomKernel(_run_index, True)},
-    traced={STRIDED_SLICE: ("slice",), INDEX: ("index",)},
+    # nndct_index: x[t], the rows of the table picked by the index (int64 values held as float32 in the run;
+    # tests/data/refused_real/index_gather); nndct_select: the fallback where the caller gives no float_ops
+    custom_kernels={INDEX: CustomKernel(lambda op, xs: xs[0][xs[1].long()], True),
+                    SELECT: CustomKernel(select_kernel, False)},
+    traced={STRIDED_SLICE: ("slice",), SELECT: ("select",), INDEX: ("index",)},
     refusals={},
     sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX, TUPLE_INDEX), TORCH),
 )

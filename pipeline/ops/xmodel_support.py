@@ -54,10 +54,14 @@ class XmodelForm:
             ``nndct_shape`` nodes feeding it are written as ops of their own (their record's form) and are
             its inputs, where for any other type they are evaluated on the example and folded into its
             attributes (nndct keeps a size node whose consumer is no shape-folding op).
-        param_operands: a parameter or buffer the call takes directly (the class token of ``cls.expand``, the
-            table of ``table[idx]``) is an input tensor of the node in argument order, written as its float
-            ``const`` (a ``fix`` only where quant_info has an entry for it), as nndct's parser binds it
-            (``in_tensors`` without a producer node; ``custom_xop`` writes every input tensor).
+        param_operands: a parameter or buffer of the model may be an operand of the type (ConvNeXt's
+            ``layer_scale * x``, the class token of ``cls.expand``, the table and the index buffer of
+            ``table[idx]``): the writer binds it to the node as nndct's parser does (``_bind_free_params``;
+            ``in_tensors`` without a producer node) and writes it as a ``const`` of its full name, in its own
+            dtype (float; an index buffer int64) and without ``fix`` (its quant_info entry, where it has one,
+            has no fix position), among the node's inputs at its argument position (``xop_creator.binary_op``
+            takes a parameter tensor by its name; ``custom_xop`` writes every input tensor); False: the writer
+            refuses such an operand.
     """
     lower: Lowering
     create: Creator
@@ -83,8 +87,8 @@ def custom(w: Any, node: Any) -> None:
 
 
 def custom_with_attrs(w: Any, node: Any) -> None:
-    """Written as a custom op with the node's deploy attributes (its lowering's: an ``nndct_shape``'s
-    ``axis`` and ``data_type``), as nndct's ``custom_xop`` writes a custom type's attributes."""
+    """Written as a custom op carrying the node's deploy attributes (nndct's ``custom_xop`` writes every
+    attribute of the op: ``nndct_log_softmax``'s ``axis``)."""
     w.custom(node, node.attrs)
 
 

@@ -15,7 +15,7 @@ import torch
 
 from ..errors import FingerprintMismatchError
 from ..fileio import parse_json, sha256_file, write_json
-from ..fx.proxy_args import recording_proxy_arguments
+from ..fx.float_trace import fx_trace
 from .base import BACKENDS, backend_class
 
 FILE_NAME = "calib_fingerprint.json"
@@ -48,9 +48,8 @@ def _fx_graph_lines(model: torch.nn.Module, traced: Any = None) -> List[str]:
             raise traced.error
         graph, modules = traced.graph, dict(traced.module.named_modules())
     else:
-        with recording_proxy_arguments():  # torch.arange(x.shape[2]) traced in torch 1.13 as in torch 2
-            graph_module = torch.fx.symbolic_trace(model)
-        graph, modules = graph_module.graph, dict(graph_module.named_modules())
+        root, graph = fx_trace(lambda: model)  # the trace FloatTrace makes: the same lines
+        modules = dict(root.named_modules())
     lines = []
     for node in graph.nodes:
         line = "%s %s %s %s %r" % (node.op, node.name, _target_name(node.target), node.args, node.kwargs)
@@ -70,7 +69,7 @@ def _parameter_lines(model: torch.nn.Module) -> List[str]:
 def graph_hash(model: torch.nn.Module, traced: Any = None) -> Dict[str, str]:
     """Hash of the model's structure: ``{"graph_hash": sha256 hex, "graph_hash_method": "fx"|"parameters"}``.
 
-    ``fx``: a ``torch.fx.symbolic_trace`` of the model (nodes, call targets, arguments, module hyper
+    ``fx``: the capture's torch.fx trace of the model (``fx.float_trace.fx_trace``) (nodes, call targets, arguments, module hyper
     parameters). When fx cannot trace the model (data-dependent control flow), ``parameters``: module
     names and hyper parameters plus state_dict names, shapes and dtypes. The model is not modified.
     ``traced``: the step's ``FloatTrace`` of ``model`` (an eval-mode model), used instead of a new trace.

@@ -132,7 +132,7 @@ _FORMAT_OPS = {
     "min": fold(torch.minimum), "max": fold(torch.maximum),
     "elu": unary(F.elu, "alpha"), "celu": unary(F.celu, "alpha"), "selu": unary(F.selu),
     "swish": unary(F.silu), "mish": unary(F.mish),
-    "exp": unary(torch.exp), "neg": unary(torch.neg),
+    "exp": unary(torch.exp),
     "hard-swish": unary(lambda x: torch.mul(x, xir_hard_sigmoid(x))),
     "hard-tanh": unary(lambda x: torch.clamp(x, -1.0, 1.0)),
     "reduction_mean": _reduction, "reduction_sum": _reduction, "reduction_max": _reduction,

@@ -55,7 +55,6 @@ _FORMAT_DEFS = {d.type: d for d in [
     OpDef("hard-swish", _IN, (), shapes.like_input),
     OpDef("hard-tanh", _IN, (), shapes.like_input),
     OpDef("exp", _IN, (), shapes.like_input),
-    OpDef("neg", _IN, (), shapes.like_input),
     OpDef("l2_normalize", _IN, (_opt("axis", "int32_vec", []), _opt("epsilon", "double", 1e-12)), shapes.like_input),
     OpDef("fix", _IN, (_req("fix_point", "int32"), _req("bit_width", "int32"), _req("round_mode", "string"),
                        _req("if_signed", "bool")), shapes.like_input),

@@ -8,8 +8,9 @@ nothing is generated at install time and the same code runs with protobuf 3.20 (
 and protobuf 4-7 (here).
 
 Field 101 ``op_defs`` (XIR's own catalogue of op types, about 73 kB of documentation text in every
-file the real quantizer writes) is declared, so a reader keeps it, but this project never writes
-it: libxir reads files without it (docs/xmodel.md#op_defs).
+file the real quantizer writes) is declared, so a reader keeps it; the project writes it only where
+libxir itself is installed, taking the text from libxir (``catalogue``): libxir reads files without
+it (docs/xmodel.md#op_defs).
 """
 from typing import Any, Dict, List, Optional, Tuple
 
@@ -137,6 +138,7 @@ def _message_classes() -> Dict[str, Any]:
 _CLASSES = _message_classes()
 Graph = _CLASSES["Graph"]
 AttrValue = _CLASSES["AttrValue"]
+OpDef = _CLASSES["OpDef"]
 OP_DEFS_FIELD = 101
 
 # attribute kinds this project writes and reads: kind -> AttrValue field; the vector kinds' elements

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from . import opdefs, schema
+from . import catalogue, opdefs, schema
 from .errors import XGraphError
 
 # every character outside [0-9A-Za-z] becomes "_" in op names (nndct_shared/compile/xgraph.py)
@@ -213,8 +213,9 @@ class XGraph:
         return finished[::-1]
 
     def to_message(self) -> Any:
-        """The ``serial_v2.Graph`` message libxir's ``serialize`` writes for this graph (no
-        ``op_defs``, no graph attributes: the real quantizer sets none)."""
+        """The ``serial_v2.Graph`` message libxir's ``serialize`` writes for this graph (no graph
+        attributes: the real quantizer sets none). ``op_defs`` where libxir is installed, as a process
+        that writes only this graph has them (``catalogue.file_op_defs``); none without it."""
         msg = schema.Graph(graph_name=self.name)
         order = self.toposort()
         for op in order:
@@ -232,6 +233,9 @@ class XGraph:
         root = msg.subg_root
         root.subgraph_name = "root"
         root.op_name.extend(op.name for op in order)
+        op_defs = catalogue.file_op_defs([op.type for op in self.ops])
+        if op_defs:
+            msg.op_defs.extend(op_defs)
         return msg
 
     def serialize(self) -> bytes:

@@ -45,6 +45,30 @@ def test_torch_where_is_written_and_verified(tmp_path, name, fn, modules):
     assert report["elements"] == 8 * 8 * 8 and report["mismatches"] == 0 and report["nodes_differing"] == []
 
 
+@pytest.mark.parametrize("name,fn,modules", [
+    ("add_self", lambda s, x: (lambda y: y + y)(s.a(x)), {"a": conv()}),
+    ("cat_self", lambda s, x: (lambda y: torch.cat([y, y], 1))(s.a(x)), {"a": conv()}),
+    # the layer scale after a permute back to NCHW (ConvNeXt's): the (C, 1, 1) parameter first, as torch holds it
+    ("param_first", lambda s, x: s.w * s.a(x).permute(0, 2, 3, 1).permute(0, 3, 1, 2),
+     {"a": conv(), "w": nn.Parameter(torch.rand(8, 1, 1) + 0.5)}),
+])
+def test_repeated_and_parameter_operands_are_written_and_verified(tmp_path, name, fn, modules):
+    """The same tensor twice (the same fix op twice among the op's inputs) and a parameter operand (a float
+    const of its name), as the real quantizer writes them (tests/data/refused_real: square, cat_self,
+    param_tokens; corpus_real/tv_convnext)."""
+    q = quantize(tmp_path, Lambda(fn, **modules))
+    graph = reader.check(reader.read_xmodel(q.export_xmodel(str(tmp_path / "x"))))
+    g = torch.Generator().manual_seed(5)
+    report = verify.compare(graph, q._session, q.quant_model, [torch.randn(1, 3, 8, 8, generator=g)])
+    assert report["elements"] > 0 and report["mismatches"] == 0 and report["nodes_differing"] == []
+    op = [o for o in graph.ops if o.type in ("add", "concat", "mul")][0]
+    ins = [i.name for i in op.inputs["input"]]
+    if name == "param_first":
+        assert ins[0].endswith("__w") and graph.get_op(ins[0]).type == "const"
+    else:
+        assert len(ins) == 2 and ins[0] == ins[1]
+
+
 def test_a_tensor_returned_twice_is_one_op_read_by_both_outputs(tmp_path):
     q = quantize(tmp_path, Lambda(lambda s, x: (lambda y: (y, s.b(y), y))(s.a(x)), a=conv(), b=conv(8, 4)))
     graph = reader.check(reader.read_xmodel(q.export_xmodel(str(tmp_path / "x"))))
@@ -61,10 +85,13 @@ def test_a_tensor_returned_twice_is_one_op_read_by_both_outputs(tmp_path):
      "output_padding=(1, 1)"),
     (lambda s, x: s.t(s.a(x)), {"a": conv(), "t": nn.ConvTranspose2d(8, 4, 4, 2, 1, groups=2)}, "groups=2"),
     (lambda s, x: s.p(s.a(x)), {"a": conv(), "p": nn.MaxPool2d(3, 1, dilation=2)}, "dilation=(2, 2)"),
-    (lambda s, x: s.a(x) + s.a2(x) + s.w, {"a": conv(), "a2": conv(), "w": nn.Parameter(torch.ones(1, 8, 1, 1))},
-     "a parameter or buffer of the model is an operand"),
-    (lambda s, x: (lambda y: y + y)(s.a(x)), {"a": conv()}, "the same tensor is an operand twice"),
-    (lambda s, x: (lambda y: torch.cat([y, y], 1))(s.a(x)), {"a": conv()}, "the same tensor is an operand twice"),
+    # a (1, C, 1, 1) parameter broadcasts to the NHWC (1, 8, 8, 8) along H: the real quantizer's constant is not the
+    # model's; a (C, 1, 1) one does not broadcast there (the real quantizer fails: tests/data/refused_real/param_add)
+    (lambda s, x: s.a(x) + s.a2(x) + s.w, {"a": conv(), "a2": conv(),
+                                           "w": nn.Parameter(torch.arange(8.0).reshape(1, 8, 1, 1) / 8)},
+     "along other dimensions than torch broadcasts it"),
+    (lambda s, x: s.a(x) * s.w, {"a": conv(3, 4), "w": nn.Parameter(torch.arange(4.0).reshape(4, 1, 1))},
+     "broadcast_const_for_binary_op: operands could not be broadcast"),
     (lambda s, x: {"y": s.a(x)}, {"a": conv()}, "the model returns a dict"),
 ])
 def test_what_the_writer_cannot_carry_is_refused_by_name_and_nothing_is_written(tmp_path, fn, modules, needle):

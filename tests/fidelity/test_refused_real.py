@@ -13,7 +13,7 @@ the drop-in's ``torch_quantizer``, and is held to what the real quantizer did:
 What the simulation does not do yet is marked ``xfail(strict=True)`` with the exact gap (GAPS): such a
 check fails today and XPASSes, failing the run, the day the gap is closed, so that the mark is removed.
 tests/data/refused_real/OP_DEFS.md says what the real files carry in ``op_defs`` (field 101), which the
-stored references and the simulation's files lack.
+stored references lack and the simulation writes where libxir is installed (pipeline/xir/catalogue.py).
 """
 import json
 import os
@@ -44,11 +44,6 @@ GAPS = {
     ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
                                 "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
                                 "outputs equal",
-    ("quant_info", "reflect_module"): "the real quantizer parses nn.ReflectionPad2d as nndct_pad_nd (mode reflect), the "
-                                 "simulation keeps aten_reflectionpad2d: other node name and graph_md5; outputs equal",
-    ("quant_info", "replicate_module"): "the real quantizer parses nn.ReplicationPad2d as nndct_pad_nd (mode replicate), "
-                                   "the simulation keeps aten_replicationpad2d: other node name and graph_md5; "
-                                   "outputs equal",
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
@@ -61,15 +56,6 @@ GAPS = {
     ("quant_info", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
                        "the simulation adds an nndct_tuple_index node that carries it: other entries and numbering; "
                        "outputs equal",
-    ("quant_info", "none_index"): "the real quantizer parses y[:, None] as strided_slice, unsqueeze and squeeze (three "
-                             "nodes); the simulation has no unsqueeze node: the conv after it is nndct_conv2d_6 there, "
-                             "nndct_conv2d_5 here; outputs equal",
-    ("quant_info", "ellipsis_index"): "the real quantizer parses y[..., 1] as nndct_select (a float op with output entry "
-                                 "[[8, 7]]), the simulation as nndct_strided_slice without one; outputs equal",
-    ("quant_info", "square"): "graph_md5 only: the real quantizer's graph hash of y * y differs from the simulation's "
-                         "(every quant_info entry and the outputs equal)",
-    ("quant_info", "cat_self"): "the real quantizer gives the conv feeding torch.cat([y, y]) an output entry "
-                           "(nndct_conv2d_1 [[8, 6]]), the simulation does not; outputs equal",
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
@@ -97,27 +83,9 @@ GAPS = {
     ("xmodel", "max_function"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
                                 "{axis [3], keep_dims true} in NHWC",
     ("xmodel", "topk"): "the writer refuses topk; the real file has the custom op aten::topk between transposes",
-    ("xmodel", "int_index"): "the writer refuses nndct_select; the real file has a full strided_slice, a sink "
-                             "transpose, the custom op nndct_select {dim 1, index 0} and a reshape",
-    ("xmodel", "none_index"): "the writer refuses the squeeze of y[:, None]; the real file has a full strided_slice "
-                              "and a reshape between transposes",
-    ("xmodel", "ellipsis_index"): "the writer refuses the slice of y[..., 1]; the real file has the custom op "
-                                  "nndct_select {dim 3, index 1} after a sink transpose",
-    ("xmodel", "param_tokens"): "the writer has no const for a parameter operand; the real file has each (C,) "
-                                "parameter as a float const broadcast to the tokens' shape [1, 16, 8], no fix",
-    ("xmodel", "square"): "the writer refuses the same tensor twice; the real file has mul with the same fix op "
-                          "twice in its input",
-    ("xmodel", "cat_self"): "the writer refuses the same tensor twice; the real file has concat {axis 3} with the "
-                            "same fix op twice",
     ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
                              "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
                              "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("reason", "param_add"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
-    ("reason", "param_mul"): "the real quantizer fails on the (C, 1, 1) parameter: broadcasting it to the NHWC "
-                             "tensor (1, 16, 16, 8) in broadcast_const_for_binary_op; the simulation says its writer "
-                             "has no const for a parameter yet (the real one writes (C,) parameters: param_tokens)",
     ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
                                 "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
                                 "simulation quantizes and writes PlainNet_int.xmodel",
@@ -355,10 +323,19 @@ def test_real_op_defs_are_every_registered_op_in_hash_order():
         ("shape", 0, 0, "int32_vec_value"), ("data_type", 0, 1, "string_value")]
 
 
-@pytest.mark.xfail(strict=True, reason="the simulation's writer writes no op_defs (field 101); the real quantizer "
-                                       "writes the 106 built-in definitions of op_defs.pb (72,702 bytes)")
-def test_simulation_writes_the_real_op_defs(tmp_path):
+def _real_builtins(monkeypatch):
+    """libxir's built-in definitions as the real files carry them, given to the writer in place of libxir's."""
+    from pipeline.xir import catalogue
+    _, real = _op_defs("golden_convnet_default")
+    monkeypatch.setattr(catalogue, "builtin_op_defs", lambda: list(real.op_defs))
+    return real
+
+
+def test_simulation_writes_the_real_op_defs(tmp_path, monkeypatch):
+    """Where libxir gives the writer its built-in definitions (here: the real file's, in place of libxir), the
+    simulation's golden convnet file carries field 101 as the real one, byte for byte, after the same graph."""
     from tests.support import xmodel_golden_helper as helper
+    real = _real_builtins(monkeypatch)
     case = [("golden", "convnet", "default")]
     saved = torch.get_num_threads()
     try:
@@ -369,6 +346,24 @@ def test_simulation_writes_the_real_op_defs(tmp_path):
     with open(os.path.join(helper.folder(str(tmp_path), *case[0]), "xmodel", "ConvNet_int.xmodel"), "rb") as f:
         data = f.read()
     from pipeline.xir import schema
-    _, real = _op_defs("golden_convnet_default")
     mine = schema.parse_graph(data)
     assert [d.SerializeToString() for d in mine.op_defs] == [d.SerializeToString() for d in real.op_defs]
+    without = schema.Graph()
+    without.CopyFrom(mine)
+    del without.op_defs[:]
+    assert data == without.SerializeToString(deterministic=True) + real.SerializeToString()  # field 101 last
+
+
+def test_custom_op_defs_go_where_the_real_files_have_them():
+    """expand_cls's two custom types (``nndct_shape``, ``nndct_expand``, met in the file's creation order) in
+    the built-ins' hash order give the real file's 108 definitions byte for byte; each single custom type of
+    the real files lands at its observed position."""
+    from pipeline.xir import catalogue, schema
+    _, conv = _op_defs("golden_convnet_default")
+    exp_raw, _ = _op_defs("expand_cls")
+    made = schema.Graph()
+    made.op_defs.extend(catalogue.with_customs(list(conv.op_defs), ["data", "nndct_shape", "const", "nndct_expand"]))
+    assert made.SerializeToString() == exp_raw
+    for name, position in CUSTOM_POSITIONS.items():
+        assert [d.name for d in catalogue.with_customs(list(conv.op_defs), [name])].index(name) == position, name
+    assert all(catalogue.libstdcxx_hash(d.name) == _libstdcxx_hash(d.name) for d in conv.op_defs)

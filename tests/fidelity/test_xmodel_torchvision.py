@@ -46,17 +46,11 @@ class SimulationRefuses(Exception):
 
 # family -> the gap in the simulation's xmodel writer, as its refusal says it (the real quantizer writes
 # all thirteen: tests/data/README.md)
-# (ConvNeXt: the writer has no const for the layer scale, a parameter operand of mul; ViT's class-token
-# expand and Swin's relative-position gather: the writer finds no op in its torch.jit trace to name them after, docs/xmodel.md#names)
+# (Swin: its matmul of two tensors, then its shifted-window mask)
 GAPS = {
-    "tv_convnext": "node nndct_elemwise_mul_12 (nndct_elemwise_mul, mul) cannot be written: a parameter or buffer "
-                   "of the model is an operand (the writer has no const for it yet)",
-    # the class token (nndct_shape + nndct_expand) and the relative position index (nndct_index) are written; the
-    # attention's unsqueeze is not yet (the real files: a reshape), nor ViT's select or its pos_embedding operand
-    "tv_vit": "node nndct_unsqueeze_33 (nndct_unsqueeze, unsqueeze) cannot be written: torch.jit traces this call as "
-              "other ops (no traced op of kind nndct_unsqueeze follows the ops before it",
-    "tv_swin": "node nndct_unsqueeze_78 (nndct_unsqueeze, unsqueeze) cannot be written: torch.jit traces this call as "
-               "other ops (no traced op of kind nndct_unsqueeze follows the ops before it",
+    # its relative position bias gather (nndct_index on the int64 index buffer) is written, as the real file names it
+    "tv_swin": "node nndct_matmul_114 (nndct_matmul, matmul) cannot be written: the xmodel writer has no XIR form "
+               "for matmul of two tensors yet",
 }
 
 

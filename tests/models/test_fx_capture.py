@@ -17,7 +17,8 @@ def test_every_mapped_op_has_a_row_in_the_op_table():
     assert floats == sorted([optable.SIGMOID, optable.TANH, optable.SILU, optable.MEAN, optable.CLAMP,
                              optable.GELU, optable.LAYER_NORM, optable.SOFTMAX, optable.SUB, optable.RSUB,
                              optable.DIV, optable.EQUAL, optable.REMAINDER, optable.SELECT, optable.INDEX,
-                             optable.EXPAND, optable.conv.CONVOLUTION_MODE])
+                             optable.EXPAND, optable.conv.CONVOLUTION_MODE, optable.HARDTANH, optable.MISH,
+                             optable.LOG_SOFTMAX, optable.NEG])
     assert optable.is_float_operator("aten::erf") and not optable.spec("aten::erf").quantizable
 
 

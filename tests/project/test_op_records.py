@@ -9,8 +9,9 @@ from pipeline import ops
 from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 
 KINDS = ("dpu", "float", "layout", "shape", "io")
-ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "fix_align_pool", "cle_act",
-         "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output", "pad_fusion")
+ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "operand_list",
+         "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output",
+         "pad_fusion", "reshape_like")
 
 
 def _units():
@@ -83,7 +84,7 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
 
 
 def test_no_op_type_or_call_is_claimed_twice():
-    for attr in ("specs", "modules", "module_rules", "functions", "methods", "refusals"):
+    for attr in ("specs", "modules", "module_rules", "functions", "function_rules", "methods", "refusals"):
         seen = {}
         for record in ops.RECORDS:
             for key in getattr(record, attr):
@@ -94,6 +95,7 @@ def test_no_op_type_or_call_is_claimed_twice():
 def test_the_tables_are_read_off_the_records():
     assert ops.OPS == {op: s for r in ops.RECORDS for op, s in r.specs.items()}
     assert set(ops.MODULE_OPS.values()) | set(ops.FUNCTION_OPS.values()) | set(ops.METHOD_OPS.values()) <= set(ops.OPS)
+    assert not set(ops.FUNCTION_OPS) & set(ops.FUNCTION_RULES), "a function has a type or a rule, not both"
     assert ops.RECORD_OF[ops.CONV2D].family == "conv" and ops.spec("aten::erf") == ops.GENERIC_FLOAT
     assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,)
 
@@ -115,8 +117,7 @@ def test_every_op_type_has_its_onnx_form_or_the_reason_it_has_none(record):
 def test_the_onnx_exporter_finds_every_form_in_the_records():
     from pipeline.quantizers.sim.export.onnx import handlers
     # the exporter's own tables hold only calls that are no op of the op list
-    assert not set(handlers.OWN_MODULES) & set(ops.MODULE_OPS)
-    assert not set(handlers.OWN_FUNCTIONS) & set(ops.FUNCTION_OPS)
+    assert not set(handlers.OWN_FUNCTIONS) & (set(ops.FUNCTION_OPS) | set(ops.FUNCTION_RULES))
     assert not set(handlers.OWN_METHODS) & set(ops.METHOD_OPS)
     for op in ops.OPS:  # every op type resolves to its record's form (None where Absent)
         form = ops.RECORD_OF[op].onnx[op]
@@ -180,7 +181,8 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.PERMUTE, ops.TRANSPOSE, ops.STRIDED_SLICE, ops.RESIZE, ops.HSWISH, ops.HSIGMOID, ops.ADD,
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
-                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SHAPE, ops.EXPAND, ops.INDEX}
+                       ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
+                       ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.SHAPE, ops.EXPAND, ops.INDEX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -395,6 +397,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
                                    ops.HSWISH: F.hardswish}
     assert set(calib.FRESH_OUTPUT_TYPES) == set(ops.PARAM_TYPES) | {ops.RELU, ops.LEAKY_RELU} | pools
     assert set(deploy.POOL_OR_CONV) == set(ops.CONV_TYPES) | {ops.MAX_POOL, ops.AVG_POOL}
+    assert set(deploy.RESHAPE_LIKE) == {ops.FLATTEN, ops.SQUEEZE, ops.UNSQUEEZE}
 
 
 def test_every_refused_call_is_one_record_s_row_and_the_capture_reads_them():

@@ -7,8 +7,8 @@ Re-implements, for the DPU path with the default strategy:
   permute, contiguous, ... node joins its parent's group when it is the parent's only child; a
   reshape joins its parent's group unconditionally. A group is quantized once, at its end.
 - ``quant_output`` (``NndctGraphHolder.quant_output``): the node whose output carries a group's
-  fix position: the group's last node, except that a node feeding only a concat is quantized by
-  the concat, and pure layout nodes (flatten, reshape, ...) defer to the node before them.
+  fix position: the group's last node, except that a node feeding only a concat, once (its output's
+  one use: ``torch.cat([y, y])`` uses it twice), is quantized by the concat, and pure layout nodes (flatten, reshape, ...) defer to the node before them.
 - which tensors get entries (``TorchNndctQstrategy.create_quant_config``): the parameters of
   every quantizable node, in node order: weights and bias of every conv/linear, weight and bias
   of every layer norm, and any state-dict tensor another quantizable node takes directly (an

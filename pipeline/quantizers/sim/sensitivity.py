@@ -12,7 +12,7 @@ How a quantized point finds its float twin:
 - A :class:`~pipeline.quantizers.sim.session.SimSession` built from the same float model and
   settings as the handle names the same nodes (``session.graph.by_name``); each ``SimNode`` keeps
   ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
-- The float model's own trace (the step's ``FloatTrace``, else ``torch.fx.symbolic_trace`` of a deep copy); fx names its
+- The float model's own trace (the step's ``FloatTrace``, else ``fx.float_trace.fx_trace`` of a deep copy); fx names its
   nodes deterministically (module path, function name), so the sim's fx node and the float node
   share a name. The sim's rewrites erase nodes (``pipeline.fx.capture``: a BatchNorm folded into the conv
   before it, Dropout, Identity); when a float node's only user is such an erased node, the float
@@ -53,7 +53,7 @@ from torch import nn
 
 from ...errors import DataError, QuantizationError
 from ...fx.capture import trace_with_defaults
-from ...fx.proxy_args import recording_proxy_arguments
+from ...fx.float_trace import fx_trace
 from ..sensitivity_rows import LayerSensitivity
 from .sensitivity_stats import Accumulator, Point, describe
 
@@ -146,14 +146,13 @@ def _trace_float(float_model: nn.Module, traced: Any = None) -> torch.fx.GraphMo
         return torch.fx.GraphModule(traced.module, traced.graph_copy())
     work = copy.deepcopy(float_model).cpu().eval()
     try:
-        with recording_proxy_arguments():  # torch.arange(x.shape[2]) traced in torch 1.13 as in torch 2
-            return torch.fx.symbolic_trace(work)
+        return torch.fx.GraphModule(*fx_trace(lambda: work))
     except Exception as e:  # fx raises many types; the sim's capture traced it already
         try:  # forward(x, flag=False): its defaults traced in, as the capture traces them
             return torch.fx.GraphModule(*trace_with_defaults(float_model, 1))
         except QuantizationError:
             pass
-        raise QuantizationError("layer sensitivity: torch.fx.symbolic_trace of %s failed (%s), although the "
+        raise QuantizationError("layer sensitivity: the torch.fx trace of %s failed (%s), although the "
                                 "sim quantizer traced it; report this with the model" % (type(float_model).__name__, e))
 
 

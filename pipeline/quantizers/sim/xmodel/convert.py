@@ -60,9 +60,9 @@ class _Writer:
         return op
 
     def data_inputs(self, node: Node) -> List[XOp]:
-        """The ops of the node's data inputs, in order (a parameter among them, ``XmodelForm.param_operands``:
-        its const)."""
-        return [self.op_of(tensor.node.name if tensor.node is not None else tensor.name) for tensor in node.in_tensors]
+        """The ops of the node's data inputs, in order; a parameter operand (a tensor no node makes) is its
+        const, by the parameter's name (``xop_creator.binary_op``)."""
+        return [self.op_of(tensor.name if tensor.node is None else tensor.node.name) for tensor in node.in_tensors]
 
     def with_params(self, node: Node, type_: str, attrs: Dict[str, Any]) -> None:
         """Op ``type_`` of the node with its parameters (``weights``, ``bias``) and data inputs as arguments."""

@@ -14,7 +14,8 @@ for the op types the simulation captures:
 5. flatten, squeeze/unsqueeze and data-preserving permutes become reshapes to their output shape;
    a ``[0, 3, 1, 2]`` permute feeding a reshape feeding a linear layer is folded into the linear
    layer's weights; consecutive reshapes merge;
-6. a constant operand of add/sub/mul/div is broadcast to the other operand's shape;
+6. a constant or parameter second operand of add/sub/mul/div is broadcast to the first operand's shape (a
+   parameter that cannot be is refused: the real quantizer fails there);
 7. an adaptive average pool whose input divides by its output becomes an average pool.
 """
 from collections import deque
@@ -24,10 +25,12 @@ import numpy as np
 
 from .... import ops as t
 from ....ops.xmodel_support import INT_MAX
-from .devgraph import Graph, Node
+from .devgraph import Graph, Node, Tensor
 from .layout import PERMUTE, layout_transform
+from .lower import XmodelUnsupported
 
 POOL_OR_CONV = t.with_role("pad_fusion")  # the ops a zero pad folds into
+RESHAPE_LIKE = t.with_role("reshape_like")  # the ops that become a reshape to their output shape
 
 
 def optimize(graph: Graph) -> None:
@@ -122,7 +125,7 @@ def _moves_memory(node: Node) -> bool:
 
 def _reshape_like_to_reshape(graph: Graph) -> None:
     for node in graph.nodes:
-        if node.type == t.FLATTEN or (node.type == PERMUTE and not _moves_memory(node)):
+        if node.type in RESHAPE_LIKE or (node.type == PERMUTE and not _moves_memory(node)):
             node.type = t.RESHAPE
             node.attrs = {"shape": list(node.out.shape)}
 
@@ -175,15 +178,54 @@ def _merge_reshapes(graph: Graph) -> None:
 
 
 def _broadcast_consts(graph: Graph) -> None:
+    """``broadcast_const_for_binary_op``: the second operand of add/sub/rsub/mul/div, a constant or a parameter
+    of another shape than the first, becomes ``ones(first.shape) * other`` (the first's shape after the layout
+    pass: NHWC where it took it). A parameter that does not broadcast to it (a ``(C, 1, 1)`` one against an
+    NHWC ``(N, H, W, C)`` tensor) is where the real quantizer fails: refused, naming that; one that broadcasts
+    there along other dimensions than torch broadcast it (a ``(1, C, 1, 1)`` one against NHWC) is refused too:
+    the real quantizer would write a constant its file does not compute the model with."""
     for node in graph.nodes:
         if node.type not in t.BINARY_TYPES:
             continue
         first, other = node.in_tensors
-        if other.node is not None and other.node.type == t.CONST and np.shape(other.data) != np.shape(first.data):
+        if other.node is None and np.shape(other.data) != np.shape(first.data):  # a parameter operand
+            other.from_ndarray(_broadcast_param(node, first, other))
+        elif other.node is not None and other.node.type == t.CONST and np.shape(other.data) != np.shape(first.data):
             data = np.ones(first.shape, dtype=first.data.dtype) * other.data
             other.from_ndarray(np.asarray(data))
             other.node.transpose_out_order = None
             other.node.attrs["data"] = other.data
+
+
+def _broadcast_param(node: Node, first: Tensor, other: Tensor) -> np.ndarray:
+    """``ones(first.shape) * other`` for a parameter operand ``other`` (float32 ndarray, ``first``'s deploy
+    shape), checked against torch's broadcast in ``first``'s torch layout (the node's ``transpose_in_order``
+    undone).
+
+    Raises:
+        XmodelUnsupported: it does not broadcast (the real quantizer's ValueError), or it lands on other
+            dimensions than in torch's layout.
+    """
+    why = ("a parameter or buffer of the model is an operand, %s of shape %s, which the real quantizer broadcasts "
+           "to the other operand's shape in its deploy graph, %s (NHWC where the layout pass made it so), "
+           % (other.name.split("::")[-1], tuple(other.shape), tuple(first.shape)))
+    hint = "; a (C,) parameter broadcasts over channels-last tensors, or fold a per-channel scale or shift into " \
+           "the conv before it"
+    try:
+        data = np.ones(first.shape, dtype=first.data.dtype) * other.data
+    except ValueError as e:
+        raise XmodelUnsupported("xmodel: node %s (%s) cannot be written: %sand cannot (broadcast_const_for_binary_op: "
+                                "%s)%s" % (node.name, node.type, why, str(e).strip(), hint))
+    order = node.transpose_in_order  # the layout the node reads its operands in (None: torch's)
+    if order:
+        torch_shape = [0] * len(order)
+        for j, axis in enumerate(order):
+            torch_shape[axis] = first.shape[j]
+        if not np.array_equal(np.transpose(np.ones(torch_shape, first.data.dtype) * other.data, order), data):
+            raise XmodelUnsupported("xmodel: node %s (%s) cannot be written: %salong other dimensions than torch "
+                                    "broadcasts it in %s: the file would not compute the model%s"
+                                    % (node.name, node.type, why, tuple(torch_shape), hint))
+    return np.asarray(data)
 
 
 def _adaptive_to_avgpool(graph: Graph) -> None:

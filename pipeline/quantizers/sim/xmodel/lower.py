@@ -17,7 +17,7 @@ Shape arithmetic (``x.size(0)``, ``//``) is evaluated on the example and folded 
 that use it, as nndct's constant folding does. An op the xmodel cannot carry raises
 :class:`XmodelUnsupported` naming the node.
 """
-from typing import Any, Dict, List, Optional, Sequence
+from typing import Any, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
@@ -56,6 +56,7 @@ class _Lowering:
         self.values = values
         self.dev = Graph(graph.class_name)
         self.by_sim = {}  # type: Dict[str, Node]
+        self.params = {}  # type: Dict[str, Tensor]  # parameter operands by full name (one tensor each)
         prefix = graph.class_name + "::"
         info = lowered.quant_info["output"] if lowered is not None else {}
         self.out_fp = {k[len(prefix):]: v[0] for k, v in info.items() if k.startswith(prefix)}
@@ -95,37 +96,18 @@ class _Lowering:
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
-            form = t.xmodel_form(node.op)
-            if form is not None and form.param_operands and any(a.op == "get_attr" for a in
-                                                                node.fx_node.all_input_nodes):
-                self.add_operands(node, dev)
-            else:
-                for producer in self.data_inputs(node):
-                    dev.add_in_tensor(self.by_sim[producer.name].out)
+            tensors = [self.by_sim[producer.name].out for producer in self.data_inputs(node)]
+            for index, param in self.param_operands(node):
+                tensors.insert(index, param)
+                dev.params[param.name] = param
+            for tensor in tensors:
+                dev.add_in_tensor(tensor)
             self.add_params(node, dev)
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
         for node in self.graph.outputs:
             self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
         return self.dev
-
-    def add_operands(self, node: SimNode, dev: Node) -> None:
-        """The inputs of a node whose type takes parameter operands (``XmodelForm.param_operands``), in
-        argument order: a parameter or buffer of the model as a parameter tensor of the node (written as its
-        float const), any other tensor argument as its producer's output (nndct's parser binds a
-        ``prim::GetAttr`` operand as an input tensor without a producer)."""
-        producers = iter(self.data_inputs(node))
-        for arg in node.fx_node.all_input_nodes:
-            if arg.op == "get_attr":
-                name = "%s::%s" % (self.graph.class_name, arg.target)
-                tensor = dev.params[name] = Tensor(name)
-                value = self.values[arg].detach()  # an index buffer stays int64 (nndct's const of its dtype)
-                tensor.from_ndarray(np.ascontiguousarray((value if value.dtype == torch.int64 else value.float()).numpy()))
-                dev.add_in_tensor(tensor)
-            else:
-                producer = next(producers, None)
-                if producer is not None:
-                    dev.add_in_tensor(self.by_sim[producer.name].out)
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
         sizes = takes_sizes(node.op)
@@ -137,17 +119,44 @@ class _Lowering:
         return inputs
 
     def check_operands(self, node: SimNode) -> None:
-        """The operands of arithmetic and cat: each tensor once, none a parameter or buffer (the
-        capture keeps one input per distinct producer)."""
+        """The operands of arithmetic and cat: none a parameter or buffer (a tensor given twice is two
+        inputs of the capture's node, as in nndct's graph)."""
         args = node.fx_node.args
         tensors = list(args[0]) if node.op == t.CONCAT and args and isinstance(args[0], (list, tuple)) else list(args)
         tensors = [a for a in tensors if isinstance(a, torch.fx.Node)]
-        if any(a.op == "get_attr" for a in tensors):
+        form = t.xmodel_form(node.op)
+        bound = form is not None and form.param_operands
+        if any(a.op == "get_attr" and not (bound and self.full_name(a) in node.free_params) for a in tensors):
             raise unsupported(node, "a parameter or buffer of the model is an operand (the writer has no const for "
                                     "it yet); fold it into a conv/linear, or use a Python number")
-        if len(set(tensors)) != len(tensors):
-            raise unsupported(node, "the same tensor is an operand twice (y + y, y * y, torch.cat([y, y])), which the "
-                                    "writer does not carry yet; for y + y write 2 * y")
+
+    def full_name(self, fx_node: torch.fx.Node) -> str:
+        """The full name (``<Class>::<path>``) of a ``get_attr`` node's tensor."""
+        return "%s::%s" % (self.graph.class_name, fx_node.target)
+
+    def param_operands(self, node: SimNode) -> List[Tuple[int, Tensor]]:
+        """The parameters or buffers of the model that are operands of ``node`` (its ``free_params`` for a
+        quantizable type, every ``get_attr`` operand for any other: the class token of ``expand``, the table and
+        index buffer of ``table[idx]``; where its record's form takes them: ``XmodelForm.param_operands``), each
+        with its index among the node's inputs (its argument position) and the one Tensor of its full name:
+        float32 as the model holds it (no fix position, so the lowered model holds it unchanged; an index buffer
+        int64), shape as torch's (``(C,)``, ``(C, 1, 1)``)."""
+        form = t.xmodel_form(node.op)
+        if form is None or not form.param_operands:
+            return []
+        quantizable = t.spec(node.op).quantizable  # its operands are its free_params; any other takes every one
+        found = []  # type: List[Tuple[int, Tensor]]
+        for index, a in enumerate(node.fx_node.args):
+            if isinstance(a, torch.fx.Node) and a.op == "get_attr" and (
+                    self.full_name(a) in node.free_params or not quantizable):
+                name = self.full_name(a)
+                if name not in self.params:
+                    p = self.graph.parameter(name).detach()  # an index buffer keeps its int64 (nndct's const)
+                    self.params[name] = Tensor(name)
+                    self.params[name].from_ndarray(np.ascontiguousarray((p if p.dtype == torch.int64 else
+                                                                         p.float()).numpy()))
+                found.append((index, self.params[name]))
+        return found
 
     def output(self, node: SimNode) -> np.ndarray:
         if node.size_axis is not None and size_kept(node):  # a size read kept as a tensor

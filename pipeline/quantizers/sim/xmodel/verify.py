@@ -15,7 +15,7 @@ from .... import fixpoint
 from .... import ops as t
 from ..finite import agreement, check_compared, check_inputs
 from ....xir.interp import by_shape, fit_layout, run, to_model_layout
-from ....xir.interp_base import FloatOp, InterpreterError, op_error
+from ....xir.interp_base import TO_NHWC, FloatOp, InterpreterError, op_error
 from ....xir.interp_ops import is_custom
 from ....xir.xgraph import XGraph, XOp, formal_name
 
@@ -82,9 +82,19 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     # a traced size the op takes as a tensor (an nndct_shape input: lower.size_kept) is an int of the recorded run
     # in the simulation's call, which takes it from there
     sizes = [i for i, o in enumerate(op.input_list()) if o.type == t.SHAPE]
+    # a custom op of an nndct type (nndct_log_softmax, ...) is laid out as its neighbours: where the file holds
+    # its output NHWC and the simulation NCHW, the call runs on the inputs read as NCHW, its result put back
+    out = values.get(fx_node)
+    nhwc = isinstance(out, torch.Tensor) and out.dim() == 4 and list(op.shape) != list(out.shape) \
+        and list(op.shape) == [out.shape[i] for i in TO_NHWC]
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
         xs = [x for i, x in enumerate(xs) if i not in sizes]
+        if nhwc:
+            return run_nchw([to_model_layout(x) for x in xs]).permute(TO_NHWC)
+        return run_nchw(xs)
+
+    def run_nchw(xs: List[torch.Tensor]) -> torch.Tensor:
         if len(xs) not in (len(data), len(data) + len(params)):
             raise op_error(op, "the simulation's %s takes %d tensors, the op has %d inputs"
                            % (fx_node.name, len(data), len(xs)))

@@ -6,8 +6,8 @@ record (``OpRecord.onnx``: ``form(builder, fx node, module or None) -> ONNX name
 Absent gets "no ONNX lowering for this op"). The calls below are no op of the op list (no nndct type:
 the capture gives them ``aten::<name>``, or they are the quantizer's own call), so their forms are the
 exporter's own, in this module's small literal tables: the quantization point (``fake_quant``, written
-by the flavour), the attention the lowered model inlines (refused), ``torch.roll``, a ``Hardtanh`` with
-bounds other than [0, 6] and ``x.unflatten`` (written as a reshape)."""
+by the flavour), the attention the lowered model inlines (refused), ``torch.roll`` and ``x.unflatten``
+(written as a reshape)."""
 from typing import Any, Callable, Dict, Optional, Set, Tuple
 
 import torch
@@ -18,7 +18,6 @@ from ..... import ops as t
 from .....fx.attention import SCALED_DOT_PRODUCT_ATTENTION
 from .....fx.classify import classify
 from .....fx.rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
-from .....ops.onnx_form import clip
 from .....ops.record import Absent
 from .builder import ROUNDING_METHODS, Builder, Unsupported, arg, is_fake_quant
 
@@ -53,11 +52,6 @@ def _roll(b: Builder, node: torch.fx.Node, mod: None) -> str:
     return y
 
 
-def _hardtanh(b: Builder, node: torch.fx.Node, mod: nn.Hardtanh) -> str:
-    """A ``Hardtanh`` that is no ReLU6 (``aten::hardtanh``): Clip to its bounds."""
-    return clip(b, node, float(mod.min_val), float(mod.max_val))
-
-
 def _fake_quant(b: Builder, node: torch.fx.Node, mod: None) -> str:
     x = b.tensor(arg(node, 0, "x"))
     fix_pos, bitwidth, method = (b.static(arg(node, i, n))
@@ -70,8 +64,7 @@ def _fake_quant(b: Builder, node: torch.fx.Node, mod: None) -> str:
     return b.quantize(x, node.name, fix_pos, bitwidth, method)
 
 
-# The exporter's own forms: calls that are no op of the op list (module class / function / method name).
-OWN_MODULES = {nn.Hardtanh: _hardtanh}  # type: Dict[type, Callable[..., str]]
+# The exporter's own forms: calls that are no op of the op list (function / method name).
 OWN_FUNCTIONS = {SCALED_DOT_PRODUCT_ATTENTION: _attention, torch.roll: _roll}  # type: Dict[Any, Callable[..., str]]
 OWN_METHODS = {"unflatten": t.RECORD_OF[t.RESHAPE].onnx[t.RESHAPE]}  # type: Dict[str, Callable[..., str]]
 
@@ -107,7 +100,7 @@ def handler_of(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Tuple[Optional[
     if op in t.RECORD_OF:
         return form_of(op), mod
     if node.op == "call_module":
-        return OWN_MODULES.get(type(mod)), mod
+        return None, mod
     if node.op == "call_function":
         return OWN_FUNCTIONS.get(node.target), None
     return OWN_METHODS.get(node.target), None
@@ -118,11 +111,12 @@ def supported() -> Tuple[Set[str], Set[str], Set[str]]:
     modules = {cls.__name__ for r in t.RECORDS for cls, op in r.modules.items() if form_of(op)}
     modules |= {cls.__name__ for r in t.RECORDS for cls in r.module_rules if any(form_of(op) for op in r.specs)}
     functions = {getattr(f, "__name__", str(f)) for r in t.RECORDS for f, op in r.functions.items() if form_of(op)}
+    functions |= {getattr(f, "__name__", str(f)) for r in t.RECORDS for f in r.function_rules
+                  if any(form_of(op) for op in r.specs)}
     methods = {m for r in t.RECORDS for m, op in r.methods.items() if form_of(op)}
     if form_of(t.IDENTITY):  # the capture's removed calls (dropout, identity) are IDENTITY
         modules |= {cls.__name__ for cls in REMOVED_MODULES}
         functions |= {f.__name__ for f in REMOVED_FUNCTIONS}
-    modules |= {cls.__name__ for cls in OWN_MODULES}
     functions |= {getattr(f, "__name__", str(f)) for f in OWN_FUNCTIONS}
     methods |= set(OWN_METHODS)
     return modules, functions, methods

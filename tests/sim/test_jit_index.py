@@ -1,0 +1,65 @@
+"""A tensor indexed by slices, ints, None and Ellipsis: the capture splits the getitem into the ops torch.jit
+records for it (pipeline/fx/jit_index.py), which are the nodes nndct parses (docs/xmodel.md#ops). Held here
+against torch.jit's own trace; tests/fidelity/test_refused_real.py holds int_index, none_index and
+ellipsis_index against the real quantizer."""
+import operator
+
+import pytest
+import torch
+import torch.fx
+
+from pipeline.fx.jit_index import jit_pieces, split_select_index
+
+E = Ellipsis
+INT64_MAX = 9223372036854775807
+SPLIT = [(slice(None), 0), (slice(None), None), (E, 1), (0,), (0, slice(1, 3)), (slice(None), slice(None), 2, 1),
+         (None,), (E, None), (1, E, 0), (slice(1, 3), E, None), (slice(None), slice(0, 2), E, 0)]
+LEFT = [(None, slice(1, 2)), (slice(None), None, slice(None), 0), (E, slice(1, 2), 0)]  # no getitem names the chain
+
+
+def _jit_ops(index, x):
+    """(kind, constant arguments after the input) of every slice, select and unsqueeze torch.jit records."""
+    graph = torch.jit.trace(lambda t: t[index], (x,)).graph
+    return [(n.kind()[len("aten::"):], [i.toIValue() for i in list(n.inputs())[1:]]) for n in graph.nodes()
+            if n.kind() in ("aten::slice", "aten::select", "aten::unsqueeze")]
+
+
+def _ops_of(pieces, rank):
+    ops = []
+    for kind, what in pieces:
+        if kind == "slices":
+            at = what.index(E) if E in what else len(what)
+            after = what[at + 1:]
+            dims = list(range(at)) + [rank - len(after) + i for i in range(len(after))]
+            for dim, s in zip(dims, [s for s in what if s is not E]):
+                ops.append(("slice", [dim, 0 if s.start is None else s.start, INT64_MAX if s.stop is None else s.stop,
+                                      s.step or 1]))
+        elif kind == "select":
+            ops.append(("select", list(what)))
+            rank -= 1
+        else:
+            ops.append(("unsqueeze", [what]))
+            rank += 1
+    return ops
+
+
+@pytest.mark.parametrize("index", SPLIT, ids=str)
+def test_the_pieces_are_the_ops_torch_jit_records(index):
+    x = torch.randn(2, 3, 4, 5)
+    assert _ops_of(jit_pieces(index, x.dim()), x.dim()) == _jit_ops(index, x)
+
+
+@pytest.mark.parametrize("index", LEFT, ids=str)
+def test_a_chain_no_getitem_names_leaves_the_index_as_it_is(index):
+    assert jit_pieces(index, 4) is None
+
+
+@pytest.mark.parametrize("index", SPLIT + LEFT, ids=str)
+def test_the_split_graph_computes_the_same_values(index):
+    x = torch.randn(2, 3, 4, 5)
+    graph = torch.fx.Graph()
+    graph.output(graph.call_function(operator.getitem, (graph.placeholder("x"), index)))
+    split_select_index(graph, lambda node: 4)
+    targets = [n.target for n in graph.nodes if n.op == "call_function"]
+    assert len(targets) == (1 if jit_pieces(index, 4) is None else len(jit_pieces(index, 4)))
+    assert torch.equal(torch.fx.GraphModule(torch.nn.Module(), graph)(x), x[index])
