@@ -218,9 +218,11 @@ def _classify(node: torch.fx.Node, modules: Dict[str, nn.Module],
                                getattr(target, "__name__", str(target)))
         own = getattr(target, "__name__", str(target))
     name = own if not isinstance(rule, ops.DpuRule) or own in rule.names else rule.names[0]
-    if node.op == "call_module":
-        return op_type, name, label, _module_attrs(name, modules[node.target])
-    return op_type, name, label, _function_attrs(name, node)
+    module = modules[node.target] if node.op == "call_module" else None
+    attrs = _module_attrs(name, module) if module is not None else _function_attrs(name, node)
+    if isinstance(rule, ops.DpuRule) and rule.attrs is not None:  # what the op's rule reads besides
+        attrs.update(rule.attrs(module, lambda index, key, default=None: _arg(node, index, key, default)))
+    return op_type, name, label, attrs
 
 
 def _is_contiguous(meta: TensorMetadata) -> bool:

@@ -64,6 +64,9 @@ def _attrs(op: Any, inputs: List[Any]) -> Dict[str, Any]:
         a["align_corners"] = bool(op.attr("align_corners", False))
     if op.type == "reduction_mean":
         a["dim"] = [{1: 2, 2: 3, 3: 1}.get(int(d) % 4, int(d)) for d in op.attr("axis", [])]
+    piece = ops.XIR_OPS.get(op.type)
+    if piece is not None and piece.inspected_attrs is not None:  # what the unit's rule reads besides
+        a.update(piece.inspected_attrs(op))
     return a
 
 

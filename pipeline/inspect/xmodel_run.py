@@ -44,8 +44,8 @@ def _read_npy(path: str) -> np.ndarray:
 
 
 def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layout: str = "auto") -> np.ndarray:
-    """``array`` in the layout the interpreter takes: NCHW for a 4-D data op (whose dims are NHWC),
-    else the data op's dims.
+    """``array`` in the layout the interpreter takes: NCHW for a 4-D data op (whose dims are NHWC), for a 3-D one
+    its dims or NCW (a 1-D conv's NWC input, which the interpreter lays out), else the data op's dims.
 
     Args:
         path: the .npy path (for messages); array: its float32 values; dims: the data op's dims;
@@ -71,6 +71,11 @@ def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layo
         if list(array.shape) == dims:
             return np.ascontiguousarray(array)
         expected = "%s" % dims
+        if len(dims) == 3:  # a 1-D conv's input: the file's NWC, or the model's NCW (the interpreter lays it out)
+            ncw = [dims[0], dims[2], dims[1]]
+            if list(array.shape) == ncw:
+                return np.ascontiguousarray(array)
+            expected = "%s (the file's), or NCW %s (the model's layout, for a 1-D conv's NWC input)" % (dims, ncw)
     if array.ndim == len(dims) and dims and array.shape[0] != dims[0] and (
             sorted(array.shape[1:]) == sorted(dims[1:])):
         raise XmodelRunError("--input %s: a batch of %d, but the file's data op %r takes batch %d (the quantizer "

@@ -104,6 +104,8 @@ TRACED = {op: kinds for r in RECORDS for op, kinds in r.traced.items()}  # type 
 REFUSALS = {call: known for r in RECORDS for call, known in r.refusals.items()}  # type: Dict[Any, Any]
 SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimForm or Absent (quantizers/sim)
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
+NORM = {op: form for r in RECORDS for op, form in r.norm.items()}  # norm type -> sim_support.NormForm
+LAYER = {op: form for r in RECORDS for op, form in r.layer.items()}  # params type -> sim_support.LayerForm
 # custom XIR op type -> xir_support.CustomKernel, for the custom types the units write and the interpreter runs
 CUSTOM_KERNELS = {x: k for r in RECORDS for x, k in r.custom_kernels.items() if not isinstance(k, Absent)}
 
@@ -120,6 +122,19 @@ def sim_form(op: str) -> Optional[Any]:
     the simulation runs torch's own call (the record's ``sim_support.TORCH``, or an ``aten::*`` type)."""
     form = SIM.get(op)
     return None if form is None or isinstance(form, Absent) else form
+
+
+def norm_form(op: str) -> Optional[Any]:
+    """How a ``norm``-role type computes with its quantized weight and bias (``record.OpRecord.norm``: a
+    ``sim_support.NormForm``), or None where its record gives none (a layer norm, a PReLU: the simulation's own)."""
+    return NORM.get(op)
+
+
+def layer_form(op: str) -> Optional[Any]:
+    """How a ``params``-role type computes with given weight and bias (``record.OpRecord.layer``: a
+    ``sim_support.LayerForm``), or None where its record gives none (the 2-D convs, linear, batch norm: the
+    simulation's own)."""
+    return LAYER.get(op)
 
 
 def with_role(role: str) -> Tuple[str, ...]:

@@ -38,9 +38,12 @@ Signature = Tuple[Tuple[str, ...], Dict[str, Any]]
 #   at call time: ``ctx.target`` (a ``pipeline.targets.DpuTarget`` with engines), ``ctx.nodes``,
 #   ``ctx.consumers``, ``ctx.verdicts``, ``ctx.producer(node, i)``, ``ctx.on_dpu(name)``;
 # - judges_float: the rule judges the node even where the quantizer keeps it as a float operator
-#   (otherwise such a node is the inspector's generic float-operator verdict).
-DpuRule = namedtuple("DpuRule", "names rule judges_float")
-DpuRule.__new__.__defaults__ = (False,)
+#   (otherwise such a node is the inspector's generic float-operator verdict);
+# - attrs: ``attrs(module, arg) -> dict``, the call's attributes the rule reads that the inspector's trace
+#   does not already give (``module``: the called ``nn.Module`` or None; ``arg(index, name, default)``: an
+#   argument of a functional call), merged into the node's ``attrs``; None where it reads none.
+DpuRule = namedtuple("DpuRule", "names rule judges_float attrs")
+DpuRule.__new__.__defaults__ = (False, None)
 
 def pair(value: Any) -> Tuple[int, int]:
     """An int or a pair of ints (torch's ``_pair`` arguments: a kernel, stride, padding, size) as a pair of
@@ -163,6 +166,14 @@ class OpRecord:
             at call time, ``ops/sim_support.py``), or ``sim_support.TORCH`` (an :class:`Absent`: "torch's
             call is the DPU's arithmetic") where the simulation runs the op's own torch call. Every type
             of the family has one (``pytorch_nndct/nn/modules``: the modules nndct swaps in).
+        norm: op type -> ``sim_support.NormForm`` for the family's types of role ``norm``: how the node computes
+            with its quantized weight and bias, and its module in the test-mode model (the simulation's graph
+            and node given at call time). A ``norm`` type without one is a layer norm or PReLU, whose forms
+            ``quantizers/sim/ops.py`` and ``lowered.py`` still hold.
+        layer: op type -> ``sim_support.LayerForm`` for the family's types of role ``params``: the layer's call
+            with given weight and bias, and the dims of bias correction's error mean. A ``params`` type without
+            one is a 2-D conv, a linear or a batch norm, whose forms ``quantizers/sim/ops.py`` and ``calib.py``
+            still hold.
     """
     family: str
     specs: Mapping[str, OpSpec]
@@ -183,6 +194,8 @@ class OpRecord:
     signatures: Mapping[str, Signature] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
     custom_kernels: Mapping[str, Any] = field(default_factory=dict)
+    norm: Mapping[str, Any] = field(default_factory=dict)
+    layer: Mapping[str, Any] = field(default_factory=dict)
 
     def types(self) -> Tuple[str, ...]:
         """The family's nndct op types, in order."""

@@ -25,5 +25,22 @@ from .record import Absent
 
 SimForm = namedtuple("SimForm", "run lower")
 
+# How a type of role ``norm`` (its module quantizes its own weight and bias at its first call and computes
+# with them: ``OpRecord.norm``) computes, given the simulation's graph and node at call time:
+# - ``forward(graph, node, x, weight, bias) -> tensor``: the node on its (already quantized) input ``x`` with the
+#   given (quantized, or float) weight and bias, None where it has none; ``graph.module(node)`` is its module;
+#   a new float32 tensor, as the real quantizer's module computes it in its default mode;
+# - ``module(graph, node) -> nn.Module``: the test-mode model's module for the node (its hyper-parameters; the
+#   simulation sets its ``weight`` and ``bias`` to the quantized ones), whose call is ``forward``'s.
+NormForm = namedtuple("NormForm", "forward module")
+
+# How a type of role ``params`` (a layer whose weight and bias the calibration quantizes: ``OpRecord.layer``)
+# computes:
+# - ``forward(module, x, weight, bias) -> tensor``: the layer on its (quantized) input with the given weight and
+#   bias (None where it has none), as the real quantizer's module calls torch (a new float32 tensor);
+# - ``bias_dims``: the dims of the output error whose mean bias correction subtracts from the bias (nndct's
+#   module's ``error.mean(dim=...)``).
+LayerForm = namedtuple("LayerForm", "forward bias_dims")
+
 # the piece of an op the simulation runs as torch's own call
 TORCH = Absent("torch's call is the DPU's arithmetic (the simulation runs the op's own torch call)")

@@ -53,10 +53,12 @@ Kernel = Callable[[Any, Any, Inputs], torch.Tensor]  # (run, op, inputs) -> the 
 class XirOp:
     """One XIR op type a unit writes (``OpRecord.xir_ops``): its definition (with its shape inference,
     ``definition.shape``), its interpreter kernel, and the op name the DPU inspector's rules know it by
-    (``inspect/xmodel_dpu.py``: ``conv_transpose2d``, ``getitem``, ...)."""
+    (``inspect/xmodel_dpu.py``: ``conv_transpose2d``, ``getitem``, ...), with ``inspected_attrs(op) -> dict``:
+    the attributes of the XIR op its rule reads that the inspector does not already give (None: none)."""
     definition: OpDef
     kernel: Kernel
     inspected_as: str
+    inspected_attrs: Optional[Callable[[Any], Dict[str, Any]]] = None
 
 
 CustomFn = Callable[[Any, List[torch.Tensor]], torch.Tensor]  # (op, input values in order) -> the op's output
@@ -190,6 +192,26 @@ def broadcast_dims(a: Sequence[int], b: Sequence[int]) -> Optional[List[int]]:
     return out
 
 
+def source(op: Any) -> Result:
+    """``data``, ``const`` and custom op types: the ``shape`` attribute, non-empty and positive."""
+    dims = attr(op, "shape", "int32_vec")
+    if not dims or any(d <= 0 for d in dims):
+        raise fail(op, "attribute shape %s must be non-empty and positive" % (dims,))
+    return list(dims), {}
+
+
+SOURCE_ATTRS = (req("shape", "int32_vec"), req("data_type", "string"))
+
+
+def custom_def(type_: str) -> OpDef:
+    """The definition libxir makes for an op type it does not define (``aten::silu``, ``nndct_clamp``): one
+    REPEATED argument ``input``, REQUIRED ``shape`` and ``data_type``, the shape of ``data``
+    (``tool_function.cpp``, ``register_customized_operator_definition``). A unit that writes such a type
+    and runs it itself (an :class:`XirOp` for it: a custom op the file holds in NHWC, which the model's
+    NCHW call cannot run) gives this definition, so the type stays custom for the format."""
+    return OpDef(type_, (ArgDef("input", REPEATED),), SOURCE_ATTRS, source)
+
+
 def like_input(op: Any) -> Result:
     """``shape_infer_remain``: the dims of ``input[0]``; ``shape_info`` of the last input that has one."""
     return with_info(op_input(op).shape, last_shape_info(op))
@@ -215,6 +237,17 @@ _WINDOW = {  # output size from n = in + pad_lo + pad_hi, span = (kernel - 1) * 
     "SAME": lambda n, span, s: -(-n // s),
     "VALID": lambda n, span, s: -((span - 1 - n) // s),
 }
+
+
+def window_size(op: Any, n: int, kernel: int, stride: int, dilation: int) -> int:
+    """``cal_out_1d``: the output length of a window over ``n`` (the padded input length) under the op's
+    ``pad_mode``."""
+    mode = attr(op, "pad_mode", "string")
+    if mode not in _WINDOW:
+        raise fail(op, "pad_mode %r is none of FLOOR, CEIL, SAME, VALID" % mode)
+    if stride <= 0:
+        raise unsupported(op, "stride %d" % stride)
+    return _WINDOW[mode](n, (kernel - 1) * dilation + 1, stride)
 
 
 def nhwc_dims(op: Any) -> List[int]:

@@ -27,6 +27,8 @@ from .interp_base import TO_NCHW, TO_NHWC, FloatOp, InterpreterError, Run, check
 from .interp_ops import OPS, custom_op, is_custom
 from .xgraph import XGraph, XOp
 
+NCW_NWC = (0, 2, 1)  # a 3-D feature map's order in the file (nndct's swim and sink order of rank 3: its own inverse)
+
 _INPUT_NAME = re.compile(r"input_(\d+)$")
 
 
@@ -42,7 +44,8 @@ def data_ops(graph: XGraph) -> List[XOp]:
 
 def _laid_out(op: XOp, x: torch.Tensor) -> torch.Tensor:
     """The caller's input as the data op's dims say: a 4-D NCHW tensor seen as NHWC (a view of its
-    contiguous memory), else as given."""
+    contiguous memory), else as given, else a 3-D NCW tensor seen as NWC (a 1-D conv's input: nndct lays a
+    3-D feature map out only where a 1-D op takes it, so the given order is read first)."""
     x = x.detach()
     x = x if x.dtype == torch.float32 else x.float()
     dims = list(op.shape)
@@ -50,6 +53,8 @@ def _laid_out(op: XOp, x: torch.Tensor) -> torch.Tensor:
         return x.contiguous().permute(TO_NHWC)
     if list(x.shape) == dims:
         return x
+    if x.dim() == 3 and list(x.permute(NCW_NWC).shape) == dims:
+        return x.contiguous().permute(NCW_NWC)
     raise op_error(op, "input of dims %s does not fit the data op's %s (NHWC for a 4-D NCHW input; batch %d)"
                    % (list(x.shape), dims, dims[0] if dims else 0))
 
@@ -129,11 +134,20 @@ def to_model_layout(x: torch.Tensor) -> torch.Tensor:
     return x.permute(TO_NCHW) if x.dim() == 4 else x
 
 
+def model_readings(x: torch.Tensor) -> Tuple[torch.Tensor, ...]:
+    """``x`` as it is in the file and in the model's layout where nndct lays a feature map of its rank out:
+    a 4-D value NHWC -> NCHW (:func:`to_model_layout`), a 3-D one NWC -> NCW (a 1-D conv's); views."""
+    if x.dim() == 3:
+        return x, x.permute(NCW_NWC)
+    return x, to_model_layout(x)
+
+
 def fit_layout(x: torch.Tensor, shape: Sequence[int]) -> Optional[torch.Tensor]:
     """``x`` read in the layout that gives the model's ``shape``: a 4-D value as NCHW from NHWC
     (:func:`to_model_layout`, nndct's usual end) or as it is (a file that ends in a transpose back
-    to NCHW, or in an op that keeps torch's layout); None when neither reading fits."""
-    for value in (to_model_layout(x), x):
+    to NCHW, or in an op that keeps torch's layout), or a 3-D value as NCW from NWC (a 1-D conv's); None when
+    no reading fits."""
+    for value in (to_model_layout(x), x) + ((x.permute(NCW_NWC),) if x.dim() == 3 else ()):
         if list(value.shape) == list(shape):
             return value
     return None

@@ -101,9 +101,13 @@ def _fix(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
 
 
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
-    """A custom op (a type XIR does not define): its unit's kernel where the file says all the op computes
-    (``ops.CUSTOM_KERNELS``, ``complete``), else the caller's ``float_ops[op.name]``, else its unit's
-    fallback kernel."""
+    """A custom op (a type XIR does not define): the kernel of the unit that writes the type and runs it as an
+    XIR op of its own (``OpRecord.xir_ops``: a custom op the file holds in NHWC, ``nndct_instance_norm``), or its
+    unit's custom kernel where the file says all the op computes (``ops.CUSTOM_KERNELS``, ``complete``), else
+    the caller's ``float_ops[op.name]``, else its unit's fallback kernel."""
+    unit = ops.XIR_OPS.get(op.type)
+    if unit is not None:
+        return checked(op, unit.kernel(run, op, ins).float())
     xs = [x for arg in sorted(ins) for x in ins[arg]]
     kernel = ops.CUSTOM_KERNELS.get(op.type)
     if kernel is not None and kernel.complete:

@@ -21,8 +21,8 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from .. import ops
-from ..ops.xir_support import (INS, OPTIONAL, REPEATED, REQUIRED, REQUIRED_AND_REPEATED, ArgDef, AttrDef, OpDef,
-                               opt as _opt, req as _req)
+from ..ops.xir_support import (INS, OPTIONAL, REPEATED, REQUIRED, REQUIRED_AND_REPEATED, SOURCE_ATTRS, ArgDef,
+                               AttrDef, OpDef, custom_def as _custom_def, opt as _opt, req as _req)
 from . import shapes, shapes_layout
 
 __all__ = ["REQUIRED", "OPTIONAL", "REPEATED", "REQUIRED_AND_REPEATED", "ArgDef", "AttrDef", "OpDef", "custom_def",
@@ -31,7 +31,7 @@ __all__ = ["REQUIRED", "OPTIONAL", "REPEATED", "REQUIRED_AND_REPEATED", "ArgDef"
 TypedAttrs = Dict[str, Tuple[str, Any]]
 
 _IN = (ArgDef("input", REQUIRED),)
-_SOURCE = (_req("shape", "int32_vec"), _req("data_type", "string"))
+_SOURCE = SOURCE_ATTRS
 _REDUCE = (_req("axis", "int32_vec"), _req("keep_dims", "bool"))
 _ALPHA = (_opt("alpha", "float", 1.0),)
 
@@ -68,7 +68,6 @@ _FORMAT_DEFS = {d.type: d for d in [
     # layout
     OpDef("flatten", _IN, (_req("start_axis", "int32"), _req("end_axis", "int32")), shapes_layout.flatten),
     OpDef("squeeze", _IN, (_opt("axis", "int32_vec", []),), shapes_layout.squeeze),
-    OpDef("pixel-shuffle", _IN, (_req("scale", "int32"), _req("upscale", "bool")), shapes_layout.pixel_shuffle),
     # shapes as data
     OpDef("shape", _IN, (), shapes.shape),
 ]}
@@ -92,7 +91,7 @@ _OTHER_BUILT_INS = frozenset("""
 
 def custom_def(type_: str) -> OpDef:
     """The definition libxir makes for an op type it does not define (``aten::silu``, ``nndct_clamp``)."""
-    return OpDef(type_, (ArgDef("input", REPEATED),), _SOURCE, shapes.source)
+    return _custom_def(type_)
 
 
 def get(type_: str) -> OpDef:

@@ -9,7 +9,7 @@ undefined behaviour or on a logged-and-ignored error, it raises ``XGraphError`` 
 supported by this writer.
 
 This module holds the shape inference of the XIR types no op unit writes (the XIR format's own:
-sources, shape, argmax, reductions; ``shapes_layout`` flatten, squeeze, pixel-shuffle). The shape
+sources, shape, argmax, reductions; ``shapes_layout`` flatten, squeeze). The shape
 inference of a type a unit writes is in that unit (``OpRecord.xir_ops``, ``pipeline/ops/``), and the
 common checks and helpers are in ``pipeline/ops/xir_support.py`` (imported here under their old names).
 
@@ -30,22 +30,14 @@ from typing import Any, Callable, List, Optional
 
 # the common checks and helpers: with the vocabulary the op units build their XIR pieces from
 from ..ops.xir_support import (SHAPE_INFO, Result, attr, broadcast, broadcast_dims, cdiv, const_ints, error, fail,
-                               last_shape_info, like_input, op_input, shape_info, unsupported, vec, with_info)
+                               last_shape_info, like_input, op_input, shape_info, source, unsupported, vec, with_info)
 
 __all__ = ["SHAPE_INFO", "Result", "attr", "broadcast", "broadcast_dims", "cdiv", "const_ints", "error", "fail",
            "last_shape_info", "like_input", "op_input", "shape_info", "unsupported", "vec", "with_info",
            "source", "shape", "argmax", "reduction"]
 
 
-# --- sources -------------------------------------------------------------------------------------------
-
-def source(op: Any) -> Result:
-    """``data``, ``const`` and custom op types: the ``shape`` attribute, non-empty and positive."""
-    dims = attr(op, "shape", "int32_vec")
-    if not dims or any(d <= 0 for d in dims):
-        raise fail(op, "attribute shape %s must be non-empty and positive" % (dims,))
-    return list(dims), {}
-
+# --- sources: ``source`` (data, const and custom op types) is xir_support's, with ``custom_def`` -------------
 
 # --- shape-carrying ops ----------------------------------------------------------------------------
 

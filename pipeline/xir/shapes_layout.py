@@ -1,6 +1,6 @@
-"""Shape inference of XIR's layout ops no op unit writes: flatten, squeeze and pixel-shuffle (the
-XIR format's own; the layout ops the units write, concat, reshape, transpose, pad, resize,
-strided-slice, are in their units under ``pipeline/ops/``).
+"""Shape inference of XIR's layout ops no op unit writes: flatten and squeeze (the XIR format's own;
+the layout ops the units write, concat, reshape, transpose, pad, resize, strided-slice, pixel-shuffle,
+are in their units under ``pipeline/ops/``).
 
 One function per op kind, as in ``shapes.py`` (whose module docstring says what each returns and
 raises, and where libxir's code is); ``opdefs`` calls them.
@@ -30,20 +30,3 @@ def squeeze(op: Any) -> Result:
             raise unsupported(op, "axis %s of input %s" % (axes, list(op_input(op).shape)))
         del dims[a]
     return dims, {}
-
-
-def pixel_shuffle(op: Any) -> Result:
-    """[n, h*s, w*s, c/s²] when ``upscale``, else [n, h/s, w/s, c*s²]."""
-    dims, s = list(op_input(op).shape), attr(op, "scale", "int32")
-    if len(dims) < 4 or s <= 0:
-        raise unsupported(op, "input %s with scale %d" % (dims, s))
-    n, h, w, c = dims[:4]
-    if attr(op, "upscale", "bool"):
-        if c % (s * s):
-            raise fail(op, "input channels %d are not a multiple of scale² %d" % (c, s * s))
-        return [n, h * s, w * s, c // (s * s)], {}
-    if w % s or h % s:
-        raise fail(op, "input height and width %d, %d are not multiples of scale %d" % (h, w, s))
-    return [n, h // s, w // s, c * s * s], {}
-
-

@@ -4,7 +4,7 @@ differently" and "not supported by the real quantizer either" it is, and where i
 
 The reasons are the real quantizer's, from its source (docs/xmodel.md#known-refusals): Conv1d, the
 instance and group norms are quantized ops of their own there, so the simulation refuses them before
-calibration; pixel shuffle, a matmul of two tensors and max over a dim are XIR ops the real quantizer
+calibration; pixel unshuffle, a matmul of two tensors and max over a dim are XIR ops the real quantizer
 writes and this project's writer does not; LSTM is quantized in the real quantizer's RNN mode only.
 """
 import pytest
@@ -31,12 +31,11 @@ class LSTMNet(nn.Module):
 
 
 @pytest.mark.parametrize("name,model,shape,what,real", [
-    ("conv1d", Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)), (3, 16), "Conv1d",
-     "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point grids, and "
-     "writes XIR conv1d"),
     ("conv1d_functional", Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))),
-     (3, 16), "Conv1d", "writes XIR conv1d"),
-    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.InstanceNorm2d(8)), (3, 8, 8), "InstanceNorm",
+     (3, 16), "Conv1d", "quantizes it as a conv, its own op nndct_conv1d with weights, bias and output on fix-point "
+                        "grids, and writes XIR conv1d"),
+    ("instancenorm", Lambda(lambda s, x: s.n(s.a(x).flatten(2)), a=conv(), n=nn.InstanceNorm1d(8)), (3, 8, 8),
+     "InstanceNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
     ("groupnorm", Lambda(lambda s, x: s.n(s.a(x)), a=conv(), n=nn.GroupNorm(2, 8)), (3, 8, 8), "GroupNorm",
      "quantizes it as its own op, with input, weight, bias and output on fix-point grids"),
@@ -52,18 +51,18 @@ def test_what_the_simulation_has_no_form_for_is_refused_before_calibration(tmp_p
 
 
 def test_the_nndct_backend_leaves_only_its_simulated_sensitivity_out(tmp_path, caplog):
-    """The real quantizer quantizes a Conv1d (the remedy the refusal gives): the per-layer sensitivity of
+    """The real quantizer quantizes an F.conv1d (the remedy the refusal gives): the per-layer sensitivity of
     its calibration, which runs on the simulation, is left out with the reason, and nothing else stops."""
     from pipeline.quantizers.base import QuantSettings
     from pipeline.quantizers.nndct import NndctBackend
     from pipeline.sensitivity import layer_sensitivity, simulated_model
-    model = Lambda(lambda s, x: s.c(x), c=nn.Conv1d(3, 4, 3)).eval()
+    model = Lambda(lambda s, x: torch.nn.functional.conv1d(x, s.w), w=nn.Parameter(torch.ones(4, 3, 3))).eval()
     with caplog.at_level("WARNING", logger="pipeline"):
         handle = simulated_model(None, NndctBackend.simulates, model, torch.randn(1, 3, 16), str(tmp_path),
                                  QuantSettings())
     assert handle is None
-    assert "per-layer sensitivity left out: it runs on the simulation, and node 'c' (Conv1d): the simulation has " \
-           "no form for Conv1d yet" in caplog.text
+    assert "per-layer sensitivity left out: it runs on the simulation, and node 'conv1d' (Conv1d): the simulation " \
+           "has no form for Conv1d yet" in caplog.text
     assert layer_sensitivity(model, None, {}, iter(()), QuantSettings()) == []
 
 
@@ -75,8 +74,8 @@ def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path
 
 
 @pytest.mark.parametrize("name,model,what,real,onnx", [
-    ("pixelshuffle", Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.PixelShuffle(2)), "PixelShuffle / pixel_shuffle",
-     "the real quantizer writes it as XIR pixel-shuffle", True),
+    ("pixelunshuffle", Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.PixelUnshuffle(2)),
+     "PixelUnshuffle / pixel_unshuffle", "the real quantizer writes it as XIR pixel-shuffle {upscale false}", True),
     ("matmul", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()), "matmul of two tensors",
      "the real quantizer writes it as XIR matmul", False),
     ("max_dim", Lambda(lambda s, x: s.a(x).max(1)[0], a=conv()), "max over a dim (values and indices)",

@@ -38,12 +38,6 @@ THREADS = pinned_threads(1)
 _CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
            "quantizer calibrates it"
 GAPS = {
-    ("quant_info", "conv1d"): _CAPTURE % "nn.Conv1d" + " as nndct_conv1d (weights, bias, output quantized)",
-    ("quant_info", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d" + " as nndct_instance_norm (weight and bias "
-                                                                 "quantized)",
-    ("quant_info", "pixel_shuffle"): "the simulation gives the PixelShuffle node (aten_pixelshuffle_3) an output entry "
-                                "[[8, 6]] the real quantizer does not (its xmodel has no fix after pixel-shuffle); "
-                                "outputs equal",
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
                        "graph_md5; outputs equal",
@@ -62,20 +56,8 @@ GAPS = {
     ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
                             "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
                             "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("outputs", "conv1d"): _CAPTURE % "nn.Conv1d",
-    ("outputs", "instance_norm"): _CAPTURE % "nn.InstanceNorm2d",
     ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
                               "QuantStub in pipeline.apis): other outputs",
-    ("xmodel", "conv1d"): "no calibration (NotSimulated); the real file has XIR conv1d (NWC) and aten::mean",
-    ("xmodel", "instance_norm"): "no calibration (NotSimulated); the real file has the custom op nndct_instance_norm "
-                                 "(inputs x, weight, bias; attrs affine, eps, num_features), not XIR instancenorm",
-    ("xmodel", "pixel_shuffle"): "the xmodel writer has no form for PixelShuffle; the real file has XIR pixel-shuffle "
-                                 "{scale 2, upscale true} without a fix after it",
-    ("xmodel", "reflect_module"): "the writer refuses the reflection pad (traced otherwise); the real file has XIR "
-                                  "pad {mode REFLECT, paddings NHWC}",
-    ("xmodel", "reflect_fpad"): "the writer refuses pad mode 'reflect'; the real file has XIR pad {mode REFLECT}",
-    ("xmodel", "replicate_module"): "the writer refuses the replication pad (traced otherwise); the real file has "
-                                    "XIR pad {mode SYMMETRIC} (which equals replicate for a pad of 1 only)",
     ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
                         "aten::reciprocal between transposes, then mul by the number's const",
     ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
@@ -204,6 +186,55 @@ def _assert_same_but_trace_names(mine_path, real_path, names):
     assert not problems, problems[:5]
     xmodel_compare.rename_ops(mine, real_names)
     assert schema.canonical(mine) == schema.canonical(real), xmodel_compare.differences(mine, real)
+
+
+# the cases whose real bias_corr.pth is stored (conv1d: nndct's Conv1d module takes the bias error's mean over dims
+# 0, 1 and 2, where a 2-D conv's is per channel over 0, 2, 3)
+BIAS_CORR = [n for n in IN_PROCESS if os.path.exists(os.path.join(REAL, n, "bias_corr.pth"))]
+
+
+@pytest.mark.parametrize("name", BIAS_CORR)
+def test_bias_corrections_equal_the_real_quantizer(name, sim):
+    """bias_corr.pth: the same nodes, each correction bit for bit (the real file holds lists of float32 values)."""
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    mine = torch.load(os.path.join(root, name, "bias_corr.pth"))
+    real = torch.load(os.path.join(REAL, name, "bias_corr.pth"))
+    assert sorted(mine) == sorted(real)
+    for key, value in real.items():
+        assert (value is None) == (mine[key] is None), key
+        if value is not None:
+            want, got = torch.tensor(value, dtype=torch.float32), torch.as_tensor(mine[key]).float()
+            assert torch.equal(got.view(torch.int32), want.view(torch.int32)), key
+
+
+# cases whose real xmodel the interpreter runs without the simulation's float ops (every op built in or a unit's)
+INTERPRETED = ["conv1d", "instance_norm"]
+
+
+@pytest.mark.parametrize("name", INTERPRETED)
+def test_the_real_xmodel_run_by_the_interpreter_equals_the_simulation(name, sim):
+    """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC), run by pipeline.xir
+    on the first eval sample as the model takes it, gives the simulation's test-mode output bit for bit."""
+    from pipeline.apis import torch_quantizer
+    from pipeline.xir import interp, reader
+    root, refused = sim
+    assert refused[name] is None, refused[name]
+    x = corpus.make_inputs(name, 4, 3)[0][:1]
+    saved = torch.get_num_threads()
+    torch.set_num_threads(THREADS)
+    try:
+        q = torch_quantizer("test", corpus.make_model(name), (x,), output_dir=os.path.join(root, name),
+                            device=torch.device("cpu"))
+        with torch.no_grad():
+            want = q.quant_model(x)
+        (path,) = [os.path.join(REAL, name, f) for f in _xmodels(os.path.join(REAL, name))]
+        with open(path, "rb") as f:
+            graph = reader.check(reader.read_xmodel(f.read()))
+        (got,) = interp.model_outputs(graph, interp.run(graph, [x]), [list(want.shape)])
+    finally:
+        torch.set_num_threads(saved)
+    assert torch.equal(got.contiguous().view(torch.int32), want.contiguous().view(torch.int32))
 
 
 @pytest.mark.parametrize("name", list(REAL_REFUSES))

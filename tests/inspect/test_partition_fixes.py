@@ -157,6 +157,21 @@ def test_partition_fix_padding_same_given_as_numbers_or_an_explicit_pad_with_the
         assert len(after.subgraphs()) < len(before.subgraphs())
 
 
+def test_partition_fix_reflect_pad_becomes_replicate_and_a_replicate_pad_of_2_two_pads_of_1():
+    reflect = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReflectionPad2d(1), nn.Conv2d(8, 8, 3))
+    before = inspect(reflect)
+    assert not before.node("_1").fixes[0].exact
+    fixed = nn.Sequential(reflect[0], nn.ReplicationPad2d(1), reflect[2])
+    moved(before, inspect(fixed), "_1")
+    two = nn.Sequential(nn.Conv2d(3, 8, 3, padding=1), nn.ReplicationPad2d(2), nn.Conv2d(8, 8, 5))
+    node = inspect(two).node("_1")
+    assert node.device == "DPU" and "XIR pad SYMMETRIC" in node.notes[0] and node.fixes[0].exact
+    split = nn.Sequential(two[0], nn.Sequential(nn.ReplicationPad2d(1), nn.ReplicationPad2d(1)), two[2])
+    after = inspect(split)
+    assert equal(two, split) and after.count("CPU") == 0
+    assert not any(after.node(n).notes for n in ("_1_0", "_1_1"))
+
+
 def test_partition_fix_output_channels_over_the_limit_split_and_concatenated():
     wide = nn.Conv2d(8, 4100, 1)  # 256 x 16 = 4096 on B4096
     model = nn.Sequential(nn.Conv2d(3, 8, 1), wide)

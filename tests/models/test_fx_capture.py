@@ -18,7 +18,7 @@ def test_every_mapped_op_has_a_row_in_the_op_table():
                              optable.GELU, optable.LAYER_NORM, optable.SOFTMAX, optable.SUB, optable.RSUB,
                              optable.DIV, optable.EQUAL, optable.REMAINDER, optable.SELECT, optable.INDEX,
                              optable.EXPAND, optable.conv.CONVOLUTION_MODE, optable.HARDTANH, optable.MISH,
-                             optable.LOG_SOFTMAX, optable.NEG])
+                             optable.LOG_SOFTMAX, optable.NEG, optable.instance_norm.INSTANCE_NORM])
     assert optable.is_float_operator("aten::erf") and not optable.spec("aten::erf").quantizable
 
 

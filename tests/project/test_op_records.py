@@ -78,8 +78,10 @@ def test_every_dpu_rule_key_and_name_the_inspector_looks_up_resolves_to_one_reco
     assert ops.DPU_RULE_BY_NAME["conv2d"] is ops.DPU_RULES[ops.CONV2D]
     from pipeline.inspect.xmodel_dpu import _FLOAT_OPERATORS, _TYPES
     # every name an xmodel's op is inspected as finds its rule, but the float operators sub and div (judged as
-    # such) and the writer's helper stack (reshape's shape list; "not in the operator table")
-    missing = set(_TYPES.values()) - set(ops.DPU_RULE_BY_NAME)
+    # such), the writer's helper stack (reshape's shape list; "not in the operator table") and the custom types a
+    # unit runs itself (nndct_instance_norm: a custom op, judged as a float operator by its own name)
+    from pipeline.xir.interp_ops import is_custom
+    missing = set(v for k, v in _TYPES.items() if not is_custom(k)) - set(ops.DPU_RULE_BY_NAME)
     assert missing <= set(_FLOAT_OPERATORS) | {"stack"}, missing
 
 
@@ -97,7 +99,10 @@ def test_the_tables_are_read_off_the_records():
     assert set(ops.MODULE_OPS.values()) | set(ops.FUNCTION_OPS.values()) | set(ops.METHOD_OPS.values()) <= set(ops.OPS)
     assert not set(ops.FUNCTION_OPS) & set(ops.FUNCTION_RULES), "a function has a type or a rule, not both"
     assert ops.RECORD_OF[ops.CONV2D].family == "conv" and ops.spec("aten::erf") == ops.GENERIC_FLOAT
-    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,)
+    assert set(ops.CONV_TYPES) < set(ops.PARAM_TYPES) and ops.BIAS_CORR_TYPES == ops.CONV_TYPES + (ops.DENSE,) + (
+        ops.conv1d.CONV1D,)
+    # a params type's call and bias-correction dims are its record's where the record gives them (OpRecord.layer)
+    assert set(ops.LAYER) <= set(ops.PARAM_TYPES) and set(ops.NORM) <= set(ops.NORM_TYPES)
 
 
 def test_a_record_without_a_reason_for_a_missing_piece_is_refused():
@@ -182,7 +187,8 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.SUB, ops.RSUB, ops.MULTIPLY, ops.DIV, ops.CONCAT, ops.PAD, ops.SIGMOID, ops.TANH, ops.GELU,
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
-                       ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.SHAPE, ops.EXPAND, ops.INDEX}
+                       ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
+                       ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE, ops.SHAPE, ops.EXPAND, ops.INDEX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -219,7 +225,8 @@ class _RecordingWriter:
     ``fix_op``); a custom op is a type XIR does not define."""
 
     def __init__(self):
-        self.types, self.customs, self.outputs, self.x = [], [], {"n": (8, 7)}, self
+        self.types, self.outputs, self.x = [], {"n": (8, 7)}, self
+        self.customs = []  # the custom op types asked for (types XIR does not define)
 
     def fixed_op(self, name, type_, attrs=None, inputs=None):
         self.types.append(type_)
@@ -250,13 +257,14 @@ class _RecordingWriter:
 
 
 def _written(record):
-    """The XIR op types the record's creators write."""
+    """The XIR op types the record's creators write (custom ones only where a unit runs them)."""
     from pipeline.ops.xmodel_support import XmodelForm
     w = _RecordingWriter()
     for op, form in record.xmodel.items():
         if isinstance(form, XmodelForm):
             form.create(w, _Node(op))
-    return set(w.types)
+    # a custom type counts where a unit runs it itself (its XirOp: nndct_instance_norm, held in NHWC)
+    return set(w.types) | (set(w.customs) & set(ops.XIR_OPS))
 
 
 # the XIR format's own type a unit writes: the graph's input, which the interpreter feeds itself (xir/interp.py)
@@ -297,7 +305,11 @@ CUSTOM_TYPES_OF_NO_CREATOR = {"aten::silu_"}
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
 def test_every_custom_type_a_unit_writes_has_its_kernel_or_the_reason_it_has_none(record):
     from pipeline.ops.xir_support import CustomKernel
-    written = _custom_written(record)
+    # a custom type the unit runs as an XIR op of its own (xir_ops with xir_support.custom_def: a custom op the file
+    # holds in NHWC, nndct_instance_norm) has its kernel there
+    own = set() if isinstance(record.xir_ops, Absent) else set(record.xir_ops)
+    written = _custom_written(record) - own
+    assert not set(record.custom_kernels) & own, record.family
     assert written <= set(record.custom_kernels), \
         "%s writes custom ops %s: give each its interpreter kernel or declare it Absent with the reason" % (
             record.family, sorted(written - set(record.custom_kernels)))
@@ -349,7 +361,8 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     from pipeline.quantizers.sim.xmodel import layout
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
-        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM}
+        ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D,
+        ops.pixel_shuffle.PIXEL_SHUFFLE}
     assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
 
 
@@ -389,7 +402,7 @@ def test_the_quantization_passes_per_op_sets_are_read_off_the_records():
     pools = {ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
     assert set(plan.POOL_TYPES) == pools and set(cle.POOL_TYPES) == pools
     assert set(cle.ACT_TYPES) == {ops.RELU}
-    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE}
+    assert set(adaquant.TUNED_TYPES) == set(ops.CONV_TYPES) | {ops.DENSE, ops.conv1d.CONV1D}  # nndct's CONV_LIKE_OPS
     assert set(adaquant.PAIR_LAYER_TYPES) == {ops.CONV2D, ops.DEPTHWISE_CONV2D, ops.CONVTRANSPOSE2D}
     assert set(adaquant.PAIR_ACT_TYPES) == {ops.RELU, ops.RELU6, ops.HSWISH, ops.HSIGMOID}
     import torch.nn.functional as F

@@ -109,6 +109,19 @@ def test_xmodel_cli_nhwc_input_and_missing_batch_axis_give_the_same_output(capsy
     assert outs[0] == outs[1] == outs[2]
 
 
+def test_xmodel_cli_a_1d_conv_file_takes_the_models_ncw_input_or_the_files_nwc(capsys, tmp_path):
+    """tests/data/refused_real/conv1d: the data op is NWC [1, 32, 8]; the model's NCW input runs the same."""
+    path = os.path.join(DATA, "refused_real", "conv1d", "Conv1dNet_int.xmodel")
+    x = np.random.RandomState(0).randn(1, 8, 32).astype(np.float32)
+    outs = []
+    for name, arr in (("ncw", x), ("nwc", x.transpose(0, 2, 1))):
+        np.save(str(tmp_path / (name + ".npy")), arr)
+        code, r = _json(capsys, "run", path, "--input", str(tmp_path / (name + ".npy")))
+        assert code == 0
+        outs.append(r["outputs"][0]["first"])
+    assert outs[0] == outs[1]
+
+
 def test_xmodel_cli_a_file_this_project_writes(capsys, tmp_path):
     model = nn.Sequential(conv(), nn.ReLU(), nn.Flatten(), nn.Linear(8 * 8 * 8, 4))
     q = quantize(tmp_path, model)

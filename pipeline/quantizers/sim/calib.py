@@ -378,7 +378,9 @@ def bias_step(graph: SimGraph, node: SimNode, x: torch.Tensor, output: torch.Ten
                                                            False, scratch)
     del res_f  # with the scratch, its buffer now holds the error
     if not stop and bias is not None:
-        dims = [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
+        form = g.layer_form(node.op)
+        dims = list(form.bias_dims) if form is not None else \
+            [k for k in range(error.dim() - 1)] if node.op == g.DENSE else [0, 2, 3]
         bias = torch.sub(bias, error.mean(dim=dims), alpha=rate)
     return bias, stop, efficiency, deviation
 

@@ -105,9 +105,13 @@ def _quantized_norm(graph: SimGraph, node: SimNode, info: Dict[str, Any], bitwid
     PReLU an ``nn.PReLU`` (``num_parameters`` the slopes' count; module or ``F.prelu`` alike), whose weight
     and bias are the float ones rounded std_round at their quant_info fix positions, with
     ``weight_fix_pos``, ``bias_fix_pos`` (None where it has no such parameter) and ``bitwidth``: what
-    nndct's LayerNorm and PReLU modules run in test mode."""
-    if node.op == g.PRELU:
-        m = nn.PReLU(int(norm_float_params(graph, node)[0].numel()))  # type: nn.Module
+    nndct's LayerNorm and PReLU modules run in test mode. Any other ``norm`` type: the module its record's
+    ``norm`` form makes (``OpRecord.norm``)."""
+    form = g.norm_form(node.op)
+    if form is not None:
+        m = form.module(graph, node)  # type: nn.Module
+    elif node.op == g.PRELU:
+        m = nn.PReLU(int(norm_float_params(graph, node)[0].numel()))
     else:
         shape, eps = norm_shape_eps(graph, node)
         m = nn.LayerNorm(shape, eps=eps)

@@ -208,7 +208,11 @@ def norm_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Option
                  bias: Optional[torch.Tensor]) -> torch.Tensor:
     """A node whose module quantizes its own parameters (role ``norm``), with the given (quantized) weight
     and bias: a PReLU as its unit simulates it (``pipeline.ops.prelu.simulate``), a layer norm as
-    :func:`layer_norm`. A new float32 tensor."""
+    :func:`layer_norm`, any other as its record's ``norm`` form computes it (``OpRecord.norm``). A new float32
+    tensor."""
+    form = g.norm_form(node.op)
+    if form is not None:
+        return form.forward(graph, node, x, weight, bias)
     if node.op == g.PRELU:
         return simulate_prelu(x, weight)
     return layer_norm(graph, node, x, weight, bias)
@@ -216,8 +220,12 @@ def norm_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: Option
 
 def param_forward(graph: SimGraph, node: SimNode, x: torch.Tensor, weight: torch.Tensor,
                   bias: Optional[torch.Tensor]) -> torch.Tensor:
-    """A conv/linear node with the given parameters, as nndct's modules call it (conv.py, linear.py)."""
+    """A conv/linear node with the given parameters, as nndct's modules call it (conv.py, linear.py); a type
+    whose record gives its ``layer`` form (``OpRecord.layer``), as that form calls it."""
     m = graph.module(node)
+    form = g.layer_form(node.op)
+    if form is not None:
+        return form.forward(m, x, weight, bias)
     if node.op == g.DENSE:
         return F.linear(x, weight, bias)
     if node.op == g.BATCH_NORM:  # converted parameters: mean 0, var 1, eps 0 (capture)

@@ -251,7 +251,7 @@ def _refuse_untrainable(session: SimSession, float_model: nn.Module) -> None:
         if node.op in g.NORM_TYPES:
             raise QuantizationError("QAT: %s: %s is not trained by this QAT; use PTQ (calib + fast "
                                     "finetune) for this model"
-                                    % (where, "PReLU" if node.op == g.PRELU else "layer norm"))
+                                    % (where, "PReLU" if node.op == g.PRELU else g.RECORD_OF[node.op].family.replace("_", " ")))
         if node.op in g.PARAM_TYPES:
             path = node.module_path
             try:

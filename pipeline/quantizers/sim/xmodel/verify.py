@@ -14,7 +14,7 @@ from ....errors import ExportError
 from .... import fixpoint
 from .... import ops as t
 from ..finite import agreement, check_compared, check_inputs
-from ....xir.interp import by_shape, fit_layout, run, to_model_layout
+from ....xir.interp import by_shape, fit_layout, model_readings, run, to_model_layout
 from ....xir.interp_base import TO_NHWC, FloatOp, InterpreterError, op_error
 from ....xir.interp_ops import is_custom
 from ....xir.xgraph import XGraph, XOp, formal_name
@@ -157,7 +157,7 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
                    values: Dict[torch.fx.Node, Any]) -> Tuple[int, List[str]]:
     """Every op standing for a simulation node (its ``_fix`` op when it has one) against the node's
     recorded value: ``(ops compared, names of those that differ)``. An op counts as equal when its
-    value, in the file's layout or the model's (:func:`to_model_layout`), or the value before its
+    value, in the file's layout or the model's (``interp.model_readings``), or the value before its
     fix (a fix the simulation applies only at the consumer: a Hardswish quantized with its group's
     fix position) has the node's dims and bits; NaN or inf count as equal nowhere, and an op whose
     every element is NaN or inf alike on both sides is not counted as compared
@@ -177,7 +177,7 @@ def _compare_nodes(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
         if producer.type in LAYOUT_ONLY:
             continue
         mines = [results[op.name]] + ([results[producer.name]] if producer is not op else [])
-        candidates = [agreement(c, value, bits=True) for m in mines for c in (m, to_model_layout(m))
+        candidates = [agreement(c, value, bits=True) for m in mines for c in model_readings(m)
                       if list(c.shape) == list(value.shape)]
         if candidates and all(c.elements == 0 for c in candidates):
             continue  # NaN or inf alike on both sides: nothing to compare (finite.py, rule 3)
