@@ -45,6 +45,9 @@ class SimNode:
         size_axis: for an ``nndct_shape`` node, the dimension of its input it reads (``x.shape[0]``,
             ``x.size(-1)``, negative from the end as the call gives it; nndct's ``axis``); None where it reads
             none or all (``x.size()``, ``x.numel()``).
+        in_quant_part: False for a node outside every quantized part of a model that marks them with
+            QuantStub/DeQuantStub (:func:`tag_quant_part`): it is never quantized and runs in float, as
+            torch computes it; True otherwise (every node of a model without stubs).
     """
 
     def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
@@ -61,6 +64,7 @@ class SimNode:
         self.const_args = {}  # type: Dict[int, SimNode]
         self.shape_value = False
         self.size_axis = None  # type: Optional[int]
+        self.in_quant_part = True
 
     @property
     def float_operator(self) -> bool:
@@ -95,6 +99,8 @@ class SimGraph:
         outputs: the SimNodes whose values the model returns, in return order.
         folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
             empty without rewrites.
+        quant_off: True under nndct's quantization-off flow (``--nndct_quant_off``; the session sets it):
+            every node runs in float, nothing is quantized (:meth:`runs_float`).
         example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
             first use (test mode needs them; calibration does not; the capture does when a
             torch.Size is sliced or used whole).
@@ -114,6 +120,8 @@ class SimGraph:
         self.by_name = {n.name: n for n in nodes}
         self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
         self._modules = {}  # type: Dict[str, nn.Module]
+        self.quant_off = False
+        tag_quant_part(nodes)
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -122,6 +130,12 @@ class SimGraph:
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
         return self._run.shapes
+
+    def runs_float(self, node: SimNode) -> bool:
+        """True when ``node`` runs in float as torch computes it, nothing of it quantized: outside the quantized
+        parts (``SimNode.in_quant_part``), or everywhere under :attr:`quant_off` (nndct's modules then run
+        their float forward: ``NndctOption.nndct_quant_off``)."""
+        return self.quant_off or not node.in_quant_part
 
     def full_name(self, node: SimNode) -> str:
         """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
@@ -160,3 +174,35 @@ class SimGraph:
         entries.append({"op": RETURN, "input_ops": [n.op for n in self.outputs], "output_ops": []})
         text = json.dumps({"nodes": entries}, indent=2, separators=(",", ": "))
         return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def tag_quant_part(nodes: List[SimNode]) -> None:
+    """Set every node's ``in_quant_part`` as nndct tags its graph (``GraphOptimizer._tag_quant_nodes``,
+    ``nndct_shared/optimization/optimizer.py``), on ``nodes`` in nndct's order.
+
+    Without a QuantStub or DeQuantStub (op roles ``quant_start``, ``quant_end``) every node is in. With
+    them: a node a QuantStub reaches along its consumers without passing a DeQuantStub is in, the
+    DeQuantStub itself out; then a source node other than an input (a constant) is in when one of its
+    consumers in the part is no QuantStub. Every other node is out.
+    """
+    starts, ends = set(t.QUANT_START_TYPES), set(t.QUANT_END_TYPES)
+    if not any(n.op in starts or n.op in ends for n in nodes):
+        return
+    for n in nodes:
+        n.in_quant_part = False
+    visited = set()  # type: set
+    for source in (n for n in nodes if n.op in starts):
+        stack = [source]
+        while stack:
+            node = stack.pop()
+            if node.op in ends:
+                node.in_quant_part = False
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            node.in_quant_part = True
+            stack.extend(node.users)
+    for n in nodes:
+        if not n.inputs and n.op != INPUT and any(u.op not in starts and u.in_quant_part for u in n.users):
+            n.in_quant_part = True

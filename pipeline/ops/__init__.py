@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from . import (batch_norm, concat, conv, conv1d, dense, eltwise, expand, float_activation, float_arith, group_norm,
                hard_sigmoid, identity, instance_norm, io, layer_norm, leaky_relu, matmul, mean, pad, permute,
-               pixel_shuffle, pool, prelu, reduce_max, relu, reshape, resize, rnn, shape, slicing, softmax)
+               pixel_shuffle, pool, prelu, quant_stub, reduce_max, relu, reshape, resize, rnn, shape, slicing, softmax)
 from .batch_norm import BATCH_NORM
 from .concat import CONCAT
 from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
@@ -35,6 +35,7 @@ from .pad import PAD
 from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
+from .quant_stub import DEQUANT_STUB, QUANT_STUB
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
 from .relu import HARDTANH, RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
@@ -76,6 +77,7 @@ RECORDS = (
     pixel_shuffle.RECORD,
     rnn.RECORD,
     reduce_max.RECORD,
+    quant_stub.RECORD,
 )  # type: Tuple[OpRecord, ...]
 
 GENERIC_FLOAT = OpSpec("float", False, False, False)  # any aten::<name> node
@@ -150,6 +152,9 @@ ARITHMETIC_TYPES = with_role("arithmetic")
 BINARY_TYPES = with_role("binary")
 CONST_OPERAND_TYPES = with_role("const_operand")
 OPERAND_LIST_TYPES = with_role("operand_list")
+QUANT_START_TYPES = with_role("quant_start")
+QUANT_END_TYPES = with_role("quant_end")
+INPUT_SCOPE_TYPES = with_role("input_scope")
 
 
 def spec(op: str) -> OpSpec:

@@ -110,7 +110,10 @@ class OpRecord:
             output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
             ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``), ``reshape_like``
             (the ops nndct's deploy graph makes a reshape to their output shape: ``convert_reshapelike_to_reshape``;
-            ``sim/xmodel/deploy.py``).
+            ``sim/xmodel/deploy.py``), ``quant_start`` and
+            ``quant_end`` (where a quantized part starts and ends: QuantStub, DeQuantStub; nndct's
+            ``_tag_quant_nodes``, ``fx/graph.py`` ``tag_quant_part``), ``input_scope`` (an output quantized as a
+            network input is, fix position scope 1: ``calibrate_int``; ``sim/calib.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.

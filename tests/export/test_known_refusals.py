@@ -4,8 +4,8 @@ differently" and "not supported by the real quantizer either" it is, and where i
 
 The reasons are the real quantizer's, from its source (docs/xmodel.md#known-refusals): Conv1d, the
 instance and group norms are quantized ops of their own there, so the simulation refuses them before
-calibration; pixel unshuffle, a matmul of two tensors and max over a dim are XIR ops the real quantizer
-writes and this project's writer does not; LSTM is quantized in the real quantizer's RNN mode only.
+calibration; a matmul of two tensors and max over a dim are XIR ops the real quantizer writes and this
+project's writer does not; LSTM is quantized in the real quantizer's RNN mode only.
 """
 import pytest
 import torch
@@ -74,8 +74,6 @@ def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path
 
 
 @pytest.mark.parametrize("name,model,what,real,onnx", [
-    ("pixelunshuffle", Lambda(lambda s, x: s.p(s.a(x)), a=conv(), p=nn.PixelUnshuffle(2)),
-     "PixelUnshuffle / pixel_unshuffle", "the real quantizer writes it as XIR pixel-shuffle {upscale false}", True),
     ("matmul", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()), "matmul of two tensors",
      "the real quantizer writes it as XIR matmul", False),
     ("max_dim", Lambda(lambda s, x: s.a(x).max(1)[0], a=conv()), "max over a dim (values and indices)",

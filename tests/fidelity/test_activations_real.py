@@ -37,10 +37,6 @@ GAPS = {
                            "the real trace has its ops (mul, pad, avg_pool3d, add, pow, div and two consts): "
                            "seeing through it needs the example's values (its body branches on the input's dims)",
     ("xmodel", "lrn"): "the writer finds no traced op of kind local_response_norm (torch.jit records its ops)",
-    ("quant_info", "pixelunshuffle"): "nn.PixelUnshuffle: the real quantizer's type is nndct_pixel_unshuffle; the "
-                                      "simulation keeps aten_pixel_unshuffle",
-    ("xmodel", "pixelunshuffle"): "the writer has no form for PixelUnshuffle; the real file has XIR pixel-shuffle "
-                                  "{upscale false}",
 }
 
 

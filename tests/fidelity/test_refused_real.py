@@ -34,9 +34,7 @@ THREADS = pinned_threads(1)
 
 # What the simulation does not do yet, case by case: (check, case) -> the gap. Checks: "quant_info" (the
 # calibration's quant_info.json), "outputs" (the test-mode outputs), "xmodel" (the files), "reason" (a refusal
-# naming the real quantizer's reason), "quant_off".
-_CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
-           "quantizer calibrates it"
+# naming the real quantizer's reason).
 GAPS = {
     ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
                        "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
@@ -53,11 +51,6 @@ GAPS = {
     ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
                        "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
                        "nndct_tuple_index: other numbering; outputs equal",
-    ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
-                            "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
-                            "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
-                              "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
                         "aten::reciprocal between transposes, then mul by the number's const",
     ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
@@ -65,12 +58,6 @@ GAPS = {
     ("xmodel", "max_function"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
                                 "{axis [3], keep_dims true} in NHWC",
     ("xmodel", "topk"): "the writer refuses topk; the real file has the custom op aten::topk between transposes",
-    ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
-                             "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
-                             "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
-                                "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
-                                "simulation quantizes and writes PlainNet_int.xmodel",
 }
 # Where the real quantizer refuses: {case: (its stage, words of the simulation's refusal at its xmodel stage)}
 REAL_REFUSES = {
@@ -259,7 +246,6 @@ def test_refusal_names_the_real_quantizers_reason(name, sim):
         assert REAL_REASON[name] in f.read()
 
 
-@pytest.mark.xfail(strict=True, reason=GAPS[("quant_off", "quant_off")])
 def test_quant_off_writes_the_real_float_xmodel(tmp_path):
     """The real quantizer's quantization-off flow: the script run with --nndct_quant_off (read from the command line
     when pytorch_nndct is imported). Both phases here in child processes run the same way."""

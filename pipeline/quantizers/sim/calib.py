@@ -35,9 +35,8 @@ import torch
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from ... import fixpoint
+from ... import fixpoint, ops as g
 from .. import fix_pos_search
-from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from .ops import float_reference, norm_float_params, norm_forward, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
@@ -269,14 +268,14 @@ class Calibrator:
         return None if found is None else found[0]
 
     def _fix_pos_and_range(self, node: SimNode, t: Any):
-        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None."""
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        """``(fix_pos, (min, max))``: the batch's fix_pos and ``t``'s extremes (floats), or None (always under quant_off)."""
+        if self.graph.quant_off or not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         mn, mx = torch.aminmax(t)
         min_max = (mn.item(), mx.item())
         if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
             return None
-        scope = fix_pos_search.SCOPE_INPUT if node.op == g.INPUT else fix_pos_search.SCOPE_DEFAULT
+        scope = fix_pos_search.SCOPE_INPUT if node.op in g.INPUT_SCOPE_TYPES else fix_pos_search.SCOPE_DEFAULT
         fp = fix_pos_search.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
         return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
@@ -298,6 +297,9 @@ class Calibrator:
             w = m.weight.detach()  # never written: quantized copies are new tensors
             b = None if m.bias is None else m.bias.detach()
             state.weight_float, state.bias_float = w, b
+            if self.graph.runs_float(node):  # outside the quantized parts, or quant_off: float, as its module
+                state.weight, state.bias = w, b
+                return state
             state.weight = self._param_fix(node.param_names["weights"], w)
             if b is not None:
                 state.bias = self._param_fix(node.param_names["bias"], b)
@@ -347,6 +349,8 @@ class Calibrator:
         if self.batches == 0:
             raise QuantizationError("calibration saw 0 batches: run at least one calibration "
                                     "batch before exporting the quantization config")
+        if self.graph.quant_off:  # every entry null, no adjustment (organize_quant_pos returns at once)
+            return dict.fromkeys(self.plan.param_order), dict.fromkeys(self.plan.output_order), []
         missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.unquantized_outputs] + \
             [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:

@@ -64,11 +64,15 @@ class QuantPlan:
 
     def quantizable(self, node: SimNode) -> bool:
         """True for node types the real quantizer quantizes (QUANTIZABLE_OPS; the op table's
-        ``quantizable``), shape arithmetic excepted."""
-        return g.spec(node.op).quantizable and not node.shape_value
+        ``quantizable``), shape arithmetic excepted, in a quantized part (``SimNode.in_quant_part``:
+        ``NndctGraphHolder.is_node_quantizable``)."""
+        return g.spec(node.op).quantizable and not node.shape_value and node.in_quant_part
 
     def quant_output(self, node: SimNode) -> SimNode:
-        """The node whose output carries ``node``'s fix position (``quant_output`` in nndct)."""
+        """The node whose output carries ``node``'s fix position (``quant_output`` in nndct); a node
+        outside the quantized parts is its own."""
+        if not node.in_quant_part:
+            return node
         group = self.groups[node.name]
         by_name = self.graph.by_name
         end = by_name[group[-1]]
@@ -97,7 +101,7 @@ class QuantPlan:
                     self.param_order.append(name)
             outputs.setdefault(self.quant_output(node).name, None)
         for node in self.graph.nodes:
-            if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT):
+            if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT) or node.op in g.QUANT_START_TYPES:
                 continue
             for parent in node.inputs:
                 end = self.quant_output(parent)
@@ -131,7 +135,7 @@ def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
     while changed:
         changed = False
         for n in graph.nodes:
-            if groups[n.name][0] != n.name:
+            if groups[n.name][0] != n.name or not n.in_quant_part:  # group_up: the quantized parts only
                 continue
             if g.spec(n.op).group_up and len(n.inputs) == 1:
                 parent = n.inputs[0]

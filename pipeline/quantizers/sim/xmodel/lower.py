@@ -88,6 +88,8 @@ class _Lowering:
         for node in self.graph.nodes:
             if (node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) and not size_kept(node):
                 continue
+            if not node.in_quant_part:
+                continue  # a node outside the quantized parts (QuantStub/DeQuantStub) is in no file
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
@@ -96,7 +98,9 @@ class _Lowering:
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
-            tensors = [self.by_sim[producer.name].out for producer in self.data_inputs(node)]
+            # a producer outside the quantized parts is no input: a QuantStub's data op has none
+            tensors = [self.by_sim[producer.name].out for producer in self.data_inputs(node)
+                       if producer.name in self.by_sim]
             for index, param in self.param_operands(node):
                 tensors.insert(index, param)
                 dev.params[param.name] = param
@@ -106,7 +110,8 @@ class _Lowering:
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
         for node in self.graph.outputs:
-            self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
+            if node.name in self.by_sim:
+                self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
         return self.dev
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:

@@ -270,7 +270,8 @@ def _node_name(node: Any) -> str:
 
 
 def traced_ops(graph: Any) -> List[_Op]:
-    """The traced ops in order, a slice chain folded into its first slice."""
+    """The traced ops in order, a slice chain folded into its first slice; a traced ``torch.autograd.Function``
+    (``prim::PythonOp``) is known by its class name (``QuantStubF``), as nndct's parser knows it."""
     ops = []  # type: List[_Op]
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
     lists = {}  # type: Dict[str, List[str]]   # output value of a prim::ListConstruct -> the values it holds
@@ -278,6 +279,9 @@ def traced_ops(graph: Any) -> List[_Op]:
         kind = node.kind()
         if kind == "prim::ListConstruct" and node.outputsSize() == 1:
             lists[node.outputsAt(0).debugName()] = [v.debugName() for v in node.inputs()]
+        if kind == "prim::PythonOp" and node.outputsSize() == 1:  # a torch.autograd.Function: its class name
+            ops.append(_Op(node.pyname(), _node_name(node), [v.debugName() for v in node.inputs()]))
+            continue
         if not kind.startswith("aten::") or node.outputsSize() != 1:
             continue
         kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
