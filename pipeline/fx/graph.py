@@ -48,6 +48,11 @@ class SimNode:
         in_quant_part: False for a node outside every quantized part of a model that marks them with
             QuantStub/DeQuantStub (:func:`tag_quant_part`): it is never quantized and runs in float, as
             torch computes it; True otherwise (every node of a model without stubs).
+        outputs: the tensors the node returns (nndct's ``out_tensors``): more than 1 for a call returning
+            several (``x.max(dim)``: values and indices; ``topk``; an LSTM's output and states). torch.jit
+            traces such a call as ONE node with several outputs, and indexing its result is no op of the
+            trace: a consumer reads the output it takes (``SimGraph.picks``), no node stands between them.
+            The first output carries the node's fix position (``first_output``).
     """
 
     def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
@@ -65,6 +70,7 @@ class SimNode:
         self.shape_value = False
         self.size_axis = None  # type: Optional[int]
         self.in_quant_part = True
+        self.outputs = 1
 
     @property
     def float_operator(self) -> bool:
@@ -77,6 +83,21 @@ class SimNode:
 
     def __repr__(self) -> str:
         return "SimNode(%s)" % self.name
+
+
+def first_output(node: SimNode, value: Any) -> Any:
+    """The tensor of ``value`` that carries ``node``'s fix position: the first of a node with several
+    outputs (the values of ``x.max(dim)``; the indices are int64, which nndct registers and never
+    quantizes), else ``value`` itself."""
+    return value[0] if node.outputs > 1 and isinstance(value, tuple) else value
+
+
+def with_first_output(node: SimNode, value: Any, first: Any) -> Any:
+    """``value`` with its first output replaced by ``first`` (``first_output``), of the same tuple type
+    (``torch.return_types.max`` keeps ``.values`` and ``.indices``); ``first`` for a node of one output."""
+    if node.outputs > 1 and isinstance(value, tuple):
+        return type(value)([first] + list(value[1:]))
+    return first
 
 
 class SimGraph:
@@ -95,7 +116,10 @@ class SimGraph:
         inputs: the ``nndct_input`` nodes in argument order.
         steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
             order; None marks a helper step that is no nndct node (``x.shape`` and the sizes read
-            from it, a chunk's tuple, a ``get_attr``): it is run as the fx node says.
+            from it, a chunk's tuple, a ``get_attr``, one output of a node with several): it is run as
+            the fx node says.
+        picks: the helper steps that take one output of a node with several (``y[0]``, ``.values``):
+            fx node -> ``(SimNode, index)``.
         outputs: the SimNodes whose values the model returns, in return order.
         folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
             empty without rewrites.
@@ -107,8 +131,10 @@ class SimGraph:
     """
 
     def __init__(self, class_name: str, run: ExampleRun, nodes: List[SimNode],
-                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode]) -> None:
+                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode],
+                 picks: Optional[Dict[torch.fx.Node, Tuple[SimNode, int]]] = None) -> None:
         self.class_name = class_name
+        self.picks = picks or {}
         self.folded_bn = {}  # type: Dict[str, str]
         self.root = run.root
         self.fx_graph = run.fx_graph

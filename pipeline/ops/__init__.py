@@ -23,7 +23,7 @@ from .dense import DENSE
 from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
 from .expand import EXPAND
 from .float_activation import CLAMP, GELU, LOG_SOFTMAX, MISH, SIGMOID, SILU, TANH
-from .float_arith import EQUAL, NEG, REMAINDER
+from .float_arith import EQUAL, NEG, RECIPROCAL, REMAINDER
 from .hard_sigmoid import HSIGMOID, HSWISH
 from .identity import IDENTITY
 from .io import CONST, INPUT, RETURN, ZEROS
@@ -37,11 +37,13 @@ from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
 from .quant_stub import DEQUANT_STUB, QUANT_STUB
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
+from .reduce_max import MAX
 from .relu import HARDTANH, RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
+from .rnn import GRU, LSTM
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
-from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
+from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .softmax import SOFTMAX
 from .xmodel_support import XmodelForm
 
@@ -89,6 +91,10 @@ FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # ty
 FUNCTION_RULES = {fn: rule for r in RECORDS for fn, rule in r.function_rules.items()}
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
+# aten kind -> (nndct type, outputs) of a call's form with several outputs (record.OpRecord.several)
+SEVERAL = {kind: form for r in RECORDS for kind, form in r.several.items()}  # type: Dict[str, Tuple[str, int]]
+# module class -> its record.Prelude (the nodes torch.jit traces in its forward before its own op)
+PRELUDES = {cls: prelude for r in RECORDS for cls, prelude in r.preludes.items()}  # type: Dict[type, Callable]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 # op type (and the aten:: types a family's rule judges) -> its DpuRule or Absent (the inspector)
 DPU_RULES = {op: rule for r in RECORDS for op, rule in r.dpu_rule.items()}  # type: Dict[str, Union[DpuRule, Absent]]

@@ -189,7 +189,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
                        ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
                        ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE,
-                       ops.QUANT_STUB, ops.SHAPE, ops.EXPAND, ops.INDEX}
+                       ops.QUANT_STUB, ops.RECIPROCAL, ops.MAX, ops.SHAPE, ops.EXPAND, ops.INDEX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -364,7 +364,7 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
         ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D,
         ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE}
-    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
+    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE, ops.MAX}
 
 
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)

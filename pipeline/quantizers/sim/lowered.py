@@ -49,7 +49,8 @@ node and relies on every point below):
    ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor comes from the
    example input's shape (nndct computes it per call; same result for same-size inputs).
 6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
-   ``output`` entry for it.
+   ``output`` entry for it; of a node with several outputs (``SimNode.outputs``: ``x.max(dim)``), the
+   first output where the model takes it (``y[0]``, ``.values``: ``SimGraph.picks``).
 7. ``node.meta["nndct_node"]`` names the nndct node (e.g. ``"nndct_relu_2"``) on the fx node
    whose value is that node's output as the real quantizer's module returns it (after its
    fake_quant when it is quantized).
@@ -195,8 +196,12 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     for fx_node, node in graph.steps:
         if node is None:
             env[fx_node] = _copy_helper(graph, fx_node, new, root, lookup)
+            producer, index = graph.picks.get(fx_node, (None, None))
+            if index == 0 and producer.name in out_fp:  # the first output of a node with several: its fix pos
+                env[fx_node] = new.call_function(fixpoint.fake_quant, (env[fx_node], out_fp[producer.name],
+                                                                       bitwidth, "half_up"))
             continue
-        quantize = node.name in out_fp
+        quantize = node.name in out_fp and node.outputs == 1  # several outputs: quantized where taken (above)
         if node.op == g.INPUT:
             value = new.placeholder(fx_node.target)
         elif graph.runs_float(node) and not getattr(g.sim_form(node.op), "exact", False):

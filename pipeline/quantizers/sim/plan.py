@@ -50,6 +50,10 @@ class QuantPlan:
             ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``; and adaptive
             average pools whose output size does not divide their input size on the example
             (``ops.adaptive_unquantized``), which nndct leaves unscaled and never quantizes.
+        output_entries: node name -> the pairs of its ``output`` entry, for the quantizable nodes with
+            several outputs (``SimNode.outputs``: nndct enters each of their ``out_tensors``; the first
+            carries the fix position). A float operator's entry (its outputs feeding a quantizable
+            node) holds its float outputs only: the first (the values of ``topk``).
     """
 
     def __init__(self, graph: SimGraph) -> None:
@@ -59,6 +63,8 @@ class QuantPlan:
         self.output_order = []  # type: List[str]
         self.unquantized_outputs = []  # type: List[str]
         self._create_config()
+        self.output_entries = {n.name: n.outputs for n in graph.nodes
+                               if n.outputs > 1 and n.name in self.output_order and self.quantizable(n)}
         quantized = set(p for n in graph.nodes if self.quantizable(n) for p in n.param_names.values())
         self.unquantized_params = [p for p in self.param_order if p not in quantized]
 

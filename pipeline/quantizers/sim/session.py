@@ -98,7 +98,8 @@ class SimSession:
                                                               self.cfg.change_pool_input_fix)
         prefix = self.graph.class_name + "::"
         info = qi.make_quant_info(param_fp, {prefix + k: v for k, v in output_fp.items()}, self.bitwidth,
-                                  self.cfg.include_bias_corr, self.graph.graph_md5())
+                                  self.cfg.include_bias_corr, self.graph.graph_md5(),
+                                  entries={prefix + k: n for k, n in self.plan.output_entries.items()})
         if getattr(calibrator, "finetuned", None) is not None:
             info["fast_finetuned"] = True
         return info, notes

@@ -26,7 +26,7 @@ from torch import nn
 
 from ....errors import ExportError
 from .... import ops as t
-from ....fx.graph import SimGraph, SimNode
+from ....fx.graph import SimGraph, SimNode, first_output
 from ....fx.refusals import XMODEL, explain
 from .... import fixpoint
 from ....ops.conv import CONVOLUTION_MODE
@@ -173,7 +173,7 @@ class _Lowering:
                 value = fixpoint.fake_quant(value, int(self.out_fp[node.name][1]), int(self.out_fp[node.name][0]),
                                             "half_up")
             return value.reshape(()).numpy()
-        v = self.values[node.fx_node]
+        v = first_output(node, self.values[node.fx_node])  # of several outputs, the first: the op's tensor
         if not isinstance(v, torch.Tensor):
             raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                             "its output is not one tensor (%s)" % type(v).__name__, several=True))

@@ -282,7 +282,7 @@ def traced_ops(graph: Any) -> List[_Op]:
         if kind == "prim::PythonOp" and node.outputsSize() == 1:  # a torch.autograd.Function: its class name
             ops.append(_Op(node.pyname(), _node_name(node), [v.debugName() for v in node.inputs()]))
             continue
-        if not kind.startswith("aten::") or node.outputsSize() != 1:
+        if not kind.startswith("aten::") or node.outputsSize() < 1:  # several outputs: named by the first
             continue
         kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
         inputs = [v.debugName() for v in node.inputs()]
@@ -331,8 +331,8 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             from ....fx.refusals import XMODEL, explain, traced_otherwise
             from .lower import unsupported
             generic = traced_otherwise(
-                "this call", "no traced op of kind %s follows the ops before it, as for reflection pads, a "
-                "number divided by a tensor" % "/".join(kinds),
+                "this call", "no traced op of kind %s follows the ops before it, as for ViT's class-token "
+                "expand" % "/".join(kinds),
                 "this form is not written yet. The ONNX exports do not depend on it: drop xmodel from export.formats "
                 "to go on, or write the call in a form the table in docs/xmodel.md lists")
             several = graph.example_shapes.get(node.fx_node) is None  # not one tensor: values and indices, say

@@ -104,7 +104,9 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         xs = xs[:len(data)]
         env = dict(fixed)
         env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
-        return run_fx(lowered, fx_node, env)
+        y = run_fx(lowered, fx_node, env)
+        # a call of several outputs (topk: values, indices): the op carries its first (nndct's out_tensors[0])
+        return y[0] if isinstance(y, tuple) else y
     return call
 
 
