@@ -81,6 +81,7 @@ from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciproca
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
 from .jit_index import split_select_index
 from .shape_tuples import ShapeTuples
+from .traced_views import remove_redundant_views, unfold_buffer_views
 from .work_copy import work_copy
 
 
@@ -229,6 +230,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
+    unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
+    remove_redundant_views(work, fx_graph, examples)
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
