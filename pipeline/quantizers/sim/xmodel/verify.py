@@ -11,6 +11,7 @@ import torch
 import torch.fx
 
 from ....errors import ExportError
+from ....fx.in_place import writes_first_argument
 from .... import fixpoint
 from .... import ops as t
 from ..finite import agreement, check_compared, check_inputs
@@ -27,11 +28,13 @@ def _as_list(y: Any) -> List[torch.Tensor]:
 def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor],
                                                                                   Dict[torch.fx.Node, Any]]:
     """Run the simulation's test-mode model on ``examples`` (no grad): its outputs (a list) and
-    every fx node's value."""
+    every fx node's value (a value a later call writes in place, ``F.relu_(y)``, as it was before)."""
     values = {}  # type: Dict[torch.fx.Node, Any]
 
     class _Recorder(torch.fx.Interpreter):
         def run_node(self, n: torch.fx.Node) -> Any:
+            if writes_first_argument(lowered, n) and isinstance(values.get(n.args[0]), torch.Tensor):
+                values[n.args[0]] = values[n.args[0]].clone()
             values[n] = super().run_node(n)
             return values[n]
 
@@ -101,7 +104,8 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         for p, x in zip(params, xs[len(data):]):
             if tuple(x.shape) != tuple(p.shape) or not torch.equal(x.to(p.dtype), p.detach()):
                 raise op_error(op, "a parameter const differs from the simulation's %s" % fx_node.name)
-        xs = xs[:len(data)]
+        # an in-place call (y.neg_()) writes its input: given a copy, never the interpreter's value of the op before
+        xs = [x.clone() for x in xs[:len(data)]] if writes_first_argument(lowered, fx_node) else xs[:len(data)]
         env = dict(fixed)
         env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
         y = run_fx(lowered, fx_node, env)
