@@ -80,6 +80,9 @@ class NodeBuilder:
                                            and not float_operand(fx_node)
                                            and not (fx_node is not None  # a tensor attribute (ViT's class token)
                                                     and any(a.op == "get_attr" for a in fx_node.all_input_nodes)))
+        if op == SHAPE and fx_node is not None and fx_node.op == "call_method" and len(fx_node.args) > 1 \
+                and isinstance(fx_node.args[1], int):
+            node.size_axis = fx_node.args[1]  # x.size(i): the dimension read (negative from the end)
         self.nodes.append(node)
         if fx_node is not None:
             self.by_fx[fx_node] = node
@@ -102,6 +105,7 @@ class NodeBuilder:
             if is_access(fx_node):  # its nndct_shape nodes, made here in dimension order
                 for d in self.shapes.read[fx_node]:
                     self.size_nodes[(fx_node, d)] = self.add(None, SHAPE, self.resolve(fx_node.args[0]))
+                    self.size_nodes[(fx_node, d)].size_axis = d
             self.helper(fx_node, [self.size_nodes[e] for e in self.shapes.elements(fx_node) if e in self.size_nodes])
         elif fx_node in self.shapes.sizes:
             size = self.shapes.sizes[fx_node]

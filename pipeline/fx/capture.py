@@ -76,11 +76,13 @@ from .concrete_trace import concrete_trace, has_wrapped_calls
 from .example_run import ExampleRun
 from .float_trace import fx_trace
 from .graph import SimGraph
+from .in_place import follow_in_place
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
 from .jit_index import split_select_index
 from .shape_tuples import ShapeTuples
+from .traced_views import remove_redundant_views, unfold_buffer_views
 from .work_copy import work_copy
 
 
@@ -226,9 +228,12 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
     if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does
         fx_graph = _concrete(work, examples, model)
+    follow_in_place(work, fx_graph)  # a tensor written in place is read after the call from its result
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
+    unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
+    remove_redundant_views(work, fx_graph, examples)
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not

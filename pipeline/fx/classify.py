@@ -1,7 +1,6 @@
 """The op type of one fx node of the rewritten graph (``capture``, step 4): a type of the op list
 (``pipeline.ops``) or ``aten::<name>`` for a float operator nndct has no type for; and the shapes of
 the calls that make several nodes (``x[idx]``, chunk/split)."""
-import inspect
 import operator
 from typing import Any, Optional
 
@@ -13,6 +12,7 @@ from ..errors import QuantizationError
 from .. import ops as t
 from ..ops import (FUNCTION_OPS, FUNCTION_RULES, METHOD_OPS, MODULE_OPS, MODULE_RULES, SPLIT_FUNCTIONS, SPLIT_METHODS,
                    STRIDED_SLICE)
+from .in_place import in_place
 from .refusals import refuse_in_simulation
 from .rewrites import REMOVED_FUNCTIONS, REMOVED_MODULES
 
@@ -30,26 +30,9 @@ def classify(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
     if strict:
         refuse_in_simulation(root, node)
     op = _classify_kind(root, node, strict)
-    if op.startswith("aten::") and _in_place(root, node):
+    if op.startswith("aten::") and in_place(root, node):
         op += "_"
     return op
-
-
-def _in_place(root: nn.Module, node: torch.fx.Node) -> bool:
-    """True when the call runs in place: a module with ``inplace=True`` or a function called with
-    ``inplace=True`` (by keyword or by position)."""
-    if node.op == "call_module":
-        return getattr(root.get_submodule(node.target), "inplace", False) is True
-    if node.op != "call_function":
-        return False
-    if "inplace" in node.kwargs:
-        return node.kwargs["inplace"] is True
-    try:
-        params = list(inspect.signature(node.target).parameters)
-    except (TypeError, ValueError):
-        return False
-    i = params.index("inplace") if "inplace" in params else len(node.args)
-    return len(node.args) > i and node.args[i] is True
 
 
 def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) -> str:
@@ -71,10 +54,19 @@ def _classify_kind(root: nn.Module, node: torch.fx.Node, strict: bool = True) ->
             return FUNCTION_RULES[node.target](node)
         if node.target in REMOVED_FUNCTIONS:
             return t.IDENTITY
-        return "aten::%s" % getattr(node.target, "__name__", "op").strip("_")
+        return _aten(getattr(node.target, "__name__", "op"))
     if node.target in METHOD_OPS:  # call_method
         return METHOD_OPS[node.target]
-    return "aten::%s" % str(node.target).strip("_")
+    return _aten(str(node.target))
+
+
+def _aten(name: str) -> str:
+    """The float operator's type of a call named ``name``: ``aten::<name>``, an operator's dunder name
+    without its underscores (``__matmul__``: ``aten::matmul``), an in-place call's kept (``y.neg_()``:
+    ``aten::neg_``, as torch.jit traces it and nndct names the node, ``aten_neg__2``)."""
+    if name.startswith("__") and name.endswith("__"):
+        return "aten::%s" % name.strip("_")
+    return "aten::%s" % name.lstrip("_")
 
 
 def is_number(v: Any) -> bool:

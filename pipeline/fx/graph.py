@@ -42,6 +42,9 @@ class SimNode:
         const_args: positional argument index -> the ``nndct_const`` node standing for that
             Python number (arithmetic nodes).
         shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
+        size_axis: for an ``nndct_shape`` node, the dimension of its input it reads (``x.shape[0]``,
+            ``x.size(-1)``, negative from the end as the call gives it; nndct's ``axis``); None where it reads
+            none or all (``x.size()``, ``x.numel()``).
         in_quant_part: False for a node outside every quantized part of a model that marks them with
             QuantStub/DeQuantStub (:func:`tag_quant_part`): it is never quantized and runs in float, as
             torch computes it; True otherwise (every node of a model without stubs).
@@ -65,6 +68,7 @@ class SimNode:
         self.value = None  # type: Any
         self.const_args = {}  # type: Dict[int, SimNode]
         self.shape_value = False
+        self.size_axis = None  # type: Optional[int]
         self.in_quant_part = True
         self.outputs = 1
 

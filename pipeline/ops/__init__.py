@@ -114,6 +114,8 @@ SIM = {op: form for r in RECORDS for op, form in r.sim.items()}  # type -> SimFo
 XIR_OPS = {x: piece for r in RECORDS if not isinstance(r.xir_ops, Absent) for x, piece in r.xir_ops.items()}
 NORM = {op: form for r in RECORDS for op, form in r.norm.items()}  # norm type -> sim_support.NormForm
 LAYER = {op: form for r in RECORDS for op, form in r.layer.items()}  # params type -> sim_support.LayerForm
+# custom XIR op type -> xir_support.CustomKernel, for the custom types the units write and the interpreter runs
+CUSTOM_KERNELS = {x: k for r in RECORDS for x, k in r.custom_kernels.items() if not isinstance(k, Absent)}
 
 
 def xmodel_form(op: str) -> Optional[XmodelForm]:

@@ -1,9 +1,13 @@
 """``x.expand(...)`` (``nndct_expand``): a float operator in nndct's warning, joining its parent's group."""
-from typing import Any
+from typing import Any, List
+
+import torch
 
 from .onnx_form import Unsupported, arg
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
+from .xir_support import CustomKernel
+from .xmodel_support import XmodelForm, custom, no_attrs
 
 EXPAND = "nndct_expand"
 
@@ -27,6 +31,12 @@ def _onnx_expand(b: Any, node: Any, mod: None) -> str:
     return b.op("Expand", [b.tensor(x), target], node.name)
 
 
+def _expand_kernel(op: Any, xs: List[torch.Tensor]) -> torch.Tensor:
+    """``nndct_expand``: the first input (the tensor) expanded to the op's output dims; the other inputs
+    are the traced sizes (``nndct_shape``), which give those dims at the file's batch."""
+    return xs[0].expand([int(d) for d in op.shape])
+
+
 RECORD = OpRecord(
     family="expand",
     specs={EXPAND: OpSpec("float", False, False, True)},
@@ -35,9 +45,12 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py",
     onnx={EXPAND: _onnx_expand},
     dpu_rule={EXPAND: Absent("a float operator of the quantizer")},
-    xmodel={EXPAND: Absent("not written yet: the xmodel writer has no XIR form for it")},
-    xir_ops=Absent("the xmodel writer writes no XIR op for it"),
-    traced={},  # each type traced under its own name
+    # the custom op nndct_expand on the tensor and the traced sizes, the class token as its float const
+    # (observed: tests/data/refused_real/expand_cls; nndct's custom_xop)
+    xmodel={EXPAND: XmodelForm(no_attrs, custom, traced_sizes=True, param_operands=True)},
+    xir_ops=Absent("a custom op (nndct_expand: a type XIR does not define)"),
+    custom_kernels={EXPAND: CustomKernel(_expand_kernel, True)},
+    traced={EXPAND: ("expand",)},
     refusals={},
     sim={EXPAND: TORCH},
 )

@@ -12,7 +12,7 @@ from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg, clip, pow2
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xir_support import IN, OpDef, XirOp, like_input, one, unary
+from .xir_support import IN, CustomKernel, OpDef, XirOp, like_input, one, unary
 from .xmodel_support import XmodelForm, custom, custom_with_attrs, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
@@ -194,6 +194,14 @@ RECORD = OpRecord(
     xir_ops={"sigmoid": XirOp(OpDef("sigmoid", IN, (), like_input), unary(torch.sigmoid), "sigmoid"),
              "tanh": XirOp(OpDef("tanh", IN, (), like_input), unary(torch.tanh), "tanh"),
              "gelu": XirOp(OpDef("gelu", IN, (), like_input), _run_gelu, "gelu")},
+    # the interpreter's fallbacks for silu and mish (the caller's float_ops first); nn.SiLU(inplace=True) is
+    # traced as the float operator aten::silu_, written the same way
+    custom_kernels={SILU: CustomKernel(lambda op, xs: F.silu(xs[0]), False),
+                    "aten::silu_": CustomKernel(lambda op, xs: F.silu(xs[0]), False),
+                    MISH: CustomKernel(lambda op, xs: F.mish(xs[0]), False),
+                    CLAMP: Absent("the file carries no bounds: the caller's float_ops (the simulation's call) "
+                                  "compute it"),
+                    LOG_SOFTMAX: Absent("the caller's float_ops (the simulation's call) compute it")},
     traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",),
             MISH: ("mish",), LOG_SOFTMAX: ("log_softmax",)},
     refusals={},

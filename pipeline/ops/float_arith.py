@@ -59,6 +59,8 @@ RECORD = OpRecord(
             RECIPROCAL: XmodelForm(no_attrs, custom)},
     xir_ops={"neg": XirOp(OpDef("neg", IN, (), like_input), unary(torch.neg), "neg"),
              RECIPROCAL: XirOp(custom_def(RECIPROCAL), _run_reciprocal, RECIPROCAL)},  # custom: a float op
+    custom_kernels={REMAINDER: Absent("the file carries no divisor of its own: the caller's float_ops (the "
+                                      "simulation's call) compute it")},
     traced={NEG: ("neg",)},
     refusals={},
     sim=dict.fromkeys((EQUAL, REMAINDER, NEG, RECIPROCAL), TORCH),

@@ -69,6 +69,8 @@ RECORD = OpRecord(
     xmodel={LAYER_NORM: XmodelForm(_lower_layer_norm, custom_with_attrs)},
     xir_ops=Absent("a custom op (nndct_layer_norm: a type XIR does not define; the interpreter runs the "
                    "simulation's call for it)"),
+    custom_kernels={LAYER_NORM: Absent("the caller's float_ops (the simulation's call on its quantized gamma "
+                                       "and beta) compute it")},
     traced={LAYER_NORM: ("layer_norm",)},
     refusals={},
     sim={LAYER_NORM: TORCH},

@@ -66,7 +66,7 @@ RECORD = OpRecord(
     family="leaky_relu",
     specs={LEAKY_RELU: OpSpec("dpu", False, False, True)},
     modules={nn.LeakyReLU: LEAKY_RELU},
-    functions={F.leaky_relu: LEAKY_RELU},
+    functions={F.leaky_relu: LEAKY_RELU, F.leaky_relu_: LEAKY_RELU},  # op_dispatcher.leaky_relu_: the same op
     signatures={LEAKY_RELU: (("input", "negative_slope"), {"negative_slope": 0.01})},
     approximation="negative slope 26/256 = 0.1015625 (LEAKY_SLOPE), whatever the model's",
     source="pytorch_nndct/nn/modules/leaky_relu.py",

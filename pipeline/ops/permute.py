@@ -80,6 +80,7 @@ RECORD = OpRecord(
     # a transpose: deploy.optimize makes it a permute before the writer runs
     xmodel={PERMUTE: XmodelForm(_lower_permute, simple("transpose", ("order",))),
             TRANSPOSE: XmodelForm(_lower_transpose, custom)},
+    custom_kernels={TRANSPOSE: Absent("never written as a custom op: deploy.optimize makes it a permute first")},
     xir_ops={"transpose": XirOp(OpDef("transpose", IN, (req("order", "int32_vec"),), _shape_transpose),
                                 lambda run, op, ins: one(ins).permute(list(op.attr("order"))), "permute")},
     traced={PERMUTE: ("permute",), TRANSPOSE: ("transpose",)},

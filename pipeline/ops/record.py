@@ -163,6 +163,11 @@ class OpRecord:
             ``stack``: reshape). The XIR format's own types (``xir/opdefs.py``, ``xir/interp_ops.py``) are
             the graph's structure, ``data`` (io writes it; the interpreter feeds it the caller's input),
             ``const`` and ``fix`` (the writer's own), and XIR's types no family writes (``prelu``, ...).
+        custom_kernels: custom XIR op type -> ``xir_support.CustomKernel`` (the interpreter's kernel of a type
+            XIR does not define) or :class:`Absent` with the reason the interpreter cannot run it from the file
+            alone (it then needs the caller's ``float_ops``), for every custom op type the family's creators
+            write (``xmodel_support.custom``: the nndct type itself); ``{}`` where they write none
+            (``tests/project/test_op_records.py``).
         traced: nndct op type -> the torch.jit kinds (without ``aten::``) whose traced op nndct's parser
             makes the type from: the xmodel's op names are that op's (``quantizers/sim/xmodel/names.py``,
             docs/xmodel.md#names). A type not listed is looked for under its own name (``aten::silu_``:
@@ -210,6 +215,7 @@ class OpRecord:
     several: Mapping[str, Tuple[str, int]] = field(default_factory=dict)
     preludes: Mapping[type, Prelude] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
+    custom_kernels: Mapping[str, Any] = field(default_factory=dict)
     norm: Mapping[str, Any] = field(default_factory=dict)
     layer: Mapping[str, Any] = field(default_factory=dict)
 

@@ -78,8 +78,10 @@ RECORD = OpRecord(
     specs={RELU: _ACT, RELU6: _ACT, HARDTANH: OpSpec("float", False, False, True)},
     modules={nn.ReLU: RELU, nn.ReLU6: RELU6},
     module_rules={nn.Hardtanh: _hardtanh},
-    functions={F.relu: RELU, torch.relu: RELU, F.relu6: RELU6},
-    function_rules={F.hardtanh: _hardtanh_call},
+    # the in-place forms are the same ops (op_dispatcher.relu_, hardtanh_): the capture's fx/in_place.py
+    # makes later readers of the tensor read their result
+    functions={F.relu: RELU, torch.relu: RELU, F.relu6: RELU6, F.relu_: RELU, torch.relu_: RELU},
+    function_rules={F.hardtanh: _hardtanh_call, F.hardtanh_: _hardtanh_call},
     methods={"relu": RELU, "relu_": RELU},  # op_dispatcher.relu_: a TorchReLU (inplace), as relu
     approximation=Absent("exact on the integer codes"),
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
@@ -90,6 +92,8 @@ RECORD = OpRecord(
             HARDTANH: XmodelForm(no_attrs, custom)},  # a custom op without its bounds, as nndct writes it
     xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu), "relu"),
              "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
+    custom_kernels={HARDTANH: Absent("the file carries no bounds: the caller's float_ops (the simulation's call) "
+                                     "compute it")},
     traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6"), HARDTANH: ("hardtanh",)},
     roles={"cle_act": (RELU,), "fresh_output": (RELU,), "adaquant_act": (RELU, RELU6)},
     refusals={},

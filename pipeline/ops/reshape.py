@@ -188,10 +188,14 @@ RECORD = OpRecord(
     # flatten, squeeze, unsqueeze and contiguous: deploy.optimize makes the first three reshapes (role
     # reshape_like) and removes contiguous before the writer runs
     xmodel={FLATTEN: XmodelForm(_lower_flatten, custom),
-            RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape),
+            RESHAPE: XmodelForm(_lower_reshape, _create_reshape, layout_rewrite=_rewrite_shape, param_operands=True),
             CONTIGUOUS: XmodelForm(no_attrs, custom),
             UNSQUEEZE: XmodelForm(_lower_squeeze, custom),
             SQUEEZE: XmodelForm(_lower_squeeze, custom)},
+    custom_kernels={FLATTEN: Absent("never written as a custom op: deploy.optimize makes it a reshape first"),
+                    CONTIGUOUS: Absent("never written: deploy.optimize removes it first"),
+                    UNSQUEEZE: Absent("never written as a custom op: deploy.optimize makes it a reshape first"),
+                    SQUEEZE: Absent("never written as a custom op: deploy.optimize makes it a reshape first")},
     xir_ops={"reshape": XirOp(OpDef("reshape", IN + (ArgDef("shape", OPTIONAL),), (opt("shape", "int32_vec", [0]),),
                                     _shape_reshape), lambda run, op, ins: one(ins).reshape(op.shape), "reshape"),
              "stack": XirOp(OpDef("stack", INS, (req("axis", "int32"),), _shape_stack),

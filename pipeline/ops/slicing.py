@@ -14,8 +14,9 @@ from .dpu_support import DPU, Verdict, cpu_verdict, follows
 from .onnx_form import Unsupported, arg
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xir_support import IN, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported, with_info
-from .xmodel_support import INT_MAX, XmodelForm
+from .xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
+                          with_info)
+from .xmodel_support import INT_MAX, XmodelForm, custom, no_attrs
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -369,11 +370,16 @@ RECORD = OpRecord(
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
     xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
             SELECT: XmodelForm(_lower_select, _create_select),
-            INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
+            # the custom op on the table's float const and the index (nndct's custom_xop)
+            INDEX: XmodelForm(no_attrs, custom, param_operands=True)},
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
-    traced={STRIDED_SLICE: ("slice",), SELECT: ("select",)},
+    # nndct_index: x[t], the rows of the table picked by the index (int64 values held as float32 in the run;
+    # tests/data/refused_real/index_gather); nndct_select: the fallback where the caller gives no float_ops
+    custom_kernels={INDEX: CustomKernel(lambda op, xs: xs[0][xs[1].long()], True),
+                    SELECT: CustomKernel(select_kernel, False)},
+    traced={STRIDED_SLICE: ("slice",), SELECT: ("select",), INDEX: ("index",)},
     refusals={},
     sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX), TORCH),
 )

@@ -61,6 +61,28 @@ class XirOp:
     inspected_attrs: Optional[Callable[[Any], Dict[str, Any]]] = None
 
 
+CustomFn = Callable[[Any, List[torch.Tensor]], torch.Tensor]  # (op, input values in order) -> the op's output
+
+
+@dataclass(frozen=True)
+class CustomKernel:
+    """The interpreter's kernel of a custom op type a unit writes (``OpRecord.custom_kernels``: a type XIR
+    does not define, whose file carries only its output ``shape``, ``data_type`` and the attributes nndct's
+    ``custom_xop`` gives it).
+
+    Attributes:
+        fn: ``fn(op, xs) -> tensor``: the output from the op (its attributes, its output dims ``op.shape``)
+            and its input values in argument order (float32 tensors in the file's dims).
+        complete: the file says all the op computes (its attributes and inputs determine it: a size read, an
+            expand to the output dims, an NHWC pool to the output size), so the interpreter runs ``fn`` before
+            any caller's ``float_ops`` and the writer's verification asks the simulation for no call of it;
+            False: ``fn`` is the interpreter's fallback where the caller gives no ``float_ops`` entry for the
+            op (``aten::mean`` guesses its dims from the output's).
+    """
+    fn: CustomFn
+    complete: bool
+
+
 def req(name: str, kind: str) -> AttrDef:
     """A REQUIRED attribute."""
     return AttrDef(name, kind, True, None)

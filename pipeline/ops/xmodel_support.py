@@ -50,11 +50,18 @@ class XmodelForm:
             them (linear ``[out, in]``, batch norm ``[C]``).
         const_weights: ``const_weights(w) -> w``: the weights as ``xop_creator.py`` writes them into their
             ``const`` op (a transposed conv's flipped in H and W); None: as the deploy graph holds them.
+        traced_sizes: the type takes traced sizes as tensors (``cls.expand(x.shape[0], -1, -1)``): the
+            ``nndct_shape`` nodes feeding it are written as ops of their own (their record's form) and are
+            its inputs, where for any other type they are evaluated on the example and folded into its
+            attributes (nndct keeps a size node whose consumer is no shape-folding op).
         param_operands: a parameter or buffer of the model may be an operand of the type (ConvNeXt's
-            ``layer_scale * x``): the writer binds it to the node as nndct's parser does (``_bind_free_params``)
-            and writes it as a ``const`` of its full name, float (its quant_info entry has no fix position),
-            among the node's inputs at its argument position (``xop_creator.binary_op`` takes a parameter
-            tensor by its name); False: the writer refuses such an operand.
+            ``layer_scale * x``, the class token of ``cls.expand``, the table and the index buffer of
+            ``table[idx]``): the writer binds it to the node as nndct's parser does (``_bind_free_params``;
+            ``in_tensors`` without a producer node) and writes it as a ``const`` of its full name, in its own
+            dtype (float; an index buffer int64) and without ``fix`` (its quant_info entry, where it has one,
+            has no fix position), among the node's inputs at its argument position (``xop_creator.binary_op``
+            takes a parameter tensor by its name; ``custom_xop`` writes every input tensor); False: the writer
+            refuses such an operand.
     """
     lower: Lowering
     create: Creator
@@ -62,6 +69,7 @@ class XmodelForm:
     layout_rewrite: Optional[Callable[[Any, Sequence[int]], None]] = None
     weights: Optional[Callable[[Any, Any], Any]] = None
     const_weights: Optional[Callable[[Any], Any]] = None
+    traced_sizes: bool = False
     param_operands: bool = False
 
 

@@ -42,13 +42,14 @@ Semantics per op type (``OPS``; XIR's definitions, restated where the simulation
   BILINEAR (``align_corners``), with ``scale_factor = (scale[1], scale[0])`` from the ``scale``
   attribute ``[w, h]``, or the output size when the op has a ``size`` input;
 - custom op types (``aten::silu``, ``aten::mean``, ``nndct_clamp``, ...): the file carries only their
-  output ``shape`` and ``data_type``. The caller's ``float_ops[op name]`` computes them; without one,
-  ``aten::silu`` is ``F.silu`` and ``aten::mean`` the mean over the dims the output drops (see
-  :func:`_mean`); any other raises ``interp_base.InterpreterError``. ``nndct_adaptive_avg_pool2d``
-  (an adaptive pool whose output size does not divide its input, left unscaled) has NHWC input and
-  output: ``F.adaptive_avg_pool2d`` on NCHW to the op's output size, always built in.
+  output ``shape``, ``data_type`` and the attributes nndct gives the type. The kernels are the units'
+  (``OpRecord.custom_kernels``, read off the records as ``ops.CUSTOM_KERNELS``): one that the file
+  determines (``complete``: ``nndct_shape``, ``nndct_expand``, ``nndct_adaptive_avg_pool2d`` in NHWC) runs
+  always; otherwise the caller's ``float_ops[op name]`` computes the op, and without one the unit's
+  fallback (``aten::silu`` is ``F.silu``, ``aten::mean`` the mean over the dims the output drops); a type
+  with neither raises ``interp_base.InterpreterError``.
 """
-from typing import Callable, Dict, List
+from typing import Dict, List
 
 import torch
 import torch.nn.functional as F
@@ -57,7 +58,7 @@ from .. import fixpoint, ops
 from ..ops.hard_sigmoid import xir_hard_sigmoid
 from ..ops.xir_support import Kernel, fold, one, unary
 from . import opdefs
-from .interp_base import TO_NHWC, Inputs, Run, checked, model_layout, nchw, op_error
+from .interp_base import Inputs, Run, checked, model_layout, op_error
 from .xgraph import XOp
 
 
@@ -98,56 +99,22 @@ def _fix(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
     return codes.clamp_(lo, hi).mul_(2.0 ** -point)
 
 
-def _mean(op: XOp, x: torch.Tensor) -> torch.Tensor:
-    """``aten::mean`` without the model: over the dims the output drops. Equal ranks (keepdim): the
-    dims that are 1 in the output and not in the input. Fewer dims: input and output dims matched
-    left to right, each input dim that does not match the next output dim reduced
-    (``[1, 8, 14, 14] -> [1, 8]`` is the mean over dims 2 and 3)."""
-    dims, out = list(x.shape), list(op.shape)
-    if len(out) == len(dims):
-        reduce = [i for i, (a, b) in enumerate(zip(dims, out)) if b == 1 and a != 1]
-        return torch.mean(x, reduce, keepdim=True) if reduce else x
-    reduce, j = [], 0
-    for i, d in enumerate(dims):
-        if j < len(out) and d == out[j] and len(dims) - i > len(out) - j - 1:
-            j += 1
-        else:
-            reduce.append(i)
-    if j != len(out):
-        raise op_error(op, "cannot tell which dims of %s give %s; pass float_ops" % (dims, out))
-    return torch.mean(x, reduce)
-
-
-_BUILT_IN_CUSTOM = {
-    "aten::silu": lambda op, xs: F.silu(xs[0]),
-    "aten::silu_": lambda op, xs: F.silu(xs[0]),  # nn.SiLU(inplace=True)
-    "aten::mean": lambda op, xs: _mean(op, xs[0]),
-}  # type: Dict[str, Callable[[XOp, List[torch.Tensor]], torch.Tensor]]
-
-
-# custom ops the file holds in NHWC, as the DPU op they stand for (nndct lays them out so): computed here,
-# never by the caller's float_ops (the simulation's NCHW call). An adaptive average pool whose output
-# size does not divide its input is written as its nndct type, unscaled (docs/arithmetic.md)
-_NHWC_CUSTOM = {
-    "nndct_adaptive_avg_pool2d":
-        lambda op, xs: F.adaptive_avg_pool2d(nchw(op, xs[0]), [int(d) for d in op.shape[1:3]]).permute(TO_NHWC),
-}  # type: Dict[str, Callable[[XOp, List[torch.Tensor]], torch.Tensor]]
-
-
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
-    """A custom op (a type XIR does not define): the kernel of the unit that writes the type, where it gives
-    one (``OpRecord.xir_ops``: a custom op the file holds in NHWC, ``nndct_instance_norm``), else the
-    caller's ``float_ops[op.name]``, else a built-in one (an NHWC one of ``_NHWC_CUSTOM`` always built in)."""
+    """A custom op (a type XIR does not define): the kernel of the unit that writes the type and runs it as an
+    XIR op of its own (``OpRecord.xir_ops``: a custom op the file holds in NHWC, ``nndct_instance_norm``), or its
+    unit's custom kernel where the file says all the op computes (``ops.CUSTOM_KERNELS``, ``complete``), else
+    the caller's ``float_ops[op.name]``, else its unit's fallback kernel."""
     unit = ops.XIR_OPS.get(op.type)
     if unit is not None:
         return checked(op, unit.kernel(run, op, ins).float())
     xs = [x for arg in sorted(ins) for x in ins[arg]]
-    if op.type in _NHWC_CUSTOM:
-        y = _NHWC_CUSTOM[op.type](op, xs)
+    kernel = ops.CUSTOM_KERNELS.get(op.type)
+    if kernel is not None and kernel.complete:
+        y = kernel.fn(op, xs)
     elif op.name in run.float_ops:
         y = run.float_ops[op.name](xs)
-    elif op.type in _BUILT_IN_CUSTOM:
-        y = _BUILT_IN_CUSTOM[op.type](op, xs)
+    elif kernel is not None:
+        y = kernel.fn(op, xs)
     else:
         raise op_error(op, "a custom op type: the file carries only its output shape and data type, not what it "
                            "computes; pass float_ops={%r: callable(list of input tensors) -> tensor}" % op.name)

@@ -238,8 +238,9 @@ def infer_shape(definition: OpDef, op: Any) -> Tuple[List[int], TypedAttrs]:
         data_type = op.attr("data_type")
         if not isinstance(data_type, str):
             raise shapes.fail(op, "has no input and no data_type to take its output data type from")
-        if not _FLOAT32.fullmatch(data_type):
-            raise shapes.unsupported(op, "output data type %r (only float32 is written)" % (data_type,))
+        if not (_FLOAT32.fullmatch(data_type) or (op.type == "const" and data_type == "int64")):
+            raise shapes.unsupported(op, "output data type %r (only float32, and int64 consts, are written)"
+                                     % (data_type,))
     dims, tensor_attrs = definition.shape(op)
     if any(d < 0 for d in dims):
         raise shapes.fail(op, "inferred a negative dim: %s" % dims)

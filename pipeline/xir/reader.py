@@ -18,8 +18,9 @@ lists them all):
 - ``fix`` ops: a ``round_mode`` XIR knows (``DPU_ROUND``, ``STD_ROUND``, ``PY3_ROUND``) and a
   ``bit_width`` from 1 to 32 (the kinds are the definition's: int32 ``fix_point`` and ``bit_width``,
   bool ``if_signed``, string ``round_mode``);
-- ``const`` ops: ``data`` holds 4 bytes per element of ``shape`` (float32, the only type written);
-- the output tensor: named like its op, ``data_type`` 4 (FLOAT) with bit width 32, dims equal to the
+- ``const`` ops: ``data`` holds 4 bytes per element of ``shape`` (float32), 8 for an int64 const;
+- the output tensor: named like its op, the data type libxir gives it (``xgraph.output_data_type``: FLOAT 32
+  but for an int64 const and what reshapes it), dims equal to the
   dims XIR's shape inference gives for the op (recomputed from its inputs and attributes), and the
   tensor attributes (``shape_info``) shape inference leaves;
 - the root subgraph is named ``root`` and lists exactly the ops of ``op_node``, in the same order.
@@ -35,7 +36,7 @@ from typing import Any, Dict, List, Optional, Tuple, Union
 
 from ..errors import ExportError
 from . import opdefs, schema
-from .xgraph import FLOAT32, FLOAT32_BITS, XGraph, XGraphError, XOp
+from .xgraph import CONST_TYPES, FLOAT32, XGraph, XGraphError, XOp
 
 ROUND_MODES = ("DPU_ROUND", "STD_ROUND", "PY3_ROUND")  # XIR's fix op definition
 ROOT = "root"
@@ -130,9 +131,12 @@ def _check_attrs(node: Any, definition: opdefs.OpDef, attrs: Dict[str, Tuple[Opt
         data, shape = attrs.get("data", (None, None)), attrs.get("shape", (None, None))
         if data[0] == "bytes" and shape[0] == "int32_vec":
             count = math.prod(shape[1]) if shape[1] else 0
-            if len(data[1]) != 4 * count:
-                problems.append("op %r (const): data holds %d bytes, shape %s needs %d (4 per float32 value)"
-                                % (name, len(data[1]), list(shape[1]), 4 * count))
+            type_name = attrs.get("data_type", (None, "float32"))[1]
+            width = CONST_TYPES[type_name][2] // 8 if type_name in CONST_TYPES else 4
+            if len(data[1]) != width * count:
+                problems.append("op %r (const): data holds %d bytes, shape %s needs %d (%d per %s value)"
+                                % (name, len(data[1]), list(shape[1]), width * count, width,
+                                   type_name if type_name in CONST_TYPES else "float32"))
 
 
 def _check_tensor(node: Any, problems: List[str]) -> None:
@@ -140,10 +144,6 @@ def _check_tensor(node: Any, problems: List[str]) -> None:
     if tensor.tensor_name != name:
         problems.append("op %r (%s): output tensor is named %r, not like its op" % (name, node.op_type,
                                                                                   tensor.tensor_name))
-    if tensor.data_type != FLOAT32 or tensor.tensor_bit_width != FLOAT32_BITS:
-        problems.append("op %r (%s): output tensor has data_type %d with bit width %d, expected %d (FLOAT) "
-                        "with %d" % (name, node.op_type, tensor.data_type, tensor.tensor_bit_width, FLOAT32,
-                                     FLOAT32_BITS))
 
 
 def _infer(graph: XGraph, node: Any, attrs: Dict[str, Tuple[Optional[str], Any]], inputs: Dict[str, List[XOp]],
@@ -164,6 +164,11 @@ def _infer(graph: XGraph, node: Any, attrs: Dict[str, Tuple[Optional[str], Any]]
         return None
     for key, entry in attrs.items():  # an undeclared attribute keeps the kind the file stores it as
         op.attrs[key] = entry
+    found = (node.output_tensor.data_type, node.output_tensor.tensor_bit_width)
+    if found != tuple(op.data_type):
+        problems.append("op %r (%s): output tensor has data_type %d with bit width %d, expected %d with %d (%s)"
+                        % (name, node.op_type, found[0], found[1], op.data_type[0], op.data_type[1],
+                           "FLOAT" if op.data_type[0] == FLOAT32 else "its data type as libxir gives it"))
     dims = [int(d) for d in node.output_tensor.tensor_dim]
     if op.shape != dims:  # downstream ops see the inferred dims
         problems.append("op %r (%s): output dims %s, but XIR's shape inference gives %s"

@@ -28,6 +28,25 @@ from .errors import XGraphError
 _NAME_PATTERN = re.compile(r"[^0-9A-Za-z]")
 FLOAT32 = 4  # xir::DataType::Type FLOAT (data_type.hpp: INT, UINT, XINT, XUINT, FLOAT, BFLOAT, UNKNOWN)
 FLOAT32_BITS = 32
+INT = 0  # xir::DataType::Type INT
+# the data types a const is written with: xir::DataType's name -> (numpy dtype of its bytes, type, bit width).
+# nndct writes a parameter or buffer const in its own dtype (``XGraph.create_const_op``, ``xgraph.py``): float32,
+# or int64 for an index buffer (observed: tests/data/refused_real/index_gather)
+CONST_TYPES = {"float32": ("<f4", FLOAT32, 32), "int64": ("<i8", INT, 64)}
+_TYPE_NAMES = {"INT": 0, "UINT": 1, "XINT": 2, "XUINT": 3, "FLOAT": 4, "BFLOAT": 5}
+_DATA_TYPE = re.compile(r"([A-Za-z]+)([0-9]+)")
+
+
+def parse_data_type(name: str) -> Optional[Tuple[int, int]]:
+    """``(type, bit width)`` of a data type name as ``xir::DataType(std::string)`` parses it (``util/data_type.cpp``:
+    a type name in upper or lower case, then the bit width: ``float32``, ``INT32``, ``int64``); None for a name it
+    refuses or a type it sets to UNKNOWN."""
+    match = _DATA_TYPE.fullmatch(name)
+    if match is None:
+        return None
+    word = match.group(1)
+    type_ = _TYPE_NAMES.get(word) if word.isupper() else _TYPE_NAMES.get(word.upper()) if word.islower() else None
+    return None if type_ is None else (type_, int(match.group(2)))
 
 
 def formal_name(name: str) -> str:
@@ -48,6 +67,9 @@ class XOp:
         shape: the output tensor's dims (list of ints).
         tensor_attrs: the output tensor's attributes, ``(kind, value)`` per name (``shape_info``).
         index: creation index (the vertex's position in libxir's vertex list).
+        data_type: the output tensor's ``(type, bit width)`` (``OpImp::create_output_tensor_``: an op without
+            ``input`` takes its ``data_type`` attribute's, any other its first ``input``'s; FLOAT 32 but for an
+            int64 const and what reshapes it).
     """
 
     def __init__(self, name: str, type_: str, attrs: Dict[str, Tuple[str, Any]],
@@ -59,6 +81,7 @@ class XOp:
         self.shape = []  # type: List[int]
         self.tensor_attrs = {}  # type: Dict[str, Tuple[str, Any]]
         self.index = index
+        self.data_type = (FLOAT32, FLOAT32_BITS)  # type: Tuple[int, int]
 
     def attr(self, name: str, default: Any = None) -> Any:
         """The value of attribute ``name`` (without its kind), or ``default``."""
@@ -69,11 +92,26 @@ class XOp:
         return [op for arg in sorted(self.inputs) for op in self.inputs[arg]]
 
     def data(self) -> np.ndarray:
-        """A const op's data as a float32 array of its shape (a copy)."""
-        return np.frombuffer(self.attr("data"), dtype="<f4").reshape(self.shape).copy()
+        """A const op's data as a float32 array of its shape (a copy; an int64 const's values converted)."""
+        dtype = CONST_TYPES.get(str(self.attr("data_type", "float32")).lower(), CONST_TYPES["float32"])[0]
+        return np.frombuffer(self.attr("data"), dtype=dtype).reshape(self.shape).astype(np.float32)
 
     def __repr__(self) -> str:
         return "XOp(%s: %s %s)" % (self.name, self.type, self.shape)
+
+
+def output_data_type(op: XOp) -> Tuple[int, int]:
+    """The data type of ``op``'s output tensor as libxir gives it (``OpImp::create_output_tensor_``): an op with no
+    ``input`` takes its ``data_type`` attribute's, any other its first ``input``'s; libxir's shape inference keeps
+    it (a ``reshape``'s output has its input's type)."""
+    inputs = op.inputs.get("input")
+    if inputs and op.type != "cast":  # a cast's output has the type it names
+        return inputs[0].data_type
+    parsed = parse_data_type(str(op.attr("data_type", "")))
+    if parsed is None:
+        raise XGraphError("op %r (%s): data_type %r is no data type libxir reads" % (op.name, op.type,
+                                                                                   op.attr("data_type")))
+    return parsed
 
 
 class XGraph:
@@ -124,6 +162,7 @@ class XGraph:
         opdefs.check_args(definition, name, inputs)
         op = XOp(name, type_, typed, inputs, len(self.ops))
         op.shape, op.tensor_attrs = opdefs.infer_shape(definition, op)  # raises before the graph changes
+        op.data_type = output_data_type(op)
         for in_op in op.input_list():
             self._fanout[in_op.name].append(op)
         self.ops.append(op)
@@ -133,13 +172,15 @@ class XGraph:
 
     def create_const_op(self, name: str, data: np.ndarray) -> XOp:
         """Add a ``const`` op holding ``data`` as ``xir.Graph.create_const_op`` does: ``data`` the
-        array's bytes in C order, ``data_type`` from its dtype (float32 only here), ``shape`` its
-        shape (a 0-d array must be made 1-d by the caller, as nndct does)."""
+        array's bytes in C order, ``data_type`` from its dtype (float32 or int64 here: ``CONST_TYPES``),
+        ``shape`` its shape (a 0-d array must be made 1-d by the caller, as nndct does)."""
         array = np.ascontiguousarray(data)
-        if array.dtype != np.float32:
-            raise XGraphError("const op %r: only float32 data is written, got %s" % (name, array.dtype))
-        return self.create_op(name, "const", {"data": array.astype("<f4").tobytes(), "data_type": "float32",
-                                              "shape": [int(d) for d in array.shape]})
+        name_of = {np.dtype(np.float32): "float32", np.dtype(np.int64): "int64"}
+        if array.dtype not in name_of:
+            raise XGraphError("const op %r: only float32 and int64 data are written, got %s" % (name, array.dtype))
+        type_name = name_of[array.dtype]
+        return self.create_op(name, "const", {"data": array.astype(CONST_TYPES[type_name][0]).tobytes(),
+                                              "data_type": type_name, "shape": [int(d) for d in array.shape]})
 
     def fanout(self, op: XOp) -> List[XOp]:
         """The ops that take ``op``'s output, one entry per edge, in edge-insertion order."""
@@ -186,8 +227,7 @@ class XGraph:
             tensor = node.output_tensor
             tensor.tensor_name = op.name
             tensor.tensor_dim.extend(op.shape)
-            tensor.data_type = FLOAT32
-            tensor.tensor_bit_width = FLOAT32_BITS
+            tensor.data_type, tensor.tensor_bit_width = op.data_type
             for key, (kind, value) in op.tensor_attrs.items():
                 tensor.tensor_attr[key].CopyFrom(schema.attr_value(kind, value))
         root = msg.subg_root

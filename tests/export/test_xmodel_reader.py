@@ -234,3 +234,28 @@ def test_xmodel_check_extra_attributes_are_allowed():
     _node(msg, CONV).op_attr["my_note"].CopyFrom(schema.attr_value("string", "hello"))
     graph = reader.check(msg)
     assert graph.get_op(CONV).attrs["my_note"] == ("string", "hello")
+
+
+def test_an_int64_const_and_its_reshape_are_int64_tensors_and_read_back():
+    """An index buffer's const keeps its int64 data (``data_type`` "int64") and its output tensor, and the reshape of
+    it, are INT with bit width 64, as libxir gives a tensor its first input's type (tests/data/refused_real/
+    index_gather); the reader checks the byte count per value and the type."""
+    x = XGraph("G")
+    idx = x.create_const_op("G__idx", np.arange(16, dtype=np.int64).reshape(4, 4))
+    table = x.create_const_op("G__table", np.zeros((16, 2), np.float32))
+    size = x.create_const_op("G__size", np.array([-1.0], np.float32))
+    shape = x.create_op("G__shape", "stack", {"axis": 0}, {"input": [size]})
+    flat = x.create_op("G__flat", "reshape", None, {"input": [idx], "shape": [shape]})
+    x.create_op("G__pick", "nndct_index", {"shape": [16, 2], "data_type": "FLOAT32"}, {"input": [table, flat]})
+    assert (idx.data_type, flat.data_type, shape.data_type) == ((0, 64), (0, 64), (4, 32))
+    assert idx.data().tolist() == np.arange(16, dtype=np.float32).reshape(4, 4).tolist()
+    msg = x.to_message()
+    assert [(n.op_name, n.output_tensor.data_type, n.output_tensor.tensor_bit_width) for n in msg.op_node
+            if n.op_name in ("G__idx", "G__flat", "G__pick")] == [("G__idx", 0, 64), ("G__flat", 0, 64),
+                                                                  ("G__pick", 4, 32)]
+    reader.check(msg)
+    _node(msg, "G__flat").output_tensor.data_type = 4
+    _node(msg, "G__idx").op_attr["data"].bytes_value.value = b"\0" * 64
+    _, problems = _problems(msg)
+    assert any("'G__flat'" in p and "data_type 4 with bit width 64" in p for p in problems)
+    assert any("'G__idx'" in p and "needs 128 (8 per int64 value)" in p for p in problems)

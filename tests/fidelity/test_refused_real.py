@@ -26,6 +26,7 @@ import torch
 
 from tests.support import DATA, REPO, SUPPORT, corpus_models, pinned_threads
 from tests.support import corpus_refused as corpus
+from tests.support import xmodel_compare
 from tests.support.xmodel_compare import assert_same_xmodel
 
 REAL = os.path.join(DATA, "refused_real")
@@ -35,14 +36,6 @@ THREADS = pinned_threads(1)
 # calibration's quant_info.json), "outputs" (the test-mode outputs), "xmodel" (the files), "reason" (a refusal
 # naming the real quantizer's reason).
 GAPS = {
-    ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
-                               "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
-                               "nndct_reshape_5); outputs equal",
-    ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
-                              "nndct_shape (axis 0 of the tokens) and nndct_expand on the unquantized cls const, "
-                              "then concat",
-    ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
-                                "const and the custom op nndct_index (table const, index), then add",
 }
 # Where the real quantizer refuses: {case: (its stage, words of the simulation's refusal at its xmodel stage)}
 REAL_REFUSES = {
@@ -52,6 +45,13 @@ REAL_REFUSES = {
     # says the real quantizer takes recurrent layers with lstm=True only
     "lstm": ("export_xmodel", "torch_quantizer(..., lstm=True)"),
 }
+# op names that torch.jit's tracer gives otherwise under another torch line than the references' (2.13), beyond
+# their numbers: {case: {the real op name: why}}. Under torch 1.13 the simulation's trace (names.py, as nndct's)
+# names the class token's expand by its trace number: torch 1.13 does not route Parameter.expand through
+# Tensor.__torch_function__ (whose local ``ret`` names it under torch 2). The real quantizer's file under torch
+# 1.13 is not stored; every other field is compared by position.
+TRACE_NAMES = {"expand_cls": {"ExpandClsToken__ExpandClsToken_ret_7": "Parameter.expand traced without "
+                                                                       "Tensor.__torch_function__ under torch 1"}}
 # the reason as the real quantizer's refused.txt words it, which the simulation's message should name
 REAL_REASON = {"param_add": "broadcast", "param_mul": "broadcast"}
 IN_PROCESS = [name for name in corpus.CORPUS if name != "quant_off"]
@@ -134,7 +134,23 @@ def test_xmodel_equals_the_real_one(name, sim):
     mine, real = _xmodels(os.path.join(folder, "xmodel")), _xmodels(os.path.join(REAL, name))
     assert real and mine == real
     for f in real:
+        if name in TRACE_NAMES and not xmodel_compare.numbering_matches_references():
+            _assert_same_but_trace_names(os.path.join(folder, "xmodel", f), os.path.join(REAL, name, f),
+                                         TRACE_NAMES[name])
+            continue
         assert_same_xmodel(os.path.join(folder, "xmodel", f), os.path.join(REAL, name, f))
+
+
+def _assert_same_but_trace_names(mine_path, real_path, names):
+    """assert_same_xmodel's rule (a) + (b) where the ops ``names`` (real names) may differ beyond numbers."""
+    from pipeline.xir import schema
+    mine, real = xmodel_compare.load(mine_path), xmodel_compare.load(real_path)
+    real_names = xmodel_compare.op_names(real)
+    problems = [p for p in xmodel_compare.names_differ_only_in_numbers(xmodel_compare.op_names(mine), real_names)
+                if not any(repr(n) in p for n in names)]
+    assert not problems, problems[:5]
+    xmodel_compare.rename_ops(mine, real_names)
+    assert schema.canonical(mine) == schema.canonical(real), xmodel_compare.differences(mine, real)
 
 
 # the cases whose real bias_corr.pth is stored (conv1d: nndct's Conv1d module takes the bias error's mean over dims

@@ -189,7 +189,7 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
                        ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
                        ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE,
-                       ops.QUANT_STUB, ops.RECIPROCAL, ops.MAX}
+                       ops.QUANT_STUB, ops.RECIPROCAL, ops.MAX, ops.SHAPE, ops.EXPAND, ops.INDEX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -286,6 +286,53 @@ def test_every_xir_type_a_unit_writes_is_defined_shaped_and_run_by_one_unit(reco
     assert set(record.xir_ops) <= written, "%s defines XIR types it does not write" % record.family
     # a type several units write is held by one of them (mul: eltwise; stack: reshape)
     assert written <= set(record.xir_ops) | set(ops.XIR_OPS) | FORMAT_TYPES_WRITTEN_BY_UNITS, written
+
+
+def _custom_written(record):
+    """The custom XIR op types (types XIR does not define: the nndct type itself) the record's creators write."""
+    from pipeline.ops.xmodel_support import XmodelForm
+    w = _RecordingWriter()
+    for op, form in record.xmodel.items():
+        if isinstance(form, XmodelForm):
+            form.create(w, _Node(op))
+    return set(w.customs)
+
+
+# custom types a unit runs though no unit's creator writes them: float operators without an nndct type, which
+# the writer writes as custom ops of their aten:: name (nn.SiLU(inplace=True): float_activation's kernel)
+CUSTOM_TYPES_OF_NO_CREATOR = {"aten::silu_"}
+
+
+@pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
+def test_every_custom_type_a_unit_writes_has_its_kernel_or_the_reason_it_has_none(record):
+    from pipeline.ops.xir_support import CustomKernel
+    # a custom type the unit runs as an XIR op of its own (xir_ops with xir_support.custom_def: a custom op the file
+    # holds in NHWC, nndct_instance_norm) has its kernel there
+    own = set() if isinstance(record.xir_ops, Absent) else set(record.xir_ops)
+    written = _custom_written(record) - own
+    assert not set(record.custom_kernels) & own, record.family
+    assert written <= set(record.custom_kernels), \
+        "%s writes custom ops %s: give each its interpreter kernel or declare it Absent with the reason" % (
+            record.family, sorted(written - set(record.custom_kernels)))
+    assert set(record.custom_kernels) <= written | CUSTOM_TYPES_OF_NO_CREATOR, record.family
+    for type_, kernel in record.custom_kernels.items():
+        assert isinstance(kernel, Absent) or (isinstance(kernel, CustomKernel) and callable(kernel.fn)
+                                              and isinstance(kernel.complete, bool)), type_
+
+
+def test_the_interpreter_runs_custom_ops_with_the_units_kernels():
+    from pipeline.ops.xir_support import CustomKernel
+    from pipeline.xir import interp_ops
+    assert not hasattr(interp_ops, "_BUILT_IN_CUSTOM") and not hasattr(interp_ops, "_NHWC_CUSTOM")
+    seen = {}
+    for record in ops.RECORDS:
+        for type_, kernel in record.custom_kernels.items():
+            assert type_ not in seen, "custom type %s in both %s and %s" % (type_, seen[type_], record.family)
+            seen[type_] = record.family
+            if isinstance(kernel, CustomKernel):
+                assert ops.CUSTOM_KERNELS[type_] is kernel
+                assert interp_ops.is_custom(type_), "%s is a type XIR defines" % type_
+    assert set(ops.CUSTOM_KERNELS) <= set(seen)
 
 
 def test_no_xir_type_is_held_twice_and_the_format_holds_only_types_no_unit_writes():

@@ -45,6 +45,10 @@ FUNCTIONS = {
     "m_log_softmax": lambda y: y.log_softmax(1),
     "neg": lambda y: -y,
     "f_pixel_unshuffle": lambda y: F.pixel_unshuffle(y, 2),
+    # in place, the result not assigned: the conv after reads the changed tensor (torch.jit: the op's result)
+    "f_relu_": lambda y: (F.relu_(y), y)[1],
+    "f_hardtanh_": lambda y: (F.hardtanh_(y, -0.5, 0.5), y)[1],
+    "m_neg_": lambda y: (y.neg_(), y)[1],
 }
 # the channels a call of FUNCTIONS leaves, where it changes them (8 otherwise)
 FUNCTION_CHANNELS = {"f_pixel_unshuffle": 32}
@@ -75,6 +79,25 @@ class FunctionNet(nn.Module):
         return self.c2(self.call(self.c1(x)))
 
 
+class InPlaceModuleNet(nn.Module):
+    """conv 3->8 (3x3), an in-place module called without assigning its result, conv 8->4 (3x3)."""
+    def __init__(self, name):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3)
+        self.a = IN_PLACE_MODULES[name]()
+        self.c2 = nn.Conv2d(8, 4, 3)
+
+    def forward(self, x):
+        y = self.c1(x)
+        self.a(y)
+        return self.c2(y)
+
+
+# name -> an in-place module InPlaceModuleNet calls without assigning its result
+IN_PLACE_MODULES = {"relu_inplace": lambda: nn.ReLU(inplace=True),
+                    "hardtanh_inplace": lambda: nn.Hardtanh(-0.5, 0.5, inplace=True)}
+
+
 class LogSoftmaxHead(nn.Module):
     """A classifier: conv, ReLU, flatten, linear to 10 classes, nn.LogSoftmax(dim=1) on (N, 10)."""
     def __init__(self):
@@ -96,6 +119,7 @@ IMAGE = [(3, 14, 14)]
 CORPUS = dict([(n, (_made(ModuleNet, n), IMAGE)) for n in MODULES] + [(n, (_made(FunctionNet, n), IMAGE))
                                                                          for n in FUNCTIONS])
 CORPUS["logsoftmax_head"] = (LogSoftmaxHead, IMAGE)
+CORPUS.update((n, (_made(InPlaceModuleNet, n), IMAGE)) for n in IN_PLACE_MODULES)
 
 
 def make_model(name):

@@ -77,6 +77,8 @@ RECORD = OpRecord(
                                                   weights=depthwise_transposed_ohwi, const_weights=flip_hw),
             # a custom op on the float weight and bias consts (nndct's custom_xop)
             CONVOLUTION_MODE: XmodelForm(no_attrs, custom)},
+    custom_kernels={CONVOLUTION_MODE: Absent("the file carries no stride, padding or dilation for it: the caller's "
+                                             "float_ops (the simulation's call) compute it")},
     xir_ops={"conv2d": XirOp(OpDef("conv2d", CONV_ARGS, CONV_ATTRS + (opt("group", "int32", 1),), shape_conv2d),
                              run_conv, "conv2d"),
              "depthwise-conv2d": XirOp(OpDef("depthwise-conv2d", CONV_ARGS, CONV_ATTRS, shape_depthwise_conv2d),

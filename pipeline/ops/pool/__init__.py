@@ -14,8 +14,8 @@ from ..dpu_checks import check_kernel, check_padding, check_stride, fix_kernel, 
 from ..dpu_support import Fix, Verdict, cpu_verdict, dpu_unless, unknown
 from ..onnx_form import Unsupported, arg
 from ..record import DpuRule, OpRecord, OpSpec, pair
-from ..xir_support import (IN, OpDef, TO_NHWC, XirOp, attr, fail, one, op_input, opt, padded, req, vec, window,
-                           window_dims)
+from ..xir_support import (IN, TO_NCHW, TO_NHWC, CustomKernel, OpDef, XirOp, attr, fail, one, op_input, opt, padded,
+                           req, vec, window, window_dims)
 from ..xmodel_support import PAD_MODES, XmodelForm, custom, no_attrs
 from .sim import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL, SIM, avgpool_dpu_scale
 
@@ -265,6 +265,16 @@ _POOL = (req("kernel", "int32_vec"), req("stride", "int32_vec"), req("pad_mode",
          opt("pad", "int32_vec", [0, 0, 0, 0]), opt("global", "bool", False))
 
 
+def _run_adaptive_nhwc(op: Any, xs: Any) -> torch.Tensor:
+    """``nndct_adaptive_avg_pool2d`` (NHWC in and out): ``F.adaptive_avg_pool2d`` on NCHW to the op's output
+    size."""
+    x = xs[0]
+    if x.dim() != 4:
+        raise ValueError("expects a 4-D NHWC input, got dims %s" % list(x.shape))
+    y = F.adaptive_avg_pool2d(x.permute(TO_NCHW).contiguous(), [int(d) for d in op.shape[1:3]])
+    return y.permute(TO_NHWC)
+
+
 RECORD = OpRecord(
     family="pool",
     specs={MAX_POOL: _DPU_Q, AVG_POOL: _DPU_Q, ADAPTIVEAVGPOOL2D: _DPU_Q},
@@ -293,6 +303,10 @@ RECORD = OpRecord(
              "avgpool2d": XirOp(OpDef("avgpool2d", IN, _POOL + (opt("count_include_pad", "bool", True),
                                                                 opt("count_include_invalid", "bool", True)),
                                       _shape_pool2d), _run_pool, "avg_pool2d")},
+    # an adaptive pool whose output size does not divide its input, written as its nndct type, unscaled, in
+    # NHWC as the DPU op it stands for (docs/arithmetic.md): computed from the file, never by the caller's
+    # float_ops (the simulation's NCHW call)
+    custom_kernels={ADAPTIVEAVGPOOL2D: CustomKernel(_run_adaptive_nhwc, True)},
     traced={MAX_POOL: ("max_pool2d",), AVG_POOL: ("avg_pool2d",), ADAPTIVEAVGPOOL2D: ("adaptive_avg_pool2d",)},
     roles={"fix_align_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),
            "cle_pool": (MAX_POOL, AVG_POOL, ADAPTIVEAVGPOOL2D),

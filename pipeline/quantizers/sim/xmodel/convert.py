@@ -42,7 +42,8 @@ class _Writer:
                                 {"input": [op]})
 
     def fixed_const(self, name: str, data: np.ndarray) -> XOp:
-        op = self.x.create_const_op(formal_name(name), np.asarray(data, dtype=np.float32))
+        data = np.asarray(data)  # float32, or an index buffer's int64 (XmodelForm.param_operands)
+        op = self.x.create_const_op(formal_name(name), data if data.dtype == np.int64 else data.astype(np.float32))
         return self.fix(op, name, _merged(self.params, self.outputs))
 
     def fixed_op(self, name: str, type_: str, attrs: Optional[Dict[str, Any]] = None,
@@ -73,10 +74,13 @@ class _Writer:
         """A custom op (a type XIR does not define): the node's type, ``attrs`` (the node's attributes
         nndct's ``custom_xop`` writes for its type: a layer norm's; none by default), its output shape and
         data type; its inputs every input tensor in order, a parameter tensor as its const (nndct's
-        ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias)."""
-        params = [self.op_of(tensor.name) for tensor in node.params.values()]
+        ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias; one among the inputs in argument
+        order, ``XmodelForm.param_operands``, is written there). ``attrs`` may name another ``data_type``
+        (``nndct_shape``: INT32)."""
+        params = [self.op_of(tensor.name) for tensor in node.params.values()
+                  if not any(tensor is i for i in node.in_tensors)]
         written = dict(attrs or {})
-        written.update({"shape": list(node.out.shape or [1]), "data_type": "FLOAT32"})
+        written.update({"shape": list(node.out.shape or [1]), "data_type": written.get("data_type", "FLOAT32")})
         self.fixed_op(node.name, node.type, written, {"input": self.data_inputs(node) + params})
 
     # ---------------------------------------------------------------- the graph

@@ -86,11 +86,15 @@ class _Lowering:
     # ---------------------------------------------------------------- nodes
     def build(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value or not node.in_quant_part:
+            if (node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) and not size_kept(node):
+                continue
+            if not node.in_quant_part:
                 continue  # a node outside the quantized parts (QuantStub/DeQuantStub) is in no file
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
+            if node.name not in self.names:  # a kept size read no traced aten::size of its consumer gives
+                raise unsupported(node, "a size taken as a tensor whose traced aten::size is not found")
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
@@ -111,7 +115,8 @@ class _Lowering:
         return self.dev
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
-        inputs = [i for i in node.inputs if not (i.op == t.SHAPE or i.shape_value)]
+        sizes = takes_sizes(node.op)
+        inputs = [i for i in node.inputs if sizes and size_kept(i) or not (i.op == t.SHAPE or i.shape_value)]
         if node.op == t.DIV and 0 in node.const_args:
             raise unsupported(node, "a number divided by a tensor (torch traces reciprocal and mul)")
         if node.op in _OPERAND_TYPES:
@@ -135,25 +140,33 @@ class _Lowering:
         return "%s::%s" % (self.graph.class_name, fx_node.target)
 
     def param_operands(self, node: SimNode) -> List[Tuple[int, Tensor]]:
-        """The parameters or buffers of the model that are operands of ``node`` (its ``free_params``, where its
-        record's form takes them: ``XmodelForm.param_operands``), each with its index among the node's inputs
-        (its argument position) and the one Tensor of its full name: float32 as the model holds it (no fix
-        position, so the lowered model holds it unchanged), shape as torch's (``(C,)``, ``(C, 1, 1)``)."""
+        """The parameters or buffers of the model that are operands of ``node`` (its ``free_params`` for a
+        quantizable type, every ``get_attr`` operand for any other: the class token of ``expand``, the table and
+        index buffer of ``table[idx]``; where its record's form takes them: ``XmodelForm.param_operands``), each
+        with its index among the node's inputs (its argument position) and the one Tensor of its full name:
+        float32 as the model holds it (no fix position, so the lowered model holds it unchanged; an index buffer
+        int64), shape as torch's (``(C,)``, ``(C, 1, 1)``)."""
         form = t.xmodel_form(node.op)
-        if form is None or not form.param_operands or not node.free_params:
+        if form is None or not form.param_operands:
             return []
+        quantizable = t.spec(node.op).quantizable  # its operands are its free_params; any other takes every one
         found = []  # type: List[Tuple[int, Tensor]]
         for index, a in enumerate(node.fx_node.args):
-            if isinstance(a, torch.fx.Node) and a.op == "get_attr" and self.full_name(a) in node.free_params:
+            if isinstance(a, torch.fx.Node) and a.op == "get_attr" and (
+                    self.full_name(a) in node.free_params or not quantizable):
                 name = self.full_name(a)
                 if name not in self.params:
-                    data = self.graph.parameter(name).detach().float().numpy()
+                    p = self.graph.parameter(name).detach()  # an index buffer keeps its int64 (nndct's const)
                     self.params[name] = Tensor(name)
-                    self.params[name].from_ndarray(np.ascontiguousarray(data, np.float32))
+                    self.params[name].from_ndarray(np.ascontiguousarray((p if p.dtype == torch.int64 else
+                                                                         p.float()).numpy()))
                 found.append((index, self.params[name]))
         return found
 
     def output(self, node: SimNode) -> np.ndarray:
+        if node.size_axis is not None and size_kept(node):  # a size read kept as a tensor
+            source = self.values[node.inputs[0].fx_node]
+            return np.array([source.shape[node.size_axis]], np.float32)
         if node.op == t.CONST:
             value = torch.tensor(float(node.value), dtype=torch.float32)
             if node.name in self.out_fp:
@@ -238,6 +251,23 @@ class _Lowering:
     def unsupported(self, node: SimNode, why: str) -> XmodelUnsupported:
         """The error for a node the xmodel cannot carry (:func:`unsupported`), for the records' lowerings."""
         return unsupported(node, why)
+
+
+def takes_sizes(op: str) -> bool:
+    """The type takes traced sizes as tensors: its form says so (``XmodelForm.traced_sizes``: ``nndct_expand``),
+    or it is a float operator without a record (``aten::unflatten``), written as a custom op of every input
+    tensor (nndct's ``custom_xop``; observed: ViT's attention, ``tests/data/corpus_real/tv_vit``)."""
+    form = t.xmodel_form(op)
+    if form is not None:
+        return form.traced_sizes
+    return op.startswith("aten::") and op not in t.XMODEL
+
+
+def size_kept(node: SimNode) -> bool:
+    """A size read (``nndct_shape``) that some consumer takes as a tensor (:func:`takes_sizes`:
+    ``cls.expand(x.shape[0], -1, -1)``): written as an op of its own, named after its traced ``aten::size``,
+    where every other size read is folded into the attributes that use it."""
+    return node.op == t.SHAPE and any(takes_sizes(u.op) for u in node.users)
 
 
 def record_values(graph: SimGraph, examples: Sequence[torch.Tensor]) -> Dict[torch.fx.Node, Any]:

@@ -25,7 +25,7 @@ real quantizer's under the same torch.
 import math
 import re
 import warnings
-from typing import Any, Dict, List, Tuple
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.nn.functional as F
@@ -246,12 +246,16 @@ def _optimize(graph: Any) -> None:
 
 # ------------------------------------------------------------------------------ matching
 class _Op:
-    """One traced op: kind (``conv2d`` for ``aten::_convolution``...), nndct name, input value names."""
+    """One traced op: kind (``conv2d`` for ``aten::_convolution``...), nndct name, input value names, its output
+    value's name, and its inputs with each list (``prim::ListConstruct``) replaced by the values it holds."""
 
-    def __init__(self, kind: str, name: str, inputs: List[str]) -> None:
+    def __init__(self, kind: str, name: str, inputs: List[str], out: str = "",
+                 sources: Optional[List[str]] = None) -> None:
         self.kind = kind
         self.name = name
         self.inputs = inputs
+        self.out = out
+        self.sources = list(inputs) if sources is None else sources
 
 
 _WRAPPER_SCOPE = re.compile(r"%s/(.*?)\[nndct_st_[\w_]+_ed\]" % WRAPPER)
@@ -270,8 +274,11 @@ def traced_ops(graph: Any) -> List[_Op]:
     (``prim::PythonOp``) is known by its class name (``QuantStubF``), as nndct's parser knows it."""
     ops = []  # type: List[_Op]
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
+    lists = {}  # type: Dict[str, List[str]]   # output value of a prim::ListConstruct -> the values it holds
     for node in graph.nodes():
         kind = node.kind()
+        if kind == "prim::ListConstruct" and node.outputsSize() == 1:
+            lists[node.outputsAt(0).debugName()] = [v.debugName() for v in node.inputs()]
         if kind == "prim::PythonOp" and node.outputsSize() == 1:  # a torch.autograd.Function: its class name
             ops.append(_Op(node.pyname(), _node_name(node), [v.debugName() for v in node.inputs()]))
             continue
@@ -288,12 +295,14 @@ def traced_ops(graph: Any) -> List[_Op]:
                 ops[-1].inputs.append(node.outputsAt(0).debugName())
                 continue
             slice_names[node.outputsAt(0).debugName()] = name
-        ops.append(_Op(kind, name, inputs))
+        sources = [s for v in inputs for s in lists.get(v, [v])]
+        ops.append(_Op(kind, name, inputs, node.outputsAt(0).debugName(), sources))
     return ops
 
 
 def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Dict[str, str]:
-    """nndct's full name (``<Class>::<scope>/<value>``) of every node of ``graph`` but shape arithmetic.
+    """nndct's full name (``<Class>::<scope>/<value>``) of every node of ``graph`` but shape arithmetic (a
+    size read a consumer takes as a tensor, ``lower.size_kept``, is named after its ``aten::size``).
 
     Args:
         graph: the simulation's capture of ``model``.
@@ -309,7 +318,9 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
     names = {}  # type: Dict[str, str]
     for i, node in enumerate(graph.inputs):
         names[node.name] = prefix + "input_%d" % i
+    from .lower import size_kept
     position = 0
+    matched = {}  # type: Dict[str, _Op]   # sim node name -> its traced op
     for node in graph.nodes:
         if node.fx_node is None or node.op in (t.INPUT, t.CONST, t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
             continue
@@ -328,11 +339,30 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             raise unsupported(node, explain(node.fx_node, graph.root, XMODEL, generic, several=several))
         op = ops[position]
         names[node.name] = prefix + op.name
+        matched[node.name] = op
         for index, const in node.const_args.items():
             if len(op.inputs) > 1:
                 names[const.name] = prefix + op.inputs[1]
         position += 1
+    _name_kept_sizes(graph, ops, matched, names, prefix)
     return names
+
+
+def _name_kept_sizes(graph: SimGraph, ops: List[_Op], matched: Dict[str, _Op], names: Dict[str, str],
+                     prefix: str) -> None:
+    """A size read some consumer takes as a tensor (``lower.size_kept``) is named after the traced ``aten::size``
+    whose value its consumer's traced op takes (directly or in a list: ``expand(cls, [n, -1, -1])``), the k-th
+    such size for the consumer's k-th kept size; a read whose consumer has no such size is left unnamed (the
+    writer then refuses it, naming it)."""
+    from .lower import size_kept
+    sizes = {op.out: op for op in ops if op.kind == "size"}
+    for user in graph.nodes:
+        kept = [i for i in user.inputs if size_kept(i)]
+        if not kept or user.name not in matched:
+            continue
+        feeding = [sizes[v] for v in matched[user.name].sources if v in sizes]
+        for node, op in zip(kept, feeding):
+            names.setdefault(node.name, prefix + op.name)
 
 
 def xmodel_op_names(model: nn.Module, examples: Tuple[torch.Tensor, ...], cfg: Any = None) -> Dict[str, str]:

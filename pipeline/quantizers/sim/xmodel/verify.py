@@ -11,7 +11,9 @@ import torch
 import torch.fx
 
 from ....errors import ExportError
+from ....fx.in_place import writes_first_argument
 from .... import fixpoint
+from .... import ops as t
 from ..finite import agreement, check_compared, check_inputs
 from ....xir.interp import by_shape, fit_layout, model_readings, run, to_model_layout
 from ....xir.interp_base import TO_NHWC, FloatOp, InterpreterError, op_error
@@ -26,11 +28,13 @@ def _as_list(y: Any) -> List[torch.Tensor]:
 def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor],
                                                                                   Dict[torch.fx.Node, Any]]:
     """Run the simulation's test-mode model on ``examples`` (no grad): its outputs (a list) and
-    every fx node's value."""
+    every fx node's value (a value a later call writes in place, ``F.relu_(y)``, as it was before)."""
     values = {}  # type: Dict[torch.fx.Node, Any]
 
     class _Recorder(torch.fx.Interpreter):
         def run_node(self, n: torch.fx.Node) -> Any:
+            if writes_first_argument(lowered, n) and isinstance(values.get(n.args[0]), torch.Tensor):
+                values[n.args[0]] = values[n.args[0]].clone()
             values[n] = super().run_node(n)
             return values[n]
 
@@ -78,6 +82,9 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         [p for p in (getattr(lowered.get_submodule(fx_node.target), k, None) for k in ("weight", "bias"))
          if isinstance(p, torch.Tensor)]
 
+    # a traced size the op takes as a tensor (an nndct_shape input: lower.size_kept) is an int of the recorded run
+    # in the simulation's call, which takes it from there
+    sizes = [i for i, o in enumerate(op.input_list()) if o.type == t.SHAPE]
     # a custom op of an nndct type (nndct_log_softmax, ...) is laid out as its neighbours: where the file holds
     # its output NHWC and the simulation NCHW, the call runs on the inputs read as NCHW, its result put back
     out = values.get(fx_node)
@@ -85,6 +92,7 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         and list(op.shape) == [out.shape[i] for i in TO_NHWC]
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
+        xs = [x for i, x in enumerate(xs) if i not in sizes]
         if nhwc:
             return run_nchw([to_model_layout(x) for x in xs]).permute(TO_NHWC)
         return run_nchw(xs)
@@ -96,7 +104,8 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         for p, x in zip(params, xs[len(data):]):
             if tuple(x.shape) != tuple(p.shape) or not torch.equal(x.to(p.dtype), p.detach()):
                 raise op_error(op, "a parameter const differs from the simulation's %s" % fx_node.name)
-        xs = xs[:len(data)]
+        # an in-place call (y.neg_()) writes its input: given a copy, never the interpreter's value of the op before
+        xs = [x.clone() for x in xs[:len(data)]] if writes_first_argument(lowered, fx_node) else xs[:len(data)]
         env = dict(fixed)
         env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
         y = run_fx(lowered, fx_node, env)
@@ -105,10 +114,18 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     return call
 
 
+def _determined(op_type: str) -> bool:
+    """A custom type whose file says all it computes (its unit's ``CustomKernel.complete``): the interpreter
+    runs its kernel, and the simulation is asked for no call of it (``nndct_shape`` has none)."""
+    kernel = t.CUSTOM_KERNELS.get(op_type)
+    return kernel is not None and kernel.complete
+
+
 def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModule,
                        examples: Sequence[torch.Tensor], names: Optional[Dict[str, str]] = None,
                        values: Optional[Dict[torch.fx.Node, Any]] = None) -> Dict[str, FloatOp]:
-    """``float_ops`` for every custom op of ``graph``: the simulation's own torch call for it.
+    """``float_ops`` for every custom op of ``graph`` but those the file determines (:func:`_determined`):
+    the simulation's own torch call for it.
 
     The custom op named ``formal_name(names[node])`` runs the lowered model's fx node of that
     simulation node (before its ``fake_quant``), its tensor arguments replaced by the op's inputs
@@ -123,7 +140,7 @@ def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModul
     Raises:
         InterpreterError: a custom op whose simulation node cannot be found (named).
     """
-    custom = [op for op in graph.ops if is_custom(op.type)]
+    custom = [op for op in graph.ops if is_custom(op.type) and not _determined(op.type)]
     if not custom:
         return {}
     names = sim_names(session, examples) if names is None else names
