@@ -230,7 +230,7 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         first["explain"] = explain(ctx, bad[0], {r["node"]: r for r in rows})
     notes = ref.notes + got.notes + sorted({n for r in rows for n in r["notes"]})
     report = {"reference": ref.folder, "board": got.folder, "layouts": [ref.layout, got.layout], "rows": rows,
-              "first": first, "board_only": board_only, "not_on_board": not_on_board if not got.full else [],
+              "first": first, "board_only": board_only, "not_on_board": not_on_board,
               "notes": notes, "xmodel": xmodel}
     report["ok"] = first is None
     report["verdict"] = _verdict(report, compared)
