@@ -8,7 +8,9 @@ Inputs: one float ``.npy`` per data op, in model argument order (``interp.data_o
 data ops are NHWC (``[1, H, W, C]``, XIR's layout); an input is taken in the model's layout as PyTorch
 gives it, NCHW ``[1, C, H, W]``, or already NHWC as the file has it (``layout="nhwc"``; "auto" takes
 NCHW when both fit, i.e. C == H == W). A missing batch axis is added; the batch must be 1 (the file's).
-Non-4-D inputs are taken as the data op's dims. Values are converted to float32.
+Non-4-D inputs are taken as the data op's dims. Values are converted to float32; an input holding NaN or
+inf (after that conversion: a float64 value beyond float32's range too) is refused, the project's rule for
+non-finite inputs (``quantizers/sim/finite.py``).
 
 Outputs are the file's values in the file's layout: NHWC for a 4-D feature map, but NCHW (the model's) for a
 file that ends in a transpose back to NCHW (:func:`layouts` tells each 4-D output's axes).
@@ -43,7 +45,15 @@ def _read_npy(path: str) -> np.ndarray:
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
         raise XmodelRunError("--input %s: dtype %s; expected float values (float32, as the model takes them after "
                              "preprocessing)" % (path, getattr(array, "dtype", type(array).__name__)))
-    return array.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a float64 value beyond float32's range: inf, refused below
+        array = array.astype(np.float32)
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    if nan or inf:  # the project's non-finite rule (quantizers/sim/finite.py): such an input is refused
+        raise XmodelRunError("--input %s: holds %d NaN and %d inf of %d values (after conversion to float32): NaN "
+                             "and inf pass through every op, so the run's outputs would be NaN or inf and say "
+                             "nothing of the file (the DPU's fix codes have no NaN); give a finite input, the "
+                             "preprocessed sample" % (path, nan, inf, array.size))
+    return array
 
 
 def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layout: str = "auto") -> np.ndarray:

@@ -70,3 +70,17 @@ def test_compare_a_parameter_file_on_one_side_only_is_no_divergence(capsys, tmp_
         assert code == 0 and text.startswith("MATCH"), text
     code, text, _ = cli_in_process(capsys, "compare", export_dump, str(tmp_path / "d"))
     assert code == 0 and "LayerScaleBack__g" in text, text
+
+
+def test_run_refuses_an_input_holding_nan_or_inf(capsys, tmp_path):
+    path, _, _ = _exported(tmp_path)
+    for name, value in (("nan", np.nan), ("inf", np.inf)):
+        x = np.load(str(tmp_path / "x.npy"))
+        x[0, 0, 0, :2] = value
+        np.save(str(tmp_path / (name + ".npy")), x)
+        code, text, err = cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / (name + ".npy")))
+        assert code == 2 and "holds %d NaN and %d inf of 90 values" % ((2, 0) if name == "nan" else (0, 2)) in text + err
+        assert "give a finite input" in text + err
+    np.save(str(tmp_path / "big.npy"), np.full((1,) + SHAPE, 1e39))  # float64 beyond float32's range: inf
+    code, text, err = cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / "big.npy"))
+    assert code == 2 and "0 NaN and 90 inf" in text + err
