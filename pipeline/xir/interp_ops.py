@@ -45,9 +45,11 @@ Semantics per op type (``OPS``; XIR's definitions, restated where the simulation
   output ``shape``, ``data_type`` and the attributes nndct gives the type. The kernels are the units'
   (``OpRecord.custom_kernels``, read off the records as ``ops.CUSTOM_KERNELS``): one that the file
   determines (``complete``: ``nndct_shape``, ``nndct_expand``, ``nndct_adaptive_avg_pool2d`` in NHWC) runs
-  always; otherwise the caller's ``float_ops[op name]`` computes the op, and without one the unit's
-  fallback (``aten::silu`` is ``F.silu``, ``aten::mean`` the mean over the dims the output drops); a type
-  with neither raises ``interp_base.InterpreterError``.
+  always, and so does a generic element-wise float operator's (``aten_ops.KERNELS``: ``aten::abs``,
+  ``aten::log_sigmoid``, ...); otherwise the caller's ``float_ops[op name]`` computes the op, and without one
+  the unit's fallback (``aten::silu`` is ``F.silu``, ``aten::mean`` the mean over the dims the output drops);
+  a type with neither raises ``interp_base.InterpreterError`` saying what the file lacks
+  (``aten_ops.not_computable``).
 """
 from typing import Dict, List, Optional
 
