@@ -49,6 +49,14 @@ traced through on the example, as torch.jit does (``concrete_trace.py``): its op
 branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice`` and an
 ``aten::fill_``; ``F.linear`` on an ``nn.Linear``'s own parameters is that module's dense node.
 
+A forward that branches in Python on a traced value (``if x.dim() == 4:``, ``assert x.shape[1] == 3``,
+``nn.Softmax2d``), which plain fx refuses (``float_trace.fails_on_control_flow``), is traced again on the
+example with the same tracer (``_branch_trace``): the branch takes the example's path, as in torch.jit's
+trace; only then, so a model fx traces keeps its plain graph. A branch on the input's data is refused
+(``concrete_trace.DataDependentBranch``: jit would specialise on the example, and the quantized model
+would be wrong for inputs that take the other path). A ``view`` that keeps its input's shape on the
+example is removed, as nndct's parser removes it (``redundant_view.py``).
+
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.
