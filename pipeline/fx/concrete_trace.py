@@ -137,13 +137,15 @@ class ConcreteTracer(CaptureTracer):
     def __init__(self, examples: Tuple[torch.Tensor, ...], baked: Tuple[Any, ...] = ()) -> None:
         super().__init__()
         self._examples = list(examples) + list(baked)
+        self._inputs = len(examples)  # placeholders that are the input; the rest, baked defaults, are not data
         self._values = {}  # type: Dict[torch.fx.Node, Any]
         self._data = set()  # type: Set[torch.fx.Node]  # nodes whose value depends on the input's data
         self._wrapped = _wrapped_keys()
 
     def _depends_on_data(self, node: torch.fx.Node) -> bool:
         if node.op == "placeholder":
-            return True
+            self._inputs -= 1
+            return self._inputs >= 0
         if node.op == "get_attr" or _reads_metadata(node):
             return False
         found = []  # type: List[bool]

@@ -80,6 +80,16 @@ class FlagBranch(DimBranch):
         return torch.sigmoid(y)
 
 
+class ParamBranch(DimBranch):
+    """A branch on a parameter: the model's own, the same for every input."""
+
+    def forward(self, x):
+        y = self.conv(x)
+        if self.conv.bias.sum() > 100:
+            return torch.sigmoid(y)
+        return torch.relu(y)
+
+
 def _model(cls):
     torch.manual_seed(0)
     return cls().eval()
@@ -101,6 +111,11 @@ def test_a_branch_on_sizes_takes_the_examples_path_and_leaves_no_other_node():
     sigmoid = capture(ChannelBranch(), torch.rand(1, 2, 4, 4), None)
     assert [n.op for n in relu.nodes] == ["nndct_input", "nndct_relu"]
     assert [n.op for n in sigmoid.nodes] == ["nndct_input", "nndct_sigmoid"]
+
+
+def test_a_branch_on_a_parameter_is_followed():
+    graph = capture(_model(ParamBranch), _example(), None)
+    assert [n.name for n in graph.nodes] == ["nndct_input_0", "nndct_conv2d_1", "nndct_relu_2"]
 
 
 def test_a_default_and_a_branch_on_sizes_together():
