@@ -80,9 +80,10 @@ Modules: ``entry`` (``torch_quantizer``), ``quantizer`` (``TorchQuantizer``, ``d
 (``QatProcessor``, ``QatQuantizer``: quantization-aware training, docs/qat.md), ``calib_mode``
 (calibration forwards, ``export_quant_config``, ``fast_finetune``), ``exports`` (test-mode
 ``load_ft_param`` and the exports), ``checks`` (argument checks, ``output_dir``), ``inspector``
-(``Inspector``), ``notes`` (the ``[VAIQ_NOTE]`` lines).
+(``Inspector``), ``notes`` (the ``[VAIQ_NOTE]`` lines), ``options`` (``--nndct_quant_off``, read from
+``sys.argv`` when this package is imported, as ``pytorch_nndct`` reads it; ``set_option_value``).
 """
-from . import notes
+from . import notes, options  # noqa: F401 (options: --nndct_quant_off read from sys.argv now)
 from .entry import torch_quantizer
 from .inspector import Inspector
 from .qat import QatProcessor, QatQuantizer

@@ -128,7 +128,8 @@ class TestModeMethods:
                               deploy_check=bool(deploy_check))
         if deploy_check:
             note("=>Finish dumping data.(%s)", os.path.dirname(report["deploy_check"][-1]))
-        note("=>Successfully convert '%s' to xmodel.(%s)", self._session.graph.class_name, report["path"])
+        for path in report.get("parts", [report["path"]]):  # one file per quantized part (QuantStub)
+            note("=>Successfully convert '%s' to xmodel.(%s)", os.path.basename(path).rsplit("_", 1)[0], path)
         return report["path"]
 
     def export_torch_script(self, output_dir: str = "quantize_result",

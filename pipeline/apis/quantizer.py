@@ -20,6 +20,7 @@ from ..quantizers.sim.ops import adaptive_unquantized
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
 from .checks import check_input, check_mode, check_target, cpu_device, example_inputs, output_folder
+from . import options
 from .exports import TestModeMethods
 from .notes import log, note
 
@@ -59,10 +60,14 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
             module.load_state_dict(load_state_dict_file(state_dict_file))
         resolved = isinstance(quant_config_file, QuantConfig)  # the project's own callers (QatProcessor)
         self.config = quant_config_file if resolved else load_quant_config(quant_config_file, bitwidth)
+        self.quant_off = options.nndct_quant_off.value  # --nndct_quant_off (options.py)
+        if self.quant_off and quant_config_file is None:  # nndct turns CLE and bias correction off with it
+            self.config = copy.copy(self.config)
+            self.config.include_cle = self.config.include_bias_corr = False
         quant_config_file = None if resolved else quant_config_file
         examples = example_inputs(input_args)
         # the session's own copies (shape propagation runs the model on them): see _examples
-        self._session = SimSession(module, tuple(e.clone() for e in examples), self.config)
+        self._session = SimSession(module, tuple(e.clone() for e in examples), self.config, quant_off=self.quant_off)
         self._examples = examples
         self._fingerprint = self._make_fingerprint(module, examples, quant_config_file)
         self._forwards = 0

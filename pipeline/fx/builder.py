@@ -39,6 +39,7 @@ class NodeBuilder:
         self.nodes = []  # type: List[SimNode]
         self.steps = []  # type: List[Tuple[torch.fx.Node, Optional[SimNode]]]
         self.called = {}  # type: Dict[str, int]
+        self.picks = {}  # type: Dict[torch.fx.Node, Tuple[SimNode, int]]
         self._state = None  # type: Optional[set]
 
     def resolve(self, fx_node: torch.fx.Node) -> List[SimNode]:
@@ -105,6 +106,11 @@ class NodeBuilder:
         elif fx_node in self.shapes.sizes:
             size = self.shapes.sizes[fx_node]
             self.helper(fx_node, [self.size_nodes[size]] if size in self.size_nodes else [])
+        elif picked(fx_node) is not None and fx_node.args[0] in self.by_fx \
+                and self.by_fx[fx_node.args[0]].outputs > 1:
+            # one output of a node with several: no node of torch.jit's trace, the consumer reads it
+            self.picks[fx_node] = (self.by_fx[fx_node.args[0]], picked(fx_node))
+            self.helper(fx_node, [self.by_fx[fx_node.args[0]]])
         elif fx_node.op == "call_function" and fx_node.target is getattr:
             self.helper(fx_node, self.resolve(fx_node.args[0]))
         elif split_pieces(fx_node) is not None:
@@ -112,7 +118,7 @@ class NodeBuilder:
             self.helper(fx_node, self.resolve(fx_node.args[0]))
         elif fx_node.op == "call_function" and fx_node.target is operator.getitem \
                 and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.helper_src \
-                and fx_node.args[0].op != "get_attr":
+                and fx_node.args[0].op != "get_attr" and fx_node.args[0] not in self.picks:  # a picked output
             self.getitem(fx_node)
         elif fx_node.op == "call_function" and fx_node.target is operator.setitem:
             # x[idx] = v: torch traces a slice of x and its in-place fill_ (copy_ for a tensor v)
@@ -138,9 +144,10 @@ class NodeBuilder:
 
     def operator(self, fx_node: torch.fx.Node) -> None:
         op = classify(self.root, fx_node, self.strict)
-        if op == STRIDED_SLICE and isinstance(fx_node.args[0], torch.fx.Node) and fx_node.args[0] in self.by_fx \
-                and self.by_fx[fx_node.args[0]].op not in t.OPS and isinstance(fx_node.args[1], int):
-            op = t.TUPLE_INDEX  # an output of a float operator returning several (values, indices)
+        outputs = 1
+        taken = [picked(u) for u in fx_node.users if picked(u) is not None]
+        if taken and (op not in t.OPS or op in t.SEVERAL):  # a call returning several tensors, indexed
+            op, outputs = t.SEVERAL.get(op, (op, max(2, 1 + max(taken))))
         elif op == STRIDED_SLICE and fx_node.target is operator.getitem:
             op = getitem_kind(fx_node.args[1])
         if op in ARITHMETIC_TYPES:
@@ -162,7 +169,8 @@ class NodeBuilder:
         elif op in t.OPERAND_LIST_TYPES:
             node = self.add(fx_node, op, self.operands(list(fx_node.args) + list(fx_node.kwargs.values())))
         else:
-            node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes))
+            node = self.add(fx_node, op, self.resolve_all(fx_node.all_input_nodes) + self.prelude(fx_node))
+        node.outputs = outputs
         if op in t.NORM_TYPES:
             self.norm_params(fx_node, node)
         elif t.spec(op).quantizable and op not in PARAM_TYPES:
@@ -180,6 +188,23 @@ class NodeBuilder:
             node.param_names["weights"] = "%s::%s" % (self.class_name, names["weights"])
             if m.bias is not None:
                 node.param_names["bias"] = "%s::%s" % (self.class_name, names["bias"])
+
+    def prelude(self, fx_node: torch.fx.Node) -> List[SimNode]:
+        """The nodes torch.jit traces in a module's forward before its own op (``record.Prelude``: an
+        ``nn.LSTM``'s zero initial states), added before the module's node; returns those that feed it."""
+        if fx_node.op != "call_module" or not fx_node.args or not isinstance(fx_node.args[0], torch.fx.Node):
+            return []
+        m = self.root.get_submodule(fx_node.target)
+        make = t.PRELUDES.get(type(m))
+        if make is None:
+            return []
+        first = self.resolve(fx_node.args[0])
+        made, feeds = [], []  # type: List[SimNode], List[SimNode]
+        for op, inputs, feeds_it in make(m, len(fx_node.args), lambda: self.shapes.rank_of(fx_node.args[0])):
+            made.append(self.add(None, op, [s for i in inputs for s in (first if i < 0 else [made[i]])]))
+            if feeds_it:
+                feeds.append(made[-1])
+        return feeds
 
     def state_names(self) -> set:
         """The state-dict names of the working copy (parameters and persistent buffers): the tensors
@@ -216,3 +241,20 @@ class NodeBuilder:
         for k, path in given:
             if path is not None:
                 node.param_names[k] = "%s::%s" % (self.class_name, path)
+
+
+# the attributes a call returning several tensors names them by (torch.return_types: max, min, topk, sort)
+_NAMED_OUTPUTS = {"values": 0, "indices": 1}
+
+
+def picked(fx_node: torch.fx.Node) -> Optional[int]:
+    """The index of the output ``fx_node`` takes of its first argument's result, where it takes one by
+    an int (``y[0]``) or by name (``.values``, ``.indices``); else None."""
+    if fx_node.op != "call_function" or len(fx_node.args) != 2 or not isinstance(fx_node.args[0], torch.fx.Node):
+        return None
+    if fx_node.target is operator.getitem and isinstance(fx_node.args[1], int) \
+            and not isinstance(fx_node.args[1], bool):
+        return fx_node.args[1]
+    if fx_node.target is getattr:
+        return _NAMED_OUTPUTS.get(fx_node.args[1])
+    return None

@@ -33,7 +33,8 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
 5. What torch.jit records and fx does not, or the other way round (rewrite or not):
    ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
    ``x[:, i]`` is a strided slice then a select, ``x[:, None]`` a strided slice then an unsqueeze
-   (``jit_index.split_select_index``);
+   (``jit_index.split_select_index``); ``c / x`` is ``x.reciprocal() * c`` (``rewrites.reciprocal_divisions``);
+   a call returning several tensors is one node with several outputs, indexing it no node (``SimNode.outputs``);
    ``nn.MultiheadAttention`` self-attention is inlined as the operations of its traced forward
    (``attention.inline_attention``; its packed projection an ``nndct_dense`` named
    ``in_proj_weight`` / ``in_proj_bias``).
@@ -84,8 +85,8 @@ from .example_run import ExampleRun
 from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
 from .naming import build_nodes
-from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, remove_passthrough, remove_shape_checks,
-                       remove_traced_passthrough, swap_modules, swaps_keep_graph)
+from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
+                       remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
 from .jit_index import split_select_index
 from .redundant_view import remove_redundant_views
 from .shape_tuples import ShapeTuples
@@ -289,6 +290,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     remove_redundant_views(work, fx_graph, examples)  # nndct's parser drops a view that keeps the shape
     remove_shape_checks(fx_graph)
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
+    reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]
     if rewrite:
@@ -296,8 +298,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
         folded = fold_bn(work, fx_graph)
     fx_graph.lint()
     run = ExampleRun(work, fx_graph, tuple(e.detach().cpu() for e in examples))
-    nodes, steps, outputs = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank), rewrite,
-                                        param_names)
-    graph = SimGraph(type(model).__name__, run, nodes, steps, outputs)
+    nodes, steps, outputs, picks = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank),
+                                               rewrite, param_names)
+    graph = SimGraph(type(model).__name__, run, nodes, steps, outputs, picks)
     graph.folded_bn = folded
     return graph

@@ -42,6 +42,14 @@ class SimNode:
         const_args: positional argument index -> the ``nndct_const`` node standing for that
             Python number (arithmetic nodes).
         shape_value: True when the node computes a Python int (shape arithmetic): never quantized.
+        in_quant_part: False for a node outside every quantized part of a model that marks them with
+            QuantStub/DeQuantStub (:func:`tag_quant_part`): it is never quantized and runs in float, as
+            torch computes it; True otherwise (every node of a model without stubs).
+        outputs: the tensors the node returns (nndct's ``out_tensors``): more than 1 for a call returning
+            several (``x.max(dim)``: values and indices; ``topk``; an LSTM's output and states). torch.jit
+            traces such a call as ONE node with several outputs, and indexing its result is no op of the
+            trace: a consumer reads the output it takes (``SimGraph.picks``), no node stands between them.
+            The first output carries the node's fix position (``first_output``).
     """
 
     def __init__(self, name: str, op: str, fx_node: Optional[torch.fx.Node]) -> None:
@@ -57,6 +65,8 @@ class SimNode:
         self.value = None  # type: Any
         self.const_args = {}  # type: Dict[int, SimNode]
         self.shape_value = False
+        self.in_quant_part = True
+        self.outputs = 1
 
     @property
     def float_operator(self) -> bool:
@@ -69,6 +79,21 @@ class SimNode:
 
     def __repr__(self) -> str:
         return "SimNode(%s)" % self.name
+
+
+def first_output(node: SimNode, value: Any) -> Any:
+    """The tensor of ``value`` that carries ``node``'s fix position: the first of a node with several
+    outputs (the values of ``x.max(dim)``; the indices are int64, which nndct registers and never
+    quantizes), else ``value`` itself."""
+    return value[0] if node.outputs > 1 and isinstance(value, tuple) else value
+
+
+def with_first_output(node: SimNode, value: Any, first: Any) -> Any:
+    """``value`` with its first output replaced by ``first`` (``first_output``), of the same tuple type
+    (``torch.return_types.max`` keeps ``.values`` and ``.indices``); ``first`` for a node of one output."""
+    if node.outputs > 1 and isinstance(value, tuple):
+        return type(value)([first] + list(value[1:]))
+    return first
 
 
 class SimGraph:
@@ -87,18 +112,25 @@ class SimGraph:
         inputs: the ``nndct_input`` nodes in argument order.
         steps: ``(fx_node, SimNode or None)`` for every fx node but the output, in execution
             order; None marks a helper step that is no nndct node (``x.shape`` and the sizes read
-            from it, a chunk's tuple, a ``get_attr``): it is run as the fx node says.
+            from it, a chunk's tuple, a ``get_attr``, one output of a node with several): it is run as
+            the fx node says.
+        picks: the helper steps that take one output of a node with several (``y[0]``, ``.values``):
+            fx node -> ``(SimNode, index)``.
         outputs: the SimNodes whose values the model returns, in return order.
         folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
             empty without rewrites.
+        quant_off: True under nndct's quantization-off flow (``--nndct_quant_off``; the session sets it):
+            every node runs in float, nothing is quantized (:meth:`runs_float`).
         example_shapes: fx node -> output shape (tuple) seen on the example inputs, propagated on
             first use (test mode needs them; calibration does not; the capture does when a
             torch.Size is sliced or used whole).
     """
 
     def __init__(self, class_name: str, run: ExampleRun, nodes: List[SimNode],
-                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode]) -> None:
+                 steps: List[Tuple[torch.fx.Node, Optional[SimNode]]], outputs: List[SimNode],
+                 picks: Optional[Dict[torch.fx.Node, Tuple[SimNode, int]]] = None) -> None:
         self.class_name = class_name
+        self.picks = picks or {}
         self.folded_bn = {}  # type: Dict[str, str]
         self.root = run.root
         self.fx_graph = run.fx_graph
@@ -110,6 +142,8 @@ class SimGraph:
         self.by_name = {n.name: n for n in nodes}
         self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
         self._modules = {}  # type: Dict[str, nn.Module]
+        self.quant_off = False
+        tag_quant_part(nodes)
 
     @property
     def gm(self) -> torch.fx.GraphModule:
@@ -118,6 +152,12 @@ class SimGraph:
     @property
     def example_shapes(self) -> Dict[torch.fx.Node, Any]:
         return self._run.shapes
+
+    def runs_float(self, node: SimNode) -> bool:
+        """True when ``node`` runs in float as torch computes it, nothing of it quantized: outside the quantized
+        parts (``SimNode.in_quant_part``), or everywhere under :attr:`quant_off` (nndct's modules then run
+        their float forward: ``NndctOption.nndct_quant_off``)."""
+        return self.quant_off or not node.in_quant_part
 
     def full_name(self, node: SimNode) -> str:
         """``"<Class>::<node name>"``, the key used in quant_info.json and bias_corr.pth."""
@@ -156,3 +196,35 @@ class SimGraph:
         entries.append({"op": RETURN, "input_ops": [n.op for n in self.outputs], "output_ops": []})
         text = json.dumps({"nodes": entries}, indent=2, separators=(",", ": "))
         return hashlib.md5(text.encode("utf-8")).hexdigest()
+
+
+def tag_quant_part(nodes: List[SimNode]) -> None:
+    """Set every node's ``in_quant_part`` as nndct tags its graph (``GraphOptimizer._tag_quant_nodes``,
+    ``nndct_shared/optimization/optimizer.py``), on ``nodes`` in nndct's order.
+
+    Without a QuantStub or DeQuantStub (op roles ``quant_start``, ``quant_end``) every node is in. With
+    them: a node a QuantStub reaches along its consumers without passing a DeQuantStub is in, the
+    DeQuantStub itself out; then a source node other than an input (a constant) is in when one of its
+    consumers in the part is no QuantStub. Every other node is out.
+    """
+    starts, ends = set(t.QUANT_START_TYPES), set(t.QUANT_END_TYPES)
+    if not any(n.op in starts or n.op in ends for n in nodes):
+        return
+    for n in nodes:
+        n.in_quant_part = False
+    visited = set()  # type: set
+    for source in (n for n in nodes if n.op in starts):
+        stack = [source]
+        while stack:
+            node = stack.pop()
+            if node.op in ends:
+                node.in_quant_part = False
+                continue
+            if id(node) in visited:
+                continue
+            visited.add(id(node))
+            node.in_quant_part = True
+            stack.extend(node.users)
+    for n in nodes:
+        if not n.inputs and n.op != INPUT and any(u.op not in starts and u.in_quant_part for u in n.users):
+            n.in_quant_part = True

@@ -53,7 +53,8 @@ def nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNo
 
 def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shapes: ShapeTuples, strict: bool,
                 param_names: Optional[Dict[str, Dict[str, str]]]
-                ) -> Tuple[List[SimNode], List[Tuple[torch.fx.Node, Optional[SimNode]]], List[SimNode]]:
+                ) -> Tuple[List[SimNode], List[Tuple[torch.fx.Node, Optional[SimNode]]], List[SimNode],
+                           Dict[torch.fx.Node, Tuple[SimNode, int]]]:
     """The nndct nodes of ``fx_graph`` (its call targets named in ``root``), ordered, named and linked.
 
     Args:
@@ -63,9 +64,10 @@ def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shap
         param_names: module path -> nndct parameter names (inlined attention), or None.
 
     Returns:
-        ``(nodes, steps, outputs)`` as ``SimGraph`` takes them: nodes in nndct's order with their
+        ``(nodes, steps, outputs, picks)`` as ``SimGraph`` takes them: nodes in nndct's order with their
         names, inputs and users set; every fx node but the output with its SimNode (None for a
-        helper step); the returned nodes (``is_output`` set).
+        helper step); the returned nodes (``is_output`` set); the helper steps that take one output of
+        a node with several (``SimGraph.picks``).
 
     Raises:
         QuantizationError: a conv/linear module called twice (strict), a conv padding other than
@@ -87,4 +89,4 @@ def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shap
         n.is_output = True
     for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
         c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
-    return nodes, builder.steps, outputs
+    return nodes, builder.steps, outputs, builder.picks

@@ -211,6 +211,24 @@ def remove_shape_checks(graph: torch.fx.Graph) -> None:
                 changed = True
 
 
+def reciprocal_divisions(graph: torch.fx.Graph) -> None:
+    """``c / x`` (a Python number divided by a tensor): torch runs ``Tensor.__rtruediv__``, which is
+    ``x.reciprocal() * c`` (``torch/_tensor.py``), so torch.jit records ``aten::reciprocal`` then
+    ``aten::mul`` by the number, and nndct's parser makes them a float operator ``aten_reciprocal`` and an
+    ``nndct_elemwise_mul`` whose number is a const node (``tests/data/refused_real/rdiv``). The division
+    becomes those two calls; the values are torch's own."""
+    for node in list(graph.nodes):
+        if not (node.op == "call_function" and node.target in (operator.truediv, operator.itruediv)
+                and len(node.args) == 2 and isinstance(node.args[0], (int, float))
+                and not isinstance(node.args[0], bool) and isinstance(node.args[1], torch.fx.Node)):
+            continue
+        with graph.inserting_before(node):
+            value = graph.call_function(operator.mul, (graph.call_function(torch.reciprocal, (node.args[1],)),
+                                                       node.args[0]))
+        node.replace_all_uses_with(value)
+        graph.erase_node(node)
+
+
 def remove_passthrough(root: nn.Module, graph: torch.fx.Graph) -> None:
     for node in list(graph.nodes):
         drop = (node.op == "call_module" and isinstance(root.get_submodule(node.target), REMOVED_MODULES)) \

@@ -55,9 +55,11 @@ class ShapeTuples:
             int of a literal tuple).
         read: access -> the dimensions the graph reads from it, ascending (the nndct_shape nodes
             it makes, in their order).
+        rank_of: the ``rank_of`` given (the capture's preludes ask it too, ``record.Prelude``).
     """
 
     def __init__(self, graph: torch.fx.Graph, rank_of: Callable[[torch.fx.Node], int]) -> None:
+        self.rank_of = rank_of
         self.tuples = {}  # type: Dict[torch.fx.Node, List[Optional[Size]]]
         self.sizes = {}  # type: Dict[torch.fx.Node, Optional[Size]]
         for node in graph.nodes:

@@ -58,10 +58,12 @@ def _body(fn: Any) -> Any:
 
 
 class CaptureTracer(torch.fx.Tracer):
-    """``torch.fx.Tracer`` whose leaves are the modules the op records claim (module docstring)."""
+    """``torch.fx.Tracer`` whose leaves are the modules the op records claim (module docstring); a class an op
+    record names that is no torch.nn class (``MODULE_OPS``: the drop-in's ``QuantStub``/``DeQuantStub``,
+    ``pipeline.nn``) is a leaf too, as nndct's parser keeps ``QuantStubF`` as one node."""
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
-        return super().is_leaf_module(m, module_qualified_name) and keeps_module(m)
+        return type(m) in MODULE_OPS or (super().is_leaf_module(m, module_qualified_name) and keeps_module(m))
 
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         if kind == "call_function" and target in COMPOSITE_FUNCTIONS:

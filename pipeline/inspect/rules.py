@@ -56,10 +56,14 @@ def decide(node: OpNode, ctx: Context) -> Verdict:
     xmodel's op, by ``ops.DPU_RULE_BY_NAME``), or :func:`~pipeline.ops.dpu_support.unknown` where the
     type has none (the quantizer runs such ops as float operators); an op whose rule could put it on
     the DPU but which the quantizer keeps as a float operator (``mean``) goes to the CPU, unless its
-    rule judges float operators itself (``DpuRule.judges_float``: the CPU-only activations, softmax)."""
+    rule judges float operators itself (``DpuRule.judges_float``: the CPU-only activations, softmax); a node
+    outside the model's quantized parts (``OpNode.in_quant_part``) goes to the CPU, as in the real Inspector."""
     entry = ops.DPU_RULES.get(node.op_type) if node.op_type is not None else ops.DPU_RULE_BY_NAME.get(node.op)
     rule = entry if isinstance(entry, DpuRule) else None
-    if node.float_operator and not (rule is not None and rule.judges_float):
+    if not node.in_quant_part:  # the real Inspector: "Not in quantizable part." (dpu_partition.py)
+        verdict = cpu_verdict("{} ({}) lies outside the model's quantized parts (from a DeQuantStub to the next "
+                              "QuantStub): the quantizer runs it in float on the CPU.".format(node.op, node.source))
+    elif node.float_operator and not (rule is not None and rule.judges_float):
         verdict = float_operator(node, ctx)
     elif rule is None:
         verdict = unknown(node, ctx)

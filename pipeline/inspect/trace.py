@@ -55,6 +55,8 @@ class OpNode:
         op_type: the op type of the call by the capture's tables (``pipeline.fx.classify``), which
             selects its DPU-support rule (``pipeline.ops.DPU_RULES``); None for a node known by name
             only (an xmodel's op: its rule is found by ``op``).
+        in_quant_part: False where the node lies outside the model's quantized parts (QuantStub /
+            DeQuantStub: ``SimNode.in_quant_part``): the quantizer runs it in float.
     """
 
     name: str
@@ -68,6 +70,7 @@ class OpNode:
     quantizer_op: Optional[str] = None
     float_operator: bool = False
     op_type: Optional[str] = None
+    in_quant_part: bool = True
 
 
 @dataclass
@@ -343,5 +346,5 @@ def trace_model(model: nn.Module, example: Any, traced: Any = None) -> TracedMod
         nodes.append(OpNode(fx_node.name, op, source, [alias.get(n, n) for n in known],
                             tuple(meta.shape) if is_tensor else None, attrs, contiguous, made_nc,
                             sim.op if sim is not None else None,
-                            sim is not None and sim.float_operator, op_type))
+                            sim is not None and sim.float_operator, op_type, sim is None or sim.in_quant_part))
     return TracedModel(type(model).__name__, inputs, nodes, outputs)

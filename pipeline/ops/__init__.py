@@ -15,7 +15,7 @@ from typing import Any, Callable, Dict, Optional, Tuple, Union
 
 from . import (batch_norm, concat, conv, conv1d, dense, eltwise, expand, float_activation, float_arith, group_norm,
                hard_sigmoid, identity, instance_norm, io, layer_norm, leaky_relu, matmul, mean, pad, permute,
-               pixel_shuffle, pool, prelu, reduce_max, relu, reshape, resize, rnn, shape, slicing, softmax)
+               pixel_shuffle, pool, prelu, quant_stub, reduce_max, relu, reshape, resize, rnn, shape, slicing, softmax)
 from .batch_norm import BATCH_NORM
 from .concat import CONCAT
 from .conv import CONV2D, CONVTRANSPOSE2D, DEPTHWISE_CONV2D, DEPTHWISE_CONVTRANSPOSE2D
@@ -23,7 +23,7 @@ from .dense import DENSE
 from .eltwise import ADD, DIV, MULTIPLY, RSUB, SUB
 from .expand import EXPAND
 from .float_activation import CLAMP, GELU, LOG_SOFTMAX, MISH, SIGMOID, SILU, TANH
-from .float_arith import EQUAL, NEG, REMAINDER
+from .float_arith import EQUAL, NEG, RECIPROCAL, REMAINDER
 from .hard_sigmoid import HSIGMOID, HSWISH
 from .identity import IDENTITY
 from .io import CONST, INPUT, RETURN, ZEROS
@@ -35,12 +35,15 @@ from .pad import PAD
 from .permute import PERMUTE, TRANSPOSE
 from .pool import ADAPTIVEAVGPOOL2D, AVG_POOL, MAX_POOL
 from .prelu import PRELU
+from .quant_stub import DEQUANT_STUB, QUANT_STUB
 from .record import Absent, DpuRule, OpRecord, OpSpec, Signature
+from .reduce_max import MAX
 from .relu import HARDTANH, RELU, RELU6
 from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
+from .rnn import GRU, LSTM
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
-from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE, TUPLE_INDEX
+from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .softmax import SOFTMAX
 from .xmodel_support import XmodelForm
 
@@ -76,6 +79,7 @@ RECORDS = (
     pixel_shuffle.RECORD,
     rnn.RECORD,
     reduce_max.RECORD,
+    quant_stub.RECORD,
 )  # type: Tuple[OpRecord, ...]
 
 GENERIC_FLOAT = OpSpec("float", False, False, False)  # any aten::<name> node
@@ -87,6 +91,10 @@ FUNCTION_OPS = {fn: op for r in RECORDS for fn, op in r.functions.items()}  # ty
 FUNCTION_RULES = {fn: rule for r in RECORDS for fn, rule in r.function_rules.items()}
 METHOD_OPS = {name: op for r in RECORDS for name, op in r.methods.items()}  # type: Dict[str, str]
 SIGNATURES = {op: sig for r in RECORDS for op, sig in r.signatures.items()}  # type: Dict[str, Signature]
+# aten kind -> (nndct type, outputs) of a call's form with several outputs (record.OpRecord.several)
+SEVERAL = {kind: form for r in RECORDS for kind, form in r.several.items()}  # type: Dict[str, Tuple[str, int]]
+# module class -> its record.Prelude (the nodes torch.jit traces in its forward before its own op)
+PRELUDES = {cls: prelude for r in RECORDS for cls, prelude in r.preludes.items()}  # type: Dict[type, Callable]
 RECORD_OF = {op: r for r in RECORDS for op in r.specs}  # type: Dict[str, OpRecord]
 # op type (and the aten:: types a family's rule judges) -> its DpuRule or Absent (the inspector)
 DPU_RULES = {op: rule for r in RECORDS for op, rule in r.dpu_rule.items()}  # type: Dict[str, Union[DpuRule, Absent]]
@@ -148,6 +156,9 @@ ARITHMETIC_TYPES = with_role("arithmetic")
 BINARY_TYPES = with_role("binary")
 CONST_OPERAND_TYPES = with_role("const_operand")
 OPERAND_LIST_TYPES = with_role("operand_list")
+QUANT_START_TYPES = with_role("quant_start")
+QUANT_END_TYPES = with_role("quant_end")
+INPUT_SCOPE_TYPES = with_role("input_scope")
 
 
 def spec(op: str) -> OpSpec:

@@ -62,4 +62,5 @@ RECORD = OpRecord(
     traced={},  # each type traced under its own name
     refusals={},
     sim=dict.fromkeys((INPUT, CONST, ZEROS), TORCH),
+    roles={"input_scope": (INPUT,)},
 )

@@ -57,6 +57,15 @@ def pair(value: Any) -> Tuple[int, int]:
 # ``rule(module, strict) -> op type``, or None when the module is not this family's after all.
 ModuleRule = Callable[[nn.Module, bool], Optional[str]]
 
+# What torch.jit traces inside a module's forward before the module's own op, where the call leaves it work
+# (``nn.LSTM`` called without its initial states makes them: the batch size read and one zero tensor per state):
+# ``prelude(module, args, rank) -> ((op type, inputs, feeds), ...)``, given the module, the number of positional
+# arguments of the call and ``rank()`` (the rank of its first argument on the example, computed when asked).
+# ``inputs`` are indices: -1 the call's first argument, k >= 0 the k-th node of the prelude; ``feeds``: the node is
+# an input of the module's own node, after the call's arguments. Nodes of no fx node of their own: numbered,
+# linked and hashed (graph_md5) as nndct's parser makes them, never run (the module computes them itself).
+Prelude = Callable[[nn.Module, int, Callable[[], int]], Tuple[Tuple[str, Tuple[int, ...], bool], ...]]
+
 # A function whose op type depends on its arguments (``F.hardtanh(x, 0, 6)`` is a ReLU6):
 # ``rule(fx node) -> op type`` (the node's ``args``/``kwargs`` as called; an argument may be an fx node).
 FunctionRule = Callable[[Any], str]
@@ -89,8 +98,16 @@ class OpRecord:
         functions: callable -> op type (``call_function``).
         function_rules: callable -> :data:`FunctionRule`, for functions whose type depends on arguments.
         methods: tensor method name -> op type (``call_method``).
+        preludes: module class -> :data:`Prelude`: the nodes nndct's parser makes from what torch.jit traces
+            inside the module's forward before its own op (``nn.LSTM``'s zero initial states).
         signatures: op type -> :data:`Signature` of its functional and method forms (the arguments by
             name, defaults filled; the xmodel lowering and the ONNX export read them).
+        several: the float-operator kind of a call (``aten::<name>``, as ``fx.classify`` names it) -> ``(type,
+            outputs)``: where the call returns several tensors (its result indexed, ``y[0]``, ``.values``),
+            nndct's parser makes it the family's type ``type``, a node of ``outputs`` tensors
+            (``x.max(dim)``: nndct_max, values and indices); the call's one-tensor form (``x.max()``)
+            stays what the tables above make it. Each output of such a node gets an entry in
+            quant_info (``TorchNndctQstrategy.create_quant_config``: one per ``out_tensors``).
         roles: role -> op types of this family that play it. Roles: ``conv`` (the 2-D convolutions),
             ``params`` (layers with weights the quantizer quantizes), ``bias_corr`` (nndct corrects their
             bias), ``norm`` (ops whose own module quantizes their weight and bias, those they have, at its first
@@ -110,7 +127,10 @@ class OpRecord:
             output is a new tensor, never an alias of their input: ``sim/calib.py``), ``pad_fusion`` (the
             ops a zero pad folds into: nndct deploy's pad fusion; ``sim/xmodel/deploy.py``), ``reshape_like``
             (the ops nndct's deploy graph makes a reshape to their output shape: ``convert_reshapelike_to_reshape``;
-            ``sim/xmodel/deploy.py``).
+            ``sim/xmodel/deploy.py``), ``quant_start`` and
+            ``quant_end`` (where a quantized part starts and ends: QuantStub, DeQuantStub; nndct's
+            ``_tag_quant_nodes``, ``fx/graph.py`` ``tag_quant_part``), ``input_scope`` (an output quantized as a
+            network input is, fix position scope 1: ``calibrate_int``; ``sim/calib.py``).
         approximation: what the DPU computes instead of the float op (written once, in this unit), or
             :class:`Absent` with the reason (the op is exact, or never runs on the DPU).
         source: the upstream files the record's facts come from.
@@ -187,6 +207,8 @@ class OpRecord:
     function_rules: Mapping[Callable[..., Any], FunctionRule] = field(default_factory=dict)
     methods: Mapping[str, str] = field(default_factory=dict)
     signatures: Mapping[str, Signature] = field(default_factory=dict)
+    several: Mapping[str, Tuple[str, int]] = field(default_factory=dict)
+    preludes: Mapping[type, Prelude] = field(default_factory=dict)
     roles: Mapping[str, Tuple[str, ...]] = field(default_factory=dict)
     norm: Mapping[str, Any] = field(default_factory=dict)
     layer: Mapping[str, Any] = field(default_factory=dict)

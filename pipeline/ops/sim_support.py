@@ -23,7 +23,11 @@ from collections import namedtuple
 
 from .record import Absent
 
-SimForm = namedtuple("SimForm", "run lower")
+# exact: the form computes torch's own call (written another way in the lowered model: a QuantStub as a clone,
+# never its autograd function), so it applies also where a node runs in float (``SimGraph.runs_float``); a DPU
+# approximation (exact False) applies only inside the quantized parts
+SimForm = namedtuple("SimForm", "run lower exact")
+SimForm.__new__.__defaults__ = (False,)
 
 # How a type of role ``norm`` (its module quantizes its own weight and bias at its first call and computes
 # with them: ``OpRecord.norm``) computes, given the simulation's graph and node at call time:

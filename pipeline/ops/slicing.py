@@ -1,7 +1,6 @@
 """Slices and picks: ``x[a:b]`` (``nndct_strided_slice``), ``x[i]`` with an int (``nndct_select``: torch
-traces ``aten::select``), ``x[t]`` with a tensor (``nndct_index``), one output of an op returning
-several (``nndct_tuple_index``), the in-place fill of ``x[idx] = number`` (``aten::fill_``), and the
-calls that split a tensor into pieces (chunk, split: each piece taken is an ``nndct_strided_slice``).
+traces ``aten::select``), ``x[t]`` with a tensor (``nndct_index``), the in-place fill of ``x[idx] = number``
+(``aten::fill_``), and the calls that split a tensor into pieces (chunk, split: each piece taken is an ``nndct_strided_slice``).
 nndct warns ``QUANTIZER_TORCH_FLOAT_OP`` for select and index."""
 import math
 import operator
@@ -21,7 +20,6 @@ from .xmodel_support import INT_MAX, XmodelForm
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
 INDEX = "nndct_index"
-TUPLE_INDEX = "nndct_tuple_index"
 FILL = "aten::fill_"
 
 # calls that split a tensor into a tuple; each piece taken becomes an nndct_strided_slice node
@@ -355,7 +353,6 @@ RECORD = OpRecord(
         STRIDED_SLICE: OpSpec("layout", False, True, False),
         SELECT: OpSpec("float", False, False, False),
         INDEX: OpSpec("float", False, False, False),
-        TUPLE_INDEX: OpSpec("layout", False, False, False),  # carries its own fix pos: the op's is a tuple
     },
     functions={operator.getitem: STRIDED_SLICE, torch.select: SELECT},
     methods={"select": SELECT},
@@ -364,23 +361,19 @@ RECORD = OpRecord(
     source="nndct_shared/base/key_names.py, pytorch_nndct/parse/op_dispatcher.py",
     onnx={STRIDED_SLICE: _onnx_getitem, SELECT: _onnx_select,
           INDEX: Absent("no call of the lowered model resolves to it (``x[t]`` is a getitem, whose form refuses "
-                        "a tensor index)"),
-          TUPLE_INDEX: Absent("no call of the lowered model resolves to it (a piece of a chunk/split is a "
-                              "getitem, whose form writes it as a Slice)")},
+                        "a tensor index)")},
     dpu_rule={STRIDED_SLICE: DpuRule(("getitem",), dpu_piece), SELECT: Absent("a float operator of the quantizer"),
               INDEX: Absent("a float operator of the quantizer"),
-              TUPLE_INDEX: Absent("no call of its own: the capture makes it for an op returning several outputs"),
               # the calls that split a tensor (SPLIT_FUNCTIONS, SPLIT_METHODS): no nndct type; the
               # pieces run where the producer does
               "aten::chunk": DpuRule(("chunk",), dpu_piece), "aten::split": DpuRule(("split",), dpu_piece)},
     xmodel={STRIDED_SLICE: XmodelForm(_lower_slice, _create_slice, layout_rewrite=_rewrite_slice),
             SELECT: XmodelForm(_lower_select, _create_select),
-            INDEX: Absent("not written yet: the xmodel writer has no XIR form for it"),
-            TUPLE_INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
+            INDEX: Absent("not written yet: the xmodel writer has no XIR form for it")},
     xir_ops={"strided_slice": XirOp(OpDef("strided_slice", IN, (req("begin", "int32_vec"), req("end", "int32_vec"),
                                                               req("strides", "int32_vec")), _shape_strided_slice),
                                     _run_strided_slice, "getitem")},
     traced={STRIDED_SLICE: ("slice",), SELECT: ("select",)},
     refusals={},
-    sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX, TUPLE_INDEX), TORCH),
+    sim=dict.fromkeys((STRIDED_SLICE, SELECT, INDEX), TORCH),
 )

@@ -74,17 +74,21 @@ def to_jsonstr(obj: Dict[str, Any], indent: int = 2) -> str:
 
 def make_quant_info(param: Dict[str, Optional[int]], output: Dict[str, Optional[int]], bitwidth: int,
                     bias_corrected: bool, graph_md5: str,
-                    version: str = SIM_VERSION) -> Dict[str, Any]:
+                    version: str = SIM_VERSION, entries: Optional[Dict[str, int]] = None) -> Dict[str, Any]:
     """Build the quant_info dict from ``{name: fix_pos}`` maps (bit width the same everywhere).
 
     Returns a dict with the keys of ``TOP_LEVEL_KEYS`` in order; entries are
     ``[[bitwidth, fix_pos]]`` (a param or output whose fix_pos is None, one nndct registers but
     never quantizes, is ``[[bitwidth, None]]``, written ``[[8,null]]``); ``"input"`` is empty and
-    ``"fast_finetuned"`` false.
+    ``"fast_finetuned"`` false. ``entries``: output name -> its number of pairs where that is more
+    than one (a quantizable node with several outputs, ``x.max(dim)``: nndct enters each of its
+    ``out_tensors``); ``fix_pos`` is the first's, the others have none (``[[8,6],[8,null]]``).
     """
+    entries = entries or {}
     return {
         "param": {k: [[bitwidth, None if p is None else int(p)]] for k, p in param.items()},
-        "output": {k: [[bitwidth, None if p is None else int(p)]] for k, p in output.items()},
+        "output": {k: [[bitwidth, None if p is None else int(p)]] + [[bitwidth, None]] * (entries.get(k, 1) - 1)
+                   for k, p in output.items()},
         "input": {},
         "fast_finetuned": False,
         "bias_corrected": bool(bias_corrected),

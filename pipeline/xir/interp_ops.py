@@ -31,7 +31,7 @@ Semantics per op type (``OPS``; XIR's definitions, restated where the simulation
 - ``relu``, ``relu6``, ``leaky-relu`` (``alpha``), ``elu``, ``celu``, ``selu``,
   ``sigmoid``, ``swish``, ``mish``, ``tanh``, ``exp``, ``neg``, ``gelu`` (``approximate`` ``'none'``
   or ``'tanh'``, quotes included, as nndct writes it; none: erf): torch's functions;
-- ``softmax`` (``axis``), ``reduction_mean``/``_sum``/``_max``/``_product`` (``axis``, ``keep_dims``);
+- ``softmax`` (``axis``), ``reduction_mean``/``_sum``/``_product`` (``axis``, ``keep_dims``);
 - ``scale``: ``F.batch_norm(x, zeros, ones, scale, bias, False, 0.0, 0.0)`` over ``axis`` (-1: the last);
 - ``matmul``: ``F.linear(a, b, bias)`` when only ``transpose_b`` is set and ``b`` is 2-D (the
   simulation's nn.Linear), else ``torch.matmul`` then ``torch.add`` of the bias;
@@ -61,8 +61,7 @@ from .interp_base import TO_NHWC, Inputs, Run, checked, model_layout, nchw, op_e
 from .xgraph import XOp
 
 
-_REDUCTIONS = {"reduction_mean": torch.mean, "reduction_sum": torch.sum, "reduction_product": None,
-               "reduction_max": torch.amax}
+_REDUCTIONS = {"reduction_mean": torch.mean, "reduction_sum": torch.sum, "reduction_product": None}
 
 
 def _reduction(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
@@ -172,8 +171,7 @@ _FORMAT_OPS = {
     "exp": unary(torch.exp),
     "hard-swish": unary(lambda x: torch.mul(x, xir_hard_sigmoid(x))),
     "hard-tanh": unary(lambda x: torch.clamp(x, -1.0, 1.0)),
-    "reduction_mean": _reduction, "reduction_sum": _reduction, "reduction_max": _reduction,
-    "reduction_product": _reduction,
+    "reduction_mean": _reduction, "reduction_sum": _reduction, "reduction_product": _reduction,
     "squeeze": lambda run, op, ins: one(ins).reshape(op.shape),
     "flatten": lambda run, op, ins: one(ins).reshape(op.shape),
     "shape": lambda run, op, ins: torch.tensor(list(one(ins).shape), dtype=torch.float32),

@@ -62,7 +62,6 @@ _FORMAT_DEFS = {d.type: d for d in [
     # reductions
     OpDef("reduction_mean", _IN, _REDUCE, shapes.reduction()),
     OpDef("reduction_sum", _IN, _REDUCE, shapes.reduction(sum)),
-    OpDef("reduction_max", _IN, _REDUCE, shapes.reduction(lambda info: max([0] + info))),
     OpDef("reduction_product", _IN, _REDUCE, shapes.reduction(lambda info: int(np.prod(info, dtype=np.int64)))),
     OpDef("argmax", _IN, (_req("axis", "int32"),), shapes.argmax),
     # layout

@@ -1,14 +1,18 @@
 """Non-constant pads and pixel shuffle (pipeline/ops/pad.py, pipeline/ops/pixel_shuffle.py) beyond the real
 quantizer's files of tests/data/refused_real (reflect_module, replicate_module, reflect_fpad, pixel_shuffle,
-held to those files by tests/fidelity/test_refused_real.py):
+held to those files by tests/fidelity/test_refused_real.py) and tests/data/activations_real (pixelunshuffle:
+tests/fidelity/test_activations_real.py):
 
 - the interpreter runs XIR pad REFLECT and SYMMETRIC as libxir's op definition states them (its annotation's
-  examples), so SYMMETRIC equals torch's replicate for a pad of 1 only;
-- the writer writes reflect pads of any width and pixel shuffles of other factors, each checked against the
-  simulation by the writer's verify step; a replicate pad over 1 is refused, saying why;
-- the ONNX exports are exact (Pad reflect / edge, DepthToSpace CRD), checked in ONNX Runtime by the exporter;
+  examples), so SYMMETRIC equals torch's replicate for a pad of 1 only, and pixel-shuffle {upscale false} as
+  torch's pixel_unshuffle in NHWC (its shape inference: the inverse of the annotation's PixelShuffle);
+- the writer writes reflect pads of any width and pixel shuffles and unshuffles of other factors and forms,
+  each checked against the simulation by the writer's verify step; a replicate pad over 1 is refused, saying
+  why;
+- the ONNX exports are exact (Pad reflect / edge, DepthToSpace CRD, Reshape/Transpose/Reshape for pixel
+  unshuffle), checked in ONNX Runtime by the exporter;
 - the inspector: reflect on the CPU in the real Inspector's words, replicate on the DPU (over 1, with the note
-  and the exact rewrite), pixel shuffle on the DPU with its input.
+  and the exact rewrite), pixel shuffle and unshuffle on the DPU with their input.
 """
 import re
 
@@ -62,12 +66,37 @@ def test_interpreter_refuses_a_mirror_past_the_input():
     ("replicate1_fn", Lambda(lambda s, x: s.b(F.pad(s.a(x), (1, 1, 1, 1), mode="replicate")), a=conv(), b=conv(8, 4))),
     ("shuffle3", Lambda(lambda s, x: s.b(s.p(s.a(x))), a=conv(3, 18), p=nn.PixelShuffle(3), b=conv(2, 4))),
     ("shuffle_fn", Lambda(lambda s, x: s.b(F.pixel_shuffle(s.a(x), 2)), a=conv(3, 16), b=conv(4, 4))),
+    ("unshuffle_fn", Lambda(lambda s, x: s.b(F.pixel_unshuffle(s.a(x), 2)), a=conv(3, 4), b=conv(16, 4))),
+    ("unshuffle_out", Lambda(lambda s, x: F.pixel_unshuffle(s.a(x), downscale_factor=2), a=conv(3, 4))),
 ])
 def test_written_checked_against_the_simulation_and_exact_in_onnx(tmp_path, name, model):
     q = quantize(tmp_path, model)
     q.export_xmodel(str(tmp_path / "x"))  # the verify step runs the file against the simulation, or raises
     q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)  # checked in ONNX Runtime, or raises
     q.export_onnx_model(str(tmp_path / "qdq"))  # the QDQ flavour, checked the same way
+
+
+def test_a_pixel_unshuffle_of_3_written_checked_and_exact_in_onnx(tmp_path):
+    q = quantize(tmp_path, Lambda(lambda s, x: s.b(s.p(s.a(x))), a=conv(3, 2), p=nn.PixelUnshuffle(3), b=conv(18, 4)),
+                 shape=(3, 9, 6))
+    q.export_xmodel(str(tmp_path / "x"))
+    q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)
+    q.export_onnx_model(str(tmp_path / "qdq"))
+
+
+def test_interpreter_pixel_shuffle_downscale_is_torchs_pixel_unshuffle_in_nhwc():
+    """libxir's pixel-shuffle {upscale false}: [n, h, w, c] -> [n, h/s, w/s, c*s*s], the inverse of the
+    annotation's torch.nn.PixelShuffle (and upscale true undoes it)."""
+    x = torch.randn(2, 5, 6, 9)
+    for upscale, shape, want in ((False, [2, 6, 9, 5], F.pixel_unshuffle(x, 3)),
+                                 (True, [2, 2, 3, 45], F.pixel_shuffle(F.pixel_unshuffle(x, 3), 3))):
+        g = XGraph("g")
+        d = g.create_op("g__input_0", "data", {"shape": shape, "data_type": "FLOAT32"})
+        g.create_op("ps", "pixel-shuffle", {"scale": 3, "upscale": upscale}, {"input": [d]})
+        src = x if not upscale else F.pixel_unshuffle(x, 3)
+        out = interp.run(g, [src])["ps"]
+        assert torch.equal(out, want.permute(0, 2, 3, 1))
+    assert torch.equal(F.pixel_shuffle(F.pixel_unshuffle(x, 3), 3), x)
 
 
 def test_a_replicate_pad_over_1_is_refused_saying_why(tmp_path):
@@ -94,6 +123,12 @@ def test_inspector_verdicts():
     assert two["device"] == "DPU" and "XIR pad SYMMETRIC" in two["notes"][0] and two["fixes"][0]["exact"]
     shuffle = _verdict(Lambda(lambda s, x: s.b(s.p(s.a(x))), a=conv(3, 16), p=nn.PixelShuffle(2), b=conv(4, 4)), "p")
     assert shuffle["device"] == "DPU" and shuffle["op"] == "pixel_shuffle"
+    unshuffle = _verdict(Lambda(lambda s, x: s.b(s.p(s.a(x))), a=conv(3, 4), p=nn.PixelUnshuffle(2), b=conv(16, 4)),
+                         "p")
+    assert unshuffle["device"] == "DPU" and unshuffle["op"] == "pixel_unshuffle"
+    fn = _verdict(Lambda(lambda s, x: s.b(F.pixel_unshuffle(s.a(x), 2)), a=conv(3, 4), b=conv(16, 4)),
+                  "pixel_unshuffle")
+    assert fn["device"] == "DPU"
 
 
 def test_the_verify_step_would_catch_a_symmetric_pad_over_1(tmp_path, monkeypatch):

@@ -28,10 +28,6 @@ THREADS = pinned_threads(1)
 
 # (check, case) -> the gap. Checks: "quant_info", "outputs", "xmodel".
 GAPS = {
-    ("quant_info", "pixelunshuffle"): "nn.PixelUnshuffle: the real quantizer's type is nndct_pixel_unshuffle; the "
-                                      "simulation keeps aten_pixel_unshuffle",
-    ("xmodel", "pixelunshuffle"): "the writer has no form for PixelUnshuffle; the real file has XIR pixel-shuffle "
-                                  "{upscale false}",
 }
 
 

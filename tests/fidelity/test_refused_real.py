@@ -33,51 +33,16 @@ THREADS = pinned_threads(1)
 
 # What the simulation does not do yet, case by case: (check, case) -> the gap. Checks: "quant_info" (the
 # calibration's quant_info.json), "outputs" (the test-mode outputs), "xmodel" (the files), "reason" (a refusal
-# naming the real quantizer's reason), "quant_off".
-_CAPTURE = "the simulation refuses %s at capture (NotSimulated), so there is no calibration or xmodel; the real " \
-           "quantizer calibrates it"
+# naming the real quantizer's reason).
 GAPS = {
     ("quant_info", "index_gather"): "node order: the real quantizer numbers the idx.view(-1) reshape before the gather "
                                "(nndct_reshape_4, nndct_index_5), the simulation after it (nndct_index_4, "
                                "nndct_reshape_5); outputs equal",
-    ("quant_info", "rdiv"): "the real quantizer parses 1.0 / x as aten::reciprocal (a float op, output [[8, 6]]) times the "
-                       "number (nndct_elemwise_mul); the simulation has one nndct_elemwise_div: other nodes, "
-                       "graph_md5; outputs equal",
-    ("quant_info", "max_method"): "the real quantizer's x.max(1) is one node nndct_max_3 with two outputs "
-                             "([[8, 6], [8, null]]); the simulation has aten_max_3 and an nndct_tuple_index node: "
-                             "other entries and numbering; outputs equal",
-    ("quant_info", "max_function"): "the real quantizer's torch.max(x, 1) is one node nndct_max_3 with two outputs "
-                               "([[8, 6], [8, null]]); the simulation has aten_max_3 and two nndct_tuple_index nodes: "
-                               "other entries and numbering; outputs equal",
-    ("quant_info", "topk"): "the real quantizer's topk is the float op aten_topk_3 whose values carry the output entry; "
-                       "the simulation adds an nndct_tuple_index node that carries it: other entries and numbering; "
-                       "outputs equal",
-    ("quant_info", "lstm"): "the real quantizer's trace of nn.LSTM has nndct_shape and two nndct_zeros (the initial "
-                       "states) before aten_lstm_6 and no tuple_index nodes; the simulation has aten_lstm_3 and two "
-                       "nndct_tuple_index: other numbering; outputs equal",
-    ("quant_info", "quantstub"): "pipeline.apis has no QuantStub/DeQuantStub: the stand-ins are identities, so the "
-                            "simulation quantizes the float middle (mid conv, sigmoid, mul) that the real quantizer "
-                            "leaves in float between DeQuantStub and QuantStub (nndct_quant_stub_1/_8 entries)",
-    ("outputs", "quantstub"): "the simulation quantizes the float middle between DeQuantStub and QuantStub (no "
-                              "QuantStub in pipeline.apis): other outputs",
     ("xmodel", "expand_cls"): "the xmodel writer has no form for nndct_expand; the real file has the custom ops "
                               "nndct_shape (axis 0 of the tokens) and nndct_expand on the unquantized cls const, "
                               "then concat",
     ("xmodel", "index_gather"): "the xmodel writer has no form for nndct_index; the real file has reshape of the idx "
                                 "const and the custom op nndct_index (table const, index), then add",
-    ("xmodel", "rdiv"): "the writer refuses a number divided by a tensor; the real file has the custom op "
-                        "aten::reciprocal between transposes, then mul by the number's const",
-    ("xmodel", "max_method"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
-                              "{axis [1], keep_dims false} (NCHW, after a sink transpose), then reshape",
-    ("xmodel", "max_function"): "the writer has no form for max over a dim; the real file has XIR reduction_max "
-                                "{axis [3], keep_dims true} in NHWC",
-    ("xmodel", "topk"): "the writer refuses topk; the real file has the custom op aten::topk between transposes",
-    ("xmodel", "quantstub"): "no QuantStub partitions: the real quantizer writes one file per quantized part "
-                             "(QuantStubNet_0_int.xmodel, QuantStubNet_1_int.xmodel, the float middle in neither); "
-                             "the simulation writes one QuantStubNet_int.xmodel of the whole model",
-    ("quant_off", "quant_off"): "the drop-in has no quant_off (nndct's --nndct_quant_off): the real quantizer writes "
-                                "every fix position null, float outputs and PlainNet_float.xmodel (no fix ops); the "
-                                "simulation quantizes and writes PlainNet_int.xmodel",
 }
 # Where the real quantizer refuses: {case: (its stage, words of the simulation's refusal at its xmodel stage)}
 REAL_REFUSES = {
@@ -193,13 +158,14 @@ def test_bias_corrections_equal_the_real_quantizer(name, sim):
 
 
 # cases whose real xmodel the interpreter runs without the simulation's float ops (every op built in or a unit's)
-INTERPRETED = ["conv1d", "instance_norm"]
+INTERPRETED = ["conv1d", "instance_norm", "rdiv", "max_method", "max_function"]
 
 
 @pytest.mark.parametrize("name", INTERPRETED)
 def test_the_real_xmodel_run_by_the_interpreter_equals_the_simulation(name, sim):
-    """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC), run by pipeline.xir
-    on the first eval sample as the model takes it, gives the simulation's test-mode output bit for bit."""
+    """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC; the custom
+    aten::reciprocal; reduction_max in NHWC and in NCHW), run by pipeline.xir on the first eval sample as the
+    model takes it, gives the simulation's test-mode output bit for bit."""
     from pipeline.apis import torch_quantizer
     from pipeline.xir import interp, reader
     root, refused = sim
@@ -243,7 +209,6 @@ def test_refusal_names_the_real_quantizers_reason(name, sim):
         assert REAL_REASON[name] in f.read()
 
 
-@pytest.mark.xfail(strict=True, reason=GAPS[("quant_off", "quant_off")])
 def test_quant_off_writes_the_real_float_xmodel(tmp_path):
     """The real quantizer's quantization-off flow: the script run with --nndct_quant_off (read from the command line
     when pytorch_nndct is imported). Both phases here in child processes run the same way."""

@@ -11,7 +11,7 @@ from pipeline.ops.record import Absent, DpuRule, OpRecord, OpSpec
 KINDS = ("dpu", "float", "layout", "shape", "io")
 ROLES = ("conv", "params", "bias_corr", "norm", "arithmetic", "binary", "const_operand", "operand_list",
          "fix_align_pool", "cle_act", "cle_pool", "adaquant", "adaquant_pair_layer", "adaquant_act", "fresh_output",
-         "pad_fusion", "reshape_like")
+         "pad_fusion", "reshape_like", "quant_start", "quant_end", "input_scope")
 
 
 def _units():
@@ -188,7 +188,8 @@ def test_the_xmodel_rooms_read_their_forms_off_the_records():
                        ops.SOFTMAX, ops.CLAMP, ops.SILU, ops.MEAN, "aten::remainder", ops.TRUNC_DIV, ops.PRELU,
                        ops.conv.CONVOLUTION_MODE, ops.LAYER_NORM, ops.SELECT, ops.SQUEEZE, ops.UNSQUEEZE,
                        ops.HARDTANH, ops.MISH, ops.LOG_SOFTMAX, ops.NEG, ops.instance_norm.INSTANCE_NORM,
-                       ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE}
+                       ops.conv1d.CONV1D, ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE,
+                       ops.QUANT_STUB, ops.RECIPROCAL, ops.MAX}
 
 
 def test_a_record_without_its_xmodel_piece_is_refused():
@@ -315,8 +316,8 @@ def test_the_layout_pass_reads_the_nhwc_ops_and_the_attribute_rewrites_off_the_r
     forms = {op: f for op, f in ops.XMODEL.items() if isinstance(f, XmodelForm)}
     assert set(layout.IMPLICIT_OPS) == {op for op, f in forms.items() if f.nhwc} == set(ops.CONV_TYPES) | {
         ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D, ops.RESIZE, ops.BATCH_NORM, ops.conv1d.CONV1D,
-        ops.pixel_shuffle.PIXEL_SHUFFLE}
-    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE}
+        ops.pixel_shuffle.PIXEL_SHUFFLE, ops.pixel_shuffle.PIXEL_UNSHUFFLE}
+    assert set(layout.SPECIAL_ATTRS) == {ops.RESHAPE, ops.CONCAT, ops.STRIDED_SLICE, ops.SOFTMAX, ops.SHAPE, ops.MAX}
 
 
 @pytest.mark.parametrize("record", ops.RECORDS, ids=lambda r: r.family)
@@ -396,7 +397,10 @@ def test_every_type_has_its_simulation_piece_or_runs_torch_s_call(record):
 
 def test_the_simulation_reads_its_per_op_arithmetic_off_the_records():
     simulated = {op for op, form in ops.SIM.items() if ops.sim_form(op) is not None}
-    assert simulated == {ops.LEAKY_RELU, ops.HSWISH, ops.HSIGMOID, ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D}
+    assert simulated == {ops.LEAKY_RELU, ops.HSWISH, ops.HSIGMOID, ops.MAX_POOL, ops.AVG_POOL, ops.ADAPTIVEAVGPOOL2D,
+                         ops.QUANT_STUB, ops.DEQUANT_STUB}
+    # the DPU approximations apply only inside the quantized parts; the stubs' identity everywhere
+    assert {op for op in simulated if ops.sim_form(op).exact} == {ops.QUANT_STUB, ops.DEQUANT_STUB}
     assert ops.sim_form(ops.CONV2D) is None and ops.sim_form("aten::erf") is None
 
 

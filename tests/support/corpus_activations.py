@@ -44,7 +44,10 @@ FUNCTIONS = {
     "f_mish": F.mish,
     "m_log_softmax": lambda y: y.log_softmax(1),
     "neg": lambda y: -y,
+    "f_pixel_unshuffle": lambda y: F.pixel_unshuffle(y, 2),
 }
+# the channels a call of FUNCTIONS leaves, where it changes them (8 otherwise)
+FUNCTION_CHANNELS = {"f_pixel_unshuffle": 32}
 
 
 class ModuleNet(nn.Module):
@@ -61,12 +64,12 @@ class ModuleNet(nn.Module):
 
 
 class FunctionNet(nn.Module):
-    """conv 3->8 (3x3), the call, conv 8->4 (3x3)."""
+    """conv 3->8 (3x3), the call, conv ->4 (3x3)."""
     def __init__(self, name):
         super().__init__()
         self.call = FUNCTIONS[name]
         self.c1 = nn.Conv2d(3, 8, 3)
-        self.c2 = nn.Conv2d(8, 4, 3)
+        self.c2 = nn.Conv2d(FUNCTION_CHANNELS.get(name, 8), 4, 3)
 
     def forward(self, x):
         return self.c2(self.call(self.c1(x)))

@@ -10,20 +10,19 @@ compares the simulation with them.
 
 ``python tests/support/corpus_refused.py calib|test OUT_DIR [NAMES] [QUANT_CONFIG_FILE] [--nndct_quant_off]``
 runs a phase of ``corpus_models.phase`` with the drop-in (``--nndct_quant_off`` is left on the command line
-for whoever reads it there, as pytorch_nndct does when imported; the drop-in does not).
+for whoever reads it there: pytorch_nndct when imported, and so ``pipeline.apis``, ``pipeline/apis/options.py``).
 
 ``quantstub``: pytorch_nndct's ``QuantStub``/``DeQuantStub`` mark where quantization starts and ends;
-placed around a float middle they make the model several graphs. ``pipeline.apis`` has no
-``QuantStub``/``DeQuantStub``: the model is built with the classes in :data:`STUBS`, plain identity
-modules of those names unless a caller puts the real ones there (the reference was made with
-``pytorch_nndct.nn.QuantStub`` and ``DeQuantStub``).
+placed around a float middle they make the model several graphs. The model is built with the classes in
+:data:`STUBS`, the drop-in's ``pipeline.nn.QuantStub`` and ``DeQuantStub`` unless a caller puts others
+there (the reference was made with ``pytorch_nndct.nn.QuantStub`` and ``DeQuantStub``).
 
 ``quant_off``: a plain conv net; its reference was made with the real quantizer's quantization-off
 flow: ``NndctOption.nndct_quant_off`` (name ``quant_off``), set only from the command line, as
 ``--nndct_quant_off``, which ``pytorch_nndct/__init__.py`` reads from ``sys.argv`` when imported
 (``--quant_off`` is not recognised: the option is looked up by its attribute name); then every fix
-position is null, the outputs are float and ``export_xmodel`` writes ``<Model>_float.xmodel``. The
-drop-in has no such flow.
+position is null, the outputs are float and ``export_xmodel`` writes ``<Model>_float.xmodel``; the drop-in
+reads the same flag (``pipeline/apis/options.py``).
 """
 import os
 import sys
@@ -33,24 +32,14 @@ import torch.nn.functional as F
 from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from pipeline import nn as pipeline_nn  # noqa: E402
 from tests.support import corpus_models  # noqa: E402
 from tests.support.corpus_models import seeded_inputs, seeded_model  # noqa: E402,F401
 
 
-class QuantStub(nn.Module):
-    """Stand-in for pytorch_nndct.nn.QuantStub (an identity)."""
-    def forward(self, x):
-        return x
-
-
-class DeQuantStub(nn.Module):
-    """Stand-in for pytorch_nndct.nn.DeQuantStub (an identity)."""
-    def forward(self, x):
-        return x
-
-
-# the stub classes the quantstub model is built with: {"quant": cls, "dequant": cls}
-STUBS = {"quant": QuantStub, "dequant": DeQuantStub}
+# the stub classes the quantstub model is built with: {"quant": cls, "dequant": cls}; the drop-in's
+# (pipeline.nn), which the reference's maker replaced with pytorch_nndct.nn's own
+STUBS = {"quant": pipeline_nn.QuantStub, "dequant": pipeline_nn.DeQuantStub}
 
 
 class LayerNormTokens(nn.Module):

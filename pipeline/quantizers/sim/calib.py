@@ -22,11 +22,10 @@ Per calibration batch, in graph order (``TORCHQuantizer.calibrate_int`` in
 Tensors holding NaN or Inf are passed through unquantized and add nothing to the statistics,
 as in nndct. Nothing the caller owns is written.
 
-Memory: a batch keeps an activation only until the last node that reads it has run
-(``release_schedule``), bias correction squares into one reused buffer (``Scratch``), and a value
-the calibration itself just made (a conv output, a ReLU's, a pool's) is quantized in place, as is
-a ReLU over such a value that nothing else reads (``in_place_plan``), so the peak stays near a
-float forward's and fewer new pages are touched; the values, and so every result, are unchanged.
+Memory: a batch keeps an activation only until the last node that reads it has run (``release_schedule``),
+bias correction squares into one reused buffer (``Scratch``), and a value the calibration itself just made (a
+conv output, a ReLU's, a pool's) is quantized in place, as is a ReLU over such a value that nothing else reads
+(``in_place_plan``): the peak stays near a float forward's, fewer new pages are touched, every result is the same.
 """
 import math
 from typing import Any, Dict, List, Optional, Tuple
@@ -35,10 +34,9 @@ import torch
 from torch.fx.node import map_arg
 
 from ...errors import QuantizationError
-from ... import fixpoint
+from ... import fixpoint, ops as g
 from .. import fix_pos_search
-from ... import ops as g
-from ...fx.graph import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode, first_output, with_first_output
 from .ops import float_reference, norm_float_params, norm_forward, param_forward, run_node, run_step
 from .plan import QuantPlan, adjust_fix_pos
 
@@ -248,9 +246,11 @@ class Calibrator:
         return float(self._activation(node, torch.tensor(float(node.value), dtype=torch.float32)))
 
     def _activation(self, node: SimNode, t: torch.Tensor, owned: bool = False) -> torch.Tensor:
-        """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos
-        (``t`` itself when it adds nothing to the history). ``owned``: ``t`` is this step's own new
-        tensor, which nothing else reads: quantized in place when it is contiguous float32."""
+        """``t`` fake-quantized at the mode of the node's history after this batch's fix_pos (``t`` itself when it
+        adds nothing to the history); a node with several outputs quantizes its first (``fx.graph.first_output``).
+        ``owned``: ``t`` is this step's own new tensor, nothing else reads it: quantized in place if contiguous."""
+        if node.outputs > 1 and isinstance(t, tuple):
+            return with_first_output(node, t, self._activation(node, first_output(node, t)))
         found = self._fix_pos_and_range(node, t)
         if found is None:
             return t
@@ -269,14 +269,14 @@ class Calibrator:
         return None if found is None else found[0]
 
     def _fix_pos_and_range(self, node: SimNode, t: Any):
-        """``(fix_pos, (min, max))``: ``_batch_fix_pos`` and the extremes of ``t`` (Python floats), or None."""
-        if not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
+        """``(fix_pos, (min, max))``: the batch's fix_pos, ``t``'s extremes; None: no float data, or quant_off."""
+        if self.graph.quant_off or not isinstance(t, torch.Tensor) or not t.is_floating_point() or t.numel() == 0:
             return None
         mn, mx = torch.aminmax(t)
         min_max = (mn.item(), mx.item())
         if not (math.isfinite(min_max[0]) and math.isfinite(min_max[1])):  # NaN/Inf reach min/max
             return None
-        scope = fix_pos_search.SCOPE_INPUT if node.op == g.INPUT else fix_pos_search.SCOPE_DEFAULT
+        scope = fix_pos_search.SCOPE_INPUT if node.op in g.INPUT_SCOPE_TYPES else fix_pos_search.SCOPE_DEFAULT
         fp = fix_pos_search.diffs_fix_pos(t, self.bitwidth, scope, "half_up", min_max)
         return fixpoint.cap_fix_pos(fp, self.bitwidth, self.max_fix_pos), min_max
 
@@ -294,10 +294,12 @@ class Calibrator:
         """The node's ParamState, its weight and bias quantized at the first call (from the weights alone)."""
         state = self.params[node.name]
         if state.weight is None:
-            m = self.graph.module(node)
-            w = m.weight.detach()  # never written: quantized copies are new tensors
-            b = None if m.bias is None else m.bias.detach()
+            m = self.graph.module(node)  # its weight and bias never written: quantized copies are new tensors
+            w, b = m.weight.detach(), None if m.bias is None else m.bias.detach()
             state.weight_float, state.bias_float = w, b
+            if self.graph.runs_float(node):  # outside the quantized parts, or quant_off: float, as its module
+                state.weight, state.bias = w, b
+                return state
             state.weight = self._param_fix(node.param_names["weights"], w)
             if b is not None:
                 state.bias = self._param_fix(node.param_names["bias"], b)
@@ -347,6 +349,8 @@ class Calibrator:
         if self.batches == 0:
             raise QuantizationError("calibration saw 0 batches: run at least one calibration "
                                     "batch before exporting the quantization config")
+        if self.graph.quant_off:  # every entry null, no adjustment (organize_quant_pos returns at once)
+            return dict.fromkeys(self.plan.param_order), dict.fromkeys(self.plan.output_order), []
         missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.unquantized_outputs] + \
             [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:

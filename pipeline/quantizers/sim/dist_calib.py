@@ -31,7 +31,7 @@ import torch
 from torch.fx.node import map_arg
 
 from ... import ops as g
-from ...fx.graph import SimGraph
+from ...fx.graph import SimGraph, first_output, with_first_output
 from ... import fixpoint
 from .. import fix_pos_search
 from .calib import Calibrator, check_batch
@@ -136,8 +136,9 @@ class DistributedCalibrator(Calibrator):
 
     def _gathered_activation(self, node: Any, t: Any, mine: bool, active: List[int]) -> Any:
         """Gather this node's per-batch fix_pos, extend the history in batch order, fake-quantize
-        this rank's value (``mine``: it has one to quantize) with the mode of the history up to its batch."""
-        fp = self._batch_fix_pos(node, t) if mine else None
+        this rank's value (``mine``: it has one to quantize) with the mode of the history up to its batch (the
+        first output of a node with several, ``fx.graph.first_output``)."""
+        fp = self._batch_fix_pos(node, first_output(node, t)) if mine else None
         fps = self.comm.gather_ints(fp)
         hist = self.history[node.name]
         out = t
@@ -145,7 +146,8 @@ class DistributedCalibrator(Calibrator):
             if fps[r] is not None:
                 hist.append(fps[r])
             if r == self.comm.rank and fp is not None:
-                out = fixpoint.fake_quant(t, fix_pos_search.modal_fix_pos(hist), self.bitwidth, "half_up")
+                out = with_first_output(node, t, fixpoint.fake_quant(
+                    first_output(node, t), fix_pos_search.modal_fix_pos(hist), self.bitwidth, "half_up"))
         return out
 
     def _chain(self, node: Any, env: Dict[Any, Any], active: List[int]) -> Any:

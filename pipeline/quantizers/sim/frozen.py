@@ -20,7 +20,7 @@ from torch.fx.node import map_arg
 
 from ... import fixpoint
 from ... import ops as g
-from ...fx.graph import SimGraph, SimNode
+from ...fx.graph import SimGraph, SimNode, first_output, with_first_output
 from .calib import release_schedule
 from .ops import norm_float_params, norm_forward, param_forward, run_node, run_step
 
@@ -76,12 +76,14 @@ class FrozenForward:
 
     def quantize(self, node: SimNode, value: Any) -> Any:
         """``value`` rounded at ``node``'s frozen fix_pos (half_up), or as it is (float mode, no
-        entry, not a float tensor)."""
+        entry, not a float tensor); of a node with several outputs, its first (``fx.graph.first_output``)."""
         if self.out_fp is None or node.name not in self.out_fp:
             return value
-        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
+        first = first_output(node, value)
+        if not isinstance(first, torch.Tensor) or not first.is_floating_point():
             return value
-        return fixpoint.fake_quant(value, self.out_fp[node.name], self.bitwidth, "half_up")
+        return with_first_output(node, value, fixpoint.fake_quant(first, self.out_fp[node.name], self.bitwidth,
+                                                                  "half_up"))
 
     def run(self, xs: Tuple[torch.Tensor, ...], stop: Optional[str] = None,
             keep: Iterable[str] = (), input_of: Optional[str] = None, output: bool = False) -> Dict[str, Any]:

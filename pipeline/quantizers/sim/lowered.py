@@ -23,7 +23,12 @@ node and relies on every point below):
    positions, the same three attributes; it runs ``F.layer_norm`` in float32 on its quantized
    input, as nndct's LayerNorm module does. A PReLU (``nn.PReLU`` or ``F.prelu``) is a ``call_module`` on
    a new ``nn.PReLU`` named after its node in the same way: its slopes (``weight``) rounded std_round at
-   their fix position, the same three attributes (``bias_fix_pos`` None); it runs ``F.prelu``.
+   their fix position, the same three attributes (``bias_fix_pos`` None); it runs ``F.prelu``. A layer
+   outside the model's quantized parts (QuantStub/DeQuantStub: ``SimNode.in_quant_part``), or any layer
+   under quant_off (``SimGraph.quant_off``, nndct's ``--nndct_quant_off``), is a copy of
+   the float module under its node's name, its weight and bias float, ``weight_fix_pos`` and
+   ``bias_fix_pos`` None and ``float_part`` the reason (a sentence); every other node there is torch's own
+   call, unquantized.
 4. Everything else is standard: ``call_module`` on ``nn.ReLU``, ``nn.ReLU6``, ``nn.LeakyReLU``
    (slope 0.1015625), ``nn.Hardtanh``, ``nn.MaxPool2d``, ``nn.AvgPool2d``,
    ``nn.AdaptiveAvgPool2d``, ``nn.Upsample``, ``nn.Flatten``; ``call_function`` on
@@ -44,7 +49,8 @@ node and relies on every point below):
    ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor comes from the
    example input's shape (nndct computes it per call; same result for same-size inputs).
 6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
-   ``output`` entry for it.
+   ``output`` entry for it; of a node with several outputs (``SimNode.outputs``: ``x.max(dim)``), the
+   first output where the model takes it (``y[0]``, ``.values``: ``SimGraph.picks``).
 7. ``node.meta["nndct_node"]`` names the nndct node (e.g. ``"nndct_relu_2"``) on the fx node
    whose value is that node's output as the real quantizer's module returns it (after its
    fake_quant when it is quantized).
@@ -190,10 +196,22 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     for fx_node, node in graph.steps:
         if node is None:
             env[fx_node] = _copy_helper(graph, fx_node, new, root, lookup)
+            producer, index = graph.picks.get(fx_node, (None, None))
+            if index == 0 and producer.name in out_fp:  # the first output of a node with several: its fix pos
+                env[fx_node] = new.call_function(fixpoint.fake_quant, (env[fx_node], out_fp[producer.name],
+                                                                       bitwidth, "half_up"))
             continue
-        quantize = node.name in out_fp
+        quantize = node.name in out_fp and node.outputs == 1  # several outputs: quantized where taken (above)
         if node.op == g.INPUT:
             value = new.placeholder(fx_node.target)
+        elif graph.runs_float(node) and not getattr(g.sim_form(node.op), "exact", False):
+            # outside the quantized parts, or quant_off: torch's own call, in float
+            value = _Lowering(graph, node, new, root, env, consts).copy()
+            if node.op in g.PARAM_TYPES or node.op in g.NORM_TYPES:
+                m = root.get_submodule(node.name)
+                m.weight_fix_pos, m.bias_fix_pos, m.bitwidth = None, None, bitwidth
+                m.float_part = ("the quantization-off flow (--nndct_quant_off) runs it in float" if graph.quant_off
+                                else "it lies outside the model's quantized parts (between DeQuantStub and QuantStub)")
         elif node.op in g.PARAM_TYPES:
             target = add_module(node.name, _quantized_module(graph, node, info, bitwidth, bias_corr, params))
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))

@@ -150,6 +150,8 @@ def run_node(graph: SimGraph, node: SimNode, env: Dict[torch.fx.Node, Any]) -> T
     """
     s = NodeRun(graph, node, env)
     form = g.sim_form(node.op)
+    if form is not None and graph.runs_float(node) and not form.exact:  # float: torch's own call
+        form = None
     if form is not None:
         done = form.run(s)
         if done is not None:

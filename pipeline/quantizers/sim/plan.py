@@ -50,6 +50,10 @@ class QuantPlan:
             ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``; and adaptive
             average pools whose output size does not divide their input size on the example
             (``ops.adaptive_unquantized``), which nndct leaves unscaled and never quantizes.
+        output_entries: node name -> the pairs of its ``output`` entry, for the quantizable nodes with
+            several outputs (``SimNode.outputs``: nndct enters each of their ``out_tensors``; the first
+            carries the fix position). A float operator's entry (its outputs feeding a quantizable
+            node) holds its float outputs only: the first (the values of ``topk``).
     """
 
     def __init__(self, graph: SimGraph) -> None:
@@ -59,16 +63,22 @@ class QuantPlan:
         self.output_order = []  # type: List[str]
         self.unquantized_outputs = []  # type: List[str]
         self._create_config()
+        self.output_entries = {n.name: n.outputs for n in graph.nodes
+                               if n.outputs > 1 and n.name in self.output_order and self.quantizable(n)}
         quantized = set(p for n in graph.nodes if self.quantizable(n) for p in n.param_names.values())
         self.unquantized_params = [p for p in self.param_order if p not in quantized]
 
     def quantizable(self, node: SimNode) -> bool:
         """True for node types the real quantizer quantizes (QUANTIZABLE_OPS; the op table's
-        ``quantizable``), shape arithmetic excepted."""
-        return g.spec(node.op).quantizable and not node.shape_value
+        ``quantizable``), shape arithmetic excepted, in a quantized part (``SimNode.in_quant_part``:
+        ``NndctGraphHolder.is_node_quantizable``)."""
+        return g.spec(node.op).quantizable and not node.shape_value and node.in_quant_part
 
     def quant_output(self, node: SimNode) -> SimNode:
-        """The node whose output carries ``node``'s fix position (``quant_output`` in nndct)."""
+        """The node whose output carries ``node``'s fix position (``quant_output`` in nndct); a node
+        outside the quantized parts is its own."""
+        if not node.in_quant_part:
+            return node
         group = self.groups[node.name]
         by_name = self.graph.by_name
         end = by_name[group[-1]]
@@ -97,7 +107,7 @@ class QuantPlan:
                     self.param_order.append(name)
             outputs.setdefault(self.quant_output(node).name, None)
         for node in self.graph.nodes:
-            if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT):
+            if not self.quantizable(node) or node.op in (g.INPUT, g.CONCAT) or node.op in g.QUANT_START_TYPES:
                 continue
             for parent in node.inputs:
                 end = self.quant_output(parent)
@@ -131,7 +141,7 @@ def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:
     while changed:
         changed = False
         for n in graph.nodes:
-            if groups[n.name][0] != n.name:
+            if groups[n.name][0] != n.name or not n.in_quant_part:  # group_up: the quantized parts only
                 continue
             if g.spec(n.op).group_up and len(n.inputs) == 1:
                 parent = n.inputs[0]

@@ -56,6 +56,9 @@ class SimSession:
         example: float32 NCHW example input (trace shape); not modified.
         cfg: resolved QuantConfig.
         traced: the step's ``pipeline.fx.float_trace.FloatTrace`` of ``model`` (no new trace), or None.
+        quant_off: nndct's quantization-off flow (``--nndct_quant_off``, ``SimGraph.quant_off``): every fix
+            position null, everything in float, the xmodel ``<Model>_float.xmodel``; the caller gives the
+            config it implies (CLE and bias correction off).
 
     Attributes:
         model: the float model (the caller's; read, never modified).
@@ -66,11 +69,13 @@ class SimSession:
         QuantizationError: unsupported model or config (see ``pipeline.fx.capture``, check_supported).
     """
 
-    def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig, traced: Any = None) -> None:
+    def __init__(self, model: torch.nn.Module, example: torch.Tensor, cfg: QuantConfig, traced: Any = None,
+                 quant_off: bool = False) -> None:
         self.model = model  # read only: the xmodel writer traces a copy of it for nndct's node names
         self.cfg = cfg
         self.bitwidth = check_supported(cfg)
         self.graph = capture(model, example, cfg.rewrites(), traced=traced)  # type: SimGraph
+        self.graph.quant_off = quant_off
         self.cle_pairs = equalize(self.graph) if cfg.include_cle else []  # type: List[ClePair]
         self.plan = QuantPlan(self.graph)
 
@@ -93,7 +98,8 @@ class SimSession:
                                                               self.cfg.change_pool_input_fix)
         prefix = self.graph.class_name + "::"
         info = qi.make_quant_info(param_fp, {prefix + k: v for k, v in output_fp.items()}, self.bitwidth,
-                                  self.cfg.include_bias_corr, self.graph.graph_md5())
+                                  self.cfg.include_bias_corr, self.graph.graph_md5(),
+                                  entries={prefix + k: n for k, n in self.plan.output_entries.items()})
         if getattr(calibrator, "finetuned", None) is not None:
             info["fast_finetuned"] = True
         return info, notes

@@ -29,6 +29,7 @@ from ....fileio import write_bytes, write_files
 from .writer import build
 
 SUFFIX = "_int.xmodel"
+FLOAT_SUFFIX = "_float.xmodel"  # under quant_off (``SimGraph.quant_off``; ``xir_compiler.do_compile``)
 
 
 def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
@@ -67,28 +68,39 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
     # the file is proved on the example: a NaN there proves nothing (finite.py), refused before any work
     check_inputs(examples, "xmodel", "give a finite batch-1 example (with the drop-in API: the first test-mode "
                  "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")
+    if deploy_check and session.graph.quant_off:
+        raise ExportError("xmodel: the deploy-check dumps of the quantization-off flow (the real quantizer's "
+                          "deploy_check_data_float) are not written yet; export without deploy_check")
     try:
-        graph, names = build(session, lowered, examples)
+        graphs, names = build(session, lowered, examples)
     except XGraphError as e:
         raise ExportError("xmodel: an op the writer built breaks XIR's op definitions (%s): a case the writer does "
                           "not cover; nothing was written. The ONNX exports do not depend on it: drop xmodel from "
                           "export.formats to go on, and report the model" % e) from None
-    data = graph.serialize()
-    message = reader.read_xmodel(data)
-    checked = reader.check(message)
-    report = reader.describe(message)
-    compared = verify.compare(checked, session, lowered, examples, names)
-    if compared["mismatches"] or compared["nodes_differing"]:
-        ops = ["%s (%s)" % (name, checked.get_op(name).type) for name in compared["nodes_differing"][:5]]
-        raise ExportError("xmodel: running the written graph differs from the simulation: %d of %d output elements "
-                          "(max abs diff %g), first ops that differ: %s; nothing was written. This is a case the "
-                          "writer gets wrong; the ONNX exports do not depend on it: drop xmodel from export.formats "
-                          "to go on, and report the model"
-                          % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
-                             ", ".join(ops) or "none (only the outputs)"))
-    path = os.path.join(out_dir, session.graph.class_name + SUFFIX)
+    files = []  # type: List[Any]
+    for graph in graphs:  # one per quantized part (QuantStub), each proved before anything is written
+        data = graph.serialize()
+        message = reader.read_xmodel(data)
+        checked = reader.check(message)
+        report = reader.describe(message)
+        compared = verify.compare(checked, session, lowered, examples, names)
+        if compared["mismatches"] or compared["nodes_differing"]:
+            ops = ["%s (%s)" % (name, checked.get_op(name).type) for name in compared["nodes_differing"][:5]]
+            raise ExportError("xmodel: running the written graph differs from the simulation: %d of %d output "
+                              "elements (max abs diff %g), first ops that differ: %s; nothing was written. This is "
+                              "a case the writer gets wrong; the ONNX exports do not depend on it: drop xmodel from "
+                              "export.formats to go on, and report the model"
+                              % (compared["mismatches"], compared["elements"], compared["max_abs_diff"],
+                                 ", ".join(ops) or "none (only the outputs)"))
+        # quant_off: no quant info, so nndct's do_compile names the file _float; a part: <Class>_<n>
+        path = os.path.join(out_dir, graph.name + (FLOAT_SUFFIX if session.graph.quant_off else SUFFIX))
+        files.append((path, data, report, compared))
+    path, data, report, compared = files[0]
     dumps = []  # type: list
     if deploy_check:
+        if len(files) > 1:
+            raise ExportError("xmodel: the deploy-check dumps of a model with several quantized parts (QuantStub) "
+                              "are not written yet; export without deploy_check")
         from .deploy_check import dump_files
         dumps = [(os.path.join(out_dir, *rel.split("/")), blob)
                  for rel, blob in dump_files(session, lowered, examples)]
@@ -96,8 +108,12 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
     # once everything else is in place
     if dumps:
         _write_all(dumps + [(path, data)])
+    elif len(files) > 1:
+        _write_all([(p, d) for p, d, _, _ in files])
     else:
         write_bytes(path, data)
+    if len(files) > 1:  # the first part's report, the others' paths
+        report = dict(report, parts=[p for p, _, _, _ in files])
     skipped = note("xmodel", compared)
     if skipped and warn:
         warnings.warn(skipped)

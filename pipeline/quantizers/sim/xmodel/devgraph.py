@@ -17,7 +17,7 @@ Shapes are those of the first batch-1 test forward, NCHW as torch has them until
 permutes them (``update_node_data``).
 """
 from collections import OrderedDict
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Sequence
 
 import numpy as np
 
@@ -219,3 +219,44 @@ class Graph:
         """Bypass and delete a one-input node (nndct ``Graph.remove_node``)."""
         node.out.replace_uses_with(node.in_tensors[0])
         node.destroy()
+
+
+def quant_parts(graph: Graph, starts: Sequence[str]) -> List[Graph]:
+    """The deploy graph's quantized parts, one graph each, as nndct's ``partition_by_quant_part``
+    (``nndct_shared/compile/deploy_optimizer.py``) makes them; ``[graph]`` itself when no node is of a
+    ``starts`` type (QuantStub: op role ``quant_start``).
+
+    Every node of ``graph`` lies in a part (the writer leaves the others out). In node order, each QuantStub
+    and each node without inputs starts a set: every node it reaches along its consumers, tagged with the
+    first set that reaches it; a set joins the set of its smallest tag. A part is named ``<name>_<id>`` (its
+    set's number) and holds its nodes in the graph's order; an input from outside is none of its inputs.
+    """
+    if not any(n.type in starts for n in graph.nodes):
+        return [graph]
+    tag = {}  # type: Dict[str, int]
+    sets = []  # type: List[List[Node]]
+    for node in graph.nodes:
+        if node.type not in starts and node.in_tensors:
+            continue
+        members, stack, seen = [], [node], set()  # type: List[Node], List[Node], set
+        while stack:
+            n = stack.pop()
+            if n.name in seen or n.type == RETURN:
+                continue
+            seen.add(n.name)
+            tag.setdefault(n.name, len(sets))
+            members.append(n)
+            stack.extend(reversed(graph.children(n)))
+        sets.append(members)
+    merged = OrderedDict()  # type: Dict[int, set]
+    for members in sets:
+        merged.setdefault(min(tag[n.name] for n in members), set()).update(n.name for n in members)
+    parts = []  # type: List[Graph]
+    for number, names in merged.items():
+        part = Graph("%s_%d" % (graph.name, number))
+        for node in graph.nodes:
+            if node.name in names:
+                part.nodes.append(node)
+                part._by_name[node.name] = node
+        parts.append(part)
+    return parts

@@ -23,7 +23,7 @@ PERMUTE = t.PERMUTE
 
 # the ops whose XIR form is NHWC: the records' (``XmodelForm.nhwc``)
 IMPLICIT_OPS = tuple(op for op, f in t.XMODEL.items() if isinstance(f, XmodelForm) and f.nhwc)
-SOURCE_OPS = (t.INPUT, t.CONST)
+SOURCE_OPS = (t.INPUT, t.CONST) + t.QUANT_START_TYPES  # a QuantStub: its part's input (_find_swim_order)
 
 
 def swim_order(ndim: int) -> tuple:

@@ -26,7 +26,7 @@ from torch import nn
 
 from ....errors import ExportError
 from .... import ops as t
-from ....fx.graph import SimGraph, SimNode
+from ....fx.graph import SimGraph, SimNode, first_output
 from ....fx.refusals import XMODEL, explain
 from .... import fixpoint
 from ....ops.conv import CONVOLUTION_MODE
@@ -86,15 +86,17 @@ class _Lowering:
     # ---------------------------------------------------------------- nodes
     def build(self) -> Graph:
         for node in self.graph.nodes:
-            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value:
-                continue
+            if node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value or not node.in_quant_part:
+                continue  # a node outside the quantized parts (QuantStub/DeQuantStub) is in no file
             if t.xmodel_form(node.op) is None and not (node.op.startswith("aten::") and node.op not in t.XMODEL):
                 raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                                 "the xmodel writer has no XIR form for %s" % node.op))
             dev = Node(self.names[node.name], node.op, self.attrs(node))
             self.dev.append(dev)
             self.by_sim[node.name] = dev
-            tensors = [self.by_sim[producer.name].out for producer in self.data_inputs(node)]
+            # a producer outside the quantized parts is no input: a QuantStub's data op has none
+            tensors = [self.by_sim[producer.name].out for producer in self.data_inputs(node)
+                       if producer.name in self.by_sim]
             for index, param in self.param_operands(node):
                 tensors.insert(index, param)
                 dev.params[param.name] = param
@@ -104,7 +106,8 @@ class _Lowering:
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
         for node in self.graph.outputs:
-            self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
+            if node.name in self.by_sim:
+                self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
         return self.dev
 
     def data_inputs(self, node: SimNode) -> List[SimNode]:
@@ -157,7 +160,7 @@ class _Lowering:
                 value = fixpoint.fake_quant(value, int(self.out_fp[node.name][1]), int(self.out_fp[node.name][0]),
                                             "half_up")
             return value.reshape(()).numpy()
-        v = self.values[node.fx_node]
+        v = first_output(node, self.values[node.fx_node])  # of several outputs, the first: the op's tensor
         if not isinstance(v, torch.Tensor):
             raise unsupported(node, explain(node.fx_node, self.graph.root, XMODEL,
                                             "its output is not one tensor (%s)" % type(v).__name__, several=True))

@@ -266,12 +266,16 @@ def _node_name(node: Any) -> str:
 
 
 def traced_ops(graph: Any) -> List[_Op]:
-    """The traced ops in order, a slice chain folded into its first slice."""
+    """The traced ops in order, a slice chain folded into its first slice; a traced ``torch.autograd.Function``
+    (``prim::PythonOp``) is known by its class name (``QuantStubF``), as nndct's parser knows it."""
     ops = []  # type: List[_Op]
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
     for node in graph.nodes():
         kind = node.kind()
-        if not kind.startswith("aten::") or node.outputsSize() != 1:
+        if kind == "prim::PythonOp" and node.outputsSize() == 1:  # a torch.autograd.Function: its class name
+            ops.append(_Op(node.pyname(), _node_name(node), [v.debugName() for v in node.inputs()]))
+            continue
+        if not kind.startswith("aten::") or node.outputsSize() < 1:  # several outputs: named by the first
             continue
         kind = kind[len("aten::"):].rstrip("_") if kind != "aten::_convolution" else "_convolution"
         inputs = [v.debugName() for v in node.inputs()]
@@ -316,8 +320,8 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             from ....fx.refusals import XMODEL, explain, traced_otherwise
             from .lower import unsupported
             generic = traced_otherwise(
-                "this call", "no traced op of kind %s follows the ops before it, as for reflection pads, a "
-                "number divided by a tensor" % "/".join(kinds),
+                "this call", "no traced op of kind %s follows the ops before it, as for ViT's class-token "
+                "expand" % "/".join(kinds),
                 "this form is not written yet. The ONNX exports do not depend on it: drop xmodel from export.formats "
                 "to go on, or write the call in a form the table in docs/xmodel.md lists")
             several = graph.example_shapes.get(node.fx_node) is None  # not one tensor: values and indices, say

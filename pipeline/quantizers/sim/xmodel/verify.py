@@ -99,7 +99,9 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
         xs = xs[:len(data)]
         env = dict(fixed)
         env.update((n, x if x.dtype == dtype else x.to(dtype)) for n, x, dtype in zip(data, xs, dtypes))
-        return run_fx(lowered, fx_node, env)
+        y = run_fx(lowered, fx_node, env)
+        # a call of several outputs (topk: values, indices): the op carries its first (nndct's out_tensors[0])
+        return y[0] if isinstance(y, tuple) else y
     return call
 
 
@@ -227,12 +229,41 @@ def _match_outputs(graph: XGraph, results: Mapping[str, torch.Tensor], names: Di
     return [by_first[first[nodes[i] if nodes[i] is not None else i]] for i in range(len(sim_out))]
 
 
+def _part_io(graph: XGraph, names: Dict[str, str], lowered: torch.fx.GraphModule,
+             values: Dict[torch.fx.Node, Any]) -> Optional[Tuple[Dict[str, torch.Tensor], List[Tuple[str, torch.Tensor]]]]:
+    """For a quantized part of a model with QuantStubs (a data op that is no model input): each data op's input,
+    the simulation's value of its QuantStub before quantization, and each of the part's last ops (read by no op
+    of the file) with the simulation's value of its node; None for a graph of the whole model."""
+    by_op = {formal_name(nndct): sim for sim, nndct in names.items()}
+    datas = [op for op in graph.ops if op.type == "data"]
+    if all(by_op.get(op.name, "").startswith("nndct_input_") for op in datas):
+        return None
+    value_of = {n.meta["nndct_node"]: n for n in lowered.graph.nodes if "nndct_node" in n.meta}
+    inputs = {}  # type: Dict[str, torch.Tensor]
+    for op in datas:
+        node = _float_op_node(lowered, by_op.get(op.name, ""))
+        if node is None:
+            raise op_error(op, "no node of the simulation feeds it")
+        inputs[op.name] = values[node]
+    read = {i.name for op in graph.ops for ins in op.inputs.values() for i in ins}
+    outputs = []  # type: List[Tuple[str, torch.Tensor]]
+    for op in graph.ops:
+        base = op.inputs["input"][0].name if op.type == "fix" else op.name
+        if op.name in read or op.type in ("const", "data") or graph.get_op(base).type == "const":
+            continue
+        if by_op.get(base) not in value_of:
+            raise op_error(op, "no node of the simulation computes it")
+        outputs.append((op.name, values[value_of[by_op[base]]]))
+    return inputs, outputs
+
+
 def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor],
             names: Optional[Dict[str, str]] = None) -> Dict[str, Any]:
     """Run ``graph`` on the batch-1 ``examples`` and compare its outputs with the simulation's, bit by bit.
 
-    Each model output (the lowered model's, in the model's order; a tensor returned twice is one op
-    of the file, read by both) is matched to the op of the same nndct name (its ``_fix`` op when it
+    A quantized part of a model with QuantStubs runs on the simulation's values at its QuantStubs and its
+    last ops are its outputs (:func:`_part_io`). Each model output (the lowered model's, in the model's
+    order; a tensor returned twice is one op of the file, read by both) is matched to the op of the same nndct name (its ``_fix`` op when it
     has one); outputs that cannot be matched by name are matched by shape (:func:`_match_outputs`). Custom ops run the simulation's own calls
     (:func:`float_ops_from_sim`). Every other op that stands for a simulation node is compared with
     the node's value too (see :func:`_compare_nodes`): a wrong intermediate can hide behind outputs
@@ -261,9 +292,15 @@ def compare(graph: XGraph, session: Any, lowered: torch.fx.GraphModule, examples
                  "forward, quant_model(x[:1]) on a real sample, in a new test-mode quantizer); nothing was written")
     sim_out, values = record(lowered, examples)
     names = sim_names(session, examples) if names is None else names
-    results = run(graph, examples, float_ops_from_sim(graph, session, lowered, examples, names, values))
-    matched = [(name, _as_model_output(value, sim))
-               for (name, value), sim in zip(_match_outputs(graph, results, names, lowered, sim_out), sim_out)]
+    part = _part_io(graph, names, lowered, values)  # a quantized part: its QuantStubs' inputs, its last ops
+    results = run(graph, examples if part is None else part[0],
+                  float_ops_from_sim(graph, session, lowered, examples, names, values))
+    if part is None:
+        matched = [(name, _as_model_output(value, sim))
+                   for (name, value), sim in zip(_match_outputs(graph, results, names, lowered, sim_out), sim_out)]
+    else:
+        sim_out = [sim for _, sim in part[1]]
+        matched = [(name, _as_model_output(results[name], sim)) for name, sim in part[1]]
     compared, differing = _compare_nodes(graph, results, names, values)
     report = {"outputs": [], "elements": 0, "mismatches": 0, "nonfinite": 0, "max_abs_diff": 0.0,
               "nodes_compared": compared, "nodes_differing": differing}  # type: Dict[str, Any]

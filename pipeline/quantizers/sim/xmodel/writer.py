@@ -5,7 +5,7 @@ a deploy graph from its test-mode graph, rewrites it (``deploy``), maps its quan
 deploy graph's node names and creates the XIR ops (``convert``), then libxir serializes them
 (``xgraph``). :func:`build_xgraph` does the same from the simulation's lowered test-mode model.
 """
-from typing import Any, Dict, Sequence, Tuple
+from typing import Any, Dict, List, Sequence, Tuple
 
 import torch
 
@@ -14,7 +14,7 @@ from ....fx.graph import SimGraph, SimNode
 from ....fx.rewrites import swap_modules
 from ....fx.work_copy import work_copy
 from . import convert, deploy
-from .devgraph import Graph
+from .devgraph import Graph, quant_parts
 from .lower import deploy_graph
 from .names import node_names
 from ....xir.xgraph import XGraph
@@ -65,14 +65,20 @@ def _surviving_parent(node: SimNode, dev: Graph, names: Dict[str, str]) -> Any:
 
 
 def build_xgraph(session: Any, lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> XGraph:
-    """The XIR graph alone; see :func:`build`."""
-    return build(session, lowered, examples)[0]
+    """The XIR graph alone of a model without QuantStub parts; see :func:`build`."""
+    graphs = build(session, lowered, examples)[0]
+    if len(graphs) != 1:
+        raise ValueError("build_xgraph: the model has %d quantized parts (QuantStub), one XIR graph each"
+                         % len(graphs))
+    return graphs[0]
 
 
 def build(session: Any, lowered: torch.fx.GraphModule,
-          examples: Sequence[torch.Tensor]) -> Tuple[XGraph, Dict[str, str]]:
-    """The XIR graph the real quantizer exports for the same model and calibration, and the nndct
-    name of each simulation node (``names.node_names``) it was built with.
+          examples: Sequence[torch.Tensor]) -> Tuple[List[XGraph], Dict[str, str]]:
+    """The XIR graphs the real quantizer exports for the same model and calibration (one, named after the
+    model's class; or one per quantized part of a model with QuantStub/DeQuantStub, ``<Class>_<n>``:
+    ``devgraph.quant_parts``, nndct's ``partition_by_quant_part``), and the nndct name of each simulation
+    node (``names.node_names``) they were built with.
 
     Args:
         session: the ``SimSession`` the test-mode model was built by (the float model, its capture
@@ -93,4 +99,4 @@ def build(session: Any, lowered: torch.fx.GraphModule,
     dev = deploy_graph(graph, lowered, names, examples)
     deploy.optimize(dev)
     params, outputs = _fix_tables(session, dev, lowered.quant_info, names)
-    return convert.write(dev, params, outputs), names
+    return [convert.write(part, params, outputs) for part in quant_parts(dev, t.QUANT_START_TYPES)], names

@@ -182,7 +182,13 @@ class Builder:
 
     def param(self, target: str, kind: str, value: torch.Tensor, fix_pos: Any, bitwidth: Any,
               transpose: bool = False) -> str:
-        """A quantized weight or bias, checked on its grid, written as the flavour writes parameters."""
+        """A quantized weight or bias, checked on its grid, written as the flavour writes parameters.
+        A float one (``fix_pos`` None: a layer outside the model's quantized parts, or under quant_off; the
+        module's ``float_part`` says which) is refused, named."""
+        why = getattr(getattr(self.gm, target, None), "float_part", None)
+        if fix_pos is None and why:
+            raise Unsupported("module %s: its %s is float (%s); the ONNX exports write quantized layers only"
+                              % (target, kind, why))
         for label, v in (("%s_fix_pos" % kind, fix_pos), ("bitwidth", bitwidth)):
             if isinstance(v, bool) or not isinstance(v, (int, np.integer)):
                 raise Unsupported("module %s: attribute %s must be an int, got %r" % (target, label, v))
