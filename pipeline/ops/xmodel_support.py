@@ -95,3 +95,36 @@ def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:
         attrs = {k: node.attrs[k] for k in keys} or None
         w.fixed_op(node.name, type_, attrs, {"input": w.data_inputs(node)})
     return create
+
+
+def mixed_index_reason(index: tuple, item: Any) -> str:
+    """The xmodel writer's reason for ``x[index]`` (an int or None ``item`` among slices) not being written, with
+    the two-step workaround (``ops/slicing.py``'s strided slice).
+    Capture splits the getitems torch.jit records as selects, unsqueezes and one slice chain into those ops
+    (``pipeline/fx/jit_index.py``); what is left has a chain after the int or None that starts past dimension
+    0 (``x[:, None][:, 0, 3:4]``: ``aten::slice`` of dim 1 after ``aten::select(x, 1, 0)``), which the real
+    quantizer writes as a slice of that dimension. Two getitems, the ints and None first, are written."""
+    texts = None
+    last = max([i for i, a in enumerate(index) if a is None or type(a) is int] or [-1])
+    if Ellipsis not in index and last >= 0:
+        kept = sum(1 for a in index[:last + 1] if not isinstance(a, int))  # the dims the first step leaves
+        texts = [_index_text(index), _index_text(index[:last + 1]),
+                 _index_text((slice(None),) * kept + tuple(index[last + 1:]))]
+    split = "x[%s][%s] for x[%s]" % (texts[1], texts[2], texts[0]) if texts and None not in texts else \
+        "x[:, 0][:, 3:4] for x[:, 0, 3:4]"
+    return ("indexing with %r and slices after it: this writer has no form yet for a slice chain "
+            "after an int or None (the real quantizer writes a select or unsqueeze, then a slice of the "
+            "dimensions after it). Index in two steps, the ints and None first: %s, which is written and "
+            "gives the same values" % (item, split))
+
+
+def _index_text(index: tuple) -> Any:
+    """``index`` as Python writes it (``:, 0, 3:4``); None when an item is not a constant int or slice."""
+    parts = []
+    for i in index:
+        bounds = (i.start, i.stop, i.step) if isinstance(i, slice) else (i,)
+        if not all(v is None or type(v) is int for v in bounds):
+            return None
+        parts.append(":".join("" if v is None else str(v) for v in bounds[:2 if bounds[2:] == (None,) else 3])
+                     if isinstance(i, slice) else str(i))
+    return ", ".join(parts)
