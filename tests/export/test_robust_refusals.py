@@ -39,20 +39,25 @@ class TokenTwice(nn.Module):
         return self.c3(w)
 
 
+INDEXES = {
+    "batch0": lambda y: y[0],
+    "mixed": lambda y: y[:, None][:, 0, 3:4],
+    "mixed_steps": lambda y: y[:, None][:, 0][:, 3:4],  # the workaround the refusal gives
+    "two": lambda y: y[:, 1, 2:4, 0],
+    "two_steps": lambda y: y[:, 1][:, 2:4, 0],
+    "none": lambda y: y[None, :, 1:2],
+    "none_steps": lambda y: y[None][:, :, 1:2],
+}
+
+
 class Index(nn.Module):
     def __init__(self, index):
         super().__init__()
         self.c = nn.Conv2d(3, 8, 3, padding=1)
-        self.c2 = nn.Conv2d(1, 4, 1)
         self.index = index
 
     def forward(self, x):
-        y = self.c(x)
-        if self.index == "batch0":
-            return y[0]
-        if self.index == "mixed":
-            return self.c2(y[:, None][:, 0, 3:4])
-        return self.c2(y[:, None][:, 0][:, 3:4])  # "split": the workaround of "mixed"
+        return INDEXES[self.index](self.c(x))
 
 
 def _export(model, out):
@@ -94,13 +99,16 @@ def test_selecting_the_batch_dimension_is_written_as_the_real_quantizer_writes_i
     assert os.listdir(str(tmp_path / "insp"))
 
 
-def test_a_slice_after_an_int_is_refused_with_the_two_step_index_which_is_written(tmp_path):
+@pytest.mark.parametrize("index,steps", [("mixed", "x[:, 0][:, 3:4] for x[:, 0, 3:4]"),
+                                         ("two", "x[:, 1][:, 2:4, 0] for x[:, 1, 2:4, 0]"),
+                                         ("none", "x[None][:, :, 1:2] for x[None, :, 1:2]")])
+def test_a_slice_after_an_int_is_refused_with_the_index_in_steps_which_is_written(tmp_path, index, steps):
     with pytest.raises(ExportError) as err:
-        _export(Index("mixed"), str(tmp_path / "mixed"))
+        _export(Index(index), str(tmp_path / "refused"))
     message = str(err.value)
-    assert "indexing with 0 and slices after it" in message
-    assert "x[:, 0][:, 3:4] for x[:, 0, 3:4], which is written" in message
-    assert os.path.isfile(_export(Index("split"), str(tmp_path / "split")))
+    assert "and slices after it: this writer has no form yet" in message
+    assert "Index in steps, no slice after an int or None in each: %s, which is written" % steps in message
+    assert os.path.isfile(_export(Index(index + "_steps"), str(tmp_path / "steps")))
 
 
 def test_a_module_made_in_forward_gets_the_advice_to_make_it_in_init(tmp_path):
