@@ -155,8 +155,18 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int
             raise _ControlFlow(e)
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
-            "%s: %s. Make forward() free of data-dependent Python control flow (the real "
-            "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
+            "%s: %s. %s" % (type(model).__name__, e, _advice(e)))
+
+
+def _advice(error: Exception) -> str:
+    """What to change in the model for fx's ``error``: a module built inside forward() (``nn.ReLU()(y)``) is
+    not one of the model's submodules, which fx's ``Tracer.path_of_module`` requires of every module it
+    calls; any other failure, the data-dependent control flow neither fx nor torch.jit.trace follows."""
+    if "is not installed as a submodule" in str(error):
+        return ("A module created inside forward() cannot be traced: create it in __init__ (as an attribute, "
+                "e.g. self.act = nn.ReLU()) or call its functional form (e.g. F.relu(y)).")
+    return ("Make forward() free of data-dependent Python control flow (the real quantizer's torch.jit.trace "
+            "has the same requirement).")
 
 
 def trace_with_defaults(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Tuple[nn.Module, torch.fx.Graph]:
