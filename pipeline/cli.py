@@ -215,7 +215,32 @@ def main(argv: Optional[List[str]] = None) -> int:
     except OSError as exc:
         from .fileio import STORAGE_ERRNOS
         if exc.errno not in STORAGE_ERRNOS:
-            raise
+            return internal_error(exc)
         print("error: cannot write %s: %s; free space or choose a writable folder (--set run.work_dir=...), then "
               "run again" % (exc.filename or "a file", exc.strerror or exc), file=sys.stderr)
         return 2
+    except Exception as exc:
+        return internal_error(exc)
+
+
+def internal_error(exc: BaseException) -> int:
+    """Report an exception a step of a run raised that is no PipelineError (``runner.driver.mark_internal``
+    named the step): one ``error:`` line that names the step and says it is a bug to report, the traceback
+    written to ``<work_dir>/steps/<step>.internal_error.txt``; exit code 2, as for any error. An exception
+    outside a step (no step noted) is raised on, its traceback printed by Python as before."""
+    import traceback
+    step = getattr(exc, "pipeline_step", None)
+    if step is None:
+        raise exc
+    text = "".join(traceback.format_exception(type(exc), exc, exc.__traceback__))
+    where = os.path.join(exc.pipeline_work_dir, "steps", "%s.internal_error.txt" % step)
+    try:
+        from . import fileio
+        fileio.write_text(where, text)
+        told = "its traceback is in %s" % where
+    except OSError:
+        told = "its traceback follows"
+        print(text, file=sys.stderr, end="")
+    print("error: step %s stopped on an internal error (%s: %s); this is a bug of the pipeline, please report it "
+          "with the model: %s" % (step, type(exc).__name__, exc, told), file=sys.stderr)
+    return 2

@@ -50,6 +50,14 @@ traced through on the example, as torch.jit does (``concrete_trace.py``): its op
 branches on sizes follow the example, ``x[idx] = v`` is an ``nndct_strided_slice`` and an
 ``aten::fill_``; ``F.linear`` on an ``nn.Linear``'s own parameters is that module's dense node.
 
+A forward that branches in Python on a traced value (``if x.dim() == 4:``, ``assert x.shape[1] == 3``,
+``nn.Softmax2d``), which plain fx refuses (``float_trace.fails_on_control_flow``), is traced again on the
+example with the same tracer (``_branch_trace``): the branch takes the example's path, as in torch.jit's
+trace; only then, so a model fx traces keeps its plain graph. A branch on the input's data is refused
+(``concrete_trace.DataDependentBranch``: jit would specialise on the example, and the quantized model
+would be wrong for inputs that take the other path). A ``view`` that keeps its input's shape on the
+example is removed, as nndct's parser removes it (``redundant_view.py``).
+
 Known differences from nndct's jit-based parser: other uses of Python numbers (e.g. inside
 ``torch.tensor``) may add nodes in nndct that shift later numbers; a conv module called twice is
 refused.
@@ -72,17 +80,18 @@ from torch import nn
 from .. import support
 from ..errors import QuantizationError
 from .attention import inline_attention
-from .concrete_trace import concrete_trace, has_wrapped_calls
+from .concrete_trace import DataDependentBranch, concrete_trace, has_wrapped_calls
 from .example_run import ExampleRun
-from .float_trace import fx_trace
+from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
 from .in_place import follow_in_place
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
 from .jit_index import split_select_index
+from .redundant_view import remove_redundant_views
 from .shape_tuples import ShapeTuples
-from .traced_views import remove_redundant_views, unfold_buffer_views
+from .traced_views import unfold_buffer_views
 from .work_copy import work_copy
 
 
@@ -118,10 +127,15 @@ def _drop_baked(fx_graph: torch.fx.Graph, n_examples: int) -> None:
         fx_graph.erase_node(node)
 
 
+class _ControlFlow(Exception):
+    """The plain fx trace refused a Python branch on a traced value (``float_trace.fails_on_control_flow``)."""
+
+
 def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int,
            baked: Dict[str, Any]) -> Tuple[nn.Module, torch.fx.Graph]:
     # torch.fx.symbolic_trace without its GraphModule (built on first use, after the rewrites);
-    # ``baked``: forward()'s defaults the example does not give (_given_defaults), traced in
+    # ``baked``: forward()'s defaults the example does not give (_given_defaults), traced in.
+    # Raises _ControlFlow where the example is needed (a Python branch on a traced value).
     try:
         if not baked:
             return fx_trace(make_root)
@@ -137,20 +151,39 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int
         if verdict.kind == "refused":  # e.g. torch 1.x on Python 3.11: its tracer cannot unpack tuples
             raise QuantizationError("the sim quantizer could not trace %s (%s: %s), and this environment is not "
                                     "supported: %s" % (type(model).__name__, type(e).__name__, e, verdict.text))
+        if fails_on_control_flow(e):
+            raise _ControlFlow(e)
         raise QuantizationError(
             "the sim quantizer captures the model with torch.fx.symbolic_trace, which failed for "
-            "%s: %s. Make forward() free of data-dependent Python control flow (the real "
-            "quantizer's torch.jit.trace has the same requirement)." % (type(model).__name__, e))
+            "%s: %s. %s" % (type(model).__name__, e, _advice(e)))
 
 
-def trace_with_defaults(model: nn.Module, n_inputs: int) -> Tuple[nn.Module, torch.fx.Graph]:
+def _advice(error: Exception) -> str:
+    """What to change in the model for fx's ``error``: a module built inside forward() (``nn.ReLU()(y)``) is
+    not one of the model's submodules, which fx's ``Tracer.path_of_module`` requires of every module it
+    calls; any other failure, the data-dependent control flow neither fx nor torch.jit.trace follows."""
+    if "is not installed as a submodule" in str(error):
+        return ("A module created inside forward() cannot be traced: create it in __init__ (as an attribute, "
+                "e.g. self.act = nn.ReLU()) or call its functional form (e.g. F.relu(y)).")
+    return ("Make forward() free of data-dependent Python control flow (the real quantizer's torch.jit.trace "
+            "has the same requirement).")
+
+
+def trace_with_defaults(model: nn.Module, examples: Tuple[torch.Tensor, ...]) -> Tuple[nn.Module, torch.fx.Graph]:
     """``(module, graph)``: the fx trace of a working copy of ``model`` (``work_copy``) called with
-    ``n_inputs`` inputs, its other ``forward`` arguments' defaults traced in as ``capture`` does
-    (a bool default that picks the path, which plain ``torch.fx.symbolic_trace`` cannot follow).
+    ``examples``, its other ``forward`` arguments' defaults traced in as ``capture`` does (a bool
+    default that picks the path, which plain ``torch.fx.symbolic_trace`` cannot follow), and a
+    Python branch on a traced value followed on ``examples`` as ``capture`` follows it (the same
+    graph and node names as the capture's trace before its rewrites).
 
     Raises:
         QuantizationError: the model cannot be traced (named, with fx's reason)."""
-    return _trace(lambda: work_copy(model), model, n_inputs, _given_defaults(model, n_inputs))
+    baked = _given_defaults(model, len(examples))
+    try:
+        return _trace(lambda: work_copy(model), model, len(examples), baked)
+    except _ControlFlow as e:
+        work = work_copy(model)
+        return work, _branch_trace(work, examples, model, baked, e.args[0])
 
 
 def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
@@ -158,10 +191,42 @@ def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Mod
         return concrete_trace(work, tuple(e.detach().cpu() for e in examples))
     except QuantizationError:
         raise
+    except DataDependentBranch as e:
+        raise _data_branch_error(model, e)
     except Exception as e:  # the model's own error on the example, or fx's
         raise QuantizationError("the sim quantizer traces through the torch.fx-wrapped functions of %s on the "
                                 "example input (as torch.jit does), which failed: %s: %s"
                                 % (type(model).__name__, type(e).__name__, e))
+
+
+def _data_branch_error(model: nn.Module, e: Exception) -> QuantizationError:
+    return QuantizationError(
+        "forward() of %s branches in Python on the input's data: %s. The real quantizer's torch.jit.trace "
+        "would specialise on the example input (only a TracerWarning says so): the quantized model would "
+        "compute the example's path for every input, and be wrong for inputs that take the other one. "
+        "Branch on sizes only, or compute both paths with tensor ops (torch.where)." % (type(model).__name__, e))
+
+
+def _branch_trace(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module, baked: Dict[str, Any],
+                  fx_error: Exception) -> torch.fx.Graph:
+    """The trace of ``work`` on the examples (``concrete_trace``) for a model whose plain trace failed on a
+    Python branch (``fx_error``): the branch takes the example's path, as in torch.jit's trace."""
+    try:
+        with warnings.catch_warnings():  # fx: "Was not able to add assertion" for a str default
+            warnings.simplefilter("ignore")
+            fx_graph = concrete_trace(work, tuple(e.detach().cpu() for e in examples), baked or None)
+    except QuantizationError:
+        raise
+    except DataDependentBranch as e:
+        raise _data_branch_error(model, e)
+    except Exception as e:  # the model's own error on the example, or fx's
+        raise QuantizationError(
+            "the sim quantizer captures %s on the example input (as torch.jit does) because its forward() "
+            "branches in Python on a traced value (torch.fx: %s), and that trace failed: %s: %s"
+            % (type(model).__name__, fx_error, type(e).__name__, e))
+    if baked:
+        _drop_baked(fx_graph, len(examples))
+    return fx_graph
 
 
 def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
@@ -218,7 +283,11 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
             if rewrite:
                 swap_modules(work, rewrites)
             return work
-        work, fx_graph = _trace(make_root, model, len(examples), baked)
+        try:
+            work, fx_graph = _trace(make_root, model, len(examples), baked)
+        except _ControlFlow as e:  # a Python branch on a traced value: followed on the example, as jit does
+            work = make_root()
+            fx_graph = _branch_trace(work, examples, model, baked, e.args[0])
     placeholders = [n for n in fx_graph.nodes if n.op == "placeholder"]
     if len(placeholders) != len(examples):
         raise QuantizationError("input_args: forward() of %s takes %d inputs (%s), got %d example tensors; "
@@ -233,7 +302,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
     unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
-    remove_redundant_views(work, fx_graph, examples)
+    remove_redundant_views(work, fx_graph, examples)  # nndct's parser drops a view that keeps the shape
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not

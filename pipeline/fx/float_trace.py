@@ -26,7 +26,9 @@ class FloatTrace:
             model's); the graph's call targets name its submodules. Read it; copy it
             (``work_copy``) before changing it, and never write its tensors in place.
         graph: the traced ``torch.fx.Graph``; deep-copy it before changing it.
-        error: the exception fx raised when the model cannot be traced (``graph`` is None then).
+        error: the exception fx raised when the model cannot be traced (``graph`` is None then); a
+            Python branch on a traced value (``fails_on_control_flow``) is such a case: the capture
+            then traces the model on its example instead (``fx.capture``), which this trace has not.
         model_class: the float model's class name.
     """
 
@@ -53,6 +55,19 @@ class FloatTrace:
         if self.graph is None:
             raise self.error  # type: ignore
         return copy.deepcopy(self.graph)
+
+
+def fails_on_control_flow(error: Exception) -> bool:
+    """True when ``error`` is torch.fx's refusal of a Python branch, loop or size on a traced value:
+    ``bool()`` of a Proxy (``TraceError``: "symbolically traced variables cannot be used as inputs to
+    control flow", from ``if x.dim() == 4:`` or ``assert x.shape[1] == 3``), iterating one
+    (``TraceError``: "Proxy object cannot be iterated") or ``len()`` of one (``RuntimeError``: "'len'
+    is not supported in symbolic tracing"), in torch 1.13 and 2.x (``torch/fx/proxy.py``). The real
+    quantizer's ``torch.jit.trace`` runs such code on the example; the capture follows it there
+    (``concrete_trace``)."""
+    if isinstance(error, torch.fx.proxy.TraceError):
+        return True
+    return isinstance(error, RuntimeError) and "'len' is not supported in symbolic tracing" in str(error)
 
 
 def fx_trace(make_root: Callable[[], nn.Module],

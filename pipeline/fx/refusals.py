@@ -10,9 +10,9 @@ Where an op stops matters less than why, and the why is one of three (``pipeline
   ``pytorch_nndct.apis`` instead of ``pipeline.apis``);
 - ``TRACED_OTHERWISE``: torch.jit traces the call as other ops, and the xmodel takes its op names
   from that trace, as the real quantizer does (docs/xmodel.md#names); it is also the xmodel writer's
-  reason for a node with no row whose op it finds no traced op for (:func:`traced_otherwise`: ViT's
-  class-token expand; a reflection pad, a number divided by a tensor and a ``padding='same'`` conv are no
-  longer ones: the capture takes them as torch.jit traces them, as the real quantizer does: ``nndct_pad_nd``,
+  reason for a node with no row whose op it finds no traced op for (:func:`traced_otherwise`: ``F.normalize``,
+  which torch.jit records as its norm, clamp, expand and div; ViT's class-token expand, a reflection pad, a
+  number divided by a tensor and a ``padding='same'`` conv are no longer ones: the capture takes them as torch.jit traces them, as the real quantizer does: ``nndct_pad_nd``,
   ``x.reciprocal() * c`` (``rewrites.reciprocal_divisions``) and ``aten::_convolution_mode``
   (``pipeline/ops/conv``));
 - ``NOT_IN_REAL``: the real quantizer does not take it either.

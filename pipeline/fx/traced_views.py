@@ -8,13 +8,10 @@
   torch.jit records the buffer and an ``aten::view`` of it, which nndct's parser keeps as a reshape node
   (numbered before the node that uses it: Swin's relative position index,
   ``tests/data/refused_real/index_gather``). :func:`unfold_buffer_views` puts the view back.
-- A ``view`` whose output has its input's shape on the example: nndct's parser removes it
-  (``OptPass.remove_reduantant_view``, ``pytorch_nndct/parse/opt_pass.py``, run by
-  ``trace_helper.py``'s ``_optimize``), with the nodes that only computed its size arguments, and every
-  later node is numbered one lower. :func:`remove_redundant_views` does the same.
+(A ``view`` that keeps its input's shape, which nndct's parser removes: ``redundant_view.py``, run after
+:func:`unfold_buffer_views`, whose views it then sees too.)
 """
-import operator
-from typing import Any, Dict, List, Optional, Tuple
+from typing import Any, Dict, Optional, Tuple
 
 import torch
 import torch.fx
@@ -106,64 +103,3 @@ def _attribute(root: nn.Module, target: str) -> torch.Tensor:
     for part in target.split("."):
         value = getattr(value, part)
     return value
-
-
-class _ViewShapes(torch.fx.Interpreter):
-    """Runs the graph once; records the input and output shapes of the ``view`` calls."""
-
-    def __init__(self, root: nn.Module, graph: torch.fx.Graph, views: List[torch.fx.Node]) -> None:
-        try:
-            super().__init__(root, graph=graph)
-        except TypeError:  # torch 1.13's Interpreter runs a GraphModule's graph only
-            super().__init__(torch.fx.GraphModule(root, graph))
-        self.views = set(views)
-        self.same = []  # type: List[torch.fx.Node]
-
-    def run_node(self, n: torch.fx.Node):
-        result = super().run_node(n)
-        if n in self.views:
-            source = self.env.get(n.args[0]) if isinstance(n.args[0], torch.fx.Node) else None
-            if isinstance(source, torch.Tensor) and isinstance(result, torch.Tensor) and source.shape == result.shape:
-                self.same.append(n)
-        return result
-
-
-def _is_view(node: torch.fx.Node) -> bool:
-    return (node.op == "call_method" and node.target == "view") or \
-        (node.op == "call_function" and node.target is torch.Tensor.view)
-
-
-# the nodes that only compute a view's size arguments (x.shape, x.size(i), its items)
-_SIZE_FUNCTIONS = (operator.getitem, getattr)
-
-
-def _size_node(node: torch.fx.Node) -> bool:
-    return (node.op == "call_function" and node.target in _SIZE_FUNCTIONS) or \
-        (node.op == "call_method" and node.target == "size")
-
-
-def remove_redundant_views(root: nn.Module, graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> None:
-    """Remove each ``view`` whose output has its input's shape on ``examples`` (its users take its input),
-    and the size reads that fed only it, as nndct's ``remove_reduantant_view``. Runs the graph on a copy of
-    the example only when it has a ``view``; a failing run removes nothing (capture's own run reports it)."""
-    views = [n for n in graph.nodes if _is_view(n) and isinstance(n.args[0], torch.fx.Node)]
-    if not views:
-        return
-    finder = _ViewShapes(root, graph, views)
-    try:
-        with torch.no_grad():
-            finder.run(*[e.detach().cpu().clone() for e in examples])
-    except Exception:  # the model's own failure: reported by capture's shape run
-        return
-    for node in finder.same:
-        inputs = list(node.all_input_nodes[1:])
-        node.replace_all_uses_with(node.args[0])
-        graph.erase_node(node)
-        dead = {}  # type: Dict[torch.fx.Node, None]
-        stack = inputs
-        while stack:
-            n = stack.pop()
-            if n not in dead and not n.users and _size_node(n):
-                dead[n] = None
-                stack.extend(n.all_input_nodes)
-                graph.erase_node(n)

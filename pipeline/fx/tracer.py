@@ -33,8 +33,10 @@ KEPT_MODULES = frozenset(MODULE_OPS) | frozenset(MODULE_RULES) | frozenset(
 
 # torch.nn.functional calls written in Python over other torch calls, which torch.jit records as
 # those calls (torch.jit.trace of each, torch 1.13 and 2.x): softsign is abs, add, div; softmin is
-# neg, softmax; tanhshrink is tanh, sub.
-COMPOSITE_FUNCTIONS = (F.softsign, F.softmin, F.tanhshrink)
+# neg, softmax; tanhshrink is tanh, sub; local_response_norm is mul, view, pad, avg_pool3d, squeeze, view,
+# mul, add, pow, div (for a 4-D input: its body branches on the input's rank, which a plain fx trace
+# refuses; the capture then traces it on the example, ``concrete_trace``, and jit's path is taken).
+COMPOSITE_FUNCTIONS = (F.softsign, F.softmin, F.tanhshrink, F.local_response_norm)
 
 
 def keeps_module(m: nn.Module) -> bool:

@@ -134,10 +134,15 @@ def _onnx_mish(b: Any, node: Any, mod: Any) -> str:
 
 
 def _onnx_log_softmax(b: Any, node: Any, mod: Optional[nn.LogSoftmax]) -> str:
-    """LogSoftmax, the standard op, along the dim."""
+    """LogSoftmax, the standard op, along the dim, where a quantization follows it; a float output (a classifier
+    head's log-probabilities: nndct_log_softmax is no quantizable op) is refused: ONNX Runtime's LogSoftmax and
+    torch's CPU kernel differ in the last bit of some values."""
     dim = mod.dim if mod is not None else b.static(arg(node, 1, "dim", None))
     if dim is None:
         raise Unsupported("log_softmax without dim")
+    if not any(b.grid(user) is not None for user in node.users):
+        raise Unsupported("log_softmax whose output stays float (not quantized after it, as a classifier head's): "
+                          "ONNX Runtime's LogSoftmax differs from torch's in the last bit of some values")
     return b.op("LogSoftmax", [b.tensor(node.args[0])], node.name, axis=int(dim) % len(b.shape(node.args[0])))
 
 

@@ -16,7 +16,7 @@ from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
 from .xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
                           with_info)
-from .xmodel_support import INT_MAX, XmodelForm, custom, no_attrs
+from .xmodel_support import INT_MAX, XmodelForm, custom, mixed_index_reason, no_attrs
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -146,7 +146,7 @@ def _lower_slice(lo, node) -> dict:
     dims, begin, end, strides = [], [], [], []
     for dim, item in _slice_dims(index, len(shape)):
         if not isinstance(item, slice):
-            raise lo.unsupported(node, "indexing with %r (only slices are written)" % (item,))
+            raise lo.unsupported(node, mixed_index_reason(index, item))
         start, stop, step = (lo.value(item.start), lo.value(item.stop), lo.value(item.step))
         dims.append(dim)
         begin.append(0 if start is None else int(start))
@@ -169,8 +169,12 @@ def _slice_dims(index: tuple, rank: int) -> list:
 def _lower_select(lo, node) -> dict:
     """``dim`` and ``index`` as torch.jit records ``aten::select`` (``x[:, i]``, ``x[..., i]``: the dim
     ``pipeline/fx/jit_index.py`` gives, never negative; ``torch.select(x, -1, i)``: as written), which
-    nndct's ``TorchSelect`` keeps as its attributes (``op_dispatcher.py`` ``select``)."""
+    nndct's ``TorchSelect`` keeps as its attributes (``op_dispatcher.py`` ``select``). A lone ``x[i]`` (a
+    getitem, which torch.jit records as ``aten::select(x, 0, i)``) selects from dimension 0, the batch
+    dimension included: the real quantizer writes ``y[0]`` as ``nndct_select`` {dim 0, index 0}."""
     a = lo.call_args(node)
+    if node.fx_node.target is operator.getitem:  # bound as (input, dim): the int is the index
+        return {"dim": 0, "index": int(a["dim"])}
     return {"dim": int(a["dim"]), "index": int(a["index"])}
 
 
@@ -377,7 +381,7 @@ RECORD = OpRecord(
                                     _run_strided_slice, "getitem")},
     # nndct_index: x[t], the rows of the table picked by the index (int64 values held as float32 in the run;
     # tests/data/refused_real/index_gather); nndct_select: the fallback where the caller gives no float_ops
-    custom_kernels={INDEX: CustomKernel(lambda op, xs: xs[0][xs[1].long()], True),
+    custom_kernels={INDEX: CustomKernel(lambda op, xs: xs[0][xs[1].to(torch.int64)], True),
                     SELECT: CustomKernel(select_kernel, False)},
     traced={STRIDED_SLICE: ("slice",), SELECT: ("select",), INDEX: ("index",)},
     refusals={},

@@ -103,3 +103,47 @@ def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:
         attrs = {k: node.attrs[k] for k in keys} or None
         w.fixed_op(node.name, type_, attrs, {"input": w.data_inputs(node)})
     return create
+
+
+def mixed_index_reason(index: tuple, item: Any) -> str:
+    """The xmodel writer's reason for ``x[index]`` (an int or None ``item`` among slices) not being written, with
+    the workaround (``ops/slicing.py``'s strided slice). Capture splits a getitem into the selects, unsqueezes
+    and slice chains torch.jit records (``pipeline/fx/jit_index.py``) where each chain starts at dimension 0;
+    what is left has a slice after an int or None (``x[:, None][:, 0, 3:4]``: ``aten::slice`` of dim 1 after
+    ``aten::select(x, 1, 0)``), which the real quantizer writes as a slice of that dimension. One getitem per
+    run of slices then ints and None, each later one led by ``:`` for the dims before it, is written."""
+    steps = _index_steps(index) if Ellipsis not in index else None
+    texts = [_index_text(i) for i in [index] + (steps or [])]
+    split = "%s for x[%s]" % ("x" + "".join("[%s]" % t for t in texts[1:]), texts[0]) \
+        if steps and None not in texts else "e.g. x[:, 0][:, 3:4] for x[:, 0, 3:4]"
+    return ("indexing with %r and slices after it: this writer has no form yet for a slice after an int or "
+            "None in one index (the real quantizer writes a select or unsqueeze, then a slice of the "
+            "dimensions after it). Index in steps, no slice after an int or None in each: %s, which is "
+            "written and gives the same values" % (item, split))
+
+
+def _index_steps(index: tuple) -> list:
+    """``index`` cut before each slice that follows an int or None, its full trailing slices dropped; each
+    later step led by ``:`` for the dimensions the steps before it leave (a slice or None leaves one)."""
+    items = list(index)
+    while items and items[-1] == slice(None):
+        items.pop()
+    steps, left = [], 0  # type: list, int
+    for i, a in enumerate(items):
+        if not steps or (isinstance(a, slice) and not isinstance(items[i - 1], slice)):
+            steps.append((slice(None),) * left)
+        steps[-1] += (a,)
+        left += 0 if type(a) is int else 1
+    return steps
+
+
+def _index_text(index: tuple) -> Any:
+    """``index`` as Python writes it (``:, 0, 3:4``); None when an item is not a constant int or slice."""
+    parts = []
+    for i in index:
+        bounds = (i.start, i.stop, i.step) if isinstance(i, slice) else (i,)
+        if not all(v is None or type(v) is int for v in bounds):
+            return None
+        parts.append(":".join("" if v is None else str(v) for v in bounds[:2 if bounds[2:] == (None,) else 3])
+                     if isinstance(i, slice) else str(i))
+    return ", ".join(parts)

@@ -70,8 +70,10 @@ def graph_hash(model: torch.nn.Module, traced: Any = None) -> Dict[str, str]:
     """Hash of the model's structure: ``{"graph_hash": sha256 hex, "graph_hash_method": "fx"|"parameters"}``.
 
     ``fx``: the capture's torch.fx trace of the model (``fx.float_trace.fx_trace``) (nodes, call targets, arguments, module hyper
-    parameters). When fx cannot trace the model (data-dependent control flow), ``parameters``: module
-    names and hyper parameters plus state_dict names, shapes and dtypes. The model is not modified.
+    parameters). When fx cannot trace the model (a Python branch on a traced value: one on sizes, which
+    the capture follows on the example, or one on the data), ``parameters``: module names and hyper
+    parameters plus state_dict names, shapes and dtypes (no example is at hand here, and the example's
+    shape is a field of the fingerprint of its own). The model is not modified.
     ``traced``: the step's ``FloatTrace`` of ``model`` (an eval-mode model), used instead of a new trace.
     """
     try:

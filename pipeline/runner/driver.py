@@ -162,6 +162,8 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
             raise
         except Exception as exc:
             state, error = "failed", "%s: %s" % (type(exc).__name__, exc)
+            if not isinstance(exc, PipelineError) and run.is_main:
+                mark_internal(exc, status.status.get("step"), loaded.work_dir)
             raise
         finally:
             failed = step_graph.BY_NAME.get(status.status.get("step") or "")
@@ -182,6 +184,17 @@ def _run_steps_logged(loaded: LoadedConfig, ordered: List[str], source: Any, com
         return report if run.is_main else {}
     finally:
         unlock(lock)
+
+
+def mark_internal(exc: BaseException, step: Optional[str], work_dir: str) -> None:
+    """Note on ``exc``, an exception a step raised that is no PipelineError (an internal error: every refusal
+    and user error is a PipelineError), the step it stopped (``exc.pipeline_step``) and the run folder
+    (``exc.pipeline_work_dir``): the CLI reports it in one line as a bug, its traceback in a file of the
+    run folder (``cli.internal_error``). The exception itself is raised on unchanged, for library callers."""
+    try:
+        exc.pipeline_step, exc.pipeline_work_dir = step, work_dir
+    except AttributeError:  # an exception type with __slots__: the CLI prints its traceback as before
+        pass
 
 
 def first_difference(a: Any, b: Any, path: str = "") -> Optional[Tuple[str, Any, Any]]:

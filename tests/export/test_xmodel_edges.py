@@ -132,3 +132,15 @@ def test_a_first_forward_by_keyword_is_refused_with_a_clear_error(tmp_path):
     q.quant_model(x=torch.randn(1, 3, 8, 8))
     with pytest.raises(ExportError, match="passed its inputs by keyword"):
         q.export_xmodel(str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("dim", [1, -1])
+def test_a_custom_op_laid_out_nhwc_is_checked_in_the_models_layout_when_its_dims_are_alike(tmp_path, dim):
+    """F.log_softmax(conv(x), dim) with C = H = W = 8: the file holds nndct_log_softmax's data NHWC, the
+    simulation NCHW, and the dims cannot tell them apart; the writer's check still runs the simulation's call
+    on the data read as NCHW (the input's bits tell), so the file is written."""
+    model = Lambda(lambda s, x: s.b(F.log_softmax(s.a(x), dim=dim)), a=nn.Conv2d(3, 8, 3, padding=1),
+                   b=nn.Conv2d(8, 4, 1))
+    q = quantize(tmp_path, model, (3, 8, 8))
+    q.export_xmodel(str(tmp_path / "x"))
+    assert os.listdir(str(tmp_path / "x"))

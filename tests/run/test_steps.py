@@ -85,6 +85,7 @@ def _swapped(model):
 
 
 def test_an_untraceable_model_keeps_its_fallback_and_error():
+    """fx refuses the branch; the capture traces it on the example and refuses the branch on the data."""
     class Branchy(nn.Module):
         def forward(self, x):
             return x if x.sum() > 0 else -x
@@ -96,7 +97,7 @@ def test_an_untraceable_model_keeps_its_fallback_and_error():
     from pipeline.errors import QuantizationError
     from pipeline.fx.capture import capture
     from pipeline.quantizers.quant_config import load_quant_config
-    with pytest.raises(QuantizationError, match="symbolic_trace, which failed"):
+    with pytest.raises(QuantizationError, match="branches in Python on the input.s data"):
         capture(model, torch.randn(1, 1, 4, 4), load_quant_config(None, 8).rewrites(), traced=traced)
 
 

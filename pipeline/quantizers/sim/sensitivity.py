@@ -12,7 +12,8 @@ How a quantized point finds its float twin:
 - A :class:`~pipeline.quantizers.sim.session.SimSession` built from the same float model and
   settings as the handle names the same nodes (``session.graph.by_name``); each ``SimNode`` keeps
   ``fx_node``, a node of the sim's own ``torch.fx`` trace of a copy of the float model.
-- The float model's own trace (the step's ``FloatTrace``, else ``fx.float_trace.fx_trace`` of a deep copy); fx names its
+- The float model's own trace (the step's ``FloatTrace``, else ``fx.float_trace.fx_trace`` of a deep copy, else
+  ``fx.capture.trace_with_defaults`` on the example, as the capture follows a Python branch on sizes); fx names its
   nodes deterministically (module path, function name), so the sim's fx node and the float node
   share a name. The sim's rewrites erase nodes (``pipeline.fx.capture``: a BatchNorm folded into the conv
   before it, Dropout, Identity); when a float node's only user is such an erased node, the float
@@ -109,7 +110,7 @@ def layer_sensitivity(float_model: nn.Module, handle: torch.fx.GraphModule, quan
     session = getattr(handle, "sim_session", None)
     if session is None or vars(session.cfg) != vars(cfg):
         session = SimSession(float_model, example, cfg, traced)
-    float_gm = _trace_float(float_model, traced)
+    float_gm = _trace_float(float_model, example, traced)
     points = _match_points(float_gm, handle, quant_info, session)
     scales = _cle_scales(session)
     accs = [Accumulator(p, scales.get(p.name), keep_batches=comm is not None) for p in points]
@@ -141,15 +142,15 @@ def _check_batch(batch: Any, index: int, dim: int) -> None:
                         % (index, dim, describe(batch)))
 
 
-def _trace_float(float_model: nn.Module, traced: Any = None) -> torch.fx.GraphModule:
+def _trace_float(float_model: nn.Module, example: torch.Tensor, traced: Any = None) -> torch.fx.GraphModule:
     if traced is not None and traced.graph is not None:  # the step's trace: its copy runs, never changes
         return torch.fx.GraphModule(traced.module, traced.graph_copy())
     work = copy.deepcopy(float_model).cpu().eval()
     try:
         return torch.fx.GraphModule(*fx_trace(lambda: work))
     except Exception as e:  # fx raises many types; the sim's capture traced it already
-        try:  # forward(x, flag=False): its defaults traced in, as the capture traces them
-            return torch.fx.GraphModule(*trace_with_defaults(float_model, 1))
+        try:  # forward(x, flag=False): its defaults traced in; a branch on sizes followed on the example
+            return torch.fx.GraphModule(*trace_with_defaults(float_model, (example,)))
         except QuantizationError:
             pass
         raise QuantizationError("layer sensitivity: the torch.fx trace of %s failed (%s), although the "

@@ -18,6 +18,7 @@ import numpy as np
 from .... import ops as t
 from ....ops.xmodel_support import XmodelForm, rewrite_axis
 from .devgraph import RETURN, Graph, Node
+from .lower import XmodelUnsupported
 
 PERMUTE = t.PERMUTE
 
@@ -76,9 +77,32 @@ SPECIAL_ATTRS[t.SHAPE] = rewrite_axis  # type: Dict[str, Callable[[Node, Sequenc
 
 
 def _permute(graph: Graph, name: str, order: Sequence[int], parent: Node, child: Node) -> Node:
+    """A transpose ``name`` of ``order`` on the edge parent -> child.
+
+    Raises:
+        XmodelUnsupported: ``child`` reads ``parent``'s output more than once (``z * z``,
+            ``torch.cat([z, z])``); see :func:`_refuse_double_read`."""
+    reads = sum(1 for o in parent.out_tensors for u in o.uses if u.user is child)
+    if reads > 1:
+        raise _refuse_double_read(parent, child, reads)
     node = Node(name, PERMUTE, {"order": list(order)})
     graph.insert_between(node, parent, child)
     return node
+
+
+def _refuse_double_read(parent: Node, child: Node, reads: int) -> XmodelUnsupported:
+    """The refusal of a transpose on an edge its child reads more than once. The real quantizer fails there
+    too: ``layout_tranform`` (``nndct_shared/compile/deploy_optimizer.py``) lists the edge once per read and
+    inserts a transpose for each; ``insert_node_between_nodes`` (``nndct_graph/base_graph.py``) rewires
+    every read of the child at the first (``Node.replace_input_at`` moves all its uses), so the second finds
+    no read left and ``replace_input_at(None, ...)`` raises a bare TypeError: no xmodel is written."""
+    return XmodelUnsupported(
+        "xmodel: node %s (%s) reads the output of %s %d times, where the NCHW -> NHWC layout pass puts a "
+        "transpose (a permute before it, or layouts that differ): not supported by the real quantizer "
+        "either (its layout pass, DevGraphOptimizer.layout_tranform, inserts one transpose per read and "
+        "fails with a TypeError at the second). Instead apply the op before the permute back: "
+        "(t * t).permute(0, 3, 1, 2) rather than z * z with z = t.permute(0, 3, 1, 2)."
+        % (child.name, child.type, parent.name, reads))
 
 
 def _adopt(node: Node, order: tuple) -> None:

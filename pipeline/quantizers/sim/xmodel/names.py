@@ -331,8 +331,7 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
             from ....fx.refusals import XMODEL, explain, traced_otherwise
             from .lower import unsupported
             generic = traced_otherwise(
-                "this call", "no traced op of kind %s follows the ops before it, as for ViT's class-token "
-                "expand" % "/".join(kinds),
+                "this call", "no traced op of kind %s follows the ops before it" % "/".join(kinds),
                 "this form is not written yet. The ONNX exports do not depend on it: drop xmodel from export.formats "
                 "to go on, or write the call in a form the table in docs/xmodel.md lists")
             several = graph.example_shapes.get(node.fx_node) is None  # not one tensor: values and indices, say

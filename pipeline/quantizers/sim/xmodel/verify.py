@@ -86,14 +86,24 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     # in the simulation's call, which takes it from there
     sizes = [i for i, o in enumerate(op.input_list()) if o.type == t.SHAPE]
     # a custom op of an nndct type (nndct_log_softmax, ...) is laid out as its neighbours: where the file holds
-    # its output NHWC and the simulation NCHW, the call runs on the inputs read as NCHW, its result put back
+    # its data NHWC and the simulation NCHW, the call runs on the inputs read as NCHW, its result put back
     out = values.get(fx_node)
     nhwc = isinstance(out, torch.Tensor) and out.dim() == 4 and list(op.shape) != list(out.shape) \
         and list(op.shape) == [out.shape[i] for i in TO_NHWC]
+    first = values.get(data[0]) if data else None
+
+    def reads_nhwc(x: torch.Tensor) -> bool:
+        # C = H = W leaves the dims alike: the first input's bits tell (the simulation's value, as is or NHWC)
+        if isinstance(first, torch.Tensor) and x.dim() == 4 and tuple(x.shape) == tuple(first.shape):
+            if torch.equal(x, first.to(x.dtype)):
+                return False
+            if torch.equal(to_model_layout(x), first.to(x.dtype)):
+                return True
+        return nhwc
 
     def call(xs: List[torch.Tensor]) -> torch.Tensor:
         xs = [x for i, x in enumerate(xs) if i not in sizes]
-        if nhwc:
+        if xs and reads_nhwc(xs[0]):
             return run_nchw([to_model_layout(x) for x in xs]).permute(TO_NHWC)
         return run_nchw(xs)
 

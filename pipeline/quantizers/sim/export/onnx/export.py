@@ -158,8 +158,10 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
             modules, functions, methods = supported()
             listed = ". Supported: fake_quant, modules %s, functions %s, methods %s" % (
                 ", ".join(sorted(modules)), ", ".join(sorted(functions)), ", ".join(sorted(methods)))
-        raise ExportError("cannot export the model to ONNX (%s flavour): %d node(s) are unsupported: %s%s"
-                          % (flavour, len(problems), _grouped(problems), listed))
+        raise ExportError("cannot export the model to ONNX (%s flavour): %d node(s) are unsupported: %s. The "
+                          "xmodel does not depend on the ONNX exports: drop onnx_%s from export.formats to go on "
+                          "(with the drop-in API: do not call export_onnx_model), or write the call as one of "
+                          "those supported%s" % (flavour, len(problems), _grouped(problems), flavour, listed))
     graph = helper.make_graph(
         b.nodes, "quantized_%s" % flavour,
         [helper.make_tensor_value_info(b.input_names[p], TensorProto.FLOAT, [BATCH_DIM] + list(e.shape[1:]))

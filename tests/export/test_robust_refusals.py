@@ -1,0 +1,145 @@
+"""Forms a tester found crashing or misadvised, each as the real quantizer handles it.
+
+- A token block (NCHW -> NHWC permute, an op, permute back) whose output an op reads twice (``z * z``,
+  ``torch.cat([z, z], 1)``, ``z + z``): the real quantizer's layout pass fails there with a bare TypeError
+  (``DevGraphOptimizer.layout_tranform`` inserts one transpose per read; measured with the real quantizer on
+  these three models), so the writer refuses it, naming why, and the workaround (the op before the permute
+  back) is written.
+- ``y[0]``, the batch dimension selected: the real quantizer writes ``nndct_select`` {dim 0, index 0}
+  (measured: its xmodel equals this writer's); the inspector inspects it.
+- ``y[:, None][:, 0, 3:4]``: a slice chain after an int that this writer has no form for; the refusal gives
+  the two-step index, which is written.
+- ``nn.ReLU()(y)``: a module made inside forward() cannot be traced; the advice is where to make it.
+- An internal error of a step (an exception that is no PipelineError) is one ``error:`` line from the CLI
+  naming the step and that it is a bug, its traceback in a file of the run folder.
+"""
+import os
+
+import pytest
+import torch
+from torch import nn
+
+from pipeline.apis import Inspector, torch_quantizer
+from pipeline.errors import ExportError, QuantizationError
+
+
+class TokenTwice(nn.Module):
+    def __init__(self, how):
+        super().__init__()
+        self.how = how
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.c3 = nn.Conv2d(16 if how == "cat" else 8, 4, 3, padding=1)
+
+    def forward(self, x):
+        t = torch.relu(self.c(x).permute(0, 2, 3, 1))  # tokens
+        if self.how == "before":  # the workaround: the op in the token layout
+            return self.c3((t * t).permute(0, 3, 1, 2))
+        z = t.permute(0, 3, 1, 2)
+        w = z * z if self.how == "mul" else torch.cat([z, z], 1) if self.how == "cat" else z + z
+        return self.c3(w)
+
+
+INDEXES = {
+    "batch0": lambda y: y[0],
+    "mixed": lambda y: y[:, None][:, 0, 3:4],
+    "mixed_steps": lambda y: y[:, None][:, 0][:, 3:4],  # the workaround the refusal gives
+    "two": lambda y: y[:, 1, 2:4, 0],
+    "two_steps": lambda y: y[:, 1][:, 2:4, 0],
+    "none": lambda y: y[None, :, 1:2],
+    "none_steps": lambda y: y[None][:, :, 1:2],
+}
+
+
+class Index(nn.Module):
+    def __init__(self, index):
+        super().__init__()
+        self.c = nn.Conv2d(3, 8, 3, padding=1)
+        self.index = index
+
+    def forward(self, x):
+        return INDEXES[self.index](self.c(x))
+
+
+def _export(model, out):
+    torch.manual_seed(0)
+    q = torch_quantizer("calib", model.eval(), (torch.randn(2, 3, 8, 8),), output_dir=out)
+    with torch.no_grad():
+        q.quant_model(torch.randn(2, 3, 8, 8))
+    q.export_quant_config()
+    q = torch_quantizer("test", model.eval(), (torch.randn(1, 3, 8, 8),), output_dir=out)
+    with torch.no_grad():
+        q.quant_model(torch.randn(1, 3, 8, 8))
+    q.export_xmodel(os.path.join(out, "x"))  # verified: the interpreter runs it against the simulation
+    return os.path.join(out, "x", type(model).__name__ + "_int.xmodel")
+
+
+@pytest.mark.parametrize("how", ["mul", "cat", "add"])
+def test_an_op_reading_a_transposed_tensor_twice_is_refused_as_the_real_quantizer_fails(tmp_path, how):
+    with pytest.raises(ExportError) as err:
+        _export(TokenTwice(how), str(tmp_path))
+    message = str(err.value)
+    assert "2 times" in message and "not supported by the real quantizer either" in message
+    assert "layout_tranform" in message and "before the permute back" in message
+    assert not os.path.exists(str(tmp_path / "x" / "TokenTwice_int.xmodel"))
+
+
+def test_the_op_before_the_permute_back_is_written(tmp_path):
+    assert os.path.isfile(_export(TokenTwice("before"), str(tmp_path)))
+
+
+def test_selecting_the_batch_dimension_is_written_as_the_real_quantizer_writes_it(tmp_path):
+    from pipeline.xir.reader import read_xmodel
+    path = _export(Index("batch0"), str(tmp_path))
+    ops = [op for op in read_xmodel(path).op_node if op.op_type == "nndct_select"]
+    assert len(ops) == 1
+    attrs = {k: v.int32_value for k, v in ops[0].op_attr.items() if k in ("dim", "index")}
+    assert attrs == {"dim": 0, "index": 0}
+    Inspector("DPUCZDX8G_ISA1_B4096").inspect(Index("batch0").eval(), (torch.randn(1, 3, 8, 8),),
+                                              output_dir=str(tmp_path / "insp"), verbose_level=0, image_format=None)
+    assert os.listdir(str(tmp_path / "insp"))
+
+
+@pytest.mark.parametrize("index,steps", [("mixed", "x[:, 0][:, 3:4] for x[:, 0, 3:4]"),
+                                         ("two", "x[:, 1][:, 2:4, 0] for x[:, 1, 2:4, 0]"),
+                                         ("none", "x[None][:, :, 1:2] for x[None, :, 1:2]")])
+def test_a_slice_after_an_int_is_refused_with_the_index_in_steps_which_is_written(tmp_path, index, steps):
+    with pytest.raises(ExportError) as err:
+        _export(Index(index), str(tmp_path / "refused"))
+    message = str(err.value)
+    assert "and slices after it: this writer has no form yet" in message
+    assert "Index in steps, no slice after an int or None in each: %s, which is written" % steps in message
+    assert os.path.isfile(_export(Index(index + "_steps"), str(tmp_path / "steps")))
+
+
+def test_a_module_made_in_forward_gets_the_advice_to_make_it_in_init(tmp_path):
+    class Inline(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c = nn.Conv2d(3, 8, 3, padding=1)
+
+        def forward(self, x):
+            return nn.ReLU()(self.c(x))
+    with pytest.raises(QuantizationError) as err:
+        torch_quantizer("calib", Inline().eval(), (torch.randn(1, 3, 8, 8),), output_dir=str(tmp_path))
+    message = str(err.value)
+    assert "create it in __init__" in message and "F.relu" in message
+    assert "control flow" not in message
+
+
+def test_an_internal_error_of_a_step_is_one_line_naming_the_step_and_a_bug(tmp_path, monkeypatch, capsys):
+    from pipeline.cli import main
+    from pipeline.steps import model as step_model
+    from tests.support import make_case
+    config, _ = make_case(tmp_path)
+
+    def broken(*args):  # a bug inside the train step
+        raise TypeError("list indices must be integers or slices, not NoneType")
+    monkeypatch.setattr(step_model, "check_labels", broken)
+    assert main(["run", config, "--steps", "train"]) == 2
+    err = capsys.readouterr().err
+    lines = [line for line in err.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and "Traceback" not in err, err
+    assert "step train stopped on an internal error (TypeError: list indices" in lines[0]
+    assert "this is a bug of the pipeline, please report it" in lines[0]
+    where = tmp_path / "run" / "steps" / "train.internal_error.txt"
+    assert str(where) in lines[0] and "Traceback" in where.read_text()
