@@ -168,10 +168,12 @@ def _log_softmax_kernel(op: Any, xs: Any) -> torch.Tensor:
     """``nndct_log_softmax {axis}``: ``F.log_softmax`` over ``axis``, the model's dim (``_lower_log_softmax``). The
     file holds a 4-D value NHWC, laid out as its neighbours; the interpreter keeps such a value as an NHWC view
     of the simulation's NCHW memory, so the call runs on that NCHW tensor (bit for bit the simulation's) and
-    comes back as its NHWC view. Any other value is the model's tensor itself."""
+    comes back as its NHWC view (also where size-1 dims make both readings contiguous: ``[1, 1, 1, C]``, NHWC
+    as nndct lays it out). A 4-D value held as it is (a model's channels-last tensor) and any other rank is
+    the model's tensor itself."""
     x = xs[0]
     axis = int(op.attr("axis"))
-    if x.dim() == 4 and not x.is_contiguous() and x.permute(TO_NCHW).is_contiguous():
+    if x.dim() == 4 and (x.permute(TO_NCHW).is_contiguous() or not x.is_contiguous()):
         return F.log_softmax(x.permute(TO_NCHW), axis).permute(TO_NHWC)
     return F.log_softmax(x, axis)
 

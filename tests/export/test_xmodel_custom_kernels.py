@@ -110,3 +110,24 @@ def test_the_cli_runs_a_real_file_of_a_generic_float_operator(capsys, tmp_path):
     np.save(str(tmp_path / "x.npy"), x.numpy())
     code, r = cli_json(capsys, "xmodel", "run", path, "--input", str(tmp_path / "x.npy"))
     assert code == 0 and r["ok"], r
+
+
+@pytest.mark.parametrize("tail", ("c_eq_h_eq_w", "pooled", "aten_abs"))
+def test_an_export_verifies_the_kernels_against_the_simulation(tmp_path, tail):
+    """The writer's verification runs a determined custom op's kernel (the simulation is asked for no call of
+    it) and holds it to the simulation bit for bit; the written file then runs alone, as the simulation."""
+    from torch import nn
+    from tests.support.dropin_flow import conv, quantize
+    last = {"c_eq_h_eq_w": [nn.LogSoftmax(dim=1)],  # C = H = W = 8: the dims cannot tell NHWC from NCHW
+            "pooled": [nn.AdaptiveAvgPool2d(1), nn.LogSoftmax(dim=1)],  # [1, 1, 1, 8]: both readings contiguous
+            "aten_abs": [nn.Softsign()]}[tail]  # abs, add, div: aten::abs a generic float operator
+    model = nn.Sequential(conv(), *last)
+    q = quantize(tmp_path, model)
+    path = q.export_xmodel(str(tmp_path / "x"))
+    graph = _graph(path)
+    assert _custom_types(graph) <= set(aten_ops.KERNELS) | {"nndct_log_softmax"} and _custom_types(graph)
+    x = torch.randn(1, 3, 8, 8, generator=torch.Generator().manual_seed(5))
+    with torch.no_grad():
+        want = q.quant_model(x)
+    (got,) = interp.model_outputs(graph, interp.run(graph, [x]), [tuple(want.shape)])
+    assert np.array_equal(got.contiguous().numpy().view(np.int32), want.detach().numpy().view(np.int32))
