@@ -175,6 +175,13 @@ def _order(ctx: _Ctx) -> List[str]:
     return out
 
 
+def _parameter(dump: DumpSet, name: str) -> bool:
+    """A parameter's file (a ``.bin`` that ``shape.txt`` does not list): on one side only, it is listed as such,
+    never a divergence, whichever side lacks it (a float parameter the xmodel holds as a ``const`` without
+    ``fix`` is dumped by one writer and not by another; a batch norm's mean and var the xmodel drops)."""
+    return dump.full and name not in dump.shapes
+
+
 def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[str, Any]:
     """Compare two dump folders.
 
@@ -207,9 +214,10 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
             board_only.append(node)
             continue
         row = compare_node(ctx, node)
-        if row["status"] != MISSING or got.full:
+        if row["status"] != MISSING or (got.full and not _parameter(ref, node)):
             rows.append(row)
-    not_on_board = sorted(n for n in ref_nodes if n not in board_nodes)
+    missing_params = sorted(n for n in ref_nodes - board_nodes if _parameter(ref, n))
+    not_on_board = sorted(n for n in ref_nodes if n not in board_nodes and (not got.full or n in missing_params))
     compared = [r for r in rows if r["status"] in (MATCH, DIFFER, SIZE, REORDERED)]
     if all(r["status"] == SIZE for r in compared):
         raise CompareError("every tensor BOARD and REFERENCE share has another size (%s: %s); %s"
@@ -222,7 +230,7 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         first["explain"] = explain(ctx, bad[0], {r["node"]: r for r in rows})
     notes = ref.notes + got.notes + sorted({n for r in rows for n in r["notes"]})
     report = {"reference": ref.folder, "board": got.folder, "layouts": [ref.layout, got.layout], "rows": rows,
-              "first": first, "board_only": board_only, "not_on_board": not_on_board if not got.full else [],
+              "first": first, "board_only": board_only, "not_on_board": not_on_board,
               "notes": notes, "xmodel": xmodel}
     report["ok"] = first is None
     report["verdict"] = _verdict(report, compared)

@@ -13,6 +13,11 @@ fix position, and every parameter is a ``const`` followed by its ``fix``. So, fr
   real dump's float file of a quantized node does) and ``<fix>.bin`` its codes;
 - any other op that is not a ``const`` and has no ``fix``: ``<op>.bin``, its float value (a conv
   quantized only at its ReLU);
+- a ``const`` without ``fix`` that a deploy-graph op reads (a float parameter: LayerScale's gamma in a
+  ``mul``): ``<const>.bin``, its float value, as the real float pass dumps every parameter of every node
+  (``DeployChecker._dump_floating_model``) and ``export_xmodel(deploy_check=True)`` does; the writer's own
+  helper consts (a reshape's dims, read by a ``stack``; an average pool's or hard-sigmoid's factor,
+  ``<node>_i<k>``) are no tensors of the deploy graph and are not written;
 - ``shape.txt``: ``<dims>: <op name>`` for every op written (not the parameters), in the file's order.
 
 Values are in the file's layout (NHWC for 4-D), as the real dumps are. What the real dumps hold and these
@@ -51,6 +56,12 @@ def _macro_part(name: str, stems: set) -> bool:
     return found is not None and found.group(1) in stems
 
 
+def _parameter(graph: Any, op: Any) -> bool:
+    """A ``const`` some op other than a writer helper (``HELPER_TYPES``) reads: a parameter of a deploy-graph
+    node (a float one, when it has no ``fix``), not a helper const of the writer."""
+    return any(user.type not in HELPER_TYPES for user in graph.fanout(op))
+
+
 def _stem(name: str) -> str:
     from pipeline.quantizers.sim.xmodel.deploy_check import file_stem
     return file_stem(name)
@@ -84,7 +95,7 @@ def dump_files(graph: Any, values: Dict[str, Any]) -> List[Tuple[str, bytes]]:
             continue
         fix = fixes.get(op.name)
         if fix is None:
-            if op.type in HELPER_TYPES:
+            if op.type in HELPER_TYPES and not (op.type == "const" and _parameter(graph, op)):
                 continue
             put(_stem(op.name) + ".bin", floats(op.name).tobytes())
         else:

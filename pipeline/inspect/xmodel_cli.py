@@ -74,8 +74,18 @@ def _fail(args: argparse.Namespace, report: Dict[str, Any], code: int, message: 
     return _emit(args, {"ok": False, "verdict": message, "check": report}, [message], code)
 
 
+def _axes(o: Dict[str, Any]) -> str:
+    """How a 4-D output's dims read: ``(NHWC; NCHW [..])``, ``(NCHW: the model's layout, after the file's
+    transpose)``; nothing for other ranks."""
+    if o["layout"] is None:
+        return ""
+    if o["layout"] == "NCHW":
+        return " (NCHW: the model's layout, after the file's transpose; so in the dump)"
+    return " (%s; NCHW %s)" % (o["layout"], o["model_shape"])
+
+
 def _run(args: argparse.Namespace) -> int:
-    from pipeline.inspect.xmodel_run import describe_value, run_file, write_dump
+    from pipeline.inspect.xmodel_run import describe_value, layouts, run_file, write_dump
     from pipeline.inspect.xmodel_summary import fix_points
     report, msg, graph = _checked(args)
     if graph is None:
@@ -86,15 +96,18 @@ def _run(args: argparse.Namespace) -> int:
         return _fail(args, report, 2, "error: %s" % e)
     points = fix_points(msg)
     values = result["values"]
-    outs = [describe_value(n, graph.get_op(n).type, values[n], points.get(n)) for n in result["outputs"]]
+    axes = layouts(graph)
+    outs = [describe_value(n, graph.get_op(n).type, values[n], points.get(n), axes.get(n, "NHWC"))
+            for n in result["outputs"]]
     payload = {"ok": True, "file": args.file, "graph": msg.graph_name, "inputs": result["inputs"], "outputs": outs,
-               "layout": "file's: NHWC for 4-D (model_shape: the NCHW dims)", "dump": None}
+               "layout": "file's: a 4-D output's axes in its 'layout' (NHWC, or NCHW after a final transpose; "
+                         "model_shape: the NCHW dims)", "dump": None}
     text = ["ran %s (graph %r, %d ops) on %s" % (args.file, msg.graph_name, len(graph.ops),
                                                  ", ".join("%s %s -> %s" % (i["file"], i["shape"], i["name"])
                                                            for i in result["inputs"]))]
     for o in outs:
         text.append("  output %s (%s): dims %s%s, fix_pos %s, min %.6g max %.6g mean %.6g, argmax %s, first %s" % (
-            o["name"], o["op"], o["shape"], " (NCHW %s)" % o["model_shape"] if len(o["shape"]) == 4 else "",
+            o["name"], o["op"], o["shape"], _axes(o),
             o["fix_pos"], o["min"] if o["min"] is not None else float("nan"),
             o["max"] if o["max"] is not None else float("nan"), o["mean"] if o["mean"] is not None else float("nan"),
             o["argmax"], ["%.6g" % v for v in o["first"]]))

@@ -8,7 +8,12 @@ Inputs: one float ``.npy`` per data op, in model argument order (``interp.data_o
 data ops are NHWC (``[1, H, W, C]``, XIR's layout); an input is taken in the model's layout as PyTorch
 gives it, NCHW ``[1, C, H, W]``, or already NHWC as the file has it (``layout="nhwc"``; "auto" takes
 NCHW when both fit, i.e. C == H == W). A missing batch axis is added; the batch must be 1 (the file's).
-Non-4-D inputs are taken as the data op's dims. Values are converted to float32.
+Non-4-D inputs are taken as the data op's dims. Values are converted to float32; an input holding NaN or
+inf (after that conversion: a float64 value beyond float32's range too) is refused, the project's rule for
+non-finite inputs (``quantizers/sim/finite.py``).
+
+Outputs are the file's values in the file's layout: NHWC for a 4-D feature map, but NCHW (the model's) for a
+file that ends in a transpose back to NCHW (:func:`layouts` tells each 4-D output's axes).
 """
 from typing import Any, Dict, List, Optional, Sequence
 
@@ -40,7 +45,15 @@ def _read_npy(path: str) -> np.ndarray:
     if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
         raise XmodelRunError("--input %s: dtype %s; expected float values (float32, as the model takes them after "
                              "preprocessing)" % (path, getattr(array, "dtype", type(array).__name__)))
-    return array.astype(np.float32)
+    with np.errstate(over="ignore", invalid="ignore"):  # a float64 value beyond float32's range: inf, refused below
+        array = array.astype(np.float32)
+    nan, inf = int(np.isnan(array).sum()), int(np.isinf(array).sum())
+    if nan or inf:  # the project's non-finite rule (quantizers/sim/finite.py): such an input is refused
+        raise XmodelRunError("--input %s: holds %d NaN and %d inf of %d values (after conversion to float32): NaN "
+                             "and inf pass through every op, so the run's outputs would be NaN or inf and say "
+                             "nothing of the file (the DPU's fix codes have no NaN); give a finite input, the "
+                             "preprocessed sample" % (path, nan, inf, array.size))
+    return array
 
 
 def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layout: str = "auto") -> np.ndarray:
@@ -130,15 +143,41 @@ def write_dump(folder: str, graph: Any, values: Dict[str, Any]) -> Dict[str, Any
     return write(folder, graph, values)
 
 
-def describe_value(name: str, op_type: str, value: Any, fix_pos: Optional[int]) -> Dict[str, Any]:
-    """One output's summary: ``{"name", "op", "shape" (file's), "model_shape" (NCHW for 4-D), "fix_pos",
-    "min", "max", "mean", "argmax" (flat index over the whole tensor), "first" (up to 8 values)}``."""
+def layouts(graph: Any) -> Dict[str, str]:
+    """op name -> what the axes of its 4-D value are in the file (``"NHWC"``, ``"NCHW"``, ...), for every 4-D op.
+
+    nndct writes a 4-D feature map NHWC (data ops, convolutions, pools, ...); a ``transpose`` reorders its
+    input's axes by ``order`` (a model ending in ``.permute(0, 3, 1, 2)`` after an NHWC value ends in NCHW: the
+    file then holds the output in the model's layout); an op whose dims are one of its 4-D inputs' keeps that
+    input's axes (a ``fix``, an element-wise op). Any other 4-D op is NHWC. A permute the quantizer folds away
+    (a model's ``.permute(0, 2, 3, 1)`` of an NCHW feature map, which is the file's NHWC already) leaves no op,
+    so a token layout the model holds (``[N, H, W, C]`` in torch) reads as NHWC here too."""
+    found = {}  # type: Dict[str, str]
+    for op in graph.ops:
+        if len(op.shape) != 4:
+            continue
+        sources = [i for arg in sorted(op.inputs) for i in op.inputs[arg] if len(i.shape) == 4]
+        if op.type == "transpose" and sources and op.attr("order") is not None:
+            axes = found.get(sources[0].name, "NHWC")
+            found[op.name] = "".join(axes[int(i)] for i in op.attr("order"))
+            continue
+        same = [i for i in sources if list(i.shape) == list(op.shape) and i.type != "const"]
+        found[op.name] = found.get(same[0].name, "NHWC") if same and op.type != "data" else "NHWC"
+    return found
+
+
+def describe_value(name: str, op_type: str, value: Any, fix_pos: Optional[int],
+                   layout: str = "NHWC") -> Dict[str, Any]:
+    """One output's summary: ``{"name", "op", "shape" (file's), "layout" (the file's axes of a 4-D value,
+    :func:`layouts`; None for other ranks), "model_shape" (NCHW for 4-D), "fix_pos", "min", "max", "mean",
+    "argmax" (flat index over the whole tensor), "first" (up to 8 values)}``."""
     x = value.detach().contiguous().float()
     flat = x.reshape(-1)
     finite = flat[flat.isfinite()] if flat.numel() else flat
     shape = list(x.shape)
-    return {"name": name, "op": op_type, "shape": shape,
-            "model_shape": [shape[i] for i in TO_NCHW] if len(shape) == 4 else shape, "fix_pos": fix_pos,
+    four = len(shape) == 4 and sorted(layout) == sorted("NCHW")
+    return {"name": name, "op": op_type, "shape": shape, "layout": layout if four else None,
+            "model_shape": [shape[layout.index(a)] for a in "NCHW"] if four else shape, "fix_pos": fix_pos,
             "min": float(finite.min()) if finite.numel() else None,
             "max": float(finite.max()) if finite.numel() else None,
             "mean": float(finite.mean()) if finite.numel() else None,

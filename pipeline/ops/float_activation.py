@@ -12,7 +12,7 @@ from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
 from .onnx_form import Unsupported, arg, clip, pow2
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
-from .xir_support import IN, CustomKernel, OpDef, XirOp, like_input, one, unary
+from .xir_support import IN, TO_NCHW, TO_NHWC, CustomKernel, OpDef, XirOp, like_input, one, unary
 from .xmodel_support import XmodelForm, custom, custom_with_attrs, no_attrs, simple
 
 SIGMOID = "nndct_sigmoid"
@@ -164,6 +164,20 @@ def _lower_log_softmax(lo, node) -> dict:
     return {"axis": m.dim if m is not None else lo.call_args(node)["dim"]}
 
 
+def _log_softmax_kernel(op: Any, xs: Any) -> torch.Tensor:
+    """``nndct_log_softmax {axis}``: ``F.log_softmax`` over ``axis``, the model's dim (``_lower_log_softmax``). The
+    file holds a 4-D value NHWC, laid out as its neighbours; the interpreter keeps such a value as an NHWC view
+    of the simulation's NCHW memory, so the call runs on that NCHW tensor (bit for bit the simulation's) and
+    comes back as its NHWC view (also where size-1 dims make both readings contiguous: ``[1, 1, 1, C]``, NHWC
+    as nndct lays it out). A 4-D value held as it is (a model's channels-last tensor) and any other rank is
+    the model's tensor itself."""
+    x = xs[0]
+    axis = int(op.attr("axis"))
+    if x.dim() == 4 and (x.permute(TO_NCHW).is_contiguous() or not x.is_contiguous()):
+        return F.log_softmax(x.permute(TO_NCHW), axis).permute(TO_NHWC)
+    return F.log_softmax(x, axis)
+
+
 def _run_gelu(run, op, ins):
     """``F.gelu`` with ``approximate`` (``'none'`` or ``'tanh'``, quotes included as nndct writes it)."""
     approximate = str(op.attr("approximate", "none")).strip("'\"")
@@ -204,9 +218,9 @@ RECORD = OpRecord(
     custom_kernels={SILU: CustomKernel(lambda op, xs: F.silu(xs[0]), False),
                     "aten::silu_": CustomKernel(lambda op, xs: F.silu(xs[0]), False),
                     MISH: CustomKernel(lambda op, xs: F.mish(xs[0]), False),
-                    CLAMP: Absent("the file carries no bounds: the caller's float_ops (the simulation's call) "
-                                  "compute it"),
-                    LOG_SOFTMAX: Absent("the caller's float_ops (the simulation's call) compute it")},
+                    CLAMP: Absent("the file carries no bounds (nndct_clamp's min and max): the caller's float_ops "
+                                  "(the simulation's call) compute it"),
+                    LOG_SOFTMAX: CustomKernel(_log_softmax_kernel, True)},
     traced={SIGMOID: ("sigmoid",), TANH: ("tanh",), GELU: ("gelu",), CLAMP: ("clamp",), SILU: ("silu",),
             MISH: ("mish",), LOG_SOFTMAX: ("log_softmax",)},
     refusals={},

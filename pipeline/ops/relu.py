@@ -92,8 +92,8 @@ RECORD = OpRecord(
             HARDTANH: XmodelForm(no_attrs, custom)},  # a custom op without its bounds, as nndct writes it
     xir_ops={"relu": XirOp(OpDef("relu", IN, (), like_input), unary(torch.relu), "relu"),
              "relu6": XirOp(OpDef("relu6", IN, (), like_input), unary(F.relu6), "relu6")},
-    custom_kernels={HARDTANH: Absent("the file carries no bounds: the caller's float_ops (the simulation's call) "
-                                     "compute it")},
+    custom_kernels={HARDTANH: Absent("the file carries no bounds (nndct_hardtanh is written without its min_val "
+                                     "and max_val): the caller's float_ops (the simulation's call) compute it")},
     traced={RELU: ("relu",), RELU6: ("hardtanh", "relu6"), HARDTANH: ("hardtanh",)},
     roles={"cle_act": (RELU,), "fresh_output": (RELU,), "adaquant_act": (RELU, RELU6)},
     refusals={},

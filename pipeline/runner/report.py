@@ -19,7 +19,7 @@ from .. import fileio, support
 from .._version import __version__
 from ..errors import RunFolderError
 from ..steps import ORDER, load_results
-from .state import SOURCE_FILE, read_json_state, rendered
+from .state import SOURCE_FILE, read_json_state, relative_in_text, rendered
 
 log = logging.getLogger("pipeline")
 
@@ -117,6 +117,7 @@ def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
                   steps={name: r.to_json() for name, r in results.items()},
                   artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in results]),
                   versions=versions())
+    report = relative_in_text(report, run.work_dir)  # a message naming a file of the run folder (a failed step's)
     report["summary"] = render_summary(report, "")
     return report
 

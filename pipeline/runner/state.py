@@ -209,6 +209,20 @@ def relative_paths(value: Any, root: str) -> Any:
     return value
 
 
+def relative_in_text(value: Any, root: str) -> Any:
+    """``value`` (a report's JSON) with the run folder ``root``'s path cut out of every string that names a
+    file under it (``"...; the file was kept as <root>/export/m.onnx.rejected"`` -> ``"... as
+    export/m.onnx.rejected"``; ``root`` made absolute, as the run folder's paths are); other values unchanged."""
+    prefix = os.path.join(os.path.abspath(root), "")
+    if isinstance(value, dict):
+        return {k: relative_in_text(v, root) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [relative_in_text(v, root) for v in value]
+    if isinstance(value, str):
+        return value.replace(prefix, "")
+    return value
+
+
 def check_owned(work_dir: str) -> bool:
     """Whether the pipeline may use ``work_dir`` as its run folder; reads only, changes nothing.
 

@@ -12,7 +12,9 @@ and knows nothing of who made a graph (the simulation's writer, the real quantiz
   ``errors``: ``XGraphError``, what they raise;
 - ``reader``: parse a file and check it against the op definitions;
 - ``interp`` with ``interp_ops`` and ``interp_base``: run a graph on the CPU, the DPU's fixed-point
-  arithmetic from ``pipeline.fixpoint``.
+  arithmetic from ``pipeline.fixpoint``; ``aten_ops``: the generic element-wise float operators
+  (``aten::abs``, ...) whose type name says all they compute, and the message for a custom op the file
+  does not determine.
 
 The simulation's writer (``pipeline.quantizers.sim.xmodel``), the inspector's ``xmodel`` commands and
 the deploy step's check use it; it imports nothing of theirs. It imports ``pipeline.ops`` (the records

@@ -45,19 +45,22 @@ Semantics per op type (``OPS``; XIR's definitions, restated where the simulation
   output ``shape``, ``data_type`` and the attributes nndct gives the type. The kernels are the units'
   (``OpRecord.custom_kernels``, read off the records as ``ops.CUSTOM_KERNELS``): one that the file
   determines (``complete``: ``nndct_shape``, ``nndct_expand``, ``nndct_adaptive_avg_pool2d`` in NHWC) runs
-  always; otherwise the caller's ``float_ops[op name]`` computes the op, and without one the unit's
-  fallback (``aten::silu`` is ``F.silu``, ``aten::mean`` the mean over the dims the output drops); a type
-  with neither raises ``interp_base.InterpreterError``.
+  always, and so does a generic element-wise float operator's (``aten_ops.KERNELS``: ``aten::abs``,
+  ``aten::log_sigmoid``, ...); otherwise the caller's ``float_ops[op name]`` computes the op, and without one
+  the unit's fallback (``aten::silu`` is ``F.silu``, ``aten::mean`` the mean over the dims the output drops);
+  a type with neither raises ``interp_base.InterpreterError`` saying what the file lacks
+  (``aten_ops.not_computable``).
 """
-from typing import Dict, List
+from typing import Dict, List, Optional
 
 import torch
 import torch.nn.functional as F
 
 from .. import fixpoint, ops
 from ..ops.hard_sigmoid import xir_hard_sigmoid
-from ..ops.xir_support import Kernel, fold, one, unary
-from . import opdefs
+from ..ops.record import Absent
+from ..ops.xir_support import CustomKernel, Kernel, fold, one, unary
+from . import aten_ops, opdefs
 from .interp_base import Inputs, Run, checked, model_layout, op_error
 from .xgraph import XOp
 
@@ -99,6 +102,24 @@ def _fix(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
     return codes.clamp_(lo, hi).mul_(2.0 ** -point)
 
 
+# custom op type -> why its unit has no kernel for it (OpRecord.custom_kernels' Absent)
+_ABSENT = {x: k.reason for r in ops.RECORDS for x, k in r.custom_kernels.items() if isinstance(k, Absent)}
+
+
+def custom_kernel(op_type: str) -> Optional[CustomKernel]:
+    """The interpreter's kernel of a custom op type: its unit's (``ops.CUSTOM_KERNELS``), else a generic float
+    operator's that the type name determines (``aten_ops.KERNELS``: ``aten::abs``), else None."""
+    kernel = ops.CUSTOM_KERNELS.get(op_type)
+    return kernel if kernel is not None else aten_ops.KERNELS.get(op_type)
+
+
+def determined(op_type: str) -> bool:
+    """A custom type whose file says all it computes (:func:`custom_kernel` with ``complete``): the interpreter
+    runs its kernel before any caller's ``float_ops``."""
+    kernel = custom_kernel(op_type)
+    return kernel is not None and kernel.complete
+
+
 def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
     """A custom op (a type XIR does not define): the kernel of the unit that writes the type and runs it as an
     XIR op of its own (``OpRecord.xir_ops``: a custom op the file holds in NHWC, ``nndct_instance_norm``), or its
@@ -108,7 +129,7 @@ def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
     if unit is not None:
         return checked(op, unit.kernel(run, op, ins).float())
     xs = [x for arg in sorted(ins) for x in ins[arg]]
-    kernel = ops.CUSTOM_KERNELS.get(op.type)
+    kernel = custom_kernel(op.type)
     if kernel is not None and kernel.complete:
         y = kernel.fn(op, xs)
     elif op.name in run.float_ops:
@@ -116,8 +137,7 @@ def custom_op(run: "Run", op: XOp, ins: Inputs) -> torch.Tensor:
     elif kernel is not None:
         y = kernel.fn(op, xs)
     else:
-        raise op_error(op, "a custom op type: the file carries only its output shape and data type, not what it "
-                           "computes; pass float_ops={%r: callable(list of input tensors) -> tensor}" % op.name)
+        raise op_error(op, aten_ops.not_computable(op.name, op.type, _ABSENT.get(op.type)))
     if not isinstance(y, torch.Tensor):
         raise op_error(op, "float_ops gave %s, not a tensor" % type(y).__name__)
     return checked(op, y.float())

@@ -17,7 +17,7 @@ from .... import ops as t
 from ..finite import agreement, check_compared, check_inputs
 from ....xir.interp import by_shape, fit_layout, model_readings, run, to_model_layout
 from ....xir.interp_base import TO_NHWC, FloatOp, InterpreterError, op_error
-from ....xir.interp_ops import is_custom
+from ....xir.interp_ops import determined, is_custom
 from ....xir.xgraph import XGraph, XOp, formal_name
 
 
@@ -125,10 +125,11 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
 
 
 def _determined(op_type: str) -> bool:
-    """A custom type whose file says all it computes (its unit's ``CustomKernel.complete``): the interpreter
-    runs its kernel, and the simulation is asked for no call of it (``nndct_shape`` has none)."""
-    kernel = t.CUSTOM_KERNELS.get(op_type)
-    return kernel is not None and kernel.complete
+    """A custom type whose file says all it computes (its unit's ``CustomKernel.complete``, or a generic float
+    operator's the type name determines, ``xir/aten_ops.py``; ``interp_ops.determined``): the interpreter runs
+    its kernel, and the simulation is asked for no call of it (``nndct_shape`` has none), so the comparison
+    holds that kernel to the simulation's output bit for bit."""
+    return determined(op_type)
 
 
 def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModule,
