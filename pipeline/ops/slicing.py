@@ -168,8 +168,11 @@ def _slice_dims(index: tuple, rank: int) -> list:
 
 def _lower_select(lo, node) -> dict:
     """``dim`` and ``index`` as torch.jit records ``aten::select`` (``x[:, i]``, ``x[..., i]``: the dim
-    ``pipeline/fx/jit_index.py`` gives, never negative; ``torch.select(x, -1, i)``: as written), which
+    ``pipeline/fx/jit_index.py`` gives, never negative; ``torch.select(x, -1, i)``: as written; a lone
+    ``x[i]``: dim 0, Swin's ``qkv[0]``), which
     nndct's ``TorchSelect`` keeps as its attributes (``op_dispatcher.py`` ``select``)."""
+    if node.fx_node.target is operator.getitem:  # a lone x[i]: torch.jit's select of dimension 0
+        return {"dim": 0, "index": int(lo.value(node.fx_node.args[1]))}
     a = lo.call_args(node)
     return {"dim": int(a["dim"]), "index": int(a["index"])}
 

@@ -165,3 +165,45 @@ def test_every_row_says_which_kind_of_refusal_it_is_and_where():
         for stage in row.stops:
             text = refusals.reason(row, stage)
             assert row.what in text and row.real in text and row.instead in text
+
+
+def _assign_mask(z):
+    m = z.new_zeros((z.shape[-1], z.shape[-1]))
+    m[:4, :] = 1.0
+    return z + m
+
+
+torch.fx.wrap("_assign_mask")
+
+
+def test_an_assignment_into_a_tensor_is_refused_by_the_xmodel_writer(tmp_path):
+    """``m[:4] = 1.0`` into a ``new_zeros`` tensor: the real quantizer's file (checked by hand on this model)
+    holds the zeros as a const of zeros and an ``aten::fill_`` nothing reads, so it adds zeros; refused."""
+    model = Lambda(lambda s, x: _assign_mask(s.a(x).flatten(2) @ s.b(x).flatten(2).transpose(-2, -1)),
+                   a=conv(), b=conv())
+    q = quantize(tmp_path, model)
+    with pytest.raises(ExportError, match=r"\(aten::fill_, setitem\) cannot be written: it assigns into a tensor in "
+                                          r"place \(x\[idx\] = v\)"):
+        q.export_xmodel(str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("name,model,types", [
+    ("new_zeros", Lambda(lambda s, x: s.b(s.a(x)) + s.c(x).new_zeros((8, 8)), a=conv(), b=conv(8, 8), c=conv()),
+     {"const"}),
+    ("masked_fill", Lambda(lambda s, x: (lambda z: z.masked_fill(z == 0, 1.0))(
+        s.a(x).flatten(2) @ s.b(x).flatten(2).transpose(-2, -1)), a=conv(), b=conv()),
+     {"nndct_equal", "aten::masked_fill"}),
+])
+def test_zeros_and_a_comparison_are_written_as_the_real_quantizer_writes_them(tmp_path, name, model, types):
+    """``new_zeros``: a const of zeros with its fix; ``z == 0``: the custom op ``nndct_equal`` of data_type bool,
+    then ``aten::masked_fill`` (both as the real quantizer's files of these models, compared by hand); the writer's
+    own check runs each file against the simulation."""
+    from tests.support import xmodel_compare
+    q = quantize(tmp_path, model)
+    q.export_xmodel(str(tmp_path / "x"))
+    graph = xmodel_compare.load(str(tmp_path / "x" / "Lambda_int.xmodel"))
+    written = {o.op_type for o in graph.op_node}
+    assert types <= written
+    for o in graph.op_node:
+        if o.op_type == "nndct_equal":
+            assert o.op_attr["data_type"].string_value == "bool"
