@@ -54,14 +54,18 @@ RECORD = OpRecord(
     dpu_rule={EQUAL: Absent("a float operator of the quantizer"),
               REMAINDER: Absent("a float operator of the quantizer"), NEG: Absent("a float operator of the quantizer"),
               RECIPROCAL: Absent("a float operator of the quantizer")},
-    xmodel={EQUAL: Absent("not written yet: the xmodel writer has no XIR form for it"),
+    # the custom op nndct_equal on the tensor operand, the number it is compared with not in the file
+    # (tests/data/corpus_real/tv_swin: Swin's mask == 0)
+    xmodel={EQUAL: XmodelForm(no_attrs, custom),
             REMAINDER: XmodelForm(no_attrs, custom), NEG: XmodelForm(no_attrs, simple("neg")),
             RECIPROCAL: XmodelForm(no_attrs, custom)},
     xir_ops={"neg": XirOp(OpDef("neg", IN, (), like_input), unary(torch.neg), "neg"),
              RECIPROCAL: XirOp(custom_def(RECIPROCAL), _run_reciprocal, RECIPROCAL)},  # custom: a float op
-    custom_kernels={REMAINDER: Absent("the file carries no divisor of its own: the caller's float_ops (the "
+    custom_kernels={EQUAL: Absent("the file carries no value compared with: the caller's float_ops (the "
+                                  "simulation's call) compute it"),
+                    REMAINDER: Absent("the file carries no divisor of its own: the caller's float_ops (the "
                                       "simulation's call) compute it")},
-    traced={NEG: ("neg",)},
+    traced={NEG: ("neg",), EQUAL: ("eq",)},
     refusals={},
     sim=dict.fromkeys((EQUAL, REMAINDER, NEG, RECIPROCAL), TORCH),
 )

@@ -38,6 +38,13 @@ def _create_const(w, node) -> None:
     w.fixed_const(node.name, data)
 
 
+def _create_zeros(w, node) -> None:
+    """``x.new_zeros(size)``, ``torch.zeros(size)``: nndct folds the node (no input once its sizes are
+    constants: ``constant_folding``) into an XIR ``const`` of zeros of its output shape, with its ``fix``; an
+    item assignment into it later (Swin's mask) is not in the const (``tests/data/corpus_real/tv_swin``)."""
+    w.fixed_const(node.name, np.zeros(node.out.shape or [1], dtype=np.float32))
+
+
 RECORD = OpRecord(
     family="io",
     specs={
@@ -57,9 +64,9 @@ RECORD = OpRecord(
               CONST: Absent("a parameter, no node of the inspector"),
               ZEROS: DpuRule(("new_zeros", "zeros"), dpu_zeros)},
     xmodel={INPUT: XmodelForm(no_attrs, _create_data), CONST: XmodelForm(no_attrs, _create_const),
-            ZEROS: Absent("not written yet: the xmodel writer has no XIR form for it")},
+            ZEROS: XmodelForm(no_attrs, _create_zeros)},
     xir_ops=Absent("writes only the XIR format's own data and const ops (xir/opdefs.py)"),
-    traced={},  # each type traced under its own name
+    traced={ZEROS: ("new_zeros", "zeros")},
     refusals={},
     sim=dict.fromkeys((INPUT, CONST, ZEROS), TORCH),
     roles={"input_scope": (INPUT,)},

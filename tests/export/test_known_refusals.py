@@ -4,8 +4,8 @@ differently" and "not supported by the real quantizer either" it is, and where i
 
 The reasons are the real quantizer's, from its source (docs/xmodel.md#known-refusals): Conv1d, the
 instance and group norms are quantized ops of their own there, so the simulation refuses them before
-calibration; a matmul of two tensors is an XIR op the real quantizer writes and this project's writer does
-not; max over a dim the xmodel carries and the ONNX exporter does not; LSTM is quantized in the real
+calibration; a matmul of two tensors the real quantizer writes wrong (channels-last carried through it, a
+transposed first operand folded into ``transpose_b``) is refused by the xmodel writer; max over a dim the xmodel carries and the ONNX exporter does not; LSTM is quantized in the real
 quantizer's RNN mode only.
 """
 import pytest
@@ -76,8 +76,6 @@ def test_conv_transpose1d_is_not_supported_by_the_real_quantizer_either(tmp_path
 
 
 @pytest.mark.parametrize("name,model,what,real,onnx", [
-    ("matmul", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()), "matmul of two tensors",
-     "the real quantizer writes it as XIR matmul", False),
     ("lstm", LSTMNet(), "LSTM / GRU", "the real quantizer quantizes recurrent layers in its RNN mode, "
      "torch_quantizer(..., lstm=True), which this project does not simulate", True),
 ])
@@ -94,6 +92,36 @@ def test_what_the_writers_have_no_form_for_names_the_real_quantizers_form(tmp_pa
         assert "the ONNX exporter has no lowering for %s yet: %s" % (what, real) in str(err.value)
     else:
         q.export_onnx_model(str(tmp_path / "o"), native_onnx=False)
+
+
+@pytest.mark.parametrize("name,model,why", [
+    ("channels_last", Lambda(lambda s, x: torch.matmul(s.a(x), s.b(x)), a=conv(), b=conv()),
+     "the real quantizer's layout pass (layout_tranform) carries channels-last (0, 2, 3, 1) through it"),
+    ("first_transposed", Lambda(lambda s, x: s.a(x).flatten(2).transpose(1, 2) @ s.b(x).flatten(2), a=conv(), b=conv()),
+     "its first operand is a transpose of the last two dims, which the real quantizer folds into transpose_b"),
+])
+def test_a_matmul_the_real_quantizer_writes_wrong_is_refused(tmp_path, name, model, why):
+    """nndct's deploy passes (``layout_tranform``, ``fuse_transpose_matmul``) write these two products as files
+    that compute something else (checked against the real quantizer's files); the writer refuses them."""
+    q = quantize(tmp_path, model)
+    with pytest.raises(ExportError) as err:
+        q.export_xmodel(str(tmp_path / "x"))
+    assert "(nndct_matmul) cannot be written: " + why in str(err.value)
+
+
+def test_attention_s_matmuls_are_written_as_xir_matmul(tmp_path):
+    """``q @ k.transpose(-2, -1)`` and ``attn @ v`` on flattened conv maps: XIR matmul, the transpose folded into
+    ``transpose_b`` (as the real quantizer's file of the same model, compared by hand); the writer's own check
+    runs the file against the simulation bit for bit."""
+    from tests.support import xmodel_compare
+    model = Lambda(lambda s, x: s.d(torch.softmax(s.a(x).flatten(2) @ s.b(x).flatten(2).transpose(-2, -1), -1)
+                                    @ s.c(x).flatten(2)), a=conv(), b=conv(), c=conv(), d=nn.Linear(64, 4))
+    q = quantize(tmp_path, model)
+    q.export_xmodel(str(tmp_path / "x"))
+    graph = xmodel_compare.load(str(tmp_path / "x" / "Lambda_int.xmodel"))
+    flags = [(str(o.op_attr["transpose_a"]).split()[-1], str(o.op_attr["transpose_b"]).split()[-1],
+              len(o.args[0].arg_ops)) for o in graph.op_node if o.op_type == "matmul"]
+    assert sorted(flags) == sorted([("false", "true", 2), ("false", "false", 2), ("false", "true", 2)])
 
 
 @pytest.mark.parametrize("name,model", [
@@ -137,3 +165,45 @@ def test_every_row_says_which_kind_of_refusal_it_is_and_where():
         for stage in row.stops:
             text = refusals.reason(row, stage)
             assert row.what in text and row.real in text and row.instead in text
+
+
+def _assign_mask(z):
+    m = z.new_zeros((z.shape[-1], z.shape[-1]))
+    m[:4, :] = 1.0
+    return z + m
+
+
+torch.fx.wrap("_assign_mask")
+
+
+def test_an_assignment_into_a_tensor_is_refused_by_the_xmodel_writer(tmp_path):
+    """``m[:4] = 1.0`` into a ``new_zeros`` tensor: the real quantizer's file (checked by hand on this model)
+    holds the zeros as a const of zeros and an ``aten::fill_`` nothing reads, so it adds zeros; refused."""
+    model = Lambda(lambda s, x: _assign_mask(s.a(x).flatten(2) @ s.b(x).flatten(2).transpose(-2, -1)),
+                   a=conv(), b=conv())
+    q = quantize(tmp_path, model)
+    with pytest.raises(ExportError, match=r"\(aten::fill_, setitem\) cannot be written: it assigns into a tensor in "
+                                          r"place \(x\[idx\] = v\)"):
+        q.export_xmodel(str(tmp_path / "x"))
+
+
+@pytest.mark.parametrize("name,model,types", [
+    ("new_zeros", Lambda(lambda s, x: s.b(s.a(x)) + s.c(x).new_zeros((8, 8)), a=conv(), b=conv(8, 8), c=conv()),
+     {"const"}),
+    ("masked_fill", Lambda(lambda s, x: (lambda z: z.masked_fill(z == 0, 1.0))(
+        s.a(x).flatten(2) @ s.b(x).flatten(2).transpose(-2, -1)), a=conv(), b=conv()),
+     {"nndct_equal", "aten::masked_fill"}),
+])
+def test_zeros_and_a_comparison_are_written_as_the_real_quantizer_writes_them(tmp_path, name, model, types):
+    """``new_zeros``: a const of zeros with its fix; ``z == 0``: the custom op ``nndct_equal`` of data_type bool,
+    then ``aten::masked_fill`` (both as the real quantizer's files of these models, compared by hand); the writer's
+    own check runs each file against the simulation."""
+    from tests.support import xmodel_compare
+    q = quantize(tmp_path, model)
+    q.export_xmodel(str(tmp_path / "x"))
+    graph = xmodel_compare.load(str(tmp_path / "x" / "Lambda_int.xmodel"))
+    written = {o.op_type for o in graph.op_node}
+    assert types <= written
+    for o in graph.op_node:
+        if o.op_type == "nndct_equal":
+            assert o.op_attr["data_type"].string_value == "bool"

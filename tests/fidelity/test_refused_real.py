@@ -174,13 +174,13 @@ def test_bias_corrections_equal_the_real_quantizer(name, sim):
 
 
 # cases whose real xmodel the interpreter runs without the simulation's float ops (every op built in or a unit's)
-INTERPRETED = ["conv1d", "instance_norm", "rdiv", "max_method", "max_function"]
+INTERPRETED = ["conv1d", "instance_norm", "rdiv", "max_method", "max_function", "attention_matmul"]
 
 
 @pytest.mark.parametrize("name", INTERPRETED)
 def test_the_real_xmodel_run_by_the_interpreter_equals_the_simulation(name, sim):
     """The real quantizer's file (XIR conv1d in NWC; the custom nndct_instance_norm in NHWC; the custom
-    aten::reciprocal; reduction_max in NHWC and in NCHW), run by pipeline.xir on the first eval sample as the
+    aten::reciprocal; reduction_max in NHWC and in NCHW; matmul of two tensors, one with transpose_b), run by pipeline.xir on the first eval sample as the
     model takes it, gives the simulation's test-mode output bit for bit."""
     from pipeline.apis import torch_quantizer
     from pipeline.xir import interp, reader

@@ -326,6 +326,22 @@ class PReLUNet(nn.Module):
         return self.c2(self.act(self.c1(x)))
 
 
+class AttentionMatmul(nn.Module):
+    """Three convs as query, key and value tokens (flattened), ``q @ k.transpose(-2, -1)``, softmax,
+    ``attn @ v``, a linear head: two matmuls of two tensors, the first with its transpose folded into
+    ``transpose_b``."""
+    def __init__(self):
+        super().__init__()
+        self.q = nn.Conv2d(3, 8, 3, padding=1)
+        self.k = nn.Conv2d(3, 8, 3, padding=1)
+        self.v = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(256, 4)
+
+    def forward(self, x):
+        q, k, v = self.q(x).flatten(2), self.k(x).flatten(2), self.v(x).flatten(2)
+        return self.fc(torch.softmax(q @ k.transpose(-2, -1), -1) @ v)
+
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -360,6 +376,7 @@ CORPUS = {
     "quantstub": (QuantStubNet, IMAGE),
     "quant_off": (PlainNet, IMAGE),
     "prelu": (PReLUNet, IMAGE),
+    "attention_matmul": (AttentionMatmul, IMAGE),
 }
 
 

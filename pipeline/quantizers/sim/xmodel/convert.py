@@ -76,11 +76,13 @@ class _Writer:
         data type; its inputs every input tensor in order, a parameter tensor as its const (nndct's
         ``custom_xop``: ``aten::_convolution_mode`` takes x, weight, bias; one among the inputs in argument
         order, ``XmodelForm.param_operands``, is written there). ``attrs`` may name another ``data_type``
-        (``nndct_shape``: INT32)."""
+        (``nndct_shape``: INT32); a bool output (a comparison: ``nndct_equal``, ``aten::ne``) is ``bool``."""
         params = [self.op_of(tensor.name) for tensor in node.params.values()
                   if not any(tensor is i for i in node.in_tensors)]
         written = dict(attrs or {})
-        written.update({"shape": list(node.out.shape or [1]), "data_type": written.get("data_type", "FLOAT32")})
+        # custom_xop: the output tensor's dtype as to_xir_dtype_by_string gives it (float32: FLOAT32, bool as is)
+        default = "bool" if node.out.dtype == "bool" else "FLOAT32"
+        written.update({"shape": list(node.out.shape or [1]), "data_type": written.get("data_type", default)})
         self.fixed_op(node.name, node.type, written, {"input": self.data_inputs(node) + params})
 
     # ---------------------------------------------------------------- the graph

@@ -6,8 +6,10 @@ for the op types the simulation captures:
 
 1. drop ``contiguous``;
 2. normalise attributes: full-rank ``begin``/``end``/``strides`` and masks for slices, a
-   transpose becomes a permute with its full order, negative axes made positive;
-3. NCHW -> NHWC (``layout.layout_transform``), then every recorded tensor permuted to its node's
+   transpose becomes a permute with its full order, negative axes made positive; a permute that only
+   swaps the last two dims and feeds only the second operand of a matmul of two tensors is folded into
+   its ``transpose_b`` (``fuse_transpose_matmul``);
+3. NCHW -> NHWC (``layout.layout_transform``; a matmul of two tensors it makes channels-last is refused), then every recorded tensor permuted to its node's
    new layout (``update_node_data``);
 4. pads: ``F.pad`` widths in XIR's per-dimension order, then folded into the conv/pool they feed
    when symmetric, zero-valued and constant (``fuse_pad``);
@@ -38,7 +40,9 @@ def optimize(graph: Graph) -> None:
     for node in [n for n in graph.nodes if n.type == t.CONTIGUOUS]:
         graph.remove_node(node)
     _update_attrs(graph)
+    _fuse_transpose_matmul(graph)
     layout_transform(graph)
+    _refuse_channels_last_matmul(graph)
     _update_data(graph)
     _normalize_pads(graph)
     _fuse_pads(graph)
@@ -72,6 +76,44 @@ def _update_attrs(graph: Graph) -> None:
             node.type = PERMUTE
         elif node.type in (t.CONCAT, t.SOFTMAX) and node.attrs["axis"] < 0:
             node.attrs["axis"] += node.in_tensors[0].ndim
+
+
+def _swaps_last_two(order: List[int]) -> bool:
+    """``is_node_just_exchange_last_two_dim`` (``fuse_trans_matmul.py``)."""
+    n = len(order)
+    return n >= 2 and list(order) == list(range(n - 2)) + [n - 1, n - 2]
+
+
+def _fuse_transpose_matmul(graph: Graph) -> None:
+    """``fuse_transpose_matmul`` (``TransMatmulActvHandler``): a permute swapping the last two dims whose
+    only child is a matmul of two tensors goes, the matmul's ``transpose_b`` set. nndct does not look at
+    which operand the permute feeds and sets ``transpose_b`` for the first too, a graph that computes
+    something else: refused here."""
+    for permute, matmul in _chains(graph, [PERMUTE, t.MATMUL]):
+        if permute.merged or len(permute.out_nodes) != 1 or not _swaps_last_two(permute.attrs["order"]):
+            continue
+        if matmul.in_tensors[0] is permute.out:
+            raise XmodelUnsupported(
+                "xmodel: node %s (%s) cannot be written: its first operand is a transpose of the last two dims, which "
+                "the real quantizer folds into transpose_b (fuse_transpose_matmul), a file that would not compute "
+                "the model" % (matmul.name, matmul.type))
+        matmul.attrs["transpose_b"] = True
+        permute.merged = True
+        graph.remove_node(permute)
+
+
+def _refuse_channels_last_matmul(graph: Graph) -> None:
+    """nndct's ``layout_tranform`` carries channels-last through a matmul of two tensors as through any
+    rank-keeping op (a conv's output fed to it without a reshape): the file would multiply other dims than
+    torch does, so it is refused."""
+    for node in graph.nodes:
+        order = node.transpose_in_order
+        if node.type == t.MATMUL and order and list(order) != sorted(order):
+            raise XmodelUnsupported(
+                "xmodel: node %s (%s) cannot be written: the real quantizer's layout pass (layout_tranform) carries "
+                "channels-last %s through it, and the file would multiply other dims than torch does; flatten or "
+                "permute its operands out of the conv layout first (x.flatten(2), as attention does)"
+                % (node.name, node.type, tuple(order)))
 
 
 def _update_data(graph: Graph) -> None:

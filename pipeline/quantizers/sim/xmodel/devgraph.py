@@ -43,6 +43,7 @@ class Tensor:
         self.node = node
         self.shape = None if shape is None else [int(d) for d in shape]
         self.data = data
+        self.dtype = "float32"  # nndct's tensor dtype; "bool" for a comparison's output (the data stays float32)
         self.uses = []  # type: List[Use]
 
     @property

@@ -84,7 +84,23 @@ class _Lowering:
         return self.graph.module(node) if node.fx_node.op == "call_module" else None
 
     # ---------------------------------------------------------------- nodes
+    def refuse_lost_assignments(self) -> None:
+        """An in-place op (``aten::<name>_``: ``x[idx] = v``'s ``aten::fill_``/``aten::copy_``) whose output no op
+        reads: nndct writes it as a custom op nothing reads, and the tensor assigned into as it was before
+        (a ``new_zeros`` const of zeros; checked against the real quantizer's files, Swin's shifted-window
+        mask in tests/data/corpus_real/tv_swin), so the file would compute the model without it: refused."""
+        for node in self.graph.nodes:
+            if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
+                    and not node.is_output and node.in_quant_part:
+                raise unsupported(node, "it assigns into a tensor in place (x[idx] = v): the real quantizer writes "
+                                        "%s as a custom op whose output no op reads, and the tensor's readers read "
+                                        "it as it was before (a new_zeros tensor: a const of zeros), so the file "
+                                        "would compute the model without the assignment (Swin's shifted-window "
+                                        "mask); build the tensor without assigning into it (torch.cat, torch.where)"
+                                        % node.op)
+
     def build(self) -> Graph:
+        self.refuse_lost_assignments()
         for node in self.graph.nodes:
             if (node.op in (t.SHAPE, t.FLOOR_DIVIDE) or node.shape_value) and not size_kept(node):
                 continue
@@ -109,6 +125,9 @@ class _Lowering:
             self.add_params(node, dev)
             dev.add_out_tensor(Tensor(dev.name, data=self.output(node)))
             dev.out.from_ndarray(dev.out.data)
+            value = self.values.get(node.fx_node) if node.fx_node is not None else None
+            if isinstance(value, torch.Tensor) and value.dtype == torch.bool:
+                dev.out.dtype = "bool"  # a comparison's mask (custom_xop writes the tensor's dtype)
         for node in self.graph.outputs:
             if node.name in self.by_sim:
                 self.dev.return_node.add_in_tensor(self.by_sim[node.name].out)
