@@ -12,35 +12,38 @@ from tests.support import make_case
 from pipeline.errors import PipelineError
 
 
-class ReciprocalNet(nn.Module):
-    """A conv, then ``2.0 / x``: the ONNX exporters write it; torch traces it for the real quantizer as
-    reciprocal and mul, which the xmodel writer does not reproduce (yet)."""
+class ReplicatePadNet(nn.Module):
+    """A conv, a replicate pad of 2, a conv: the ONNX exporters write it (Pad mode edge); the real quantizer
+    writes it as XIR pad SYMMETRIC, which computes other values for a pad over 1, so the xmodel writer
+    refuses it."""
 
     def __init__(self, num_classes: int = 10) -> None:
         super().__init__()
         self.conv = nn.Conv2d(1, 4, 3, padding=1)
+        self.pad = nn.ReplicationPad2d(2)
+        self.conv2 = nn.Conv2d(4, 4, 5)
         self.fc = nn.Linear(4 * 8 * 8, num_classes)
 
     def forward(self, x):
-        return self.fc(torch.flatten(2.0 / (torch.relu(self.conv(x)) + 1.0), 1))
+        return self.fc(torch.flatten(self.conv2(self.pad(torch.relu(self.conv(x)))), 1))
 
 
-def reciprocal_net(num_classes: int = 10) -> nn.Module:
+def replicate_pad_net(num_classes: int = 10) -> nn.Module:
     """``model.factory`` for the runner."""
-    return ReciprocalNet(num_classes)
+    return ReplicatePadNet(num_classes)
 
 
 @pytest.mark.slow
 def test_an_op_the_xmodel_cannot_carry_is_named_after_the_onnx_files_are_written(tmp_path):
-    config, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.export.test_xmodel_export:reciprocal_net",
+    config, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.export.test_xmodel_export:replicate_pad_net",
                                            "train": {"epochs": 1}},
                           export={"formats": ["xmodel", "onnx_exact"]})  # xmodel named first: still written last
     with pytest.raises(PipelineError) as err:
         pipeline.run(config, steps=["train", "calib", "export"])
     text = str(err.value)
-    assert "xmodel: node nndct_elemwise_div_" in text and "truediv" in text and "cannot be written" in text
+    assert "xmodel: node nndct_pad_nd_" in text and "cannot be written" in text and "SYMMETRIC" in text
     export = tmp_path / "run" / "export"
-    assert sorted(os.listdir(str(export))) == ["ReciprocalNet_int_exact.onnx"]  # the ONNX file is kept, no xmodel
+    assert sorted(os.listdir(str(export))) == ["ReplicatePadNet_int_exact.onnx"]  # the ONNX file is kept, no xmodel
     with open(str(tmp_path / "run" / "status.json")) as f:
         status = json.load(f)
     assert status["state"] == "failed" and status["step"] == "export"
