@@ -42,16 +42,9 @@ class QuantStubF(torch.autograd.Function):
         return grad.clone()
 
 
-class DeQuantStubF(torch.autograd.Function):
-    """The DeQuantStub's function (``nn/modules/function.py``): a clone, its gradient passed through."""
-
-    @staticmethod
-    def forward(ctx: Any, x: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return x.clone()
-
-    @staticmethod
-    def backward(ctx: Any, grad: torch.Tensor) -> torch.Tensor:  # noqa: D102
-        return grad.clone()
+class DeQuantStubF(QuantStubF):
+    """The DeQuantStub's function (``nn/modules/function.py``): the same clone under its own name, which the
+    trace records (``prim::PythonOp`` DeQuantStubF)."""
 
 
 def _apply(x: Any, stub: nn.Module, fn: Any) -> Any:
