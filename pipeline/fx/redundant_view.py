@@ -15,6 +15,8 @@ import torch
 import torch.fx
 from torch import nn
 
+from .rewrites import ran_on_example
+
 
 def _is_view(node: torch.fx.Node) -> bool:
     return (node.op == "call_method" and node.target == "view") or \
@@ -60,10 +62,7 @@ def remove_redundant_views(root: nn.Module, graph: torch.fx.Graph, examples: Tup
     if not views:
         return
     finder = _SameShape(root, graph, views)
-    try:
-        with torch.no_grad():
-            finder.run(*[e.detach().cpu().clone() for e in examples])
-    except Exception:  # the model's own failure: reported by capture's shape run
+    if not ran_on_example(finder, examples):
         return
     for node in finder.same:
         inputs = [a for a in node.all_input_nodes if a is not node.args[0]]

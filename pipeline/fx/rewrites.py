@@ -118,6 +118,17 @@ class _PassthroughFinder(torch.fx.Interpreter):
         return result
 
 
+def ran_on_example(finder: torch.fx.Interpreter, examples: Tuple[torch.Tensor, ...]) -> bool:
+    """Run ``finder`` (an fx Interpreter that records what a rewrite looks for) once on a copy of ``examples``,
+    without grad; False when the model's own run fails (capture's shape run reports that failure)."""
+    try:
+        with torch.no_grad():
+            finder.run(*[e.detach().cpu().clone() for e in examples])
+    except Exception:  # the model's own failure
+        return False
+    return True
+
+
 def remove_traced_passthrough(root: nn.Module, graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> None:
     """Remove the calls of model-wrapped functions (``torch.fx.wrap``) that return their input
     unchanged on the example, as torchvision's ``stochastic_depth`` does in eval mode: torch.fx
@@ -128,10 +139,7 @@ def remove_traced_passthrough(root: nn.Module, graph: torch.fx.Graph, examples: 
     if not candidates:
         return
     finder = _PassthroughFinder(root, graph, candidates)
-    try:
-        with torch.no_grad():
-            finder.run(*[e.detach().cpu().clone() for e in examples])
-    except Exception:  # the model's own failure: reported by capture's shape run
+    if not ran_on_example(finder, examples):
         return
     for node, source in finder.found:
         node.replace_all_uses_with(source)
