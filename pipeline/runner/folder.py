@@ -147,9 +147,13 @@ class RunDir:
         """Before step ``asked`` runs: remove ``results``, ``(name, folder)`` of each step whose results
         derive from it (the step graph says which, ``pipeline.steps.invalidated``), and ``asked`` itself
         unless its output comes from the config: the files each record lists, the folders that
-        became empty, and ``steps/<name>.json``."""
+        became empty, ``steps/<name>.json``, and the traceback of an internal error a previous run of
+        the step left (``steps/<name>.internal_error.txt``, ``cli.internal_error``)."""
         stale = []
         for name, folder in results:
+            error = self.path("steps", name + ".internal_error.txt")
+            if os.path.isfile(error):
+                os.remove(error)
             result = self.path("steps", name + ".json")
             had_result = os.path.exists(result)
             removed = self.remove_written(name, folder)

@@ -143,3 +143,6 @@ def test_an_internal_error_of_a_step_is_one_line_naming_the_step_and_a_bug(tmp_p
     assert "this is a bug of the pipeline, please report it" in lines[0]
     where = tmp_path / "run" / "steps" / "train.internal_error.txt"
     assert str(where) in lines[0] and "Traceback" in where.read_text()
+    monkeypatch.undo()  # the bug fixed: the step runs again and its old traceback goes
+    assert main(["run", config, "--steps", "train"]) == 0
+    assert not where.exists() and (tmp_path / "run" / "steps" / "train.json").is_file()
