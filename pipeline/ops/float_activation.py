@@ -9,7 +9,7 @@ from torch import nn
 
 from .dpu_activation import where_it_runs
 from .dpu_support import Fix, Verdict, cpu_verdict, tail_fix
-from .onnx_form import Unsupported, arg, clip, pow2
+from .onnx_form import Unsupported, arg, clip, element_table
 from .record import Absent, DpuRule, OpRecord, OpSpec
 from .sim_support import TORCH
 from .xir_support import IN, TO_NCHW, TO_NHWC, CustomKernel, OpDef, XirOp, like_input, one, unary
@@ -62,40 +62,10 @@ def cpu_activation(node: Any, ctx: Any) -> Verdict:
 _FLOAT = OpSpec("float", False, False, False)
 
 
-def _element_table(b: Any, node: Any, mod: Any, standard: Callable[[], str]) -> str:
-    """An element-wise float operator. When its input lies on a fake_quant grid (always, unless
-    it follows an unquantized node): a Gather from the table of torch's own values for every code
-    (the op as the model calls it, on all 2^b codes), so ONNX Runtime gives torch's bits in both
-    flavours (its Sigmoid, Tanh and Erf differ from torch's in the last bits, which a float output
-    shows and a following quantization can turn into 1 LSB). Otherwise ``standard()``, the
-    standard ONNX op."""
-    x = node.args[0]
-    grid = b.grid(x) if len(node.args) == 1 and not node.kwargs else None
-    if grid is None:
-        return standard()
-    fix_pos, bitwidth = grid
-    lo, hi = -(2 ** (bitwidth - 1)), 2 ** (bitwidth - 1) - 1
-    codes = torch.arange(lo, hi + 1, dtype=torch.float32) * pow2(-fix_pos)
-    with torch.no_grad():
-        if node.op == "call_module":
-            values = mod(codes)
-        elif node.op == "call_method":
-            values = getattr(codes, node.target)()
-        else:
-            values = node.target(codes)
-    if not isinstance(values, torch.Tensor) or values.shape != codes.shape or values.dtype != torch.float32:
-        return standard()
-    name = node.name
-    index = b.op("Sub", [b.op("Mul", [b.tensor(x), b.scalar(name + "/amp", pow2(fix_pos))], name + "/scaled"),
-                         b.scalar(name + "/lo", float(lo))], name + "/offset")
-    index = b.cast(index, name + "/index", "int64")
-    return b.op("Gather", [b.init(name + "/table", values.numpy()), index], name, axis=0)
-
-
 def _onnx_unary(op_type: str) -> Callable[[Any, Any, Any], str]:
     """The form of Sigmoid / Tanh: the table of torch's values, else the standard ONNX ``op_type``."""
     def form(b: Any, node: Any, mod: Any) -> str:
-        return _element_table(b, node, mod, lambda: b.op(op_type, [b.tensor(node.args[0])], node.name))
+        return element_table(b, node, mod, lambda: b.op(op_type, [b.tensor(node.args[0])], node.name))
     return form
 
 
@@ -104,7 +74,7 @@ def _onnx_silu(b: Any, node: Any, mod: Any) -> str:
     def standard() -> str:
         x = b.tensor(node.args[0])
         return b.op("Mul", [x, b.op("Sigmoid", [x], node.name + "/sigmoid")], node.name)
-    return _element_table(b, node, mod, standard)
+    return element_table(b, node, mod, standard)
 
 
 def _onnx_gelu(b: Any, node: Any, mod: Optional[nn.GELU]) -> str:
@@ -112,7 +82,7 @@ def _onnx_gelu(b: Any, node: Any, mod: Optional[nn.GELU]) -> str:
     approximate = mod.approximate if mod is not None else b.static(node.kwargs.get("approximate", "none"))
     if approximate != "none":
         raise Unsupported("GELU(approximate=%r): only the exact erf form" % approximate)
-    return _element_table(b, node, mod, lambda: _gelu_erf(b, node))
+    return element_table(b, node, mod, lambda: _gelu_erf(b, node))
 
 
 def _gelu_erf(b: Any, node: Any) -> str:
@@ -130,7 +100,7 @@ def _onnx_mish(b: Any, node: Any, mod: Any) -> str:
         x = b.tensor(node.args[0])
         soft = b.op("Softplus", [x], node.name + "/softplus")
         return b.op("Mul", [x, b.op("Tanh", [soft], node.name + "/tanh")], node.name)
-    return _element_table(b, node, mod, standard)
+    return element_table(b, node, mod, standard)
 
 
 def _onnx_log_softmax(b: Any, node: Any, mod: Optional[nn.LogSoftmax]) -> str:

@@ -1,6 +1,7 @@
 """What the units' ONNX forms (``record.OpRecord.onnx``) share: the refusal they raise, the reading of a
 call's arguments, and the few pieces written the same way for several families (a layer's input,
-weight and bias; a Clip; an alias). A support module: it defines no record.
+weight and bias; a Clip; an alias; the table of an element-wise float operator). A support module: it
+defines no record.
 
 An ONNX form is called as ``form(b, node, mod) -> str`` by the ONNX exporter
 (``pipeline/quantizers/sim/export/onnx``): ``b`` is its builder (``builder.Builder``: ``op``, ``init``,
@@ -9,7 +10,7 @@ An ONNX form is called as ``form(b, node, mod) -> str`` by the ONNX exporter
 writes the quantization points and parameters, ``b.param``), ``node`` the ``torch.fx.Node`` of the
 lowered test-mode model, ``mod`` its module (``call_module``) or None; it returns the ONNX name of the
 node's result, or raises :class:`Unsupported` with the reason one argument cannot be written."""
-from typing import Any, List
+from typing import Any, Callable, List
 
 import torch
 import torch.fx
@@ -88,3 +89,34 @@ def clip(b: Any, node: torch.fx.Node, lo: Any, hi: Any) -> str:
 def alias(b: Any, node: torch.fx.Node, mod: Any) -> str:
     """A node that is its first argument (``x.contiguous()``, Identity, Dropout in eval): no ONNX node."""
     return b.tensor(node.args[0])
+
+
+def element_table(b: Any, node: Any, mod: Any, standard: Callable[[], str]) -> str:
+    """An element-wise float operator. When its input lies on a fake_quant grid (always, unless
+    it follows an unquantized node): a Gather from the table of torch's own values for every code
+    (the op as the model calls it, on all 2^b codes), so ONNX Runtime gives torch's bits in both
+    flavours (its Sigmoid, Tanh and Erf differ from torch's in the last bits, which a float output
+    shows and a following quantization can turn into 1 LSB). Otherwise ``standard()``, the
+    standard ONNX op (which may raise :class:`Unsupported` where ONNX Runtime would round otherwise).
+    Used by the float activations' records and the exporter's generic element-wise calls."""
+    x = node.args[0]
+    grid = b.grid(x) if len(node.args) == 1 and node.kwargs in ({}, {"inplace": False}) else None
+    if grid is None:
+        return standard()
+    fix_pos, bitwidth = grid
+    lo, hi = -(2 ** (bitwidth - 1)), 2 ** (bitwidth - 1) - 1
+    codes = torch.arange(lo, hi + 1, dtype=torch.float32) * pow2(-fix_pos)
+    with torch.no_grad():
+        if node.op == "call_module":
+            values = mod(codes)
+        elif node.op == "call_method":
+            values = getattr(codes, node.target)()
+        else:
+            values = node.target(codes)
+    if not isinstance(values, torch.Tensor) or values.shape != codes.shape or values.dtype != torch.float32:
+        return standard()
+    name = node.name
+    index = b.op("Sub", [b.op("Mul", [b.tensor(x), b.scalar(name + "/amp", pow2(fix_pos))], name + "/scaled"),
+                         b.scalar(name + "/lo", float(lo))], name + "/offset")
+    index = b.cast(index, name + "/index", "int64")
+    return b.op("Gather", [b.init(name + "/table", values.numpy()), index], name, axis=0)
