@@ -1,7 +1,8 @@
 """The ONNX forms of the generic element-wise float operators (``torch.abs``, ``x.exp()``, ``F.selu``, ...: the
 calls the capture names after their aten kind, ``pipeline.xir.aten_ops.ELEMENTWISE``) and of eval-mode
 ``nn.AlphaDropout``, through the drop-in API: the exact flavour computes the simulation's outputs bit for bit
-in ONNX Runtime; off a quantization grid only the ops ONNX Runtime computes exactly are written."""
+in ONNX Runtime; off a quantization grid only the ops ONNX Runtime computes exactly are written. An op whose
+record declares it has no ONNX form is refused with the record's reason."""
 import numpy as np
 import pytest
 import torch
@@ -107,3 +108,20 @@ def test_off_a_grid_exp_is_refused_with_the_reason(tmp_path):
     assert "exp of a value off any quantization grid" in message
     assert "rounds otherwise than torch's in the last bits" in message
     assert not (tmp_path / "OffGrid_int.onnx").exists()  # nothing under the final name
+
+
+class Norm(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.c, self.n = nn.Conv2d(3, 4, 3, padding=1), nn.InstanceNorm2d(4, affine=True)
+
+    def forward(self, x):
+        return self.n(self.c(x))
+
+
+def test_an_op_whose_record_declares_no_onnx_form_is_refused_with_the_record_s_reason(tmp_path):
+    from pipeline import ops
+    reason = ops.RECORD_OF["nndct_instance_norm"].onnx["nndct_instance_norm"].reason
+    with pytest.raises(ExportError) as err:
+        _exported(Norm(), str(tmp_path))
+    assert "nndct_instance_norm" in str(err.value) and "no ONNX form: " + reason in str(err.value)

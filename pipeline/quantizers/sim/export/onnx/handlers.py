@@ -76,6 +76,13 @@ def _fake_quant(b: Builder, node: torch.fx.Node, mod: None) -> str:
 _EXACT_ONNX = {"abs": "Abs", "neg": "Neg", "floor": "Floor", "ceil": "Ceil"}
 
 
+def _absent(reason: str) -> Callable[..., str]:
+    """The form of an op whose record declares it has none: refused with the record's reason."""
+    def form(b: Builder, node: torch.fx.Node, mod: Any) -> str:
+        raise Unsupported("no ONNX form: %s" % reason)
+    return form
+
+
 def _elementwise(kind: str) -> Callable[..., str]:
     """The form of a generic element-wise float operator ``kind`` (``xir.aten_ops.ELEMENTWISE``): on a
     quantized input the table of torch's own values for every code (``ops.onnx_form.element_table``:
@@ -150,7 +157,8 @@ def handler_of(gm: torch.fx.GraphModule, node: torch.fx.Node) -> Tuple[Optional[
     except TypeError:  # an unhashable target
         return None, None
     if op in t.RECORD_OF:
-        return form_of(op), mod
+        form = t.RECORD_OF[op].onnx[op]
+        return (_absent(form.reason) if isinstance(form, Absent) else form), mod
     if node.op == "call_module":
         return None, mod
     if node.op == "call_function":
