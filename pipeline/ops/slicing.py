@@ -150,7 +150,7 @@ def _lower_slice(lo, node) -> dict:
     dims, begin, end, strides = [], [], [], []
     for dim, item in _slice_dims(index, len(shape), fx_node.meta.get(SLICE_DIMS)):
         if not isinstance(item, slice):
-            raise lo.unsupported(node, mixed_index_reason(index, item))
+            raise lo.unsupported(node, mixed_index_reason(index, item, len(shape)))
         start, stop, step = (lo.value(item.start), lo.value(item.stop), lo.value(item.step))
         dims.append(dim)
         begin.append(0 if start is None else int(start))
