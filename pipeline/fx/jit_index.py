@@ -20,17 +20,23 @@ before an in-place copy, ``merge_select_to_strided_slice``, which reading a tens
 
 The getitem becomes those ops, in the same order: a chain of slices one getitem of its slices (an
 Ellipsis among them kept where it lies, so the slice's ``dims`` are the chain's), an int
-``torch.select(x, dim, i)``, None ``torch.unsqueeze(x, dim)``; the values are torch's own. A chain whose
-dimensions a getitem cannot name (one that starts after a None, or a chain split by an Ellipsis that
-does not reach the last dimension) leaves the getitem as it was, as does an index with any other item
-(a tensor, a bool)."""
+``torch.select(x, dim, i)``, None ``torch.unsqueeze(x, dim)``; the values are torch's own. A chain of
+consecutive dimensions that does not start at dimension 0 (after an int or None: ``x[:, 0, 3:4]`` is
+``slice(x, 0)``, ``select(1, 0)``, ``slice(1, 3, 4)``) is a getitem led by full slices for the dimensions
+before it, which torch.jit does not record: the getitem's ``meta[SLICE_DIMS]`` holds the chain's
+dimensions, which the slice's ``dims`` are. A chain no getitem names (split by an Ellipsis after an int or
+None, ``x[:, None, 2:6, ..., 0:8]``: dims 2 and 4) leaves the getitem as it was, as does an index with any
+other item (a tensor, a bool); the xmodel writer refuses it (``ops/xmodel_support.mixed_index_reason``)."""
 import operator
 from typing import Any, Callable, List, Optional, Tuple
 
 import torch
 import torch.fx
 
-Piece = Tuple[str, Any]  # ("slices", (index, ...)) | ("select", (dim, i)) | ("unsqueeze", dim)
+from ..ops.slicing import SLICE_DIMS
+
+# ("slices", ((index, ...), dims or None)) | ("select", (dim, i)) | ("unsqueeze", dim)
+Piece = Tuple[str, Any]
 
 
 def _is_item(a: Any) -> bool:
@@ -64,10 +70,12 @@ def jit_pieces(index: tuple, rank: Optional[int]) -> Optional[List[Piece]]:
 
     def close() -> bool:
         if chain:
-            where = _chain_index(chain_dims, chain, current)
+            where, dims = _chain_index(chain_dims, chain, current), None  # type: Optional[tuple], Optional[list]
+            if where is None and chain_dims == list(range(chain_dims[0], chain_dims[0] + len(chain))):
+                where, dims = (slice(None),) * chain_dims[0] + tuple(chain), list(chain_dims)
             if where is None:
                 return False
-            pieces.append(("slices", where))
+            pieces.append(("slices", (where, dims)))
             del chain_dims[:], chain[:]
         return True
 
@@ -114,7 +122,9 @@ def split_select_index(graph: torch.fx.Graph, rank: Callable[[torch.fx.Node], in
             value = node.args[0]
             for kind, what in pieces:
                 if kind == "slices":
-                    value = graph.call_function(operator.getitem, (value, what))
+                    value = graph.call_function(operator.getitem, (value, what[0]))
+                    if what[1] is not None:
+                        value.meta[SLICE_DIMS] = what[1]
                 elif kind == "select":
                     value = graph.call_function(torch.select, (value,) + tuple(what))
                 else:

@@ -4,7 +4,7 @@ traces ``aten::select``), ``x[t]`` with a tensor (``nndct_index``), the in-place
 nndct warns ``QUANTIZER_TORCH_FLOAT_OP`` for select and index."""
 import math
 import operator
-from typing import Any
+from typing import Any, List, Optional
 
 import numpy as np
 import torch
@@ -22,6 +22,10 @@ STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
 INDEX = "nndct_index"
 FILL = "aten::fill_"
+# fx node meta of a getitem whose leading full slices torch.jit does not record (``x[:, 0, 3:4]``: after
+# ``aten::select(x, 1, 0)`` one ``aten::slice`` of dim 1, which capture writes ``[:, 3:4]``): the dims of its
+# last items, one per traced ``aten::slice`` (``pipeline/fx/jit_index.py``)
+SLICE_DIMS = "jit_slice_dims"
 
 # calls that split a tensor into a tuple; each piece taken becomes an nndct_strided_slice node
 SPLIT_FUNCTIONS = (torch.chunk, torch.split)
@@ -144,9 +148,9 @@ def _lower_slice(lo, node) -> dict:
     index = fx_node.args[1]
     index = index if isinstance(index, tuple) else (index,)
     dims, begin, end, strides = [], [], [], []
-    for dim, item in _slice_dims(index, len(shape)):
+    for dim, item in _slice_dims(index, len(shape), fx_node.meta.get(SLICE_DIMS)):
         if not isinstance(item, slice):
-            raise lo.unsupported(node, mixed_index_reason(index, item))
+            raise lo.unsupported(node, mixed_index_reason(index, item, len(shape)))
         start, stop, step = (lo.value(item.start), lo.value(item.stop), lo.value(item.step))
         dims.append(dim)
         begin.append(0 if start is None else int(start))
@@ -155,10 +159,14 @@ def _lower_slice(lo, node) -> dict:
     return {"dims": dims, "begin": begin, "end": end, "strides": strides}
 
 
-def _slice_dims(index: tuple, rank: int) -> list:
+def _slice_dims(index: tuple, rank: int, traced: Optional[List[int]] = None) -> list:
     """``(dim, item)`` for each item of ``index`` but an Ellipsis, ``dim`` the input dimension it indexes: an
     Ellipsis skips the dimensions it stands for, so the items after it index the last ones (torch's
-    ``applySlicing``: one ``aten::slice`` per slice, on those dimensions)."""
+    ``applySlicing``: one ``aten::slice`` per slice, on those dimensions). ``traced``: the getitem's
+    :data:`SLICE_DIMS`, the dimensions of its last items where full slices lead it (only those are
+    traced)."""
+    if traced is not None:
+        return list(zip(traced, index[len(index) - len(traced):]))
     if Ellipsis not in index:
         return list(enumerate(index))
     at = index.index(Ellipsis)

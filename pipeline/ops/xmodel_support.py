@@ -105,13 +105,30 @@ def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:
     return create
 
 
-def mixed_index_reason(index: tuple, item: Any) -> str:
-    """The xmodel writer's reason for ``x[index]`` (an int or None ``item`` among slices) not being written, with
-    the workaround (``ops/slicing.py``'s strided slice). Capture splits a getitem into the selects, unsqueezes
-    and slice chains torch.jit records (``pipeline/fx/jit_index.py``) where each chain starts at dimension 0;
-    what is left has a slice after an int or None (``x[:, None][:, 0, 3:4]``: ``aten::slice`` of dim 1 after
-    ``aten::select(x, 1, 0)``), which the real quantizer writes as a slice of that dimension. One getitem per
-    run of slices then ints and None, each later one led by ``:`` for the dims before it, is written."""
+def mixed_index_reason(index: tuple, item: Any, rank: Optional[int] = None) -> str:
+    """The xmodel writer's reason for ``x[index]`` (an int or None ``item`` among slices; ``rank``: the indexed
+    tensor's) not being written, with the workaround (``ops/slicing.py``'s strided slice). Capture splits a
+    getitem into the selects, unsqueezes and slice chains torch.jit records (``pipeline/fx/jit_index.py``);
+    what it leaves with an Ellipsis is a chain of slices split by it after an int or None
+    (``x[:, None, 2:6, ..., 0:4]``: ``aten::slice`` of dims 2 and 4), which nndct's parser merges into one
+    strided slice (``OptPass.slice_to_strided_slice``) and its forward runs on consecutive dimensions from the
+    chain's first (``pytorch_nndct.nn.modules.prim_ops``, ``deephi_StridedSlice.forward``: dims 2 and 3), a
+    tensor of other values or shape: not supported by the real quantizer either (*measured*: the real
+    quantizer's calibration failed at the next layer's shape). The same index with the Ellipsis written as
+    the full slices it stands for is one chain of consecutive dimensions, which is written. Any other index
+    left (no Ellipsis): one getitem per run of slices then ints and None, each later one led by ``:`` for
+    the dims before it."""
+    if Ellipsis in index and rank is not None:
+        at = index.index(Ellipsis)
+        full = index[:at] + (slice(None),) * (rank - sum(a is not None for a in index) + 1) + index[at + 1:]
+        texts = _index_text(index), _index_text(full)
+        split = "x[%s] for x[%s]" % (texts[1], texts[0]) if None not in texts else "e.g. x[:, None, 2:6, :, 0:4] " \
+            "for x[:, None, 2:6, ..., 0:4]"
+        return ("indexing with %r and slices after it, split by an Ellipsis: torch.jit records one chain of "
+                "slices on dimensions that are not consecutive, which the real quantizer runs on consecutive "
+                "dimensions from the chain's first (its strided slice's forward), giving another tensor: not "
+                "supported by the real quantizer either. Write the dimensions the Ellipsis stands for as full "
+                "slices: %s, which is written and gives the same values" % (item, split))
     steps = _index_steps(index) if Ellipsis not in index else None
     texts = [_index_text(i) for i in [index] + (steps or [])]
     split = "%s for x[%s]" % ("x" + "".join("[%s]" % t for t in texts[1:]), texts[0]) \
@@ -141,6 +158,9 @@ def _index_text(index: tuple) -> Any:
     """``index`` as Python writes it (``:, 0, 3:4``); None when an item is not a constant int or slice."""
     parts = []
     for i in index:
+        if i is Ellipsis:
+            parts.append("...")
+            continue
         bounds = (i.start, i.stop, i.step) if isinstance(i, slice) else (i,)
         if not all(v is None or type(v) is int for v in bounds):
             return None

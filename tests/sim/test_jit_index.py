@@ -1,7 +1,8 @@
 """A tensor indexed by slices, ints, None and Ellipsis: the capture splits the getitem into the ops torch.jit
 records for it (pipeline/fx/jit_index.py), which are the nodes nndct parses (docs/xmodel.md#ops). Held here
-against torch.jit's own trace; tests/fidelity/test_refused_real.py holds int_index, none_index and
-ellipsis_index against the real quantizer."""
+against torch.jit's own trace; tests/fidelity/test_refused_real.py holds int_index, none_index,
+ellipsis_index and the slices after an int or None (int_slice_index, none_int_slice_index, int_slice_int_index,
+none_slice_index) against the real quantizer."""
 import operator
 
 import pytest
@@ -9,12 +10,16 @@ import torch
 import torch.fx
 
 from pipeline.fx.jit_index import jit_pieces, split_select_index
+from pipeline.ops.slicing import SLICE_DIMS
 
 E = Ellipsis
 INT64_MAX = 9223372036854775807
 SPLIT = [(slice(None), 0), (slice(None), None), (E, 1), (0,), (0, slice(1, 3)), (slice(None), slice(None), 2, 1),
-         (None,), (E, None), (1, E, 0), (slice(1, 3), E, None), (slice(None), slice(0, 2), E, 0)]
-LEFT = [(None, slice(1, 2)), (slice(None), None, slice(None), 0), (E, slice(1, 2), 0)]  # no getitem names the chain
+         (None,), (E, None), (1, E, 0), (slice(1, 3), E, None), (slice(None), slice(0, 2), E, 0),
+         # a chain after an int or None: a getitem led by full slices, its traced dims (SLICE_DIMS) the chain's
+         (None, slice(1, 2)), (slice(None), None, slice(None), 0), (E, slice(1, 2), 0), (slice(None), 0, slice(3, 4)),
+         (slice(None), 1, slice(2, 4), 0), (None, slice(None), slice(1, 2)), (0, 1, slice(1, 3), slice(None, None, 2))]
+LEFT = [(None, slice(1, 2), E, slice(0, 1))]  # a chain split by an Ellipsis after a None: no getitem names it
 
 
 def _jit_ops(index, x):
@@ -28,10 +33,15 @@ def _ops_of(pieces, rank):
     ops = []
     for kind, what in pieces:
         if kind == "slices":
+            what, traced = what
             at = what.index(E) if E in what else len(what)
             after = what[at + 1:]
             dims = list(range(at)) + [rank - len(after) + i for i in range(len(after))]
-            for dim, s in zip(dims, [s for s in what if s is not E]):
+            items = [s for s in what if s is not E]
+            if traced is not None:  # the getitem's leading full slices are not traced
+                assert all(s == slice(None) for s in items[:len(items) - len(traced)])
+                dims, items = traced, items[len(items) - len(traced):]
+            for dim, s in zip(dims, items):
                 ops.append(("slice", [dim, 0 if s.start is None else s.start, INT64_MAX if s.stop is None else s.stop,
                                       s.step or 1]))
         elif kind == "select":
@@ -62,4 +72,6 @@ def test_the_split_graph_computes_the_same_values(index):
     split_select_index(graph, lambda node: 4)
     targets = [n.target for n in graph.nodes if n.op == "call_function"]
     assert len(targets) == (1 if jit_pieces(index, 4) is None else len(jit_pieces(index, 4)))
+    traced = [n.meta.get(SLICE_DIMS) for n in graph.nodes if n.target is operator.getitem]
+    assert traced == [what[1] for kind, what in jit_pieces(index, 4) or [("slices", (index, None))] if kind == "slices"]
     assert torch.equal(torch.fx.GraphModule(torch.nn.Module(), graph)(x), x[index])

@@ -225,6 +225,27 @@ class Indexing(nn.Module):
         return self.fc(self.c2(y)[..., 1])  # (N, 4, 16) -> (N, 4, 4)
 
 
+class MixedIndexing(nn.Module):
+    """An int or None followed by a slice in one index (torch.jit records a select or unsqueeze, then
+    slices of the dimensions after it) between a conv and a conv or linear head."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(1, 4, 3, padding=1)
+        self.fc = nn.Linear(16 if kind in ("int_slice_index", "none_slice_index") else 2, 4)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.kind == "int_slice_index":
+            return self.fc(y[:, 0, 3:4])  # (N, 1, 16) -> (N, 1, 4)
+        if self.kind == "none_int_slice_index":
+            return self.c2(y[:, None][:, 0, 3:4])  # (N, 1, 16, 16)
+        if self.kind == "int_slice_int_index":
+            return self.fc(y[:, 1, 2:4, 0])  # (N, 2) -> (N, 4)
+        return self.fc(y[None, :, 1:2].squeeze(0))  # (N, 1, 16, 16) -> (N, 1, 16, 4)
+
+
 class ParamOperand(nn.Module):
     """An nn.Parameter as an operand: ``x + self.p`` or ``x * self.scale`` (a per-channel (C, 1, 1) tensor)."""
     def __init__(self, kind):
@@ -367,6 +388,10 @@ CORPUS = {
     "int_index": (_kind(Indexing, "int_index"), IMAGE),
     "none_index": (_kind(Indexing, "none_index"), IMAGE),
     "ellipsis_index": (_kind(Indexing, "ellipsis_index"), IMAGE),
+    "int_slice_index": (_kind(MixedIndexing, "int_slice_index"), IMAGE),
+    "none_int_slice_index": (_kind(MixedIndexing, "none_int_slice_index"), IMAGE),
+    "int_slice_int_index": (_kind(MixedIndexing, "int_slice_int_index"), IMAGE),
+    "none_slice_index": (_kind(MixedIndexing, "none_slice_index"), IMAGE),
     "param_add": (_kind(ParamOperand, "param_add"), IMAGE),
     "param_mul": (_kind(ParamOperand, "param_mul"), IMAGE),
     "param_tokens": (ParamTokens, IMAGE),
