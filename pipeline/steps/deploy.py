@@ -1,10 +1,10 @@
 """deploy: assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, class names,
 manifest) from files checked against the records of the steps that wrote them.
 
-Before anything is written: the calibration is checked as committed (its input fix_pos goes into the
-bundle), the compiled xmodel (or compile.sh and compile_plan.md, and the quantized xmodel) against the
-compile (and export) step's sha256, the export step's example input (the model input's shape) against
-the export step's; ``pipeline.deploy.build_bundle`` then copies the bytes it matched and reads the
+Before anything is written: the calibration is checked as committed and made under this config's
+settings (its input fix_pos goes into the bundle, beside this config's preprocessing), the compiled
+xmodel (or compile.sh and compile_plan.md, and the quantized xmodel) against the compile (and export)
+step's sha256, the export step's example input (the model input's shape) against the export step's; ``pipeline.deploy.build_bundle`` then copies the bytes it matched and reads the
 quantized xmodel back and checks it. Reads, when present, the test step's accuracy (not required).
 """
 import os
@@ -55,7 +55,6 @@ def run(ctx: "StepContext") -> DeployResult:
     from ..deploy import build_bundle
     from ..errors import PipelineError
     from ..handoff import verify
-    from ..quantizers.calib_commit import check_committed
     from ..quantizers.quant_info import read_quant_info
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
@@ -64,7 +63,8 @@ def run(ctx: "StepContext") -> DeployResult:
     export = ctx.folder.load_step("export") or {}
     work = ctx.folder.work_dir
     # every file the bundle carries or reads, checked against the record of the step that wrote it
-    check_committed(ctx.model.quant_dir, redo="run the calib step again, and the steps after it")
+    # made under this config's settings: the bundle carries this config's preprocessing beside the export's model
+    ctx.model.check_calibration_settings(redo="run the calib step again, and the steps after it")
     if ctx.model.qat_enabled:  # the input fix_pos that ships is the QAT result's
         ctx.model.check_qat()
     expected = {}  # type: Dict[str, Any]

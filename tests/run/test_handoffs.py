@@ -138,6 +138,24 @@ def test_deploy_refuses_a_changed_calibration(run):
     _no_bundle(work)
 
 
+@pytest.mark.parametrize("steps_run", [("compile", "deploy"), ("deploy",)])
+@pytest.mark.parametrize("override, key", [("preprocess.mean=[0.0]", "config.preprocess.mean: calibrated [77.85], "
+                                                                      "now [0.0]"),
+                                           ("model.zoo=mobilenet_v2", "config.model.zoo: calibrated 'digits_cnn', now "
+                                                                       "'mobilenet_v2'")])
+def test_compile_and_deploy_refuse_a_config_the_calibration_was_not_made_under(made, run, steps_run, override, key):
+    """The bundle carries this config's preprocessing beside the model the export made from the calibration: a
+    changed preprocessing or model is refused by name, and no bundle is made."""
+    config, _ = made
+    work, _ = run
+    with pytest.raises(QuantizationError) as err:
+        pipeline.run(config, steps=list(steps_run), overrides=["run.work_dir=" + work, override])
+    message = str(err.value)
+    assert key in message and "was made for something else" in message
+    assert "Run the calib step again, and the steps after it" in message
+    _no_bundle(work)
+
+
 def test_trained_weights_changed_after_training_are_refused_by_the_next_step(run):
     work, steps = run
     _damage(os.path.join(work, "model", "float.pt"), "one byte flipped")
