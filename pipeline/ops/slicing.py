@@ -363,7 +363,7 @@ def _run_strided_slice(run, op, ins):
 RECORD = OpRecord(
     family="slicing",
     specs={
-        STRIDED_SLICE: OpSpec("layout", False, True, False),
+        STRIDED_SLICE: OpSpec("layout", False, True, True),  # SoftFuseStrideSlice
         SELECT: OpSpec("float", False, False, False),
         INDEX: OpSpec("float", False, False, False),
     },
