@@ -108,15 +108,37 @@ def run(ctx: "StepContext") -> DeployResult:
     labels = source.labels  # the test step measures top-1 against them: a classifier
     classes = len(names) if names else int(labels.max()) + 1 if labels is not None and len(labels) else 5
     classification = {"top_k": min(5, classes), "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
+    warnings = []  # type: List[str]
+    not_classifier = _not_a_classifier(export)
+    if not_classifier:  # no CLASSIFICATION model_type for a model the library's classifier cannot read
+        classification = None
+        warnings.append("deploy: " + not_classifier)
     manifest = build_bundle(work, ctx.folder.path("deploy"), compiled, preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
                             quantized_xmodel=quantized, expected=expected, deploy_check=deploy_check,
                             redo="Run the step that wrote it again (the export step: --steps export,compile,deploy; "
                                  "the compile step: --steps compile,deploy)")
-    warnings = [] if names else ["deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None)]
+    if not names:
+        warnings.append("deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None))
     for warning in warnings:
         log.warning("%s", warning)
     return DeployResult(manifest=manifest, warnings=warnings)
+
+
+def _not_a_classifier(export: Dict[str, Any]) -> Optional[str]:
+    """Why the exported model is no classifier the Vitis AI Library's ``model_type: CLASSIFICATION`` reads (one
+    ``[1, classes]`` output), from the model's outputs the export step's run of the xmodel recorded (the
+    interpreter's outputs, one per model output, in the file's dims); None for such a model, or where the
+    export recorded no run (a backend that does not read its file back)."""
+    outputs = ((((export.get("agreement") or {}).get("xmodel") or {}).get("interpreter") or {}).get("outputs"))
+    if not outputs:
+        return None
+    shapes = [list(o.get("shape") or []) for o in outputs]
+    if len(shapes) == 1 and len(shapes[0]) == 2:
+        return None
+    return ("the model's xmodel has %d output%s (%s), not one [1, classes] tensor: the prototxt names no model_type "
+            "(the Vitis AI Library's CLASSIFICATION reads one score vector); write this model's post-processing on "
+            "the board" % (len(shapes), "" if len(shapes) == 1 else "s", ", ".join(str(sh) for sh in shapes)))
 
 
 def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:
