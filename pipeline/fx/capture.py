@@ -325,7 +325,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
     remove_redundant_views(work, fx_graph, examples)  # nndct's parser drops a view that keeps the shape
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
-    refuse_wrong_slices(fx_graph, _shapes(work, fx_graph, examples))  # the real quantizer computes them otherwise
+    if rewrite:  # the simulation's capture (inspect's as-written view takes them as written)
+        refuse_wrong_slices(fx_graph, _shapes(work, fx_graph, examples))  # the real quantizer computes them otherwise
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]

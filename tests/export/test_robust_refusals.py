@@ -175,13 +175,18 @@ def test_slices_the_real_quantizer_runs_on_other_dims_are_refused_before_calibra
                                                                                       instead):
     """nndct merges a chain of slices (across getitems) into one strided slice whose forward slices consecutive
     dims from the chain's first (measured with the real quantizer: these calibrate another tensor silently, or
-    fail with IndexError); refused at capture, before calibration, with the one index that is written."""
+    fail with IndexError); refused at capture, before calibration, with the one index that is written. The
+    inspector's as-written view still inspects the model."""
     with pytest.raises(QuantizationError) as err:
         _export(Index(index), str(tmp_path))
     message = str(err.value)
     assert "not supported by the real quantizer either" in message and "OptPass.slice_to_strided_slice" in message
     assert effect in message and instead + ", which is written and gives the same values" in message
     assert not os.path.exists(str(tmp_path / "quant_info.json"))
+    # the inspector's as-written view takes the model as written
+    Inspector("DPUCZDX8G_ISA1_B4096").inspect(Index(index).eval(), (torch.randn(1, 3, 8, 8),),
+                                              output_dir=str(tmp_path / "insp"), verbose_level=0, image_format=None)
+    assert os.listdir(str(tmp_path / "insp"))
 
 
 def test_a_module_made_in_forward_gets_the_advice_to_make_it_in_init(tmp_path):
