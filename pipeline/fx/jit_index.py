@@ -31,7 +31,7 @@ other item (a tensor, a bool); the xmodel writer refuses it (``ops/xmodel_suppor
 nndct also merges slices across getitems (``x[:, 2:6][:, :, 1:3]``: one strided slice of dims [0, 1, 0, 1, 2])
 and runs a strided slice on consecutive dimensions from its first whatever its dims; a chain where that takes
 other elements than torch (dims not consecutive: an Ellipsis inside it, or several getitems) is refused before
-calibration (:func:`refuse_wrong_slices`, ``ops/slicing/chain.py``)."""
+calibration (:func:`refuse_wrong_slices`, ``ops/slicing/chain.py``); several getitems it gets right become one."""
 import operator
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -155,14 +155,17 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
     (``ops/slicing/chain.py``): the slicing getitems (after :func:`split_select_index`) in a row, each read by
     the next alone, are the ``aten::slice`` ops nndct's parser merges into one strided slice. ``shape(node)``:
     the shape of a node's value on the example (None: not a tensor), asked only for a chain of several
-    getitems or one with an Ellipsis.
+    getitems or one with an Ellipsis. A chain of several getitems it gets right becomes the one getitem nndct
+    makes of it (:func:`_merge`).
 
     Raises:
         NotSimulated: the chain's nodes, as the model writes it, and ``chain.wrong_chain_reason``."""
     from ..ops.slicing import _slice_dims
     from ..ops.slicing.chain import wrong_chain_reason
     from .refusals import NotSimulated
-    for node in graph.nodes:
+    for node in list(graph.nodes):
+        if node.graph is not graph or node not in graph.nodes:
+            continue  # a getitem of a chain merged already
         index = _slices_of(node)
         source = node.args[0] if index is not None else None
         if index is None or (_slices_of(source) is not None and len(source.users) == 1):
@@ -192,6 +195,21 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
         if reason is not None:
             raise NotSimulated("node%s %s: %s" % ("s" if len(chain) > 1 else "", ", ".join(repr(g.name) for g in chain),
                                                   reason))
+        if len(chain) > 1:
+            _merge(graph, chain, dims, slices)
+
+
+def _merge(graph: torch.fx.Graph, chain: List[torch.fx.Node], dims: List[int], slices: List[slice]) -> None:
+    """The getitems of a chain the real quantizer gets right made the one strided slice nndct's parser makes
+    of them: one getitem indexing what nndct's forward indexes (full slices for the dims before the chain's
+    first, then the chain's slices: torch's elements, :func:`refuse_wrong_slices` checked), its
+    ``meta[SLICE_DIMS]`` the chain's dims, repeats and all, which the deploy form reads as nndct's does."""
+    with graph.inserting_before(chain[-1]):
+        merged = graph.call_function(operator.getitem, (chain[0].args[0], (slice(None),) * dims[0] + tuple(slices)))
+    merged.meta[SLICE_DIMS] = list(dims)
+    chain[-1].replace_all_uses_with(merged)
+    for g in reversed(chain):
+        graph.erase_node(g)
 
 
 def _text(index: tuple) -> str:

@@ -65,6 +65,8 @@ INDEXES = {
     "twice_shifted_once": lambda y: y[:, 3:5],
     "crops": lambda y: torch.cat([y[:, 2:6][:, :, 1:3], y[:, 2:6][:, :, 5:7]], 2),  # each chain merged: refused
     "crops_of_one": lambda y: _crops(y[:, 2:6]),  # the slice read twice: nndct merges neither crop into it
+    "twice_right": lambda y: y[:, 2:6][:, 0],  # dims [0, 1, 0]: one strided slice, right, then the select
+    "twice_noop": lambda y: y[:, :6][:],  # dims [0, 1, 0]: one strided slice, right
 }
 
 
@@ -147,11 +149,12 @@ def test_a_slice_chain_split_by_an_ellipsis_after_a_none_is_refused_as_the_real_
 
 
 @pytest.mark.parametrize("index", ["ellipsis_last", "ellipsis_two", "ellipsis_mid_full", "twice_once",
-                                   "twice_shifted_once", "crops_of_one"])
+                                   "twice_shifted_once", "crops_of_one", "twice_right", "twice_noop"])
 def test_slices_the_real_quantizer_runs_as_torch_does_are_written(tmp_path, index):
-    """One strided slice of consecutive dims per chain (tests/data/refused_real: ellipsis_slices_index,
-    slice_read_twice_index hold the real files); verified: the interpreter runs the file against the
-    simulation. The inspector takes it too."""
+    """One strided slice of consecutive dims per chain, or of dims the real quantizer gets right (two getitems
+    merged into one: measured, the real file equals this writer's; tests/data/refused_real: ellipsis_slices_index,
+    slice_read_twice_index hold real files); verified: the interpreter runs the file against the simulation. The
+    inspector takes it too."""
     from pipeline.xir.reader import read_xmodel
     path = _export(Index(index), str(tmp_path))
     types = [op.op_type for op in read_xmodel(path).op_node]
