@@ -31,7 +31,9 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 5. What torch.jit records and fx does not, or the other way round (rewrite or not):
-   ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
+   ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``), and so is every
+   value no output depends on, with what is computed only for it (``dead_values.remove_dead_values``:
+   the dead code pass nndct runs on its trace);
    ``x[:, i]`` is a strided slice then a select, ``x[:, None]`` a strided slice then an unsqueeze
    (``jit_index.split_select_index``); ``c / x`` is ``x.reciprocal() * c`` (``rewrites.reciprocal_divisions``);
    a call returning several tensors is one node with several outputs, indexing it no node (``SimNode.outputs``);
@@ -81,6 +83,7 @@ from .. import support
 from ..errors import QuantizationError
 from .attention import inline_attention
 from .concrete_trace import DataDependentBranch, concrete_trace, has_wrapped_calls
+from .dead_values import remove_dead_values
 from .example_run import ExampleRun
 from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
@@ -319,6 +322,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does
         fx_graph = _concrete(work, examples, model)
     follow_in_place(work, fx_graph)  # a tensor written in place is read after the call from its result
+    remove_dead_values(work, fx_graph)  # what no output depends on: torch.jit's dead code pass drops it, rewrite or not
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)

@@ -11,6 +11,7 @@ from torch import nn
 from .onnx_form import NO_LOWERING, Unsupported
 from .record import Absent, OpRecord, OpSpec
 from .sim_support import TORCH
+from .xir_support import TO_NCHW, TO_NHWC, CustomKernel
 from .xmodel_support import XmodelForm, custom_with_attrs
 
 LAYER_NORM = "nndct_layer_norm"
@@ -54,6 +55,37 @@ def _lower_layer_norm(lo: Any, node: Any) -> dict:
     return {"normalized_shape": shape, "eps": float(eps), "elementwise_affine": bool(affine)}
 
 
+def _kernel(op: Any, xs: Any) -> torch.Tensor:
+    """``nndct_layer_norm {normalized_shape, eps, elementwise_affine}``, its quantized gamma and beta as inputs
+    (``_lower_layer_norm``): ``F.layer_norm`` over the trailing ``normalized_shape`` of the model's tensor (the
+    simulation's call, bit for bit, on the same values). The file does not say which tensor that is where
+    nndct dropped a permute to channels-last before it (ConvNeXt's ``x.permute(0, 2, 3, 1)`` after a conv:
+    the conv's NHWC output is the norm's input, ``tests/data/refused_real/layernorm_channels_last``): a 4-D
+    value the interpreter keeps as an NHWC view of NCHW memory is read as that NCHW tensor where only its
+    trailing dims are ``normalized_shape``, else as it is held (the channels-last reading, also where both
+    fit: C = W). A fallback kernel (not ``complete``): the writer's verification gives the simulation's call.
+
+    Raises:
+        ValueError: inputs other than x, gamma and beta (``elementwise_affine``) or x alone; no reading of x
+            ends in ``normalized_shape``."""
+    affine = bool(op.attr("elementwise_affine"))
+    if len(xs) != (3 if affine else 1):
+        raise ValueError("nndct_layer_norm takes x%s; the op has %d inputs" % (", gamma, beta" if affine else "",
+                                                                              len(xs)))
+    weight, bias = (xs[1], xs[2]) if affine else (None, None)
+    shape, eps = [int(d) for d in op.attr("normalized_shape")], float(op.attr("eps"))
+    x = xs[0]
+
+    def fits(t: torch.Tensor) -> bool:
+        return list(t.shape[t.dim() - len(shape):]) == shape
+    if x.dim() == 4 and not x.is_contiguous() and x.permute(TO_NCHW).is_contiguous() \
+            and fits(x.permute(TO_NCHW)) and not fits(x):
+        return F.layer_norm(x.permute(TO_NCHW), shape, weight, bias, eps).permute(TO_NHWC)
+    if not fits(x):
+        raise ValueError("normalized_shape %s is not the trailing dims of the input %s" % (shape, list(x.shape)))
+    return F.layer_norm(x, shape, weight, bias, eps)
+
+
 RECORD = OpRecord(
     family="layer_norm",
     specs={LAYER_NORM: OpSpec("float", True, False, False)},
@@ -68,9 +100,8 @@ RECORD = OpRecord(
     dpu_rule={LAYER_NORM: Absent("a float operator of the quantizer")},
     xmodel={LAYER_NORM: XmodelForm(_lower_layer_norm, custom_with_attrs)},
     xir_ops=Absent("a custom op (nndct_layer_norm: a type XIR does not define; the interpreter runs the "
-                   "simulation's call for it)"),
-    custom_kernels={LAYER_NORM: Absent("the caller's float_ops (the simulation's call on its quantized gamma "
-                                       "and beta) compute it")},
+                   "simulation's call for it, else its custom kernel)"),
+    custom_kernels={LAYER_NORM: CustomKernel(_kernel, False)},
     traced={LAYER_NORM: ("layer_norm",)},
     refusals={},
     sim={LAYER_NORM: TORCH},

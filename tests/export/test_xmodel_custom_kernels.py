@@ -88,6 +88,22 @@ def test_a_real_file_with_custom_ops_runs_alone_as_the_real_test_mode_output(nam
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
 
 
+@pytest.mark.parametrize("name", ["layernorm_tokens", "layernorm_channels_last"])
+def test_a_real_layer_norm_file_runs_alone_as_the_real_test_mode_output(name):
+    """nndct_layer_norm's fallback kernel (``ops/layer_norm.py``): ViT's tokens, and ConvNeXt's channels-last
+    norm whose permute nndct dropped (the norm reads the conv's NHWC output), run without float_ops as the real
+    quantizer's test-mode outputs, bit for bit."""
+    from tests.support import corpus_refused
+    folder = os.path.join(DATA, "refused_real", name)
+    graph = _graph(glob.glob(os.path.join(folder, "*.xmodel"))[0])
+    assert "nndct_layer_norm" in _custom_types(graph) and not interp_ops.determined("nndct_layer_norm")
+    (x,) = corpus_refused.make_inputs(name, 4, 3)
+    want = np.load(os.path.join(folder, "y_0.npy"))
+    got = np.concatenate([interp.model_outputs(graph, interp.run(graph, [x[i:i + 1]]), [(1,) + want.shape[1:]])[0]
+                          .contiguous().numpy() for i in range(4)])
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+
+
 def test_a_custom_op_the_file_does_not_determine_says_so_and_what_to_do():
     path = glob.glob(os.path.join(REAL, "hardtanh", "*.xmodel"))[0]
     graph = _graph(path)

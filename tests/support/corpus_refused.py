@@ -384,6 +384,45 @@ class AttentionMatmul(nn.Module):
         return self.fc(torch.softmax(q @ k.transpose(-2, -1), -1) @ v)
 
 
+class DeadValue(nn.Module):
+    """conv, ReLU, conv, with a value forward computes and never uses (``kind``): a permute, a view, a
+    reshape, a conv call on the input, a ReLU, ``y + 1``, a dead chain (conv, ReLU, flatten), a module never
+    called, one piece of a split (``a, b = torch.split(y, 4, 1)``, ``b`` unused or ``a`` unused), or an in-place
+    ``y.relu_()`` after the last read of ``y``."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(4 if kind.startswith("dead_split") else 8, 4, 3, padding=1)
+        self.c3 = nn.Conv2d(3 if kind == "dead_conv" else 8, 8, 1)  # called only by dead_conv and dead_chain
+
+    def forward(self, x):
+        y = self.c1(x)
+        if self.kind == "dead_permute":
+            z = y.permute(0, 2, 3, 1)  # noqa: F841
+        elif self.kind == "dead_view":
+            z = y.view(y.size(0), -1)  # noqa: F841
+        elif self.kind == "dead_reshape":
+            z = y.reshape(-1, 8)  # noqa: F841
+        elif self.kind == "dead_conv":
+            z = self.c3(x)  # noqa: F841
+        elif self.kind == "dead_relu":
+            z = F.relu(y)  # noqa: F841
+        elif self.kind == "dead_add":
+            z = y + 1  # noqa: F841
+        elif self.kind == "dead_chain":
+            z = F.relu(self.c3(y)).flatten(1)  # noqa: F841
+        elif self.kind == "dead_split":
+            y, _ = torch.split(y, 4, 1)
+        elif self.kind == "dead_split_first":
+            _, y = torch.split(y, 4, 1)
+        elif self.kind == "dead_inplace":
+            out = self.c2(F.relu(y))
+            y.relu_()  # writes y, which nothing reads after
+            return out
+        return self.c2(F.relu(y))
+
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -426,6 +465,17 @@ CORPUS = {
     "quant_off": (PlainNet, IMAGE),
     "prelu": (PReLUNet, IMAGE),
     "attention_matmul": (AttentionMatmul, IMAGE),
+    "dead_permute": (_kind(DeadValue, "dead_permute"), IMAGE),
+    "dead_view": (_kind(DeadValue, "dead_view"), IMAGE),
+    "dead_reshape": (_kind(DeadValue, "dead_reshape"), IMAGE),
+    "dead_conv": (_kind(DeadValue, "dead_conv"), IMAGE),
+    "dead_relu": (_kind(DeadValue, "dead_relu"), IMAGE),
+    "dead_add": (_kind(DeadValue, "dead_add"), IMAGE),
+    "dead_chain": (_kind(DeadValue, "dead_chain"), IMAGE),
+    "unused_module": (_kind(DeadValue, "unused_module"), IMAGE),
+    "dead_split": (_kind(DeadValue, "dead_split"), IMAGE),
+    "dead_split_first": (_kind(DeadValue, "dead_split_first"), IMAGE),
+    "dead_inplace": (_kind(DeadValue, "dead_inplace"), IMAGE),
 }
 
 

@@ -363,7 +363,9 @@ def _run_strided_slice(run, op, ins):
 RECORD = OpRecord(
     family="slicing",
     specs={
-        STRIDED_SLICE: OpSpec("layout", False, True, False),
+        # group_up: joins the group of a parent it alone reads (nndct_shared/quantization/commander.py
+        # SoftFuseStrideSlice; measured: refused_real/dead_split, the one piece of a split that is read)
+        STRIDED_SLICE: OpSpec("layout", False, True, True),
         SELECT: OpSpec("float", False, False, False),
         INDEX: OpSpec("float", False, False, False),
     },
