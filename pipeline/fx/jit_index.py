@@ -163,9 +163,10 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
     from ..ops.slicing import _slice_dims
     from ..ops.slicing.chain import wrong_chain_reason
     from .refusals import NotSimulated
+    merged = set()  # type: set   # the getitems of the chains merged already
     for node in list(graph.nodes):
-        if node.graph is not graph or node not in graph.nodes:
-            continue  # a getitem of a chain merged already
+        if node in merged:
+            continue
         index = _slices_of(node)
         source = node.args[0] if index is not None else None
         if index is None or (_slices_of(source) is not None and len(source.users) == 1):
@@ -197,6 +198,7 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
                                                   reason))
         if len(chain) > 1:
             _merge(graph, chain, dims, slices)
+            merged.update(chain)
 
 
 def _merge(graph: torch.fx.Graph, chain: List[torch.fx.Node], dims: List[int], slices: List[slice]) -> None:
