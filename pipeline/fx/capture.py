@@ -91,7 +91,7 @@ from .in_place import follow_in_place
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
-from .jit_index import split_select_index
+from .jit_index import refuse_wrong_slices, split_select_index
 from .redundant_view import remove_redundant_views
 from .shape_tuples import ShapeTuples
 from .traced_views import unfold_buffer_views
@@ -232,19 +232,40 @@ def _branch_trace(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn
     return fx_graph
 
 
-def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
-    """``rank(node)``: the rank of an fx node's tensor on the example, from one float forward of a copy of
-    the graph as it is now, made on the first call (an index with an Ellipsis asks; most models never do)."""
+def _probe(work: nn.Module, fx_graph: torch.fx.Graph,
+           examples: Tuple[torch.Tensor, ...]) -> Callable[[], Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]]:
+    """``probe()``: an ExampleRun of a copy of the graph as it is now and the map of its nodes to the copy's,
+    made on the first call (an index with an Ellipsis, or slices in a row, asks; most models never do)."""
     run = []  # type: List[Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]]
 
-    def rank(node: torch.fx.Node) -> int:
+    def probe() -> Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]:
         if not run:
             copy, env = torch.fx.Graph(), {}  # type: torch.fx.Graph, Dict[torch.fx.Node, torch.fx.Node]
             copy.output(copy.graph_copy(fx_graph, env))
             run.append((ExampleRun(work, copy, tuple(e.detach().cpu() for e in examples)), env))
-        probe, env = run[0]
-        return probe.rank(env[node])
+        return run[0]
+    return probe
+
+
+def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
+    """``rank(node)``: the rank of an fx node's tensor on the example (:func:`_probe`)."""
+    probe = _probe(work, fx_graph, examples)
+
+    def rank(node: torch.fx.Node) -> int:
+        run, env = probe()
+        return run.rank(env[node])
     return rank
+
+
+def _shapes(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], Any]:
+    """``shape(node)``: the shape of an fx node's value on the example, None where it is not a tensor
+    (:func:`_probe`)."""
+    probe = _probe(work, fx_graph, examples)
+
+    def shape(node: torch.fx.Node) -> Any:
+        run, env = probe()
+        return run.shapes[env[node]]
+    return shape
 
 
 def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced: Any = None) -> SimGraph:
@@ -308,6 +329,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
     remove_redundant_views(work, fx_graph, examples)  # nndct's parser drops a view that keeps the shape
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
+    if rewrite:  # the simulation's capture (inspect's as-written view takes them as written)
+        refuse_wrong_slices(fx_graph, _shapes(work, fx_graph, examples))  # the real quantizer computes them otherwise
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]

@@ -246,6 +246,27 @@ class MixedIndexing(nn.Module):
         return self.fc(y[None, :, 1:2].squeeze(0))  # (N, 1, 16, 16) -> (N, 1, 16, 4)
 
 
+class SliceChains(nn.Module):
+    """Slices the real quantizer runs as torch does, between convs: a chain after an Ellipsis on consecutive
+    dimensions (one strided slice of dims [2, 3]), two crops of one slice (the slice read twice, so nndct's
+    parser merges neither crop into it), and two getitems nndct merges into one strided slice of dims [0, 1, 0]
+    which its forward and file run right (``y[:, 2:6][:, 0]``: the full ``:`` before the int)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d({"ellipsis_slices_index": 8, "merged_slices_index": 1}.get(kind, 4), 4, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.kind == "ellipsis_slices_index":
+            return self.c2(y[..., 1:3, 0:4])  # (N, 8, 2, 4)
+        if self.kind == "merged_slices_index":
+            return self.c2(y[:, 2:6][:, 0].unsqueeze(1))  # (N, 1, 16, 16)
+        a = y[:, 2:6]
+        return self.c2(torch.cat([a[:, :, 1:3], a[:, :, 5:7]], 2))  # (N, 4, 4, 16)
+
+
 class ParamOperand(nn.Module):
     """An nn.Parameter as an operand: ``x + self.p`` or ``x * self.scale`` (a per-channel (C, 1, 1) tensor)."""
     def __init__(self, kind):
@@ -431,6 +452,9 @@ CORPUS = {
     "none_int_slice_index": (_kind(MixedIndexing, "none_int_slice_index"), IMAGE),
     "int_slice_int_index": (_kind(MixedIndexing, "int_slice_int_index"), IMAGE),
     "none_slice_index": (_kind(MixedIndexing, "none_slice_index"), IMAGE),
+    "ellipsis_slices_index": (_kind(SliceChains, "ellipsis_slices_index"), IMAGE),
+    "slice_read_twice_index": (_kind(SliceChains, "slice_read_twice_index"), IMAGE),
+    "merged_slices_index": (_kind(SliceChains, "merged_slices_index"), IMAGE),
     "param_add": (_kind(ParamOperand, "param_add"), IMAGE),
     "param_mul": (_kind(ParamOperand, "param_mul"), IMAGE),
     "param_tokens": (ParamTokens, IMAGE),

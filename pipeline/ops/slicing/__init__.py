@@ -10,13 +10,13 @@ import numpy as np
 import torch
 import torch.fx
 
-from .dpu_support import DPU, Verdict, cpu_verdict, follows
-from .onnx_form import Unsupported, arg
-from .record import Absent, DpuRule, OpRecord, OpSpec
-from .sim_support import TORCH
-from .xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
+from ..dpu_support import DPU, Verdict, cpu_verdict, follows
+from ..onnx_form import Unsupported, arg
+from ..record import Absent, DpuRule, OpRecord, OpSpec
+from ..sim_support import TORCH
+from ..xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
                           with_info)
-from .xmodel_support import INT_MAX, XmodelForm, custom, mixed_index_reason, no_attrs
+from ..xmodel_support import INT_MAX, XmodelForm, custom, mixed_index_reason, no_attrs
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
