@@ -17,7 +17,7 @@ also across getitems: ``x[:, 2:6][:, :, 1:3]`` is one strided slice of dims [0, 
   the last slice's begin and stride and the smallest end of those on it, so a dimension sliced twice is
   written as neither slice (``x[:, 2:6][:, :]``: channels 0:6 in the file, 2:6 in the calibration).
 
-Every fact here was measured with the real quantizer too (docs/xmodel.md#indexing)."""
+Every fact here was measured with the real quantizer too (docs/xmodel.md#ops, the indexing row and its table of measured chains)."""
 from typing import Any, List, Optional, Sequence, Tuple
 
 from ..refusal import NOT_IN_REAL
