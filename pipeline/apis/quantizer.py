@@ -142,11 +142,12 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
                           % self.output_dir)
         if inputs:  # a keyword-only call is left to the model's forward
             self._check_inputs(tuple(inputs), "quant_model input")
-
-    def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._forwards == 0 and inputs:  # the real quantizer records shapes on this forward only
+            # the caller's values, kept before the forward runs (a model may write its input in place)
             self._first_inputs = tuple(x.detach()[:1].clone() if x.dim() else x.detach().clone() for x in inputs)
             self._first_batch = int(inputs[0].shape[0]) if inputs[0].dim() else 1
+
+    def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
         global _CURRENT
         _CURRENT = self  # dump_xmodel() exports the quantizer that ran last, as nndct's global one
