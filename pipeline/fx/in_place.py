@@ -58,13 +58,7 @@ def follow_in_place(root: nn.Module, graph: torch.fx.Graph) -> None:
                 user.replace_input_with(written, node)
 
 
-# Calls whose result may share its first argument's storage (a view, or the tensor itself: ``x.float()`` of a
-# float32 ``x``, ``x.contiguous()`` of a contiguous one), so that writing the result writes the argument.
-VIEW_METHODS = frozenset((
-    "view", "view_as", "reshape", "reshape_as", "flatten", "unflatten", "squeeze", "unsqueeze", "permute",
-    "transpose", "t", "contiguous", "expand", "expand_as", "narrow", "select", "unbind", "chunk", "split",
-    "tensor_split", "split_with_sizes", "movedim", "moveaxis", "swapaxes", "swapdims", "diagonal", "as_strided",
-    "detach", "unfold", "float", "to", "type", "type_as", "cpu", "cuda", "data", "__getitem__", "requires_grad_"))
+# Modules that return their input or a view of it.
 VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
 
 
@@ -75,17 +69,21 @@ def _may_alias(root: nn.Module, node: torch.fx.Node) -> bool:
         m = root.get_submodule(node.target)
         return isinstance(m, VIEW_MODULES) or getattr(m, "inplace", False) is True
     if node.op == "call_method":
-        return str(node.target) in VIEW_METHODS or writes_first_argument(root, node)
+        return str(node.target) not in NEW_TENSOR_METHODS
     if node.op == "call_function":
         return node.target not in NEW_TENSOR_FUNCTIONS
     return False
 
 
-# Functions that always return a new tensor (never a view of an argument, never an argument itself).
+# Functions and tensor methods that always return a new tensor or a number (never a view of an argument, never
+# the argument itself); any other call counts as one that may: a view (``x.view``, ``x[:, :1]``, ``x.T``), or
+# the tensor itself (``x.float()`` of a float32 ``x``, ``x.contiguous()`` of a contiguous one).
 NEW_TENSOR_FUNCTIONS = frozenset((operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
                                   operator.neg, operator.matmul, operator.pow, torch.add, torch.sub, torch.mul,
                                   torch.div, torch.cat, torch.stack, torch.matmul, torch.relu, torch.sigmoid,
-                                  torch.tanh, torch.exp, torch.clamp, getattr))
+                                  torch.tanh, torch.exp, torch.clamp))
+NEW_TENSOR_METHODS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "pow", "sqrt", "exp", "clamp", "clone",
+                                "relu", "sigmoid", "tanh", "softmax", "matmul", "mean", "sum", "size", "dim"))
 
 
 # ``x[idx] = v`` and the augmented assignments (``x += y``) write their first argument.
@@ -96,10 +94,11 @@ def written_inputs(root: nn.Module, graph: torch.fx.Graph):
     """The positions of the graph's inputs (placeholders, in order) that running it may write in place.
 
     A call writes an input when it writes its first argument (:func:`writes_first_argument`: ``x.sub_(0.5)``,
-    ``F.relu_(x)``, ``nn.ReLU(inplace=True)(x)``; or ``x[idx] = v``, ``x += y``: ``WRITING_OPERATORS``) and that argument
-    is the input or may share its storage (a chain of views or of in-place calls: ``x.view(-1).mul_(2)``,
-    ``x[:, :1].zero_()``). Conservative: an unknown function counts as a view, so the answer may list an
-    input that is not written, never leave out one that is. A graph that writes no input gives ``()``.
+    ``F.relu_(x)``, ``nn.ReLU(inplace=True)(x)``; or ``x[idx] = v``, ``x += y``: ``WRITING_OPERATORS``) and
+    that argument is the input or may share its storage (a chain of views or of in-place calls:
+    ``x.view(-1).mul_(2)``, ``x[:, :1].zero_()``). Conservative: a function or method not known to return a
+    new tensor counts as a view, so the answer may list an input that is not written (a copy too many), not
+    leave out one that a traced call writes. A graph that writes no input gives ``()``.
 
     Args:
         root: the module the graph's call targets are named in (its ``call_module`` targets).

@@ -193,3 +193,32 @@ def test_the_runner_compares_float_and_quantized_on_the_same_batch(tmp_path):
         test = json.load(f)
     assert test["float_accuracy"] > 0.5
     assert test["quant_accuracy"] > test["float_accuracy"] - 0.05, test
+
+
+class _Calls(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.body(self, x)
+
+
+@pytest.mark.parametrize("body,written", [
+    (lambda m, x: m.conv(x.sub_(0.5).mul_(2.0)), (0,)),
+    (lambda m, x: m.relu(x), (0,)),  # an inplace module on the input
+    (lambda m, x: x.view(-1).mul_(2.0), (0,)),  # through a view
+    (lambda m, x: torch.relu_(x[:, :1]), (0,)),
+    (lambda m, x: x.T.add_(1.0), (0,)),
+    (lambda m, x: x.float().add_(1.0), (0,)),  # x itself when float32
+    (lambda m, x: m.conv(x), ()),
+    (lambda m, x: m.relu(m.conv(x)).add_(1.0), ()),  # a new tensor written
+    (lambda m, x: (x * 2.0).mul_(2.0), ()),
+    (lambda m, x: torch.cat([x, x]).mul_(2.0), ()),
+])
+def test_written_inputs_finds_the_inputs_a_graph_may_write(body, written):
+    from pipeline.fx.in_place import written_inputs
+    gm = torch.fx.symbolic_trace(_Calls(body))
+    assert written_inputs(gm, gm.graph) == written
