@@ -31,6 +31,30 @@ def source_section(src: Optional[Dict[str, Any]]) -> List[str]:
     return lines + [""]
 
 
+def split_warnings(src: Optional[Dict[str, Any]]) -> List[str]:
+    """A warning for each split that holds only some of the data's classes (those any split holds): a
+    calibration on some classes, an accuracy on some, a training on some. Most often ``split_order:
+    contiguous`` on a file sorted by label; ``shuffled`` splits stratify by label."""
+    splits = (src or {}).get("splits") or {}
+    counts = {part: info.get("classes") for part, info in splits.items() if info.get("images")}
+    if not counts or any(c is None for c in counts.values()):
+        return []  # no labels: nothing to tell
+    every = sorted({k for c in counts.values() for k, n in c.items() if n},
+                   key=lambda k: (0, int(k), "") if k.lstrip("-").isdigit() else (1, 0, k))
+    out = []
+    for part in ("train", "calib", "eval"):
+        held = {k for k, n in (counts.get(part) or {}).items() if n}
+        if part in counts and held != set(every):
+            missing = [k for k in every if k not in held]
+            out.append("the %s split holds %d of the data's %d classes (none of %s)%s; give data.split_order: "
+                       "shuffled (splits stratified by label)"
+                       % (part, len(held), len(every), ", ".join(str(k) for k in missing[:5])
+                          + (" and %d more" % (len(missing) - 5) if len(missing) > 5 else ""),
+                          ": split_order contiguous cuts the file in slices, and its labels are grouped"
+                          if src.get("split_order") == "contiguous" else ""))
+    return out
+
+
 def source_summary(src: Optional[Dict[str, Any]]) -> List[str]:
     """The command line's lines about the source: skipped files, run folders left out, and whether the
     run left it unchanged."""

@@ -110,10 +110,12 @@ def build_report(run: Any, results: Dict[str, Any]) -> Dict[str, Any]:
         if step.name in results:
             result = results[step.name]
             report.update(rendered(step.name, lambda: result.report_fields("")))
+    from ..data.summary import split_warnings
     verdict = support.current()
-    warnings = [w for name, r in results.items() for w in rendered(name, r.step_warnings)]
+    source = read_source(run)
+    warnings = [w for name, r in results.items() for w in rendered(name, r.step_warnings)] + split_warnings(source)
     report.update(warnings=warnings, support={"kind": verdict.kind, "text": verdict.text},
-                  quantizer_changes=quantizer_changes(results), source=read_source(run),
+                  quantizer_changes=quantizer_changes(results), source=source,
                   steps={name: r.to_json() for name, r in results.items()},
                   artifacts=artifacts(run.work_dir, [s.writes for s in ORDER if s.name not in results]),
                   versions=versions())

@@ -106,6 +106,20 @@ def test_a_calibration_on_fewer_than_100_samples_warns_with_the_user_guide_s_adv
         "quantizer generally works well with 100 to 1000 calibration images")], report["warnings"]
 
 
+def test_a_split_holding_some_classes_only_warns(tmp_path):
+    images, labels = digits_u8()
+    order = np.argsort(labels[:400], kind="stable")  # a file sorted by label
+    cfg, _ = make_case(tmp_path, images=images[:400][order], labels=labels[:400][order],
+                       data={"split_order": "contiguous"})
+    report = pipeline.run(cfg, steps=["calib"], overrides=["model.weights=" + _trained_weights(tmp_path)])
+    told = [w for w in report["warnings"] if w.startswith("the calib split holds ")]
+    assert len(told) == 1 and told[0].endswith(": split_order contiguous cuts the file in slices, and its labels are "
+                                               "grouped; give data.split_order: shuffled (splits stratified by label)")
+    assert [w for w in report["warnings"] if w.startswith("the eval split holds ")]
+    with open(str(tmp_path / "run" / "report.md")) as f:
+        assert told[0] in f.read()
+
+
 def test_declared_layout_contradicted_by_the_data_fails_before_any_work(tmp_path):
     images, labels = digits_u8()
     nchw = np.ascontiguousarray(images[:400].transpose(0, 3, 1, 2))      # (400, 1, 8, 8) but declared NHWC
