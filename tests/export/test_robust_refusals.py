@@ -227,3 +227,29 @@ def test_an_internal_error_of_a_step_is_one_line_naming_the_step_and_a_bug(tmp_p
     monkeypatch.undo()  # the bug fixed: the step runs again and its old traceback goes
     assert main(["run", config, "--steps", "train"]) == 0
     assert not where.exists() and (tmp_path / "run" / "steps" / "train.json").is_file()
+
+
+def test_a_model_returning_a_dict_is_told_to_return_a_tuple_by_both_exports(tmp_path):
+    class Heads(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.c, self.fc = nn.Conv2d(3, 4, 3, padding=1), nn.Linear(4, 2)
+
+        def forward(self, x):
+            y = self.c(x)
+            return {"logits": self.fc(y.mean((2, 3))), "features": y}
+    torch.manual_seed(0)
+    x = torch.randn(2, 3, 8, 8)
+    q = torch_quantizer("calib", Heads().eval(), (x,), output_dir=str(tmp_path))
+    with torch.no_grad():
+        q.quant_model(x)
+    q.export_quant_config()
+    q = torch_quantizer("test", Heads().eval(), (x[:1],), output_dir=str(tmp_path))
+    with torch.no_grad():
+        q.quant_model(x[:1])
+    with pytest.raises(ExportError) as onnx_err:
+        q.export_onnx_model(output_dir=str(tmp_path))
+    assert "Return the tensors themselves (a tuple instead of a dict)" in str(onnx_err.value)
+    assert "drop onnx_" not in str(onnx_err.value)  # dropping ONNX would only meet the xmodel's refusal
+    with pytest.raises(ExportError, match="the model returns a dict; the xmodel carries a tensor or a flat tuple"):
+        q.export_xmodel(output_dir=str(tmp_path))

@@ -152,6 +152,10 @@ def _build_model(gm: torch.fx.GraphModule, examples: Tuple[torch.Tensor, ...], f
             outputs.append(helper.make_tensor_value_info(name, TensorProto.FLOAT, dims))
     except Unsupported as exc:
         problems.append(("output", str(exc)))
+    if problems and all(where == "output" for where, _ in problems):  # what the model returns: no export takes it
+        raise ExportError("cannot export the model to ONNX (%s flavour): %s. Return the tensors themselves (a tuple "
+                          "instead of a dict): the xmodel, too, carries a tensor or a flat tuple/list of tensors"
+                          % (flavour, problems[0][1]))
     if problems:
         listed = ""
         if any(why == NO_LOWERING for _, why in problems):  # the op list helps only for an op without one
