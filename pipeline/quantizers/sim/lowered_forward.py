@@ -1,0 +1,101 @@
+"""The lowered test-mode model's per-forward decisions (``lowered.build_lowered``): an adaptive average pool.
+
+nndct decides an adaptive average pool on every forward (``deephi_AdaptiveAvgPool2d.forward``,
+``pytorch_nndct/nn/modules/adaptive_avg_pool.py``; docs/arithmetic.md#adaptive-average-pool-that-does-not-divide):
+the DPU factor of ``input // output`` and whether the output size divides the input's come from the tensor
+that forward sees. The lowered graph is one fixed graph, written for the example's shapes (what the exporters
+walk, unchanged). :class:`LoweredModule` runs it as is for inputs of the example's sizes, and for inputs of
+other sizes a graph lowered for the sizes its adaptive pools see then: each new input size (the batch
+dimension aside) costs one float forward of its first sample, to learn those sizes, and at most one lowering.
+"""
+import functools
+from typing import Any, Callable, Dict, Optional, Tuple
+
+import torch
+import torch.fx
+
+from ... import ops as g
+from ...fx.example_run import _ShapeRecorder
+
+
+class PoolVariants:
+    """The adaptive pools of one lowered model and the graphs lowered for other pool input sizes.
+
+    Args:
+        graph: the SimGraph; ``build``: ``build(pool_shapes) -> GraphModule``, the lowering with the adaptive
+            pools' input shapes (fx node -> NCHW shape) replacing the example's.
+
+    A graph lowered for other sizes calls the model's own modules (its quantized parameters as they are then:
+    ``load_ft_param`` replaces them in place). A copy of the model (``copy.deepcopy``) gets its own, empty
+    cache; a pickled model drops it (its graph then runs for every input, as lowered for the example).
+    """
+
+    def __init__(self, graph: Any, build: Callable[[Dict[Any, Any]], torch.fx.GraphModule]) -> None:
+        self.graph, self.build = graph, build
+        self.pools = [n.fx_node.all_input_nodes[0] for n in graph.nodes
+                      if n.op == g.ADAPTIVEAVGPOOL2D and not graph.runs_float(n)]
+        self.example_key = self._key([graph.example_shapes[n.fx_node] for n in graph.inputs])
+        self.example_sizes = self._sizes(graph.example_shapes)
+        self._sizes_of = {}  # type: Dict[Any, Tuple[Any, ...]]  # input sizes -> the pools' input sizes
+        self._models = {}  # type: Dict[Tuple[Any, ...], torch.fx.GraphModule]
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "PoolVariants":
+        return PoolVariants(self.graph, self.build)
+
+    def __reduce__(self) -> Any:
+        return (type(None), ())
+
+    @staticmethod
+    def _key(shapes: Any) -> Tuple[Any, ...]:
+        return tuple(None if s is None else tuple(int(d) for d in s[1:]) for s in shapes)
+
+    def _sizes(self, shapes: Dict[Any, Any]) -> Tuple[Any, ...]:
+        return tuple(tuple(int(d) for d in shapes[p][2:]) if shapes.get(p) is not None else None
+                     for p in self.pools)
+
+    def model_for(self, owner: torch.fx.GraphModule, args: Tuple[Any, ...]) -> Optional[torch.fx.GraphModule]:
+        """The model to run on ``args`` (the model inputs) instead of ``owner`` (the lowered model holding this
+        object): a GraphModule calling ``owner``'s modules; or None: ``owner``'s graph is the one (the same pool
+        input sizes as the example's, or an input that is no tensor with a batch dimension).
+
+        Raises:
+            QuantizationError: the float model fails on the first sample of ``args`` (the node named).
+        """
+        if not self.pools or not all(isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] > 0 for a in args):
+            return None
+        key = self._key([a.shape for a in args])
+        if key == self.example_key:
+            return None
+        if key not in self._sizes_of:  # the sizes each pool sees on these input sizes: the float model on one sample
+            recorder = _ShapeRecorder(self.graph.gm)
+            with torch.no_grad():
+                recorder.run(*[a[:1].detach() for a in args])
+            self._sizes_of[key] = self._sizes(recorder.shapes)
+        sizes = self._sizes_of[key]
+        if sizes == self.example_sizes:
+            return None
+        if sizes not in self._models:
+            lowered = self.build({p: (1, 1) + s for p, s in zip(self.pools, sizes) if s is not None})
+            self._models[sizes] = torch.fx.GraphModule(owner, lowered.graph, class_name=type(owner).__name__)
+        return self._models[sizes]
+
+
+class LoweredModule(torch.fx.GraphModule):
+    """A lowered test-mode model (``lowered.py``'s contract) whose ``forward`` runs, for inputs whose adaptive
+    pools see other sizes than the example's, the graph lowered for those sizes (:class:`PoolVariants`, the
+    attribute ``pool_variants``; None: always its own graph). Its graph, code and modules are the example's."""
+
+    def recompile(self) -> Any:
+        """torch's recompile, then ``forward`` dispatching (its signature the graph's)."""
+        result = super().recompile()
+        cls = type(self)
+        own = cls.forward
+
+        @functools.wraps(own)
+        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
+            variants = self.__dict__.get("pool_variants")
+            other = variants.model_for(self, args) if variants is not None and not kwargs else None
+            return own(self, *args, **kwargs) if other is None else other(*args)
+
+        cls.forward = forward
+        return result
