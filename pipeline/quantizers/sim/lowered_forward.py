@@ -80,6 +80,25 @@ class PoolVariants:
         return self._models[sizes]
 
 
+def for_inputs(model: torch.fx.GraphModule, inputs: Any) -> torch.fx.GraphModule:
+    """The lowered model whose graph runs on ``inputs`` (one tensor per model input): ``model`` itself, or,
+    where ``model``'s adaptive pools see other sizes on them than on the example, the graph lowered for those
+    sizes on ``model``'s modules, with its ``quant_info``, ``fast_finetuned`` and ``output_fix_pos``. For
+    the exporters, which walk the graph on an export input (the xmodel: the first test forward's).
+
+    Raises:
+        QuantizationError: the float model fails on ``inputs`` (the node named).
+    """
+    variants = model.__dict__.get("pool_variants")
+    other = variants.model_for(model, tuple(inputs)) if variants is not None else None
+    if other is None:
+        return model
+    for attr in ("quant_info", "fast_finetuned", "output_fix_pos", "sim_session"):
+        if attr in model.__dict__:
+            setattr(other, attr, model.__dict__[attr])
+    return other
+
+
 class LoweredModule(torch.fx.GraphModule):
     """A lowered test-mode model (``lowered.py``'s contract) whose ``forward`` runs, for inputs whose adaptive
     pools see other sizes than the example's, the graph lowered for those sizes (:class:`PoolVariants`, the
