@@ -8,6 +8,7 @@ walk, unchanged). :class:`LoweredModule` runs it as is for inputs of the example
 other sizes a graph lowered for the sizes its adaptive pools see then: each new input size (the batch
 dimension aside) costs one float forward of its first sample, to learn those sizes, and at most one lowering.
 """
+import copy
 import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
@@ -118,3 +119,13 @@ class LoweredModule(torch.fx.GraphModule):
 
         cls.forward = forward
         return result
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> torch.fx.GraphModule:
+        """torch's copy (its modules and graph), deciding per forward too, on its own modules."""
+        res = super().__deepcopy__(memo)
+        if not isinstance(res, LoweredModule):  # torch 1.13's copy is a plain GraphModule
+            res = LoweredModule(res, res.graph, class_name=type(self).__name__)
+        variants = self.__dict__.get("pool_variants")
+        if variants is not None:
+            res.pool_variants = copy.deepcopy(variants, memo)
+        return res
