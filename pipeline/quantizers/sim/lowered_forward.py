@@ -9,7 +9,6 @@ other sizes a graph lowered for the sizes its adaptive pools see then: each new 
 dimension aside) costs one float forward of its first sample, to learn those sizes, and at most one lowering.
 """
 import copy
-import functools
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -70,7 +69,7 @@ class PoolVariants:
         if key not in self._sizes_of:  # the sizes each pool sees on these input sizes: the float model on one sample
             recorder = _ShapeRecorder(self.graph.gm)
             with torch.no_grad():
-                recorder.run(*[a[:1].detach() for a in args])
+                recorder.run(*[a[:1].detach().clone() for a in args])  # a model may write its input
             self._sizes_of[key] = self._sizes(recorder.shapes)
         sizes = self._sizes_of[key]
         if sizes == self.example_sizes:
@@ -105,20 +104,19 @@ class LoweredModule(torch.fx.GraphModule):
     pools see other sizes than the example's, the graph lowered for those sizes (:class:`PoolVariants`, the
     attribute ``pool_variants``; None: always its own graph). Its graph, code and modules are the example's."""
 
-    def recompile(self) -> Any:
-        """torch's recompile, then ``forward`` dispatching (its signature the graph's)."""
-        result = super().recompile()
-        cls = type(self)
-        own = cls.forward
-
-        @functools.wraps(own)
-        def forward(self: Any, *args: Any, **kwargs: Any) -> Any:
-            variants = self.__dict__.get("pool_variants")
-            other = variants.model_for(self, args) if variants is not None and not kwargs else None
-            return own(self, *args, **kwargs) if other is None else other(*args)
-
-        cls.forward = forward
-        return result
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        """The module's call (its hooks too), its ``forward`` the graph lowered for the sizes the adaptive pools
+        see on ``args`` where they are not the example's. ``forward`` itself stays the graph's code (what
+        ``torch.fx`` traces)."""
+        variants = self.__dict__.get("pool_variants")
+        other = variants.model_for(self, args) if variants is not None and not kwargs else None
+        if other is None:
+            return super().__call__(*args, **kwargs)
+        self.__dict__["forward"] = other.forward  # this call's forward (an instance attribute wins)
+        try:
+            return super().__call__(*args, **kwargs)
+        finally:
+            del self.__dict__["forward"]
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> torch.fx.GraphModule:
         """torch's copy (its modules and graph), deciding per forward too, on its own modules."""
