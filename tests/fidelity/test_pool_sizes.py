@@ -22,7 +22,7 @@ from torch import nn
 from pipeline.quantizers import quant_info as qi
 from pipeline.ops.pool.sim import avgpool_dpu_scale
 
-from tests.support import DATA, SUPPORT, corpus_pool_sizes as corpus, pinned_threads
+from tests.support import DATA, SUPPORT, corpus_models, corpus_pool_sizes as corpus, pinned_threads
 
 REAL = os.path.join(DATA, "pool_sizes_real")
 THREADS = pinned_threads(1)  # the references' setting (tests/data/README.md)
@@ -96,6 +96,17 @@ def test_test_mode_and_xmodel_take_the_factor_of_the_forward(tmp_path):
     assert not any(n.target is torch.mul for n in model.graph.nodes)  # the example's 32x32: factor 1.0, no mul
     q.export_xmodel(os.path.join(d, "xmodel"))  # checked against the simulation on the 48x48 forward, or raises
     assert os.listdir(os.path.join(d, "xmodel"))
+    pytest.importorskip("onnxruntime")
+    q.export_onnx_model(os.path.join(d, "onnx"), native_onnx=False)  # written for input_args' 32x32 size
+    x32 = torch.rand(4, 8, 32, 32, generator=g)
+    got = corpus_models.exact_onnx_outputs(os.path.join(d, "onnx"), [x32])[0]
+    want32 = _fq(F.adaptive_avg_pool2d(_fq(x32, pin), 1), pout)  # 32x32's factor 1.0
+    assert np.array_equal(got.view(np.int32), want32.numpy().view(np.int32))
+    assert torch.equal(q.quant_model(x32), want32)
+    from pipeline.quantizers.sim.export import export_onnx  # the runner's export: its example's own size
+    export_onnx(model, x[:1].clone(), os.path.join(d, "onnx48", "GAP_int.onnx"), "exact")
+    got = corpus_models.exact_onnx_outputs(os.path.join(d, "onnx48"), [x])[0]
+    assert np.array_equal(got.view(np.int32), want.numpy().view(np.int32))
 
 
 def test_copies_of_the_test_model_run_their_own_modules(tmp_path):
