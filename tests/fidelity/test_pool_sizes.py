@@ -52,6 +52,25 @@ def test_pool_of_another_size_than_the_example_equals_the_real_quantizer(name, p
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
 
 
+@pytest.mark.parametrize("name, hw", [("pool_2x2_33_example_32", 32), ("pool_2x2_32_example_33", 33)])
+def test_test_forwards_of_another_size_than_the_calibration(name, hw, phases, tmp_path):
+    """Calibrated on 33x33 (null entry), tested on 32x32: the pool divides, so it is scaled, and stays
+    unquantized (no fix position); calibrated on 32x32, tested on 33x33: uneven, so neither. As the real
+    quantizer (``y_<hw>x<hw>.npy``: its test phase on seed 3's 4 samples of that size, a batch-1 forward first)."""
+    import shutil
+    from pipeline.apis import torch_quantizer
+    folder = str(tmp_path / name)
+    shutil.copytree(os.path.join(phases, name), folder)
+    q = torch_quantizer("test", corpus.make_model(name), (corpus.make_example(name),), output_dir=folder,
+                        device=torch.device("cpu"))
+    x = corpus_models.seeded_inputs([(3, hw, hw)], 4, 3)[0]
+    with torch.no_grad():
+        q.quant_model(x[:1])
+        got = q.quant_model(x).numpy()
+    want = np.load(os.path.join(REAL, name, "y_%dx%d.npy" % (hw, hw)))
+    assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
+
+
 def test_reference_pool_uneven_in_every_batch_is_null():
     """The real quantizer's files themselves: the pool that divides on the example but on no forward has a
     null entry; the one uneven on the example but dividing on every forward has a fix position."""

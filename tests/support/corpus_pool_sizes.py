@@ -6,7 +6,8 @@ factor, and whether its output size divides its input's, on every forward
 The recipe (``phase``): the seeded model (``corpus_models.seeded_model``), the example a batch of 1 of
 the example size (seed 9); calibration: forwards of seeds 1 and 2 (4 samples each, the data size),
 ``export_quant_config``; then, in a new process, test mode: a batch-1 forward of seed 3's first sample,
-the 4 samples of seed 3, whose output is ``y_0.npy``.
+the 4 samples of seed 3, whose output is ``y_0.npy``. The 2x2 pools' references also hold a test phase on
+data of the other case's size (``y_<hw>x<hw>.npy``: the same, on seed 3's 4 samples of that size).
 
 ``python tests/support/corpus_pool_sizes.py calib|test OUT_DIR [NAMES|all] [real]`` runs one phase with
 the drop-in's ``torch_quantizer`` (``real``: pytorch_nndct's, where it is installed).
