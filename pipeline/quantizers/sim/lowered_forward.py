@@ -34,8 +34,9 @@ class PoolVariants:
         self.graph, self.build = graph, build
         self.pools = [n.fx_node.all_input_nodes[0] for n in graph.nodes
                       if n.op == g.ADAPTIVEAVGPOOL2D and not graph.runs_float(n)]
-        self.example_key = self._key([graph.example_shapes[n.fx_node] for n in graph.inputs])
-        self.example_sizes = self._sizes(graph.example_shapes)
+        # the example's shapes cost a float forward: read only for a model with such a pool
+        self.example_key = self._key([graph.example_shapes[n.fx_node] for n in graph.inputs]) if self.pools else ()
+        self.example_sizes = self._sizes(graph.example_shapes) if self.pools else ()
         self._sizes_of = {}  # type: Dict[Any, Tuple[Any, ...]]  # input sizes -> the pools' input sizes
         self._models = {}  # type: Dict[Tuple[Any, ...], torch.fx.GraphModule]
 
