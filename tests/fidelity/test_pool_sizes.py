@@ -71,6 +71,23 @@ def test_test_forwards_of_another_size_than_the_calibration(name, hw, phases, tm
     assert got.dtype == want.dtype and np.array_equal(got.view(np.int32), want.view(np.int32))
 
 
+@pytest.mark.parametrize("name, warned", [("pool_2x2_33_example_32", True), ("pool_2x2_32_example_33", False)])
+def test_the_drop_in_warns_about_the_pool_uneven_on_a_forward(name, warned, tmp_path, caplog):
+    """The warning follows the forwards, not the example (nndct's module warns on the forward that sees it:
+    the real quantizer warned for 33x33 forwards of a 32x32 example, and not for 32x32 forwards of a 33x33 one)."""
+    import logging
+    from pipeline.apis import torch_quantizer
+    with caplog.at_level(logging.WARNING, logger="pipeline.apis"):
+        q = torch_quantizer("calib", corpus.make_model(name), (corpus.make_example(name),), output_dir=str(tmp_path),
+                            device=torch.device("cpu"))
+        q.quant_model(corpus.make_inputs(name, 4, 1))
+    size = corpus.CORPUS[name][2][1]
+    expected = ["AdaptiveAvgpool2d op(PoolHead::nndct_adaptive_avg_pool2d_3) is not quantized: its output size [2, 2] "
+                "does not divide its input size [%d, %d], so it runs unscaled, in float, as in the real quantizer (the "
+                "DPU cannot run it)" % (size, size)] if warned else []
+    assert [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING] == expected
+
+
 def test_reference_pool_uneven_in_every_batch_is_null():
     """The real quantizer's files themselves: the pool that divides on the example but on no forward has a
     null entry; the one uneven on the example but dividing on every forward has a fix position."""

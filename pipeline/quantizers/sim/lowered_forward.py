@@ -18,6 +18,24 @@ from ... import ops as g
 from ...fx.example_run import _ShapeRecorder
 
 
+def float_shapes(graph: Any, args: Any) -> Dict[Any, Any]:
+    """fx node -> output shape (a tuple; None for what is no tensor) of ``graph``'s float model (its
+    ``SimGraph.gm``) on a copy of the first sample of each of ``args`` (tensors with a batch dimension).
+
+    Raises:
+        QuantizationError: the float model fails there (the node named).
+    """
+    recorder = _ShapeRecorder(graph.gm)
+    with torch.no_grad():
+        recorder.run(*[a[:1].detach().clone() for a in args])  # a copy: a model may write its input
+    return recorder.shapes
+
+
+def input_key(shapes: Any) -> Tuple[Any, ...]:
+    """The sizes of the model inputs of ``shapes`` (one shape per input, None for no tensor), batch left out."""
+    return tuple(None if s is None else tuple(int(d) for d in s[1:]) for s in shapes)
+
+
 class PoolVariants:
     """The adaptive pools of one lowered model and the graphs lowered for other pool input sizes.
 
@@ -35,7 +53,7 @@ class PoolVariants:
         self.pools = [n.fx_node.all_input_nodes[0] for n in graph.nodes
                       if n.op == g.ADAPTIVEAVGPOOL2D and not graph.runs_float(n)]
         # the example's shapes cost a float forward: read only for a model with such a pool
-        self.example_key = self._key([graph.example_shapes[n.fx_node] for n in graph.inputs]) if self.pools else ()
+        self.example_key = input_key([graph.example_shapes[n.fx_node] for n in graph.inputs]) if self.pools else ()
         self.example_sizes = self._sizes(graph.example_shapes) if self.pools else ()
         self._sizes_of = {}  # type: Dict[Any, Tuple[Any, ...]]  # input sizes -> the pools' input sizes
         self._models = {}  # type: Dict[Tuple[Any, ...], torch.fx.GraphModule]
@@ -45,10 +63,6 @@ class PoolVariants:
 
     def __reduce__(self) -> Any:
         return (type(None), ())
-
-    @staticmethod
-    def _key(shapes: Any) -> Tuple[Any, ...]:
-        return tuple(None if s is None else tuple(int(d) for d in s[1:]) for s in shapes)
 
     def _sizes(self, shapes: Dict[Any, Any]) -> Tuple[Any, ...]:
         return tuple(tuple(int(d) for d in shapes[p][2:]) if shapes.get(p) is not None else None
@@ -64,14 +78,11 @@ class PoolVariants:
         """
         if not self.pools or not all(isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] > 0 for a in args):
             return None
-        key = self._key([a.shape for a in args])
+        key = input_key([a.shape for a in args])
         if key == self.example_key:
             return None
         if key not in self._sizes_of:  # the sizes each pool sees on these input sizes: the float model on one sample
-            recorder = _ShapeRecorder(self.graph.gm)
-            with torch.no_grad():
-                recorder.run(*[a[:1].detach().clone() for a in args])  # a model may write its input
-            self._sizes_of[key] = self._sizes(recorder.shapes)
+            self._sizes_of[key] = self._sizes(float_shapes(self.graph, args))
         sizes = self._sizes_of[key]
         if sizes == self.example_sizes:
             return None
