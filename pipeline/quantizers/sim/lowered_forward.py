@@ -117,18 +117,20 @@ class LoweredModule(torch.fx.GraphModule):
     attribute ``pool_variants``; None: always its own graph). Its graph, code and modules are the example's."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        """The module's call (its hooks too), its ``forward`` the graph lowered for the sizes the adaptive pools
-        see on ``args`` where they are not the example's. ``forward`` itself stays the graph's code (what
-        ``torch.fx`` traces)."""
-        variants = self.__dict__.get("pool_variants")
-        other = variants.model_for(self, args) if variants is not None and not kwargs else None
-        if other is None:
+        """The module's call, its hooks first (the drop-in's input checks), its ``forward`` the graph lowered
+        for the sizes the adaptive pools see on the inputs where they are not the example's. ``forward``
+        itself stays the graph's code (what ``torch.fx`` traces)."""
+        if self.__dict__.get("pool_variants") is None:
             return super().__call__(*args, **kwargs)
-        self.__dict__["forward"] = other.forward  # this call's forward (an instance attribute wins)
+        self.__dict__["forward"] = self._pool_forward  # this call's forward (an instance attribute wins)
         try:
             return super().__call__(*args, **kwargs)
         finally:
             del self.__dict__["forward"]
+
+    def _pool_forward(self, *args: Any, **kwargs: Any) -> Any:
+        other = None if kwargs else self.__dict__["pool_variants"].model_for(self, args)
+        return type(self).forward(self, *args, **kwargs) if other is None else other.forward(*args)
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> torch.fx.GraphModule:
         """torch's copy (its modules and graph), deciding per forward too, on its own modules."""
