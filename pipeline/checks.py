@@ -10,6 +10,9 @@ import torch
 from .errors import ConfigError, DataError
 
 CHANNEL_COUNTS = (1, 3, 4)  # grayscale, RGB/BGR, RGBA: what an image channel axis usually holds
+# fewer calibration samples than this warns: the lower end of "100 to 1000 calibration images" (UG1414, Vitis AI
+# Quantizer Flow)
+FEW_SAMPLES = 100
 
 
 def check_declared_layout(shape: Sequence[int], layout: str, where: str = "data.source.layout") -> None:
@@ -109,7 +112,9 @@ class InputStats:
         Returns:
             ``{"elements" (per channel), "mean", "std" (per channel, after normalization),
             "source_min", "source_max" (per channel, in source units), "plausible" (bool),
-            "warnings" (list of str)}``. A calibration on a single sample warns too. After ``(x - mean) / std`` a sensible configuration gives
+            "warnings" (list of str)}``. A calibration on a single sample warns too, and one on fewer than
+            ``FEW_SAMPLES`` (100, the lower end of UG1414's "100 to 1000 calibration images"). After
+            ``(x - mean) / std`` a sensible configuration gives
             every channel a std between 0.05 and 20 and a mean within +-10; outside that, the
             normalization does not fit the data (values scaled twice, wrong units, wrong mean/std),
             and the fix positions chosen from such data waste most of the int8 range.
@@ -127,6 +132,11 @@ class InputStats:
             warnings.append("the calibration saw a single sample: every fix_pos (and bias correction) comes from one "
                             "image, so the quantized accuracy on other images can be far from float; give the calib "
                             "split (data.split, data.calib_batches) a few hundred representative samples")
+        elif self.samples < FEW_SAMPLES:
+            warnings.append("the calibration saw %d samples: the Vitis AI user guide (UG1414, \"Vitis AI Quantizer "
+                            "Flow\") says the quantizer generally works well with 100 to 1000 calibration images; "
+                            "give the calib split (data.split, data.calib_batches) at least 100 representative samples"
+                            % self.samples)
         if bad:
             warnings.append(
                 "implausible calibration inputs for the configured normalization: channel(s) %s span %s .. %s in "

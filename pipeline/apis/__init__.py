@@ -23,8 +23,8 @@ What differs, on purpose:
 
 - The caller's input tensors and model are NEVER changed: the real quantizer rounds its input in
   place and swaps ReLU6 for ReLU inside the caller's model (docs/quantizer.md#input-rounded-in-place, docs/quantizer.md#the-callers-model-is-rewritten); here the model is
-  copied (its weights shared, never written: ``pipeline.fx.work_copy``) and every operation is out
-  of place.
+  copied (its weights shared, never written: ``pipeline.fx.work_copy``), and an input the model writes
+  itself (``x.sub_(0.5)`` in its forward) is copied before the simulation runs (``SimGraph.own_inputs``).
 - A calibration batch holding NaN/Inf warns with the forward index and the count; nndct skips
   it silently, and the statistics here skip it the same way.
 - ``export_quant_config`` also writes ``calib_fingerprint.json`` and commits the files as one unit

@@ -13,6 +13,7 @@ from ..errors import ExportError, QuantizationError
 from ..fileio import write_bytes
 from ..quantizers.quant_info import QUANT_INFO_FILE
 from ..quantizers.sim.finite import check_inputs
+from ..quantizers.sim.lowered import OwnInputs
 from .notes import note
 
 
@@ -161,6 +162,9 @@ class TestModeMethods:
         example1 = self._example1()
         # a check on NaN would pass NaN against NaN (pipeline.quantizers.sim.finite, rule 1)
         check_inputs(example1, "export_torch_script", "give torch_quantizer a finite example input; nothing was written")
+        written = getattr(gm, "written_inputs", ())
+        if written:  # the inputs its graph writes in place: copied first, in the traced file too (lowered.py, point 1)
+            plain.register_forward_pre_hook(OwnInputs(written))
         with torch.no_grad(), warnings.catch_warnings():
             # torch 2.x calls TorchScript deprecated; it is the format the real quantizer writes
             warnings.filterwarnings("ignore", message=r".*torch\.jit", category=DeprecationWarning)

@@ -3,14 +3,15 @@ its input checks and forward hooks, ``quant_model``; ``dump_xmodel``. The calib-
 ``calib_mode``, the test-mode ones in ``exports``."""
 import copy
 import warnings
-from typing import Any, Dict, Optional, Tuple
+from typing import Any, Dict, Optional, Set, Tuple
 
 import torch
 from torch import nn
 
 from ..errors import ExportError, QuantizationError
 from ..models.loading import load_state_dict_file
-from ..ops import ADAPTIVEAVGPOOL2D
+from ..ops import ADAPTIVEAVGPOOL2D, LEAKY_RELU
+from ..ops.leaky_relu import LEAKY_SLOPE
 from ..quantizers import calib_commit
 from ..quantizers.base import QuantSettings
 from ..quantizers.calib_commit import check_committed
@@ -98,6 +99,7 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
                                 warn_only=("weights_hash",))
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
+        warn_leaky_slopes(self._session.graph)  # while nndct optimizes the graph, before its note
         note("=>Get module with quantization.")
         self._pools_seen = set()  # type: set  # input sizes whose adaptive pools were checked (_warn_uneven_pools)
         self._pools_warned = set()  # type: set
@@ -163,11 +165,12 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
         if inputs:  # a keyword-only call is left to the model's forward
             self._check_inputs(tuple(inputs), "quant_model input")
             self._warn_uneven_pools(tuple(inputs))
-
-    def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         if self._forwards == 0 and inputs:  # the real quantizer records shapes on this forward only
+            # the caller's values, kept before the forward runs (a model may write its input in place)
             self._first_inputs = tuple(x.detach()[:1].clone() if x.dim() else x.detach().clone() for x in inputs)
             self._first_batch = int(inputs[0].shape[0]) if inputs[0].dim() else 1
+
+    def _count_forward(self, module: nn.Module, inputs: Any, output: Any) -> None:
         self._forwards += 1
         global _CURRENT
         _CURRENT = self  # dump_xmodel() exports the quantizer that ran last, as nndct's global one
@@ -199,6 +202,41 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
         example inputs' number and ranks.
         """
         return self._model
+
+
+def leaky_slope(graph: Any, node: Any) -> float:
+    """The float model's slope of a LeakyReLU node of ``graph`` (a ``SimGraph``): its module's
+    ``negative_slope``, or ``F.leaky_relu``'s argument (by position or keyword; torch's default 0.01)."""
+    fx_node = node.fx_node
+    if fx_node.op == "call_module":
+        return float(graph.module(node).negative_slope)
+    slope = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs.get("negative_slope", 0.01)
+    return float(slope)
+
+
+def warn_leaky_slopes(graph: Any) -> None:
+    """Warn, as nndct's ``SetNegativeSlope`` (``nndct_shared/optimization/commander.py``) does with its own
+    words, once per process and message (``warning2user_once``): a LeakyReLU whose slope is not 26/256 runs with
+    26/256 in the quantized model (docs/arithmetic.md#leakyrelu-slope); under quantization off (and outside the
+    quantized parts) its slope is kept."""
+    for node in graph.nodes:
+        if node.op != LEAKY_RELU:
+            continue
+        slope = leaky_slope(graph, node)
+        if graph.runs_float(node):
+            message = "Preserve negative_slope(%s) of LeakyReLU without quantization." % slope
+        elif slope != LEAKY_SLOPE:
+            message = ("Force to change negative_slope of LeakyReLU from %s to 0.1015625 because DPU only supports "
+                       "this value. It is recommended to change all negative_slope of LeakyReLU to 0.1015625 and "
+                       "re-train the float model for better deployed model accuracy." % slope)
+        else:
+            continue
+        if message not in _WARNED:
+            _WARNED.add(message)
+            log.warning(message)
+
+
+_WARNED = set()  # type: Set[str]  # the LeakyReLU messages given in this process (nndct's warning2user_once)
 
 
 def dump_xmodel(output_dir: str = "quantize_result", deploy_check: bool = False, app_deploy: str = "CV") -> str:

@@ -31,7 +31,9 @@ model is never touched), and the fx graph is rewritten the same way (steps 1-3: 
    ``nndct_shape`` for its end index); any operator without an nndct type is a float operator
    of type ``aten::<name>``, named ``aten_<name>_<index>``.
 5. What torch.jit records and fx does not, or the other way round (rewrite or not):
-   ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``);
+   ``torch._assert`` and unused sizes are dropped (``rewrites.remove_shape_checks``), and so is every
+   value no output depends on, with what is computed only for it (``dead_values.remove_dead_values``:
+   the dead code pass nndct runs on its trace);
    ``x[:, i]`` is a strided slice then a select, ``x[:, None]`` a strided slice then an unsqueeze
    (``jit_index.split_select_index``); ``c / x`` is ``x.reciprocal() * c`` (``rewrites.reciprocal_divisions``);
    a call returning several tensors is one node with several outputs, indexing it no node (``SimNode.outputs``);
@@ -81,6 +83,7 @@ from .. import support
 from ..errors import QuantizationError
 from .attention import inline_attention
 from .concrete_trace import DataDependentBranch, concrete_trace, has_wrapped_calls
+from .dead_values import remove_dead_values
 from .example_run import ExampleRun
 from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
@@ -88,7 +91,7 @@ from .in_place import follow_in_place
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
-from .jit_index import split_select_index
+from .jit_index import refuse_wrong_slices, split_select_index
 from .redundant_view import remove_redundant_views
 from .shape_tuples import ShapeTuples
 from .traced_views import unfold_buffer_views
@@ -229,19 +232,40 @@ def _branch_trace(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn
     return fx_graph
 
 
-def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
-    """``rank(node)``: the rank of an fx node's tensor on the example, from one float forward of a copy of
-    the graph as it is now, made on the first call (an index with an Ellipsis asks; most models never do)."""
+def _probe(work: nn.Module, fx_graph: torch.fx.Graph,
+           examples: Tuple[torch.Tensor, ...]) -> Callable[[], Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]]:
+    """``probe()``: an ExampleRun of a copy of the graph as it is now and the map of its nodes to the copy's,
+    made on the first call (an index with an Ellipsis, or slices in a row, asks; most models never do)."""
     run = []  # type: List[Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]]
 
-    def rank(node: torch.fx.Node) -> int:
+    def probe() -> Tuple[ExampleRun, Dict[torch.fx.Node, torch.fx.Node]]:
         if not run:
             copy, env = torch.fx.Graph(), {}  # type: torch.fx.Graph, Dict[torch.fx.Node, torch.fx.Node]
             copy.output(copy.graph_copy(fx_graph, env))
             run.append((ExampleRun(work, copy, tuple(e.detach().cpu() for e in examples)), env))
-        probe, env = run[0]
-        return probe.rank(env[node])
+        return run[0]
+    return probe
+
+
+def _ranks(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], int]:
+    """``rank(node)``: the rank of an fx node's tensor on the example (:func:`_probe`)."""
+    probe = _probe(work, fx_graph, examples)
+
+    def rank(node: torch.fx.Node) -> int:
+        run, env = probe()
+        return run.rank(env[node])
     return rank
+
+
+def _shapes(work: nn.Module, fx_graph: torch.fx.Graph, examples: Tuple[torch.Tensor, ...]) -> Callable[[torch.fx.Node], Any]:
+    """``shape(node)``: the shape of an fx node's value on the example, None where it is not a tensor
+    (:func:`_probe`)."""
+    probe = _probe(work, fx_graph, examples)
+
+    def shape(node: torch.fx.Node) -> Any:
+        run, env = probe()
+        return run.shapes[env[node]]
+    return shape
 
 
 def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced: Any = None) -> SimGraph:
@@ -298,12 +322,15 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
     if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does
         fx_graph = _concrete(work, examples, model)
     follow_in_place(work, fx_graph)  # a tensor written in place is read after the call from its result
+    remove_dead_values(work, fx_graph)  # what no output depends on: torch.jit's dead code pass drops it, rewrite or not
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)
     unfold_buffer_views(work, fx_graph, examples)  # views as torch.jit records them and nndct keeps them, rewrite or not
     remove_redundant_views(work, fx_graph, examples)  # nndct's parser drops a view that keeps the shape
     split_select_index(fx_graph, _ranks(work, fx_graph, examples))
+    if rewrite:  # the simulation's capture (inspect's as-written view takes them as written)
+        refuse_wrong_slices(fx_graph, _shapes(work, fx_graph, examples))  # the real quantizer computes them otherwise
     reciprocal_divisions(fx_graph)
     param_names = inline_attention(work, fx_graph)  # the ops nndct's trace records, rewrite or not
     folded = {}  # type: Dict[str, str]

@@ -11,6 +11,7 @@ from torch import nn
 
 from .. import ops as t
 from .example_run import ExampleRun
+from .in_place import written_inputs
 from ..ops import CONST, INPUT, RETURN
 
 
@@ -148,6 +149,24 @@ class SimGraph:
         self._modules = {}  # type: Dict[str, nn.Module]
         self.quant_off = False
         tag_quant_part(nodes)
+        self._written = None  # type: Optional[Tuple[int, ...]]
+
+    @property
+    def written_inputs(self) -> Tuple[int, ...]:
+        """The positions of the model inputs a call of the graph writes in place (``x.sub_(0.5)`` on the
+        input, directly or through a view; ``in_place.written_inputs``), found once."""
+        if self._written is None:
+            self._written = written_inputs(self.gm, self.fx_graph)
+        return self._written
+
+    def own_inputs(self, xs: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        """``xs`` (one value per model input) with a copy of each input the graph writes in place
+        (:attr:`written_inputs`), so that running the graph never writes the caller's tensors; the others,
+        and every input of a graph that writes none, are the same objects."""
+        written = self.written_inputs
+        if not written:
+            return tuple(xs)
+        return tuple(x.clone() if i in written and isinstance(x, torch.Tensor) else x for i, x in enumerate(xs))
 
     @property
     def gm(self) -> torch.fx.GraphModule:

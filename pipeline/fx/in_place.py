@@ -56,3 +56,71 @@ def follow_in_place(root: nn.Module, graph: torch.fx.Graph) -> None:
         for user in list(written.users):
             if user is not node and order[user] > order[node]:
                 user.replace_input_with(written, node)
+
+
+# Modules that return their input or a view of it.
+VIEW_MODULES = (nn.Identity, nn.Flatten, nn.Unflatten, nn.Dropout, nn.Dropout2d, nn.Dropout3d, nn.AlphaDropout)
+
+
+def _may_alias(root: nn.Module, node: torch.fx.Node) -> bool:
+    """Whether ``node``'s value may share storage with its first argument (conservative: any call of a
+    function or a method not known to return a new tensor, a module that returns its input or a view of it)."""
+    if node.op == "call_module":
+        m = root.get_submodule(node.target)
+        return isinstance(m, VIEW_MODULES) or getattr(m, "inplace", False) is True
+    if node.op == "call_method":
+        return str(node.target) not in NEW_TENSOR_METHODS
+    if node.op == "call_function":
+        return node.target not in NEW_TENSOR_FUNCTIONS
+    return False
+
+
+# Functions and tensor methods that always return a new tensor or a number (never a view of an argument, never
+# the argument itself); any other call counts as one that may: a view (``x.view``, ``x[:, :1]``, ``x.T``), or
+# the tensor itself (``x.float()`` of a float32 ``x``, ``x.contiguous()`` of a contiguous one).
+NEW_TENSOR_FUNCTIONS = frozenset((operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,
+                                  operator.neg, operator.matmul, operator.pow, torch.add, torch.sub, torch.mul,
+                                  torch.div, torch.cat, torch.stack, torch.matmul, torch.relu, torch.sigmoid,
+                                  torch.tanh, torch.exp, torch.clamp))
+NEW_TENSOR_METHODS = frozenset(("add", "sub", "mul", "div", "neg", "abs", "pow", "sqrt", "exp", "clamp", "clone",
+                                "relu", "sigmoid", "tanh", "softmax", "matmul", "mean", "sum", "size", "dim"))
+
+
+# ``x[idx] = v`` and the augmented assignments (``x += y``) write their first argument.
+WRITING_OPERATORS = frozenset((operator.setitem, operator.iadd, operator.isub, operator.imul, operator.itruediv))
+
+
+def written_inputs(root: nn.Module, graph: torch.fx.Graph):
+    """The positions of the graph's inputs (placeholders, in order) that running it may write in place.
+
+    A call writes an input when it writes its first argument (:func:`writes_first_argument`: ``x.sub_(0.5)``,
+    ``F.relu_(x)``, ``nn.ReLU(inplace=True)(x)``; or ``x[idx] = v``, ``x += y``: ``WRITING_OPERATORS``) and
+    that argument is the input or may share its storage (a chain of views or of in-place calls:
+    ``x.view(-1).mul_(2)``, ``x[:, :1].zero_()``). Conservative: a function or method not known to return a
+    new tensor counts as a view, so the answer may list an input that is not written (a copy too many), not
+    leave out one that a traced call writes. A graph that writes no input gives ``()``.
+
+    Args:
+        root: the module the graph's call targets are named in (its ``call_module`` targets).
+        graph: the ``torch.fx.Graph`` (float capture, a step's trace, or a lowered test-mode model).
+
+    Returns:
+        A tuple of ints, increasing: 0 for the first placeholder.
+    """
+    written = []
+    placeholders = [n for n in graph.nodes if n.op == "placeholder"]
+    for i, p in enumerate(placeholders):
+        aliases, stack = {p}, [p]
+        while stack and i not in written:
+            for user in list(stack.pop().users):
+                first = user.args[0] if user.args else None
+                if user in aliases or not isinstance(first, torch.fx.Node) or first not in aliases:
+                    continue
+                if writes_first_argument(root, user) or (user.op == "call_function"
+                                                        and user.target in WRITING_OPERATORS):
+                    written.append(i)
+                    break
+                if _may_alias(root, user):
+                    aliases.add(user)
+                    stack.append(user)
+    return tuple(written)

@@ -26,7 +26,12 @@ consecutive dimensions that does not start at dimension 0 (after an int or None:
 before it, which torch.jit does not record: the getitem's ``meta[SLICE_DIMS]`` holds the chain's
 dimensions, which the slice's ``dims`` are. A chain no getitem names (split by an Ellipsis after an int or
 None, ``x[:, None, 2:6, ..., 0:8]``: dims 2 and 4) leaves the getitem as it was, as does an index with any
-other item (a tensor, a bool); the xmodel writer refuses it (``ops/xmodel_support.mixed_index_reason``)."""
+other item (a tensor, a bool); the xmodel writer refuses it (``ops/xmodel_support.mixed_index_reason``).
+
+nndct also merges slices across getitems (``x[:, 2:6][:, :, 1:3]``: one strided slice of dims [0, 1, 0, 1, 2])
+and runs a strided slice on consecutive dimensions from its first whatever its dims; a chain where that takes
+other elements than torch (dims not consecutive: an Ellipsis inside it, or several getitems) is refused before
+calibration (:func:`refuse_wrong_slices`, ``ops/slicing/chain.py``); several getitems it gets right become one."""
 import operator
 from typing import Any, Callable, List, Optional, Tuple
 
@@ -131,3 +136,87 @@ def split_select_index(graph: torch.fx.Graph, rank: Callable[[torch.fx.Node], in
                     value = graph.call_function(torch.unsqueeze, (value, what))
         node.replace_all_uses_with(value)
         graph.erase_node(node)
+
+
+def _slices_of(node: Any) -> Optional[tuple]:
+    """The index of a getitem whose items are slices and an Ellipsis (what torch.jit records as ``aten::slice``
+    ops alone), or None."""
+    if not (isinstance(node, torch.fx.Node) and node.op == "call_function" and node.target is operator.getitem
+            and isinstance(node.args[0], torch.fx.Node)):
+        return None
+    index = node.args[1] if isinstance(node.args[1], tuple) else (node.args[1],)
+    if not index or not all(isinstance(a, slice) or a is Ellipsis for a in index) or index.count(Ellipsis) > 1:
+        return None
+    return index
+
+
+def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], Any]) -> None:
+    """Refuse, before calibration, every chain of slices the real quantizer computes otherwise than torch
+    (``ops/slicing/chain.py``): the slicing getitems (after :func:`split_select_index`) in a row, each read by
+    the next alone, are the ``aten::slice`` ops nndct's parser merges into one strided slice. ``shape(node)``:
+    the shape of a node's value on the example (None: not a tensor), asked only for a chain of several
+    getitems or one with an Ellipsis. A chain of several getitems it gets right becomes the one getitem nndct
+    makes of it (:func:`_merge`).
+
+    Raises:
+        NotSimulated: the chain's nodes, as the model writes it, and ``chain.wrong_chain_reason``."""
+    from ..ops.slicing import _slice_dims
+    from ..ops.slicing.chain import wrong_chain_reason
+    from .refusals import NotSimulated
+    merged = set()  # type: set   # the getitems of the chains merged already
+    for node in list(graph.nodes):
+        if node in merged:
+            continue
+        index = _slices_of(node)
+        source = node.args[0] if index is not None else None
+        if index is None or (_slices_of(source) is not None and len(source.users) == 1):
+            continue  # not a getitem of slices, or not the first of its chain
+        chain = [node]
+        while len(chain[-1].users) == 1:
+            (user,) = chain[-1].users
+            if _slices_of(user) is None or user.args[0] is not chain[-1]:
+                break
+            chain.append(user)
+        if len(chain) == 1 and Ellipsis not in index:
+            continue  # one getitem's slices from dimension 0 (or from its SLICE_DIMS): consecutive
+        size = shape(source)
+        if size is None:
+            continue  # a slice of a tuple or a size, not of a tensor
+        dims, slices, texts = [], [], []  # type: List[int], List[slice], List[str]
+        rank = len(size)
+        for g in chain:
+            items = _slices_of(g)
+            for dim, item in _slice_dims(items, rank, g.meta.get(SLICE_DIMS)):
+                dims.append(dim)
+                slices.append(item)
+            texts.append("[%s]" % _text(items))
+        if not dims:
+            continue
+        reason = wrong_chain_reason(dims, slices, tuple(size), "x" + "".join(texts), len(chain))
+        if reason is not None:
+            raise NotSimulated("node%s %s: %s" % ("s" if len(chain) > 1 else "", ", ".join(repr(g.name) for g in chain),
+                                                  reason))
+        if len(chain) > 1:
+            _merge(graph, chain, dims, slices)
+            merged.update(chain)
+
+
+def _merge(graph: torch.fx.Graph, chain: List[torch.fx.Node], dims: List[int], slices: List[slice]) -> None:
+    """The getitems of a chain the real quantizer gets right made the one strided slice nndct's parser makes
+    of them: one getitem indexing what nndct's forward indexes (full slices for the dims before the chain's
+    first, then the chain's slices: torch's elements, :func:`refuse_wrong_slices` checked), its
+    ``meta[SLICE_DIMS]`` the chain's dims, repeats and all, which the deploy form reads as nndct's does."""
+    with graph.inserting_before(chain[-1]):
+        merged = graph.call_function(operator.getitem, (chain[0].args[0], (slice(None),) * dims[0] + tuple(slices)))
+    merged.meta[SLICE_DIMS] = list(dims)
+    chain[-1].replace_all_uses_with(merged)
+    for g in reversed(chain):
+        graph.erase_node(g)
+
+
+def _text(index: tuple) -> str:
+    """``index`` as Python writes it (``:, 2:6, ...``; a bound read from a size as ``n``)."""
+    def bound(v: Any) -> str:
+        return "" if v is None else str(v) if type(v) is int else "n"
+    return ", ".join("..." if a is Ellipsis else ("%s:%s" % (bound(a.start), bound(a.stop)) +
+                                                   ("" if a.step is None else ":" + bound(a.step))) for a in index)

@@ -191,7 +191,8 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         "notes"}``.
 
     Raises:
-        CompareError: a folder that cannot be used, an xmodel that cannot be read, or nothing in common.
+        CompareError: a folder that cannot be used, an xmodel that cannot be read or that has no op named as a
+            tensor of REFERENCE (another model's), or nothing in common.
     """
     graph = None
     if xmodel is not None:
@@ -200,8 +201,13 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
     if not ref.full:
         raise CompareError("REFERENCE %s is a board dump (%s layout), not a deploy-check folder; give the "
                            "reference first: python -m pipeline compare REFERENCE BOARD" % (reference, ref.layout))
-    ctx = _Ctx(ref, got, graph)
     ref_nodes, board_nodes = set(ref.nodes()), set(got.nodes())
+    if graph is not None and not ref_nodes & {stem(op.name) for op in graph.ops}:
+        raise CompareError("--xmodel %s describes another model: none of its %d ops (e.g. %s) is a tensor of "
+                           "REFERENCE (e.g. %s); give the xmodel the reference was made from (the one the board ran)"
+                           % (xmodel, len(graph.ops), ", ".join(stem(op.name) for op in graph.ops[:2]),
+                              ", ".join(sorted(ref_nodes)[:2])))
+    ctx = _Ctx(ref, got, graph)
     common = ref_nodes & board_nodes
     if not common:
         raise CompareError("none of BOARD's %d tensors (e.g. %s) is in REFERENCE (e.g. %s): the dumps of another "

@@ -113,14 +113,23 @@ def write_dump(folder: str, graph: Any, values: Dict[str, Any]) -> Dict[str, Any
     all renamed into place together).
 
     Returns:
-        ``{"folder", "files" (count), "tensors" (ops in shape.txt), "codes" (``_fix.bin`` files)}``.
+        ``{"folder", "files" (count), "tensors" (ops in shape.txt: not parameters), "parameters" (the
+        parameters' float files: weights, biases), "codes" (``_fix.bin`` files, of tensors and parameters),
+        "tensor_codes", "parameter_codes" (those two parts of "codes")}``.
     """
     items = dump_files(graph, values)
     os.makedirs(folder, exist_ok=True)
     write_files([(os.path.join(folder, name), data) for name, data in items])
     shape = items[-1][1].decode("utf-8").splitlines()
+    fixes = _fix_of(graph)
+    consts = [op for op in graph.ops if op.type == "const"]
+    parameter_files = set(_stem(op.name) + ".bin" for op in consts)
+    parameter_files |= set(_stem(fixes[op.name].name) + ".bin" for op in consts if op.name in fixes)
+    codes = [name for name, _ in items if name.endswith("_fix.bin")]
+    parameter_codes = sum(1 for name in codes if name in parameter_files)
     return {"folder": folder, "files": len(items), "tensors": len(shape),
-            "codes": sum(1 for name, _ in items if name.endswith("_fix.bin"))}
+            "parameters": sum(1 for name, _ in items if name in parameter_files and not name.endswith("_fix.bin")),
+            "codes": len(codes), "tensor_codes": len(codes) - parameter_codes, "parameter_codes": parameter_codes}
 
 
 def fix_position(graph: Any, name: str) -> Optional[Tuple[int, int]]:

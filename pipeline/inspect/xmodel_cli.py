@@ -119,9 +119,10 @@ def _run(args: argparse.Namespace) -> int:
         except PipelineError as e:
             return _fail(args, report, 2, "error: cannot write the dump: %s" % e)
         d = payload["dump"]
-        text.append("  dump: %d tensors (%d with int8 codes) as deploy-check files in %s: the reference for "
-                    "python -m pipeline compare %s BOARD_DUMP --xmodel %s" % (d["tensors"], d["codes"], d["folder"],
-                                                                              d["folder"], args.file))
+        text.append("  dump: %d tensors and %d parameters (float32 .bin; int8 codes _fix.bin of %d tensors and %d "
+                    "parameters) as deploy-check files in %s: the reference for python -m pipeline compare %s "
+                    "BOARD_DUMP --xmodel %s" % (d["tensors"], d["parameters"], d["tensor_codes"], d["parameter_codes"],
+                                               d["folder"], d["folder"], args.file))
     return _emit(args, payload, text, 0)
 
 

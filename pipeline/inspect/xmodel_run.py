@@ -4,7 +4,9 @@ The file is checked first (``xmodel_check``: a broken file is not run), rebuilt 
 and run by the project's interpreter (``interp.run``: XIR's ops in float32, ``fix`` as the DPU rounds),
 bit for bit as the simulation (and the real quantizer's test mode) computes the same graph.
 
-Inputs: one float ``.npy`` per data op, in model argument order (``interp.data_ops``). The file's
+Inputs: one float ``.npy`` per data op, in model argument order (``interp.data_ops``); an integer or bool
+array (raw pixels, int8 codes) is refused, saying how to convert it (codes times ``2**-fix_pos`` of the
+input's fix op, which the message names). The file's
 data ops are NHWC (``[1, H, W, C]``, XIR's layout); an input is taken in the model's layout as PyTorch
 gives it, NCHW ``[1, C, H, W]``, or already NHWC as the file has it (``layout="nhwc"``; "auto" takes
 NCHW when both fit, i.e. C == H == W). A missing batch axis is added; the batch must be 1 (the file's).
@@ -31,7 +33,31 @@ class XmodelRunError(PipelineError):
     file does not carry). The message says what was expected and what to do."""
 
 
-def _read_npy(path: str) -> np.ndarray:
+def input_fix_pos(graph: Any, op: Any) -> Optional[int]:
+    """The fix position the file rounds data op ``op``'s values at (the ``fix_point`` of the ``fix`` op that
+    reads it, nndct's input quantization), or None when no fix op reads it (an input the file keeps in float)."""
+    for user in graph.fanout(op):
+        if user.type == "fix" and user.attr("fix_point") is not None:
+            return int(user.attr("fix_point"))
+    return None
+
+
+def _not_float(path: str, array: np.ndarray, name: str, fix_pos: Optional[int]) -> XmodelRunError:
+    """The refusal of a non-float ``.npy``: what it holds, what the run takes, how to convert it."""
+    if fix_pos is None:
+        codes = ("this file keeps the data op's values in float (no fix op reads it), so it takes no int8 codes "
+                 "there")
+    else:
+        codes = ("int8 codes of the input: x = codes.astype(numpy.float32) * 2.0 ** -%d (the fix position the "
+                 "file's fix op rounds data op %r at)" % (fix_pos, name))
+    return XmodelRunError(
+        "--input %s: dtype %s (integer values, e.g. raw pixels or int8 codes); the run takes the float input the "
+        "model takes, after its preprocessing, and reading integers as such values would give meaningless outputs. "
+        "Convert it first and save it as float32: raw pixels: apply the preprocessing the model was trained "
+        "with (e.g. (x - mean) / std per channel, in its layout); %s" % (path, array.dtype, codes))
+
+
+def _read_npy(path: str, name: str = "", fix_pos: Optional[int] = None) -> np.ndarray:
     try:
         array = np.load(path, allow_pickle=False)
     except FileNotFoundError:
@@ -42,7 +68,9 @@ def _read_npy(path: str) -> np.ndarray:
         raise XmodelRunError("--input %s: not a .npy array (%s: %s); save the input with numpy.save(path, x) "
                              "(an .npz or a pickled object is not taken)" % (path, type(e).__name__, str(e)[:160])) \
             from None
-    if not isinstance(array, np.ndarray) or array.dtype.kind not in "fiu":
+    if isinstance(array, np.ndarray) and array.dtype.kind in "iub":
+        raise _not_float(path, array, name, fix_pos)
+    if not isinstance(array, np.ndarray) or array.dtype.kind != "f":
         raise XmodelRunError("--input %s: dtype %s; expected float values (float32, as the model takes them after "
                              "preprocessing)" % (path, getattr(array, "dtype", type(array).__name__)))
     with np.errstate(over="ignore", invalid="ignore"):  # a float64 value beyond float32's range: inf, refused below
@@ -121,7 +149,7 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
                                 ", ".join("%s %s" % (op.name, list(op.shape)) for op in datas)))
     tensors, described = [], []
     for path, op in zip(input_paths, datas):
-        raw = _read_npy(path)
+        raw = _read_npy(path, op.name, input_fix_pos(graph, op))
         tensors.append(torch.from_numpy(fit_input(path, raw, op.shape, op.name, layout)))
         described.append({"name": op.name, "file": path, "shape": list(raw.shape), "dims": list(op.shape)})
     try:

@@ -107,7 +107,7 @@ def simple(type_: str, keys: Tuple[str, ...] = ()) -> Creator:
 
 def mixed_index_reason(index: tuple, item: Any, rank: Optional[int] = None) -> str:
     """The xmodel writer's reason for ``x[index]`` (an int or None ``item`` among slices; ``rank``: the indexed
-    tensor's) not being written, with the workaround (``ops/slicing.py``'s strided slice). Capture splits a
+    tensor's) not being written, with the workaround (``ops/slicing``'s strided slice). Capture splits a
     getitem into the selects, unsqueezes and slice chains torch.jit records (``pipeline/fx/jit_index.py``);
     what it leaves with an Ellipsis is a chain of slices split by it after an int or None
     (``x[:, None, 2:6, ..., 0:4]``: ``aten::slice`` of dims 2 and 4), which nndct's parser merges into one

@@ -211,15 +211,23 @@ def remove_report(work_dir: str) -> None:
 def current_results(run: Any) -> Tuple[Dict[str, Any], List[str]]:
     """The saved step results the report describes, and a warning for each result left out: a step the
     current config turns off (``Step.off``: e.g. qat with ``quantizer.qat.enabled: false``) keeps its folder,
-    but the later steps ran without it, so its result is no part of this run's report."""
+    but the later steps ran without it, so its result is no part of this run's report; a result made under
+    other settings than the current config's (``Step.made_under``: an inspection of another model or target)
+    describes something else."""
     results, unused = load_results(run), []
     for step in ORDER:
         reason = step.off_reason(run.loaded.cfg) if step.name in results else None
+        changed = step.settings_changed(run.loaded.cfg, results[step.name]) if step.name in results else None
         if reason:
             del results[step.name]
             unused.append("%s/ holds an earlier result of the %s step, which the config now turns off (%s): the "
                           "later steps do not use it and this report leaves it out; it is kept until that step "
                           "runs again" % (step.writes, step.name, reason))
+        elif changed:
+            del results[step.name]
+            unused.append("%s/ holds a result of the %s step made under other settings than this config's (%s): "
+                          "this report leaves it out; run the %s step again" % (step.writes, step.name,
+                                                                                 "; ".join(changed), step.name))
     return results, unused
 
 

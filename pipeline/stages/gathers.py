@@ -15,10 +15,12 @@ from .base import Stage
 
 
 class Pending:
-    """A channel gather deferred to the boundary: ``index`` on ``axis``, first declared by ``origin``."""
+    """A channel gather deferred to the boundary: ``index`` on ``axis``, first declared by ``origin`` (stage
+    ``at``, which read its batch as ``layout``)."""
 
-    def __init__(self, axis: int, index: Tuple[int, ...], origin: str) -> None:
-        self.axis, self.index, self.origin = axis, index, origin
+    def __init__(self, axis: int, index: Tuple[int, ...], origin: str, layout: Optional[str] = None,
+                 at: int = -1) -> None:
+        self.axis, self.index, self.origin, self.layout, self.at = axis, index, origin, layout, at
 
 
 def track_gathers(stages: Sequence[Stage], source: Optional[Pending]) -> Tuple[Tuple[bool, ...], Optional[Pending]]:
@@ -42,7 +44,7 @@ def track_gathers(stages: Sequence[Stage], source: Optional[Pending]) -> Tuple[T
                 deferred.append(False)
                 continue
             if pending is None:
-                pending = Pending(axis, st.gather_index(None), where)
+                pending = Pending(axis, st.gather_index(None), where, st.layout, i)
             elif axis != pending.axis:
                 raise ConfigError("%s: gathers channels on axis %d, but the channel order deferred to the boundary "
                                   "from %s lies on axis %d; check the stage's layout"
@@ -71,7 +73,13 @@ def track_gathers(stages: Sequence[Stage], source: Optional[Pending]) -> Tuple[T
             pending.axis = moved
         ndim = st.out_ndim(ndim)
     if pending is not None and (ndim != 4 or pending.axis != 1):
+        fix = "add a {type: layout, src: NHWC, dst: NCHW} stage"
+        if pending.layout == "NCHW" and any(st.name == "layout" for st in stages[pending.at + 1:]):
+            # the reorder read the batch as NCHW where it still is NHWC: before the layout stage
+            fix = ("%s reads its batch as NCHW (channels on axis 1), but it stands before the layout stage, where "
+                   "the batch is still NHWC: give it layout: NHWC, or move it after the layout stage"
+                   % pending.origin)
         raise ConfigError("the channel order deferred to the boundary from %s ends on axis %d of a %d-D view, but the "
-                          "boundary reads channels from axis 1 of a 4-D NCHW view; add a "
-                          "{type: layout, src: NHWC, dst: NCHW} stage" % (pending.origin, pending.axis, ndim))
+                          "boundary reads channels from axis 1 of a 4-D NCHW view; %s"
+                          % (pending.origin, pending.axis, ndim, fix))
     return tuple(deferred), pending

@@ -4,6 +4,7 @@ A step module defines ``STEP = Step(...)`` and a ``run(ctx) -> <Step>Result``; `
 checks ``requires``, runs it, saves the result as steps/<name>.json and then calls ``check`` (a verdict
 that fails the step after its results are saved); the driver (``pipeline.runner.driver``) calls it.
 """
+import json
 import os
 from dataclasses import dataclass, field, fields
 from typing import Any, Callable, Dict, List, Optional, Tuple
@@ -124,6 +125,10 @@ class Step:
             this config, besides ``requires`` (test and export read the qat step's when QAT is on).
         off: ``off(cfg) -> reason or None``: the config turns the step off (a reason, e.g. "quantizer.qat.enabled
             is false"): the driver leaves it out of the run, saying why; None: it runs.
+        made_under: ``made_under(cfg) -> {setting: value}`` (JSON values): the config settings the step's result
+            derives from beyond the steps it requires (inspect: the model's architecture, the preprocessing,
+            compile.target); its result records them (``made_under``) and the report leaves out a result
+            made under other settings than the current config's, with a warning. None: no such settings.
         result: its ``StepResult`` subclass.
     """
     name: str
@@ -143,6 +148,7 @@ class Step:
     default: bool = True
     requires_when: Optional[Callable[[Any], Tuple[str, ...]]] = None
     off: Optional[Callable[[Any], Optional[str]]] = None
+    made_under: Optional[Callable[[Any], Dict[str, Any]]] = None
     result: Any = None
 
     def __post_init__(self) -> None:
@@ -157,6 +163,16 @@ class Step:
     def off_reason(self, cfg: Any) -> Optional[str]:
         """Why the config turns this step off (``off``), or None when it runs."""
         return None if self.off is None else self.off(cfg)
+
+    def settings_changed(self, cfg: Any, result: Any) -> Optional[List[str]]:
+        """The settings (``made_under``) whose values in ``cfg`` differ from those ``result`` recorded, as
+        ``"key: then X, now Y"``; None where the step has none or the result recorded none (an older one)."""
+        recorded = getattr(result, "made_under", None)
+        if self.made_under is None or recorded is None:
+            return None
+        now = json.loads(json.dumps(self.made_under(cfg)))
+        return ["%s: then %s, now %s" % (k, json.dumps(recorded.get(k)), json.dumps(now.get(k)))
+                for k in sorted(set(recorded) | set(now)) if recorded.get(k) != now.get(k)]
 
     def given(self, cfg: Any) -> bool:
         """Whether the config supplies this step's output (``given_by_config``)."""

@@ -109,6 +109,8 @@ def run(ctx: "StepContext") -> CompileResult:
     target = ctx.loaded.target  # resolved once, by the config
     arch = ctx.loaded.arch_json()
     export = ctx.folder.require("export", "compile")
+    # the export compiled here came from the calibration, which must be this config's (model, data, quantizer)
+    ctx.model.check_calibration_settings(redo="run the calib step again, and the steps after it")
     xmodel = quantized_xmodel(ctx, export)
     net = c.net_name or ctx.cfg.run.name
     out_dir = ctx.folder.path("compile")  # (the arch.json fingerprint was checked before any work: preflight, P11)

@@ -1,10 +1,10 @@
 """deploy: assemble the deploy bundle (compiled xmodel or compile plan, preprocessing spec, class names,
 manifest) from files checked against the records of the steps that wrote them.
 
-Before anything is written: the calibration is checked as committed (its input fix_pos goes into the
-bundle), the compiled xmodel (or compile.sh and compile_plan.md, and the quantized xmodel) against the
-compile (and export) step's sha256, the export step's example input (the model input's shape) against
-the export step's; ``pipeline.deploy.build_bundle`` then copies the bytes it matched and reads the
+Before anything is written: the calibration is checked as committed and made under this config's
+settings (its input fix_pos goes into the bundle, beside this config's preprocessing), the compiled
+xmodel (or compile.sh and compile_plan.md, and the quantized xmodel) against the compile (and export)
+step's sha256, the export step's example input (the model input's shape) against the export step's; ``pipeline.deploy.build_bundle`` then copies the bytes it matched and reads the
 quantized xmodel back and checks it. Reads, when present, the test step's accuracy (not required).
 """
 import os
@@ -55,7 +55,6 @@ def run(ctx: "StepContext") -> DeployResult:
     from ..deploy import build_bundle
     from ..errors import PipelineError
     from ..handoff import verify
-    from ..quantizers.calib_commit import check_committed
     from ..quantizers.quant_info import read_quant_info
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
@@ -64,7 +63,8 @@ def run(ctx: "StepContext") -> DeployResult:
     export = ctx.folder.load_step("export") or {}
     work = ctx.folder.work_dir
     # every file the bundle carries or reads, checked against the record of the step that wrote it
-    check_committed(ctx.model.quant_dir, redo="run the calib step again, and the steps after it")
+    # made under this config's settings: the bundle carries this config's preprocessing beside the export's model
+    ctx.model.check_calibration_settings(redo="run the calib step again, and the steps after it")
     if ctx.model.qat_enabled:  # the input fix_pos that ships is the QAT result's
         ctx.model.check_qat()
     expected = {}  # type: Dict[str, Any]
@@ -108,15 +108,37 @@ def run(ctx: "StepContext") -> DeployResult:
     labels = source.labels  # the test step measures top-1 against them: a classifier
     classes = len(names) if names else int(labels.max()) + 1 if labels is not None and len(labels) else 5
     classification = {"top_k": min(5, classes), "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
+    warnings = []  # type: List[str]
+    not_classifier = _not_a_classifier(export)
+    if not_classifier:  # no CLASSIFICATION model_type for a model the library's classifier cannot read
+        classification = None
+        warnings.append("deploy: " + not_classifier)
     manifest = build_bundle(work, ctx.folder.path("deploy"), compiled, preprocess,
                             ctx.cfg.compile.net_name or ctx.cfg.run.name, classification=classification,
                             quantized_xmodel=quantized, expected=expected, deploy_check=deploy_check,
                             redo="Run the step that wrote it again (the export step: --steps export,compile,deploy; "
                                  "the compile step: --steps compile,deploy)")
-    warnings = [] if names else ["deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None)]
+    if not names:
+        warnings.append("deploy: the bundle has no class names (words.txt): " + origin(ctx.cfg.data.source, None))
     for warning in warnings:
         log.warning("%s", warning)
     return DeployResult(manifest=manifest, warnings=warnings)
+
+
+def _not_a_classifier(export: Dict[str, Any]) -> Optional[str]:
+    """Why the exported model is no classifier the Vitis AI Library's ``model_type: CLASSIFICATION`` reads (one
+    ``[1, classes]`` output), from the model's outputs the export step's run of the xmodel recorded (the
+    interpreter's outputs, one per model output, in the file's dims); None for such a model, or where the
+    export recorded no run (a backend that does not read its file back)."""
+    outputs = ((((export.get("agreement") or {}).get("xmodel") or {}).get("interpreter") or {}).get("outputs"))
+    if not outputs:
+        return None
+    shapes = [list(o.get("shape") or []) for o in outputs]
+    if len(shapes) == 1 and len(shapes[0]) == 2:
+        return None
+    return ("the model's xmodel has %d output%s (%s), not one [1, classes] tensor: the prototxt names no model_type "
+            "(the Vitis AI Library's CLASSIFICATION reads one score vector); write this model's post-processing on "
+            "the board" % (len(shapes), "" if len(shapes) == 1 else "s", ", ".join(str(sh) for sh in shapes)))
 
 
 def input_fix_pos(quant_info: Dict[str, Any]) -> Optional[int]:

@@ -1,4 +1,5 @@
 """inspect: assign each node of the float model to the DPU or the CPU for compile.target."""
+import json
 import logging
 from dataclasses import dataclass, field
 from types import SimpleNamespace
@@ -20,6 +21,7 @@ class InspectResult(StepResult):
     files: Dict[str, str] = field(default_factory=dict)
     changes: List[str] = field(default_factory=list)
     graph: Optional[Dict[str, Any]] = omitted_when_none()
+    made_under: Optional[Dict[str, Any]] = omitted_when_none()  # inspected_settings(cfg) of the run that made it
 
     def report_html(self, work_dir: str) -> List[Dict[str, Any]]:
         """The partition: the graph as inline SVG (``pipeline.inspect.svg``, no graphviz) and each node's verdict."""
@@ -76,7 +78,17 @@ def run(ctx: "StepContext") -> InspectResult:
         paths = write_reports(inspection, ctx.folder.path("inspect"))
     log.info("inspect: %s", inspection.summary_line())
     changes = ["%s: %s" % (n.name, change) for n in inspection.nodes for change in n.changes]
-    return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes, graph=graph_of(inspection))
+    return InspectResult(summary=inspection.summary_line(), files=paths, changes=changes, graph=graph_of(inspection),
+                         made_under=json.loads(json.dumps(inspected_settings(ctx.cfg))))
+
+
+def inspected_settings(cfg: Any) -> Dict[str, Any]:
+    """The config settings an inspection derives from (it requires no step's results): the model's architecture
+    (``model.zoo``/``factory``/``kwargs``: the inspection needs no weights), the preprocessing (the example's
+    shape) and ``compile.target``. The report leaves out an inspection made under others (``Step.made_under``)."""
+    settings = {"model." + k: v for k, v in cfg.model.model_dump(include={"zoo", "factory", "kwargs"}).items()}
+    settings.update({"preprocess": cfg.preprocess.model_dump(), "compile.target": cfg.compile.target})
+    return settings
 
 
 GRAPH_NODE_KEYS = ("name", "op", "device", "shape", "inputs", "reasons", "notes")
@@ -105,4 +117,4 @@ def graph_svg(graph: Dict[str, Any]) -> str:
 
 
 STEP = Step("inspect", run, writes="inspect", reads=("eval",), result=InspectResult, default=False,
-            command="DPU/CPU assignment of every node for compile.target")
+            made_under=inspected_settings, command="DPU/CPU assignment of every node for compile.target")

@@ -137,6 +137,21 @@ class ModelPart:
         check_committed(self.quant_dir, self.fingerprint(model, example), ignore=FINGERPRINT_INFORMATIVE,
                         redo="run the calib step again")
 
+    def check_calibration_settings(self, redo: str) -> None:
+        """Refuse a calibration in quant_dir that is incomplete or was made under other settings of this config
+        for what ships (its fingerprint's ``config.preprocess.*``, ``config.model.*`` and ``config.quantizer.*``
+        fields), without building the model: the compile and deploy steps, which ship what the export made from
+        that calibration beside this config's preprocessing. The data's fields are left out: the config a run
+        folder resolves (``config.resolved.yaml``) spells the same files as absolute paths. Raises
+        QuantizationError or FingerprintMismatchError (every differing key named, with the calibrated and the
+        current value, and ``redo`` or the keys to set back)."""
+        import json
+
+        from ..quantizers.calib_commit import check_committed
+        settings = json.loads(json.dumps({"config." + k: v for k, v in self.loaded.calib_settings().items()
+                                          if k.split(".", 1)[0] in ("preprocess", "model", "quantizer")}))
+        check_committed(self.quant_dir, settings, ignore=FINGERPRINT_INFORMATIVE, redo=redo)
+
     def ptq_handle(self, model: torch.nn.Module, example: torch.Tensor) -> Any:
         """The backend's test-mode model of ``model`` from the calibration in quant_dir (PTQ), after
         ``check_calibration``."""

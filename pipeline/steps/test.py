@@ -76,11 +76,16 @@ def run(ctx: "StepContext") -> TestResult:
     from .model import check_labels
     import torch
 
+    from ..fx.in_place import written_inputs
     from ..progress import phase
     model, example = ctx.model.float_model(), ctx.feed.example()
     check_labels(ctx.feed.source.labels, model, example, "test")
     backend = ctx.model.backend()
     handle = ctx.model.test_handle(model, example)
+    # a float model that writes its input in place (x.sub_(0.5), nn.ReLU(inplace=True) first) runs on a copy: the
+    # quantized model reads the batch after it (an untraceable model, of unknown writes, too)
+    traced = ctx.model.trace(model)
+    float_copy = traced.graph is None or bool(written_inputs(traced.module, traced.graph))
     ledger = ctx.feed.new_ledger()
     limit = ctx.cfg.data.eval_batches  # >= 1 or None (config); the eval split is not empty (preflight)
     float_correct, quant_correct, n = 0, 0, 0
@@ -89,7 +94,7 @@ def run(ctx: "StepContext") -> TestResult:
     with phase("test: float and quantized inference on %d eval batches" % ctx.feed.n_batches("eval", limit)), \
             torch.no_grad():
         for x, y in ctx.feed.batches("eval", ledger=ledger, limit=limit):
-            float_correct += int((model(x).argmax(dim=1) == y).sum())
+            float_correct += int((model(x.clone() if float_copy else x).argmax(dim=1) == y).sum())
             quant_correct += int((handle(x).argmax(dim=1) == y).sum())
             n += len(y)
             for label in y.tolist():

@@ -78,3 +78,49 @@ def test_export_onnx_model_without_a_forward_raises_like_the_other_exports(tmp_p
     calib, _ = _calibrate(tmp_path / "c")
     with pytest.raises(QuantizationError, match="export_onnx_model needs test mode"):
         calib.export_onnx_model(output_dir=str(tmp_path / "c"))
+
+
+class _Leaky(torch.nn.Module):
+    """A LeakyReLU module of slope ``slope`` (torch's default 0.01) and an ``F.leaky_relu`` of 0.2."""
+
+    def __init__(self, slope=None):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 4, 3, padding=1)
+        self.act = torch.nn.LeakyReLU() if slope is None else torch.nn.LeakyReLU(slope)
+
+    def forward(self, x):
+        return torch.nn.functional.leaky_relu(self.act(self.conv(x)), 0.2)
+
+
+def _warnings_of(caplog, make):
+    import logging
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="pipeline.apis"):
+        make()
+    return [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+
+
+def _forced(slope):
+    return ("Force to change negative_slope of LeakyReLU from %s to 0.1015625 because DPU only supports this value. "
+            "It is recommended to change all negative_slope of LeakyReLU to 0.1015625 and re-train the float model "
+            "for better deployed model accuracy." % slope)
+
+
+def test_the_drop_in_warns_that_the_leaky_relu_slope_is_forced_once_per_process(tmp_path, caplog, monkeypatch):
+    """Tester's finding: nn.LeakyReLU()'s 0.01 became 26/256 without a word (outputs moved by up to 0.08);
+    the real quantizer warns in its own words (SetNegativeSlope), once per process and message."""
+    import pipeline.apis.quantizer as quantizer
+    monkeypatch.setattr(quantizer, "_WARNED", set())
+    x, model = _batches(1)[0], _Leaky().eval()
+
+    def calib_and_test():
+        q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path), device="cpu")
+        q.quant_model(x)
+        q.export_quant_config()
+        torch_quantizer("test", model, (x,), output_dir=str(tmp_path), device="cpu")
+    assert _warnings_of(caplog, calib_and_test) == [_forced(0.01), _forced(0.2)]
+    assert _warnings_of(caplog, calib_and_test) == []  # once per process, as nndct's warning2user_once
+    monkeypatch.setattr(quantizer, "_WARNED", set())
+    dpu = _Leaky(26 / 256).eval()
+    assert _warnings_of(caplog, lambda: torch_quantizer("calib", dpu, (x,), output_dir=str(tmp_path / "d"),
+                                                        device="cpu")) == [_forced(0.2)]

@@ -119,3 +119,106 @@ def test_pipeline_run_never_changes_the_callers_images(tmp_path, kind):
     guard = Guard(images=data, labels=labels)
     pipeline.run(config, steps=["train", "inspect", "calib", "export"], images=data, labels=labels)
     guard.check("pipeline.run")
+
+
+class WritesItsInput(nn.Module):
+    """Its forward writes its input in place with tensor methods (``x.sub_(0.5).mul_(-2.0)``), as a
+    model that normalizes its own input may; the writes reach the caller's tensor in a float forward. A
+    second forward on the written tensor flips its sign: a quantized run after the float one on the same
+    batch would score about chance."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(1, 8, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.fc = nn.Linear(8 * 8 * 8, num_classes)
+
+    def forward(self, x):
+        x.sub_(0.5).mul_(-2.0)
+        return self.fc(torch.flatten(self.relu(self.conv(x)), 1))
+
+
+def writes_its_input(num_classes: int = 10) -> nn.Module:
+    """``model.factory`` for the runner: :class:`WritesItsInput`."""
+    return WritesItsInput(num_classes)
+
+
+def test_a_model_that_writes_its_input_leaves_the_callers_tensors_and_exports(tmp_path):
+    """Tester's finding: ``x.sub_(0.5).mul_(2.0)`` in forward changed every calibration batch and test
+    input, and export_xmodel/export_torch_script failed on the written first input."""
+    torch.manual_seed(0)
+    model = WritesItsInput().eval()
+    example = torch.rand(1, 1, 8, 8)
+    batches = [torch.rand(4, 1, 8, 8, generator=torch.Generator().manual_seed(i)) for i in range(3)]
+    guard = Guard(model=model, example=example, **{"batch%d" % i: b for i, b in enumerate(batches)})
+    out = str(tmp_path / "q")
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        q = torch_quantizer("calib", model, (example,), output_dir=out, device="cpu")
+        for b in batches:
+            q.quant_model(b)
+        guard.check("calib quant_model")
+        q.export_quant_config()
+        q = torch_quantizer("test", model, (example,), output_dir=out, device="cpu")
+        first = q.quant_model(batches[0][:1])
+        outs = [q.quant_model(b) for b in batches]
+        guard.check("test quant_model")
+        assert torch.equal(q.quant_model(batches[0]), outs[0])  # the same input gives the same output
+        assert torch.equal(q._first_inputs[0], batches[0][:1])  # the first input the caller gave
+        with torch.no_grad():
+            expect = model(batches[0].clone())  # the float model on the caller's values
+        assert torch.nn.functional.cosine_similarity(outs[0].flatten(), expect.flatten(), 0) > 0.99
+        assert q.export_xmodel(output_dir=out).endswith("WritesItsInput_int.xmodel")
+        guard.check("export_xmodel")
+        script = q.export_torch_script(output_dir=out)
+        guard.check("export_torch_script")
+    x = batches[0][:1].clone()
+    assert torch.equal(script(x), first) and torch.equal(x, batches[0][:1])  # the file copies its input too
+
+
+def test_the_runner_compares_float_and_quantized_on_the_same_batch(tmp_path):
+    """The test step ran the float model first on the batch the quantized model then read: a model that
+    writes its input gave the quantized model its written values (here: the sign flipped)."""
+    import json
+    from tests.support import digits_u8, make_case
+    images, labels = digits_u8()
+    factory = "tests.boundary.test_caller_unchanged:writes_its_input"
+    config, _ = make_case(tmp_path, images[:400], labels[:400], export={"formats": ["xmodel"]},
+                          model={"zoo": None, "factory": factory, "train": {"epochs": 2}})
+    data = torch.from_numpy(images[:400].copy())
+    guard = Guard(images=data)
+    pipeline.run(config, steps=["train", "calib", "test", "export"], images=data, labels=labels[:400])
+    guard.check("pipeline.run")
+    with open(str(tmp_path / "run" / "steps" / "test.json")) as f:
+        test = json.load(f)
+    assert test["float_accuracy"] > 0.5
+    assert test["quant_accuracy"] > test["float_accuracy"] - 0.05, test
+
+
+class _Calls(nn.Module):
+    def __init__(self, body):
+        super().__init__()
+        self.body = body
+        self.conv = nn.Conv2d(3, 3, 1)
+        self.relu = nn.ReLU(inplace=True)
+
+    def forward(self, x):
+        return self.body(self, x)
+
+
+@pytest.mark.parametrize("body,written", [
+    (lambda m, x: m.conv(x.sub_(0.5).mul_(2.0)), (0,)),
+    (lambda m, x: m.relu(x), (0,)),  # an inplace module on the input
+    (lambda m, x: x.view(-1).mul_(2.0), (0,)),  # through a view
+    (lambda m, x: torch.relu_(x[:, :1]), (0,)),
+    (lambda m, x: x.T.add_(1.0), (0,)),
+    (lambda m, x: x.float().add_(1.0), (0,)),  # x itself when float32
+    (lambda m, x: m.conv(x), ()),
+    (lambda m, x: m.relu(m.conv(x)).add_(1.0), ()),  # a new tensor written
+    (lambda m, x: (x * 2.0).mul_(2.0), ()),
+    (lambda m, x: torch.cat([x, x]).mul_(2.0), ()),
+])
+def test_written_inputs_finds_the_inputs_a_graph_may_write(body, written):
+    from pipeline.fx.in_place import written_inputs
+    gm = torch.fx.symbolic_trace(_Calls(body))
+    assert written_inputs(gm, gm.graph) == written

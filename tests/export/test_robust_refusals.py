@@ -9,6 +9,9 @@
   (measured: its xmodel equals this writer's); the inspector inspects it.
 - ``y[:, None][:, 0, 3:4]``: a slice chain after an int that this writer has no form for; the refusal gives
   the two-step index, which is written.
+- Slices nndct merges into one strided slice whose dims are not consecutive (``y[:, 2:6, ..., 0:4]``,
+  ``y[:, 2:6][:, 1:3]``): the real quantizer runs them on consecutive dims and computes another tensor, or
+  fails (``y[:, 2:6][:, :, 1:3]``); refused before calibration with the one index that is written.
 - ``nn.ReLU()(y)``: a module made inside forward() cannot be traced; the advice is where to make it.
 - An internal error of a step (an exception that is no PipelineError) is one ``error:`` line from the CLI
   naming the step and that it is a bug, its traceback in a file of the run folder.
@@ -49,7 +52,26 @@ INDEXES = {
     "none_steps": lambda y: y[None][:, :, 1:2],
     "split": lambda y: y[:, None, 2:6, ..., 0:4],  # slices of dims 2 and 4 after the unsqueeze: not consecutive
     "split_full": lambda y: y[:, None, 2:6, :, 0:4],  # the workaround the refusal gives
+    # pure slices, one strided slice each chain (nndct's OptPass.slice_to_strided_slice), run by the real quantizer
+    # on consecutive dims from the chain's first (deephi_StridedSlice.forward)
+    "ellipsis_last": lambda y: y[..., 0:4],  # dims [3]: right
+    "ellipsis_two": lambda y: y[..., 1:3, 0:4],  # dims [2, 3]: right
+    "ellipsis_mid": lambda y: y[:, 2:6, ..., 0:4],  # dims [0, 1, 3], run on [0, 1, 2]
+    "ellipsis_mid_full": lambda y: y[:, 2:6, :, 0:4],  # the workaround the refusal gives
+    "ellipsis_lead": lambda y: y[:, ..., 0:4],  # dims [0, 3], run on [0, 1]
+    "twice": lambda y: y[:, 2:6][:, :, 1:3],  # dims [0, 1, 0, 1, 2]: 5 slices of a 4-D tensor
+    "twice_once": lambda y: y[:, 2:6, 1:3],  # the workaround the refusal gives
+    "twice_shifted": lambda y: y[:, 2:6][:, 1:3],  # dims [0, 1, 0, 1], run on [0, 1, 2, 3]
+    "twice_shifted_once": lambda y: y[:, 3:5],
+    "crops": lambda y: torch.cat([y[:, 2:6][:, :, 1:3], y[:, 2:6][:, :, 5:7]], 2),  # each chain merged: refused
+    "crops_of_one": lambda y: _crops(y[:, 2:6]),  # the slice read twice: nndct merges neither crop into it
+    "twice_right": lambda y: y[:, 2:6][:, 0],  # dims [0, 1, 0]: one strided slice, right, then the select
+    "twice_noop": lambda y: y[:, :6][:],  # dims [0, 1, 0]: one strided slice, right
 }
+
+
+def _crops(a):
+    return torch.cat([a[:, :, 1:3], a[:, :, 5:7]], 2)
 
 
 class Index(nn.Module):
@@ -124,6 +146,50 @@ def test_a_slice_chain_split_by_an_ellipsis_after_a_none_is_refused_as_the_real_
     assert "not supported by the real quantizer either" in message
     assert "x[:, None, 2:6, :, 0:4] for x[:, None, 2:6, ..., 0:4], which is written" in message
     assert os.path.isfile(_export(Index("split_full"), str(tmp_path / "full")))
+
+
+@pytest.mark.parametrize("index", ["ellipsis_last", "ellipsis_two", "ellipsis_mid_full", "twice_once",
+                                   "twice_shifted_once", "crops_of_one", "twice_right", "twice_noop"])
+def test_slices_the_real_quantizer_runs_as_torch_does_are_written(tmp_path, index):
+    """One strided slice of consecutive dims per chain, or of dims the real quantizer gets right (two getitems
+    merged into one: measured, the real file equals this writer's; tests/data/refused_real: ellipsis_slices_index,
+    slice_read_twice_index hold real files); verified: the interpreter runs the file against the simulation. The
+    inspector takes it too."""
+    from pipeline.xir.reader import read_xmodel
+    path = _export(Index(index), str(tmp_path))
+    types = [op.op_type for op in read_xmodel(path).op_node]
+    assert types.count("strided_slice") == (3 if index == "crops_of_one" else 1)
+    Inspector("DPUCZDX8G_ISA1_B4096").inspect(Index(index).eval(), (torch.randn(1, 3, 8, 8),),
+                                              output_dir=str(tmp_path / "insp"), verbose_level=0, image_format=None)
+    assert os.listdir(str(tmp_path / "insp"))
+
+
+@pytest.mark.parametrize("index, effect, instead", [
+    ("ellipsis_mid", "it runs them on dims [0, 1, 2]: its calibration and test mode compute another tensor, "
+                     "silently (shape (2, 4, 4, 8) for torch's (2, 4, 8, 4) on the example)",
+     "Write the dimensions the Ellipsis stands for as full slices: x[:, 2:6, :, 0:4] for x[:, 2:6, ..., 0:4]"),
+    ("ellipsis_lead", "it runs them on dims [0, 1]", "x[:, :, :, 0:4] for x[:, ..., 0:4]"),
+    ("twice", "5 slices from dimension 0 of a tensor of 4 dimensions: its calibration fails (IndexError: too many "
+              "indices)", "Index once, each dimension once: x[:, 2:6, 1:3] for x[:, 2:6][:, :, 1:3]"),
+    ("twice_shifted", "it runs them on dims [0, 1, 2, 3]", "x[:, 3:5] for x[:, 2:6][:, 1:3]"),
+    ("crops", "5 slices", "x[:, 2:6, 1:3] for x[:, 2:6][:, :, 1:3]"),
+])
+def test_slices_the_real_quantizer_runs_on_other_dims_are_refused_before_calibration(tmp_path, index, effect,
+                                                                                      instead):
+    """nndct merges a chain of slices (across getitems) into one strided slice whose forward slices consecutive
+    dims from the chain's first (measured with the real quantizer: these calibrate another tensor silently, or
+    fail with IndexError); refused at capture, before calibration, with the one index that is written. The
+    inspector's as-written view still inspects the model."""
+    with pytest.raises(QuantizationError) as err:
+        _export(Index(index), str(tmp_path))
+    message = str(err.value)
+    assert "not supported by the real quantizer either" in message and "OptPass.slice_to_strided_slice" in message
+    assert effect in message and instead + ", which is written and gives the same values" in message
+    assert not os.path.exists(str(tmp_path / "quant_info.json"))
+    # the inspector's as-written view takes the model as written
+    Inspector("DPUCZDX8G_ISA1_B4096").inspect(Index(index).eval(), (torch.randn(1, 3, 8, 8),),
+                                              output_dir=str(tmp_path / "insp"), verbose_level=0, image_format=None)
+    assert os.listdir(str(tmp_path / "insp"))
 
 
 def test_a_module_made_in_forward_gets_the_advice_to_make_it_in_init(tmp_path):

@@ -279,6 +279,14 @@ def test_bgr_to_rgb_before_the_layout_move_is_followed_to_the_boundary():
     assert compose.output_shape(arr.shape) == out.shape == (2, 3, 4, 4)
 
 
+def test_bgr_to_rgb_before_the_layout_move_without_its_layout_says_to_give_it_nhwc():
+    with pytest.raises(ConfigError) as info:
+        build_stages([{"type": "bgr_to_rgb"}, {"type": "layout", "src": "NHWC", "dst": "NCHW"}])
+    assert str(info.value).endswith("stage 0 'bgr_to_rgb' reads its batch as NCHW (channels on axis 1), but it stands "
+                                    "before the layout stage, where the batch is still NHWC: give it layout: NHWC, or "
+                                    "move it after the layout stage")
+
+
 def test_channel_gathers_compose_and_a_progression_selection_stays_a_view():
     assert build_stages([{"type": "select_channels", "channels": [0, 2]}]).runs_at_boundary == (False,)
     sel = build_stages([{"type": "select_channels", "channels": [2, 0]}])

@@ -87,6 +87,14 @@ def test_compare_identical_dumps_match_with_json(capsys, tmp_path):
     assert all(row["status"] == "match" for row in r["rows"])
 
 
+def test_compare_with_another_model_s_xmodel_says_so(capsys, tmp_path):
+    ref = _dump(tmp_path / "ref", "convnet")
+    code, out, err = _cli(capsys, ref, ref, "--xmodel", _xmodel("mlp"))
+    assert code == 2 and "MATCH" not in out
+    assert err.startswith("error: --xmodel %s describes another model: none of its " % _xmodel("mlp"))
+    assert "is a tensor of REFERENCE (e.g. ConvNet__" in err
+
+
 def test_compare_one_code_changed_names_that_op_first_not_the_downstream_one(capsys, tmp_path):
     ref = _dump(tmp_path / "ref", "convnet")
     board = shutil.copytree(ref, str(tmp_path / "board"))

@@ -84,3 +84,40 @@ def test_run_refuses_an_input_holding_nan_or_inf(capsys, tmp_path):
     np.save(str(tmp_path / "big.npy"), np.full((1,) + SHAPE, 1e39))  # float64 beyond float32's range: inf
     code, text, err = cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / "big.npy"))
     assert code == 2 and "0 NaN and 90 inf" in text + err
+
+
+def test_run_refuses_integer_input_saying_how_to_convert_it(capsys, tmp_path):
+    """Tester's finding: int8 and uint8 .npy files ran as float values with rc 0 (raw pixels or int8 codes
+    gave meaningless outputs). The message names the dtype, the float input wanted, and the input's fix
+    position that turns codes into values."""
+    path, _, _ = _exported(tmp_path)
+    code, summary = cli_json(capsys, "xmodel", "summary", path)
+    fix_pos = summary["inputs"][0]["fix_pos"]
+    assert code == 0 and isinstance(fix_pos, int)
+    x = np.load(str(tmp_path / "x.npy"))
+    for dtype in ("int8", "uint8", "int64", "bool"):
+        np.save(str(tmp_path / (dtype + ".npy")), (x * 10).astype(dtype))
+        code, text, err = cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / (dtype + ".npy")))
+        assert code == 2 and "dtype %s (integer values, e.g. raw pixels or int8 codes)" % dtype in text + err
+        assert "the run takes the float input the model takes" in text + err
+        assert "x = codes.astype(numpy.float32) * 2.0 ** -%d" % fix_pos in text + err
+    np.save(str(tmp_path / "f16.npy"), x.astype(np.float16))  # a float dtype is still taken (as float32)
+    assert cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / "f16.npy"))[0] == 0
+
+
+def test_run_dump_says_what_it_counts(capsys, tmp_path):
+    """The --dump line counted the tensors of shape.txt but the code files of parameters too ("18 tensors
+    (25 with int8 codes)"): it names both parts."""
+    path, _, _ = _exported(tmp_path)
+    code, text, _ = cli_in_process(capsys, "xmodel", "run", path, "--input", str(tmp_path / "x.npy"), "--dump",
+                                   str(tmp_path / "d"))
+    files = os.listdir(str(tmp_path / "d"))
+    with open(str(tmp_path / "d" / "shape.txt")) as f:
+        tensors = len(f.read().splitlines())
+    params = [n for n in files if n.startswith(("LayerScaleBack__c_", "LayerScaleBack__g"))]
+    codes = [n for n in files if n.endswith("_fix.bin")]
+    param_codes = [n for n in params if n.endswith("_fix.bin")]
+    assert code == 0 and param_codes and len(params) > len(param_codes)
+    assert "dump: %d tensors and %d parameters (float32 .bin; int8 codes _fix.bin of %d tensors and %d parameters)" % (
+        tensors, len(params) - len(param_codes), len(codes) - len(param_codes), len(param_codes)) in text, text
+    assert len(files) == tensors + len(params) + len(codes) - len(param_codes) + 1  # and shape.txt

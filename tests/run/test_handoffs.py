@@ -138,6 +138,24 @@ def test_deploy_refuses_a_changed_calibration(run):
     _no_bundle(work)
 
 
+@pytest.mark.parametrize("steps_run", [("compile", "deploy"), ("deploy",)])
+@pytest.mark.parametrize("override, key", [("preprocess.mean=[0.0]", "config.preprocess.mean: calibrated [77.85], "
+                                                                      "now [0.0]"),
+                                           ("model.zoo=mobilenet_v2", "config.model.zoo: calibrated 'digits_cnn', now "
+                                                                       "'mobilenet_v2'")])
+def test_compile_and_deploy_refuse_a_config_the_calibration_was_not_made_under(made, run, steps_run, override, key):
+    """The bundle carries this config's preprocessing beside the model the export made from the calibration: a
+    changed preprocessing or model is refused by name, and no bundle is made."""
+    config, _ = made
+    work, _ = run
+    with pytest.raises(QuantizationError) as err:
+        pipeline.run(config, steps=list(steps_run), overrides=["run.work_dir=" + work, override])
+    message = str(err.value)
+    assert key in message and "was made for something else" in message
+    assert "Run the calib step again, and the steps after it" in message
+    _no_bundle(work)
+
+
 def test_trained_weights_changed_after_training_are_refused_by_the_next_step(run):
     work, steps = run
     _damage(os.path.join(work, "model", "float.pt"), "one byte flipped")
@@ -218,3 +236,23 @@ def test_the_compiled_xmodel_is_recorded_and_checked_by_deploy(made, tmp_path, f
                                            r"Run the compile step again: --steps compile,deploy"):
         pipeline.run(config, steps=["deploy"], overrides=overrides)
     _no_bundle(work)
+
+
+def test_a_model_of_two_outputs_is_bundled_without_the_classification_model_type(tmp_path):
+    """The Vitis AI Library's CLASSIFICATION reads one score vector: a model returning a tuple gets a prototxt
+    with no model_type, and a warning saying why and what to do."""
+    import torch
+    from tests.support.two_heads import two_heads
+    torch.manual_seed(0)
+    weights = str(tmp_path / "two.pt")
+    torch.save(two_heads().state_dict(), weights)
+    config, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.support.two_heads:two_heads",
+                                           "weights": weights}, export={"formats": ["xmodel"]})
+    report = pipeline.run(config, steps=["calib", "export", "compile", "deploy"])
+    with open(str(tmp_path / "run" / "deploy" / "case" / "case.prototxt")) as f:
+        prototxt = f.read()
+    assert "model_type" not in prototxt and "classification_param" not in prototxt and "mean: " in prototxt
+    assert [w for w in report["warnings"] if w.startswith(
+        "deploy: the model's xmodel has 2 outputs ([1, 10], [1, 8, 8, 8]), not one [1, classes] tensor: the "
+        "prototxt names no model_type")], report["warnings"]
+

@@ -145,3 +145,24 @@ def test_the_caller_array_is_refused_where_steps_would_run_in_child_processes(tm
     monkeypatch.setattr(SimBackend, "separate_processes", True)
     with pytest.raises(ConfigError, match="cannot see the array passed as images="):
         pipeline.run(cfg, steps=["calib", "test"], images=np.load(npy), labels=np.load(str(tmp_path / "labels.npy")))
+
+
+def test_an_inspection_of_other_settings_is_left_out_of_the_report_with_a_warning(tmp_path):
+    """inspect derives from the config alone (model architecture, preprocessing, compile.target): a run under
+    other settings that does not inspect again leaves the old partition out of its report, saying why."""
+    import pipeline
+    cfg, _ = make_case(tmp_path)
+    report = pipeline.run(cfg, steps=["inspect"])
+    assert "inspect" in report["steps"] and not report["warnings"]
+    report = pipeline.run(cfg, steps=["train"])  # the same settings: still this run's inspection
+    assert "inspect" in report["steps"]
+    with open(os.path.join(str(tmp_path), "run", "report.md")) as f:
+        assert "partition: 1 subgraph" in f.read()
+    report = pipeline.run(cfg, steps=["train"], overrides=["compile.target=DPUCZDX8G_ISA1_B512"])
+    assert "inspect" not in report["steps"]
+    assert [w for w in report["warnings"] if w.startswith(
+        "inspect/ holds a result of the inspect step made under other settings than this config's (compile.target: "
+        "then \"DPUCZDX8G_ISA1_B4096\", now \"DPUCZDX8G_ISA1_B512\"): this report leaves it out; run the inspect "
+        "step again")], report["warnings"]
+    with open(os.path.join(str(tmp_path), "run", "report.md")) as f:
+        assert "partition: " not in f.read()

@@ -494,3 +494,10 @@ def test_plots_of_real_rows(digits_rows, tmp_path):
         assert 800 <= width <= 1600 and 150 <= height <= 100 + 60 * len(rows)
         assert 10000 < os.path.getsize(path) < 1000000
     assert sorted(os.listdir(str(tmp_path))) == ["ranges.png", "sens.png"]  # no temporaries left
+
+
+def test_the_cle_scale_range_is_written_with_the_digits_that_tell_its_ends_apart():
+    from pipeline.quantizers.sim.sensitivity_stats import _scale_text
+    assert _scale_text(0.99962, 1.0021) == ["0.9996", "1.002"]  # "%.3g" gave 1..1
+    assert _scale_text(0.999962, 1.00004) == ["0.99996", "1"]
+    assert _scale_text(0.25, 4.0) == ["0.25", "4"]

@@ -246,6 +246,27 @@ class MixedIndexing(nn.Module):
         return self.fc(y[None, :, 1:2].squeeze(0))  # (N, 1, 16, 16) -> (N, 1, 16, 4)
 
 
+class SliceChains(nn.Module):
+    """Slices the real quantizer runs as torch does, between convs: a chain after an Ellipsis on consecutive
+    dimensions (one strided slice of dims [2, 3]), two crops of one slice (the slice read twice, so nndct's
+    parser merges neither crop into it), and two getitems nndct merges into one strided slice of dims [0, 1, 0]
+    which its forward and file run right (``y[:, 2:6][:, 0]``: the full ``:`` before the int)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d({"ellipsis_slices_index": 8, "merged_slices_index": 1}.get(kind, 4), 4, 3, padding=1)
+
+    def forward(self, x):
+        y = F.relu(self.c1(x))
+        if self.kind == "ellipsis_slices_index":
+            return self.c2(y[..., 1:3, 0:4])  # (N, 8, 2, 4)
+        if self.kind == "merged_slices_index":
+            return self.c2(y[:, 2:6][:, 0].unsqueeze(1))  # (N, 1, 16, 16)
+        a = y[:, 2:6]
+        return self.c2(torch.cat([a[:, :, 1:3], a[:, :, 5:7]], 2))  # (N, 4, 4, 16)
+
+
 class ParamOperand(nn.Module):
     """An nn.Parameter as an operand: ``x + self.p`` or ``x * self.scale`` (a per-channel (C, 1, 1) tensor)."""
     def __init__(self, kind):
@@ -363,6 +384,45 @@ class AttentionMatmul(nn.Module):
         return self.fc(torch.softmax(q @ k.transpose(-2, -1), -1) @ v)
 
 
+class DeadValue(nn.Module):
+    """conv, ReLU, conv, with a value forward computes and never uses (``kind``): a permute, a view, a
+    reshape, a conv call on the input, a ReLU, ``y + 1``, a dead chain (conv, ReLU, flatten), a module never
+    called, one piece of a split (``a, b = torch.split(y, 4, 1)``, ``b`` unused or ``a`` unused), or an in-place
+    ``y.relu_()`` after the last read of ``y``."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(4 if kind.startswith("dead_split") else 8, 4, 3, padding=1)
+        self.c3 = nn.Conv2d(3 if kind == "dead_conv" else 8, 8, 1)  # called only by dead_conv and dead_chain
+
+    def forward(self, x):
+        y = self.c1(x)
+        if self.kind == "dead_permute":
+            z = y.permute(0, 2, 3, 1)  # noqa: F841
+        elif self.kind == "dead_view":
+            z = y.view(y.size(0), -1)  # noqa: F841
+        elif self.kind == "dead_reshape":
+            z = y.reshape(-1, 8)  # noqa: F841
+        elif self.kind == "dead_conv":
+            z = self.c3(x)  # noqa: F841
+        elif self.kind == "dead_relu":
+            z = F.relu(y)  # noqa: F841
+        elif self.kind == "dead_add":
+            z = y + 1  # noqa: F841
+        elif self.kind == "dead_chain":
+            z = F.relu(self.c3(y)).flatten(1)  # noqa: F841
+        elif self.kind == "dead_split":
+            y, _ = torch.split(y, 4, 1)
+        elif self.kind == "dead_split_first":
+            _, y = torch.split(y, 4, 1)
+        elif self.kind == "dead_inplace":
+            out = self.c2(F.relu(y))
+            y.relu_()  # writes y, which nothing reads after
+            return out
+        return self.c2(F.relu(y))
+
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -392,6 +452,9 @@ CORPUS = {
     "none_int_slice_index": (_kind(MixedIndexing, "none_int_slice_index"), IMAGE),
     "int_slice_int_index": (_kind(MixedIndexing, "int_slice_int_index"), IMAGE),
     "none_slice_index": (_kind(MixedIndexing, "none_slice_index"), IMAGE),
+    "ellipsis_slices_index": (_kind(SliceChains, "ellipsis_slices_index"), IMAGE),
+    "slice_read_twice_index": (_kind(SliceChains, "slice_read_twice_index"), IMAGE),
+    "merged_slices_index": (_kind(SliceChains, "merged_slices_index"), IMAGE),
     "param_add": (_kind(ParamOperand, "param_add"), IMAGE),
     "param_mul": (_kind(ParamOperand, "param_mul"), IMAGE),
     "param_tokens": (ParamTokens, IMAGE),
@@ -402,6 +465,17 @@ CORPUS = {
     "quant_off": (PlainNet, IMAGE),
     "prelu": (PReLUNet, IMAGE),
     "attention_matmul": (AttentionMatmul, IMAGE),
+    "dead_permute": (_kind(DeadValue, "dead_permute"), IMAGE),
+    "dead_view": (_kind(DeadValue, "dead_view"), IMAGE),
+    "dead_reshape": (_kind(DeadValue, "dead_reshape"), IMAGE),
+    "dead_conv": (_kind(DeadValue, "dead_conv"), IMAGE),
+    "dead_relu": (_kind(DeadValue, "dead_relu"), IMAGE),
+    "dead_add": (_kind(DeadValue, "dead_add"), IMAGE),
+    "dead_chain": (_kind(DeadValue, "dead_chain"), IMAGE),
+    "unused_module": (_kind(DeadValue, "unused_module"), IMAGE),
+    "dead_split": (_kind(DeadValue, "dead_split"), IMAGE),
+    "dead_split_first": (_kind(DeadValue, "dead_split_first"), IMAGE),
+    "dead_inplace": (_kind(DeadValue, "dead_inplace"), IMAGE),
 }
 
 

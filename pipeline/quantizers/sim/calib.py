@@ -210,7 +210,7 @@ class Calibrator:
         with torch.no_grad():
             for node in self._consts:
                 env[node] = self._const(node)
-            feed = dict(zip(inputs, xs))
+            feed = dict(zip(inputs, self.graph.own_inputs(xs)))  # an input the graph writes: a copy
             for (fx_node, node), done in zip(self.graph.steps, self._release):
                 if node is None:
                     env[fx_node] = run_step(self.graph, fx_node, env)

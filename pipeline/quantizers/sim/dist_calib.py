@@ -88,7 +88,7 @@ class DistributedCalibrator(Calibrator):
         if not active:
             return False, None
         mine = xs is not None
-        feed = dict(zip(self.graph.inputs, xs or ()))
+        feed = dict(zip(self.graph.inputs, self.graph.own_inputs(xs or ())))  # an input it writes: a copy
         env = {}  # type: Dict[Any, Any]
         with torch.no_grad():
             for node in self.graph.nodes:

@@ -106,7 +106,7 @@ class FrozenForward:
             keep.add(stop)
         out = {}  # type: Dict[str, Any]
         env = dict(self._consts)  # type: Dict[Any, Any]
-        feed = dict(zip(self.graph.inputs, xs))
+        feed = dict(zip(self.graph.inputs, self.graph.own_inputs(xs)))  # an input it writes: a copy
         with torch.no_grad():
             for (fx_node, node), done in zip(self.graph.steps, self._release):
                 if node is None:

@@ -3,8 +3,12 @@
 Contract (other code, e.g. the ONNX exporter in ``pipeline/quantizers/sim/export``, walks this graph node by
 node and relies on every point below):
 
-1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). The
-   graph never writes its inputs. Outputs: what the model returns (a tensor or a tuple).
+1. Inputs: one ``placeholder`` per model input (float32, any rank, in ``forward``'s order). A call
+   of the module never writes its inputs: where the graph writes one in place (the model's own
+   ``x.sub_(0.5)`` or ``x[:, 0] = 0`` on its input), ``written_inputs`` (a tuple of input positions,
+   ``fx.in_place.written_inputs``) lists it and a forward pre-hook (``OwnInputs``) gives the graph a
+   copy. Code that runs the graph without calling the module (a ``torch.fx.Interpreter``, a new
+   GraphModule on the graph) gives those inputs copies itself. Outputs: what the model returns (a tensor or a tuple).
 2. The ONLY custom ``call_function`` is
    ``pipeline.fixpoint.fake_quant(x, fix_pos: int, bitwidth: int, method: str)``,
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
@@ -62,7 +66,7 @@ node and relies on every point below):
    ``class_name`` of the GraphModule is the float model's class name.
 """
 import copy
-from typing import Any, Dict, List, Optional
+from typing import Any, Dict, List, Optional, Tuple
 
 import torch
 import torch.fx
@@ -73,6 +77,7 @@ from ...errors import QuantizationError
 from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
+from ...fx.in_place import written_inputs
 from .ops import getattr_path, OUT_OF_PLACE, norm_float_params, norm_shape_eps
 from .lowered_forward import LoweredModule, PoolVariants
 from .plan import QuantPlan
@@ -259,8 +264,25 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     gm.fast_finetuned = params is not None  # its parameters are param.pth's, not the float model's
     quantized_outputs = [out_fp[n.name] for n in graph.outputs if n.name in out_fp]
     gm.output_fix_pos = quantized_outputs[0] if quantized_outputs else None
+    gm.written_inputs = written_inputs(gm, gm.graph)  # contract point 1
+    if gm.written_inputs:
+        gm.register_forward_pre_hook(OwnInputs(gm.written_inputs))
     gm.eval()
     return gm
+
+
+class OwnInputs:
+    """The lowered model's forward pre-hook (contract point 1): the inputs at ``indices`` (the ones
+    its graph writes in place, ``fx.in_place.written_inputs``) replaced by copies before the graph runs,
+    so that a call never writes the caller's tensors. A plain object, so the hook survives ``copy.deepcopy``."""
+
+    def __init__(self, indices: Tuple[int, ...]) -> None:
+        self.indices = tuple(indices)
+
+    def __call__(self, module: nn.Module, args: Tuple[Any, ...]) -> Tuple[Any, ...]:
+        """``args`` with a copy (``clone``, same values and dtype) of each tensor at ``indices``."""
+        return tuple(a.clone() if i in self.indices and isinstance(a, torch.Tensor) else a
+                     for i, a in enumerate(args))
 
 
 class _Lowering:

@@ -124,8 +124,9 @@ class Accumulator:
         cle_scale = None
         if self.scale is not None:
             cle_scale = [float(self.scale.min()), float(self.scale.max())]
-            notes.insert(0, "rescaled by CLE per channel (s %.3g..%.3g): SQNR and cosine in the float model's "
-                            "scale, ranges in the quantized graph's" % tuple(cle_scale))
+            if cle_scale != [1.0, 1.0]:  # every scale 1: CLE left the channels as they were
+                notes.insert(0, "rescaled by CLE per channel (s %s..%s): SQNR and cosine in the float model's "
+                                "scale, ranges in the quantized graph's" % tuple(_scale_text(*cle_scale)))
         return LayerSensitivity(
             node=p.name, float_node=p.float_node.name, float_target=p.float_target, op=p.op,
             fix_pos=p.fix_pos, bitwidth=p.bitwidth, shape=self.shape, elements=self.n,
@@ -135,3 +136,12 @@ class Accumulator:
             clipped_fraction=self.clipped / self.n if self.n else 0.0,
             cle_rescaled=self.scale is not None, cle_scale=cle_scale, notes=notes,
         )
+
+
+def _scale_text(lo: float, hi: float) -> List[str]:
+    """The CLE scale range as text with the digits that tell its ends apart (``1..1`` said nothing: 0.9996..1.002)."""
+    for digits in range(3, 10):
+        a, b = "%.*g" % (digits, lo), "%.*g" % (digits, hi)
+        if a != b or lo == hi:
+            return [a, b]
+    return [repr(lo), repr(hi)]

@@ -270,8 +270,9 @@ def _node_name(node: Any) -> str:
 
 
 def traced_ops(graph: Any) -> List[_Op]:
-    """The traced ops in order, a slice chain folded into its first slice; a traced ``torch.autograd.Function``
-    (``prim::PythonOp``) is known by its class name (``QuantStubF``), as nndct's parser knows it."""
+    """The traced ops in order, a slice chain (each slice the one reader of the one before it) folded into its
+    first slice; a traced ``torch.autograd.Function`` (``prim::PythonOp``) is known by its class name
+    (``QuantStubF``), as nndct's parser knows it."""
     ops = []  # type: List[_Op]
     slice_names = {}  # type: Dict[str, str]   # output value of a slice -> the chain's name
     lists = {}  # type: Dict[str, List[str]]   # output value of a prim::ListConstruct -> the values it holds
@@ -289,7 +290,9 @@ def traced_ops(graph: Any) -> List[_Op]:
         name = _node_name(node)
         if kind == "slice":
             source = inputs[0]
-            if source in slice_names:  # the next slice of a chain: the chain keeps its first name
+            if source in slice_names and len({u.user for u in node.inputsAt(0).uses()}) == 1:
+                # the next slice of a chain, the one op reading the one before it (nndct's parser ends a chain at
+                # a slice read by several: OptPass.slice_to_strided_slice): the chain keeps its first name
                 chain = slice_names.pop(source)
                 slice_names[node.outputsAt(0).debugName()] = chain
                 ops[-1].inputs.append(node.outputsAt(0).debugName())

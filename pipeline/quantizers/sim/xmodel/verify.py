@@ -28,7 +28,8 @@ def _as_list(y: Any) -> List[torch.Tensor]:
 def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> Tuple[List[torch.Tensor],
                                                                                   Dict[torch.fx.Node, Any]]:
     """Run the simulation's test-mode model on ``examples`` (no grad): its outputs (a list) and
-    every fx node's value (a value a later call writes in place, ``F.relu_(y)``, as it was before)."""
+    every fx node's value (a value a later call writes in place, ``F.relu_(y)``, as it was before). The
+    graph runs on copies of ``examples``: they are never written."""
     values = {}  # type: Dict[torch.fx.Node, Any]
 
     class _Recorder(torch.fx.Interpreter):
@@ -38,8 +39,8 @@ def record(lowered: torch.fx.GraphModule, examples: Sequence[torch.Tensor]) -> T
             values[n] = super().run_node(n)
             return values[n]
 
-    with torch.no_grad():
-        out = _as_list(_Recorder(lowered).run(*examples))
+    with torch.no_grad():  # the examples' copies: a graph that writes its input in place never writes them
+        out = _as_list(_Recorder(lowered).run(*(e.clone() for e in examples)))
     if not all(isinstance(y, torch.Tensor) for y in out):
         kinds = sorted({"a dict" if isinstance(y, dict) else "a nested tuple/list" if isinstance(y, (tuple, list))
                         else type(y).__name__ for y in out if not isinstance(y, torch.Tensor)})

@@ -10,13 +10,13 @@ import numpy as np
 import torch
 import torch.fx
 
-from .dpu_support import DPU, Verdict, cpu_verdict, follows
-from .onnx_form import Unsupported, arg
-from .record import Absent, DpuRule, OpRecord, OpSpec
-from .sim_support import TORCH
-from .xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
+from ..dpu_support import DPU, Verdict, cpu_verdict, follows
+from ..onnx_form import Unsupported, arg
+from ..record import Absent, DpuRule, OpRecord, OpSpec
+from ..sim_support import TORCH
+from ..xir_support import (IN, CustomKernel, OpDef, XirOp, attr, fail, last_shape_info, one, op_input, req, unsupported,
                           with_info)
-from .xmodel_support import INT_MAX, XmodelForm, custom, mixed_index_reason, no_attrs
+from ..xmodel_support import INT_MAX, XmodelForm, custom, mixed_index_reason, no_attrs
 
 STRIDED_SLICE = "nndct_strided_slice"
 SELECT = "nndct_select"
@@ -363,7 +363,9 @@ def _run_strided_slice(run, op, ins):
 RECORD = OpRecord(
     family="slicing",
     specs={
-        STRIDED_SLICE: OpSpec("layout", False, True, False),
+        # group_up: joins the group of a parent it alone reads (nndct_shared/quantization/commander.py
+        # SoftFuseStrideSlice; measured: refused_real/dead_split, the one piece of a split that is read)
+        STRIDED_SLICE: OpSpec("layout", False, True, True),
         SELECT: OpSpec("float", False, False, False),
         INDEX: OpSpec("float", False, False, False),
     },
