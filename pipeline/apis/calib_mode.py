@@ -31,6 +31,7 @@ class CalibModel(nn.Module):
         q = self._quantizer[0]
         index = q._calibrator.batches + 1
         xs = q._check_inputs(xs, "quant_model input (calibration forward %d)" % index)
+        q._warn_uneven_pools(xs)
         xs = tuple(x.detach().cpu() for x in xs)
         samples = int(xs[0].shape[0]) if xs[0].dim() else 1
         if samples == 0 or any(x.numel() == 0 for x in xs):

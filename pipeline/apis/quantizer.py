@@ -17,7 +17,8 @@ from ..quantizers.base import QuantSettings
 from ..quantizers.calib_commit import check_committed
 from ..quantizers.fingerprint import make_fingerprint
 from ..quantizers.quant_config import QuantConfig, load_quant_config
-from ..quantizers.sim.ops import adaptive_unquantized
+from ..quantizers.sim.lowered_forward import float_shapes, input_key
+from ..quantizers.sim.ops import adaptive_global
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
 from .checks import check_input, check_mode, check_target, cpu_device, example_inputs, output_folder
@@ -98,15 +99,34 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
                                 warn_only=("weights_hash",))
             self._model.register_forward_pre_hook(self._check_forward)
             self._model.register_forward_hook(self._count_forward)
-        graph = self._session.graph
-        warn_leaky_slopes(graph)  # while nndct optimizes the graph, before its note
+        warn_leaky_slopes(self._session.graph)  # while nndct optimizes the graph, before its note
         note("=>Get module with quantization.")
-        for node in graph.nodes:  # as nndct's deephi_AdaptiveAvgPool2d warns (adaptive_avg_pool.py), in both modes
-            if node.op == ADAPTIVEAVGPOOL2D and adaptive_unquantized(graph, node):
-                sizes = [[int(d) for d in graph.example_shapes[n][-2:]] for n in (node.fx_node, node.fx_node.args[0])]
+        self._pools_seen = set()  # type: set  # input sizes whose adaptive pools were checked (_warn_uneven_pools)
+        self._pools_warned = set()  # type: set
+
+    def _warn_uneven_pools(self, inputs: Tuple[Any, ...]) -> None:
+        """nndct's warning, once per node, for an adaptive average pool whose output size does not divide the
+        input size a forward gives it (``deephi_AdaptiveAvgPool2d.forward``, ``adaptive_avg_pool.py``: on every
+        forward, in both modes). A forward of new input sizes (other than the example's) costs one float
+        forward of its first sample, to learn the sizes; a global pool always divides and costs nothing."""
+        graph = self._session.graph
+        pools = [n for n in graph.nodes if n.op == ADAPTIVEAVGPOOL2D and n.name not in self._pools_warned
+                 and not adaptive_global(graph, n)]
+        if not pools or not all(isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] > 0 for x in inputs):
+            return
+        key = input_key([x.shape for x in inputs])
+        if key in self._pools_seen:
+            return
+        self._pools_seen.add(key)
+        example = key == input_key([e.shape for e in self._examples])
+        shapes = graph.example_shapes if example else float_shapes(graph, inputs)
+        for node in pools:
+            out, size = ([int(d) for d in shapes[n][-2:]] for n in (node.fx_node, node.fx_node.all_input_nodes[0]))
+            if any(i % o for i, o in zip(size, out)):
+                self._pools_warned.add(node.name)
                 log.warning("AdaptiveAvgpool2d op(%s) is not quantized: its output size %s does not divide its input "
                             "size %s, so it runs unscaled, in float, as in the real quantizer (the DPU cannot run it)",
-                            graph.full_name(node), *sizes)
+                            graph.full_name(node), out, size)
 
     def _make_fingerprint(self, module: nn.Module, examples: Tuple[torch.Tensor, ...],
                           quant_config_file: Optional[str]) -> Dict[str, Any]:
@@ -144,6 +164,7 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
                           % self.output_dir)
         if inputs:  # a keyword-only call is left to the model's forward
             self._check_inputs(tuple(inputs), "quant_model input")
+            self._warn_uneven_pools(tuple(inputs))
         if self._forwards == 0 and inputs:  # the real quantizer records shapes on this forward only
             # the caller's values, kept before the forward runs (a model may write its input in place)
             self._first_inputs = tuple(x.detach()[:1].clone() if x.dim() else x.detach().clone() for x in inputs)

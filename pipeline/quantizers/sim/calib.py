@@ -351,7 +351,7 @@ class Calibrator:
                                     "batch before exporting the quantization config")
         if self.graph.quant_off:  # every entry null, no adjustment (organize_quant_pos returns at once)
             return dict.fromkeys(self.plan.param_order), dict.fromkeys(self.plan.output_order), []
-        missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.unquantized_outputs] + \
+        missing = [n for n in self.plan.output_order if not self.history[n] and n not in self.plan.may_stay_null] + \
             [p for p in self.plan.param_order if p not in self.param_fp and p not in self.plan.unquantized_params]
         if missing:
             raise QuantizationError("calibration gave no fix_pos to %s (every batch empty, or non-finite "

@@ -50,8 +50,10 @@ node and relies on every point below):
 5. Hardswish is lowered per docs/arithmetic.md#hardsigmoid-and-hardswish to ``a = torch.add(x, 3.0)``,
    ``b = torch.clamp(a, 0.0, 6.0)``, ``c = torch.mul(b, 2731/16384)``, ``d = fake_quant(c, 7, 8, "half_up")``,
    ``torch.mul(x, d)``; Hardsigmoid to the first three. The average-pool correction factor is a
-   ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor comes from the
-   example input's shape (nndct computes it per call; same result for same-size inputs).
+   ``torch.mul`` by the constant (left out when it is 1.0); for an adaptive pool the factor, and whether
+   it is scaled and quantized at all, come from the example input's shape. nndct decides that on every
+   forward: the model (``lowered_forward.LoweredModule``) runs inputs whose adaptive pools see other sizes
+   through a graph lowered for those sizes, on its own modules; its graph stays the example's.
 6. A node's output is followed by ``fake_quant`` exactly when ``quant_info.json`` has an
    ``output`` entry for it; of a node with several outputs (``SimNode.outputs``: ``x.max(dim)``), the
    first output where the model takes it (``y[0]``, ``.values``: ``SimGraph.picks``).
@@ -77,6 +79,7 @@ from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from ...fx.in_place import written_inputs
 from .ops import getattr_path, OUT_OF_PLACE, norm_float_params, norm_shape_eps
+from .lowered_forward import LoweredModule, PoolVariants
 from .plan import QuantPlan
 
 
@@ -158,7 +161,8 @@ def check_quant_info(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any]) -> 
 
 
 def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwidth: int,
-                  bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None) -> torch.fx.GraphModule:
+                  bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None,
+                  pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None) -> torch.fx.GraphModule:
     """Build the lowered test-mode GraphModule (see the module docstring for the contract).
 
     Args:
@@ -171,6 +175,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         params: node name -> (weight, bias) of every parameter node, replacing the float model's
             (fast finetune's ``param.pth``, ``sim/adaquant.py``), or None. As nndct's
             ``load_ft_param``: the bias correction is subtracted from them, then they are rounded.
+        pool_shapes: fx node -> NCHW shape replacing the example's as an adaptive pool's input shape (the
+            factor, and whether it divides), or None: the example's, and the model a
+            ``lowered_forward.LoweredModule`` that lowers again for inputs whose pools see other sizes.
 
     Raises:
         QuantizationError: ``info`` or ``bias_corr`` do not match the graph.
@@ -225,7 +232,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
             norm_attrs.extend(env[a] for a in fx_node.all_input_nodes[1:] if a.op == "get_attr")
         else:
-            lo = _Lowering(graph, node, new, root, env, consts)
+            lo = _Lowering(graph, node, new, root, env, consts, pool_shapes)
             form = g.sim_form(node.op)
             if form is None:
                 value = lo.copy()
@@ -245,7 +252,14 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             new.erase_node(attr)
             if hasattr(root, attr.target):
                 delattr(root, attr.target)
-    gm = torch.fx.GraphModule(root, new, class_name=graph.class_name)
+    variants = None
+    if pool_shapes is None:  # nndct decides an adaptive pool per forward: the graph for other sizes on demand
+        variants = PoolVariants(graph, lambda shapes: build_lowered(graph, plan, info, bitwidth, bias_corr, params,
+                                                                    shapes))
+    gm = (LoweredModule if variants is not None and variants.pools else torch.fx.GraphModule)(
+        root, new, class_name=graph.class_name)
+    if variants is not None and variants.pools:
+        gm.pool_variants = variants
     gm.quant_info = copy.deepcopy(info)
     gm.fast_finetuned = params is not None  # its parameters are param.pth's, not the float model's
     quantized_outputs = [out_fp[n.name] for n in graph.outputs if n.name in out_fp]
@@ -275,8 +289,10 @@ class _Lowering:
     """The context of one node's lowering piece (``ops/sim_support.py``: ``lower(lo)``), given at call time."""
 
     def __init__(self, graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Module,
-                 env: Dict[torch.fx.Node, torch.fx.Node], consts: Dict[SimNode, Any]) -> None:
+                 env: Dict[torch.fx.Node, torch.fx.Node], consts: Dict[SimNode, Any],
+                 pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None) -> None:
         self.graph, self.node, self.new, self.root, self.env, self.consts = graph, node, new, root, env, consts
+        self.pool_shapes = pool_shapes or {}
         self.fx_node = node.fx_node
         self.module = graph.module(node) if self.fx_node.op == "call_module" else None
 
@@ -287,8 +303,9 @@ class _Lowering:
 
     @property
     def input_shape(self) -> Any:
-        """The example shape of the node's first input (NCHW)."""
-        return self.graph.example_shapes[self.fx_node.all_input_nodes[0]]
+        """The shape of the node's first input (NCHW): the example's, or the one ``build_lowered`` was given."""
+        first = self.fx_node.all_input_nodes[0]
+        return self.pool_shapes.get(first) or self.graph.example_shapes[first]
 
     def call_module(self, m: nn.Module) -> torch.fx.Node:
         """``m`` added under the node's name, called on :attr:`x`."""

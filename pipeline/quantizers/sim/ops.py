@@ -62,12 +62,17 @@ def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
     Returns:
         True when its output has no fix position (quant_info ``[[bitwidth, null]]``).
     """
-    out = adaptive_output_size(graph.module(node) if node.fx_node.op == "call_module" else None, node.fx_node)
-    sizes = (out, out) if isinstance(out, int) else tuple(out)
-    if all(s is None or int(s) == 1 for s in sizes):
+    if adaptive_global(graph, node):
         return False
+    out = adaptive_output_size(graph.module(node) if node.fx_node.op == "call_module" else None, node.fx_node)
     shape = graph.example_shapes[node.fx_node.all_input_nodes[0]]
     return adaptive_scale((int(shape[-2]), int(shape[-1])), out) is None
+
+
+def adaptive_global(graph: SimGraph, node: SimNode) -> bool:
+    """Whether an adaptive average pool node is global (every output size 1 or None): it divides any input."""
+    out = adaptive_output_size(graph.module(node) if node.fx_node.op == "call_module" else None, node.fx_node)
+    return all(s is None or int(s) == 1 for s in ((out, out) if isinstance(out, int) else tuple(out)))
 
 
 def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],

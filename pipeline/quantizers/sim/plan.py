@@ -50,6 +50,8 @@ class QuantPlan:
             ``QUANTIZER_TORCH_TENSOR_TYPE_NOT_QUANTIZABLE``): ``[[bit_width, null]]``; and adaptive
             average pools whose output size does not divide their input size on the example
             (``ops.adaptive_unquantized``), which nndct leaves unscaled and never quantizes.
+        may_stay_null: the names of ``output_order`` calibration may leave without a fix position (null
+            entry, no error): ``unquantized_outputs`` and every adaptive average pool (uneven in every batch).
         output_entries: node name -> the pairs of its ``output`` entry, for the quantizable nodes with
             several outputs (``SimNode.outputs``: nndct enters each of their ``out_tensors``; the first
             carries the fix position). A float operator's entry (its outputs feeding a quantizable
@@ -123,6 +125,10 @@ class QuantPlan:
         self.output_order = list(outputs)
         self.unquantized_outputs.extend(n.name for n in self.graph.nodes if n.op == g.ADAPTIVEAVGPOOL2D
                                         and n.name in outputs and adaptive_unquantized(self.graph, n))
+        # nndct decides an adaptive pool per forward: one uneven in every calibration batch never gets a fix
+        # position, whatever the example's size (docs/arithmetic.md#adaptive-average-pool-that-does-not-divide)
+        self.may_stay_null = set(self.unquantized_outputs) | set(
+            n.name for n in self.graph.nodes if n.op == g.ADAPTIVEAVGPOOL2D and n.name in outputs)
 
 
 def _make_groups(graph: SimGraph) -> Dict[str, List[str]]:

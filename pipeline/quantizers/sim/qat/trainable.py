@@ -306,6 +306,7 @@ def build_trainable(float_model: nn.Module, example: Tuple[torch.Tensor, ...], b
     net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None)
     for attr in ("quant_info", "fast_finetuned", "output_fix_pos"):  # the test-mode model's: not this one's
         delattr(net, attr)
+    net.__dict__.pop("pool_variants", None)  # trained as its own graph (lowered_forward: none for other sizes)
     net.train()
     layers = nn.ModuleDict()
     quantizers = nn.ModuleDict()

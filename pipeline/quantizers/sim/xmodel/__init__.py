@@ -62,6 +62,7 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
             or inf (a check of nothing finite); nothing is written under the final name.
     """
     from ..finite import check_inputs, note
+    from ..lowered_forward import for_inputs
     from ....xir import reader
     from ....xir.errors import XGraphError
     from . import verify
@@ -71,6 +72,7 @@ def write_xmodel(session: Any, lowered: torch.fx.GraphModule, examples: Sequence
     if deploy_check and session.graph.quant_off:
         raise ExportError("xmodel: the deploy-check dumps of the quantization-off flow (the real quantizer's "
                           "deploy_check_data_float) are not written yet; export without deploy_check")
+    lowered = for_inputs(lowered, examples)  # the graph for the sizes its adaptive pools see on them
     try:
         graphs, names = build(session, lowered, examples)
     except XGraphError as e:

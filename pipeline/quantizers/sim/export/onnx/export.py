@@ -16,6 +16,7 @@ from .builder import BATCH_DIM, INPUT_NAME, IR_VERSION, OPSET, PRODUCER_NAME, Bu
 from .flavours import FLAVOUR_CLASSES, FLAVOURS
 from .fold import folded_values, independent_nodes
 from .handlers import handler_of, supported, target_name
+from ...lowered_forward import for_inputs
 
 # --------------------------------------------------------------------------- graph walk
 
@@ -223,5 +224,5 @@ def export_onnx(gm: torch.fx.GraphModule, example1: Any, out_path: str, flavour:
     examples = tuple(example1) if isinstance(example1, (tuple, list)) else (example1,)
     for e in examples:
         _check_example(e)
-    model = _build_model(gm, examples, flavour)
+    model = _build_model(for_inputs(gm, examples), examples, flavour)  # the graph for its adaptive pools' sizes
     return write_bytes(out_path, model.SerializeToString(deterministic=True))
