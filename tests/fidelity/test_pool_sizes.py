@@ -3,8 +3,8 @@ quantizer (tests/support/corpus_pool_sizes.py; references in tests/data/pool_siz
 tests/data/README.md).
 
 nndct's ``deephi_AdaptiveAvgPool2d`` takes the DPU factor of ``input // output``, and whether the output
-size divides the input's, from the tensor each forward sees (docs/arithmetic.md#adaptive-average-pool-that-
-does-not-divide). The example given as ``input_args`` (a 224x224 one for a 32x32 CIFAR model, say) changes
+size divides the input's, from the tensor each forward sees
+(docs/arithmetic.md#adaptive-average-pool-that-does-not-divide). The example given as ``input_args`` (a 224x224 one for a 32x32 CIFAR model, say) changes
 nothing: the drop-in must write the same quant_info.json and the same test-mode outputs, bit for bit, and
 its exports must follow the sizes of their own input.
 """
