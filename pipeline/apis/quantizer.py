@@ -17,7 +17,7 @@ from ..quantizers.base import QuantSettings
 from ..quantizers.calib_commit import check_committed
 from ..quantizers.fingerprint import make_fingerprint
 from ..quantizers.quant_config import QuantConfig, load_quant_config
-from ..quantizers.sim.lowered_forward import float_shapes, input_key
+from ..quantizers.sim.lowered_forward import shapes_on
 from ..quantizers.sim.ops import adaptive_global
 from ..quantizers.sim.session import SimSession
 from .calib_mode import CalibModeMethods, CalibModel
@@ -101,25 +101,20 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
             self._model.register_forward_hook(self._count_forward)
         warn_leaky_slopes(self._session.graph)  # while nndct optimizes the graph, before its note
         note("=>Get module with quantization.")
-        self._pools_seen = set()  # type: set  # input sizes whose adaptive pools were checked (_warn_uneven_pools)
-        self._pools_warned = set()  # type: set
+        self._pools_warned = set()  # type: set  # the adaptive pools _warn_uneven_pools warned about
 
     def _warn_uneven_pools(self, inputs: Tuple[Any, ...]) -> None:
         """nndct's warning, once per node, for an adaptive average pool whose output size does not divide the
         input size a forward gives it (``deephi_AdaptiveAvgPool2d.forward``, ``adaptive_avg_pool.py``: on every
         forward, in both modes). A forward of new input sizes (other than the example's) costs one float
-        forward of its first sample, to learn the sizes; a global pool always divides and costs nothing."""
+        forward of its first sample, to learn the sizes (``lowered_forward.shapes_on``, which the test-mode
+        model's choice of graph shares); a global pool always divides and costs nothing."""
         graph = self._session.graph
         pools = [n for n in graph.nodes if n.op == ADAPTIVEAVGPOOL2D and n.name not in self._pools_warned
                  and not adaptive_global(graph, n)]
         if not pools or not all(isinstance(x, torch.Tensor) and x.dim() > 0 and x.shape[0] > 0 for x in inputs):
             return
-        key = input_key([x.shape for x in inputs])
-        if key in self._pools_seen:
-            return
-        self._pools_seen.add(key)
-        example = key == input_key([e.shape for e in self._examples])
-        shapes = graph.example_shapes if example else float_shapes(graph, inputs)
+        shapes = shapes_on(graph, inputs)
         for node in pools:
             out, size = ([int(d) for d in shapes[n][-2:]] for n in (node.fx_node, node.fx_node.all_input_nodes[0]))
             if any(i % o for i, o in zip(size, out)):

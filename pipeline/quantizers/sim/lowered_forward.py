@@ -6,9 +6,11 @@ the DPU factor of ``input // output`` and whether the output size divides the in
 that forward sees. The lowered graph is one fixed graph, written for the example's shapes (what the exporters
 walk, unchanged). :class:`LoweredModule` runs it as is for inputs of the example's sizes, and for inputs of
 other sizes a graph lowered for the sizes its adaptive pools see then: each new input size (the batch
-dimension aside) costs one float forward of its first sample, to learn those sizes, and at most one lowering.
+dimension aside) costs one float forward of its first sample, to learn those sizes (:func:`shapes_on`, which
+the drop-in's warning about an uneven pool asks too), and at most one lowering.
 """
 import copy
+import weakref
 from typing import Any, Callable, Dict, Optional, Tuple
 
 import torch
@@ -36,6 +38,27 @@ def input_key(shapes: Any) -> Tuple[Any, ...]:
     return tuple(None if s is None else tuple(int(d) for d in s[1:]) for s in shapes)
 
 
+# SimGraph -> {input key: fx node -> shape}: the float model's shapes on inputs of other sizes than the example's
+_SHAPES = weakref.WeakKeyDictionary()  # type: weakref.WeakKeyDictionary
+
+
+def shapes_on(graph: Any, args: Any) -> Dict[Any, Any]:
+    """fx node -> output shape of ``graph``'s float model on inputs of the sizes of ``args`` (tensors with a
+    batch dimension): ``graph.example_shapes`` for the example's sizes, else :func:`float_shapes` of ``args``,
+    made once per input sizes (the batch dimension aside) for the graph's life.
+
+    Raises:
+        QuantizationError: the float model fails on the first sample of ``args`` (the node named).
+    """
+    key = input_key([a.shape for a in args])
+    if key == input_key([graph.example_shapes[n.fx_node] for n in graph.inputs]):
+        return graph.example_shapes
+    known = _SHAPES.setdefault(graph, {})
+    if key not in known:
+        known[key] = float_shapes(graph, args)
+    return known[key]
+
+
 class PoolVariants:
     """The adaptive pools of one lowered model and the graphs lowered for other pool input sizes.
 
@@ -45,7 +68,7 @@ class PoolVariants:
 
     A graph lowered for other sizes calls the model's own modules (its quantized parameters as they are then:
     ``load_ft_param`` replaces them in place). A copy of the model (``copy.deepcopy``) gets its own, empty
-    cache; a pickled model drops it (its graph then runs for every input, as lowered for the example).
+    cache of graphs; a pickled model drops it (its graph then runs for every input, as lowered for the example).
     """
 
     def __init__(self, graph: Any, build: Callable[[Dict[Any, Any]], torch.fx.GraphModule]) -> None:
@@ -53,9 +76,7 @@ class PoolVariants:
         self.pools = [n.fx_node.all_input_nodes[0] for n in graph.nodes
                       if n.op == g.ADAPTIVEAVGPOOL2D and not graph.runs_float(n)]
         # the example's shapes cost a float forward: read only for a model with such a pool
-        self.example_key = input_key([graph.example_shapes[n.fx_node] for n in graph.inputs]) if self.pools else ()
         self.example_sizes = self._sizes(graph.example_shapes) if self.pools else ()
-        self._sizes_of = {}  # type: Dict[Any, Tuple[Any, ...]]  # input sizes -> the pools' input sizes
         self._models = {}  # type: Dict[Tuple[Any, ...], torch.fx.GraphModule]
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "PoolVariants":
@@ -78,12 +99,7 @@ class PoolVariants:
         """
         if not self.pools or not all(isinstance(a, torch.Tensor) and a.dim() > 0 and a.shape[0] > 0 for a in args):
             return None
-        key = input_key([a.shape for a in args])
-        if key == self.example_key:
-            return None
-        if key not in self._sizes_of:  # the sizes each pool sees on these input sizes: the float model on one sample
-            self._sizes_of[key] = self._sizes(float_shapes(self.graph, args))
-        sizes = self._sizes_of[key]
+        sizes = self._sizes(shapes_on(self.graph, args))  # the sizes each pool sees on these input sizes
         if sizes == self.example_sizes:
             return None
         if sizes not in self._models:
