@@ -10,7 +10,7 @@ from torch import nn
 
 from ..errors import ExportError, QuantizationError
 from ..models.loading import load_state_dict_file
-from ..ops import ADAPTIVEAVGPOOL2D, LEAKY_RELU
+from ..ops import ADAPTIVEAVGPOOL2D, LEAKY_RELU, call_arguments
 from ..ops.leaky_relu import LEAKY_SLOPE
 from ..quantizers import calib_commit
 from ..quantizers.base import QuantSettings
@@ -201,12 +201,11 @@ class TorchQuantizer(CalibModeMethods, TestModeMethods):
 
 def leaky_slope(graph: Any, node: Any) -> float:
     """The float model's slope of a LeakyReLU node of ``graph`` (a ``SimGraph``): its module's
-    ``negative_slope``, or ``F.leaky_relu``'s argument (by position or keyword; torch's default 0.01)."""
+    ``negative_slope``, or ``F.leaky_relu``'s argument (by its record's signature: torch's default 0.01)."""
     fx_node = node.fx_node
     if fx_node.op == "call_module":
         return float(graph.module(node).negative_slope)
-    slope = fx_node.args[1] if len(fx_node.args) > 1 else fx_node.kwargs.get("negative_slope", 0.01)
-    return float(slope)
+    return float(call_arguments(LEAKY_RELU, fx_node.args, fx_node.kwargs)["negative_slope"])
 
 
 def warn_leaky_slopes(graph: Any) -> None:

@@ -125,6 +125,20 @@ def xmodel_form(op: str) -> Optional[XmodelForm]:
     return form if isinstance(form, XmodelForm) else None
 
 
+def call_arguments(op: str, args: Tuple[Any, ...], kwargs: Dict[str, Any]) -> Dict[str, Any]:
+    """A call of op type ``op`` (a functional or method form) by parameter name: its record's signature
+    (``SIGNATURES``) binds ``args`` in order and ``kwargs`` by name over the defaults; the values as given
+    (an fx node stays a node).
+
+    Raises:
+        KeyError: ``op``'s record gives no signature."""
+    params, defaults = SIGNATURES[op]
+    bound = dict(defaults)
+    bound.update(zip(params, args))
+    bound.update(kwargs)
+    return bound
+
+
 def sim_form(op: str) -> Optional[Any]:
     """The simulation's form of an op type (``record.OpRecord.sim``: a ``sim_support.SimForm``), or None where
     the simulation runs torch's own call (the record's ``sim_support.TORCH``, or an ``aten::*`` type)."""

@@ -73,11 +73,7 @@ class _Lowering:
 
     def call_args(self, node: SimNode) -> Dict[str, Any]:
         """The call's arguments by parameter name, defaults filled (functional and method forms)."""
-        params, defaults = t.SIGNATURES[node.op]
-        fx_node = node.fx_node
-        bound = dict(defaults)
-        bound.update(zip(params, fx_node.args))
-        bound.update(fx_node.kwargs)
+        bound = t.call_arguments(node.op, node.fx_node.args, node.fx_node.kwargs)
         return {k: self.value(v) for k, v in bound.items()}
 
     def module(self, node: SimNode) -> Optional[nn.Module]:
