@@ -126,11 +126,6 @@ def dpu_piece(node: Any, ctx: Any) -> Verdict:
     return Verdict(DPU)
 
 
-def _is_split(node) -> bool:
-    target = node.target if isinstance(node.target, str) else getattr(node.target, "__name__", "")
-    return target in ("chunk", "split")
-
-
 def _lower_slice(lo, node) -> dict:
     """dims, begin, end (:data:`INT_MAX` for an open end) and strides of ``x[a:b, ...]``, or of one piece
     of chunk/split (:func:`_piece_attrs`).
@@ -140,10 +135,7 @@ def _lower_slice(lo, node) -> dict:
     fx_node = node.fx_node
     source = fx_node.args[0]
     shape = list(lo.values[node.inputs[0].fx_node].shape)
-    # a slice of a graph input has no base
-    base = source.args[0] if isinstance(source, torch.fx.Node) and source.args else None
-    if base is not None and isinstance(source, torch.fx.Node) and source in lo.graph.fx_graph.nodes \
-            and source.op in ("call_function", "call_method") and _is_split(source):
+    if is_split(source) and source in lo.graph.fx_graph.nodes:  # a piece of chunk/split
         return _piece_attrs(lo, node, source, shape)
     index = fx_node.args[1]
     index = index if isinstance(index, tuple) else (index,)
