@@ -33,15 +33,6 @@ class XmodelRunError(PipelineError):
     file does not carry). The message says what was expected and what to do."""
 
 
-def input_fix_pos(graph: Any, op: Any) -> Optional[int]:
-    """The fix position the file rounds data op ``op``'s values at (the ``fix_point`` of the ``fix`` op that
-    reads it, nndct's input quantization), or None when no fix op reads it (an input the file keeps in float)."""
-    for user in graph.fanout(op):
-        if user.type == "fix" and user.attr("fix_point") is not None:
-            return int(user.attr("fix_point"))
-    return None
-
-
 def _not_float(path: str, array: np.ndarray, name: str, fix_pos: Optional[int]) -> XmodelRunError:
     """The refusal of a non-float ``.npy``: what it holds, what the run takes, how to convert it."""
     if fix_pos is None:
@@ -140,6 +131,7 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
             :func:`fit_input`), or the interpreter cannot compute an op (named).
     """
     import torch
+    from pipeline.inspect.deploy_dump import fix_position
     from pipeline.xir import interp
     datas = interp.data_ops(graph)
     if len(input_paths) != len(datas):
@@ -149,7 +141,8 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
                                 ", ".join("%s %s" % (op.name, list(op.shape)) for op in datas)))
     tensors, described = [], []
     for path, op in zip(input_paths, datas):
-        raw = _read_npy(path, op.name, input_fix_pos(graph, op))
+        fix = fix_position(graph, op.name)  # the file's input quantization, None for an input kept in float
+        raw = _read_npy(path, op.name, None if fix is None else fix[0])
         tensors.append(torch.from_numpy(fit_input(path, raw, op.shape, op.name, layout)))
         described.append({"name": op.name, "file": path, "shape": list(raw.shape), "dims": list(op.shape)})
     try:
