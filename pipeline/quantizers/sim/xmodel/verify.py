@@ -125,19 +125,13 @@ def _sim_call(lowered: torch.fx.GraphModule, fx_node: torch.fx.Node, values: Dic
     return call
 
 
-def _determined(op_type: str) -> bool:
-    """A custom type whose file says all it computes (its unit's ``CustomKernel.complete``, or a generic float
-    operator's the type name determines, ``xir/aten_ops.py``; ``interp_ops.determined``): the interpreter runs
-    its kernel, and the simulation is asked for no call of it (``nndct_shape`` has none), so the comparison
-    holds that kernel to the simulation's output bit for bit."""
-    return determined(op_type)
-
-
 def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModule,
                        examples: Sequence[torch.Tensor], names: Optional[Dict[str, str]] = None,
                        values: Optional[Dict[torch.fx.Node, Any]] = None) -> Dict[str, FloatOp]:
-    """``float_ops`` for every custom op of ``graph`` but those the file determines (:func:`_determined`):
-    the simulation's own torch call for it.
+    """``float_ops`` for every custom op of ``graph`` but those the file determines (``interp_ops.determined``:
+    its unit's ``CustomKernel.complete``, or a generic float operator's the type name determines,
+    ``xir/aten_ops.py``; the comparison then holds that kernel to the simulation's output bit for bit): the
+    simulation's own torch call for it.
 
     The custom op named ``formal_name(names[node])`` runs the lowered model's fx node of that
     simulation node (before its ``fake_quant``), its tensor arguments replaced by the op's inputs
@@ -152,7 +146,7 @@ def float_ops_from_sim(graph: XGraph, session: Any, lowered: torch.fx.GraphModul
     Raises:
         InterpreterError: a custom op whose simulation node cannot be found (named).
     """
-    custom = [op for op in graph.ops if is_custom(op.type) and not _determined(op.type)]
+    custom = [op for op in graph.ops if is_custom(op.type) and not determined(op.type)]
     if not custom:
         return {}
     names = sim_names(session, examples) if names is None else names
