@@ -189,44 +189,41 @@ def trace_with_defaults(model: nn.Module, examples: Tuple[torch.Tensor, ...]) ->
         return work, _branch_trace(work, examples, model, baked, e.args[0])
 
 
-def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
+def _on_example(trace: Callable[[], torch.fx.Graph], model: nn.Module, failed: str) -> torch.fx.Graph:
+    """``trace()`` (a ``concrete_trace`` on the example), its failures as QuantizationError: a Python branch on
+    the input's data with its reason, anything else (the model's own error on the example, or fx's) after
+    ``failed`` (what was traced, ending in "failed")."""
     try:
-        return concrete_trace(work, tuple(e.detach().cpu() for e in examples))
+        return trace()
     except QuantizationError:
         raise
     except DataDependentBranch as e:
-        raise _data_branch_error(model, e)
-    except Exception as e:  # the model's own error on the example, or fx's
-        raise QuantizationError("the sim quantizer traces through the torch.fx-wrapped functions of %s on the "
-                                "example input (as torch.jit does), which failed: %s: %s"
-                                % (type(model).__name__, type(e).__name__, e))
+        raise QuantizationError(
+            "forward() of %s branches in Python on the input's data: %s. The real quantizer's torch.jit.trace "
+            "would specialise on the example input (only a TracerWarning says so): the quantized model would "
+            "compute the example's path for every input, and be wrong for inputs that take the other one. "
+            "Branch on sizes only, or compute both paths with tensor ops (torch.where)." % (type(model).__name__, e))
+    except Exception as e:
+        raise QuantizationError("%s: %s: %s" % (failed, type(e).__name__, e))
 
 
-def _data_branch_error(model: nn.Module, e: Exception) -> QuantizationError:
-    return QuantizationError(
-        "forward() of %s branches in Python on the input's data: %s. The real quantizer's torch.jit.trace "
-        "would specialise on the example input (only a TracerWarning says so): the quantized model would "
-        "compute the example's path for every input, and be wrong for inputs that take the other one. "
-        "Branch on sizes only, or compute both paths with tensor ops (torch.where)." % (type(model).__name__, e))
+def _concrete(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module) -> torch.fx.Graph:
+    return _on_example(lambda: concrete_trace(work, tuple(e.detach().cpu() for e in examples)), model,
+                       "the sim quantizer traces through the torch.fx-wrapped functions of %s on the example input "
+                       "(as torch.jit does), which failed" % type(model).__name__)
 
 
 def _branch_trace(work: nn.Module, examples: Tuple[torch.Tensor, ...], model: nn.Module, baked: Dict[str, Any],
                   fx_error: Exception) -> torch.fx.Graph:
     """The trace of ``work`` on the examples (``concrete_trace``) for a model whose plain trace failed on a
     Python branch (``fx_error``): the branch takes the example's path, as in torch.jit's trace."""
-    try:
+    def trace() -> torch.fx.Graph:
         with warnings.catch_warnings():  # fx: "Was not able to add assertion" for a str default
             warnings.simplefilter("ignore")
-            fx_graph = concrete_trace(work, tuple(e.detach().cpu() for e in examples), baked or None)
-    except QuantizationError:
-        raise
-    except DataDependentBranch as e:
-        raise _data_branch_error(model, e)
-    except Exception as e:  # the model's own error on the example, or fx's
-        raise QuantizationError(
-            "the sim quantizer captures %s on the example input (as torch.jit does) because its forward() "
-            "branches in Python on a traced value (torch.fx: %s), and that trace failed: %s: %s"
-            % (type(model).__name__, fx_error, type(e).__name__, e))
+            return concrete_trace(work, tuple(e.detach().cpu() for e in examples), baked or None)
+    fx_graph = _on_example(trace, model, "the sim quantizer captures %s on the example input (as torch.jit does) "
+                           "because its forward() branches in Python on a traced value (torch.fx: %s), and that "
+                           "trace failed" % (type(model).__name__, fx_error))
     if baked:
         _drop_baked(fx_graph, len(examples))
     return fx_graph
