@@ -196,17 +196,23 @@ def _plural(name: str) -> str:
     return name.split(" ", 1)[1] + "s" if name.startswith(("a ", "an ")) and " or " not in name else name
 
 
+def _map_strings(value: Any, fn: Callable[[str], str]) -> Any:
+    """``value`` (JSON: dicts, lists, tuples as lists) with ``fn`` applied to every string in it."""
+    if isinstance(value, dict):
+        return {k: _map_strings(v, fn) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_map_strings(v, fn) for v in value]
+    return fn(value) if isinstance(value, str) else value
+
+
 def relative_paths(value: Any, root: str) -> Any:
     """``value`` (a step result's JSON) with every string that is an absolute path at or under the run
     folder ``root`` made relative to it (``"."`` for ``root`` itself); other values unchanged."""
-    if isinstance(value, dict):
-        return {k: relative_paths(v, root) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [relative_paths(v, root) for v in value]
-    if isinstance(value, str) and os.path.isabs(value):
-        if value == root or value.startswith(root.rstrip(os.sep) + os.sep):
-            return os.path.relpath(value, root)
-    return value
+    def relative(text: str) -> str:
+        if os.path.isabs(text) and (text == root or text.startswith(root.rstrip(os.sep) + os.sep)):
+            return os.path.relpath(text, root)
+        return text
+    return _map_strings(value, relative)
 
 
 def relative_in_text(value: Any, root: str) -> Any:
@@ -214,13 +220,7 @@ def relative_in_text(value: Any, root: str) -> Any:
     file under it (``"...; the file was kept as <root>/export/m.onnx.rejected"`` -> ``"... as
     export/m.onnx.rejected"``; ``root`` made absolute, as the run folder's paths are); other values unchanged."""
     prefix = os.path.join(os.path.abspath(root), "")
-    if isinstance(value, dict):
-        return {k: relative_in_text(v, root) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [relative_in_text(v, root) for v in value]
-    if isinstance(value, str):
-        return value.replace(prefix, "")
-    return value
+    return _map_strings(value, lambda text: text.replace(prefix, ""))
 
 
 def check_owned(work_dir: str) -> bool:
