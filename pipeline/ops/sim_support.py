@@ -16,6 +16,11 @@ The rooms' machinery is handed to the piece at call time:
   ``lo.call_module(m)`` (``m`` added under the node's name, called on ``lo.x``),
   ``lo.call(fn, *args)`` (a ``call_function`` node), ``lo.copy()`` (torch's own call copied, its
   number operands the quantized consts) and ``lo.mul(value, scale)`` (a multiply, none for 1.0).
+- ``train(lo) -> (fx value, quantizable)`` or None (the default: ``lower``): the node in the QAT trainable model
+  (``quantizers/sim/qat/trainable.py``) where it differs from the test-mode one: the real QAT replaces some
+  modules by its own (``pytorch_nndct/quantization/transforms.py``), which decide on every forward.
+  ``lo.trainable`` says which rule: ``"real"`` (the real ``QatProcessor``'s modules) or ``"deploy"``
+  (``exact_deploy``: the test-mode rule the deployed model follows), decided per forward too.
 
 Both compute in float32 with the bits the real quantizer's module gives (``pytorch_nndct/nn/modules``).
 """
@@ -26,8 +31,8 @@ from .record import Absent
 # exact: the form computes torch's own call (written another way in the lowered model: a QuantStub as a clone,
 # never its autograd function), so it applies also where a node runs in float (``SimGraph.runs_float``); a DPU
 # approximation (exact False) applies only inside the quantized parts
-SimForm = namedtuple("SimForm", "run lower exact")
-SimForm.__new__.__defaults__ = (False,)
+SimForm = namedtuple("SimForm", "run lower exact train")
+SimForm.__new__.__defaults__ = (False, None)
 
 # How a type of role ``norm`` (its module quantizes its own weight and bias at its first call and computes
 # with them: ``OpRecord.norm``) computes, given the simulation's graph and node at call time:

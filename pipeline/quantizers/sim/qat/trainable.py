@@ -9,7 +9,8 @@ It is built from the same capture, quantization plan and lowering as the PTQ tes
 - every conv/linear becomes a ``QatLayer`` holding the float weights and, for a conv the deploy
   folds a BatchNorm2d into, that BatchNorm (``layers.<nndct node name>``);
 - everything else (the DPU average-pool factor, LeakyReLU 26/256, hard-sigmoid, the graph) is the
-  test-mode model's own, so QAT trains through the forms the simulation deploys.
+  test-mode model's own, so QAT trains through the forms the simulation deploys; an adaptive pool
+  takes its factor on every forward from the input it sees (``SimForm.train``, docs/qat.md).
 
 Two behaviours:
 
@@ -303,10 +304,11 @@ def build_trainable(float_model: nn.Module, example: Tuple[torch.Tensor, ...], b
             "train it shared, use exact_deploy=True (each call trained as it deploys), or give each call its own "
             "module" % (path, len(nodes), ", ".join(nodes)))
     graph, plan = session.graph, session.plan
-    net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None)
+    # its adaptive pools decide their factor on every forward (ops/pool/sim.py: dpu_adaptive_factor)
+    net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None,
+                        trainable="deploy" if exact_deploy else "real")
     for attr in ("quant_info", "fast_finetuned", "output_fix_pos"):  # the test-mode model's: not this one's
         delattr(net, attr)
-    net.__dict__.pop("pool_variants", None)  # trained as its own graph (lowered_forward: none for other sizes)
     net.train()
     layers = nn.ModuleDict()
     quantizers = nn.ModuleDict()
