@@ -25,6 +25,7 @@ The rooms' machinery is handed to the piece at call time:
 Both compute in float32 with the bits the real quantizer's module gives (``pytorch_nndct/nn/modules``).
 """
 from collections import namedtuple
+from typing import Any, Callable, List
 
 from .record import Absent
 
@@ -50,6 +51,18 @@ NormForm = namedtuple("NormForm", "forward module")
 # - ``bias_dims``: the dims of the output error whose mean bias correction subtracts from the bias (nndct's
 #   module's ``error.mean(dim=...)``).
 LayerForm = namedtuple("LayerForm", "forward bias_dims")
+
+# Functions a form's lowering calls (``lo.call``) that ``torch.fx`` cannot trace through (they read a size as a
+# Python int): a trace of the lowered model's code (torch's load of a pickled GraphModule,
+# ``quantizers/sim/lowered.py``'s ``LoweredTracer``) keeps each of them one call. Filled by :func:`opaque_call`.
+OPAQUE_CALLS = []  # type: List[Callable[..., Any]]
+
+
+def opaque_call(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Decorator: list ``fn`` (a module-level function a lowering calls) in ``OPAQUE_CALLS``; returns ``fn``."""
+    OPAQUE_CALLS.append(fn)
+    return fn
+
 
 # the piece of an op the simulation runs as torch's own call
 TORCH = Absent("torch's call is the DPU's arithmetic (the simulation runs the op's own torch call)")

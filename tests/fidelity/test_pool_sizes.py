@@ -206,3 +206,24 @@ def test_pickling_the_test_model_is_refused_with_what_to_do(tmp_path):
         with pytest.raises(QuantizationError, match=r"cannot be pickled .*copy\.deepcopy\(quant_model\).*"
                                                     r"torch_quantizer\(\"test\""):
             save(q.quant_model)
+
+
+def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
+    """torch.save of a test model with no adaptive pool (a plain lowered GraphModule) loads again and computes
+    the same bits: torch traces its code again on load, with the graph's tracer (lowered.LoweredTracer), which
+    keeps fake_quant one call (the plain tracer failed on its branches)."""
+    import io
+    from pipeline.apis import torch_quantizer
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path))
+    q.quant_model(x)
+    q.export_quant_config()
+    q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path))
+    y = q.quant_model(x)
+    buf = io.BytesIO()
+    torch.save(q.quant_model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert torch.equal(loaded(x), y)

@@ -93,3 +93,22 @@ def test_dpu_adaptive_factor_rules():
     value = F.adaptive_avg_pool2d(x, 3)  # uneven: the real QAT still scales; the test-mode rule leaves it plain
     assert dpu_adaptive_factor(value, x, 3, False) is value
     assert torch.equal(dpu_adaptive_factor(value, x, 3, True), value * avgpool_dpu_scale(10, 10))
+
+
+def test_a_pickled_trainable_model_loads_and_keeps_deciding_per_forward():
+    """torch.save of the trainable model loads (torch traces its code again, keeping dpu_adaptive_factor one
+    call: sim_support.OPAQUE_CALLS) and gives the same 20x20 outputs, the 10x10 factor included."""
+    import io
+    qmodel, ref = _trainable("pool1")
+    x = torch.from_numpy(ref["x20"]).clone()
+    with torch.no_grad():
+        qmodel.train()(x)
+        y = qmodel.eval()(x)
+    buf = io.BytesIO()
+    torch.save(qmodel, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    with torch.no_grad():
+        assert torch.equal(loaded(x), y)
+    plain, out = _pool_call(loaded, x)
+    assert torch.equal(out, plain * avgpool_dpu_scale(10, 10))

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..record import pair
-from ..sim_support import SimForm
+from ..sim_support import SimForm, opaque_call
 
 MAX_POOL = "nndct_maxpool"
 AVG_POOL = "nndct_avgpool"
@@ -79,6 +79,7 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     return avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
 
 
+@opaque_call
 def dpu_adaptive_factor(value: torch.Tensor, x: torch.Tensor, output_size: Any, whole: bool) -> torch.Tensor:
     """An adaptive average pool's output ``value`` times its DPU factor, decided from its input ``x`` (NCHW) as
     each forward sees it: the QAT trainable model's pool (``SimForm.train``).

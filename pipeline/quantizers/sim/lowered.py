@@ -14,7 +14,8 @@ node and relies on every point below):
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
    ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
    (Re-tracing the GraphModule keeps it as one node with
-   ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``.)
+   ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``; ``LoweredTracer``, the graph's ``_tracer_cls``,
+   with which torch traces a pickled lowered model's code again on load.)
 3. ``torch.nn.Conv2d``, ``torch.nn.Linear``, ``torch.nn.ConvTranspose2d`` and an unfused
    ``torch.nn.BatchNorm1d``/``BatchNorm2d`` (mean 0, var 1, eps 0: ``x * weight + bias``) appear as
    ``call_module`` nodes on standard modules whose ``weight`` and ``bias`` are ALREADY quantized:
@@ -160,6 +161,16 @@ def check_quant_info(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any]) -> 
                                 "which the sim quantizer does not simulate")
 
 
+class LoweredTracer(torch.fx.Tracer):
+    """torch.fx's tracer keeping ``fake_quant`` and the forms' ``sim_support.OPAQUE_CALLS`` one call each: the
+    tracer of every lowered graph (its ``_tracer_cls``), so that a pickled lowered model (``torch.save``; torch
+    pickles a GraphModule as its code and traces that again on load) loads. Arguments: ``torch.fx.Tracer``'s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("autowrap_functions", (fixpoint.fake_quant,) + tuple(g.OPAQUE_CALLS))
+        super().__init__(*args, **kwargs)
+
+
 def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwidth: int,
                   bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None,
                   pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None,
@@ -255,6 +266,7 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             new.erase_node(attr)
             if hasattr(root, attr.target):
                 delattr(root, attr.target)
+    new._tracer_cls = LoweredTracer
     variants = None
     if pool_shapes is None and trainable is None:  # nndct decides a pool per forward: other sizes' graph on demand
         variants = PoolVariants(graph, lambda shapes: build_lowered(graph, plan, info, bitwidth, bias_corr, params,
