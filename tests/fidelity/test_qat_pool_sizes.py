@@ -30,9 +30,10 @@ THREADS = pinned_threads(1)  # the references' setting
 
 def _trainable(variant, exact_deploy=False):
     model, _ = build("resnet")
-    if variant == "pool2":
-        model.pool = nn.AdaptiveAvgPool2d(2)
-        model.fc = nn.Linear(64, 10)
+    if variant != "pool1":
+        size = int(variant[-1])
+        model.pool = nn.AdaptiveAvgPool2d(size)
+        model.fc = nn.Linear(16 * size * size, 10)
     model.load_state_dict(torch.load(os.path.join(REAL, variant, "float_state_dict.pt"), weights_only=True))
     ref = np.load(os.path.join(REAL, variant, "outputs.npz"))
     model.train()  # as the reference was made (the real trainable_model asserts conv.training)
@@ -59,16 +60,39 @@ def _pool_call(qmodel, x):
 
 @pytest.mark.skipif(not REFERENCE_ENV, reason="the references were made with torch 2.13.0 on AVX-512 (their "
                                               "conv sums round as there); the rule itself is checked below")
-@pytest.mark.parametrize("variant", ["pool1", "pool2"])
+@pytest.mark.parametrize("variant", ["pool1", "pool2", "pool3"])
 def test_trainable_pools_of_other_sizes_than_the_example_equal_the_real_qat(variant):
+    """``train<hw>``: the first training forward (the warm-up sets every threshold), then ``eval<hw>`` in eval
+    mode, each on the reference's ``x<hw>``. pool3: a 3x3 pool the example's 8x8 map does not divide, which the
+    real QAT scales and quantizes all the same."""
     qmodel, ref = _trainable(variant)
+    keys = sorted(k for k in ref.files if k.startswith("train")) + sorted(k for k in ref.files if k.startswith("eval"))
     with torch.no_grad():
-        got = {"train20": qmodel.train()(torch.from_numpy(ref["x20"]).clone())}
-        qmodel.eval()
-        got["eval20"] = qmodel(torch.from_numpy(ref["x20"]).clone())
-        got["eval24"] = qmodel(torch.from_numpy(ref["x24"]).clone())
-    for key, value in got.items():
-        assert np.array_equal(value.numpy().view(np.int32), ref[key].view(np.int32)), key
+        for key in keys:
+            x = torch.from_numpy(ref["x" + "".join(c for c in key if c.isdigit())]).clone()
+            value = qmodel.train(key.startswith("train"))(x)
+            assert np.array_equal(value.numpy().view(np.int32), ref[key].view(np.int32)), key
+
+
+def test_a_pool_the_example_does_not_divide_trains_a_quantizer_and_ships_its_position(tmp_path):
+    """As the real QAT: its quant config has a key for the pool (PTQ's ``[[8, null]]`` entry), so it trains an
+    output quantizer there, and ``to_deployable`` writes that quantizer's position (the reference's
+    quant_info.json, made by the real ``to_deployable`` after the forwards above; its node names count the
+    QuantStub, so the values are compared in order). With ``exact_deploy`` it stays unquantized, as it deploys."""
+    import json
+    qmodel, ref = _trainable("pool3")
+    with torch.no_grad():
+        qmodel.train()(torch.from_numpy(ref["x16"]).clone())
+    pools = [k for g, k, _ in qmodel.quantizers() if g == "output" and "adaptive_avg_pool2d" in k]
+    assert len(pools) == 1
+    with open(os.path.join(REAL, "pool3", "quant_info.json")) as f:
+        real = json.load(f)
+    if REFERENCE_ENV:
+        _, output = qmodel.fix_positions(adjusted=True)
+        assert list(output.values()) == [v[0][1] for v in real["output"].values()]
+    assert real["output"]["TinyResNet::nndct_adaptive_avg_pool2d_15"][0][1] is not None
+    exact, _ = _trainable("pool3", exact_deploy=True)
+    assert not [k for g, k, _ in exact.quantizers() if "adaptive_avg_pool2d" in k]
 
 
 @pytest.mark.parametrize("variant, exact_deploy, hw, factor", [

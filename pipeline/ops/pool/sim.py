@@ -177,12 +177,14 @@ def _lower_adaptive(lo):
 
 def _train_adaptive(lo):
     """QAT: the factor decided on every forward (:func:`dpu_adaptive_factor`); the real QAT's whole-input rule
-    for a module (``ReplacePooling2d`` replaces modules only), the test-mode rule for ``exact_deploy`` and for
-    ``F.adaptive_avg_pool2d``. Quantized where the test-mode model quantizes it on the example."""
+    for a module (``ReplacePooling2d`` replaces modules only), quantized always (its output quantizer); the
+    test-mode rule for ``exact_deploy`` and for ``F.adaptive_avg_pool2d``, quantized where the test-mode model
+    quantizes it on the example."""
     out = adaptive_output_size(lo.module, lo.fx_node)
     shape = lo.input_shape
-    value = lo.call(dpu_adaptive_factor, lo.copy(), lo.x, out, lo.trainable == "real" and lo.module is not None)
-    return value, adaptive_scale((int(shape[2]), int(shape[3])), out) is not None
+    whole = lo.trainable == "real" and lo.module is not None
+    value = lo.call(dpu_adaptive_factor, lo.copy(), lo.x, out, whole)
+    return value, whole or adaptive_scale((int(shape[2]), int(shape[3])), out) is not None
 
 
 SIM = {MAX_POOL: SimForm(_run_maxpool, _lower_maxpool), AVG_POOL: SimForm(_run_avgpool, _lower_avgpool),

@@ -225,13 +225,17 @@ class QatModel(nn.Module):
         return state
 
 
-def _dummy_info(session: SimSession) -> Dict[str, Any]:
+def _dummy_info(session: SimSession, exact_deploy: bool) -> Dict[str, Any]:
     """A quant_info with fix position 0 at every quantized tensor: the lowering needs positions to
-    place its fake_quant points; QAT replaces each of them by a quantizer."""
+    place its fake_quant points; QAT replaces each of them by a quantizer. Without ``exact_deploy``, an
+    output PTQ leaves unquantized on the example (an adaptive pool it does not divide) but that is no
+    integer size has one too: the real QAT's quantizers are its quant config's keys, and its forms
+    (``SimForm.train``) say where they quantize."""
     prefix = session.graph.class_name + "::"
     plan = session.plan
     param = {k: (None if k in plan.unquantized_params else 0) for k in plan.param_order}
-    output = {prefix + k: (None if k in plan.unquantized_outputs else 0) for k in plan.output_order}
+    unquantized = [k for k in plan.unquantized_outputs if exact_deploy or session.graph.by_name[k].shape_value]
+    output = {prefix + k: (None if k in unquantized else 0) for k in plan.output_order}
     return make_quant_info(param, output, session.bitwidth, False, "")
 
 
@@ -305,7 +309,7 @@ def build_trainable(float_model: nn.Module, example: Tuple[torch.Tensor, ...], b
             "module" % (path, len(nodes), ", ".join(nodes)))
     graph, plan = session.graph, session.plan
     # its adaptive pools decide their factor on every forward (ops/pool/sim.py: dpu_adaptive_factor)
-    net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None,
+    net = build_lowered(graph, plan, _dummy_info(session, exact_deploy), bitwidth, None,
                         trainable="deploy" if exact_deploy else "real")
     for attr in ("quant_info", "fast_finetuned", "output_fix_pos"):  # the test-mode model's: not this one's
         delattr(net, attr)
