@@ -227,3 +227,24 @@ def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
     buf.seek(0)
     loaded = torch.load(buf, weights_only=False)
     assert torch.equal(loaded(x), y)
+
+
+def test_copies_of_a_test_model_without_adaptive_pools_keep_the_hooks(tmp_path):
+    """copy.deepcopy and copy.copy of quant_model with no adaptive pool: torch 1.13's GraphModule copy recursed
+    without end through the drop-in's hooks (they hold the quantizer, which holds the model); the copies compute
+    the same bits and refuse an input of another rank as quant_model does."""
+    import copy
+    from pipeline.apis import torch_quantizer
+    from pipeline.errors import QuantizationError
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path))
+    q.quant_model(x)
+    q.export_quant_config()
+    q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path))
+    y = q.quant_model(x)
+    for other in (copy.deepcopy(q.quant_model), copy.copy(q.quant_model)):
+        assert torch.equal(other(x), y)
+        with pytest.raises(QuantizationError):
+            other(x[0])

@@ -271,8 +271,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
     if pool_shapes is None and trainable is None:  # nndct decides a pool per forward: other sizes' graph on demand
         variants = PoolVariants(graph, lambda shapes: build_lowered(graph, plan, info, bitwidth, bias_corr, params,
                                                                     shapes))
-    gm = (LoweredModule if variants is not None and variants.pools else torch.fx.GraphModule)(
-        root, new, class_name=graph.class_name)
+    # the test-mode model is a LoweredModule also without pools: its copy keeps the drop-in's hooks (torch 1.13's
+    # GraphModule copy passes no memo, and a hook holding the model recursed without end)
+    gm = (LoweredModule if trainable is None else torch.fx.GraphModule)(root, new, class_name=graph.class_name)
     if variants is not None and variants.pools:
         gm.pool_variants = variants
     gm.quant_info = copy.deepcopy(info)

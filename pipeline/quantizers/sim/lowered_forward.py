@@ -162,14 +162,16 @@ class LoweredModule(torch.fx.GraphModule):
         return _init_lowered(res, body, copy.deepcopy(self.graph, memo), type(self).__name__)
 
     def __reduce__(self) -> Any:
-        """Refused: the graphs for other pool input sizes are lowered from the float model's capture, which a
-        pickle cannot carry (torch pickles a GraphModule as its code, traced again on load, where the
-        ``fake_quant`` calls fail), and a model that ran every input through the example's pools would give
-        other numbers than the real quantizer's.
+        """torch's pickle of a GraphModule (its code, traced again on load by ``LoweredTracer``) for a model
+        without adaptive pools. Refused for one with them: the graphs for other pool input sizes are lowered
+        from the float model's capture, which a pickle cannot carry, and a model that ran every input through
+        the example's pools would give other numbers than the real quantizer's.
 
         Raises:
-            QuantizationError: always, saying what to do instead.
+            QuantizationError: the model has adaptive pools (``pool_variants``), saying what to do instead.
         """
+        if self.__dict__.get("pool_variants") is None:
+            return super().__reduce__()
         raise QuantizationError(
             "the test-mode model (quant_model) of a model with an adaptive average pool cannot be pickled "
             "(torch.save(model), pickle): it decides each pool's DPU factor on every forward from the input's "
