@@ -441,7 +441,7 @@ class ReturnedSlice(nn.Module):
     ReLU's output (``ret_slice``), the same whole value first (``ret_whole_first``), the slice of a ReLU of
     a returned conv output (``ret_slice_of_relu``: ``relu(y)[:, 2:6], y``), ``y`` read by a conv too
     (``ret_slice_conv``: ``y[:, 2:6], y, c2(y)``), the slice read by a conv too (``ret_slice_read``:
-    ``s, c2(s)`` with ``s = y[:, 2:6]``)."""
+    ``s, c2(s)`` with ``s = y[:, 2:6]``), ``y`` returned twice (``ret_twice``: ``y, y[:, 2:6], y``)."""
     def __init__(self, kind):
         super().__init__()
         self.kind = kind
@@ -457,6 +457,8 @@ class ReturnedSlice(nn.Module):
             return y, y[:, 2:6]
         if self.kind == "ret_slice_conv":
             return y[:, 2:6], y, self.c2(y)
+        if self.kind == "ret_twice":
+            return y, y[:, 2:6], y
         if self.kind == "ret_slice_read":
             s = y[:, 2:6]
             return s, self.c2(s)
@@ -522,6 +524,7 @@ CORPUS = {
     "ret_slice_of_relu": (_kind(ReturnedSlice, "ret_slice_of_relu"), IMAGE),
     "ret_slice_conv": (_kind(ReturnedSlice, "ret_slice_conv"), IMAGE),
     "ret_slice_read": (_kind(ReturnedSlice, "ret_slice_read"), IMAGE),
+    "ret_twice": (_kind(ReturnedSlice, "ret_twice"), IMAGE),
 }
 
 
