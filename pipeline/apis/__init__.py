@@ -63,8 +63,8 @@ What differs, on purpose:
   ``torch.ops.vai``), so the file loads with ``torch.jit.load`` alone.
 - ``export_onnx_model`` and ``export_torch_script`` raise instead of logging when called in calib
   mode or before a forward.
-- Calibration data that cannot calibrate warns (a single sample, inputs that are all zeros, an
-  empty batch); all-empty calibration raises before anything is written.
+- Calibration data that cannot calibrate warns (a single sample, fewer than 100 samples, inputs that
+  are all zeros, an empty batch); all-empty calibration raises before anything is written.
 - ``output_dir`` is checked when the quantizer is made (a file in its place, or a folder that cannot
   be made, is a ``StorageError``; the real one fails later, in ``os.makedirs``), and no call writes
   into a run folder that a pipeline run holds now (its lock, ``pipeline.runlock``): calib mode's

@@ -9,6 +9,7 @@ from typing import Any, Dict, Optional, Tuple
 import torch
 from torch import nn
 
+from ..checks import FEW_SAMPLES
 from ..errors import QuantizationError
 from ..fileio import json_bytes
 from ..quantizers import calib_commit
@@ -178,7 +179,10 @@ class CalibModeMethods:
 
     def _check_calibration_data(self) -> None:
         """Raise when every calibration forward was empty; warn when the calibration rests on a
-        single sample or on inputs that were all zeros (the fix positions then describe no real data)."""
+        single sample or on inputs that were all zeros (the fix positions then describe no real data), and
+        when it saw fewer than ``checks.FEW_SAMPLES`` (100) samples, the lower end of the "100 to 1000
+        calibration images" of the Vitis AI user guide (UG1414, "Vitis AI Quantizer Flow"), as the runner's
+        statistics warn (``checks.InputStats.result``)."""
         forwards = self._calibrator.batches
         if self._empty_forwards == forwards:
             raise QuantizationError("all %d calibration forwards had an empty batch (0 samples): nothing was "
@@ -189,6 +193,10 @@ class CalibModeMethods:
             warnings.warn("the calibration saw a single sample: every fix_pos (and bias correction) comes from "
                           "one image, so test-mode accuracy on other images can be far from float; calibrate on "
                           "a few hundred representative samples")
+        elif samples < FEW_SAMPLES:
+            warnings.warn("the calibration saw %d samples: the Vitis AI user guide (UG1414, \"Vitis AI Quantizer "
+                          "Flow\") says the quantizer generally works well with 100 to 1000 calibration images; "
+                          "calibrate on at least %d representative samples" % (samples, FEW_SAMPLES))
         if self._nonzero_forwards == 0:
             warnings.warn("every calibration input was all zeros (%d forwards): the fix positions describe no "
                           "real data (blank images, a normalization that zeroes everything, or a data loader "

@@ -43,6 +43,7 @@ from .reshape import CONTIGUOUS, FLATTEN, RESHAPE, SQUEEZE, UNSQUEEZE
 from .resize import RESIZE
 from .rnn import GRU, LSTM
 from .shape import FLOOR_DIVIDE, SHAPE, TRUNC_DIV
+from .sim_support import OPAQUE_CALLS  # functions a lowering calls that torch.fx cannot trace through
 from .slicing import FILL, INDEX, SELECT, SPLIT_FUNCTIONS, SPLIT_METHODS, STRIDED_SLICE
 from .softmax import SOFTMAX
 from .xmodel_support import XmodelForm

@@ -41,8 +41,23 @@ def test_all_zero_calibration_data_warns(tmp_path):
         q.export_quant_config()
 
 
-def test_real_calibration_data_does_not_warn(tmp_path):
+def test_fewer_than_100_calibration_samples_warn_once_with_the_count(tmp_path):
+    """The runner's rule (checks.FEW_SAMPLES, UG1414's "100 to 1000 calibration images"): 4 batches of 4 warn."""
     q = _calib(tmp_path, _batches())
+    with warnings.catch_warnings(record=True) as record:
+        warnings.simplefilter("always")
+        q.export_quant_config()
+    few = [m for m in _messages(record) if "calibration saw" in m]
+    assert few == ["the calibration saw 16 samples: the Vitis AI user guide (UG1414, \"Vitis AI Quantizer Flow\") "
+                   "says the quantizer generally works well with 100 to 1000 calibration images; calibrate on at "
+                   "least 100 representative samples"]
+    q = _calib(tmp_path / "99", _batches(24) + [_batches(1)[0][:3]])  # 99 samples still warn
+    with pytest.warns(UserWarning, match=r"the calibration saw 99 samples: "):
+        q.export_quant_config()
+
+
+def test_real_calibration_data_does_not_warn(tmp_path):
+    q = _calib(tmp_path, _batches(25))  # 100 samples
     with warnings.catch_warnings(record=True) as record:
         warnings.simplefilter("always")
         q.export_quant_config()

@@ -163,3 +163,67 @@ def test_copies_of_the_test_model_run_their_own_modules(tmp_path):
     with torch.no_grad():
         next(m for m in other.modules() if isinstance(m, nn.Linear)).bias.add_(1.0)
     assert not torch.equal(other(x), y) and torch.equal(model(x), y)
+
+
+def _drop_in_test_model(tmp_path, name="gap_48_example_32"):
+    from pipeline.apis import torch_quantizer
+    q = torch_quantizer("calib", corpus.make_model(name), (corpus.make_example(name),), output_dir=str(tmp_path))
+    q.quant_model(corpus.make_inputs(name, 4, 1))
+    q.export_quant_config()
+    return torch_quantizer("test", corpus.make_model(name), (corpus.make_example(name),), output_dir=str(tmp_path))
+
+
+def test_copies_of_the_drop_in_test_model_keep_deciding_per_forward(tmp_path):
+    """copy.copy and copy.deepcopy of quant_model itself (with the drop-in's hooks; torch 1.13's own copy
+    recursed without end through them) run 48x48 inputs with 48x48's factor, as the model does, and keep
+    the hooks: a copy refuses an input of another rank as quant_model does."""
+    import copy
+    from pipeline.errors import QuantizationError
+    q = _drop_in_test_model(tmp_path)
+    x = corpus.make_inputs("gap_48_example_32", 4, 3)
+    y = q.quant_model(x)
+    example_pool = q._session.load_test(str(tmp_path))  # the 48x48 input through the example's 32x32 graph
+    assert not torch.equal(torch.fx.GraphModule(example_pool, example_pool.graph)(x), y)
+    for other in (copy.copy(q.quant_model), copy.deepcopy(q.quant_model)):
+        assert other.pool_variants is not None and torch.equal(other(x), y)
+        with pytest.raises(QuantizationError):
+            other(x[0])
+    deep = copy.deepcopy(q.quant_model)
+    with torch.no_grad():
+        next(m for m in deep.modules() if isinstance(m, nn.Linear)).bias.add_(1.0)
+    assert not torch.equal(deep(x), y) and torch.equal(q.quant_model(x), y)
+
+
+def test_pickling_the_test_model_is_refused_with_what_to_do(tmp_path):
+    """A pickled model could not decide per forward (the float capture does not travel) and torch's own
+    pickle of it failed on load; torch.save and pickle refuse it, naming copy.deepcopy and the test-mode quantizer."""
+    import io
+    import pickle
+    from pipeline.errors import QuantizationError
+    q = _drop_in_test_model(tmp_path)
+    q.quant_model(corpus.make_inputs("gap_48_example_32", 4, 3))
+    for save in (lambda m: torch.save(m, io.BytesIO()), pickle.dumps):
+        with pytest.raises(QuantizationError, match=r"cannot be pickled .*copy\.deepcopy\(quant_model\).*"
+                                                    r"torch_quantizer\(\"test\""):
+            save(q.quant_model)
+
+
+def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
+    """torch.save of a test model with no adaptive pool (a plain lowered GraphModule) loads again and computes
+    the same bits: torch traces its code again on load, with the graph's tracer (lowered.LoweredTracer), which
+    keeps fake_quant one call (the plain tracer failed on its branches)."""
+    import io
+    from pipeline.apis import torch_quantizer
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
+    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
+    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path))
+    q.quant_model(x)
+    q.export_quant_config()
+    q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path))
+    y = q.quant_model(x)
+    buf = io.BytesIO()
+    torch.save(q.quant_model, buf)
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    assert torch.equal(loaded(x), y)

@@ -8,7 +8,7 @@ import torch
 from torch import nn
 
 from ..record import pair
-from ..sim_support import SimForm
+from ..sim_support import SimForm, opaque_call
 
 MAX_POOL = "nndct_maxpool"
 AVG_POOL = "nndct_avgpool"
@@ -77,6 +77,26 @@ def adaptive_scale(in_hw: Tuple[int, int], output_size: Any) -> Optional[float]:
     if any(in_hw[i] % out[i] for i in range(2)):
         return None
     return avgpool_dpu_scale(in_hw[0] // out[0], in_hw[1] // out[1])
+
+
+@opaque_call
+def dpu_adaptive_factor(value: torch.Tensor, x: torch.Tensor, output_size: Any, whole: bool) -> torch.Tensor:
+    """An adaptive average pool's output ``value`` times its DPU factor, decided from its input ``x`` (NCHW) as
+    each forward sees it: the QAT trainable model's pool (``SimForm.train``).
+
+    ``whole``: the real QAT's ``DPUAdaptiveAvgPool2d.forward`` (``pytorch_nndct/nn/quantization/modules/
+    pooling.py``, the module ``ReplacePooling2d`` puts in place of an ``nn.AdaptiveAvgPool2d``): the factor of
+    a kernel of the whole input (H, W), whatever the output size (it prints "DPU only supports
+    output_size=1" for another), and never a plain average. Else nndct's test-mode rule
+    (``deephi_AdaptiveAvgPool2d.forward``, :func:`adaptive_scale`): the factor of ``input // output``, or none
+    where the output size does not divide the input's.
+
+    Returns:
+        ``value`` itself for a factor of 1.0 (or none), else a new float32 tensor ``value * factor``.
+    """
+    in_hw = (int(x.shape[-2]), int(x.shape[-1]))
+    scale = avgpool_dpu_scale(*in_hw) if whole else adaptive_scale(in_hw, output_size)
+    return value if scale is None or scale == 1.0 else value * scale
 
 
 def tiled_max_pool(m: nn.MaxPool2d, x: Any) -> Optional[torch.Tensor]:
@@ -155,5 +175,17 @@ def _lower_adaptive(lo):
     return (value, False) if scale is None else (lo.mul(value, scale), True)
 
 
+def _train_adaptive(lo):
+    """QAT: the factor decided on every forward (:func:`dpu_adaptive_factor`); the real QAT's whole-input rule
+    for a module (``ReplacePooling2d`` replaces modules only), quantized always (its output quantizer); the
+    test-mode rule for ``exact_deploy`` and for ``F.adaptive_avg_pool2d``, quantized where the test-mode model
+    quantizes it on the example."""
+    out = adaptive_output_size(lo.module, lo.fx_node)
+    shape = lo.input_shape
+    whole = lo.trainable == "real" and lo.module is not None
+    value = lo.call(dpu_adaptive_factor, lo.copy(), lo.x, out, whole)
+    return value, whole or adaptive_scale((int(shape[2]), int(shape[3])), out) is not None
+
+
 SIM = {MAX_POOL: SimForm(_run_maxpool, _lower_maxpool), AVG_POOL: SimForm(_run_avgpool, _lower_avgpool),
-       ADAPTIVEAVGPOOL2D: SimForm(_run_adaptive, _lower_adaptive)}
+       ADAPTIVEAVGPOOL2D: SimForm(_run_adaptive, _lower_adaptive, train=_train_adaptive)}

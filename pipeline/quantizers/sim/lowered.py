@@ -14,7 +14,8 @@ node and relies on every point below):
    registered with ``torch.fx.wrap``. Activations and the input use ``method == "half_up"``.
    ``fix_pos`` and ``bitwidth`` are Python ints, ``method`` a str, all positional.
    (Re-tracing the GraphModule keeps it as one node with
-   ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``.)
+   ``torch.fx.Tracer(autowrap_functions=(fake_quant,))``; ``LoweredTracer``, the graph's ``_tracer_cls``,
+   with which torch traces a pickled lowered model's code again on load.)
 3. ``torch.nn.Conv2d``, ``torch.nn.Linear``, ``torch.nn.ConvTranspose2d`` and an unfused
    ``torch.nn.BatchNorm1d``/``BatchNorm2d`` (mean 0, var 1, eps 0: ``x * weight + bias``) appear as
    ``call_module`` nodes on standard modules whose ``weight`` and ``bias`` are ALREADY quantized:
@@ -160,9 +161,20 @@ def check_quant_info(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any]) -> 
                                 "which the sim quantizer does not simulate")
 
 
+class LoweredTracer(torch.fx.Tracer):
+    """torch.fx's tracer keeping ``fake_quant`` and the forms' ``sim_support.OPAQUE_CALLS`` one call each: the
+    tracer of every lowered graph (its ``_tracer_cls``), so that a pickled lowered model (``torch.save``; torch
+    pickles a GraphModule as its code and traces that again on load) loads. Arguments: ``torch.fx.Tracer``'s."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("autowrap_functions", (fixpoint.fake_quant,) + tuple(g.OPAQUE_CALLS))
+        super().__init__(*args, **kwargs)
+
+
 def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwidth: int,
                   bias_corr: Optional[Dict[str, Any]], params: Optional[Dict[str, Any]] = None,
-                  pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None) -> torch.fx.GraphModule:
+                  pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None,
+                  trainable: Optional[str] = None) -> torch.fx.GraphModule:
     """Build the lowered test-mode GraphModule (see the module docstring for the contract).
 
     Args:
@@ -178,6 +190,8 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
         pool_shapes: fx node -> NCHW shape replacing the example's as an adaptive pool's input shape (the
             factor, and whether it divides), or None: the example's, and the model a
             ``lowered_forward.LoweredModule`` that lowers again for inputs whose pools see other sizes.
+        trainable: None (the test-mode model), or the QAT trainable model's rule (``"real"``, ``"deploy"``:
+            ``ops/sim_support.py``'s ``train``), whose forms decide per forward themselves (no LoweredModule).
 
     Raises:
         QuantizationError: ``info`` or ``bias_corr`` do not match the graph.
@@ -232,12 +246,12 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             value = new.call_module(target, (env[fx_node.all_input_nodes[0]],))
             norm_attrs.extend(env[a] for a in fx_node.all_input_nodes[1:] if a.op == "get_attr")
         else:
-            lo = _Lowering(graph, node, new, root, env, consts, pool_shapes)
+            lo = _Lowering(graph, node, new, root, env, consts, pool_shapes, trainable)
             form = g.sim_form(node.op)
             if form is None:
                 value = lo.copy()
             else:
-                value, quantizable = form.lower(lo)
+                value, quantizable = (form.train if trainable and form.train else form.lower)(lo)
                 quantize = quantize and quantizable
         if quantize and node.inputs and all(i.shape_value for i in node.inputs):
             # a float computed from sizes: a 0-dim float32 tensor, as torch.jit traces it (ops.run_node)
@@ -252,8 +266,9 @@ def build_lowered(graph: SimGraph, plan: QuantPlan, info: Dict[str, Any], bitwid
             new.erase_node(attr)
             if hasattr(root, attr.target):
                 delattr(root, attr.target)
+    new._tracer_cls = LoweredTracer
     variants = None
-    if pool_shapes is None:  # nndct decides an adaptive pool per forward: the graph for other sizes on demand
+    if pool_shapes is None and trainable is None:  # nndct decides a pool per forward: other sizes' graph on demand
         variants = PoolVariants(graph, lambda shapes: build_lowered(graph, plan, info, bitwidth, bias_corr, params,
                                                                     shapes))
     gm = (LoweredModule if variants is not None and variants.pools else torch.fx.GraphModule)(
@@ -290,9 +305,9 @@ class _Lowering:
 
     def __init__(self, graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Module,
                  env: Dict[torch.fx.Node, torch.fx.Node], consts: Dict[SimNode, Any],
-                 pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None) -> None:
+                 pool_shapes: Optional[Dict[torch.fx.Node, Any]] = None, trainable: Optional[str] = None) -> None:
         self.graph, self.node, self.new, self.root, self.env, self.consts = graph, node, new, root, env, consts
-        self.pool_shapes = pool_shapes or {}
+        self.pool_shapes, self.trainable = pool_shapes or {}, trainable
         self.fx_node = node.fx_node
         self.module = graph.module(node) if self.fx_node.op == "call_module" else None
 

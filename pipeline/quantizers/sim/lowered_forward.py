@@ -16,6 +16,7 @@ from typing import Any, Callable, Dict, Optional, Tuple
 import torch
 import torch.fx
 
+from ...errors import QuantizationError
 from ... import ops as g
 from ...fx.example_run import _ShapeRecorder
 
@@ -68,7 +69,7 @@ class PoolVariants:
 
     A graph lowered for other sizes calls the model's own modules (its quantized parameters as they are then:
     ``load_ft_param`` replaces them in place). A copy of the model (``copy.deepcopy``) gets its own, empty
-    cache of graphs; a pickled model drops it (its graph then runs for every input, as lowered for the example).
+    cache of graphs; the model is not pickled (:meth:`LoweredModule.__reduce__`).
     """
 
     def __init__(self, graph: Any, build: Callable[[Dict[Any, Any]], torch.fx.GraphModule]) -> None:
@@ -81,9 +82,6 @@ class PoolVariants:
 
     def __deepcopy__(self, memo: Dict[int, Any]) -> "PoolVariants":
         return PoolVariants(self.graph, self.build)
-
-    def __reduce__(self) -> Any:
-        return (type(None), ())
 
     def _sizes(self, shapes: Dict[Any, Any]) -> Tuple[Any, ...]:
         return tuple(tuple(int(d) for d in shapes[p][2:]) if shapes.get(p) is not None else None
@@ -148,12 +146,58 @@ class LoweredModule(torch.fx.GraphModule):
         other = None if kwargs else self.__dict__["pool_variants"].model_for(self, args)
         return type(self).forward(self, *args, **kwargs) if other is None else other.forward(*args)
 
-    def __deepcopy__(self, memo: Dict[int, Any]) -> torch.fx.GraphModule:
-        """torch's copy (its modules and graph), deciding per forward too, on its own modules."""
-        res = super().__deepcopy__(memo)
-        if not isinstance(res, LoweredModule):  # torch 1.13's copy is a plain GraphModule
-            res = LoweredModule(res, res.graph, class_name=type(self).__name__)
-        variants = self.__dict__.get("pool_variants")
-        if variants is not None:
-            res.pool_variants = copy.deepcopy(variants, memo)
-        return res
+    def __copy__(self) -> "LoweredModule":
+        """A shallow copy (``copy.copy``): the same modules, graph, hooks and attributes, deciding per forward too
+        (torch's GraphModule copy would be a plain GraphModule without ``pool_variants``)."""
+        return _init_lowered(LoweredModule.__new__(LoweredModule), dict(self.__dict__), self.graph,
+                             type(self).__name__)
+
+    def __deepcopy__(self, memo: Dict[int, Any]) -> "LoweredModule":
+        """A copy of its modules, graph, hooks and attributes (the drop-in's input checks with their quantizer,
+        copied once through ``memo``), deciding per forward too, on its own modules. torch 1.13's GraphModule
+        copy passes no ``memo`` (a hook holding the model recurses without end) and drops the hooks."""
+        res = LoweredModule.__new__(LoweredModule)
+        memo[id(self)] = res
+        body = copy.deepcopy({k: v for k, v in self.__dict__.items() if k not in _GRAPH_STATE}, memo)
+        return _init_lowered(res, body, copy.deepcopy(self.graph, memo), type(self).__name__)
+
+    def __reduce__(self) -> Any:
+        """Refused: the graphs for other pool input sizes are lowered from the float model's capture, which a
+        pickle cannot carry (torch pickles a GraphModule as its code, traced again on load, where the
+        ``fake_quant`` calls fail), and a model that ran every input through the example's pools would give
+        other numbers than the real quantizer's.
+
+        Raises:
+            QuantizationError: always, saying what to do instead.
+        """
+        raise QuantizationError(
+            "the test-mode model (quant_model) of a model with an adaptive average pool cannot be pickled "
+            "(torch.save(model), pickle): it decides each pool's DPU factor on every forward from the input's "
+            "size, lowering the float model's capture again for new sizes, and a pickle cannot carry that capture. "
+            "Copy it in the process with copy.deepcopy(quant_model); elsewhere, keep the calibration folder "
+            "(quant_info.json, bias_corr.pth) and make torch_quantizer(\"test\", model, input_args, "
+            "output_dir=...) again, or save quant_model.state_dict()")
+
+
+
+# what GraphModule.__init__ makes from the graph (a copy takes it from there, not from the model's __dict__)
+_GRAPH_STATE = ("_graph", "forward", "_code", "_lineno_map", "_prologue_start")
+_MODULE_STATE = ("training", "_modules", "_parameters", "_buffers")
+
+
+def _init_lowered(res: LoweredModule, body: Dict[str, Any], graph: torch.fx.Graph, class_name: str) -> LoweredModule:
+    """``res`` (a new, uninitialized LoweredModule) made the module of ``graph`` on the modules, parameters and
+    buffers of ``body`` (a model's ``__dict__``, or a copy of it), then given the rest of ``body`` as it is:
+    its attributes, hooks, ``pool_variants``, training flag and every module it held."""
+    root = torch.nn.Module()
+    for key in ("_modules", "_parameters", "_buffers"):
+        root.__dict__[key] = body[key]
+    for key, value in body.items():  # a get_attr target that is a plain attribute
+        if not key.startswith("_") and key not in root.__dict__:
+            root.__dict__[key] = value
+    torch.fx.GraphModule.__init__(res, root, graph, class_name=class_name)
+    fresh = set(res.__dict__)
+    for key, value in body.items():
+        if key not in _GRAPH_STATE and (key not in fresh or key in _MODULE_STATE or "hooks" in key):
+            res.__dict__[key] = value
+    return res

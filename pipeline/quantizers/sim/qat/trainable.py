@@ -9,7 +9,8 @@ It is built from the same capture, quantization plan and lowering as the PTQ tes
 - every conv/linear becomes a ``QatLayer`` holding the float weights and, for a conv the deploy
   folds a BatchNorm2d into, that BatchNorm (``layers.<nndct node name>``);
 - everything else (the DPU average-pool factor, LeakyReLU 26/256, hard-sigmoid, the graph) is the
-  test-mode model's own, so QAT trains through the forms the simulation deploys.
+  test-mode model's own, so QAT trains through the forms the simulation deploys; an adaptive pool
+  takes its factor on every forward from the input it sees (``SimForm.train``, docs/qat.md).
 
 Two behaviours:
 
@@ -224,13 +225,17 @@ class QatModel(nn.Module):
         return state
 
 
-def _dummy_info(session: SimSession) -> Dict[str, Any]:
+def _dummy_info(session: SimSession, exact_deploy: bool) -> Dict[str, Any]:
     """A quant_info with fix position 0 at every quantized tensor: the lowering needs positions to
-    place its fake_quant points; QAT replaces each of them by a quantizer."""
+    place its fake_quant points; QAT replaces each of them by a quantizer. Without ``exact_deploy``, an
+    output PTQ leaves unquantized on the example (an adaptive pool it does not divide) but that is no
+    integer size has one too: the real QAT's quantizers are its quant config's keys, and its forms
+    (``SimForm.train``) say where they quantize."""
     prefix = session.graph.class_name + "::"
     plan = session.plan
     param = {k: (None if k in plan.unquantized_params else 0) for k in plan.param_order}
-    output = {prefix + k: (None if k in plan.unquantized_outputs else 0) for k in plan.output_order}
+    unquantized = [k for k in plan.unquantized_outputs if exact_deploy or session.graph.by_name[k].shape_value]
+    output = {prefix + k: (None if k in unquantized else 0) for k in plan.output_order}
     return make_quant_info(param, output, session.bitwidth, False, "")
 
 
@@ -303,10 +308,11 @@ def build_trainable(float_model: nn.Module, example: Tuple[torch.Tensor, ...], b
             "train it shared, use exact_deploy=True (each call trained as it deploys), or give each call its own "
             "module" % (path, len(nodes), ", ".join(nodes)))
     graph, plan = session.graph, session.plan
-    net = build_lowered(graph, plan, _dummy_info(session), bitwidth, None)
+    # its adaptive pools decide their factor on every forward (ops/pool/sim.py: dpu_adaptive_factor)
+    net = build_lowered(graph, plan, _dummy_info(session, exact_deploy), bitwidth, None,
+                        trainable="deploy" if exact_deploy else "real")
     for attr in ("quant_info", "fast_finetuned", "output_fix_pos"):  # the test-mode model's: not this one's
         delattr(net, attr)
-    net.__dict__.pop("pool_variants", None)  # trained as its own graph (lowered_forward: none for other sizes)
     net.train()
     layers = nn.ModuleDict()
     quantizers = nn.ModuleDict()
