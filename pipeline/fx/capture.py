@@ -336,8 +336,9 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
         folded = fold_bn(work, fx_graph)
     fx_graph.lint()
     run = ExampleRun(work, fx_graph, tuple(e.detach().cpu() for e in examples))
-    nodes, steps, outputs, picks = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank),
+    nodes, steps, outputs, picks, returned = build_nodes(work, type(model).__name__, fx_graph, ShapeTuples(fx_graph, run.rank),
                                                rewrite, param_names)
     graph = SimGraph(type(model).__name__, run, nodes, steps, outputs, picks)
     graph.folded_bn = folded
+    graph.returned = returned
     return graph

@@ -122,6 +122,8 @@ class SimGraph:
         picks: the helper steps that take one output of a node with several (``y[0]``, ``.values``):
             fx node -> ``(SimNode, index)``.
         outputs: the SimNodes whose values the model returns, in return order.
+        returned: the return's inputs as nndct's return node has them (``in_nodes``): :attr:`outputs` but a
+            node returned twice (``return y, y``) there twice (``capture`` sets it; :attr:`outputs` until then).
         folded_bn: conv module path -> the path of the BatchNorm2d capture folded into it (``rewrites.fold_bn``);
             empty without rewrites.
         quant_off: True under nndct's quantization-off flow (``--nndct_quant_off``; the session sets it):
@@ -144,6 +146,7 @@ class SimGraph:
         self.inputs = [n for n in nodes if n.op == INPUT]
         self.steps = steps
         self.outputs = outputs
+        self.returned = list(outputs)  # type: List[SimNode]
         self.by_name = {n.name: n for n in nodes}
         self.output_node = [n for n in self.fx_graph.nodes if n.op == "output"][0]
         self._modules = {}  # type: Dict[str, nn.Module]
@@ -210,13 +213,19 @@ class SimGraph:
         """md5 of the graph description nndct checks in test mode (``Graph.get_md5``).
 
         The description lists, per node in topological order (the return node last), its op type
-        and the op types of its input and output nodes, dumped with ``json.dumps(indent=2)``.
+        and the op types of its input and output nodes, dumped with ``json.dumps(indent=2)``
+        (``Graph.simple_description``). A node's output nodes are its output tensor's uses in the order they
+        were made (``Node.out_nodes``), and nndct's parser converts the return node first
+        (``TorchParser._convert_graph``: its inputs' tensors, and their first use, are made before any other
+        node's), so the return comes first among a returned node's readers, once per time it is returned
+        (:attr:`returned`; *measured*: tests/data/refused_real/ret_slice, ret_whole_first, ret_slice_of_relu,
+        ret_slice_conv, ret_slice_read, ret_twice).
         """
         entries = []
         for n in self.nodes:
-            outs = [u.op for u in n.users] + ([RETURN] if n.is_output else [])
+            outs = [RETURN] * sum(1 for r in self.returned if r is n) + [u.op for u in n.users]
             entries.append({"op": n.op, "input_ops": [i.op for i in n.inputs], "output_ops": outs})
-        entries.append({"op": RETURN, "input_ops": [n.op for n in self.outputs], "output_ops": []})
+        entries.append({"op": RETURN, "input_ops": [n.op for n in self.returned], "output_ops": []})
         text = json.dumps({"nodes": entries}, indent=2, separators=(",", ": "))
         return hashlib.md5(text.encode("utf-8")).hexdigest()
 

@@ -26,19 +26,23 @@ consecutive dimensions that does not start at dimension 0 (after an int or None:
 before it, which torch.jit does not record: the getitem's ``meta[SLICE_DIMS]`` holds the chain's
 dimensions, which the slice's ``dims`` are. A chain no getitem names (split by an Ellipsis after an int or
 None, ``x[:, None, 2:6, ..., 0:8]``: dims 2 and 4) leaves the getitem as it was, as does an index with any
-other item (a tensor, a bool); the xmodel writer refuses it (``ops/xmodel_support.mixed_index_reason``).
+other item (a tensor, a bool). nndct merges the chain split by an Ellipsis into one strided slice that
+its forward runs on consecutive dimensions (dims 2 and 3): the capture refuses it before calibration
+(:func:`refuse_wrong_slices`, :func:`split_chain`); the xmodel writer refuses any other index left
+(``ops/xmodel_support.mixed_index_reason``).
 
 nndct also merges slices across getitems (``x[:, 2:6][:, :, 1:3]``: one strided slice of dims [0, 1, 0, 1, 2])
 and runs a strided slice on consecutive dimensions from its first whatever its dims; a chain where that takes
 other elements than torch (dims not consecutive: an Ellipsis inside it, or several getitems) is refused before
 calibration (:func:`refuse_wrong_slices`, ``ops/slicing/chain.py``); several getitems it gets right become one."""
 import operator
-from typing import Any, Callable, List, Optional, Tuple
+from typing import Any, Callable, List, Optional, Sequence, Tuple
 
 import torch
 import torch.fx
 
 from ..ops.slicing import SLICE_DIMS
+from ..ops.slicing.chain import constant
 
 # ("slices", ((index, ...), dims or None)) | ("select", (dim, i)) | ("unsqueeze", dim)
 Piece = Tuple[str, Any]
@@ -138,6 +142,48 @@ def split_select_index(graph: torch.fx.Graph, rank: Callable[[torch.fx.Node], in
         graph.erase_node(node)
 
 
+def split_chain(index: tuple, shape: Sequence[int]) -> Optional[Tuple[List[int], List[slice], Optional[Tuple[int, ...]]]]:
+    """The chain of slices torch.jit records for ``x[index]`` (``x`` of ``shape``) on dimensions that are not
+    consecutive, which no getitem names (:func:`jit_pieces` leaves the index whole): a chain split by the
+    Ellipsis in an index with an int or None (``x[:, None, 2:6, ..., 0:4]``: dims [2, 4]; ``x[2:4, ..., 1:3, 0]``:
+    dims [0, 2]). The walk is torch's ``applySlicing`` (the module docstring).
+
+    Returns:
+        (its dims, its slices, the shape of the tensor it slices: ``shape`` after the ops before it, None where
+        a bound before it is not a constant int), or None where the index has no such chain."""
+    if not all(_is_item(a) for a in index) or index.count(Ellipsis) != 1 \
+            or not any(a is None or type(a) is int for a in index):
+        return None
+    rank = len(shape)
+    specified = sum(1 for a in index if a is not None and a is not Ellipsis)
+    dim, current = 0, list(shape)  # type: int, Optional[List[int]]
+    dims, chain, at = [], [], None  # type: List[int], List[slice], Optional[Tuple[int, ...]]
+    for a in index + (None,):  # a last None closes the last chain
+        if a is Ellipsis:
+            dim += rank - specified
+            continue
+        if isinstance(a, slice):
+            if not chain:
+                at = None if current is None else tuple(current)
+            dims.append(dim)
+            chain.append(a)
+            if current is not None and constant([a]):
+                current[dim] = len(range(current[dim])[a])
+            else:
+                current = None
+            dim += 1
+            continue
+        if chain and dims != list(range(dims[0], dims[0] + len(dims))):
+            return dims, chain, at
+        dims, chain = [], []
+        if current is not None and a is None:
+            current.insert(dim, 1)
+        elif current is not None:
+            del current[dim]
+        dim += 1 if a is None else 0
+    return None
+
+
 def _slices_of(node: Any) -> Optional[tuple]:
     """The index of a getitem whose items are slices and an Ellipsis (what torch.jit records as ``aten::slice``
     ops alone), or None."""
@@ -167,6 +213,7 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
     for node in list(graph.nodes):
         if node in merged:
             continue
+        _refuse_split_chain(node, shape)
         index = _slices_of(node)
         source = node.args[0] if index is not None else None
         if index is None or (_slices_of(source) is not None and len(source.users) == 1):
@@ -201,6 +248,42 @@ def refuse_wrong_slices(graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], 
             merged.update(chain)
 
 
+def _refuse_split_chain(node: torch.fx.Node, shape: Callable[[torch.fx.Node], Any]) -> None:
+    """Refuse a getitem :func:`split_select_index` left whole whose index holds a chain of slices on dimensions
+    that are not consecutive (:func:`split_chain`), with ``chain.wrong_chain_reason`` and the index with the
+    Ellipsis written as the full slices it stands for (one chain of consecutive dimensions, which is split
+    and written). *Measured*: the real quantizer runs the chain on consecutive dimensions from its first
+    (``y[:, None, 2:6, ..., 0:4]`` on dims [2, 3]), and a Linear reading it fails in its calibration
+    (``RuntimeError: mat1 and mat2 shapes cannot be multiplied``: tests/data/refused_real/ellipsis_split_index).
+
+    Raises:
+        NotSimulated: the node, the index as the model writes it, the reason and the index that is written."""
+    from ..ops.slicing.chain import wrong_chain_reason
+    from .refusals import NotSimulated
+    if not (node.op == "call_function" and node.target is operator.getitem and isinstance(node.args[0], torch.fx.Node)
+            and isinstance(node.args[1], tuple)):
+        return
+    index = node.args[1]
+    if not all(_is_item(a) for a in index) or Ellipsis not in index or not any(a is None or type(a) is int
+                                                                                for a in index):
+        return
+    size = shape(node.args[0])
+    found = None if size is None else split_chain(index, tuple(size))
+    if found is None:
+        return
+    dims, slices, at = found
+    where = index.index(Ellipsis)
+    full = index[:where] + (slice(None),) * (len(size) - sum(1 for a in index if a is not None and a is not Ellipsis)) \
+        + index[where + 1:]
+    written = "x[%s]" % _text(index)
+    reason = wrong_chain_reason(dims, slices, at, written, 1, instead="x[%s] for %s" % (_text(full), written),
+                                after="a layer after it that needs torch's shape fails in its calibration "
+                                      "(measured: a Linear reading it, RuntimeError: mat1 and mat2 shapes cannot "
+                                      "be multiplied)")
+    if reason is not None:
+        raise NotSimulated("node %r: %s" % (node.name, reason))
+
+
 def _merge(graph: torch.fx.Graph, chain: List[torch.fx.Node], dims: List[int], slices: List[slice]) -> None:
     """The getitems of a chain the real quantizer gets right made the one strided slice nndct's parser makes
     of them: one getitem indexing what nndct's forward indexes (full slices for the dims before the chain's
@@ -215,8 +298,9 @@ def _merge(graph: torch.fx.Graph, chain: List[torch.fx.Node], dims: List[int], s
 
 
 def _text(index: tuple) -> str:
-    """``index`` as Python writes it (``:, 2:6, ...``; a bound read from a size as ``n``)."""
+    """``index`` as Python writes it (``:, None, 2:6, ...``; a bound read from a size as ``n``)."""
     def bound(v: Any) -> str:
         return "" if v is None else str(v) if type(v) is int else "n"
-    return ", ".join("..." if a is Ellipsis else ("%s:%s" % (bound(a.start), bound(a.stop)) +
-                                                   ("" if a.step is None else ":" + bound(a.step))) for a in index)
+    return ", ".join("..." if a is Ellipsis else "None" if a is None else str(a) if type(a) is int else
+                     ("%s:%s" % (bound(a.start), bound(a.stop)) + ("" if a.step is None else ":" + bound(a.step)))
+                     for a in index)

@@ -64,20 +64,24 @@ def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shap
         param_names: module path -> nndct parameter names (inlined attention), or None.
 
     Returns:
-        ``(nodes, steps, outputs, picks)`` as ``SimGraph`` takes them: nodes in nndct's order with their
-        names, inputs and users set; every fx node but the output with its SimNode (None for a
-        helper step); the returned nodes (``is_output`` set); the helper steps that take one output of
-        a node with several (``SimGraph.picks``).
+        ``(nodes, steps, outputs, picks, returned)``: nodes in nndct's order with their names, inputs and
+        users set; every fx node but the output with its SimNode (None for a helper step); the returned
+        nodes, each once (``is_output`` set); the helper steps that take one output of a node with several
+        (``SimGraph.picks``); the return's inputs as nndct's return node has them, a tensor returned twice
+        twice (``SimGraph.returned``).
 
     Raises:
         QuantizationError: a conv/linear module called twice (strict), a conv padding other than
             zeros (strict), a layer norm whose weight or bias is computed in forward().
     """
     builder = NodeBuilder(root, class_name, shapes, strict, param_names)
-    outputs = []  # type: List[SimNode]
+    outputs, returned = [], []  # type: List[SimNode], List[SimNode]
     for fx_node in fx_graph.nodes:
         if fx_node.op == "output":
             outputs = builder.resolve_all(fx_node.all_input_nodes)
+            returned = builder.operands(fx_node.args)  # lists and tuples flattened, repeats kept
+            if set(map(id, returned)) != set(map(id, outputs)):  # a container it does not open (a dict)
+                returned = list(outputs)
         else:
             builder.visit(fx_node)
     nodes = nndct_const_order(builder.consts, builder.nodes) + builder.nodes
@@ -89,4 +93,4 @@ def build_nodes(root: nn.Module, class_name: str, fx_graph: torch.fx.Graph, shap
         n.is_output = True
     for c in builder.consts:  # an int operand of tensor arithmetic (x + 3) is a float constant
         c.shape_value = isinstance(c.value, int) and all(u.shape_value for u in c.users)
-    return nodes, builder.steps, outputs, builder.picks
+    return nodes, builder.steps, outputs, builder.picks, returned

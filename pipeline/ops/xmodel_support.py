@@ -114,7 +114,9 @@ def mixed_index_reason(index: tuple, item: Any, rank: Optional[int] = None) -> s
     strided slice (``OptPass.slice_to_strided_slice``) and its forward runs on consecutive dimensions from the
     chain's first (``pytorch_nndct.nn.modules.prim_ops``, ``deephi_StridedSlice.forward``: dims 2 and 3), a
     tensor of other values or shape: not supported by the real quantizer either (*measured*: the real
-    quantizer's calibration failed at the next layer's shape). The same index with the Ellipsis written as
+    quantizer's calibration failed at the next layer's shape: tests/data/refused_real/ellipsis_split_index);
+    the simulation's capture refuses it before calibration (``pipeline/fx/jit_index.py``, ``split_chain``), so
+    this reason is met where the capture takes the model as written. The same index with the Ellipsis written as
     the full slices it stands for is one chain of consecutive dimensions, which is written. Any other index
     left (no Ellipsis): one getitem per run of slices then ints and None, each later one led by ``:`` for
     the dims before it."""

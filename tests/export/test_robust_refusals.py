@@ -9,6 +9,9 @@
   (measured: its xmodel equals this writer's); the inspector inspects it.
 - ``y[:, None][:, 0, 3:4]``: a slice chain after an int that this writer has no form for; the refusal gives
   the two-step index, which is written.
+- ``y[:, None, 2:6, ..., 0:4]``: slices split by an Ellipsis in an index with an int or None, which nndct runs
+  on consecutive dims (measured: the real calibration fails at the Linear after it); refused at capture, before
+  calibration, by the drop-in and the runner's calib step, with the index written out, which is written.
 - Slices nndct merges into one strided slice whose dims are not consecutive (``y[:, 2:6, ..., 0:4]``,
   ``y[:, 2:6][:, 1:3]``): the real quantizer runs them on consecutive dims and computes another tensor, or
   fails (``y[:, 2:6][:, :, 1:3]``); refused before calibration with the one index that is written.
@@ -52,6 +55,8 @@ INDEXES = {
     "none_steps": lambda y: y[None][:, :, 1:2],
     "split": lambda y: y[:, None, 2:6, ..., 0:4],  # slices of dims 2 and 4 after the unsqueeze: not consecutive
     "split_full": lambda y: y[:, None, 2:6, :, 0:4],  # the workaround the refusal gives
+    "split_select": lambda y: y[0:1, ..., 1:3, 0],  # slices of dims 0 and 2 before the select: not consecutive
+    "split_select_full": lambda y: y[0:1, :, 1:3, 0],  # the workaround the refusal gives
     # pure slices, one strided slice each chain (nndct's OptPass.slice_to_strided_slice), run by the real quantizer
     # on consecutive dims from the chain's first (deephi_StridedSlice.forward)
     "ellipsis_last": lambda y: y[..., 0:4],  # dims [3]: right
@@ -137,15 +142,48 @@ def test_a_slice_after_an_int_or_none_is_written_as_the_real_quantizer_writes_it
     assert os.listdir(str(tmp_path / "insp"))
 
 
-def test_a_slice_chain_split_by_an_ellipsis_after_a_none_is_refused_as_the_real_quantizer_computes_otherwise(
-        tmp_path):
-    with pytest.raises(ExportError) as err:
-        _export(Index("split"), str(tmp_path / "refused"))
+@pytest.mark.parametrize("index, dims, effect, instead", [
+    ("split", "[2, 4]", "it runs them on dims [2, 3]: its calibration and test mode compute another tensor, "
+                        "silently (shape (2, 1, 4, 4, 8) for torch's (2, 1, 4, 8, 4) on the example); a layer after "
+                        "it that needs torch's shape fails in its calibration",
+     "x[:, None, 2:6, :, 0:4] for x[:, None, 2:6, ..., 0:4]"),
+    ("split_select", "[0, 2]", "it runs them on dims [0, 1]", "x[0:1, :, 1:3, 0] for x[0:1, ..., 1:3, 0]"),
+])
+def test_a_slice_chain_split_by_an_ellipsis_with_an_int_or_none_is_refused_before_calibration(
+        tmp_path, index, dims, effect, instead):
+    """torch.jit records the chain's slices on dims that are not consecutive, which nndct merges into one strided
+    slice run on consecutive dims (measured: tests/data/refused_real/ellipsis_split_index, the real calibration
+    fails at the Linear after it); refused where torch_quantizer captures the model, before any calibration
+    forward, nothing written; the workaround is written."""
+    out = str(tmp_path / "refused")
+    with pytest.raises(QuantizationError) as err:
+        torch_quantizer("calib", Index(index).eval(), (torch.randn(2, 3, 8, 8),), output_dir=out)
     message = str(err.value)
-    assert "indexing with None and slices after it, split by an Ellipsis" in message
-    assert "not supported by the real quantizer either" in message
-    assert "x[:, None, 2:6, :, 0:4] for x[:, None, 2:6, ..., 0:4], which is written" in message
-    assert os.path.isfile(_export(Index("split_full"), str(tmp_path / "full")))
+    assert "(slices of dims %s, which nndct's parser merges into one strided slice" % dims in message
+    assert "not supported by the real quantizer either" in message and effect in message
+    assert ("Write the dimensions the Ellipsis stands for as full slices: %s, which is written and gives the same "
+            "values" % instead) in message
+    assert not os.path.exists(out) or not os.listdir(out)
+    assert os.path.isfile(_export(Index(index + "_full"), str(tmp_path / "full")))
+
+
+def test_the_runner_refuses_the_split_chain_in_its_calib_step_before_any_forward(tmp_path, monkeypatch):
+    """The runner's calib step: the capture refuses the model before any calibration forward, and the
+    quantize_result folder holds no quant_info.json."""
+    import pipeline
+    from pipeline.quantizers.sim import calib
+    from tests.support import make_case
+    drawn = []
+    step = calib.Calibrator.step
+    monkeypatch.setattr(calib.Calibrator, "step", lambda self, *xs: drawn.append(1) or step(self, *xs))
+    cfg, _ = make_case(tmp_path, model={"zoo": None, "factory": "tests.support.split_chain_model:split_chain_cnn",
+                                        "train": {"epochs": 1}},
+                       quantizer={"require_float_above_chance": False})
+    pipeline.run(cfg, steps=["train"])
+    with pytest.raises(QuantizationError, match=r"x\[:, None, 2:6, :, 0:4\] for x\[:, None, 2:6, \.\.\., 0:4\]"):
+        pipeline.run(cfg, steps=["calib"])
+    assert drawn == []
+    assert not (tmp_path / "run" / "quantize_result" / "quant_info.json").exists()
 
 
 @pytest.mark.parametrize("index", ["ellipsis_last", "ellipsis_two", "ellipsis_mid_full", "twice_once",

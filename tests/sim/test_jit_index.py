@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.fx
 
-from pipeline.fx.jit_index import jit_pieces, split_select_index
+from pipeline.fx.jit_index import jit_pieces, split_chain, split_select_index
 from pipeline.ops.slicing import SLICE_DIMS
 
 E = Ellipsis
@@ -19,7 +19,9 @@ SPLIT = [(slice(None), 0), (slice(None), None), (E, 1), (0,), (0, slice(1, 3)), 
          # a chain after an int or None: a getitem led by full slices, its traced dims (SLICE_DIMS) the chain's
          (None, slice(1, 2)), (slice(None), None, slice(None), 0), (E, slice(1, 2), 0), (slice(None), 0, slice(3, 4)),
          (slice(None), 1, slice(2, 4), 0), (None, slice(None), slice(1, 2)), (0, 1, slice(1, 3), slice(None, None, 2))]
-LEFT = [(None, slice(1, 2), E, slice(0, 1))]  # a chain split by an Ellipsis after a None: no getitem names it
+# a chain split by an Ellipsis in an index with an int or None: no getitem names it
+LEFT = [(None, slice(1, 2), E, slice(0, 1)), (slice(None), None, slice(2, 3), E, slice(0, 4)),
+        (slice(0, 2), E, slice(1, 3), 0)]
 
 
 def _jit_ops(index, x):
@@ -75,3 +77,26 @@ def test_the_split_graph_computes_the_same_values(index):
     traced = [n.meta.get(SLICE_DIMS) for n in graph.nodes if n.target is operator.getitem]
     assert traced == [what[1] for kind, what in jit_pieces(index, 4) or [("slices", (index, None))] if kind == "slices"]
     assert torch.equal(torch.fx.GraphModule(torch.nn.Module(), graph)(x), x[index])
+
+
+
+@pytest.mark.parametrize("index, dims, shape", [
+    (LEFT[0], [1, 4], (1, 2, 3, 4, 5)),  # after the unsqueeze of dim 0
+    (LEFT[1], [2, 4], (2, 1, 3, 4, 5)),
+    (LEFT[2], [0, 2], (2, 3, 4, 5)),  # before the select
+], ids=str)
+def test_the_split_chain_is_the_slices_torch_jit_records_on_dims_that_are_not_consecutive(index, dims, shape):
+    """split_chain: the chain no getitem names, its dims and slices a run of torch.jit's slice ops, on the
+    shape the ops before it leave (the capture refuses that chain: tests/export/test_robust_refusals.py)."""
+    x = torch.randn(2, 3, 4, 5)
+    got_dims, slices, got_shape = split_chain(index, tuple(x.shape))
+    assert (got_dims, got_shape) == (dims, shape)
+    run = [("slice", [d, 0 if s.start is None else s.start, s.stop, s.step or 1]) for d, s in zip(dims, slices)]
+    ops = _jit_ops(index, x)
+    assert any(ops[i:i + len(run)] == run for i in range(len(ops)))
+
+
+def test_no_split_chain_where_the_slices_are_consecutive():
+    assert split_chain((slice(None), None, slice(2, 3), slice(None), slice(0, 4)), (2, 3, 4, 5)) is None
+    assert split_chain((slice(None), 0, slice(2, 3), E, slice(0, 4)), (2, 3, 4, 5)) is None  # E stands for none
+    assert split_chain((slice(None), E, slice(0, 4)), (2, 3, 4, 5)) is None  # no int or None: one getitem

@@ -423,6 +423,48 @@ class DeadValue(nn.Module):
         return self.c2(F.relu(y))
 
 
+class EllipsisSplitChain(nn.Module):
+    """A chain of slices split by an Ellipsis after a None (``y[:, None, 2:6, ..., 0:4]``: torch.jit records
+    slices of dims 2 and 4, which nndct merges into one strided slice whose forward slices dims 2 and 3), read
+    by a linear layer on the last dimension (4 in torch's tensor, 16 in the real quantizer's)."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.fc(F.relu(self.c1(x))[:, None, 2:6, ..., 0:4])  # (N, 1, 4, 16, 4)
+
+
+class ReturnedSlice(nn.Module):
+    """A model returning a slice of a value and the value itself (``kind``): ``y[:, 2:6], y`` with ``y`` a
+    ReLU's output (``ret_slice``), the same whole value first (``ret_whole_first``), the slice of a ReLU of
+    a returned conv output (``ret_slice_of_relu``: ``relu(y)[:, 2:6], y``), ``y`` read by a conv too
+    (``ret_slice_conv``: ``y[:, 2:6], y, c2(y)``), the slice read by a conv too (``ret_slice_read``:
+    ``s, c2(s)`` with ``s = y[:, 2:6]``), ``y`` returned twice (``ret_twice``: ``y, y[:, 2:6], y``)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(4 if kind == "ret_slice_read" else 8, 4, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        if self.kind == "ret_slice_of_relu":
+            return F.relu(y)[:, 2:6], y
+        y = F.relu(y)
+        if self.kind == "ret_whole_first":
+            return y, y[:, 2:6]
+        if self.kind == "ret_slice_conv":
+            return y[:, 2:6], y, self.c2(y)
+        if self.kind == "ret_twice":
+            return y, y[:, 2:6], y
+        if self.kind == "ret_slice_read":
+            s = y[:, 2:6]
+            return s, self.c2(s)
+        return y[:, 2:6], y
+
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -476,6 +518,13 @@ CORPUS = {
     "dead_split": (_kind(DeadValue, "dead_split"), IMAGE),
     "dead_split_first": (_kind(DeadValue, "dead_split_first"), IMAGE),
     "dead_inplace": (_kind(DeadValue, "dead_inplace"), IMAGE),
+    "ellipsis_split_index": (EllipsisSplitChain, IMAGE),
+    "ret_slice": (_kind(ReturnedSlice, "ret_slice"), IMAGE),
+    "ret_whole_first": (_kind(ReturnedSlice, "ret_whole_first"), IMAGE),
+    "ret_slice_of_relu": (_kind(ReturnedSlice, "ret_slice_of_relu"), IMAGE),
+    "ret_slice_conv": (_kind(ReturnedSlice, "ret_slice_conv"), IMAGE),
+    "ret_slice_read": (_kind(ReturnedSlice, "ret_slice_read"), IMAGE),
+    "ret_twice": (_kind(ReturnedSlice, "ret_twice"), IMAGE),
 }
 
 

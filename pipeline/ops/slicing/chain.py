@@ -90,11 +90,15 @@ def one_index(taken: Sequence[range], shape: Sequence[int]) -> str:
 
 
 def wrong_chain_reason(dims: Sequence[int], slices: Sequence[slice], shape: Optional[Sequence[int]],
-                       written: str, getitems: int) -> Optional[str]:
+                       written: str, getitems: int, instead: Optional[str] = None,
+                       after: Optional[str] = None) -> Optional[str]:
     """Why the real quantizer gets the chain of ``slices`` on ``dims`` (traced, in order, on a tensor of
     ``shape``; None: not known) wrong, with the workaround; None where its calibration, test mode and file all
     take torch's elements. ``written``: the chain as the model writes it (``x[:, 2:6][:, :, 1:3]``);
-    ``getitems``: how many getitems make it (one: a chain split by an Ellipsis)."""
+    ``getitems``: how many getitems make it (one: a chain split by an Ellipsis); ``instead``: the workaround
+    index (``x[...] for <written>``; by default the one index of the chain's elements on ``shape``);
+    ``after``: what the other shape does downstream, said where the real quantizer's tensor has another
+    shape than torch's."""
     dims = list(dims)
     if dims == list(range(dims[0], dims[0] + len(dims))):
         return None  # consecutive and distinct: both forms are torch's
@@ -114,15 +118,17 @@ def wrong_chain_reason(dims: Sequence[int], slices: Sequence[slice], shape: Opti
                       % (list(range(dims[0], dims[0] + len(dims))),
                          "shape %s" % (_shape(run),) if _shape(run) != _shape(want) else "other elements",
                          _shape(want)))
+            if after and _shape(run) != _shape(want):
+                effect += "; %s" % after
         elif nndct_file_ranges(dims, slices, shape) != want:
             effect = ("its xmodel keeps one begin and stride per dimension, the last slice's "
                       "(DevGraphOptimizer.update_op_attrs), so its file computes another tensor than its "
                       "calibration")
         else:
             return None
-    if shape is not None and constant(slices):
+    if instead is None and shape is not None and constant(slices):
         instead = "x[%s] for %s" % (one_index(torch_ranges(dims, slices, shape), shape), written)
-    else:
+    elif instead is None:
         instead = "x[:, a:b, c:d], each dimension once, none skipped"
     how = ("Write the dimensions the Ellipsis stands for as full slices" if getitems == 1
            else "Index once, each dimension once")
