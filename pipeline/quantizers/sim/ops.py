@@ -47,6 +47,9 @@ from ...ops.prelu import simulate as simulate_prelu
 from ...fx.example_run import node_error
 
 OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
+# the in-place methods nndct's parser takes for their out-of-place op (``OpCreator.op_convert_map`` in
+# pytorch_nndct/parse/op_dispatcher.py: ``aten::add_`` is ``add``), run out of place as its module runs them
+OUT_OF_PLACE_METHODS = {"add_": "add"}
 
 
 def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
@@ -105,7 +108,7 @@ def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],
             target = OUT_OF_PLACE.get(fx_node.target, fx_node.target)
             return target(*args, **kwargs)
         if fx_node.op == "call_method":
-            return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
+            return getattr(args[0], OUT_OF_PLACE_METHODS.get(fx_node.target, fx_node.target))(*args[1:], **kwargs)
         if fx_node.op == "get_attr":
             return getattr_path(root, fx_node.target)
     except RuntimeError as e:
