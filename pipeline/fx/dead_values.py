@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from .in_place import may_alias, writes_first_argument
+from .in_place import aliases, owner, writes_first_argument
 
 # fx node kinds that compute a value (placeholders, the inputs, and the output are never dead)
 _COMPUTING = ("call_function", "call_method", "call_module", "get_attr")
@@ -38,18 +38,19 @@ def _dead(root: nn.Module, node: torch.fx.Node, order: Dict[torch.fx.Node, int])
         return False
     if not _writes(root, node):
         return True
-    # a write whose result is not read is dead when what it writes is a tensor of its own that nothing reads after
-    # it (a reader after it reads its result instead: in_place.follow_in_place): torch.jit's dead code pass, with
-    # its alias analysis, drops it then (measured: tests/data/refused_real/dead_inplace)
+    # a write whose result is not read is dead when what it writes is a tensor of its own, or a view of one (y[:, 0:2],
+    # y.view(-1)), that nothing reads after it through any of its aliases (a reader after it of what it writes reads
+    # its result instead: in_place.follow_in_place): torch.jit's dead code pass, with its alias analysis, drops it
+    # then (measured: tests/data/refused_real/dead_inplace, slice_zero_unread, view_add_unread, pool_write_unread)
     written = node.args[0]
-    return isinstance(written, torch.fx.Node) and not may_alias(root, written) \
-        and not any(order[u] > order[node] for u in written.users)
+    base = owner(root, written) if isinstance(written, torch.fx.Node) else None
+    return base is not None and not any(order[u] > order[node] for a in aliases(root, base, stop=node) for u in a.users)
 
 
 def remove_dead_values(root: nn.Module, graph: torch.fx.Graph) -> int:
     """Erase from ``graph`` every node no output depends on (module docstring), last first, so that a
     dead chain goes whole; a call that writes a tensor in place goes only where what it writes is lost
-    (a tensor of its own, ``in_place.may_alias``, that nothing reads after). Returns how many were erased (0: ``graph`` is unchanged)."""
+    (a tensor of its own or a view of one, ``in_place.may_alias``, that nothing reads after through any alias). Returns how many were erased (0: ``graph`` is unchanged)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     erased = 0
     for node in reversed(list(graph.nodes)):

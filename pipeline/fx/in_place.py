@@ -9,6 +9,7 @@ would then read before the call: :func:`follow_in_place` rewires them to the cal
 """
 import inspect
 import operator
+from typing import Dict, Optional, Set
 
 import torch
 import torch.fx
@@ -138,6 +139,78 @@ def may_alias(root: nn.Module, node: torch.fx.Node) -> bool:
         return True
     answer = _schema_returns_alias(name) if name else None
     return True if answer is None else answer
+
+
+def storage_base(root: nn.Module, node: torch.fx.Node) -> torch.fx.Node:
+    """The value whose storage ``node``'s value is, as far as the graph tells: ``node`` followed back through the
+    first arguments of the calls that may return it or a view of it (:func:`may_alias`): ``y`` for ``y[:, 0:2]``
+    and ``y.view(-1)``; an input or a parameter/buffer (``get_attr``) ends the walk, and so does a call whose first
+    argument is no node."""
+    while may_alias(root, node) and node.op not in ("placeholder", "get_attr"):
+        first = node.args[0] if node.args else None
+        if not isinstance(first, torch.fx.Node):
+            break
+        node = first
+    return node
+
+
+def owner(root: nn.Module, node: torch.fx.Node) -> Optional[torch.fx.Node]:
+    """:func:`storage_base` where it is a tensor of its own (a value no other one shares storage with); None where
+    it is an input, a parameter or buffer, or a call not known to return a new tensor."""
+    base = storage_base(root, node)
+    return None if may_alias(root, base) else base
+
+
+def aliases(root: nn.Module, base: torch.fx.Node, stop: Optional[torch.fx.Node] = None) -> Set[torch.fx.Node]:
+    """``base`` and every value that may share its storage: the calls on it, or on one of them, that may return
+    their first argument or a view of it (:func:`may_alias`); ``stop`` (a call writing in place) and what is made
+    from it are left out."""
+    found, stack = {base}, [base]
+    while stack:
+        for user in stack.pop().users:
+            if user is not stop and user not in found and user.args and user.args[0] in found \
+                    and may_alias(root, user):
+                found.add(user)
+                stack.append(user)
+    return found
+
+
+# ``x += y`` and ``x *= y`` (fx: ``operator.iadd``) and the in-place methods nndct's parser takes for their out-of-place
+# op (``OpCreator.op_convert_map`` in pytorch_nndct/parse/op_dispatcher.py: ``aten::add_`` is ``add``): nndct's module
+# for them runs out of place (its elemwise add and mul), and so does the simulation
+OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
+OUT_OF_PLACE_METHODS = {"add_": "add"}
+
+
+def refuse_lost_writes(root: nn.Module, graph: torch.fx.Graph) -> None:
+    """Refuse, before calibration, an in-place write nndct runs out of place (``OUT_OF_PLACE``,
+    ``OUT_OF_PLACE_METHODS``) into a value that shares its storage with another one read after the write
+    (``y.view(-1).add_(1)`` or ``v = y[:, 0:2]; v += 1`` and then ``y`` read): torch.jit's trace, which the real
+    quantizer parses, records that later read as a read of the tensor before the write, and nndct's add does not
+    write it, so the real quantizer computes the model without the write, silently (measured:
+    tests/data/refused_real/view_add_read gives the same outputs as view_add_unread). A reader of the written value
+    itself reads the write's result (:func:`follow_in_place`), as the trace has it: not refused.
+
+    Raises:
+        NotSimulated: naming the write, the value it writes into and the first reader that would miss it.
+    """
+    from .refusals import NotSimulated
+    order = {n: i for i, n in enumerate(graph.nodes)}  # type: Dict[torch.fx.Node, int]
+    for node in graph.nodes:
+        run_out_of_place = (node.op == "call_method" and node.target in OUT_OF_PLACE_METHODS) \
+            or (node.op == "call_function" and node.target in OUT_OF_PLACE)
+        if not run_out_of_place or not node.args or not isinstance(node.args[0], torch.fx.Node):
+            continue
+        base = storage_base(root, node.args[0])
+        late = sorted((u for a in aliases(root, base, stop=node) for u in a.users
+                       if u is not node and order[u] > order[node]), key=order.get)
+        if late:
+            raise NotSimulated(
+                "node %r writes %r in place, which shares its storage with %r, read after it by %r: the real "
+                "quantizer runs this write out of place (nndct's elementwise op; torch.jit's trace records the later "
+                "read as a read of %r before the write), so it would quantize the model without the write. Write "
+                "the result to a new tensor and read that instead (y = y + 1; a part of it: torch.cat or "
+                "torch.where of the pieces)" % (node.name, node.args[0].name, base.name, late[0].name, base.name))
 
 
 # ``x[idx] = v`` and the augmented assignments (``x += y``) write their first argument.

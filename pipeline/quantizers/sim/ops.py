@@ -30,7 +30,6 @@ arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own
 has one: 1.3 -> 1.296875 at fix_pos 6). In-place activations run out of place here, so the
 caller's tensors are never written.
 """
-import operator
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -45,11 +44,7 @@ from ...fx.graph import SimGraph, SimNode
 from ...ops.pool.sim import adaptive_output_size, adaptive_scale, tiled_max_pool  # noqa: F401 (tiled_max_pool: tests)
 from ...ops.prelu import simulate as simulate_prelu
 from ...fx.example_run import node_error
-
-OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
-# the in-place methods nndct's parser takes for their out-of-place op (``OpCreator.op_convert_map`` in
-# pytorch_nndct/parse/op_dispatcher.py: ``aten::add_`` is ``add``), run out of place as its module runs them
-OUT_OF_PLACE_METHODS = {"add_": "add"}
+from ...fx.in_place import OUT_OF_PLACE, OUT_OF_PLACE_METHODS  # nndct runs x += y and x.add_(y) out of place
 
 
 def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
