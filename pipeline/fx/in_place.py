@@ -185,7 +185,7 @@ OUT_OF_PLACE_METHODS = {"add_": "add"}
 def refuse_lost_writes(root: nn.Module, graph: torch.fx.Graph) -> None:
     """Refuse, before calibration, an in-place write nndct runs out of place (``OUT_OF_PLACE``,
     ``OUT_OF_PLACE_METHODS``) into a value that shares its storage with another one read after the write
-    (``y.view(-1).add_(1)`` or ``v = y[:, 0:2]; v += 1`` and then ``y`` read): torch.jit's trace, which the real
+    (``y.view(-1).add_(1)`` and then ``y`` read): torch.jit's trace, which the real
     quantizer parses, records that later read as a read of the tensor before the write, and nndct's add does not
     write it, so the real quantizer computes the model without the write, silently (measured:
     tests/data/refused_real/view_add_read gives the same outputs as view_add_unread). A reader of the written value
