@@ -88,7 +88,8 @@ class _Lowering:
         tests/data/refused_real/slice_zero_read), so the file would compute the model without it: refused."""
         for node in self.graph.nodes:
             if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
-                    and not node.is_output and node.in_quant_part and node.fx_node.op == "call_method":
+                    and not node.is_output and node.in_quant_part and node.fx_node is not None \
+                    and node.fx_node.op == "call_method":
                 raise unsupported(node, "it writes a tensor in place (y[:, 0:2].zero_()): the real quantizer writes %s "
                                         "as a custom op whose output no op reads, and the readers of the tensor "
                                         "written read it as it was before, so the file would compute the model "
