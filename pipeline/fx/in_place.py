@@ -6,6 +6,11 @@ self.c2(y)``). torch.jit's trace, which the real quantizer parses (``pytorch_nnd
 records the in-place op (``aten::relu_``) and every later use of ``y`` as a use of its result. A torch.fx
 graph keeps the later readers on ``y``'s node, which the simulation (computing each node anew, quantized)
 would then read before the call: :func:`follow_in_place` rewires them to the call, as the trace has it.
+
+Whether a value may share its storage with another one (a view, the input itself) has one answer here,
+:func:`may_alias`; :func:`written_inputs` (the inputs that get a copy), ``fx.dead_values`` (the writes torch.jit's
+dead code pass drops: :func:`owner`, :func:`aliases`) and :func:`refuse_lost_writes` (a write nndct runs out of
+place whose tensor is read after it through another alias) ask it (docs/xmodel.md#in-place-writes).
 """
 import inspect
 import operator
