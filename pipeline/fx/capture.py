@@ -87,7 +87,7 @@ from .dead_values import remove_dead_values
 from .example_run import ExampleRun
 from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
-from .in_place import follow_in_place
+from .in_place import follow_in_place, refuse_lost_writes
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
@@ -320,6 +320,8 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
         fx_graph = _concrete(work, examples, model)
     follow_in_place(work, fx_graph)  # a tensor written in place is read after the call from its result
     remove_dead_values(work, fx_graph)  # what no output depends on: torch.jit's dead code pass drops it, rewrite or not
+    if rewrite:  # the simulation's capture: a write the real quantizer loses (inspect's view takes it as written)
+        refuse_lost_writes(work, fx_graph)
     remove_traced_passthrough(work, fx_graph, examples)  # no jit op, no nndct node, rewrite or not
     functional_linear_to_module(work, fx_graph)
     remove_shape_checks(fx_graph)

@@ -22,7 +22,7 @@ import torch
 import torch.fx
 from torch import nn
 
-from .in_place import writes_first_argument
+from .in_place import aliases, owner, writes_first_argument
 
 # fx node kinds that compute a value (placeholders, the inputs, and the output are never dead)
 _COMPUTING = ("call_function", "call_method", "call_module", "get_attr")
@@ -33,42 +33,24 @@ def _writes(root: nn.Module, node: torch.fx.Node) -> bool:
     return (node.op == "call_function" and node.target is operator.setitem) or writes_first_argument(root, node)
 
 
-def _fresh(root: nn.Module, node: torch.fx.Node) -> bool:
-    """``node``'s value is a tensor of its own, no view of another one: a module with parameters (a conv, a
-    linear layer), or a call whose aten operator's default overload returns no alias of an input (its
-    schema's alias annotation: ``relu`` and ``conv2d`` do, ``permute``, ``view`` and indexing do not).
-    Anything else (an input, a parameter or buffer, a view, a call without an aten schema) may share its
-    storage with a tensor read later, so a write into it is never taken for lost."""
-    if node.op == "call_module":
-        return any(True for _ in root.get_submodule(str(node.target)).parameters())
-    if node.op == "call_method":
-        name = str(node.target)
-    elif node.op == "call_function" and node.target is not operator.getitem:
-        name = getattr(node.target, "__name__", "")
-    else:
-        return False
-    overload = getattr(getattr(torch.ops.aten, name, None), "default", None) if name.isidentifier() else None
-    schema = getattr(overload, "_schema", None)
-    return schema is not None and all(r.alias_info is None for r in schema.returns)
-
-
 def _dead(root: nn.Module, node: torch.fx.Node, order: Dict[torch.fx.Node, int]) -> bool:
     if node.op not in _COMPUTING or node.users:
         return False
     if not _writes(root, node):
         return True
-    # a write whose result is not read is dead when what it writes is a tensor of its own that nothing reads after
-    # it (a reader after it reads its result instead: in_place.follow_in_place): torch.jit's dead code pass, with
-    # its alias analysis, drops it then (measured: tests/data/refused_real/dead_inplace)
+    # a write whose result is not read is dead when what it writes is a tensor of its own, or a view of one (y[:, 0:2],
+    # y.view(-1)), that nothing reads after it through any of its aliases (a reader after it of what it writes reads
+    # its result instead: in_place.follow_in_place): torch.jit's dead code pass, with its alias analysis, drops it
+    # then (measured: tests/data/refused_real/dead_inplace, slice_zero_unread, view_add_unread, pool_write_unread)
     written = node.args[0]
-    return isinstance(written, torch.fx.Node) and _fresh(root, written) \
-        and not any(order[u] > order[node] for u in written.users)
+    base = owner(root, written) if isinstance(written, torch.fx.Node) else None
+    return base is not None and not any(order[u] > order[node] for a in aliases(root, base, stop=node) for u in a.users)
 
 
 def remove_dead_values(root: nn.Module, graph: torch.fx.Graph) -> int:
     """Erase from ``graph`` every node no output depends on (module docstring), last first, so that a
     dead chain goes whole; a call that writes a tensor in place goes only where what it writes is lost
-    (:func:`_fresh`, nothing reads it after). Returns how many were erased (0: ``graph`` is unchanged)."""
+    (a tensor of its own or a view of one, ``in_place.may_alias``, that nothing reads after through any alias). Returns how many were erased (0: ``graph`` is unchanged)."""
     order = {n: i for i, n in enumerate(graph.nodes)}
     erased = 0
     for node in reversed(list(graph.nodes)):

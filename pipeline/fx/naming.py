@@ -13,6 +13,23 @@ from ..ops import CONST
 from .shape_tuples import ShapeTuples
 
 
+def in_place_method(node: SimNode) -> bool:
+    """The node is a call of an in-place tensor method (``x.add_(1)``): torch.jit traces ``aten::add_``, whose
+    kind nndct's parser leaves out of ``OptPass.transform_const_scalar_to_const_tensor`` (it converts the number
+    operands of ``add``, ``sub``, ``mul``, ``div``, ``rsub`` and ``remainder``; ``trace_helper.py``), so that its
+    number operand stays the tensor constant torch.jit recorded (:func:`traced_constant`)."""
+    fx_node = node.fx_node
+    return fx_node is not None and fx_node.op == "call_method" and str(fx_node.target).endswith("_")
+
+
+def traced_constant(node: SimNode) -> bool:
+    """A number operand of in-place arithmetic only (:func:`in_place_method`): the tensor constant torch.jit
+    recorded, which nndct's parser does not turn into a quantized const (measured: ``x.add_(1)``'s int64
+    constant has no quant_info.json entry, and the real xmodel its float32 const without a fix op,
+    tests/data/refused_real/inplace_input)."""
+    return node.op == CONST and bool(node.users) and all(in_place_method(u) for u in node.users)
+
+
 def nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNode]:
     """The consts in nndct's numbering order. nndct's parser finds the arithmetic nodes with a
     depth-first walk (pre-order, from the nodes without inputs, a node's users in graph order),
@@ -24,6 +41,8 @@ def nndct_const_order(consts: List[SimNode], nodes: List[SimNode]) -> List[SimNo
     are constant nodes of the traced graph already, ahead of the input in program order: the walk
     starts from them (their users first), and they follow the converted ones in program order."""
     def operand(n: SimNode) -> Optional[SimNode]:
+        if in_place_method(n):
+            return None  # OptPass converts the operands of add, sub, ...: not add_'s, a traced constant already
         first = 0 if 0 in n.const_args and n.op in (t.ADD, t.MULTIPLY, t.RSUB) else 1
         return n.const_args.get(first) if n.op in t.CONST_OPERAND_TYPES else None
 

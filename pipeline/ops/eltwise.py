@@ -114,7 +114,9 @@ RECORD = OpRecord(
     functions={torch.add: ADD, operator.add: ADD, operator.iadd: ADD, torch.sub: SUB, operator.sub: SUB,
                operator.isub: SUB, torch.mul: MULTIPLY, operator.mul: MULTIPLY, operator.imul: MULTIPLY,
                torch.div: DIV, operator.truediv: DIV, operator.itruediv: DIV},
-    methods={"add": ADD, "sub": SUB, "mul": MULTIPLY, "div": DIV},
+    # ``x.add_(y)``: nndct's parser takes ``aten::add_`` for ``aten::add`` (``OpCreator.op_convert_map``), and
+    # its add runs out of place (sim/ops.py OUT_OF_PLACE_METHODS)
+    methods={"add": ADD, "add_": ADD, "sub": SUB, "mul": MULTIPLY, "div": DIV},
     roles={"arithmetic": (ADD, SUB, MULTIPLY, DIV), "binary": BINARY_TYPES, "const_operand": BINARY_TYPES},
     approximation=Absent("add and mul are exact on aligned codes; sub, rsub and div run in float"),
     source="nndct_shared/base/key_names.py, nndct_shared/optimization/optimizer.py",

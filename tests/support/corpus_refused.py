@@ -465,6 +465,42 @@ class ReturnedSlice(nn.Module):
         return y[:, 2:6], y
 
 
+class InPlaceWrite(nn.Module):
+    """conv, ReLU, conv with an in-place write whose result nothing uses (``kind``): into the input after its
+    last read (``x.add_(1)``), into a buffer (``self.buf.add_(1)``), into a slice or a flat view of the first
+    conv's output (``y[:, 0:2].zero_()``, ``y.view(-1).add_(1)``) after its last read (``_unread``) or before
+    the ReLU reads it (``_read``), or into the output of a module without parameters that nothing reads
+    (``self.pool(y).relu_()``)."""
+    def __init__(self, kind):
+        super().__init__()
+        self.kind = kind
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 4, 3, padding=1)
+        self.register_buffer("buf", torch.zeros(1, 8, 1, 1))
+        self.pool = nn.MaxPool2d(2)
+
+    def _write(self, x, y):
+        if self.kind == "inplace_input":
+            x.add_(1)
+        elif self.kind == "inplace_buffer":
+            self.buf.add_(1)
+        elif self.kind == "pool_write_unread":
+            self.pool(y).relu_()
+        elif self.kind.startswith("slice_zero"):
+            y[:, 0:2].zero_()
+        else:
+            y.view(-1).add_(1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        if self.kind.endswith("_read"):
+            self._write(x, y)
+            return self.c2(F.relu(y))
+        out = self.c2(F.relu(y))
+        self._write(x, y)
+        return out
+
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -525,6 +561,13 @@ CORPUS = {
     "ret_slice_conv": (_kind(ReturnedSlice, "ret_slice_conv"), IMAGE),
     "ret_slice_read": (_kind(ReturnedSlice, "ret_slice_read"), IMAGE),
     "ret_twice": (_kind(ReturnedSlice, "ret_twice"), IMAGE),
+    "inplace_input": (_kind(InPlaceWrite, "inplace_input"), IMAGE),
+    "inplace_buffer": (_kind(InPlaceWrite, "inplace_buffer"), IMAGE),
+    "slice_zero_unread": (_kind(InPlaceWrite, "slice_zero_unread"), IMAGE),
+    "slice_zero_read": (_kind(InPlaceWrite, "slice_zero_read"), IMAGE),
+    "view_add_unread": (_kind(InPlaceWrite, "view_add_unread"), IMAGE),
+    "view_add_read": (_kind(InPlaceWrite, "view_add_read"), IMAGE),
+    "pool_write_unread": (_kind(InPlaceWrite, "pool_write_unread"), IMAGE),
 }
 
 

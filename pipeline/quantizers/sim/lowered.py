@@ -79,7 +79,7 @@ from ... import fixpoint
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
 from ...fx.in_place import written_inputs
-from .ops import getattr_path, OUT_OF_PLACE, norm_float_params, norm_shape_eps
+from .ops import getattr_path, OUT_OF_PLACE, OUT_OF_PLACE_METHODS, norm_float_params, norm_shape_eps
 from .lowered_forward import LoweredModule, PoolVariants
 from .plan import QuantPlan
 
@@ -378,4 +378,6 @@ def _copy_node(graph: SimGraph, node: SimNode, new: torch.fx.Graph, root: nn.Mod
         if "inplace" in copied.kwargs:
             copied.kwargs = dict(copied.kwargs, inplace=False)
         copied.target = OUT_OF_PLACE.get(copied.target, copied.target)
+    elif fx_node.op == "call_method":
+        copied.target = OUT_OF_PLACE_METHODS.get(copied.target, copied.target)
     return copied

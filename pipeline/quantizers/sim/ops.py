@@ -30,7 +30,6 @@ arithmetic is replaced by its ``nndct_const`` node's value (quantized at its own
 has one: 1.3 -> 1.296875 at fix_pos 6). In-place activations run out of place here, so the
 caller's tensors are never written.
 """
-import operator
 from typing import Any, Dict, Optional, Tuple
 
 import torch
@@ -45,8 +44,7 @@ from ...fx.graph import SimGraph, SimNode
 from ...ops.pool.sim import adaptive_output_size, adaptive_scale, tiled_max_pool  # noqa: F401 (tiled_max_pool: tests)
 from ...ops.prelu import simulate as simulate_prelu
 from ...fx.example_run import node_error
-
-OUT_OF_PLACE = {operator.iadd: operator.add, operator.imul: operator.mul}
+from ...fx.in_place import OUT_OF_PLACE, OUT_OF_PLACE_METHODS  # nndct runs x += y and x.add_(y) out of place
 
 
 def adaptive_unquantized(graph: SimGraph, node: SimNode) -> bool:
@@ -105,7 +103,7 @@ def run_fx(root: nn.Module, fx_node: torch.fx.Node, env: Dict[Any, Any],
             target = OUT_OF_PLACE.get(fx_node.target, fx_node.target)
             return target(*args, **kwargs)
         if fx_node.op == "call_method":
-            return getattr(args[0], fx_node.target)(*args[1:], **kwargs)
+            return getattr(args[0], OUT_OF_PLACE_METHODS.get(fx_node.target, fx_node.target))(*args[1:], **kwargs)
         if fx_node.op == "get_attr":
             return getattr_path(root, fx_node.target)
     except RuntimeError as e:

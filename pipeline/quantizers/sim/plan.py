@@ -29,6 +29,7 @@ from typing import Dict, List, Optional
 
 from ... import ops as g
 from ...fx.graph import SimGraph, SimNode
+from ...fx.naming import traced_constant
 from .ops import adaptive_unquantized
 
 POOL_TYPES = g.with_role("fix_align_pool")  # fix_pos_adjust: a pool's input takes its output's fix position
@@ -113,7 +114,7 @@ class QuantPlan:
                 continue
             for parent in node.inputs:
                 end = self.quant_output(parent)
-                if not end.shape_value:
+                if not end.shape_value and not traced_constant(end):
                     outputs.setdefault(end.name, None)
         for node in self.graph.nodes:
             # an input whose one consumer is a float operator nndct has no type for (a CustomOp: aten::<name>,

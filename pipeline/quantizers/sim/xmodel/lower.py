@@ -84,8 +84,17 @@ class _Lowering:
         """An in-place op (``aten::<name>_``: ``x[idx] = v``'s ``aten::fill_``/``aten::copy_``) whose output no op
         reads: nndct writes it as a custom op nothing reads, and the tensor assigned into as it was before
         (a ``new_zeros`` const of zeros; checked against the real quantizer's files, Swin's shifted-window
-        mask in tests/data/corpus_real/tv_swin), so the file would compute the model without it: refused."""
+        mask in tests/data/corpus_real/tv_swin; a ``y[:, 0:2].zero_()`` read after it through ``y``,
+        tests/data/refused_real/slice_zero_read), so the file would compute the model without it: refused."""
         for node in self.graph.nodes:
+            if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
+                    and not node.is_output and node.in_quant_part and node.fx_node is not None \
+                    and node.fx_node.op == "call_method":
+                raise unsupported(node, "it writes a tensor in place (y[:, 0:2].zero_()): the real quantizer writes %s "
+                                        "as a custom op whose output no op reads, and the readers of the tensor "
+                                        "written read it as it was before, so the file would compute the model "
+                                        "without the write; write the result to a new tensor and read that (torch.cat, torch.where)"
+                                        % node.op)
             if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
                     and not node.is_output and node.in_quant_part:
                 raise unsupported(node, "it assigns into a tensor in place (x[idx] = v): the real quantizer writes "

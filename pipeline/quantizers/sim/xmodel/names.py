@@ -12,15 +12,13 @@ Those names are a property of the trace, so this module traces the model the way
   flattened inputs (nndct's ``FlattenInOutModelForTrace``), its inputs a ``torch.Tensor`` subclass
   whose ``__torch_function__`` runs pooling, ``mean``, ``chunk`` and ``split`` through nndct's own
   replacements (``parse/override_torch_function.py``), forward hooks that record module scopes;
-- ``torch.jit._get_trace_graph``, then the alias nodes those replacements leave removed and
-  nndct's graph passes (inlining, constant propagation, dead code, peephole) run, without
-  renumbering (nndct discards the canonicalized graph);
-- each nndct node of the simulation's graph is matched, in execution order, to the traced op that
-  computes it; a chain of ``aten::slice`` is one strided slice named after its first slice, and a
-  number operand of add/sub/mul/div is a constant node named after its traced value.
+- ``torch.jit._get_trace_graph``, the alias nodes those replacements leave removed, nndct's graph passes (inlining,
+  constant propagation, dead code, peephole) run without renumbering (nndct discards the canonicalized graph);
+- each nndct node of the simulation's graph is matched, in execution order, to the traced op that computes it; a
+  chain of ``aten::slice`` is one strided slice named after its first slice; a number operand of add/sub/mul/div
+  is a constant node named after its traced value (of ``x.add_(c)``: its traced constant's node, scope and value).
 
-The numbers depend on the torch version (as they do for the real quantizer): the names equal the
-real quantizer's under the same torch.
+The numbers depend on the torch version (as they do for the real quantizer): the names equal the real one's under the same torch.
 """
 import math
 import re
@@ -33,11 +31,11 @@ from torch import nn
 
 from .... import ops as t
 from ....fx.graph import SimGraph
+from ....fx.naming import traced_constant
 
 WRAPPER = "FlattenInOutModelForTrace"
 
-# nndct op type -> torch.jit kinds (without "aten::") that produce it
-KINDS = t.TRACED  # the records' (OpRecord.traced)
+KINDS = t.TRACED  # nndct op type -> torch.jit kinds (without "aten::") that produce it: the records' (OpRecord.traced)
 
 
 # ------------------------------------------------------------------------------ nndct's trace
@@ -317,7 +315,9 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         lower.XmodelUnsupported: a node of the simulation has no traced op of its type at its place (named).
     """
     prefix = graph.class_name + "::"
-    ops = traced_ops(trace_graph(model, examples))
+    traced = trace_graph(model, examples)
+    ops, constants = traced_ops(traced), {n.outputsAt(0).debugName(): _node_name(n) for n in traced.nodes()
+                                          if n.kind() == "prim::Constant" and n.outputsSize() == 1}
     names = {}  # type: Dict[str, str]
     for i, node in enumerate(graph.inputs):
         names[node.name] = prefix + "input_%d" % i
@@ -343,8 +343,9 @@ def node_names(graph: SimGraph, model: nn.Module, examples: Tuple[torch.Tensor, 
         names[node.name] = prefix + op.name
         matched[node.name] = op
         for index, const in node.const_args.items():
-            if len(op.inputs) > 1:
-                names[const.name] = prefix + op.inputs[1]
+            if len(op.inputs) > 1:  # a traced constant keeps its node's name; a number nndct converts, its value's
+                names[const.name] = prefix + (constants.get(op.inputs[1], op.inputs[1]) if traced_constant(const)
+                                              else op.inputs[1])
         position += 1
     _name_kept_sizes(graph, ops, matched, names, prefix)
     return names
