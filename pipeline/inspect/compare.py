@@ -14,6 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pipeline.inspect.compare_fix import check_calibration, codes_agree
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
 
 MATCH, DIFFER, MISSING, SIZE, NOT_COMPARED = "match", "differ", "missing", "size", "not compared"
@@ -95,11 +96,21 @@ def _codes_of(ctx: _Ctx, dump: DumpSet, node: str, notes: List[str]) -> Optional
     if node in dump.floats and fix is not None:
         codes, on_grid = _quantize(dump.read(node, False), fix[0], fix[1])
         if not on_grid:
-            notes.append("%s: %s.bin holds the value before its output fix (the real quantizer dumps a Hardswish "
-                         "so, and truncates it in its _fix.bin); read rounded half up at fix_pos %d, as the DPU's "
-                         "fix rounds" % (dump.folder, node, fix[0]))
-            return codes
-        if node not in dump.codes:
+            agree = codes_agree(dump, node, fix[0], fix[1])
+            if agree:  # its codes were made at this fix position from this float file: a value before its fix
+                notes.append("%s: %s.bin holds the value before its output fix (the real quantizer dumps a "
+                             "Hardswish so, and truncates it in its _fix.bin); read rounded half up at fix_pos %d, "
+                             "as the DPU's fix rounds" % (dump.folder, node, fix[0]))
+                return codes
+            if node not in dump.codes:
+                notes.append("%s: %s.bin's values are not on the grid of fix_pos %d (a value before its fix, or "
+                             "another fix position than the one the folder was made with) and the folder has no "
+                             "%s_fix.bin; read rounded half up at fix_pos %d" % (dump.folder, node, fix[0], node,
+                                                                                 fix[0]))
+                return codes
+            notes.append("%s: %s_fix.bin was not made at fix_pos %d from %s.bin; its own codes are compared"
+                         % (dump.folder, node, fix[0], node))
+        elif node not in dump.codes:
             return codes
     if node in dump.codes:
         return dump.read(node, True)
@@ -208,6 +219,8 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
                            % (xmodel, len(graph.ops), ", ".join(stem(op.name) for op in graph.ops[:2]),
                               ", ".join(sorted(ref_nodes)[:2])))
     ctx = _Ctx(ref, got, graph)
+    if graph is not None:
+        check_calibration(ref, ctx.fixes, xmodel)
     common = ref_nodes & board_nodes
     if not common:
         raise CompareError("none of BOARD's %d tensors (e.g. %s) is in REFERENCE (e.g. %s): the dumps of another "
