@@ -7,7 +7,8 @@ run``'s outputs) or another deploy-check folder (``compare_load``). Tensors meet
 Each node is compared as int8 codes when both sides have them; a float file is turned into codes with
 the node's fix position (from ``--xmodel``, else read off the reference's own float and code files);
 float files of unquantized nodes are compared as float32. Order: the xmodel's ops (a topological order)
-when given, else ``shape.txt``'s. Exit status: 0 all match, 1 a divergence, 2 the input cannot be used.
+when given, else ``shape.txt``'s. Exit status: 0 all match, 1 a divergence, 2 the input cannot be used (or
+too few of the board's tensors pair with the reference's for a verdict: ``compare_pairing``).
 """
 import math
 from typing import Any, Dict, List, Optional, Tuple
@@ -16,6 +17,7 @@ import numpy as np
 
 from pipeline.inspect.compare_fix import check_calibration, codes_agree
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
+from pipeline.inspect.compare_pairing import pairing
 
 MATCH, DIFFER, MISSING, SIZE, NOT_COMPARED = "match", "differ", "missing", "size", "not compared"
 REORDERED = "reordered"
@@ -251,7 +253,10 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
     report = {"reference": ref.folder, "board": got.folder, "layouts": [ref.layout, got.layout], "rows": rows,
               "first": first, "board_only": board_only, "not_on_board": not_on_board,
               "notes": notes, "xmodel": xmodel}
-    report["ok"] = first is None
+    ref_only = [n for n in ref.nodes() if n not in board_nodes and not _parameter(ref, n)]
+    report["pairing"] = pairing(ref_only, board_only, len(compared))
+    report["ok"] = first is None and report["pairing"]["complete"]
+    report["exit"] = 0 if report["ok"] else (1 if first is not None else 2)
     report["verdict"] = _verdict(report, compared)
     return report
 
@@ -267,7 +272,14 @@ def _read_xmodel(path: str) -> Any:
 
 
 def _verdict(report: Dict[str, Any], compared: List[Dict[str, Any]]) -> str:
-    first = report["first"]
+    first, pair = report["first"], report["pairing"]
+    if not pair["complete"]:
+        if first is None:
+            return "UNPAIRED: %s; the %d paired match, the others are not compared" % (pair["why"], pair["paired"])
+        what = ("%d of %d differ" % (first["differ"], first["elements"]) if first["status"] == DIFFER
+                else first["status"])
+        return ("DIVERGED: the board differs at %s (%s), but whether an op before it differs is not known: %s"
+                % (first["node"], what, pair["why"]))
     if first is None:
         kinds = [r["kind"] for r in compared]
         reordered = sum(1 for r in compared if r["status"] == REORDERED)

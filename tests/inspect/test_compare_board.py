@@ -52,3 +52,52 @@ def test_compare_off_grid_float_note_only_where_true(capsys, tmp_path):
     assert "%s_fix.bin was not made at fix_pos %d from %s.bin; its own codes are compared" % (
         CONV_RELU, fp, CONV_RELU) in notes
     assert code == 1 and r["first"]["node"] == CONV_RELU and "times 2^1" in r["first"]["why"]
+
+
+def _vart(ref, folder, rename=lambda name: name):
+    """A VART dump folder (``subgraph_0/{input,internal,output}/0.<tensor>.bin``) of a deploy-check folder's
+    activation codes, each tensor named ``rename(name)``."""
+    names = sorted(f[:-len("_fix.bin")] for f in os.listdir(ref) if f.endswith("_fix.bin")
+                   and "weight" not in f and "bias" not in f)
+    for name in names:
+        kind = "input" if name.endswith("input_0") else ("output" if "fc" in name else "internal")
+        os.makedirs(os.path.join(folder, "subgraph_0", kind), exist_ok=True)
+        shutil.copy(os.path.join(ref, name + "_fix.bin"),
+                    os.path.join(folder, "subgraph_0", kind, "0.%s_fix.bin" % rename(name)))
+    return names
+
+
+def _torch2(name):
+    """The name another torch's trace gives: the last part's numbers + 2 (``ret_5`` -> ``ret_7``)."""
+    head, sep, last = name.rpartition("__")
+    if last.startswith("input_"):
+        return name
+    return head + sep + re.sub(r"[0-9]+", lambda m: str(int(m.group()) + 2), last)
+
+
+def test_compare_renumbered_names_are_no_match(capsys, tmp_path):
+    ref = _dump(tmp_path / "ref", "convnet")
+    names = _vart(ref, str(tmp_path / "same"))
+    code, out, _ = _cli(capsys, ref, tmp_path / "same", "--xmodel", _xmodel("convnet"))
+    assert code == 0 and out.startswith("MATCH: all %d tensors match" % len(names)), out
+    _vart(ref, str(tmp_path / "renamed"), _torch2)
+    code, out, _ = _cli(capsys, ref, tmp_path / "renamed", "--xmodel", _xmodel("convnet"))
+    renamed = [n for n in names if _torch2(n) != n]
+    assert code == 2 and "MATCH" not in out, out
+    assert out.startswith("UNPAIRED: only %d of the board's %d tensors are in the reference (%d only on the board); "
+                          "%d of the board's tensor names differ from the reference's only in torch's trace numbers"
+                          % (len(names) - len(renamed), len(names), len(renamed), len(renamed))), out
+    assert "come from different exports of the model" in out and "make both from the one xmodel" in out
+    code, r = _json(capsys, ref, tmp_path / "renamed", "--xmodel", _xmodel("convnet"))
+    assert code == 2 and not r["ok"] and r["pairing"]["renumbered"][0][1] == [
+        n for n in names if _torch2(n) == r["pairing"]["renumbered"][0][0]]
+    relu = os.path.join(str(tmp_path / "renamed"), "subgraph_0", "internal", "0.%s_fix.bin" % _torch2(CONV_RELU))
+    codes = np.fromfile(relu, dtype=np.int8).copy()  # the board differs at the relu: its output differs too
+    codes[:] = 0
+    codes.tofile(relu)
+    fc = [n for n in names if "fc" in n][0]
+    out_file = os.path.join(str(tmp_path / "renamed"), "subgraph_0", "output", "0.%s_fix.bin" % _torch2(fc))
+    _put(os.path.dirname(out_file), "0." + _torch2(fc), _codes(ref, fc) + 1)
+    code, out, _ = _cli(capsys, ref, tmp_path / "renamed", "--xmodel", _xmodel("convnet"))
+    assert code == 1 and out.startswith("DIVERGED: the board differs at %s (" % fc), out
+    assert "but whether an op before it differs is not known: only " in out.splitlines()[0]
