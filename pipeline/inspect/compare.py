@@ -54,6 +54,9 @@ def _diagnose(ref: np.ndarray, got: np.ndarray, shape: Optional[List[int]], bits
         if np.array_equal(got, ref.reshape(n, h, w, c).transpose(0, 3, 1, 2).reshape(-1)):
             return ("the board's values are the reference's in NCHW order (channel-major): the tensor was "
                     "written or read as NCHW; the DPU's and XIR's layout is NHWC %s" % shape)
+        if c > 1 and np.array_equal(got, ref.reshape(n, h, w, c)[..., ::-1].reshape(-1)):
+            return ("the board's values are the reference's with the %d channels in reverse order (RGB fed as "
+                    "BGR, or BGR as RGB): the channel order of the data fed differs from the reference's" % c)
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     best = None  # type: Optional[Tuple[float, int]]
     for k in range(-7, 8):

@@ -105,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     text = ["ran %s (graph %r, %d ops) on %s" % (args.file, msg.graph_name, len(graph.ops),
                                                  ", ".join("%s %s -> %s" % (i["file"], i["shape"], i["name"])
                                                            for i in result["inputs"]))]
+    text += ["  warning: %s" % i["warning"] for i in result["inputs"] if i.get("warning")]
     for o in outs:
         text.append("  output %s (%s): dims %s%s, fix_pos %s, min %.6g max %.6g mean %.6g, argmax %s, first %s" % (
             o["name"], o["op"], o["shape"], _axes(o),

@@ -101,3 +101,42 @@ def test_compare_renumbered_names_are_no_match(capsys, tmp_path):
     code, out, _ = _cli(capsys, ref, tmp_path / "renamed", "--xmodel", _xmodel("convnet"))
     assert code == 1 and out.startswith("DIVERGED: the board differs at %s (" % fc), out
     assert "but whether an op before it differs is not known: only " in out.splitlines()[0]
+
+
+INPUT = "ConvNet__input_0"
+
+
+def test_compare_divergence_at_the_input_says_the_board_was_fed_other_codes(capsys, tmp_path):
+    ref = _dump(tmp_path / "ref", "convnet")
+    board = shutil.copytree(ref, str(tmp_path / "board"))
+    codes = _codes(ref, INPUT).reshape(1, 16, 16, 3)
+    _put(board, INPUT, codes[..., ::-1].reshape(-1))  # RGB fed as BGR
+    code, out, _ = _cli(capsys, ref, board, "--xmodel", _xmodel("convnet"))
+    head = out.splitlines()[0]
+    assert code == 1 and head.startswith("DIVERGED: first divergence at op %s (data): " % INPUT), out
+    assert head.endswith("; the model's input: the board was fed other input codes than the reference's"), head
+    assert "the reference's with the 3 channels in reverse order (RGB fed as BGR, or BGR as RGB)" in out
+    assert "check the board's preprocessing (channel order RGB/BGR, mean and scale, layout NHWC vs NCHW" in out
+    assert "feed the board the reference's own input codes, %s_fix.bin" % INPUT in out
+    other = codes.copy()
+    other[0, 0, 0, 0] += 1  # another image: no channel swap said, the hint without the xmodel too
+    _put(board, INPUT, other.reshape(-1))
+    code, out, _ = _cli(capsys, ref, board)
+    assert code == 1 and "reverse order" not in out and "the board ran on other input codes" in out, out
+
+
+def test_xmodel_run_warns_when_most_of_the_input_clamps(capsys, tmp_path):
+    from tests.inspect.test_compare import DATA
+    x = np.load(os.path.join(DATA, "golden", "convnet", "eval_inputs.npy"))[:1]
+    np.save(str(tmp_path / "x.npy"), x)
+    np.save(str(tmp_path / "pixels.npy"), (x - x.min()) / (x.max() - x.min()) * 255.0)
+    from tests.support import cli_in_process
+    code, out, _ = cli_in_process(capsys, "xmodel", "run", _xmodel("convnet"), "--input", tmp_path / "x.npy")
+    assert code == 0 and "warning" not in out, out
+    code, out, _ = cli_in_process(capsys, "xmodel", "run", _xmodel("convnet"), "--input", tmp_path / "pixels.npy")
+    graph = reader.check(reader.read_xmodel(_xmodel("convnet")))
+    fp = int(graph.get_op(INPUT + "_fix").attr("fix_point"))
+    assert code == 0 and re.search(r"warning: input %s: \d+ of 768 values \(\d+%%\) lie outside \[%g, %g\], the range "
+                                   r"its fix takes at fix_pos %d \(8-bit codes -128\.\.127\), and clamp"
+                                   % (INPUT, -128 * 2.0 ** -fp, 127 * 2.0 ** -fp, fp), out), out
+    assert "Unnormalized pixels (0..255)?" in out
