@@ -10,32 +10,16 @@ float files of unquantized nodes are compared as float32. Order: the xmodel's op
 when given, else ``shape.txt``'s. Exit status: 0 all match, 1 a divergence, 2 the input cannot be used (or
 too few of the board's tensors pair with the reference's for a verdict: ``compare_pairing``).
 """
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pipeline.inspect.compare_fix import check_calibration, codes_agree
+from pipeline.inspect.compare_fix import check_calibration, codes_agree, fp_from_files
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
 from pipeline.inspect.compare_pairing import pairing
 
 MATCH, DIFFER, MISSING, SIZE, NOT_COMPARED = "match", "differ", "missing", "size", "not compared"
 REORDERED = "reordered"
-
-
-def _fp_from_files(dump: DumpSet, node: str) -> Optional[int]:
-    """The fix position a deploy-check folder implies for a node with both files: ``code = value * 2**fp``."""
-    if node not in dump.codes or node not in dump.floats:
-        return None
-    codes, values = dump.read(node, True), dump.read(node, False)
-    if codes.size != values.size:
-        return None
-    mask = (codes != 0) & (values != 0)
-    if not mask.any():
-        return None
-    ratios = np.abs(codes[mask] / values[mask].astype(np.float64))
-    fp = int(round(math.log2(float(np.median(ratios)))))
-    return fp if abs(fp) < 64 else None
 
 
 def _quantize(values: np.ndarray, fp: int, bits: int) -> Tuple[np.ndarray, bool]:
@@ -90,9 +74,9 @@ class _Ctx(object):
     def fix(self, node: str) -> Optional[Tuple[int, int]]:
         if node in self.fixes:
             return self.fixes[node]
-        fp = _fp_from_files(self.ref, node)
+        fp = fp_from_files(self.ref, node)
         if fp is None:
-            fp = _fp_from_files(self.board, node)
+            fp = fp_from_files(self.board, node)
         return None if fp is None else (fp, 8)
 
 

@@ -4,6 +4,7 @@ the fix positions of the xmodel it was made with; an xmodel of another calibrati
 same op names, other fix positions) would turn the reference's float files into other codes than the ones
 the board computed, and a board that agrees with the reference byte for byte would be called diverged.
 """
+import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -11,6 +12,21 @@ import numpy as np
 from pipeline.inspect.compare_load import CompareError, DumpSet
 
 AGREE = 0.99  # share of a tensor's codes within 1 of its float file's codes at a fix position
+
+
+def fp_from_files(dump: DumpSet, node: str) -> Optional[int]:
+    """The fix position a deploy-check folder implies for a node with both files: ``code = value * 2**fp``."""
+    if node not in dump.codes or node not in dump.floats:
+        return None
+    codes, values = dump.read(node, True), dump.read(node, False)
+    if codes.size != values.size:
+        return None
+    mask = (codes != 0) & (values != 0)
+    if not mask.any():
+        return None
+    ratios = np.abs(codes[mask] / values[mask].astype(np.float64))
+    fp = int(round(math.log2(float(np.median(ratios)))))
+    return fp if abs(fp) < 64 else None
 
 
 def _agreement(codes: np.ndarray, values: np.ndarray, fp: int, bits: int) -> float:
@@ -36,11 +52,10 @@ def other_fix_positions(ref: DumpSet, fixes: Dict[str, Tuple[int, int]]) -> List
     """``[(node, the xmodel's fix position, the reference's)]`` for each node of ``ref`` whose codes were made
     at another fix position than ``fixes`` (the xmodel's) gives; a node is listed only where the reference's
     own fix position is certain: its codes agree with its float file there, and not at the xmodel's."""
-    from pipeline.inspect.compare import _fp_from_files
     found = []  # type: List[Tuple[str, int, int]]
     for node in sorted(fixes):
         fp, bits = fixes[node]
-        own = _fp_from_files(ref, node)
+        own = fp_from_files(ref, node)
         if own is None or own == fp:
             continue
         if codes_agree(ref, node, own, bits) and not codes_agree(ref, node, fp, bits):
