@@ -14,7 +14,7 @@ from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
-from pipeline.inspect.compare_fix import check_calibration, codes_agree, fp_from_files
+from pipeline.inspect.compare_fix import board_calibration, check_calibration, codes_agree, fp_from_files
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
 from pipeline.inspect.compare_pairing import pairing
 
@@ -236,6 +236,8 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         from pipeline.inspect.compare_explain import explain
         first = dict(bad[0])
         first["explain"] = explain(ctx, bad[0], {r["node"]: r for r in rows})
+        if graph is not None:
+            first["explain"]["lines"][:0] = board_calibration(got, ctx.fixes)
     notes = ref.notes + got.notes + sorted({n for r in rows for n in r["notes"]})
     report = {"reference": ref.folder, "board": got.folder, "layouts": [ref.layout, got.layout], "rows": rows,
               "first": first, "board_only": board_only, "not_on_board": not_on_board,

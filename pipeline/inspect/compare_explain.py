@@ -131,6 +131,11 @@ def explain(ctx: Any, row: Dict[str, Any], rows: Dict[str, Dict[str, Any]]) -> D
     out["inputs"] = inputs
     data_inputs = [i for i in inputs if i["kind"] == "input"]
     said = "; ".join("its input %s %s" % (i["name"], i["status"]) for i in data_inputs) or "no data input"
+    if op.type == "const" and row["status"] == "differ":
+        said = "a parameter: the board's xmodel holds other parameters than the reference's"
+        lines.append("a parameter differs: the board ran another xmodel than the reference's (another calibration, "
+                     "or a model trained or edited since): make the reference from the xmodel the board runs, or "
+                     "run the reference's xmodel on the board")
     if op.type == "data" and row["status"] == "differ":
         said = "the model's input: the board was fed other input codes than the reference's"
         lines.append(INPUT_HINT % (node, node))

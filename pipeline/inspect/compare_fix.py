@@ -80,3 +80,15 @@ def check_calibration(ref: DumpSet, fixes: Dict[str, Tuple[int, int]], xmodel: A
         "xmodel run FILE --input X.npy --dump DIR)"
         % (xmodel, len(found), "" if len(found) == 1 else "s", ref.folder, "has" if len(found) == 1 else "have",
            listed, ", ..." if len(found) > 4 else ""))
+
+
+def board_calibration(board: DumpSet, fixes: Dict[str, Tuple[int, int]]) -> List[str]:
+    """A line for a diverged report when BOARD is a deploy-check folder whose codes were made at other fix
+    positions than the xmodel's (the board ran another calibration of the model), else none."""
+    found = other_fix_positions(board, fixes)
+    if not found:
+        return []
+    return ["the board's own files were made at other fix positions than the xmodel's (%s%s): the board ran "
+            "another calibration of the model than the reference's xmodel; run the xmodel the reference came "
+            "from on the board" % (", ".join("%s: fix_pos %d in the xmodel, %d on the board" % f for f in found[:3]),
+                                   ", ..." if len(found) > 3 else "")]

@@ -140,3 +140,29 @@ def test_xmodel_run_warns_when_most_of_the_input_clamps(capsys, tmp_path):
                                    r"its fix takes at fix_pos %d \(8-bit codes -128\.\.127\), and clamp"
                                    % (INPUT, -128 * 2.0 ** -fp, 127 * 2.0 ** -fp, fp), out), out
     assert "Unnormalized pixels (0..255)?" in out
+
+
+def test_compare_board_of_another_calibration_or_other_parameters_is_told(capsys, tmp_path):
+    from pipeline.inspect.deploy_dump import write_dump
+    from pipeline.xir import interp
+    import torch
+    from tests.inspect.test_compare import DATA
+    ref = _dump(tmp_path / "ref", "convnet")
+    other, fp = _other_calibration(tmp_path, CONV_RELU, 1)
+    graph = reader.check(reader.read_xmodel(other))
+    x = np.load(os.path.join(DATA, "golden", "convnet", "eval_inputs.npy"))[:1]
+    write_dump(str(tmp_path / "board"), graph, interp.run(graph, [torch.from_numpy(x)]))
+    code, out, _ = _cli(capsys, ref, tmp_path / "board", "--xmodel", _xmodel("convnet"))
+    assert code == 1 and out.splitlines()[0].startswith("DIVERGED: first divergence at op %s (relu)" % CONV_RELU), out
+    assert out.splitlines()[1] == (
+        "  the board's own files were made at other fix positions than the xmodel's (%s: fix_pos %d in the xmodel, %d "
+        "on the board): the board ran another calibration of the model than the reference's xmodel; run the xmodel "
+        "the reference came from on the board" % (CONV_RELU, fp - 1, fp)), out
+    board = shutil.copytree(ref, str(tmp_path / "params"))
+    bias = "ConvNet__conv1_bias"
+    _put(board, bias, _codes(ref, bias) ^ 1)
+    code, out, _ = _cli(capsys, ref, board, "--xmodel", _xmodel("convnet"))
+    assert code == 1 and out.splitlines()[0].endswith(
+        "(const): 8 of 8 codes differ, max 1; a parameter: the board's xmodel holds other parameters than the "
+        "reference's"), out
+    assert "a parameter differs: the board ran another xmodel than the reference's" in out
