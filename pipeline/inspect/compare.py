@@ -7,32 +7,19 @@ run``'s outputs) or another deploy-check folder (``compare_load``). Tensors meet
 Each node is compared as int8 codes when both sides have them; a float file is turned into codes with
 the node's fix position (from ``--xmodel``, else read off the reference's own float and code files);
 float files of unquantized nodes are compared as float32. Order: the xmodel's ops (a topological order)
-when given, else ``shape.txt``'s. Exit status: 0 all match, 1 a divergence, 2 the input cannot be used.
+when given, else ``shape.txt``'s. Exit status: 0 all match, 1 a divergence, 2 the input cannot be used (or
+too few of the board's tensors pair with the reference's for a verdict: ``compare_pairing``).
 """
-import math
 from typing import Any, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from pipeline.inspect.compare_fix import board_calibration, check_calibration, codes_agree, fp_from_files
 from pipeline.inspect.compare_load import CompareError, DumpSet, load, stem
+from pipeline.inspect.compare_pairing import pairing
 
 MATCH, DIFFER, MISSING, SIZE, NOT_COMPARED = "match", "differ", "missing", "size", "not compared"
 REORDERED = "reordered"
-
-
-def _fp_from_files(dump: DumpSet, node: str) -> Optional[int]:
-    """The fix position a deploy-check folder implies for a node with both files: ``code = value * 2**fp``."""
-    if node not in dump.codes or node not in dump.floats:
-        return None
-    codes, values = dump.read(node, True), dump.read(node, False)
-    if codes.size != values.size:
-        return None
-    mask = (codes != 0) & (values != 0)
-    if not mask.any():
-        return None
-    ratios = np.abs(codes[mask] / values[mask].astype(np.float64))
-    fp = int(round(math.log2(float(np.median(ratios)))))
-    return fp if abs(fp) < 64 else None
 
 
 def _quantize(values: np.ndarray, fp: int, bits: int) -> Tuple[np.ndarray, bool]:
@@ -51,6 +38,9 @@ def _diagnose(ref: np.ndarray, got: np.ndarray, shape: Optional[List[int]], bits
         if np.array_equal(got, ref.reshape(n, h, w, c).transpose(0, 3, 1, 2).reshape(-1)):
             return ("the board's values are the reference's in NCHW order (channel-major): the tensor was "
                     "written or read as NCHW; the DPU's and XIR's layout is NHWC %s" % shape)
+        if c > 1 and np.array_equal(got, ref.reshape(n, h, w, c)[..., ::-1].reshape(-1)):
+            return ("the board's values are the reference's with the %d channels in reverse order (RGB fed as "
+                    "BGR, or BGR as RGB): the channel order of the data fed differs from the reference's" % c)
     lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
     best = None  # type: Optional[Tuple[float, int]]
     for k in range(-7, 8):
@@ -84,9 +74,9 @@ class _Ctx(object):
     def fix(self, node: str) -> Optional[Tuple[int, int]]:
         if node in self.fixes:
             return self.fixes[node]
-        fp = _fp_from_files(self.ref, node)
+        fp = fp_from_files(self.ref, node)
         if fp is None:
-            fp = _fp_from_files(self.board, node)
+            fp = fp_from_files(self.board, node)
         return None if fp is None else (fp, 8)
 
 
@@ -95,11 +85,21 @@ def _codes_of(ctx: _Ctx, dump: DumpSet, node: str, notes: List[str]) -> Optional
     if node in dump.floats and fix is not None:
         codes, on_grid = _quantize(dump.read(node, False), fix[0], fix[1])
         if not on_grid:
-            notes.append("%s: %s.bin holds the value before its output fix (the real quantizer dumps a Hardswish "
-                         "so, and truncates it in its _fix.bin); read rounded half up at fix_pos %d, as the DPU's "
-                         "fix rounds" % (dump.folder, node, fix[0]))
-            return codes
-        if node not in dump.codes:
+            agree = codes_agree(dump, node, fix[0], fix[1])
+            if agree:  # its codes were made at this fix position from this float file: a value before its fix
+                notes.append("%s: %s.bin holds the value before its output fix (the real quantizer dumps a "
+                             "Hardswish so, and truncates it in its _fix.bin); read rounded half up at fix_pos %d, "
+                             "as the DPU's fix rounds" % (dump.folder, node, fix[0]))
+                return codes
+            if node not in dump.codes:
+                notes.append("%s: %s.bin's values are not on the grid of fix_pos %d (a value before its fix, or "
+                             "another fix position than the one the folder was made with) and the folder has no "
+                             "%s_fix.bin; read rounded half up at fix_pos %d" % (dump.folder, node, fix[0], node,
+                                                                                 fix[0]))
+                return codes
+            notes.append("%s: %s_fix.bin was not made at fix_pos %d from %s.bin; its own codes are compared"
+                         % (dump.folder, node, fix[0], node))
+        elif node not in dump.codes:
             return codes
     if node in dump.codes:
         return dump.read(node, True)
@@ -208,6 +208,8 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
                            % (xmodel, len(graph.ops), ", ".join(stem(op.name) for op in graph.ops[:2]),
                               ", ".join(sorted(ref_nodes)[:2])))
     ctx = _Ctx(ref, got, graph)
+    if graph is not None:
+        check_calibration(ref, ctx.fixes, xmodel)
     common = ref_nodes & board_nodes
     if not common:
         raise CompareError("none of BOARD's %d tensors (e.g. %s) is in REFERENCE (e.g. %s): the dumps of another "
@@ -234,11 +236,16 @@ def compare(reference: str, board: str, xmodel: Optional[str] = None) -> Dict[st
         from pipeline.inspect.compare_explain import explain
         first = dict(bad[0])
         first["explain"] = explain(ctx, bad[0], {r["node"]: r for r in rows})
+        if graph is not None:
+            first["explain"]["lines"][:0] = board_calibration(got, ctx.fixes)
     notes = ref.notes + got.notes + sorted({n for r in rows for n in r["notes"]})
     report = {"reference": ref.folder, "board": got.folder, "layouts": [ref.layout, got.layout], "rows": rows,
               "first": first, "board_only": board_only, "not_on_board": not_on_board,
               "notes": notes, "xmodel": xmodel}
-    report["ok"] = first is None
+    ref_only = [n for n in ref.nodes() if n not in board_nodes and not _parameter(ref, n)]
+    report["pairing"] = pairing(ref_only, board_only, len(compared))
+    report["ok"] = first is None and report["pairing"]["complete"]
+    report["exit"] = 0 if report["ok"] else (1 if first is not None else 2)
     report["verdict"] = _verdict(report, compared)
     return report
 
@@ -254,7 +261,14 @@ def _read_xmodel(path: str) -> Any:
 
 
 def _verdict(report: Dict[str, Any], compared: List[Dict[str, Any]]) -> str:
-    first = report["first"]
+    first, pair = report["first"], report["pairing"]
+    if not pair["complete"]:
+        if first is None:
+            return "UNPAIRED: %s; the %d paired match, the others are not compared" % (pair["why"], pair["paired"])
+        what = ("%d of %d differ" % (first["differ"], first["elements"]) if first["status"] == DIFFER
+                else first["status"])
+        return ("DIVERGED: the board differs at %s (%s), but whether an op before it differs is not known: %s"
+                % (first["node"], what, pair["why"]))
     if first is None:
         kinds = [r["kind"] for r in compared]
         reordered = sum(1 for r in compared if r["status"] == REORDERED)

@@ -1,6 +1,7 @@
 """``python -m pipeline compare REFERENCE BOARD [--xmodel FILE] [--json]`` (``compare.py``): exit 0 when every
 shared tensor matches, 1 at a divergence (the first op named, with what it computes from), 2 when a folder
-or the xmodel cannot be used (one paragraph: what came in, what was expected, what to do; no traceback)."""
+or the xmodel cannot be used (one paragraph: what came in, what was expected, what to do; no traceback), or
+when too few of the board's tensors pair with the reference's for a verdict (UNPAIRED, the report printed)."""
 import argparse
 import json
 import sys
@@ -41,4 +42,4 @@ def main(args: argparse.Namespace) -> int:
         print(json.dumps(report, indent=2, sort_keys=True, default=str))
     else:
         print("\n".join(render(report)))
-    return 0 if report["ok"] else 1
+    return report["exit"]

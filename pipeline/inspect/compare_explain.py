@@ -2,11 +2,16 @@
 matched), its fix positions (input, weights, bias, output) with the DPU's shifts, and the DPU approximation
 the op stands for (average-pool factor, LeakyReLU 26/256, hard-sigmoid 2731/16384 and Hardswish's Q7),
 taken from the project's own constants (the op records: ``ops/pool.py``, ``ops/leaky_relu.py``, ``ops/hard_sigmoid.py``)."""
+import re
 from typing import Any, Dict, List, Optional
 
 from pipeline.inspect.compare_load import stem
 
 CONV_TYPES = ("conv2d", "depthwise-conv2d", "transposed-conv2d", "matmul")
+INPUT_HINT = ("the first divergence is the model's input %s: the board ran on other input codes than the "
+              "reference's, so every op after it differs too: check the board's preprocessing (channel order "
+              "RGB/BGR, mean and scale, layout NHWC vs NCHW, the image itself), or feed the board the reference's "
+              "own input codes, %s_fix.bin (xdputil run FILE <that file>)")
 
 
 def _find_op(graph: Any, node: str) -> Optional[Any]:
@@ -94,6 +99,8 @@ def explain(ctx: Any, row: Dict[str, Any], rows: Dict[str, Dict[str, Any]]) -> D
     if op is None:
         shape = row.get("shape")
         out["headline"] = "op %s: %s" % (node, what)
+        if graph is None and row["status"] == "differ" and re.search(r"__input_\d+$", node):
+            lines.append(INPUT_HINT % (node, node))
         lines.append("shape %s; pass --xmodel FILE (the xmodel the board ran, or the quantizer's) for its inputs, "
                      "fix positions and DPU approximation" % shape if graph is None else
                      "%s is not an op of the xmodel given: is it the xmodel the dumps came from?" % node)
@@ -124,6 +131,14 @@ def explain(ctx: Any, row: Dict[str, Any], rows: Dict[str, Dict[str, Any]]) -> D
     out["inputs"] = inputs
     data_inputs = [i for i in inputs if i["kind"] == "input"]
     said = "; ".join("its input %s %s" % (i["name"], i["status"]) for i in data_inputs) or "no data input"
+    if op.type == "const" and row["status"] == "differ":
+        said = "a parameter: the board's xmodel holds other parameters than the reference's"
+        lines.append("a parameter differs: the board ran another xmodel than the reference's (another calibration, "
+                     "or a model trained or edited since): make the reference from the xmodel the board runs, or "
+                     "run the reference's xmodel on the board")
+    if op.type == "data" and row["status"] == "differ":
+        said = "the model's input: the board was fed other input codes than the reference's"
+        lines.append(INPUT_HINT % (node, node))
     out["headline"] = "op %s (%s): %s; %s" % (node, op.type, what, said)
     for i in inputs:
         lines.append("%-7s %s (%s)%s: %s" % (i["kind"], i["name"], i["type"],

@@ -21,7 +21,7 @@ from typing import Any, Dict, List, Optional, Tuple
 import numpy as np
 
 from pipeline.errors import PipelineError
-from pipeline.inspect.xmodel_file import TO_DO, XmodelFileError, load
+from pipeline.inspect.xmodel_file import COMPILED_TO_DO, TO_DO, CompiledXmodelError, XmodelFileError, load
 from pipeline.quantizers.quant_info import FIX_POS_RANGE
 from pipeline.xir import opdefs, reader, schema
 
@@ -147,12 +147,23 @@ def check_file(path: str) -> Dict[str, Any]:
     Returns:
         ``{"file", "ok": bool, "verdict": one line, "origin": "this project" | "Vitis AI quantizer" |
         "unknown" | None, "origin_reason", "graph", "ops", "problems": {group: [str]} (groups in
-        GROUPS), "notes": [str], "to_do": str or None}``. ``verdict`` starts with ``OK:`` or ``BROKEN:``.
+        GROUPS), "notes": [str], "to_do": str or None}``. ``verdict`` starts with ``OK:``, ``BROKEN:``, or
+        ``NOT CHECKED:`` for a compiled xmodel (what check does and does not check for it).
     """
     report = {"file": path, "ok": False, "verdict": "", "origin": None, "origin_reason": None, "graph": None,
               "ops": 0, "problems": {g: [] for g in GROUPS}, "notes": [], "to_do": None}  # type: Dict[str, Any]
     try:
         data, msg = load(path)
+    except CompiledXmodelError as e:
+        report["problems"]["structure"].append(str(e))
+        report["verdict"] = ("NOT CHECKED: %s is a compiled xmodel (vai_c_xir's output: %s). xmodel check, "
+                             "run and summary read the quantized xmodel, the compiler's input (check: its "
+                             "structure, op definitions, fix positions and shapes); a compiled file's subgraphs, "
+                             "DPU instructions and parameters are not checked, nor whether it was compiled from a "
+                             "sound xmodel. To do: %s."
+                             % (path, e.what, COMPILED_TO_DO))
+        report["to_do"] = COMPILED_TO_DO
+        return report
     except XmodelFileError as e:
         report["problems"]["structure"].append(str(e))
         report["verdict"] = "BROKEN: %s" % e

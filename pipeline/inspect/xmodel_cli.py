@@ -1,7 +1,7 @@
 """``python -m pipeline xmodel check|run|summary FILE``: any quantized xmodel, checked, run, summarized.
 
 Exit status: 0 ok; 1 the file is broken or not an xmodel (the ``BROKEN:`` verdict says what, where
-and what to do); 2 the file is sound but cannot be done as asked (inputs that do not fit, an unknown
+and what to do) or a compiled one (``NOT CHECKED:``); 2 the file is sound but cannot be done as asked (inputs that do not fit, an unknown
 target, an op the interpreter cannot compute). Never a traceback for a bad file. ``--json`` prints one
 JSON object on stdout instead of the text (docs/xmodel.md#check-and-run-any-xmodel).
 """
@@ -105,6 +105,7 @@ def _run(args: argparse.Namespace) -> int:
     text = ["ran %s (graph %r, %d ops) on %s" % (args.file, msg.graph_name, len(graph.ops),
                                                  ", ".join("%s %s -> %s" % (i["file"], i["shape"], i["name"])
                                                            for i in result["inputs"]))]
+    text += ["  warning: %s" % i["warning"] for i in result["inputs"] if i.get("warning")]
     for o in outs:
         text.append("  output %s (%s): dims %s%s, fix_pos %s, min %.6g max %.6g mean %.6g, argmax %s, first %s" % (
             o["name"], o["op"], o["shape"], _axes(o),

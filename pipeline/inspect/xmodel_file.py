@@ -25,6 +25,20 @@ class XmodelFileError(PipelineError):
     what was expected, what came in, and what to do."""
 
 
+class CompiledXmodelError(XmodelFileError):
+    """The path is a compiled xmodel (``vai_c_xir``'s output: DPU/CPU subgraphs, ``*-fix`` ops), not the
+    quantized one these commands read; ``what`` says which of the two it shows."""
+
+    def __init__(self, path: str, what: str) -> None:
+        self.path, self.what = path, what
+        super().__init__("%s is a compiled xmodel (vai_c_xir's output: %s), not the quantized xmodel these commands "
+                         "read (the compiler's input, the <Model>_int.xmodel); %s" % (path, what, COMPILED_TO_DO))
+
+
+COMPILED_TO_DO = ("give the <Model>_int.xmodel it was compiled from (the run folder's export/), and inspect the "
+                  "compiled file with xdputil (xdputil xmodel FILE) or xir in the Vitis AI image")
+
+
 def _fail(path: str, got: str, to_do: str = TO_DO) -> XmodelFileError:
     return XmodelFileError("%s: expected %s; got %s. To do: %s." % (path, EXPECTED, got, to_do))
 
@@ -129,8 +143,6 @@ def load(path: str) -> Tuple[bytes, Any]:
                     "random bytes or another protobuf format" % len(data))
     compiled = sorted({node.op_type for node in msg.op_node if node.op_type.endswith("-fix")})
     if compiled or len(msg.subg_root.subg_child):
-        raise _fail(path, "a compiled xmodel (vai_c_xir's output: %s)" % (
-            "ops of types %s" % ", ".join(compiled[:5]) if compiled else "DPU/CPU subgraphs"),
-            "this command reads the quantized xmodel, the compiler's input; inspect a compiled one with "
-            "xir/xdputil in the Vitis AI image, or give the <Model>_int.xmodel it was compiled from")
+        raise CompiledXmodelError(path, "ops of types %s" % ", ".join(compiled[:5]) if compiled else
+                                  "DPU/CPU subgraphs")
     return data, msg

@@ -118,11 +118,29 @@ def fit_input(path: str, array: np.ndarray, dims: Sequence[int], name: str, layo
                          % (path, list(array.shape), name, expected))
 
 
+def clamp_warning(array: np.ndarray, name: str, fix_pos: int, bits: int) -> Optional[str]:
+    """A warning when most of an input's values lie outside the range its fix op takes at ``fix_pos`` (they
+    clamp to the code range's ends: unnormalized pixels, 0..255, fed where the model takes its preprocessed
+    input), else None."""
+    lo, hi = -(1 << (bits - 1)), (1 << (bits - 1)) - 1
+    scaled = np.floor(array.astype(np.float64) * (2.0 ** fix_pos) + 0.5)
+    clamped = int(np.count_nonzero((scaled < lo) | (scaled > hi)))
+    if not array.size or 2 * clamped <= array.size:
+        return None
+    return ("input %s: %d of %d values (%.0f%%) lie outside [%g, %g], the range its fix takes at fix_pos %d "
+            "(%d-bit codes %d..%d), and clamp to its ends: the outputs say little of the file. Unnormalized "
+            "pixels (0..255)? The run takes the model's input after its preprocessing (e.g. (x - mean) / std per "
+            "channel), as the quantizer was calibrated with" % (name, clamped, array.size, 100.0 * clamped / array.size,
+                                                                lo * 2.0 ** -fix_pos, hi * 2.0 ** -fix_pos, fix_pos,
+                                                                bits, lo, hi))
+
+
 def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Dict[str, Any]:
     """Run a checked graph (``reader.check``) on the given .npy inputs.
 
     Returns:
-        ``{"inputs": [{"name", "file", "shape" (as given), "dims" (the data op's)}],
+        ``{"inputs": [{"name", "file", "shape" (as given), "dims" (the data op's), "warning" (only where most
+        of its values clamp at its fix: :func:`clamp_warning`)}],
         "values": {op name: float32 torch tensor in the file's dims and layout (NHWC for 4-D)},
         "outputs": [op names of the graph's outputs, in file order]}``.
 
@@ -145,6 +163,9 @@ def run_file(graph: Any, input_paths: Sequence[str], layout: str = "auto") -> Di
         raw = _read_npy(path, op.name, None if fix is None else fix[0])
         tensors.append(torch.from_numpy(fit_input(path, raw, op.shape, op.name, layout)))
         described.append({"name": op.name, "file": path, "shape": list(raw.shape), "dims": list(op.shape)})
+        warning = None if fix is None else clamp_warning(raw, op.name, fix[0], fix[1])
+        if warning:
+            described[-1]["warning"] = warning
     try:
         values = interp.run(graph, tensors)
     except PipelineError as e:
