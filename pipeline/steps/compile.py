@@ -108,7 +108,9 @@ def run(ctx: "StepContext") -> CompileResult:
     c = ctx.cfg.compile
     target = ctx.loaded.target  # resolved once, by the config
     arch = ctx.loaded.arch_json()
+    from .test import refuse_failed_gate
     export = ctx.folder.require("export", "compile")
+    refuse_failed_gate(ctx, "compile")  # a test result that failed its gate is not compiled
     # the export compiled here came from the calibration, which must be this config's (model, data, quantizer)
     ctx.model.check_calibration_settings(redo="run the calib step again, and the steps after it")
     xmodel = quantized_xmodel(ctx, export)

@@ -59,7 +59,9 @@ def run(ctx: "StepContext") -> DeployResult:
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
     from .export import deploy_check_record
+    from .test import refuse_failed_gate
     comp = ctx.folder.require("compile", "deploy")
+    refuse_failed_gate(ctx, "deploy")  # a test result that failed its gate is not shipped
     export = ctx.folder.load_step("export") or {}
     work = ctx.folder.work_dir
     # every file the bundle carries or reads, checked against the record of the step that wrote it

@@ -35,6 +35,8 @@ class TestResult(StepResult):
     quantized_by: Optional[str] = omitted_when_none()  # "qat": the quantized model is the qat step's deployed one
     float_correct: int = transient(int)
     classes: Dict[int, int] = transient(dict)
+    # the gate's verdict when it failed (``check``'s message): export, compile and deploy refuse to go on from it
+    gate_failed: Optional[str] = omitted_when_none()
 
     REPORT_KEYS = ("float_accuracy", "quant_accuracy", "accuracy_drop", "eval_images", "sensitivity", "plots")
 
@@ -118,29 +120,74 @@ def run(ctx: "StepContext") -> TestResult:
                         "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
     for warning in warnings:
         log.warning("test: %s", warning)
-    return TestResult(float_accuracy=float_acc, quant_accuracy=quant_acc, warnings=warnings, accuracy_drop=drop,
-                      eval_images=n, eval_seconds=eval_seconds, max_accuracy_drop=ctx.cfg.quantizer.max_accuracy_drop,
-                      sensitivity=sensitivity, plots=plot_files, ledger=ledger.summary(),
-                      distributed=ranks(ctx, ledger), quantized_by="qat" if ctx.model.qat_enabled else None,
-                      float_correct=float_correct, classes=classes)
+    result = TestResult(float_accuracy=float_acc, quant_accuracy=quant_acc, warnings=warnings, accuracy_drop=drop,
+                        eval_images=n, eval_seconds=eval_seconds,
+                        max_accuracy_drop=ctx.cfg.quantizer.max_accuracy_drop, sensitivity=sensitivity,
+                        plots=plot_files, ledger=ledger.summary(), distributed=ranks(ctx, ledger),
+                        quantized_by="qat" if ctx.model.qat_enabled else None, float_correct=float_correct,
+                        classes=classes)
+    failure = _verdict(ctx, result)
+    result.gate_failed = None if failure is None else str(failure)
+    return result
+
+
+def _verdict(ctx: "StepContext", result: TestResult) -> Optional[Exception]:
+    """The gate's failure as the exception ``check`` raises (DataError, QuantizationError), or None."""
+    from ..checks import check_above_chance
+    from ..errors import PipelineError, QuantizationError
+    q = ctx.cfg.quantizer
+    if q.require_float_above_chance:
+        try:
+            check_above_chance(result.float_correct, result.eval_images, result.classes,
+                               (ctx.folder.load_step("calib") or {}).get("warnings", []))
+        except PipelineError as exc:
+            return exc
+    if result.accuracy_drop > q.max_accuracy_drop:
+        return QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
+                                 "quantizer.max_accuracy_drop=%.4f; %s"
+                                 % (result.quant_accuracy, 100 * result.accuracy_drop, result.float_accuracy,
+                                    q.max_accuracy_drop, "train QAT longer or with other rates (quantizer.qat.epochs, "
+                                    "lr, threshold_lr)" if result.quantized_by == "qat" else
+                                    "use more or better calibration data"))
+    return None
 
 
 def check(ctx: "StepContext", result: TestResult) -> None:
     """The verdict, after steps/test.json is saved: a float model no better than chance
     (quantizer.require_float_above_chance), an accuracy drop past quantizer.max_accuracy_drop."""
-    from ..checks import check_above_chance
+    failure = _verdict(ctx, result)
+    if failure is not None:
+        raise failure
+
+
+def refuse_failed_gate(ctx: "StepContext", by: str) -> None:
+    """Before export, compile or deploy (``by``) go on: refuse a saved test result that failed its gate
+    (``TestResult.gate_failed``; for a result saved without it, a drop past the ``max_accuracy_drop`` it
+    recorded or past this config's). No saved test result: nothing to refuse (the test step is optional).
+
+    Raises:
+        QuantizationError: the gate's message with its numbers, and what to do.
+    """
     from ..errors import QuantizationError
-    q = ctx.cfg.quantizer
-    if q.require_float_above_chance:
-        check_above_chance(result.float_correct, result.eval_images, result.classes,
-                           (ctx.folder.load_step("calib") or {}).get("warnings", []))
-    if result.accuracy_drop > q.max_accuracy_drop:
-        raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
-                                "quantizer.max_accuracy_drop=%.4f; %s"
-                                % (result.quant_accuracy, 100 * result.accuracy_drop, result.float_accuracy,
-                                   q.max_accuracy_drop, "train QAT longer or with other rates (quantizer.qat.epochs, "
-                                   "lr, threshold_lr)" if result.quantized_by == "qat" else
-                                   "use more or better calibration data"))
+    saved = ctx.folder.load_step("test")
+    if not saved:
+        return
+    failed = saved.get("gate_failed")
+    drop = float(saved.get("accuracy_drop") or 0.0)
+    limit = min(float(saved.get("max_accuracy_drop") or 0.0), float(ctx.cfg.quantizer.max_accuracy_drop))
+    if not failed and drop > limit:
+        failed = ("quantized accuracy %.4f is %.2f points below float %.4f, more than max_accuracy_drop=%.4f"
+                  % (float(saved.get("quant_accuracy") or 0.0), 100 * drop, float(saved.get("float_accuracy") or 0.0),
+                     limit))
+    if not failed:
+        return
+    raise QuantizationError(
+        "%s: the test step's result (steps/test.json) failed its accuracy gate, so the %s step does not go on from "
+        "it: %s. Fix the cause and run the steps from calib again (--steps calib,test,export,compile,deploy); to "
+        "accept this model as it is, set the gate so that it passes (quantizer.max_accuracy_drop, "
+        "quantizer.require_float_above_chance) and run the test step again: --steps test,%s"
+        % (by, by, failed[len("test: "):] if failed.startswith("test: ") else failed,
+           ",".join(["export", "compile", "deploy"][["export", "compile", "deploy"].index(by):])))
 
 
 def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, limit: Optional[int],
