@@ -114,7 +114,8 @@ def run(ctx: "StepContext") -> TestResult:
              float_acc, quant_acc, 100 * drop, n)
     eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
     sensitivity, plot_files = _sensitivity(ctx, backend, model, example, limit, handle)
-    warnings = []
+    from ..checks import chance_warnings
+    warnings = chance_warnings(float_correct, n, classes)
     if n < SMALL_EVAL:
         warnings.append("accuracy was measured on only %d eval images: one image moves it by %.2f points, so the "
                         "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
