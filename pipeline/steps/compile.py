@@ -108,7 +108,7 @@ def run(ctx: "StepContext") -> CompileResult:
     c = ctx.cfg.compile
     target = ctx.loaded.target  # resolved once, by the config
     arch = ctx.loaded.arch_json()
-    from .test import refuse_failed_gate
+    from .gate import refuse_failed_gate
     export = ctx.folder.require("export", "compile")
     refuse_failed_gate(ctx, "compile")  # a test result that failed its gate is not compiled
     # the export compiled here came from the calibration, which must be this config's (model, data, quantizer)

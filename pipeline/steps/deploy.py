@@ -60,7 +60,7 @@ def run(ctx: "StepContext") -> DeployResult:
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
     from .export import deploy_check_record
-    from .test import refuse_failed_gate
+    from .gate import refuse_failed_gate
     comp = ctx.folder.require("compile", "deploy")
     refuse_failed_gate(ctx, "deploy")  # a test result that failed its gate is not shipped
     export = ctx.folder.load_step("export") or {}

@@ -94,7 +94,7 @@ def run(ctx: "StepContext") -> ExportResult:
     from ..handoff import record
     from ..inspect.releases import check_model
     from ..progress import phase
-    from .test import refuse_failed_gate
+    from .gate import refuse_failed_gate
     refuse_failed_gate(ctx, "export")  # a test result that failed its gate is not exported
     ledger = ctx.feed.new_ledger()
     model, example = ctx.model.float_model(), ctx.feed.example(ledger=ledger)
