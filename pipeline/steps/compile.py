@@ -134,6 +134,7 @@ def run(ctx: "StepContext") -> CompileResult:
     if not os.path.relpath(config).startswith(".."):
         config = os.path.relpath(config)  # as the user passes it from the repository root
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config,
+                                         factory=ctx.cfg.model.factory,
                                          release_warnings=export.get("release_warnings"), root=ctx.folder.work_dir)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,

@@ -410,3 +410,22 @@ def test_a_config_path_that_looks_like_an_option_is_written_as_a_path(tmp_path):
     argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
     text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="-x.yaml")["plan"]).read()
     assert "python -m pipeline run ./-x.yaml" in text and "run -x.yaml" not in text
+
+
+def test_the_plan_says_a_model_factory_must_be_importable(tmp_path, monkeypatch):
+    # python -m pipeline run imports model.factory's module: the plan's commands need it on PYTHONPATH
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mymodel_plan_case.py").write_text("def build():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "proj"))
+    run = str(tmp_path / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
+    text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="my.yaml",
+                                        factory="mymodel_plan_case:build")["plan"]).read()
+    assert ("This config builds its model with `model.factory: mymodel_plan_case:build`: each `python -m pipeline "
+            "run` above imports `mymodel_plan_case`, so run it where Python finds that module: from the folder that "
+            "holds it, or with `PYTHONPATH=<that folder>` in front of the command (on this machine: `%s`)."
+            % (tmp_path / "proj")) in text
+    assert plan.factory_lines(None) == []
+    assert plan.factory_lines("not_a_module_anywhere:build")[1].endswith("in front of the command.")
+    plain = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="my.yaml")["plan"]).read()
+    assert "model.factory" not in plain
