@@ -158,13 +158,18 @@ def _fmt(values: List[float]) -> str:
     return "[" + ", ".join("%.4g" % v for v in values) + "]"
 
 
+NONE_RIGHT = 10  # a float model that gets none of at least this many eval images right is refused, whatever chance is
+
+
 def check_above_chance(correct: int, n: int, class_counts: Dict[int, int], calib_warnings: Sequence[str]) -> None:
     """Refuse a float model whose eval accuracy is at chance: it does not work on this data.
 
     Chance is the share of the commonest eval class (what always answering that class scores);
     "above chance" means more than 3 standard errors above it (``p + 3 * sqrt(p (1 - p) / n)``), so a
     real model clears it by far and a useless one does not by luck. With so few images that even
-    a perfect score would not clear it, nothing is decided (the test step warns about small eval sets).
+    a perfect score would not clear it, nothing is decided (the test step warns about small eval sets),
+    except a float model that got none of at least ``NONE_RIGHT`` images right: refused whatever chance
+    is (an eval split of a single class, where chance is 1.0, included).
 
     Args:
         correct, n: float top-1 hits and eval images.
@@ -178,6 +183,14 @@ def check_above_chance(correct: int, n: int, class_counts: Dict[int, int], calib
         return
     p = max(class_counts.values()) / float(n)
     bound = p + 3.0 * math.sqrt(p * (1.0 - p) / n)
+    if correct == 0 and n >= NONE_RIGHT:  # below any chance, also where the bound cannot decide (one eval class)
+        raise DataError("test: the float model got none of the %d eval images right (float accuracy 0.0000%s): it "
+                        "does not work on this data, so its quantized model and deploy bundle would be useless. Likely "
+                        "cause: the weights do not fit this data or its preprocessing, or they never saw the eval "
+                        "split's %s (a train split without %s: see the split warnings). (For a smoke test with an "
+                        "untrained model set quantizer.require_float_above_chance: false.)"
+                        % ((n, "; the eval split holds the single label %s" % next(iter(class_counts)), "class", "it")
+                           if len(class_counts) == 1 else (n, "", "classes", "them")))
     if correct / float(n) > bound or bound >= 1.0:  # above chance, or too few images to tell
         return
     if any("implausible calibration inputs" in w for w in calib_warnings):
@@ -192,3 +205,26 @@ def check_above_chance(correct: int, n: int, class_counts: Dict[int, int], calib
                     "its quantized model and deploy bundle would be useless. Likely cause: %s. (For a smoke test "
                     "with an untrained model set quantizer.require_float_above_chance: false.)"
                     % (correct / float(n), n, p, bound, cause))
+
+
+def chance_warnings(correct: int, n: int, class_counts: Dict[int, int]) -> List[str]:
+    """What the above-chance check (:func:`check_above_chance`) cannot decide but a user must hear: an eval
+    split of a single class (chance is then 1.0, so no accuracy is above it, and the accuracy says nothing
+    of the other classes) and a float model that got no eval image right. Empty when neither holds.
+
+    Args:
+        correct, n: float top-1 hits and eval images.
+        class_counts: eval images per label.
+    """
+    out = []  # type: List[str]
+    if n and len(class_counts) == 1:
+        label = next(iter(class_counts))
+        out.append("the eval split holds a single class (label %s, %d images): the accuracy says nothing of the other "
+                   "classes, and the check that the float model is above chance cannot decide (always answering that "
+                   "class scores 1.0); give the eval split images of every class (data.split_order: shuffled "
+                   "stratifies the splits by label)" % (label, n))
+    if n and correct == 0:
+        out.append("the float model got none of the %d eval images right (float accuracy 0): it does not work on this "
+                   "data, so its quantized model and deploy bundle are useless; check that the weights fit this "
+                   "data, its preprocessing and its labels, and that the train split holds every class" % n)
+    return out

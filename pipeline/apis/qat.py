@@ -120,6 +120,8 @@ class QatProcessor:
             QuantizationError: what QAT cannot train (named, with the rewrite), a reused module as
                 above, ``calib_dir`` without a quant_info.json that matches this model.
         """
+        if calib_dir:
+            _check_calib_dir(calib_dir)  # before any work
         model = build_trainable(self._model, self._inputs, self._bitwidth, self._exact, allow_reused_module,
                                 session=self._session)
         if calib_dir:
@@ -305,3 +307,20 @@ class QatQuantizer:
     def load_ft_param(self) -> None:
         """Refused, as ``fast_finetune``."""
         self.fast_finetune(None, None)
+
+
+def _check_calib_dir(calib_dir: Any) -> None:
+    """QuantizationError unless ``calib_dir`` (``trainable_model``'s argument) is a folder holding a
+    quant_info.json: what came, and what to do."""
+    from ..quantizers.quant_info import QUANT_INFO_FILE
+    if not isinstance(calib_dir, (str, os.PathLike)):
+        raise QuantizationError("trainable_model(calib_dir=%r): expected the path of a folder holding a PTQ "
+                                "calibration's %s, or '' for none" % (calib_dir, QUANT_INFO_FILE))
+    if os.path.isfile(os.path.join(calib_dir, QUANT_INFO_FILE)):
+        return
+    got = ("the folder does not exist" if not os.path.exists(calib_dir) else "it is not a folder"
+           if not os.path.isdir(calib_dir) else "the folder holds no %s" % QUANT_INFO_FILE)
+    raise QuantizationError("trainable_model(calib_dir=%r): %s. calib_dir must be a folder holding a PTQ "
+                            "calibration's %s (torch_quantizer('calib', ..., output_dir=that folder), then "
+                            "export_quant_config()): calibrate this model there, or pass calib_dir='' to start "
+                            "each quantizer by a warm-up on its first batch" % (calib_dir, got, QUANT_INFO_FILE))

@@ -193,6 +193,31 @@ def _image_commands(config: str, target: str, model_file: str, exported: bool, i
     ]
 
 
+def factory_lines(factory: Optional[str]) -> List[str]:
+    """The plan's note for a model built by ``model.factory`` (``"module:function"``): every ``python -m
+    pipeline run`` imports that module, so it must be importable where the command runs (``PYTHONPATH``),
+    with the folder that holds it on this machine when Python finds it here. Empty for None."""
+    if not factory:
+        return []
+    import importlib.util
+    top = factory.split(":", 1)[0].split(".", 1)[0]
+    folder = None
+    try:
+        spec = importlib.util.find_spec(top)
+    except (ImportError, ValueError):
+        spec = None
+    if spec is not None and spec.origin and spec.origin not in ("built-in", "frozen"):
+        folder = os.path.dirname(spec.origin)
+        if os.path.basename(spec.origin) == "__init__.py":
+            folder = os.path.dirname(folder)
+    return [
+        "",
+        "This config builds its model with `model.factory: %s`: each `python -m pipeline run` above imports "
+        "`%s`, so run it where Python finds that module: from the folder that holds it, or with `PYTHONPATH=<that "
+        "folder>` in front of the command%s." % (factory, top, " (on this machine: `%s`)" % folder if folder else ""),
+    ]
+
+
 def _compile_sh_only(config: str, model_file: str, exported: bool, image: str) -> List[str]:
     """The plan's commands when the compile image cannot run this package: compile.sh alone in it."""
     release = [r for r in RELEASES.values() if r.image == image][0]
@@ -248,7 +273,8 @@ def _release_lines(entry: "targets.DpuTarget", image: str, known: bool, warnings
 
 def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
                        config_path: Optional[str] = None,
-                       release_warnings: Optional[List[str]] = None, root: Optional[str] = None) -> Dict[str, str]:
+                       release_warnings: Optional[List[str]] = None, root: Optional[str] = None,
+                       factory: Optional[str] = None) -> Dict[str, str]:
     """Write ``compile.sh`` and ``compile_plan.md`` into ``run_dir`` (atomically, pipeline.fileio).
 
     Returns ``{"plan": path of compile_plan.md, "script": path of compile.sh}``.
@@ -270,6 +296,8 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
             3.0 (``pipeline.inspect.releases``, the export step's), listed in the plan.
         root: the run folder ``run_dir`` lies in (default ``run_dir``): the files that travel with it,
             written relative, so neither file names the folder's own path.
+        factory: the config's ``model.factory`` (``"module:function"``), or None: the plan then says
+            that ``python -m pipeline run`` must find that module (``factory_lines``).
 
     Raises:
         ConfigError: unknown target.
@@ -320,7 +348,7 @@ def write_compile_plan(run_dir: str, argv: List[str], target: str, reason: str,
     ] + _xmodel_lines(argv, rel) + [
         "",
     ] + _release_lines(entry, image, known, release_warnings or []) + _image_commands(
-        config, target, model_file, _xmodel_exists(argv), image, hosts_pipeline) + [
+        config, target, model_file, _xmodel_exists(argv), image, hosts_pipeline) + factory_lines(factory) + [
         "",
         "## The compile command alone",
         "",

@@ -102,6 +102,27 @@ def _write_log(path: str, argv: List[str], returncode: Optional[int], stdout: st
                % (json.dumps(argv), returncode, stdout, stderr))
 
 
+REJECTED = ".rejected"
+
+
+def _check_compiled(compiled: str, fingerprint: Optional[int], argv: List[str], log: str, tail: str) -> None:
+    """Raise CompileError when ``compiled`` is not a compiled model (``compiled.problems``); the file is
+    then kept as ``<net>.xmodel.rejected``, out of the deploy step's way."""
+    from .compiled import problems
+    with open(compiled, "rb") as f:
+        wrong, _ = problems(f.read(), fingerprint)
+    if wrong is None:
+        return
+    os.replace(compiled, compiled + REJECTED)
+    raise CompileError("compile: %s exited 0 but its %s is not a compiled model: expected an XIR graph with a DPU "
+                       "subgraph for this target, got %s. The compilation aborted or was cut short: read the "
+                       "compiler's log %s, fix what it says and run the compile step again (--steps compile,deploy). "
+                       "The file was kept as %s%s; %s"
+                       % (EXECUTABLE, compiled, wrong, log, compiled, REJECTED,
+                          "end of stderr:\n" + tail if tail.strip() else "its stderr was empty."),
+                       argv=argv, returncode=0, stderr_tail=tail)
+
+
 def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
                    options: Optional[Dict[str, Any]] = None, target: Optional[str] = None,
                    timeout_s: Optional[float] = None) -> Dict[str, Any]:
@@ -111,7 +132,9 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
     public case P11); check the compiler is installed and the xmodel exists; remove a stale
     ``<out_dir>/<net_name>.xmodel``;
     run the compiler; keep its stdout and stderr in ``<out_dir>/vai_c_xir.log``; check the exit code
-    and that ``<net_name>.xmodel`` was written (the tool can exit 0 after an abort, docs/compiler.md#exit-status).
+    and that ``<net_name>.xmodel`` was written and is a compiled model: an XIR graph with a DPU subgraph,
+    compiled for the target's fingerprint when it names one (``compiled.problems``; the tool can exit 0
+    after an abort, docs/compiler.md#exit-status). A file that is not is kept as ``<net_name>.xmodel.rejected``.
 
     Returns:
         dict with ``argv`` (list), ``returncode`` (0), ``xmodel`` (compiled model path), ``log``
@@ -121,7 +144,8 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
     Raises:
         ConfigError: missing input file, or an ``arch.json`` that belongs to another DPU.
         BackendUnavailableError: ``vai_c_xir`` is not on PATH (write a compile plan instead).
-        CompileError: non-zero exit, timeout, or no ``<net_name>.xmodel``; carries ``argv``,
+        CompileError: non-zero exit, timeout, no ``<net_name>.xmodel`` or one that is not a compiled
+            model; carries ``argv``,
             ``returncode`` and the last lines of stderr.
     """
     argv = build_argv(xmodel, arch_json, out_dir, net_name, options)
@@ -137,8 +161,9 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
                           "export_xmodel() in the Vitis AI image" % xmodel)
     os.makedirs(out_dir, exist_ok=True)
     compiled = os.path.join(out_dir, net_name + ".xmodel")
-    if os.path.exists(compiled):
-        os.remove(compiled)
+    for stale in (compiled, compiled + REJECTED):
+        if os.path.exists(stale):
+            os.remove(stale)
     log = os.path.join(out_dir, LOG_NAME)
     try:
         proc = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -159,6 +184,7 @@ def compile_xmodel(xmodel: str, arch_json: str, out_dir: str, net_name: str,
         raise CompileError("compile: %s exited 0 but wrote no %s (log: %s); end of stderr:\n%s"
                            % (EXECUTABLE, compiled, log, tail),
                            argv=argv, returncode=proc.returncode, stderr_tail=tail)
+    _check_compiled(compiled, fingerprint, argv, log, tail)
     files = sorted(os.path.join(out_dir, n) for n in os.listdir(out_dir)
                    if os.path.isfile(os.path.join(out_dir, n)))
     return {"argv": argv, "returncode": proc.returncode, "xmodel": compiled, "log": log,

@@ -42,9 +42,26 @@ def read_yaml(path: str) -> Dict[str, Any]:
     return raw
 
 
+def expand_home(raw: Any) -> Any:
+    """``raw`` (the config dict, changed in place and returned) with a leading ``~`` or ``~user`` of every
+    path it names (``run.work_dir``, ``data.source``'s files, ``model.weights``, ``quantizer.quant_config_file``,
+    ``compile.arch_json``) expanded to the home folder, as a shell would: ``--set run.work_dir=~/x`` writes
+    to ``$HOME/x``, not to a folder named ``~``. Other values, and a dict of another shape, are left as they are."""
+    if not isinstance(raw, dict):
+        return raw
+    places = [(raw.get("run"), "work_dir")] + [((raw.get(section)), key) for section, key in INPUT_PATHS]
+    data = raw.get("data")
+    source = data.get("source") if isinstance(data, dict) else None
+    places += [(source, key) for key in SOURCE_PATH_KEYS]
+    for holder, key in places:
+        if isinstance(holder, dict) and isinstance(holder.get(key), str) and holder[key].startswith("~"):
+            holder[key] = os.path.expanduser(holder[key])
+    return raw
+
+
 def load_config(path: str, overrides: Optional[List[str]] = None) -> LoadedConfig:
     """Read, override and validate a config. Raises ConfigError with every problem listed."""
-    raw = apply_overrides(read_yaml(path), overrides or [])
+    raw = expand_home(apply_overrides(read_yaml(path), overrides or []))
     try:
         cfg = Config.model_validate(raw)
     except ValidationError as exc:

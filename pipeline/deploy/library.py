@@ -135,11 +135,14 @@ def model_prototxt(net_name: str, spec: Dict[str, Any], classification: Optional
                                            "kernel_channel_order": spec["channel_order"], "preprocess_type": None}
     lines = [
         "# Vitis AI Library model config written by the pipeline (DpuModelParamList text format).",
-        "# mean/scale: pixel units, model input channel order %s, listed in the order the library reads them: %s; "
-        "int8 = (pixel - mean) * scale * 2^%s." % (spec["channel_order"], lib["kernel_channel_order"],
+        "# mean/scale: %s, model input channel order %s, listed in the order the library reads them: %s; "
+        "int8 = (pixel - mean) * scale * 2^%s." % ("the source's units" if spec.get("units_warning") else "pixel units",
+                                                   spec["channel_order"], lib["kernel_channel_order"],
                                                    spec["input_fix_pos"] if spec["input_fix_pos"] is not None
                                                    else "fix_pos"),
     ]
+    if spec.get("units_warning"):
+        lines.append("# WARNING: mean/scale below are in the source's units, not pixels: %s." % spec["units_warning"])
     if lib.get("preprocess_type") and not lib.get("same_geometry"):
         lines.append("# preprocess_type %s does not cut the input as the calibration did: see preprocess.json "
                      "(image_steps, vitis_ai_library)." % lib["preprocess_type"])

@@ -32,6 +32,33 @@ def model_color(source_color: Optional[str], indices: Optional[List[int]], chann
     return "L" if set(seen) == {"L"} else seen
 
 
+PIXEL_UNITS = "source pixel units (0..255 for uint8 images)"
+
+
+def units_warning(dtype: Optional[str], source_range: Optional[List[float]], mean: List[float],
+                  std: List[float]) -> Optional[str]:
+    """Why the prototxt's mean and scale do not fit the 0..255 pixels the Vitis AI Library feeds, or None.
+
+    ``dtype``: the source's element type (``"float32"``, ``"uint8"``, ...; None: unknown); ``source_range``:
+    ``[min, max]`` of the source values over every channel (the calib split's, ``steps/calib.json``), or None.
+    Fires for a floating-point source whose values lie within -1..1 (ToTensor's 0..1, or -1..1): the
+    mean and scale, in the source's units, would make every 0..255 pixel saturate on the board.
+    """
+    if not dtype or not str(dtype).startswith(("float", "bfloat")) or not source_range:
+        return None
+    low, high = float(source_range[0]), float(source_range[1])
+    if max(abs(low), abs(high)) > 1.0:
+        return None
+    return ("the source is %s with values in %.4g .. %.4g (the calib split's), and preprocess.mean %s and std %s "
+            "are in those units, but the Vitis AI Library feeds the model 0..255 pixels: with this prototxt's mean "
+            "and scale every input code saturates on the board. If the source's values are pixels / 255 (as "
+            "torchvision's ToTensor makes them), the library needs mean x 255 and scale / 255 "
+            "(preprocess.json: vitis_ai_library.kernel_mean_for_0_255_pixels, kernel_scale_for_0_255_pixels); "
+            "better, save the source as 0..255 pixels with preprocess.mean and std in pixel units and run again; "
+            "or feed the DPU the source's units yourself (VART)"
+            % (dtype, round(low, 4) + 0.0, round(high, 4) + 0.0, [float("%.6g" % m) for m in mean], [float("%.6g" % s) for s in std]))
+
+
 def image_steps(image_size: Optional[List[int]], decode: Optional[Dict[str, Any]],
                 box: Optional[List[int]], input_size: Optional[List[int]]) -> List[Dict[str, Any]]:
     """The geometric steps from an image to the model input, in order (each a dict with ``op``).
@@ -99,14 +126,16 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
             says of itself: optional ``source_layout`` and ``source_color`` (RGB, BGR, L); optional
             geometry (``image_size``, ``decode``, ``box``: see ``image_steps``; ``stages``: the
             configured stages, listed as they are) and ``class_names`` (a list, or None) with
-            ``class_names_from`` (where they came from, or why there are none).
+            ``class_names_from`` (where they came from, or why there are none); optional
+            ``source_dtype`` and ``source_range`` (see :func:`units_warning`).
 
     Returns a JSON-serialisable dict with those values plus ``scale`` (``1/std``), ``channel_order``
     in letters (:func:`model_color`, or a sentence saying how to make it known), ``channel_indices``,
     ``dpu_layout`` ("NHWC": XIR tensors are NHWC, docs/targets.md#xir-is-nhwc), the int8 formula,
     ``rounding`` and the int8 range; ``input_size``, ``image_steps`` (the resize and crop, in order);
     the class names and their file; ``vitis_ai_library``: the prototxt's preprocess_type, its kernel
-    mean and scale, and how the library's own preprocessing differs (``library.library_section``).
+    mean and scale, and how the library's own preprocessing differs (``library.library_section``);
+    for a float source in -1..1, ``units_warning`` and the kernel mean and scale for 0..255 pixels.
 
     Raises:
         ConfigError: missing key, a channel count of ``input_shape`` other than the number of mean
@@ -133,7 +162,7 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
         "mean": mean,
         "std": std,
         "scale": [1.0 / s for s in std],
-        "units": "source pixel units (0..255 for uint8 images)",
+        "units": PIXEL_UNITS,
         "channel_order": color or "not known: the source does not say; set data.source.color to RGB or BGR",
         "source_channel_order": source_color,
         "channel_indices": list(range(len(mean))) if indices is None else [int(i) for i in indices],
@@ -152,4 +181,12 @@ def preprocess_spec(preprocess: Dict[str, Any]) -> Dict[str, Any]:
     }
     spec.update(_classes(preprocess))
     spec["vitis_ai_library"] = library_section(spec, preprocess.get("decode"), preprocess.get("box"))
+    warning = units_warning(preprocess.get("source_dtype"), preprocess.get("source_range"), mean, std)
+    if warning is not None:  # said in preprocess.json and the prototxt, with the values for 0..255 pixels
+        spec["units"] = "the source's own units (%s), NOT the 0..255 pixels the Vitis AI Library feeds: see " \
+                        "units_warning" % preprocess.get("source_dtype")
+        spec["units_warning"] = warning
+        lib = spec["vitis_ai_library"]
+        lib["kernel_mean_for_0_255_pixels"] = [float("%.9g" % (255.0 * m)) for m in lib["kernel_mean"]]
+        lib["kernel_scale_for_0_255_pixels"] = [float("%.9g" % (s / 255.0)) for s in lib["kernel_scale"]]
     return spec

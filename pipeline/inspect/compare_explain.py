@@ -79,6 +79,13 @@ def approximation(graph: Any, op: Any) -> Optional[str]:
     return None
 
 
+def fix_positions_line(fixes: Dict[str, Optional[int]]) -> str:
+    """``fix positions: input 4, weights 7, output unknown (no fix op in the xmodel)``: an unknown position
+    (None) said in words, never as ``None``."""
+    return "fix positions: " + ", ".join("%s %s" % (k, "unknown (no fix op in the xmodel)" if v is None else v)
+                                         for k, v in fixes.items())
+
+
 def explain(ctx: Any, row: Dict[str, Any], rows: Dict[str, Dict[str, Any]]) -> Dict[str, Any]:
     """The first divergence, explained: ``{"headline", "lines", "op", "type", "inputs", "fix_positions",
     "approximation"}`` (the op's facts only with ``--xmodel``)."""
@@ -144,7 +151,7 @@ def explain(ctx: Any, row: Dict[str, Any], rows: Dict[str, Dict[str, Any]]) -> D
         lines.append("%-7s %s (%s)%s: %s" % (i["kind"], i["name"], i["type"],
                                              ", fix_pos %s" % i["fix_pos"] if i["fix_pos"] is not None else "",
                                              i["status"]))
-    lines.append("fix positions: " + ", ".join("%s %s" % (k, v) for k, v in fixes.items()))
+    lines.append(fix_positions_line(fixes))
     if op.type in CONV_TYPES and None not in (fixes.get("input"), fixes.get("weights"), fixes.get("output")):
         shift = fixes["input"] + fixes["weights"] - fixes["output"]
         text = "DPU shifts: output shift (input + weights - output) = %d" % shift

@@ -9,7 +9,7 @@ which names every field that differs. Used by every backend.
 import hashlib
 import os
 import re
-from typing import Any, Dict, Iterable, List, Optional
+from typing import Any, Dict, Iterable, List, Optional, Tuple
 
 import torch
 
@@ -175,6 +175,41 @@ def _short(value: Any) -> str:
     return text if len(text) <= 60 else text[:57] + "..."
 
 
+def _first_difference(a: Any, b: Any, path: str = "") -> Optional[Tuple[str, Any, Any]]:
+    """Where two JSON-like values first differ: ``(path such as "[1].height", value in a, value in b)``,
+    a key one side lacks as ``"(not set)"``; None when they are equal."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        for key in list(a) + [k for k in b if k not in a]:
+            where = "%s.%s" % (path, key)
+            if key not in a or key not in b:
+                return where, a.get(key, "(not set)"), b.get(key, "(not set)")
+            found = _first_difference(a[key], b[key], where)
+            if found is not None:
+                return found
+        return None
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        for i, (x, y) in enumerate(zip(a, b)):
+            found = _first_difference(x, y, "%s[%d]" % (path, i))
+            if found is not None:
+                return found
+        return None
+    return None if a == b else (path, a, b)
+
+
+def _change(was: Any, now: Any) -> str:
+    """``calibrated X, now Y``; for lists and dicts too long to show whole (a list of stages), the first
+    field that differs, so the change is not cut off: ``calibrated and now differ first at [0].height:
+    calibrated 16, now 20``."""
+    whole = "calibrated %s, now %s" % (_short(was), _short(now))
+    if not (isinstance(was, (list, dict)) and isinstance(now, (list, dict))) or "..." not in whole:
+        return whole
+    found = _first_difference(was, now)
+    if found is None or not found[0]:
+        return whole
+    return "calibrated and now differ first at %s: calibrated %s, now %s" % (found[0].lstrip("."), _short(found[1]),
+                                                                             _short(found[2]))
+
+
 def mismatch_message(out_dir: str, stored: Dict[str, Any], expected: Dict[str, Any], ignore: Iterable[str] = (),
                      redo: str = "run the calib step again") -> Optional[str]:
     """The message of a fingerprint that differs from ``expected``, or None when it does not.
@@ -196,7 +231,7 @@ def mismatch_message(out_dir: str, stored: Dict[str, Any], expected: Dict[str, A
     for field, key in SAME_AS.items():  # the config key says it
         if field in differ and key in differ and differ[field] == differ[key]:
             del differ[field]
-    parts = ["%s%s: calibrated %s, now %s" % (k, " (%s)" % MEANING[k] if k in MEANING else "", _short(was), _short(now))
+    parts = ["%s%s: %s" % (k, " (%s)" % MEANING[k] if k in MEANING else "", _change(was, now))
              for k, (was, now) in differ.items()]
     if missing:
         shown = ", ".join(missing[:3]) + (" and %d more" % (len(missing) - 3) if len(missing) > 3 else "")
@@ -205,7 +240,9 @@ def mismatch_message(out_dir: str, stored: Dict[str, Any], expected: Dict[str, A
     settable = []  # type: List[str]
     for k, (was, _) in differ.items():
         if k.startswith("config."):
-            settable.append("set %s back to %s" % (k[len("config."):], _short(was)))
+            found = _first_difference(was, differ[k][1]) if _short(was).endswith("...") else None
+            where, value = (found[0], found[1]) if found and found[0] else ("", was)
+            settable.append("set %s%s back to %s" % (k[len("config."):], where, _short(value)))
         elif k in ARGUMENTS and SAME_AS.get(k) not in expected:
             settable.append("pass %s=%s again" % (ARGUMENTS[k], _short(was)))
     # another environment, other weights or another writer: only a new calibration fits

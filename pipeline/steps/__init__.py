@@ -78,9 +78,27 @@ def check_requirements(names: List[str], folder: Any, cfg: Any) -> None:
             if dep not in available:
                 stale = "" if folder.load_step(dep) is None else (
                     " (its results in %s would be removed by an earlier step of this run)" % folder.work_dir)
-                raise PipelineError("%s: the %s step has not run in %s%s; run it first, e.g. --steps %s,%s"
-                                    % (name, dep, folder.work_dir, stale, dep, name))
+                chain = _missing_chain([d for d in BY_NAME[name].required(cfg) if d not in available], available, cfg)
+                if len(chain) == 1:
+                    raise PipelineError("%s: the %s step has not run in %s%s; run it first, e.g. --steps %s,%s"
+                                        % (name, dep, folder.work_dir, stale, dep, name))
+                raise PipelineError("%s: the %s and %s steps have not run in %s%s; run them first, e.g. --steps %s,%s"
+                                    % (name, ", ".join(chain[:-1]), chain[-1], folder.work_dir, stale,
+                                       ",".join(chain), name))
         available.add(name)
+
+
+def _missing_chain(missing: List[str], available: Any, cfg: Any) -> List[str]:
+    """The ``missing`` steps and every step they need, directly or through others, whose results are not
+    ``available``, in pipeline order: what a run must do before the step that needs them."""
+    chain, todo = set(), list(missing)  # type: Any, List[str]
+    while todo:
+        step = todo.pop()
+        if step in chain or (step not in missing and step in available):
+            continue
+        chain.add(step)
+        todo.extend(BY_NAME[step].required(cfg))
+    return [s for s in NAMES if s in chain]
 
 
 def execute(ctx: "StepContext", name: str) -> Any:

@@ -108,7 +108,9 @@ def run(ctx: "StepContext") -> CompileResult:
     c = ctx.cfg.compile
     target = ctx.loaded.target  # resolved once, by the config
     arch = ctx.loaded.arch_json()
+    from .gate import refuse_failed_gate
     export = ctx.folder.require("export", "compile")
+    refuse_failed_gate(ctx, "compile")  # a test result that failed its gate is not compiled
     # the export compiled here came from the calibration, which must be this config's (model, data, quantizer)
     ctx.model.check_calibration_settings(redo="run the calib step again, and the steps after it")
     xmodel = quantized_xmodel(ctx, export)
@@ -132,6 +134,7 @@ def run(ctx: "StepContext") -> CompileResult:
     if not os.path.relpath(config).startswith(".."):
         config = os.path.relpath(config)  # as the user passes it from the repository root
     plan_files = plan.write_compile_plan(out_dir, argv, target.name, reason, config_path=config,
+                                         factory=ctx.cfg.model.factory,
                                          release_warnings=export.get("release_warnings"), root=ctx.folder.work_dir)
     log.warning("compile: %s; wrote the exact command to %s", reason, plan_files["script"])
     return CompileResult(compiled=None, argv=argv, target=target.name, reason=reason, plan=plan_files,

@@ -53,13 +53,16 @@ def run(ctx: "StepContext") -> DeployResult:
 
     from ..data.class_names import origin
     from ..deploy import build_bundle
+    from ..deploy.spec import units_warning
     from ..errors import PipelineError
     from ..handoff import verify
     from ..quantizers.quant_info import read_quant_info
     from ..stages.geometry import source_box
     from .compile import REDO_COMPILE, REDO_EXPORT, exported_xmodel
     from .export import deploy_check_record
+    from .gate import refuse_failed_gate
     comp = ctx.folder.require("compile", "deploy")
+    refuse_failed_gate(ctx, "deploy")  # a test result that failed its gate is not shipped
     export = ctx.folder.load_step("export") or {}
     work = ctx.folder.work_dir
     # every file the bundle carries or reads, checked against the record of the step that wrote it
@@ -105,10 +108,18 @@ def run(ctx: "StepContext") -> DeployResult:
                       image_size=size, box=None if box is None else list(box), stages=list(ctx.cfg.preprocess.stages),
                       decode={k: settings.get(k) for k in ("resize", "crop", "mode")} if isinstance(settings, dict)
                       else None, class_names=names, class_names_from=origin(ctx.cfg.data.source, names))
+    stats = (ctx.folder.load_step("calib") or {}).get("input_stats") or {}
+    if stats.get("source_min") and stats.get("source_max"):  # the source's units, for spec.units_warning
+        preprocess.update(source_dtype=source.describe().get("dtype"),
+                          source_range=[min(stats["source_min"]), max(stats["source_max"])])
     labels = source.labels  # the test step measures top-1 against them: a classifier
     classes = len(names) if names else int(labels.max()) + 1 if labels is not None and len(labels) else 5
     classification = {"top_k": min(5, classes), "accuracy": (ctx.folder.load_step("test") or {}).get("quant_accuracy")}
     warnings = []  # type: List[str]
+    units = units_warning(preprocess.get("source_dtype"), preprocess.get("source_range"), preprocess["mean"],
+                          preprocess["std"])
+    if units:
+        warnings.append("deploy: " + units)
     not_classifier = _not_a_classifier(export)
     if not_classifier:  # no CLASSIFICATION model_type for a model the library's classifier cannot read
         classification = None

@@ -94,6 +94,8 @@ def run(ctx: "StepContext") -> ExportResult:
     from ..handoff import record
     from ..inspect.releases import check_model
     from ..progress import phase
+    from .gate import refuse_failed_gate
+    refuse_failed_gate(ctx, "export")  # a test result that failed its gate is not exported
     ledger = ctx.feed.new_ledger()
     model, example = ctx.model.float_model(), ctx.feed.example(ledger=ledger)
     model = contiguous_parameters(model, ledger=ledger)  # the same values: the fingerprint is the same

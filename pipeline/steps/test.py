@@ -35,6 +35,8 @@ class TestResult(StepResult):
     quantized_by: Optional[str] = omitted_when_none()  # "qat": the quantized model is the qat step's deployed one
     float_correct: int = transient(int)
     classes: Dict[int, int] = transient(dict)
+    # the gate's verdict when it failed (``check``'s message): export, compile and deploy refuse to go on from it
+    gate_failed: Optional[str] = omitted_when_none()
 
     REPORT_KEYS = ("float_accuracy", "quant_accuracy", "accuracy_drop", "eval_images", "sensitivity", "plots")
 
@@ -112,35 +114,51 @@ def run(ctx: "StepContext") -> TestResult:
              float_acc, quant_acc, 100 * drop, n)
     eval_seconds = time.perf_counter() - start  # float and quantized inference, all ranks (after the gather)
     sensitivity, plot_files = _sensitivity(ctx, backend, model, example, limit, handle)
-    warnings = []
+    from ..checks import chance_warnings
+    warnings = chance_warnings(float_correct, n, classes)
     if n < SMALL_EVAL:
         warnings.append("accuracy was measured on only %d eval images: one image moves it by %.2f points, so the "
                         "accuracy drop check is coarse; give the eval split more data" % (n, 100.0 / n))
     for warning in warnings:
         log.warning("test: %s", warning)
-    return TestResult(float_accuracy=float_acc, quant_accuracy=quant_acc, warnings=warnings, accuracy_drop=drop,
-                      eval_images=n, eval_seconds=eval_seconds, max_accuracy_drop=ctx.cfg.quantizer.max_accuracy_drop,
-                      sensitivity=sensitivity, plots=plot_files, ledger=ledger.summary(),
-                      distributed=ranks(ctx, ledger), quantized_by="qat" if ctx.model.qat_enabled else None,
-                      float_correct=float_correct, classes=classes)
+    result = TestResult(float_accuracy=float_acc, quant_accuracy=quant_acc, warnings=warnings, accuracy_drop=drop,
+                        eval_images=n, eval_seconds=eval_seconds,
+                        max_accuracy_drop=ctx.cfg.quantizer.max_accuracy_drop, sensitivity=sensitivity,
+                        plots=plot_files, ledger=ledger.summary(), distributed=ranks(ctx, ledger),
+                        quantized_by="qat" if ctx.model.qat_enabled else None, float_correct=float_correct,
+                        classes=classes)
+    failure = _verdict(ctx, result)
+    result.gate_failed = None if failure is None else str(failure)
+    return result
+
+
+def _verdict(ctx: "StepContext", result: TestResult) -> Optional[Exception]:
+    """The gate's failure as the exception ``check`` raises (DataError, QuantizationError), or None."""
+    from ..checks import check_above_chance
+    from ..errors import PipelineError, QuantizationError
+    q = ctx.cfg.quantizer
+    if q.require_float_above_chance:
+        try:
+            check_above_chance(result.float_correct, result.eval_images, result.classes,
+                               (ctx.folder.load_step("calib") or {}).get("warnings", []))
+        except PipelineError as exc:
+            return exc
+    if result.accuracy_drop > q.max_accuracy_drop:
+        return QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
+                                 "quantizer.max_accuracy_drop=%.4f; %s"
+                                 % (result.quant_accuracy, 100 * result.accuracy_drop, result.float_accuracy,
+                                    q.max_accuracy_drop, "train QAT longer or with other rates (quantizer.qat.epochs, "
+                                    "lr, threshold_lr)" if result.quantized_by == "qat" else
+                                    "use more or better calibration data"))
+    return None
 
 
 def check(ctx: "StepContext", result: TestResult) -> None:
     """The verdict, after steps/test.json is saved: a float model no better than chance
     (quantizer.require_float_above_chance), an accuracy drop past quantizer.max_accuracy_drop."""
-    from ..checks import check_above_chance
-    from ..errors import QuantizationError
-    q = ctx.cfg.quantizer
-    if q.require_float_above_chance:
-        check_above_chance(result.float_correct, result.eval_images, result.classes,
-                           (ctx.folder.load_step("calib") or {}).get("warnings", []))
-    if result.accuracy_drop > q.max_accuracy_drop:
-        raise QuantizationError("test: quantized accuracy %.4f is %.2f points below float %.4f, more than "
-                                "quantizer.max_accuracy_drop=%.4f; %s"
-                                % (result.quant_accuracy, 100 * result.accuracy_drop, result.float_accuracy,
-                                   q.max_accuracy_drop, "train QAT longer or with other rates (quantizer.qat.epochs, "
-                                   "lr, threshold_lr)" if result.quantized_by == "qat" else
-                                   "use more or better calibration data"))
+    failure = _verdict(ctx, result)
+    if failure is not None:
+        raise failure
 
 
 def _sensitivity(ctx: "StepContext", backend: Any, model: Any, example: Any, limit: Optional[int],

@@ -119,6 +119,23 @@ def test_qat_calib_dir_starts_from_the_calibration(tmp_path):
         assert quantizer.warmup_enabled[0] == 0
 
 
+def test_qat_calib_dir_without_a_calibration_says_so(tmp_path):
+    from pipeline.errors import QuantizationError
+    model, shape = build("mobilenet")
+    qat = QatProcessor(model, torch.randn(1, *shape))
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "afile").write_text("x")
+    for where, got in ((tmp_path / "none", "the folder does not exist"), (tmp_path / "afile", "it is not a folder"),
+                       (tmp_path / "empty", "the folder holds no quant_info.json")):
+        with pytest.raises(QuantizationError) as info:
+            qat.trainable_model(calib_dir=str(where))
+        assert str(info.value) == (
+            "trainable_model(calib_dir=%r): %s. calib_dir must be a folder holding a PTQ calibration's quant_info.json "
+            "(torch_quantizer('calib', ..., output_dir=that folder), then export_quant_config()): calibrate this "
+            "model there, or pass calib_dir='' to start each quantizer by a warm-up on its first batch"
+            % (str(where), got))
+
+
 def test_qat_trainable_model_helpers_and_state_dict_round_trip():
     model, shape = build("mobilenet")
     qat = QatProcessor(model, torch.randn(1, *shape))

@@ -204,3 +204,22 @@ def test_only_the_config_reads_the_target_keys():
             with open(os.path.join(folder, name)) as f:
                 hits += ["%s/%s:%d" % (folder, name, n) for n, line in enumerate(f, 1) if read.search(line)]
     assert hits == []
+
+
+def test_a_leading_tilde_in_a_path_is_the_home_folder(tmp_path, monkeypatch):
+    # --set run.work_dir=~/x wrote into a folder named "~" under the current one while the output said ~/x
+    home = tmp_path / "home"
+    (home / "data").mkdir(parents=True)
+    (home / "data" / "w.pt").write_bytes(b"")
+    (home / "arch.json").write_text('{"fingerprint": "0x101000056010407"}')
+    monkeypatch.setenv("HOME", str(home))
+    loaded = load_config(write(tmp_path, BASE), ["run.work_dir=~/runs/x", "model.weights=~/data/w.pt",
+                                                 "compile.arch_json=~/arch.json"])
+    assert loaded.work_dir == str(home / "runs" / "x")
+    assert loaded.raw["model"]["weights"] == str(home / "data" / "w.pt")
+    assert loaded.arch_json() == str(home / "arch.json")
+    assert loaded.absolute_raw()["run"]["work_dir"] == str(home / "runs" / "x")
+    raw = {"run": {"work_dir": "a~b"}, "data": {"source": {"type": "npy", "path": "~/i.npy", "labels": "l~.npy"}}}
+    from pipeline.config.loading import expand_home
+    assert expand_home(raw) == {"run": {"work_dir": "a~b"},
+                                "data": {"source": {"type": "npy", "path": str(home / "i.npy"), "labels": "l~.npy"}}}

@@ -12,7 +12,9 @@ from pipeline.compilers import plan, vai_c
 from pipeline.errors import BackendUnavailableError, CompileError, ConfigError
 from tests.support import REPO
 from tests.support import fake_vai_c
-from tests.support.fake_vai_c import B4096_ARCH
+from tests.support.fake_vai_c import B4096_ARCH, compiled_xmodel
+
+COMPILED = compiled_xmodel(b"int8 graph", int(B4096_ARCH["fingerprint"], 16))  # the fake's output for the inputs
 
 @pytest.fixture
 def fake_compiler(tmp_path, monkeypatch):
@@ -70,7 +72,7 @@ def test_compile_success_writes_outputs_and_keeps_the_log(fake_compiler, inputs)
     out = os.path.join(run, "compiled")
     result = vai_c.compile_xmodel(xmodel, arch, out, "mlp", target="DPUCZDX8G_ISA1_B4096")
     assert result["xmodel"] == os.path.join(out, "mlp.xmodel")
-    assert open(result["xmodel"], "rb").read() == b"compiled:int8 graph"
+    assert open(result["xmodel"], "rb").read() == COMPILED
     assert result["returncode"] == 0
     assert result["fingerprint"] == 0x0101000056010407
     assert sorted(os.path.basename(f) for f in result["files"]) == ["meta.json", "mlp.xmodel", "vai_c_xir.log"]
@@ -107,6 +109,47 @@ def test_exit_0_without_compiled_model_is_an_error_even_with_a_stale_file(fake_c
     assert info.value.returncode == 0
     assert "wrote no" in str(info.value) and "aborted" in info.value.stderr_tail
     assert not os.path.exists(os.path.join(out, "mlp.xmodel"))
+
+
+@pytest.mark.parametrize("mode, got", [
+    ("empty", "got an empty file (0 bytes)"),
+    ("garbage", "got 8 bytes that do not parse as an XIR graph"),
+    ("cpu_only", "got an XIR graph 'compiled' of 1 ops without a DPU subgraph (subgraph devices: CPU)"),
+    ("other_dpu", "got an XIR graph whose DPU subgraph is compiled for fingerprint 0x0101000056010408, not the "
+                  "target's 0x0101000056010407"),
+])
+def test_exit_0_with_a_file_that_is_not_a_compiled_model_is_an_error(fake_compiler, inputs, monkeypatch, mode, got):
+    # vai_c_xir can exit 0 after an aborted compilation and leave an empty or unfinished <net>.xmodel
+    run, xmodel, arch = inputs
+    monkeypatch.setenv("FAKE_VAI_C_MODE", mode)
+    out = os.path.join(run, "compiled")
+    with pytest.raises(CompileError) as info:
+        vai_c.compile_xmodel(xmodel, arch, out, "mlp", target="DPUCZDX8G_ISA1_B4096")
+    message = str(info.value)
+    assert info.value.returncode == 0
+    assert ("vai_c_xir exited 0 but its %s is not a compiled model: expected an XIR graph with a DPU subgraph for "
+            "this target, %s" % (os.path.join(out, "mlp.xmodel"), got)) in message
+    assert "read the compiler's log %s" % os.path.join(out, "vai_c_xir.log") in message
+    assert "run the compile step again (--steps compile,deploy)" in message
+    # nothing under the name the deploy step takes; the file kept under a name that says it was refused
+    assert not os.path.exists(os.path.join(out, "mlp.xmodel"))
+    assert os.path.isfile(os.path.join(out, "mlp.xmodel.rejected"))
+    assert "The file was kept as %s.rejected; its stderr was empty." % os.path.join(out, "mlp.xmodel") in message
+    # a good compile afterwards removes the rejected file
+    monkeypatch.setenv("FAKE_VAI_C_MODE", "ok")
+    result = vai_c.compile_xmodel(xmodel, arch, out, "mlp", target="DPUCZDX8G_ISA1_B4096")
+    assert open(result["xmodel"], "rb").read() == COMPILED
+    assert not os.path.exists(os.path.join(out, "mlp.xmodel.rejected"))
+
+
+def test_the_compiled_check_reads_the_dpu_subgraph():
+    from pipeline.compilers import compiled
+    assert compiled.problems(COMPILED, 0x0101000056010407) == (
+        None, {"graph": "compiled", "ops": 1, "dpu_subgraphs": ["subgraph_input"]})
+    assert compiled.problems(compiled_xmodel(b"x"), 0x0101000056010407)[0] is None  # no fingerprint named: not compared
+    truncated = COMPILED[:-3]
+    assert compiled.problems(truncated)[0].startswith("%d bytes that do not parse as an XIR graph (not an XIR graph "
+                                                      "(serial_v2.Graph): Error parsing message" % len(truncated))
 
 
 def test_timeout_is_a_compile_error(fake_compiler, inputs, monkeypatch):
@@ -232,7 +275,7 @@ def test_compile_plan_script_runs_the_compiler_from_any_folder(inputs, fake_comp
     plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "test")
     subprocess.run(["sh", os.path.join(run, "compile.sh")], check=True, cwd=str(tmp_path),
                    stdout=subprocess.DEVNULL)
-    assert open(os.path.join(run, "compiled", "mlp.xmodel"), "rb").read() == b"compiled:int8 graph"
+    assert open(os.path.join(run, "compiled", "mlp.xmodel"), "rb").read() == COMPILED
     assert json.load(open(str(fake_compiler))) == ["-x", "quantize_result/MLP_int.xmodel", "-a", arch,
                                                    "-o", "compiled", "-n", "mlp"]
 
@@ -279,7 +322,7 @@ def test_compile_sh_copied_elsewhere_still_finds_the_xmodel(inputs, fake_compile
     with open(os.path.join(run, "compile.sh")) as f:
         (bundle / "compile.sh").write_text(f.read())
     subprocess.run(["sh", str(bundle / "compile.sh")], check=True, cwd=str(tmp_path), stdout=subprocess.DEVNULL)
-    assert (bundle / "mlp.xmodel").read_bytes() == b"compiled:int8 graph"
+    assert (bundle / "mlp.xmodel").read_bytes() == COMPILED
 
 
 def _sh_blocks(text):
@@ -367,3 +410,22 @@ def test_a_config_path_that_looks_like_an_option_is_written_as_a_path(tmp_path):
     argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
     text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="-x.yaml")["plan"]).read()
     assert "python -m pipeline run ./-x.yaml" in text and "run -x.yaml" not in text
+
+
+def test_the_plan_says_a_model_factory_must_be_importable(tmp_path, monkeypatch):
+    # python -m pipeline run imports model.factory's module: the plan's commands need it on PYTHONPATH
+    (tmp_path / "proj").mkdir()
+    (tmp_path / "proj" / "mymodel_plan_case.py").write_text("def build():\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path / "proj"))
+    run = str(tmp_path / "compile")
+    argv = vai_c.build_argv(str(tmp_path / "export" / "M_int.xmodel"), "/opt/vitis_ai/a/arch.json", run, "m")
+    text = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="my.yaml",
+                                        factory="mymodel_plan_case:build")["plan"]).read()
+    assert ("This config builds its model with `model.factory: mymodel_plan_case:build`: each `python -m pipeline "
+            "run` above imports `mymodel_plan_case`, so run it where Python finds that module: from the folder that "
+            "holds it, or with `PYTHONPATH=<that folder>` in front of the command (on this machine: `%s`)."
+            % (tmp_path / "proj")) in text
+    assert plan.factory_lines(None) == []
+    assert plan.factory_lines("not_a_module_anywhere:build")[1].endswith("in front of the command.")
+    plain = open(plan.write_compile_plan(run, argv, "DPUCZDX8G_ISA1_B4096", "r", config_path="my.yaml")["plan"]).read()
+    assert "model.factory" not in plain

@@ -220,3 +220,9 @@ def test_compare_bad_folders_say_what_is_wrong(capsys, tmp_path):
     assert code == 2 and err.startswith("error: --xmodel")
     code, r = _json(capsys, ref, tmp_path / "empty")
     assert code == 2 and r["usable"] is False
+
+
+def test_an_unknown_fix_position_is_said_in_words():
+    from pipeline.inspect.compare_explain import fix_positions_line
+    assert fix_positions_line({"input": None, "weights": 7, "output": 4}) == (
+        "fix positions: input unknown (no fix op in the xmodel), weights 7, output 4")

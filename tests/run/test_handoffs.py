@@ -229,8 +229,11 @@ def test_the_compiled_xmodel_is_recorded_and_checked_by_deploy(made, tmp_path, f
     pipeline.run(config, steps=["compile", "deploy"], overrides=overrides)
     with open(os.path.join(work, "steps", "compile.json")) as f:
         assert sorted(json.load(f)["handed_on"]) == ["compile/case.xmodel"]
+    from tests.support.fake_vai_c import B4096_ARCH, compiled_xmodel
+    with open(os.path.join(work, "export", "DigitsCNN_int.xmodel"), "rb") as f:
+        expected = compiled_xmodel(f.read(), int(B4096_ARCH["fingerprint"], 16))
     with open(os.path.join(work, "deploy", "case", "case.xmodel"), "rb") as f:
-        assert f.read().startswith(b"compiled:")
+        assert f.read() == expected
     _damage(os.path.join(work, "compile", "case.xmodel"), "one byte flipped")
     with pytest.raises(HandoffError, match=r"deploy: compile/case\.xmodel is not the file the compile step wrote: .*"
                                            r"Run the compile step again: --steps compile,deploy"):

@@ -110,6 +110,18 @@ def test_a_step_whose_requirement_is_missing_is_refused_before_any_work(tmp_path
     assert not os.path.exists(str(tmp_path / "run"))  # no folder, no status.json: nothing was done
 
 
+def test_the_whole_missing_chain_is_named_at_once(tmp_path):
+    from pipeline.errors import PipelineError
+    cfg, _ = make_case(tmp_path)
+    with pytest.raises(PipelineError, match=r"^deploy: the calib, export and compile steps have not run in .*; run "
+                                            r"them first, e\.g\. --steps calib,export,compile,deploy$"):
+        run_steps(load_config(cfg), ["deploy"])
+    with pytest.raises(PipelineError, match=r"^compile: the calib and export steps have not run in .*; run them first, "
+                                            r"e\.g\. --steps calib,export,compile$"):
+        run_steps(load_config(cfg), ["compile"])
+    assert not os.path.exists(str(tmp_path / "run"))
+
+
 def test_a_requirement_an_earlier_step_of_the_run_makes_stale_is_refused_up_front(tmp_path):
     from pipeline.errors import PipelineError
     cfg, _ = make_case(tmp_path)

@@ -212,3 +212,18 @@ def test_the_quantizer_version_is_the_backend_classes_own():
     for name in BACKENDS:
         assert fpm.quantizer_version(name) == backend_class(name).version()
     assert backend_class("sim").version() == "sim-" + pipeline.__version__
+
+
+def test_a_long_list_that_differs_is_shown_by_its_first_differing_field():
+    from pipeline.quantizers.fingerprint import mismatch_message
+    stages = [{"type": "layout", "src": "NHWC", "dst": "NCHW"}, {"type": "center_crop", "height": 16, "width": 16},
+              {"type": "bgr_to_rgb"}]
+    now = [dict(s) for s in stages]
+    now[1]["height"] = 20
+    msg = mismatch_message("q", {"config.preprocess.stages": stages}, {"config.preprocess.stages": now})
+    assert msg == ("the calibration in q was made for something else: config.preprocess.stages: calibrated and now "
+                   "differ first at [1].height: calibrated 16, now 20. Run the calib step again, or set "
+                   "preprocess.stages[1].height back to 16")
+    # short values are shown whole, as before
+    assert "config.preprocess.mean: calibrated [1, 2], now [1, 3]. Run the calib step again, or set preprocess.mean " \
+           "back to [1, 2]" in mismatch_message("q", {"config.preprocess.mean": [1, 2]}, {"config.preprocess.mean": [1, 3]})
