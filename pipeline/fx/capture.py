@@ -87,7 +87,7 @@ from .dead_values import remove_dead_values
 from .example_run import ExampleRun
 from .float_trace import fails_on_control_flow, fx_trace
 from .graph import SimGraph
-from .in_place import follow_in_place, refuse_lost_writes
+from .in_place import augmented_writes, follow_in_place, refuse_lost_writes
 from .naming import build_nodes
 from .rewrites import (Rewrites, fold_bn, functional_linear_to_module, reciprocal_divisions, remove_passthrough,
                        remove_shape_checks, remove_traced_passthrough, swap_modules, swaps_keep_graph)
@@ -239,7 +239,7 @@ def _probe(work: nn.Module, fx_graph: torch.fx.Graph,
         if not run:
             copy, env = torch.fx.Graph(), {}  # type: torch.fx.Graph, Dict[torch.fx.Node, torch.fx.Node]
             copy.output(copy.graph_copy(fx_graph, env))
-            run.append((ExampleRun(work, copy, tuple(e.detach().cpu() for e in examples)), env))
+            run.append((ExampleRun(work, copy, tuple(e.detach().cpu().clone() for e in examples)), env))
         return run[0]
     return probe
 
@@ -318,6 +318,7 @@ def capture(model: nn.Module, example: Any, rewrites: Optional[Rewrites], traced
                                    ", ".join(str(p.target) for p in placeholders), len(examples)))
     if has_wrapped_calls(fx_graph):  # torch.fx.wrap-ped calls: traced through, as torch.jit does
         fx_graph = _concrete(work, examples, model)
+    augmented_writes(work, fx_graph, _shapes(work, fx_graph, examples), rewrite)  # y += z as torch.jit has it
     follow_in_place(work, fx_graph)  # a tensor written in place is read after the call from its result
     remove_dead_values(work, fx_graph)  # what no output depends on: torch.jit's dead code pass drops it, rewrite or not
     if rewrite:  # the simulation's capture: a write the real quantizer loses (inspect's view takes it as written)

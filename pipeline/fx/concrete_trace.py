@@ -37,7 +37,7 @@ from torch.fx._symbolic_trace import _orig_module_call, _orig_module_getattr, _w
 from torch.fx.node import map_aggregate
 
 from .proxy_args import recording_proxy_arguments
-from .tracer import CaptureTracer
+from .tracer import AugmentedAssignments, CaptureTracer
 
 
 def _wrapped_keys() -> set:
@@ -109,7 +109,7 @@ def _run_unpatched(module: nn.Module, args: Any, kwargs: Any) -> Any:
         nn.Module.__call__, nn.Module.__getattr__ = patched
 
 
-class _ConcreteProxy(torch.fx.Proxy):
+class _ConcreteProxy(AugmentedAssignments, torch.fx.Proxy):
     """A Proxy that also holds its value on the example input (``value``)."""
 
     def __init__(self, node: torch.fx.Node, tracer: "ConcreteTracer", value: Any) -> None:

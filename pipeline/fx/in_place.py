@@ -14,7 +14,7 @@ place whose tensor is read after it through another alias) ask it (docs/xmodel.m
 """
 import inspect
 import operator
-from typing import Dict, Optional, Set
+from typing import Any, Callable, Dict, Optional, Set
 
 import torch
 import torch.fx
@@ -178,6 +178,56 @@ def aliases(root: nn.Module, base: torch.fx.Node, stop: Optional[torch.fx.Node] 
                 found.add(user)
                 stack.append(user)
     return found
+
+
+def augmented_writes(root: nn.Module, graph: torch.fx.Graph, shape: Callable[[torch.fx.Node], Any],
+                     refuse: bool) -> None:
+    """Give, in place in ``graph``, each augmented assignment of a tensor (``y += z``, ``y -= z``, ``y *= z``,
+    ``y /= z``: nodes the capture's tracer marked ``node.meta[tracer.AUGMENTED]``, traced as the plain operator)
+    the meaning torch.jit's trace records, which the real quantizer parses: a write of ``y`` in place
+    (``aten::add_``, ``aten::sub_``, ...), read afterwards through every name of ``y``.
+
+    - ``y += z``: the call becomes ``y.add_(z)``, which nndct's parser takes for its add
+      (``OpCreator.op_convert_map``) and the simulation runs out of place; :func:`follow_in_place` then gives
+      the later readers of ``y`` (``identity = y`` read after the write) the result, and
+      :func:`refuse_lost_writes` refuses a write into a view whose base is read afterwards.
+    - ``y -= z``, ``y *= z``, ``y /= z``: the plain operator as before where no other name reads ``y`` after
+      the write; where one does (``refuse``: the simulation's capture), refused before calibration. nndct keeps
+      ``aten::sub_``/``aten::mul_``/``aten::div_`` as custom ops (no ``op_convert_map`` entry), whose results
+      the simulation has not been compared with.
+    - a number (``n += 1`` on a size, ``shape(y)`` None): Python's own ``+=``, a new value; unchanged.
+
+    Args:
+        root: the module the graph's targets are named in. graph: the capture's ``torch.fx.Graph``.
+        shape: the shape of a node's value on the example, None where it is not a tensor.
+        refuse: raise for the refused forms (the simulation's capture), else leave them as traced.
+
+    Raises:
+        NotSimulated: ``y -= z``/``*=``/``/=`` of a tensor another name reads after the write.
+    """
+    from .refusals import NotSimulated
+    from .tracer import AUGMENTED
+    order = {n: i for i, n in enumerate(graph.nodes)}  # type: Dict[torch.fx.Node, int]
+    for node in list(graph.nodes):
+        first = node.args[0] if node.args else None
+        if not node.meta.get(AUGMENTED) or not isinstance(first, torch.fx.Node) or shape(first) is None:
+            continue
+        if node.target is operator.add:
+            node.op, node.target = "call_method", "add_"  # as torch.jit records ``y += z``
+            continue
+        late = sorted((u for a in aliases(root, storage_base(root, first)) for u in a.users
+                       if u is not node and order[u] > order[node]), key=order.get)
+        if late and refuse:
+            raise NotSimulated(
+                "node %r (%s= on %r) writes %r in place, and %r reads it after the write through another name: "
+                "torch.jit's trace, which the real quantizer parses, records an in-place %s_ that nndct keeps as a "
+                "custom op, which the simulation does not reproduce. Write the result to a new name "
+                "(y2 = y %s z) and read the one you mean"
+                % (node.name, _OPERATOR_SIGNS[node.target], first.name, first.name, late[0].name,
+                   node.target.__name__, _OPERATOR_SIGNS[node.target]))
+
+
+_OPERATOR_SIGNS = {operator.sub: "-", operator.mul: "*", operator.truediv: "/"}
 
 
 # ``x += y`` and ``x *= y`` (fx: ``operator.iadd``) and the in-place methods nndct's parser takes for their out-of-place

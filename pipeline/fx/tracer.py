@@ -15,6 +15,7 @@ the refusals and reports name); any other ``torch.nn`` module, a stateless one, 
 functional call(s) its forward makes. A functional
 that torch.jit records as several aten ops (:data:`COMPOSITE_FUNCTIONS`) is traced through to them.
 """
+import operator
 import types
 from typing import Any
 
@@ -57,6 +58,40 @@ def _body(fn: Any) -> Any:
     return body
 
 
+# the node meta key of a value an augmented assignment made (``y += z``; :class:`AugmentedAssignments`)
+AUGMENTED = "augmented_assignment"
+
+
+class AugmentedAssignments:
+    """A torch.fx Proxy's ``y += z``, ``y -= z``, ``y *= z`` and ``y /= z``. torch.fx's own Proxy has no
+    ``__iadd__``, so Python falls back to ``y = y + z`` and a name that held ``y`` before (``identity = y``) keeps
+    the value before the write, where eager torch, and torch.jit's trace the real quantizer parses, write ``y``
+    in place (``aten::add_``) and every name reads the result. The call is recorded as the plain operator (the
+    graph as before) marked ``node.meta[AUGMENTED]``; ``fx.in_place.augmented_writes`` decides, knowing whether
+    ``y`` is a tensor, what it becomes."""
+
+    def __iadd__(self, other: Any) -> Any:
+        return self._augmented(operator.add, other)
+
+    def __isub__(self, other: Any) -> Any:
+        return self._augmented(operator.sub, other)
+
+    def __imul__(self, other: Any) -> Any:
+        return self._augmented(operator.mul, other)
+
+    def __itruediv__(self, other: Any) -> Any:
+        return self._augmented(operator.truediv, other)
+
+    def _augmented(self, op: Any, other: Any) -> Any:
+        proxy = self.tracer.create_proxy("call_function", op, (self, other), {})  # type: ignore[attr-defined]
+        proxy.node.meta[AUGMENTED] = True
+        return proxy
+
+
+class _Proxy(AugmentedAssignments, torch.fx.Proxy):
+    """torch.fx's Proxy with :class:`AugmentedAssignments`."""
+
+
 class CaptureTracer(torch.fx.Tracer):
     """``torch.fx.Tracer`` whose leaves are the modules the op records claim (module docstring); a class an op
     record names that is no torch.nn class (``MODULE_OPS``: the drop-in's ``QuantStub``/``DeQuantStub``,
@@ -64,6 +99,9 @@ class CaptureTracer(torch.fx.Tracer):
 
     def is_leaf_module(self, m: nn.Module, module_qualified_name: str) -> bool:
         return type(m) in MODULE_OPS or (super().is_leaf_module(m, module_qualified_name) and keeps_module(m))
+
+    def proxy(self, node: torch.fx.Node) -> torch.fx.Proxy:
+        return _Proxy(node, self)
 
     def create_proxy(self, kind, target, args, kwargs, name=None, type_expr=None, proxy_factory_fn=None):
         if kind == "call_function" and target in COMPOSITE_FUNCTIONS:
