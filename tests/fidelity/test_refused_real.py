@@ -62,7 +62,7 @@ TRACE_NAMES = {"expand_cls": {"ExpandClsToken__ExpandClsToken_ret_7": "Parameter
 LOST_BEFORE_CALIBRATION = {"view_add_read": ("runs this write out of place", "view_add_unread")}
 # Where the real quantizer's file computes the model without an in-place write (an op nothing reads), the simulation
 # writes no file: {case: words of its xmodel refusal}
-LOST_IN_XMODEL = {"slice_zero_read": "it writes a tensor in place"}
+LOST_IN_XMODEL = {"slice_zero_read": "it writes a tensor in place (x.zero_(...))"}
 # the reason as the real quantizer's refused.txt words it, which the simulation's message should name
 REAL_REASON = {"param_add": "broadcast", "param_mul": "broadcast"}
 # Where the real quantizer fails in its calibration: {case: words of the simulation's refusal at capture, before

@@ -90,11 +90,11 @@ class _Lowering:
             if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
                     and not node.is_output and node.in_quant_part and node.fx_node is not None \
                     and node.fx_node.op == "call_method":
-                raise unsupported(node, "it writes a tensor in place (y[:, 0:2].zero_()): the real quantizer writes %s "
+                raise unsupported(node, "it writes a tensor in place (%s): the real quantizer writes %s "
                                         "as a custom op whose output no op reads, and the readers of the tensor "
                                         "written read it as it was before, so the file would compute the model "
                                         "without the write; write the result to a new tensor and read that (torch.cat, torch.where)"
-                                        % node.op)
+                                        % ("x." + str(node.fx_node.target) + "(...)", node.op))
             if node.op.startswith("aten::") and node.op.endswith("_") and not node.users \
                     and not node.is_output and node.in_quant_part:
                 raise unsupported(node, "it assigns into a tensor in place (x[idx] = v): the real quantizer writes "
