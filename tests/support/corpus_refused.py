@@ -501,6 +501,21 @@ class InPlaceWrite(nn.Module):
         return out
 
 
+
+class AugmentedAdd(nn.Module):
+    """conv, ``identity = y``, ``y += 1`` and a ReLU and conv on ``y``, plus ``identity``: torch.jit records the
+    ``+=`` as ``aten::add_``, and both names read its result."""
+    def __init__(self):
+        super().__init__()
+        self.c1 = nn.Conv2d(3, 8, 3, padding=1)
+        self.c2 = nn.Conv2d(8, 8, 3, padding=1)
+
+    def forward(self, x):
+        y = self.c1(x)
+        identity = y
+        y += 1
+        return self.c2(F.relu(y)) + identity
+
 def _kind(cls, kind):
     return lambda: cls(kind)
 
@@ -568,6 +583,7 @@ CORPUS = {
     "view_add_unread": (_kind(InPlaceWrite, "view_add_unread"), IMAGE),
     "view_add_read": (_kind(InPlaceWrite, "view_add_read"), IMAGE),
     "pool_write_unread": (_kind(InPlaceWrite, "pool_write_unread"), IMAGE),
+    "iadd_alias": (AugmentedAdd, IMAGE),
 }
 
 
