@@ -164,10 +164,16 @@ def _trace(make_root: Callable[[], nn.Module], model: nn.Module, n_examples: int
 def _advice(error: Exception) -> str:
     """What to change in the model for fx's ``error``: a module built inside forward() (``nn.ReLU()(y)``) is
     not one of the model's submodules, which fx's ``Tracer.path_of_module`` requires of every module it
-    calls; any other failure, the data-dependent control flow neither fx nor torch.jit.trace follows."""
+    calls; an assignment into part of a tensor (``y[:, 0:2] = v``, ``y[:, 0:2] += 1``: fx's Proxy has no
+    ``__setitem__``), which the real quantizer's file loses too (docs/xmodel.md#known-refusals); any other
+    failure, the data-dependent control flow neither fx nor torch.jit.trace follows."""
     if "is not installed as a submodule" in str(error):
         return ("A module created inside forward() cannot be traced: create it in __init__ (as an attribute, "
                 "e.g. self.act = nn.ReLU()) or call its functional form (e.g. F.relu(y)).")
+    if isinstance(error, TypeError) and "does not support item assignment" in str(error):
+        return ("An assignment into part of a tensor (y[idx] = v, y[idx] += v) cannot be traced, and the real "
+                "quantizer's xmodel computes without it: build the tensor from its pieces instead (torch.cat of "
+                "the slices, or torch.where with a mask).")
     return ("Make forward() free of data-dependent Python control flow (the real quantizer's torch.jit.trace "
             "has the same requirement).")
 

@@ -104,3 +104,18 @@ def test_an_unshared_augmented_assignment_is_the_plain_operator(tmp_path):
     _, want, _ = _quantized(_mul, tmp_path, "mul")
     assert torch.equal(got, want)
     _quantized(_size_iadd, tmp_path, "size")
+
+
+def _slice_iadd(m, x):
+    y = m.c(x)
+    y[:, 0:2] += 1
+    return m.d(y)
+
+
+def test_an_assignment_into_part_of_a_tensor_is_told_as_such(tmp_path):
+    """``y[:, 0:2] += 1``: fx cannot trace the item assignment; the message says so and what to write (it spoke
+    of data-dependent control flow, which the line has none of)."""
+    from pipeline.errors import QuantizationError
+    with pytest.raises(QuantizationError, match=r"assignment into part of a tensor .*torch\.cat") as info:
+        torch_quantizer("calib", _Two(_slice_iadd), (torch.randn(2, 3, 8, 8),), output_dir=str(tmp_path))
+    assert "control flow" not in str(info.value)
