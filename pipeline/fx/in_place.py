@@ -14,7 +14,7 @@ place whose tensor is read after it through another alias) ask it (docs/xmodel.m
 """
 import inspect
 import operator
-from typing import Any, Callable, Dict, Optional, Set
+from typing import Any, Callable, Dict, List, Optional, Set
 
 import torch
 import torch.fx
@@ -215,8 +215,7 @@ def augmented_writes(root: nn.Module, graph: torch.fx.Graph, shape: Callable[[to
         if node.target is operator.add:
             node.op, node.target = "call_method", "add_"  # as torch.jit records ``y += z``
             continue
-        late = sorted((u for a in aliases(root, storage_base(root, first)) for u in a.users
-                       if u is not node and order[u] > order[node]), key=order.get)
+        late = _later_readers(root, node, storage_base(root, first), order)
         if late and refuse:
             raise NotSimulated(
                 "node %r (%s= on %r) writes %r in place, and %r reads it after the write through another name: "
@@ -225,6 +224,14 @@ def augmented_writes(root: nn.Module, graph: torch.fx.Graph, shape: Callable[[to
                 "(y2 = y %s z) and read the one you mean"
                 % (node.name, _OPERATOR_SIGNS[node.target], first.name, first.name, late[0].name,
                    node.target.__name__, _OPERATOR_SIGNS[node.target]))
+
+
+def _later_readers(root: nn.Module, node: torch.fx.Node, base: torch.fx.Node,
+                   order: Dict[torch.fx.Node, int]) -> List[torch.fx.Node]:
+    """The readers, after ``node`` (a write) in the graph's ``order``, of ``base`` or of any value that may share
+    its storage (:func:`aliases`, made from before the write), first first."""
+    return sorted((u for a in aliases(root, base, stop=node) for u in a.users
+                   if u is not node and order[u] > order[node]), key=order.get)
 
 
 _OPERATOR_SIGNS = {operator.sub: "-", operator.mul: "*", operator.truediv: "/"}
@@ -257,8 +264,7 @@ def refuse_lost_writes(root: nn.Module, graph: torch.fx.Graph) -> None:
         if not run_out_of_place or not node.args or not isinstance(node.args[0], torch.fx.Node):
             continue
         base = storage_base(root, node.args[0])
-        late = sorted((u for a in aliases(root, base, stop=node) for u in a.users
-                       if u is not node and order[u] > order[node]), key=order.get)
+        late = _later_readers(root, node, base, order)
         if late:
             raise NotSimulated(
                 "node %r writes %r in place, which shares its storage with %r, read after it by %r: the real "
