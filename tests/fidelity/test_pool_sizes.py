@@ -208,11 +208,9 @@ def test_pickling_the_test_model_is_refused_with_what_to_do(tmp_path):
             save(q.quant_model)
 
 
-def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
-    """torch.save of a test model with no adaptive pool (a plain lowered GraphModule) loads again and computes
-    the same bits: torch traces its code again on load, with the graph's tracer (lowered.LoweredTracer), which
-    keeps fake_quant one call (the plain tracer failed on its branches)."""
-    import io
+def _plain_test_model(tmp_path):
+    """(the drop-in's test-mode quantizer of a conv, ReLU, linear model without adaptive pools, its 4 inputs,
+    quant_model's outputs on them)."""
     from pipeline.apis import torch_quantizer
     torch.manual_seed(0)
     model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
@@ -222,6 +220,15 @@ def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
     q.export_quant_config()
     q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path))
     y = q.quant_model(x)
+    return q, x, y
+
+
+def test_a_test_model_without_adaptive_pools_pickles_and_loads(tmp_path):
+    """torch.save of a test model with no adaptive pool (a plain lowered GraphModule) loads again and computes
+    the same bits: torch traces its code again on load, with the graph's tracer (lowered.LoweredTracer), which
+    keeps fake_quant one call (the plain tracer failed on its branches)."""
+    import io
+    q, x, y = _plain_test_model(tmp_path)
     buf = io.BytesIO()
     torch.save(q.quant_model, buf)
     buf.seek(0)
@@ -234,16 +241,8 @@ def test_copies_of_a_test_model_without_adaptive_pools_keep_the_hooks(tmp_path):
     without end through the drop-in's hooks (they hold the quantizer, which holds the model); the copies compute
     the same bits and refuse an input of another rank as quant_model does."""
     import copy
-    from pipeline.apis import torch_quantizer
     from pipeline.errors import QuantizationError
-    torch.manual_seed(0)
-    model = nn.Sequential(nn.Conv2d(3, 4, 3), nn.ReLU(), nn.Flatten(), nn.Linear(4 * 6 * 6, 3))
-    x = torch.randn(4, 3, 8, 8, generator=torch.Generator().manual_seed(1))
-    q = torch_quantizer("calib", model, (x,), output_dir=str(tmp_path))
-    q.quant_model(x)
-    q.export_quant_config()
-    q = torch_quantizer("test", model, (x,), output_dir=str(tmp_path))
-    y = q.quant_model(x)
+    q, x, y = _plain_test_model(tmp_path)
     for other in (copy.deepcopy(q.quant_model), copy.copy(q.quant_model)):
         assert torch.equal(other(x), y)
         with pytest.raises(QuantizationError):
